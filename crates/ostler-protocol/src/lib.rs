@@ -1,1 +1,19 @@
-//! ostler-protocol
+//! ostler-protocol: the Claude Code CLI's NDJSON dialects, translated into one canonical
+//! event model. No I/O: bytes in, events out; commands in, bytes out.
+//!
+//! - [`framing`]: bytes -> lines (byte-level `\n` split, `\r\n` tolerated, per-line cap).
+//! - [`model`]: the canonical event model (the daemon's language).
+//! - [`decode`]: a stateful per-session [`decode::Decoder`] using the versioned adapter
+//!   chosen for the CLI release (see [`adapter`]).
+//! - [`outbound`]: messages ostler writes to the CLI's stdin.
+
+pub mod adapter;
+pub mod decode;
+pub mod framing;
+pub mod model;
+pub mod outbound;
+
+pub use decode::{DecodedLine, Decoder};
+pub use framing::{DEFAULT_MAX_PAYLOAD_BYTES, Frame, FramerOptions, LineFramer};
+pub use model::*;
+pub use outbound::Outbound;

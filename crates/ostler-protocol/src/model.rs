@@ -1,0 +1,500 @@
+//! The canonical event model: the daemon's language, independent of wire spelling.
+//!
+//! One CLI line becomes zero or more [`Event`]s (an `assistant` snapshot that repeats blocks
+//! already seen yields only the new ones). Events are `Serialize + Deserialize` (tagged by
+//! `kind`), so the store can keep them and the daemon can replay them.
+//!
+//! Fields the CLI release did not send are `None` and, where a consumer could otherwise
+//! mistake "absent" for "empty", named in the event's `absent` list (for example
+//! `tool_use_id` in `can_use_tool` on 1.0.x).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// Opaque JSON kept verbatim (no tree is built for it). Compares by its text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(pub Box<RawValue>);
+
+impl RawJson {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Parse into a value tree (allocates; use only where the structure is needed).
+    pub fn to_value(&self) -> serde_json::Result<Value> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// Wrap JSON text that is already known to be valid.
+    pub fn from_string(json: String) -> serde_json::Result<Self> {
+        RawValue::from_string(json).map(RawJson)
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+/// Names of fields a release did not send.
+pub type Absent = Vec<String>;
+
+/// A canonical event.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// `system/init`.
+    SessionStarted(SessionStarted),
+    /// One content block of an assistant message (text, thinking, tool_use, ...), once.
+    AssistantBlock(AssistantBlock),
+    /// A streaming delta (`stream_event` / `content_block_delta`). Live-only.
+    PartialDelta(PartialDelta),
+    /// Other `stream_event` frames (message_start, content_block_start/stop, message_delta,
+    /// message_stop). Live-only.
+    StreamMarker(StreamMarker),
+    /// A `user` frame that is not a tool result (echo, replay, `[Request interrupted by user]`).
+    UserMessage(UserMessage),
+    /// One `tool_result` block of a `user` frame.
+    ToolResult(ToolResult),
+    /// A `control_request` from the CLI (permission, hook callback, ...).
+    ControlRequest(ControlRequest),
+    /// `control_cancel_request` from the CLI.
+    ControlCancel(ControlCancel),
+    /// A `control_response` to one of our requests.
+    ControlResponse(ControlResponse),
+    /// `result`: a turn ended.
+    TurnResult(TurnResult),
+    /// `system/*` other than init, and auxiliary top-level types (`tool_progress`,
+    /// `tool_use_summary`, `auth_status`, ...).
+    SystemNotice(SystemNotice),
+    /// `keep_alive`.
+    KeepAlive,
+    /// A line longer than the per-line cap: what could be read from its beginning.
+    Truncated(Truncated),
+    /// Something on stdout we could not read as a message (not JSON, not an object, ...).
+    Diagnostic(Diagnostic),
+    /// A message type not understood: kept whole.
+    Unknown(Unknown),
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SessionStarted {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
+    /// `claude_code_version` (absent on 1.0.x).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_version: Option<String>,
+    /// The `capabilities` list recent releases announce.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_source: Option<String>,
+    #[serde(default)]
+    pub slash_commands: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<RawJson>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Absent,
+}
+
+/// Token usage (numbers-as-strings accepted on input).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Usage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AssistantBlock {
+    /// `message.id`; blocks are keyed by (message_id, index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    /// Position of the block inside its API message.
+    pub index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub block: ContentBlock,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// `error` on the assistant frame (e.g. "rate_limit", "server_error").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    Thinking {
+        thinking: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    /// A block type not understood, kept whole.
+    Other {
+        block_type: String,
+        raw: RawJson,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PartialDelta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    pub index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_use_id: Option<String>,
+    pub delta: Delta,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum Delta {
+    Text(String),
+    Thinking(String),
+    /// A fragment of a tool_use block's input JSON.
+    InputJson(String),
+    Signature(String),
+    Other {
+        delta_type: String,
+        raw: RawJson,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StreamMarker {
+    /// The API stream event type (`message_start`, `content_block_start`, ...).
+    pub event_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_use_id: Option<String>,
+    /// For content_block_start: the block's type, and for tool_use its id and name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// For message_delta.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UserMessage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_use_id: Option<String>,
+    /// Plain text when the content was a string or text blocks only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The content when it was not plain text (blocks other than tool results).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<RawJson>,
+    #[serde(default)]
+    pub is_synthetic: bool,
+    #[serde(default)]
+    pub is_replay: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolResult {
+    /// Absent on some releases/frames; then named in `absent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_use_id: Option<String>,
+    pub content: ToolResultContent,
+    #[serde(default)]
+    pub is_error: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Absent,
+}
+
+/// `tool_result.content` is polymorphic on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum ToolResultContent {
+    Text(String),
+    Blocks(RawJson),
+    Null,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ControlRequest {
+    pub request_id: String,
+    pub request: CliRequest,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "subtype", rename_all = "snake_case")]
+pub enum CliRequest {
+    CanUseTool(CanUseTool),
+    HookCallback(HookCallback),
+    /// A request subtype not understood: kept whole so the owner can answer with an error.
+    Other {
+        request_subtype: String,
+        raw: RawJson,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CanUseTool {
+    pub tool_name: String,
+    pub input: Value,
+    /// Absent on 1.0.x (then named in `absent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_suggestions: Option<RawJson>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Absent,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HookCallback {
+    pub callback_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<RawJson>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+}
+
+/// One question of an AskUserQuestion tool call.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Question {
+    pub question: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    #[serde(default)]
+    pub options: Vec<QuestionOption>,
+    #[serde(default)]
+    pub multi_select: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct QuestionOption {
+    pub label: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ControlCancel {
+    pub request_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ControlResponse {
+    pub request_id: String,
+    pub outcome: ControlOutcome,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "subtype", rename_all = "snake_case")]
+pub enum ControlOutcome {
+    Success {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        response: Option<RawJson>,
+    },
+    Error {
+        error: String,
+        /// e.g. `unsupported_request` (2.1.x).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_code: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TurnResult {
+    /// `success`, `error_during_execution`, `error_max_turns`, `error_max_budget_usd`, ...
+    pub subtype: String,
+    pub is_error: bool,
+    /// The final text; decoded when the wire carried JSON-encoded text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_turns: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_api_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_usage: Option<RawJson>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub permission_denials: Vec<PermissionDenial>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Absent,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PermissionDenial {
+    pub tool_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_input: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SystemNotice {
+    /// The wire `type` (`system`, `tool_progress`, `auth_status`, ...).
+    pub source_type: String,
+    /// The wire `subtype` when there is one (`status`, `compact_boundary`, `api_retry`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtype: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_use_id: Option<String>,
+    /// The whole message, verbatim.
+    pub fields: RawJson,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Truncated {
+    /// `type` / `subtype` when they could be read from the line's beginning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtype: Option<String>,
+    /// Ids read from the line's beginning (`session_id`, `uuid`, `request_id`,
+    /// `message.id`, `tool_use_id`, `parent_tool_use_id`), in the order seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<(String, String)>,
+    pub original_size: u64,
+    /// `[truncated: original_size=N bytes]`.
+    pub marker: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Diagnostic {
+    pub code: DiagnosticCode,
+    pub message: String,
+    /// The start of the offending line (lossy UTF-8, at most a few hundred bytes).
+    pub excerpt: String,
+    pub line_len: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DiagnosticCode {
+    /// Not JSON at all (e.g. a log line on stdout).
+    NotJson,
+    /// JSON, but not an object with a string `type`.
+    NotAMessage,
+    /// A known type whose shape could not be read; the message is kept as Unknown too.
+    BadShape,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Unknown {
+    /// The wire `type` (and `subtype` if any), e.g. `system/new_thing`.
+    pub message_type: String,
+    pub raw: RawJson,
+}
+
+impl Event {
+    /// Stable snake_case name of the variant (the store's `kind` column).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::SessionStarted(_) => "session_started",
+            Event::AssistantBlock(_) => "assistant_block",
+            Event::PartialDelta(_) => "partial_delta",
+            Event::StreamMarker(_) => "stream_marker",
+            Event::UserMessage(_) => "user_message",
+            Event::ToolResult(_) => "tool_result",
+            Event::ControlRequest(_) => "control_request",
+            Event::ControlCancel(_) => "control_cancel",
+            Event::ControlResponse(_) => "control_response",
+            Event::TurnResult(_) => "turn_result",
+            Event::SystemNotice(_) => "system_notice",
+            Event::KeepAlive => "keep_alive",
+            Event::Truncated(_) => "truncated",
+            Event::Diagnostic(_) => "diagnostic",
+            Event::Unknown(_) => "unknown",
+        }
+    }
+
+    /// Live-only events (streaming deltas and markers) need not be stored.
+    pub fn is_live_only(&self) -> bool {
+        matches!(
+            self,
+            Event::PartialDelta(_) | Event::StreamMarker(_) | Event::KeepAlive
+        )
+    }
+
+    /// The sub-agent tool call this event belongs to, if any.
+    pub fn parent_tool_use_id(&self) -> Option<&str> {
+        match self {
+            Event::AssistantBlock(e) => e.parent_tool_use_id.as_deref(),
+            Event::PartialDelta(e) => e.parent_tool_use_id.as_deref(),
+            Event::StreamMarker(e) => e.parent_tool_use_id.as_deref(),
+            Event::UserMessage(e) => e.parent_tool_use_id.as_deref(),
+            Event::ToolResult(e) => e.parent_tool_use_id.as_deref(),
+            Event::SystemNotice(e) => e.parent_tool_use_id.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+impl CanUseTool {
+    /// AskUserQuestion arrives as `can_use_tool`; this reads its questions (accepting
+    /// `multiSelect`/`multi_select` and options given as strings or `{label, description}`).
+    pub fn questions(&self) -> Option<Vec<Question>> {
+        crate::outbound::parse_questions(self)
+    }
+}
