@@ -1,1 +1,17 @@
-//! ostler-store
+//! ostler-store: durable SQLite persistence for ostler.
+//!
+//! Keeps everything a client may ask for again: sessions, each session's full ordered event
+//! log, pending and decided interactions (permission requests and questions), and usage.
+//! See `README.md` in this crate for the design and the durability promise.
+
+mod error;
+pub mod migrate;
+mod rows;
+mod store;
+mod types;
+mod writer;
+
+pub use error::{Error, Result};
+pub use migrate::SCHEMA_VERSION;
+pub use store::{Store, Ticket};
+pub use types::*;

@@ -1,0 +1,262 @@
+//! Queries shared by the read path and the writer (which reads back what it wrote).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::error::{Error, Result};
+use crate::types::{
+    ExitInfo, Interaction, SessionRecord, StoredEvent, StoredTurnUsage, TurnUsage, UsageTotals,
+};
+
+/// Converts a stored INTEGER that must be non-negative.
+pub(crate) fn u64_from_sql(v: i64, what: &str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::InvalidData(format!("negative {what}: {v}")))
+}
+
+/// Converts a caller's unsigned value into an SQLite INTEGER.
+pub(crate) fn u64_to_sql(v: u64, what: &str) -> Result<i64> {
+    i64::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} too large: {v}")))
+}
+
+fn opt_u64(row: &Row<'_>, idx: usize, what: &str) -> Result<Option<u64>> {
+    row.get::<_, Option<i64>>(idx)?
+        .map(|v| u64_from_sql(v, what))
+        .transpose()
+}
+
+fn blob(row: &Row<'_>, idx: usize) -> Result<Bytes> {
+    match row.get_ref(idx)? {
+        ValueRef::Blob(b) => Ok(Bytes::copy_from_slice(b)),
+        ValueRef::Text(t) => Ok(Bytes::copy_from_slice(t)),
+        other => Err(Error::InvalidData(format!(
+            "expected a blob in column {idx}, found {:?}",
+            other.data_type()
+        ))),
+    }
+}
+
+fn opt_blob(row: &Row<'_>, idx: usize) -> Result<Option<Bytes>> {
+    match row.get_ref(idx)? {
+        ValueRef::Null => Ok(None),
+        _ => blob(row, idx).map(Some),
+    }
+}
+
+// ---------------------------------------------------------------- sessions
+
+pub(crate) const SESSION_COLUMNS: &str = "s.pk, s.id, s.claude_session_id, s.cwd, s.model, \
+    s.permission_mode, s.cli_release, s.state, s.created_ms, s.updated_ms, s.exit_code, \
+    s.exit_signal, s.exit_reason, s.exited_ms, s.turns, s.input_tokens, s.output_tokens, \
+    s.cache_creation_input_tokens, s.cache_read_input_tokens, s.cost_usd, \
+    (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_pk = s.pk)";
+
+/// Maps a row selected with [`SESSION_COLUMNS`] (labels left empty) and returns its pk.
+pub(crate) fn session_from_row(row: &Row<'_>) -> Result<(i64, SessionRecord)> {
+    let exited_ms: Option<i64> = row.get(13)?;
+    let exit = exited_ms.map(|at_ms| -> Result<ExitInfo> {
+        Ok(ExitInfo {
+            code: row.get(10)?,
+            signal: row.get(11)?,
+            reason: row.get(12)?,
+            at_ms,
+        })
+    });
+    let record = SessionRecord {
+        id: row.get(1)?,
+        claude_session_id: row.get(2)?,
+        cwd: row.get(3)?,
+        model: row.get(4)?,
+        permission_mode: row.get(5)?,
+        cli_release: row.get(6)?,
+        state: row.get(7)?,
+        labels: BTreeMap::new(),
+        created_ms: row.get(8)?,
+        updated_ms: row.get(9)?,
+        exit: exit.transpose()?,
+        turns: u64_from_sql(row.get(14)?, "turn count")?,
+        usage: UsageTotals {
+            input_tokens: u64_from_sql(row.get(15)?, "input_tokens")?,
+            output_tokens: u64_from_sql(row.get(16)?, "output_tokens")?,
+            cache_creation_input_tokens: u64_from_sql(row.get(17)?, "cache_creation_input_tokens")?,
+            cache_read_input_tokens: u64_from_sql(row.get(18)?, "cache_read_input_tokens")?,
+            cost_usd: row.get(19)?,
+        },
+        last_seq: u64_from_sql(row.get(20)?, "seq")?,
+    };
+    Ok((row.get(0)?, record))
+}
+
+pub(crate) fn labels(conn: &Connection, pk: i64) -> Result<BTreeMap<String, String>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT key, value FROM session_labels WHERE session_pk = ?1")?;
+    let mut rows = stmt.query([pk])?;
+    let mut out = BTreeMap::new();
+    while let Some(row) = rows.next()? {
+        out.insert(row.get(0)?, row.get(1)?);
+    }
+    Ok(out)
+}
+
+pub(crate) fn session(conn: &Connection, id: &str) -> Result<Option<SessionRecord>> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([id])?;
+    match rows.next()? {
+        None => Ok(None),
+        Some(row) => {
+            let (pk, mut record) = session_from_row(row)?;
+            record.labels = labels(conn, pk)?;
+            Ok(Some(record))
+        }
+    }
+}
+
+pub(crate) fn session_pk(conn: &Connection, id: &str) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT pk FROM sessions WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?)
+}
+
+// ---------------------------------------------------------------- events
+
+pub(crate) fn events_after(
+    conn: &Connection,
+    session_id: &str,
+    after_seq: u64,
+    limit: usize,
+) -> Result<Vec<StoredEvent>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let after = u64_to_sql(after_seq, "after_seq")?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, kind, payload, raw, ts_ms FROM events
+         WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?1) AND seq > ?2
+         ORDER BY seq LIMIT ?3",
+    )?;
+    let mut rows = stmt.query(params![session_id, after, limit])?;
+    let sid: Arc<str> = Arc::from(session_id);
+    // Events of one session use a handful of kinds: share one allocation per kind.
+    let mut kinds: Vec<Arc<str>> = Vec::new();
+    let mut out = Vec::with_capacity(usize::try_from(limit.min(4096)).unwrap_or(0));
+    while let Some(row) = rows.next()? {
+        let kind_text = row.get_ref(1)?.as_str()?;
+        let kind = match kinds.iter().find(|k| ***k == *kind_text) {
+            Some(k) => Arc::clone(k),
+            None => {
+                let k: Arc<str> = Arc::from(kind_text);
+                kinds.push(Arc::clone(&k));
+                k
+            }
+        };
+        out.push(StoredEvent {
+            session_id: Arc::clone(&sid),
+            seq: u64_from_sql(row.get(0)?, "seq")?,
+            kind,
+            payload: blob(row, 2)?,
+            raw: opt_blob(row, 3)?,
+            ts_ms: row.get(4)?,
+        });
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------- interactions
+
+const INTERACTION_SELECT: &str = "SELECT s.id, i.request_id, i.kind, i.tool_name, i.input, \
+    i.suggestions, i.event_seq, i.state, i.created_ms, i.decided_by, i.decided_ms, i.response \
+    FROM interactions i JOIN sessions s ON s.pk = i.session_pk";
+
+fn interaction_from_row(row: &Row<'_>) -> Result<Interaction> {
+    Ok(Interaction {
+        session_id: row.get(0)?,
+        request_id: row.get(1)?,
+        kind: row.get_ref(2)?.as_str()?.parse()?,
+        tool_name: row.get(3)?,
+        input: blob(row, 4)?,
+        suggestions: opt_blob(row, 5)?,
+        event_seq: opt_u64(row, 6, "event_seq")?,
+        state: row.get_ref(7)?.as_str()?.parse()?,
+        created_ms: row.get(8)?,
+        decided_by: row.get(9)?,
+        decided_ms: row.get(10)?,
+        response: opt_blob(row, 11)?,
+    })
+}
+
+pub(crate) fn interaction(
+    conn: &Connection,
+    session_pk: i64,
+    request_id: &str,
+) -> Result<Option<Interaction>> {
+    let sql = format!("{INTERACTION_SELECT} WHERE i.session_pk = ?1 AND i.request_id = ?2");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(params![session_pk, request_id])?;
+    rows.next()?.map(interaction_from_row).transpose()
+}
+
+pub(crate) fn interaction_by_id(
+    conn: &Connection,
+    session_id: &str,
+    request_id: &str,
+) -> Result<Option<Interaction>> {
+    let sql = format!("{INTERACTION_SELECT} WHERE s.id = ?1 AND i.request_id = ?2");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(params![session_id, request_id])?;
+    rows.next()?.map(interaction_from_row).transpose()
+}
+
+/// Pending interactions of one session (by pk) or of all sessions, oldest first.
+pub(crate) fn pending_interactions(
+    conn: &Connection,
+    session_pk: Option<i64>,
+) -> Result<Vec<Interaction>> {
+    let sql = format!(
+        "{INTERACTION_SELECT} WHERE i.state = 'pending' AND (?1 IS NULL OR i.session_pk = ?1)
+         ORDER BY i.created_ms, s.id, i.request_id"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([session_pk])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(interaction_from_row(row)?);
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------- usage
+
+pub(crate) fn turns(conn: &Connection, session_pk: i64) -> Result<Vec<StoredTurnUsage>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT turn, event_seq, model, input_tokens, output_tokens, cache_creation_input_tokens,
+                cache_read_input_tokens, cost_usd, duration_ms, ts_ms
+         FROM turn_usage WHERE session_pk = ?1 ORDER BY turn",
+    )?;
+    let mut rows = stmt.query([session_pk])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(StoredTurnUsage {
+            turn: u64_from_sql(row.get(0)?, "turn")?,
+            turn_usage: TurnUsage {
+                event_seq: opt_u64(row, 1, "event_seq")?,
+                model: row.get(2)?,
+                usage: UsageTotals {
+                    input_tokens: u64_from_sql(row.get(3)?, "input_tokens")?,
+                    output_tokens: u64_from_sql(row.get(4)?, "output_tokens")?,
+                    cache_creation_input_tokens: u64_from_sql(
+                        row.get(5)?,
+                        "cache_creation_input_tokens",
+                    )?,
+                    cache_read_input_tokens: u64_from_sql(row.get(6)?, "cache_read_input_tokens")?,
+                    cost_usd: row.get(7)?,
+                },
+                duration_ms: opt_u64(row, 8, "duration_ms")?,
+                ts_ms: row.get(9)?,
+            },
+        });
+    }
+    Ok(out)
+}
