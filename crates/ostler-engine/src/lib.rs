@@ -1,1 +1,25 @@
-//! ostler-engine
+//! ostler-engine: the session engine.
+//!
+//! - [`Engine`]: a cheap, cloneable handle on the registry of sessions. One actor task per
+//!   live session owns the CLI process (through ostler-supervisor), its decoder output and
+//!   its permission state.
+//! - Every event is appended to the store (ostler-store) and committed **before** it is
+//!   published to subscribers ("persist before publish"); seqs are the store's, gap-free
+//!   from 1 per session.
+//! - [`Engine::subscribe`] replays from the store and then follows the live broadcast,
+//!   de-duplicating by seq; a subscriber that lags behind the live buffer continues from
+//!   the store (never dropped, never slowing anyone).
+//! - [`permission`]: the pure permission engine (rules, deny wins) and answer validation.
+//!
+//! Errors map one-to-one onto gRPC codes through [`Error::code_kind`].
+
+pub mod error;
+pub mod permission;
+pub mod types;
+
+mod engine;
+
+pub use engine::{Engine, EngineOptions, Subscription};
+pub use error::{CodeKind, Error, Result};
+pub use permission::{PermissionRule, RuleAction};
+pub use types::*;

@@ -1,0 +1,121 @@
+//! The engine's typed errors. Each variant maps onto exactly one gRPC status code (see
+//! [`Error::code_kind`]), so ostler-server's single `From<Error> for Status` is a `match`
+//! on [`CodeKind`].
+
+/// `Result` with the engine's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The status class of an [`Error`], named after the gRPC code it maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CodeKind {
+    /// `NOT_FOUND`
+    NotFound,
+    /// `ALREADY_EXISTS`
+    AlreadyExists,
+    /// `FAILED_PRECONDITION`
+    FailedPrecondition,
+    /// `INVALID_ARGUMENT`
+    InvalidArgument,
+    /// `RESOURCE_EXHAUSTED`
+    ResourceExhausted,
+    /// `UNAVAILABLE`
+    Unavailable,
+    /// `INTERNAL`
+    Internal,
+}
+
+/// Everything an engine call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A session, permission request or question that does not exist.
+    #[error("{what} not found")]
+    NotFound {
+        /// e.g. `session "0193..."`, `permission request "req_1" in session "..."`.
+        what: String,
+    },
+
+    /// Something with this identity already exists.
+    #[error("{what} already exists")]
+    AlreadyExists {
+        /// What was to be created.
+        what: String,
+    },
+
+    /// The call is valid but the target is in the wrong state (e.g. sending to a stopped
+    /// session, answering an interaction that is already decided).
+    #[error("{message}")]
+    FailedPrecondition {
+        /// A human-readable explanation.
+        message: String,
+        /// For interactions decided by someone else: who decided (client id or
+        /// `rule:<rule text>`).
+        decided_by: Option<String>,
+    },
+
+    /// A bad argument (cwd missing or outside the allowed roots, bad answers, ...).
+    #[error("invalid argument {field}: {message}")]
+    InvalidArgument {
+        /// The offending argument's name, e.g. `cwd`, `answers[0]`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// A configured limit is reached (e.g. max live sessions).
+    #[error("{message}")]
+    ResourceExhausted {
+        /// A human-readable explanation naming the limit.
+        message: String,
+    },
+
+    /// The engine or the session's process is not available right now (shutting down, the
+    /// CLI process went away mid-call, ...). Retrying later may work.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+
+    /// A bug or an unexpected failure below the engine (store I/O, ...).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Which gRPC code this error maps to.
+    pub fn code_kind(&self) -> CodeKind {
+        match self {
+            Error::NotFound { .. } => CodeKind::NotFound,
+            Error::AlreadyExists { .. } => CodeKind::AlreadyExists,
+            Error::FailedPrecondition { .. } => CodeKind::FailedPrecondition,
+            Error::InvalidArgument { .. } => CodeKind::InvalidArgument,
+            Error::ResourceExhausted { .. } => CodeKind::ResourceExhausted,
+            Error::Unavailable(_) => CodeKind::Unavailable,
+            Error::Internal(_) => CodeKind::Internal,
+        }
+    }
+
+    pub(crate) fn not_found(what: impl Into<String>) -> Self {
+        Error::NotFound { what: what.into() }
+    }
+
+    pub(crate) fn session_not_found(id: &str) -> Self {
+        Error::not_found(format!("session {id:?}"))
+    }
+
+    pub(crate) fn precondition(message: impl Into<String>) -> Self {
+        Error::FailedPrecondition {
+            message: message.into(),
+            decided_by: None,
+        }
+    }
+
+    pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn internal(message: impl std::fmt::Display) -> Self {
+        Error::Internal(message.to_string())
+    }
+}

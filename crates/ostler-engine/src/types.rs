@@ -1,0 +1,553 @@
+//! The engine's domain types: sessions, events, requests. No tonic, no protobuf.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use ostler_protocol as proto;
+
+use crate::error::Error;
+use crate::permission::PermissionRule;
+
+/// Where a session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// The CLI process is being spawned; no `system/init` seen yet.
+    Starting,
+    /// Alive, waiting for input (no turn running).
+    Idle,
+    /// Alive, a turn is running.
+    Running,
+    /// Alive, a turn is blocked on at least one pending permission request or question.
+    AwaitingPermission,
+    /// Stopped on request (graceful stop). Resumable.
+    Stopped,
+    /// The CLI process ended on its own (crash, non-zero exit, killed). Resumable.
+    Exited,
+    /// The session was live when the daemon last stopped or died; it was not respawned.
+    /// Resumable.
+    Resumable,
+}
+
+impl SessionState {
+    /// Every state.
+    pub const ALL: [SessionState; 7] = [
+        SessionState::Starting,
+        SessionState::Idle,
+        SessionState::Running,
+        SessionState::AwaitingPermission,
+        SessionState::Stopped,
+        SessionState::Exited,
+        SessionState::Resumable,
+    ];
+
+    /// The stored (and displayed) name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Starting => "starting",
+            SessionState::Idle => "idle",
+            SessionState::Running => "running",
+            SessionState::AwaitingPermission => "awaiting_permission",
+            SessionState::Stopped => "stopped",
+            SessionState::Exited => "exited",
+            SessionState::Resumable => "resumable",
+        }
+    }
+
+    /// True while a CLI process backs the session.
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            SessionState::Starting
+                | SessionState::Idle
+                | SessionState::Running
+                | SessionState::AwaitingPermission
+        )
+    }
+}
+
+impl fmt::Display for SessionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SessionState {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        SessionState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| Error::invalid("state", format!("unknown session state {s:?}")))
+    }
+}
+
+/// How a session's CLI process ended.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExitStatus {
+    /// Exit code, when it exited normally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// The signal that ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Why, in words ("stopped by client", "CLI exited", "stalled", ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The last lines the CLI wrote to stderr.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr_tail: String,
+    /// When (epoch milliseconds).
+    pub at_ms: i64,
+}
+
+/// Token usage and cost.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UsageTotals {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub cost_usd: f64,
+}
+
+/// A session as clients see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionInfo {
+    /// The ostler session id.
+    pub id: String,
+    /// The CLI's own session id (from `system/init`), once known.
+    pub claude_session_id: Option<String>,
+    pub cwd: PathBuf,
+    pub model: Option<String>,
+    pub permission_mode: Option<String>,
+    /// The CLI release running (or that last ran) the session.
+    pub cli_release: Option<String>,
+    pub state: SessionState,
+    pub labels: BTreeMap<String, String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// How the process last ended, when it has.
+    pub exit: Option<ExitStatus>,
+    /// The seq of the session's last stored event (0 when none).
+    pub last_seq: u64,
+    /// Pending permission requests and questions.
+    pub pending_interactions: u32,
+    /// Turns completed with usage recorded.
+    pub turns: u64,
+    /// Usage summed over every turn.
+    pub usage: UsageTotals,
+}
+
+/// A user message's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum MessageContent {
+    Text(String),
+    /// Anthropic content blocks (text, image, ...), passed through.
+    Blocks(Vec<Value>),
+}
+
+/// `CreateSession`.
+#[derive(Debug, Clone, Default)]
+pub struct CreateSession {
+    /// Must exist, be a directory, and lie under one of the configured allowed roots.
+    pub cwd: PathBuf,
+    pub model: Option<String>,
+    /// `default`, `acceptEdits`, `plan`, `bypassPermissions`, ...
+    pub permission_mode: Option<String>,
+    /// Passed to the CLI as `--allowedTools`.
+    pub allowed_tools: Vec<String>,
+    /// Passed to the CLI as `--disallowedTools`.
+    pub disallowed_tools: Vec<String>,
+    pub append_system_prompt: Option<String>,
+    pub max_turns: Option<u32>,
+    pub labels: BTreeMap<String, String>,
+    /// Per-session permission rules evaluated by ostler (in addition to the configured ones).
+    pub rules: Vec<PermissionRule>,
+    /// Sent as the first user message once the process is up.
+    pub first_prompt: Option<MessageContent>,
+    /// Who is creating it (recorded on the first prompt).
+    pub client: ClientRef,
+}
+
+/// Who makes a call: recorded on decisions and user messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientRef {
+    /// Stable client id (e.g. from request metadata); empty when anonymous.
+    pub id: String,
+    /// Display name, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl ClientRef {
+    pub fn new(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            name: None,
+        }
+    }
+
+    /// How the client is named in `decided_by`: `client:<id>` (plus ` (<name>)`).
+    pub fn label(&self) -> String {
+        let id = if self.id.is_empty() {
+            "anonymous"
+        } else {
+            &self.id
+        };
+        match &self.name {
+            Some(n) if !n.is_empty() => format!("client:{id} ({n})"),
+            _ => format!("client:{id}"),
+        }
+    }
+}
+
+/// `ListSessions`.
+#[derive(Debug, Clone, Default)]
+pub struct ListSessions {
+    /// Sessions in any of these states (empty: all).
+    pub states: Vec<SessionState>,
+    /// Sessions carrying all of these labels.
+    pub labels: Vec<(String, String)>,
+    /// At most this many (0: a default of 100).
+    pub page_size: u32,
+    /// From a previous page.
+    pub page_token: Option<String>,
+}
+
+/// One page of sessions.
+#[derive(Debug, Clone)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionInfo>,
+    pub next_page_token: Option<String>,
+}
+
+/// `SendMessage`.
+#[derive(Debug, Clone)]
+pub struct SendMessage {
+    pub content: MessageContent,
+    /// A retried send with the same id is not delivered twice: the seq of the first is
+    /// returned.
+    pub client_message_id: Option<String>,
+    pub client: ClientRef,
+}
+
+/// `Subscribe`.
+#[derive(Debug, Clone, Default)]
+pub struct SubscribeRequest {
+    pub session_id: String,
+    /// Deliver stored events with seq > `after_seq` (0: from the beginning).
+    pub after_seq: u64,
+    /// Also deliver live-only partial deltas / stream markers (never replayed).
+    pub include_partials: bool,
+    /// Keep following live events after the replay; otherwise end once caught up.
+    pub follow: bool,
+}
+
+/// A client's answer to a permission request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PermissionResponse {
+    Allow {
+        /// Replaces the tool input; `None` sends the original input.
+        updated_input: Option<Value>,
+        /// "Remember for this session": rules added to the session's rule set (normally
+        /// `Allow` rules for this tool).
+        remember: Vec<PermissionRule>,
+    },
+    Deny {
+        /// Sent to the CLI (a default is used when empty).
+        message: String,
+        /// Also interrupt the turn.
+        interrupt: bool,
+    },
+}
+
+/// The answer to one question of an AskUserQuestion call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuestionAnswer {
+    /// The question text, exactly as asked.
+    pub question: String,
+    /// Chosen option labels (more than one only for multi-select questions), or one free
+    /// text when the engine allows free text.
+    pub selected: Vec<String>,
+}
+
+/// What became of a permission request or question.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Resolution {
+    Allowed {
+        /// What was sent as `updatedInput`.
+        updated_input: Value,
+        /// Was the input edited by the decider?
+        #[serde(default)]
+        edited: bool,
+    },
+    Denied {
+        message: String,
+        #[serde(default)]
+        interrupt: bool,
+    },
+    Answered {
+        answers: Vec<QuestionAnswer>,
+    },
+    /// Nobody decided before the configured expiry: denied with a message.
+    Expired {
+        message: String,
+    },
+    /// Withdrawn by the CLI (`control_cancel_request`) or because the process ended.
+    Cancelled {
+        reason: String,
+    },
+}
+
+impl Resolution {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Resolution::Allowed { .. } => "allowed",
+            Resolution::Denied { .. } => "denied",
+            Resolution::Answered { .. } => "answered",
+            Resolution::Expired { .. } => "expired",
+            Resolution::Cancelled { .. } => "cancelled",
+        }
+    }
+}
+
+/// A permission request forwarded to clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PermissionRequested {
+    /// The CLI's request id (unique within the session).
+    pub request_id: String,
+    pub tool_name: String,
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_reason: Option<String>,
+    /// The CLI's `permission_suggestions`, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suggestions: Option<Value>,
+    /// When it expires (epoch ms), if expiry is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+}
+
+/// An AskUserQuestion call forwarded to clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionAsked {
+    pub request_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    pub questions: Vec<proto::Question>,
+    /// The tool input, verbatim.
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+}
+
+/// A permission request or question was resolved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InteractionResolved {
+    pub request_id: String,
+    /// `permission` or `question`.
+    pub kind: InteractionKind,
+    pub resolution: Resolution,
+    /// `client:<id>`, `rule:<rule text>`, `expiry`, `cli` (cancelled by the CLI), `engine`.
+    pub decided_by: String,
+}
+
+/// Permission request or question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InteractionKind {
+    Permission,
+    Question,
+}
+
+/// A user message ostler sent to the CLI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserMessageSent {
+    pub content: MessageContent,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_message_id: Option<String>,
+    /// `client:<id>` of the sender.
+    pub sent_by: String,
+}
+
+/// The session's state changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateChanged {
+    pub from: SessionState,
+    pub to: SessionState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The session's CLI process ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessExited {
+    pub status: ExitStatus,
+}
+
+/// A notice from ostler itself (model or mode changed, process spawned, resumed, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineNotice {
+    /// e.g. `model_set`, `permission_mode_set`, `spawned`, `resumed`, `stall`, `rule_added`.
+    pub code: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+/// One event's payload: the canonical model plus what ostler itself adds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventPayload {
+    /// `system/init`.
+    SessionStarted(proto::SessionStarted),
+    /// One assistant content block (text, thinking, tool_use, ...).
+    AssistantBlock(proto::AssistantBlock),
+    /// Live-only streaming delta (never stored, `seq` is `None`).
+    PartialDelta(proto::PartialDelta),
+    /// Live-only stream boundary (never stored, `seq` is `None`).
+    StreamMarker(proto::StreamMarker),
+    /// A `user` frame from the CLI that is not a tool result (echo, interruption marker).
+    UserMessage(proto::UserMessage),
+    /// A user message ostler sent.
+    UserMessageSent(UserMessageSent),
+    ToolResult(proto::ToolResult),
+    PermissionRequested(PermissionRequested),
+    QuestionAsked(QuestionAsked),
+    /// A permission request or question was resolved (by whom is recorded).
+    InteractionResolved(InteractionResolved),
+    /// `result`: a turn ended (usage, cost).
+    TurnCompleted(proto::TurnResult),
+    StateChanged(StateChanged),
+    /// `system/*` other than init and auxiliary CLI messages.
+    SystemNotice(proto::SystemNotice),
+    /// A control request from the CLI other than `can_use_tool` (answered with an error).
+    CliControlRequest(proto::ControlRequest),
+    /// The CLI's answer to one of our control requests.
+    ControlResponse(proto::ControlResponse),
+    EngineNotice(EngineNotice),
+    ProcessExited(ProcessExited),
+    /// Unreadable stdout (not JSON, ...).
+    Diagnostic(proto::Diagnostic),
+    /// A line longer than the cap.
+    Truncated(proto::Truncated),
+    /// A message type not understood, kept whole.
+    Unknown(proto::Unknown),
+}
+
+impl EventPayload {
+    /// Stable snake_case name (the store's `kind` column).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventPayload::SessionStarted(_) => "session_started",
+            EventPayload::AssistantBlock(_) => "assistant_block",
+            EventPayload::PartialDelta(_) => "partial_delta",
+            EventPayload::StreamMarker(_) => "stream_marker",
+            EventPayload::UserMessage(_) => "user_message",
+            EventPayload::UserMessageSent(_) => "user_message_sent",
+            EventPayload::ToolResult(_) => "tool_result",
+            EventPayload::PermissionRequested(_) => "permission_requested",
+            EventPayload::QuestionAsked(_) => "question_asked",
+            EventPayload::InteractionResolved(_) => "interaction_resolved",
+            EventPayload::TurnCompleted(_) => "turn_completed",
+            EventPayload::StateChanged(_) => "state_changed",
+            EventPayload::SystemNotice(_) => "system_notice",
+            EventPayload::CliControlRequest(_) => "cli_control_request",
+            EventPayload::ControlResponse(_) => "control_response",
+            EventPayload::EngineNotice(_) => "engine_notice",
+            EventPayload::ProcessExited(_) => "process_exited",
+            EventPayload::Diagnostic(_) => "diagnostic",
+            EventPayload::Truncated(_) => "truncated",
+            EventPayload::Unknown(_) => "unknown",
+        }
+    }
+
+    /// Live-only payloads are published without a seq and never stored.
+    pub fn is_live_only(&self) -> bool {
+        matches!(
+            self,
+            EventPayload::PartialDelta(_) | EventPayload::StreamMarker(_)
+        )
+    }
+
+    /// The sub-agent tool call this event belongs to, if any.
+    pub fn parent_tool_use_id(&self) -> Option<&str> {
+        match self {
+            EventPayload::AssistantBlock(e) => e.parent_tool_use_id.as_deref(),
+            EventPayload::PartialDelta(e) => e.parent_tool_use_id.as_deref(),
+            EventPayload::StreamMarker(e) => e.parent_tool_use_id.as_deref(),
+            EventPayload::UserMessage(e) => e.parent_tool_use_id.as_deref(),
+            EventPayload::ToolResult(e) => e.parent_tool_use_id.as_deref(),
+            EventPayload::SystemNotice(e) => e.parent_tool_use_id.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// One event of a session, shared (`Arc<EngineEvent>`) between every subscriber.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineEvent {
+    pub session_id: std::sync::Arc<str>,
+    /// The store's seq (gap-free from 1); `None` only for live-only partials.
+    pub seq: Option<u64>,
+    /// Epoch milliseconds.
+    pub ts_ms: i64,
+    pub parent_tool_use_id: Option<String>,
+    pub payload: EventPayload,
+    /// True when this is a pending permission request / question delivered again at the
+    /// start of a subscription whose `after_seq` is already past it (so the subscriber can
+    /// still answer it). Its `seq` is the original one.
+    pub redelivered: bool,
+}
+
+/// A pending permission request or question.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingInteraction {
+    pub session_id: String,
+    pub request_id: String,
+    pub kind: InteractionKind,
+    /// The `permission_requested` / `question_asked` event.
+    pub event: std::sync::Arc<EngineEvent>,
+}
+
+/// Health details.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthReport {
+    /// Sessions per state (every state present, zero included).
+    pub sessions_by_state: BTreeMap<SessionState, u64>,
+    /// Pending permission requests and questions across live sessions.
+    pub pending_interactions: u64,
+    /// `Ok(())` when the store answered a read, else why not.
+    pub store: Result<(), String>,
+    /// Live sessions / the configured maximum.
+    pub live_sessions: u64,
+    pub max_live_sessions: u64,
+}
+
+impl PartialOrd for SessionState {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SessionState {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (*self as u8).cmp(&(*other as u8))
+    }
+}
