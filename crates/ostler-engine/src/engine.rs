@@ -104,7 +104,7 @@ impl Engine {
     }
 
     /// `SendMessage`: returns the seq of the recorded `user_message_sent` event.
-    pub async fn send_message(&self, _session_id: &str, _msg: SendMessage) -> Result<u64> {
+    pub async fn send_message(&self, _session_id: &str, _msg: SendMessage) -> Result<SendOutcome> {
         Err(pending())
     }
 
@@ -121,7 +121,7 @@ impl Engine {
         _request_id: &str,
         _response: PermissionResponse,
         _client: ClientRef,
-    ) -> Result<InteractionResolved> {
+    ) -> Result<Decided> {
         Err(pending())
     }
 
@@ -132,7 +132,7 @@ impl Engine {
         _request_id: &str,
         _answers: Vec<QuestionAnswer>,
         _client: ClientRef,
-    ) -> Result<InteractionResolved> {
+    ) -> Result<Decided> {
         Err(pending())
     }
 

@@ -369,12 +369,12 @@ fn segment_match(glob: &str, s: &str) -> bool {
 pub const ASK_USER_QUESTION: &str = "AskUserQuestion";
 
 /// Validates `answers` against the asked `questions`: every question answered exactly
-/// once, nothing else answered, at least one choice each, more than one only where
-/// multi-select is allowed, no repeated choice, and every choice one of the question's
-/// option labels — unless `allow_free_text` (or the question has no options), in which
-/// case a single-select answer may be any non-empty text.
+/// once, nothing else answered, at least one choice each (option labels plus the optional
+/// free text), more than one only where multi-select is allowed, no repeated choice, every
+/// label one of the question's options, and free text (`other_text`) only when
+/// `allow_free_text` or the question has no options.
 ///
-/// Returns `(question, choices)` pairs in the order of `questions`.
+/// Returns `(question, choices)` pairs in the order of `questions` (free text last).
 pub fn validate_answers(
     questions: &[Question],
     answers: &[QuestionAnswer],
@@ -407,29 +407,46 @@ pub fn validate_answers(
             ));
         };
         let field = format!("answers[{ai}].selected");
-        if a.selected.is_empty() || a.selected.iter().any(|s| s.trim().is_empty()) {
+        if a.selected.iter().any(|s| s.trim().is_empty()) {
+            return Err(Error::invalid(
+                field,
+                format!("empty choice for {:?}", q.question),
+            ));
+        }
+        let other = a
+            .other_text
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        if let Some(text) = other
+            && !(allow_free_text || q.options.is_empty())
+        {
+            return Err(Error::invalid(
+                format!("answers[{ai}].other_text"),
+                format!(
+                    "free text {text:?} is not accepted for {:?}; choose one of its options",
+                    q.question
+                ),
+            ));
+        }
+        let count = a.selected.len() + usize::from(other.is_some());
+        if count == 0 {
             return Err(Error::invalid(
                 field,
                 format!("empty answer to {:?}", q.question),
             ));
         }
-        if !q.multi_select && a.selected.len() > 1 {
+        if !q.multi_select && count > 1 {
             return Err(Error::invalid(
                 field,
-                format!(
-                    "{:?} allows one choice, got {}",
-                    q.question,
-                    a.selected.len()
-                ),
+                format!("{:?} allows one choice, got {count}", q.question),
             ));
         }
         for (si, s) in a.selected.iter().enumerate() {
             if a.selected[..si].contains(s) {
                 return Err(Error::invalid(field, format!("{s:?} chosen twice")));
             }
-            let is_option = q.options.iter().any(|o| &o.label == s);
-            let free_ok = (allow_free_text || q.options.is_empty()) && !q.multi_select;
-            if !is_option && !free_ok {
+            if !q.options.iter().any(|o| &o.label == s) {
                 let labels: Vec<&str> = q.options.iter().map(|o| o.label.as_str()).collect();
                 return Err(Error::invalid(
                     field,
@@ -440,7 +457,9 @@ pub fn validate_answers(
                 ));
             }
         }
-        out.push((q.question.clone(), a.selected.clone()));
+        let mut choices = a.selected.clone();
+        choices.extend(other.map(str::to_owned));
+        out.push((q.question.clone(), choices));
     }
     Ok(out)
 }
@@ -631,6 +650,14 @@ mod tests {
         QuestionAnswer {
             question: text.into(),
             selected: sel.iter().map(|s| (*s).into()).collect(),
+            other_text: None,
+        }
+    }
+
+    fn other(text: &str, sel: &[&str], free: &str) -> QuestionAnswer {
+        QuestionAnswer {
+            other_text: Some(free.into()),
+            ..a(text, sel)
         }
     }
 
@@ -737,13 +764,27 @@ mod tests {
     #[test]
     fn free_text_only_when_allowed_or_no_options() {
         let qs = [q("DB?", &["SQLite"], false)];
-        assert!(validate_answers(&qs, &[a("DB?", &["MySQL"])], false).is_err());
-        assert!(validate_answers(&qs, &[a("DB?", &["MySQL"])], true).is_ok());
+        // A label that is not an option is never free text.
+        assert!(validate_answers(&qs, &[a("DB?", &["MySQL"])], true).is_err());
+        assert!(validate_answers(&qs, &[other("DB?", &[], "MySQL")], false).is_err());
+        assert_eq!(
+            validate_answers(&qs, &[other("DB?", &[], "MySQL")], true).unwrap(),
+            vec![("DB?".to_string(), vec!["MySQL".to_string()])]
+        );
+        // Free text plus a label is two choices: too many for single-select.
+        assert!(validate_answers(&qs, &[other("DB?", &["SQLite"], "MySQL")], true).is_err());
         let open = [q("Name?", &[], false)];
-        assert!(validate_answers(&open, &[a("Name?", &["ostler"])], false).is_ok());
-        // Free text never for multi-select.
+        assert!(validate_answers(&open, &[other("Name?", &[], "ostler")], false).is_ok());
         let multi = [q("Langs?", &["Rust"], true)];
-        assert!(validate_answers(&multi, &[a("Langs?", &["Zig"])], true).is_err());
+        assert_eq!(
+            validate_answers(&multi, &[other("Langs?", &["Rust"], "Zig")], true).unwrap(),
+            vec![(
+                "Langs?".to_string(),
+                vec!["Rust".to_string(), "Zig".to_string()]
+            )]
+        );
+        // Blank free text is no answer.
+        assert!(validate_answers(&open, &[other("Name?", &[], "  ")], true).is_err());
     }
 
     #[test]

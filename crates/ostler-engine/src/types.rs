@@ -273,9 +273,30 @@ pub enum PermissionResponse {
 pub struct QuestionAnswer {
     /// The question text, exactly as asked.
     pub question: String,
-    /// Chosen option labels (more than one only for multi-select questions), or one free
-    /// text when the engine allows free text.
+    /// Chosen option labels (more than one only for multi-select questions).
     pub selected: Vec<String>,
+    /// Free text ("Other"), accepted when the engine allows free-text answers or the
+    /// question has no options. Counts as one choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_text: Option<String>,
+}
+
+/// What `SendMessage` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendOutcome {
+    /// The seq of the recorded `user_message_sent` event.
+    pub seq: u64,
+    /// A retry with a `client_message_id` already seen: nothing was sent again, `seq` is the
+    /// first send's.
+    pub duplicate: bool,
+}
+
+/// What `RespondToPermission` / `AnswerQuestion` return.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    /// The seq of the `interaction_resolved` event.
+    pub seq: u64,
+    pub resolved: InteractionResolved,
 }
 
 /// What became of a permission request or question.
