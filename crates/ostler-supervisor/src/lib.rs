@@ -1,1 +1,29 @@
-//! ostler-supervisor
+//! ostler-supervisor: turns a `claude` binary into a well-behaved, observable session
+//! process.
+//!
+//! - [`discover()`]: find the binary, read `claude --version`, probe its flags and assess
+//!   it against the embedded [`compat::matrix`] ([`CompatLevel`], [`Capabilities`]);
+//!   [`DiscoverError::exit_code`] gives the daemon's exit codes (72 not found,
+//!   78 unusable/incompatible).
+//! - [`SessionProcess`]: one CLI process per session (stream-json over stdio), with an
+//!   ordered writer, a framed/decoded reader, control requests in both directions, stop,
+//!   crash and stall reporting.
+//!
+//! This is the only crate of the workspace that starts processes.
+#![allow(clippy::disallowed_methods)] // the one crate allowed to spawn processes
+
+pub mod compat;
+pub mod discover;
+pub mod env;
+pub mod session;
+pub mod version;
+
+pub use compat::{
+    Assessment, Capabilities, CapabilitySource, CompatLevel, Degradation, Flag, FlagProbe, SdkUrl,
+};
+pub use discover::{DiscoverError, DiscoverOptions, Installation, discover};
+pub use session::{
+    ControlError, Error, ExitInfo, NO_DECISION, ProcessEvent, Responder, Result, SessionProcess,
+    SpawnOptions, SupervisorOptions,
+};
+pub use version::{ClaudeVersion, parse_version_output};

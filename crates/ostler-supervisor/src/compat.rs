@@ -1,0 +1,460 @@
+//! The compatibility matrix and the level of a release.
+//!
+//! The matrix is data measured on real releases (see `contracts/compat/`), turned into Rust
+//! by `cargo xtask compat generate` (`--check` fails on drift) and embedded here
+//! ([`matrix`]). Levels follow the daemon design in the protocol references:
+//!
+//! | level | when |
+//! | --- | --- |
+//! | `FULLY_COMPATIBLE` | inside the tested range, every capability present |
+//! | `LIKELY_COMPATIBLE` | newer than every tested release: warn, newest adapter, tolerant |
+//! | `DEGRADED` | runs, but a known capability is missing; the workaround is named |
+//! | `INCOMPATIBLE` | older than the minimum (the oldest release on which the stdio permission protocol works), or the permission flag is refused |
+//!
+//! Features check [`Capabilities`], never version numbers.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use semver::Version;
+use serde::{Deserialize, Serialize};
+
+/// How well ostler expects to work with a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CompatLevel {
+    FullyCompatible,
+    LikelyCompatible,
+    Degraded,
+    Incompatible,
+}
+
+impl CompatLevel {
+    /// `FULLY_COMPATIBLE`, `LIKELY_COMPATIBLE`, `DEGRADED`, `INCOMPATIBLE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompatLevel::FullyCompatible => "FULLY_COMPATIBLE",
+            CompatLevel::LikelyCompatible => "LIKELY_COMPATIBLE",
+            CompatLevel::Degraded => "DEGRADED",
+            CompatLevel::Incompatible => "INCOMPATIBLE",
+        }
+    }
+
+    /// Whether the daemon starts with this level.
+    pub fn can_run(self) -> bool {
+        self != CompatLevel::Incompatible
+    }
+}
+
+impl fmt::Display for CompatLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A command-line capability of a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Flag {
+    /// `--permission-prompt-tool` (accepted as a flag; whether `stdio` works is measured).
+    PermissionPromptTool,
+    /// `--include-partial-messages`.
+    IncludePartialMessages,
+    /// `--fork-session`.
+    ForkSession,
+    /// `--max-turns` (hidden from `--help` on recent releases).
+    MaxTurns,
+    /// `--sdk-url` (hidden); see [`SdkUrl`] for what it accepts.
+    SdkUrl,
+}
+
+impl Flag {
+    pub const ALL: [Flag; 5] = [
+        Flag::PermissionPromptTool,
+        Flag::IncludePartialMessages,
+        Flag::ForkSession,
+        Flag::MaxTurns,
+        Flag::SdkUrl,
+    ];
+
+    /// The flag as written on the command line.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            Flag::PermissionPromptTool => "--permission-prompt-tool",
+            Flag::IncludePartialMessages => "--include-partial-messages",
+            Flag::ForkSession => "--fork-session",
+            Flag::MaxTurns => "--max-turns",
+            Flag::SdkUrl => "--sdk-url",
+        }
+    }
+
+    /// A value to pass when probing (flags that take one).
+    pub(crate) fn probe_value(self) -> Option<&'static str> {
+        match self {
+            Flag::PermissionPromptTool => Some("stdio"),
+            Flag::MaxTurns => Some("1"),
+            Flag::SdkUrl => Some("ws://127.0.0.1:9/ostler-probe"),
+            _ => None,
+        }
+    }
+
+    pub fn from_arg(arg: &str) -> Option<Flag> {
+        Flag::ALL.into_iter().find(|f| f.as_arg() == arg)
+    }
+}
+
+/// What `--sdk-url` does on a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SdkUrl {
+    /// Not measured.
+    #[default]
+    Unknown,
+    /// Rejected as an unknown option.
+    Absent,
+    /// Accepted for a loopback host.
+    Loopback,
+    /// Refused for any host that is not Anthropic's.
+    AnthropicOnly,
+}
+
+impl SdkUrl {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SdkUrl::Unknown => "unknown",
+            SdkUrl::Absent => "absent",
+            SdkUrl::Loopback => "loopback",
+            SdkUrl::AnthropicOnly => "anthropic_only",
+        }
+    }
+}
+
+/// Where the capability facts of an installation came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapabilitySource {
+    /// A pinned (tested) release: the matrix row.
+    Matrix,
+    /// Probed on the binary (flags), with the matrix boundaries for what cannot be probed.
+    Probed,
+    /// Neither row nor probe: inferred from the measured boundaries alone.
+    Inferred,
+}
+
+/// What a release can do. Features check these, not version numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// `--permission-prompt-tool stdio` routes permission prompts as `can_use_tool`
+    /// control requests (the protocol ostler needs).
+    pub stdio_permission_prompt: bool,
+    pub include_partial_messages: bool,
+    pub fork_session: bool,
+    pub max_turns: bool,
+    pub sdk_url: SdkUrl,
+    /// The `capabilities` list the release announces in `system/init`/`initialize`
+    /// (empty when it announces none). For pinned releases, as recorded; otherwise filled
+    /// from the first session's init by the engine.
+    pub announced: Vec<String>,
+    pub source: CapabilitySource,
+}
+
+impl Capabilities {
+    /// Whether the release accepts `flag`.
+    pub fn has_flag(&self, flag: Flag) -> bool {
+        match flag {
+            Flag::PermissionPromptTool => self.stdio_permission_prompt,
+            Flag::IncludePartialMessages => self.include_partial_messages,
+            Flag::ForkSession => self.fork_session,
+            Flag::MaxTurns => self.max_turns,
+            Flag::SdkUrl => !matches!(self.sdk_url, SdkUrl::Absent | SdkUrl::Unknown),
+        }
+    }
+
+    /// Whether `name` is in the announced `capabilities` list.
+    pub fn announces(&self, name: &str) -> bool {
+        self.announced.iter().any(|c| c == name)
+    }
+
+    /// Short human list, e.g. `stdio-permissions partial-messages fork-session`.
+    pub fn summary(&self) -> String {
+        let mut v = Vec::new();
+        if self.stdio_permission_prompt {
+            v.push("stdio-permissions".to_string());
+        }
+        if self.include_partial_messages {
+            v.push("partial-messages".to_string());
+        }
+        if self.fork_session {
+            v.push("fork-session".to_string());
+        }
+        if self.max_turns {
+            v.push("max-turns".to_string());
+        }
+        v.push(format!("sdk-url:{}", self.sdk_url.as_str()));
+        v.join(" ")
+    }
+}
+
+/// A missing capability and what ostler does instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Degradation {
+    pub capability: String,
+    pub workaround: String,
+}
+
+// ---------------------------------------------------------------------------------------
+// The embedded matrix (data generated from contracts/).
+
+/// One release the project pins and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestedRelease {
+    pub version: &'static str,
+    /// `--permission-prompt-tool stdio` produced a `can_use_tool` control request.
+    pub stdio_permission_prompt: bool,
+    pub include_partial_messages: bool,
+    pub fork_session: bool,
+    pub max_turns: bool,
+    pub sdk_url: SdkUrl,
+    /// `capabilities` announced in `system/init` (empty: none announced).
+    pub announced: &'static [&'static str],
+    /// Why the release is pinned (boundary, contract recording, ...).
+    pub note: &'static str,
+}
+
+/// A measured boundary: the newest release without a capability and the oldest with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Boundary {
+    pub capability: &'static str,
+    pub last_without: &'static str,
+    pub first_with: &'static str,
+    pub evidence: &'static str,
+}
+
+/// The compatibility matrix.
+#[derive(Debug, Clone, Copy)]
+pub struct Matrix {
+    /// The oldest release on which the stdio permission protocol works.
+    pub minimum: &'static str,
+    /// Pinned releases, oldest first.
+    pub tested: &'static [TestedRelease],
+    pub boundaries: &'static [Boundary],
+}
+
+mod matrix_data {
+    include!("matrix_generated.rs");
+}
+
+/// The matrix embedded in this build.
+pub fn matrix() -> &'static Matrix {
+    &matrix_data::MATRIX
+}
+
+impl Matrix {
+    pub fn minimum_version(&self) -> Version {
+        parse_static(self.minimum)
+    }
+
+    pub fn newest_tested(&self) -> Option<Version> {
+        self.tested.iter().map(|t| parse_static(t.version)).max()
+    }
+
+    pub fn oldest_tested(&self) -> Option<Version> {
+        self.tested.iter().map(|t| parse_static(t.version)).min()
+    }
+
+    pub fn row(&self, v: &Version) -> Option<&'static TestedRelease> {
+        self.tested
+            .iter()
+            .find(|t| semver::Version::parse(t.version).is_ok_and(|tv| tv == *v))
+    }
+
+    pub fn boundary(&self, capability: &str) -> Option<&'static Boundary> {
+        self.boundaries.iter().find(|b| b.capability == capability)
+    }
+
+    /// What the boundaries alone say about `flag` on `v`: `Some(true)` at or after the
+    /// first release with it, `Some(false)` at or before the last without it, `None` in an
+    /// unmeasured gap or when no boundary was recorded (then every tested release had it:
+    /// `Some(true)` from the oldest tested on).
+    pub fn infer_flag(&self, flag: Flag, v: &Version) -> Option<bool> {
+        match self.boundary(flag.as_arg()) {
+            Some(b) => {
+                if *v >= parse_static(b.first_with) {
+                    Some(true)
+                } else if *v <= parse_static(b.last_without) {
+                    Some(false)
+                } else {
+                    None
+                }
+            }
+            None => self.oldest_tested().map(|o| *v >= o).filter(|x| *x),
+        }
+    }
+}
+
+fn parse_static(s: &str) -> Version {
+    // The generator only writes versions it parsed; a bad one means a hand edit.
+    Version::parse(s).unwrap_or_else(|_| Version::new(u64::MAX, 0, 0))
+}
+
+/// Flags measured on a binary by [`crate::discover::probe_flags`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlagProbe {
+    /// Whether each probed flag was accepted.
+    pub accepted: BTreeMap<Flag, bool>,
+    pub sdk_url: SdkUrl,
+}
+
+/// The verdict for one release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assessment {
+    pub level: CompatLevel,
+    pub capabilities: Capabilities,
+    pub degraded: Vec<Degradation>,
+    /// One human sentence (or a few) for logs, `doctor` and health.
+    pub message: String,
+}
+
+/// Assess `version` against the embedded matrix, using `probe` (flags measured on the
+/// binary) where available.
+pub fn assess(version: &Version, probe: Option<&FlagProbe>) -> Assessment {
+    assess_with(matrix(), version, probe)
+}
+
+/// [`assess`] against any matrix (tests).
+pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> Assessment {
+    let minimum = m.minimum_version();
+    let newest = m.newest_tested();
+    let row = m.row(version);
+
+    let probed = |f: Flag| probe.and_then(|p| p.accepted.get(&f).copied());
+    // Probe (the binary's own answer) first, then the pinned row, then the boundaries.
+    let flag = |f: Flag, from_row: Option<bool>| -> bool {
+        probed(f)
+            .or(from_row)
+            .or_else(|| m.infer_flag(f, version))
+            .unwrap_or(false)
+    };
+    let permission_flag = flag(
+        Flag::PermissionPromptTool,
+        row.map(|r| r.stdio_permission_prompt),
+    );
+    let stdio_works = *version >= minimum && permission_flag;
+    let capabilities = Capabilities {
+        stdio_permission_prompt: stdio_works,
+        include_partial_messages: flag(
+            Flag::IncludePartialMessages,
+            row.map(|r| r.include_partial_messages),
+        ),
+        fork_session: flag(Flag::ForkSession, row.map(|r| r.fork_session)),
+        max_turns: flag(Flag::MaxTurns, row.map(|r| r.max_turns)),
+        sdk_url: probe
+            .map(|p| p.sdk_url)
+            .filter(|s| *s != SdkUrl::Unknown)
+            .or(row.map(|r| r.sdk_url))
+            .unwrap_or_default(),
+        announced: row
+            .map(|r| r.announced.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default(),
+        source: if row.is_some() {
+            CapabilitySource::Matrix
+        } else if probe.is_some() {
+            CapabilitySource::Probed
+        } else {
+            CapabilitySource::Inferred
+        },
+    };
+
+    if *version < minimum {
+        return Assessment {
+            level: CompatLevel::Incompatible,
+            message: format!(
+                "Claude Code {version} is older than the minimum supported release {minimum} \
+                 (the oldest release on which `--permission-prompt-tool stdio` works); \
+                 install {minimum} or newer: npm install -g @anthropic-ai/claude-code"
+            ),
+            capabilities,
+            degraded: Vec::new(),
+        };
+    }
+    if !stdio_works {
+        return Assessment {
+            level: CompatLevel::Incompatible,
+            message: format!(
+                "Claude Code {version} refuses `--permission-prompt-tool`, which ostler needs \
+                 for permission prompts (minimum supported release: {minimum})"
+            ),
+            capabilities,
+            degraded: Vec::new(),
+        };
+    }
+
+    let mut degraded = Vec::new();
+    if !capabilities.include_partial_messages {
+        degraded.push(Degradation {
+            capability: "--include-partial-messages".into(),
+            workaround: "run without it: text arrives per content block (assistant frames), \
+                         no token-by-token streaming"
+                .into(),
+        });
+    }
+    if !capabilities.fork_session {
+        degraded.push(Degradation {
+            capability: "--fork-session".into(),
+            workaround: "forking a session is refused; resume continues the same session".into(),
+        });
+    }
+    if !capabilities.max_turns {
+        degraded.push(Degradation {
+            capability: "--max-turns".into(),
+            workaround: "turn limits are not passed to the CLI".into(),
+        });
+    }
+
+    let newer = newest.as_ref().is_some_and(|n| version > n);
+    let level = if !degraded.is_empty() {
+        CompatLevel::Degraded
+    } else if newer {
+        CompatLevel::LikelyCompatible
+    } else {
+        CompatLevel::FullyCompatible
+    };
+    let tested_range = match (m.oldest_tested(), &newest) {
+        (Some(o), Some(n)) => format!("{o} to {n}"),
+        _ => "none".into(),
+    };
+    let mut message = match level {
+        CompatLevel::FullyCompatible if row.is_some() => {
+            format!("Claude Code {version} is a tested release (tested {tested_range})")
+        }
+        CompatLevel::FullyCompatible => {
+            format!("Claude Code {version} is inside the tested range ({tested_range})")
+        }
+        CompatLevel::LikelyCompatible => format!(
+            "Claude Code {version} is newer than every tested release (tested {tested_range}); \
+             running with the newest adapter in tolerant mode"
+        ),
+        _ => format!(
+            "Claude Code {version} lacks {}",
+            degraded
+                .iter()
+                .map(|d| d.capability.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    if level == CompatLevel::Degraded {
+        for d in &degraded {
+            message.push_str(&format!("; {}: {}", d.capability, d.workaround));
+        }
+        if newer {
+            message.push_str(&format!(" (also newer than tested {tested_range})"));
+        }
+    }
+    Assessment {
+        level,
+        capabilities,
+        degraded,
+        message,
+    }
+}

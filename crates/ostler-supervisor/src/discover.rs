@@ -1,0 +1,524 @@
+//! Finding the `claude` binary, reading its version and probing its flags.
+//!
+//! ## Exit codes
+//! [`DiscoverError::exit_code`] gives what the daemon (and `ostler doctor`) exit with:
+//! - **72** (`EX_OSFILE`): no binary at the configured path / on `PATH`, or it cannot be
+//!   executed at all. The message says where we looked and how to install.
+//! - **78** (`EX_CONFIG`): a binary was found but it is not a usable Claude Code: older than
+//!   the minimum, `--version` hangs, fails or prints something unrecognisable.
+//!
+//! ## Flag probing
+//! `--help` is not the truth (recent releases hide working flags such as
+//! `--permission-prompt-tool`, `--max-turns` and `--sdk-url`), and `--version` is answered
+//! before options are validated (an unknown flag next to `--version` is ignored). What
+//! every release does is validate options when run in print mode: we run
+//! `claude -p --input-format stream-json --output-format stream-json --verbose <flags>`
+//! with stdin at EOF, a throwaway `HOME` and an unreachable `ANTHROPIC_BASE_URL`. A release
+//! that knows every flag exits 0 without calling any API (no user message arrived); an
+//! unknown flag gives `error: unknown option '--x'` and exit 1. The named flag is dropped
+//! and the run repeated, so all flags cost (number of unknown flags + 1) runs.
+//! `--sdk-url` is probed on its own with a loopback URL: recent releases refuse
+//! non-Anthropic hosts with a message naming the host.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::io::AsyncReadExt;
+
+use crate::compat::{self, CompatLevel, Flag, FlagProbe, SdkUrl};
+use crate::version::{self, ClaudeVersion};
+use crate::{Capabilities, Degradation};
+
+/// How to find and check the binary.
+#[derive(Debug, Clone)]
+pub struct DiscoverOptions {
+    /// A configured path (`--claude PATH`, config file). When set, `PATH` is not searched.
+    pub claude_path: Option<PathBuf>,
+    /// The search path; `None`: the process's `PATH`.
+    pub search_path: Option<OsString>,
+    /// Timeout for `claude --version` (1.0.x takes about 2 s: node start-up).
+    pub version_timeout: Duration,
+    /// Probe flags on the binary (see the module docs). Off: the matrix alone decides.
+    pub probe_flags: bool,
+    /// Timeout of one probe run.
+    pub probe_timeout: Duration,
+}
+
+impl Default for DiscoverOptions {
+    fn default() -> Self {
+        Self {
+            claude_path: None,
+            search_path: None,
+            version_timeout: Duration::from_secs(10),
+            probe_flags: true,
+            probe_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// A checked `claude` binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installation {
+    pub path: PathBuf,
+    pub version: semver::Version,
+    /// API date from the old `claude vX (anthropic-YYYY-MM-DD)` shape.
+    pub api_date: Option<String>,
+    pub level: CompatLevel,
+    pub capabilities: Capabilities,
+    /// Name of the `ostler-protocol` adapter chosen for this release.
+    pub adapter: &'static str,
+    /// Human summary for logs, health and `doctor`.
+    pub message: String,
+    /// Missing capabilities and their workarounds (non-empty when `Degraded`).
+    pub degraded: Vec<Degradation>,
+    /// `claude --version` output, trimmed.
+    pub version_output: String,
+    /// Flags as measured on the binary, when probed.
+    pub probe: Option<FlagProbe>,
+}
+
+impl Installation {
+    /// Build an installation from a known version without running anything (tests, or
+    /// when the caller already knows the release).
+    pub fn assume(path: PathBuf, version: semver::Version, probe: Option<FlagProbe>) -> Self {
+        let a = compat::assess(&version, probe.as_ref());
+        Self {
+            adapter: ostler_protocol::adapter::select(Some(&version)).name,
+            path,
+            api_date: None,
+            level: a.level,
+            capabilities: a.capabilities,
+            message: a.message,
+            degraded: a.degraded,
+            version_output: version.to_string(),
+            version,
+            probe,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum DiscoverError {
+    #[error("claude CLI not found: {}{}. Install it with `npm install -g @anthropic-ai/claude-code` or set the path explicitly (`--claude PATH`)", describe_search(.configured.as_deref(), .searched), .detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    NotFound {
+        configured: Option<PathBuf>,
+        searched: Vec<PathBuf>,
+        detail: Option<String>,
+    },
+    #[error("cannot execute {path}: {source}")]
+    Exec {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{} --version` did not answer within {after:?}", .path.display())]
+    Timeout { path: PathBuf, after: Duration },
+    #[error("`{} --version` failed ({status}): {stderr}", .path.display())]
+    Failed {
+        path: PathBuf,
+        status: String,
+        stderr: String,
+    },
+    #[error("{} is not a recognisable Claude Code: {source}", .path.display())]
+    BadVersion {
+        path: PathBuf,
+        #[source]
+        source: version::VersionParseError,
+    },
+    #[error("{}: {}", .0.path.display(), .0.message)]
+    Incompatible(Box<Installation>),
+}
+
+fn describe_search(configured: Option<&Path>, searched: &[PathBuf]) -> String {
+    match configured {
+        Some(p) => format!("nothing executable at the configured path {}", p.display()),
+        None if searched.is_empty() => "PATH is empty or unset".to_string(),
+        None => format!(
+            "no executable `claude` in PATH ({})",
+            searched
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":")
+        ),
+    }
+}
+
+impl DiscoverError {
+    /// 72 when no usable binary was found, 78 when the binary found is unusable.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            DiscoverError::NotFound { .. } | DiscoverError::Exec { .. } => 72,
+            DiscoverError::Timeout { .. }
+            | DiscoverError::Failed { .. }
+            | DiscoverError::BadVersion { .. }
+            | DiscoverError::Incompatible(_) => 78,
+        }
+    }
+
+    /// The installation, when the binary was read but is incompatible.
+    pub fn installation(&self) -> Option<&Installation> {
+        match self {
+            DiscoverError::Incompatible(i) => Some(i),
+            _ => None,
+        }
+    }
+}
+
+/// Find the binary, read its version, probe its flags and assess it.
+///
+/// `Ok` for every level the daemon runs with (`FullyCompatible`, `LikelyCompatible`,
+/// `Degraded`; callers log `message` at warn level unless fully compatible);
+/// `Err(Incompatible)` carries the full installation for reporting.
+pub async fn discover(opts: &DiscoverOptions) -> Result<Installation, DiscoverError> {
+    let path = find_binary(opts)?;
+    let ver = read_version(&path, opts.version_timeout).await?;
+    let probe = if opts.probe_flags {
+        match probe_flags(&path, opts.probe_timeout).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "flag probe failed; using the compatibility matrix alone");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let a = compat::assess(&ver.version, probe.as_ref());
+    let inst = Installation {
+        path,
+        adapter: ostler_protocol::adapter::select(Some(&ver.version)).name,
+        api_date: ver.api_date.clone(),
+        level: a.level,
+        capabilities: a.capabilities,
+        message: a.message,
+        degraded: a.degraded,
+        version_output: ver_output_line(&ver),
+        version: ver.version,
+        probe,
+    };
+    if inst.level.can_run() {
+        Ok(inst)
+    } else {
+        Err(DiscoverError::Incompatible(Box::new(inst)))
+    }
+}
+
+fn ver_output_line(v: &ClaudeVersion) -> String {
+    match &v.label {
+        Some(l) => format!("{} ({l})", v.version),
+        None => v.version.to_string(),
+    }
+}
+
+/// The configured path if executable, else the first executable `claude` on the search
+/// path.
+pub fn find_binary(opts: &DiscoverOptions) -> Result<PathBuf, DiscoverError> {
+    if let Some(p) = &opts.claude_path {
+        return if is_executable(p) {
+            Ok(p.clone())
+        } else {
+            Err(DiscoverError::NotFound {
+                configured: Some(p.clone()),
+                searched: vec![p.clone()],
+                detail: Some(if p.exists() {
+                    "not an executable file".into()
+                } else {
+                    "no such file".into()
+                }),
+            })
+        };
+    }
+    let path_var = opts
+        .search_path
+        .clone()
+        .or_else(|| std::env::var_os("PATH"))
+        .unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path_var)
+        .filter(|d| !d.as_os_str().is_empty())
+        .collect();
+    for d in &dirs {
+        let candidate = d.join("claude");
+        if is_executable(&candidate) {
+            return Ok(candidate);
+        }
+    }
+    Err(DiscoverError::NotFound {
+        configured: None,
+        searched: dirs,
+        detail: None,
+    })
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Output of a short-lived helper run.
+struct Captured {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Run `path args` in its own process group with stdin at EOF; on timeout kill the whole
+/// group (a hung script's children too) and return `None`.
+async fn run_captured(
+    path: &Path,
+    args: &[&str],
+    env: Option<&[(&str, &str)]>,
+    cwd: Option<&Path>,
+    timeout: Duration,
+) -> std::io::Result<Option<Captured>> {
+    let mut cmd = tokio::process::Command::new(path);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    if let Some(env) = env {
+        cmd.env_clear();
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+    }
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child.id();
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let work = async {
+        let mut so = Vec::new();
+        let mut se = Vec::new();
+        let read_out = async {
+            if let Some(o) = out.as_mut() {
+                // Bounded: a garbage-spewing binary must not eat memory.
+                let _ = o.take(1 << 20).read_to_end(&mut so).await;
+            }
+        };
+        let read_err = async {
+            if let Some(e) = err.as_mut() {
+                let _ = e.take(1 << 20).read_to_end(&mut se).await;
+            }
+        };
+        let ((), ()) = tokio::join!(read_out, read_err);
+        let status = child.wait().await?;
+        std::io::Result::Ok(Captured {
+            status,
+            stdout: String::from_utf8_lossy(&so).into_owned(),
+            stderr: String::from_utf8_lossy(&se).into_owned(),
+        })
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(r) => {
+            // Children that outlived the leader (none expected) go too.
+            if let Some(pid) = pid {
+                crate::session::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            r.map(Some)
+        }
+        Err(_) => {
+            if let Some(pid) = pid {
+                crate::session::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Run `claude --version` and parse it.
+pub async fn read_version(path: &Path, timeout: Duration) -> Result<ClaudeVersion, DiscoverError> {
+    let cap = run_captured(path, &["--version"], None, None, timeout)
+        .await
+        .map_err(|source| exec_error(path, source))?
+        .ok_or_else(|| DiscoverError::Timeout {
+            path: path.to_path_buf(),
+            after: timeout,
+        })?;
+    if !cap.status.success() {
+        return Err(DiscoverError::Failed {
+            path: path.to_path_buf(),
+            status: cap.status.to_string(),
+            stderr: tail(&cap.stderr, 500),
+        });
+    }
+    version::parse_version_output(&cap.stdout).map_err(|source| DiscoverError::BadVersion {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn exec_error(path: &Path, source: std::io::Error) -> DiscoverError {
+    if source.kind() == std::io::ErrorKind::NotFound {
+        DiscoverError::NotFound {
+            configured: Some(path.to_path_buf()),
+            searched: vec![path.to_path_buf()],
+            detail: Some(source.to_string()),
+        }
+    } else {
+        DiscoverError::Exec {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+fn tail(s: &str, max: usize) -> String {
+    let s = s.trim();
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    s[start..].to_string()
+}
+
+/// Errors of [`probe_flags`].
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    #[error("cannot run the probe: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("probe timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("probe failed ({status}): {stderr}")]
+    Failed { status: String, stderr: String },
+}
+
+/// Which of [`Flag::ALL`] the binary accepts (method: module docs).
+pub async fn probe_flags(path: &Path, timeout: Duration) -> Result<FlagProbe, ProbeError> {
+    let home = tempfile::Builder::new().prefix("ostler-probe-").tempdir()?;
+    let home_s = home.path().to_string_lossy().into_owned();
+    let path_var = std::env::var("PATH").unwrap_or_default();
+    let env: Vec<(&str, &str)> = vec![
+        ("HOME", &home_s),
+        ("PATH", &path_var),
+        ("ANTHROPIC_API_KEY", "ostler-probe"),
+        // Port 9 (discard) on loopback: nothing listens, nothing leaves the machine.
+        ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+    ];
+    let base = [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    ];
+    let run = |flags: Vec<Flag>| {
+        let env = env.clone();
+        let home = home.path().to_path_buf();
+        async move {
+            let mut args: Vec<&str> = base.to_vec();
+            for f in &flags {
+                args.push(f.as_arg());
+                if let Some(v) = f.probe_value() {
+                    args.push(v);
+                }
+            }
+            run_captured(path, &args, Some(&env), Some(&home), timeout)
+                .await?
+                .ok_or(ProbeError::Timeout(timeout))
+        }
+    };
+
+    let mut probe = FlagProbe::default();
+    let mut remaining: Vec<Flag> = Flag::ALL
+        .into_iter()
+        .filter(|f| *f != Flag::SdkUrl)
+        .collect();
+    loop {
+        let cap = run(remaining.clone()).await?;
+        match unknown_option(&cap.stderr).and_then(Flag::from_arg) {
+            Some(f) if remaining.contains(&f) => {
+                probe.accepted.insert(f, false);
+                remaining.retain(|x| *x != f);
+            }
+            _ if cap.status.success() => {
+                for f in remaining {
+                    probe.accepted.insert(f, true);
+                }
+                break;
+            }
+            _ => {
+                return Err(ProbeError::Failed {
+                    status: cap.status.to_string(),
+                    stderr: tail(&cap.stderr, 500),
+                });
+            }
+        }
+    }
+
+    let cap = run(vec![Flag::SdkUrl]).await;
+    probe.sdk_url = match cap {
+        Ok(cap) => classify_sdk_url(&cap.stderr, &cap.stdout),
+        // Trying to connect to a dead loopback port until the timeout: accepted.
+        Err(ProbeError::Timeout(_)) => SdkUrl::Loopback,
+        Err(e) => return Err(e),
+    };
+    probe
+        .accepted
+        .insert(Flag::SdkUrl, !matches!(probe.sdk_url, SdkUrl::Absent));
+    Ok(probe)
+}
+
+fn classify_sdk_url(stderr: &str, stdout: &str) -> SdkUrl {
+    let all = format!("{stderr}\n{stdout}");
+    if unknown_option(&all) == Some("--sdk-url") {
+        SdkUrl::Absent
+    } else if all.contains("--sdk-url rejected") || all.contains("not an approved") {
+        SdkUrl::AnthropicOnly
+    } else {
+        SdkUrl::Loopback
+    }
+}
+
+/// `error: unknown option '--x'` -> `--x`.
+fn unknown_option(stderr: &str) -> Option<&str> {
+    let i = stderr.find("unknown option '")?;
+    let rest = &stderr[i + "unknown option '".len()..];
+    let end = rest.find('\'')?;
+    let opt = &rest[..end];
+    Some(opt.split('=').next().unwrap_or(opt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_option_parsing() {
+        assert_eq!(
+            unknown_option("error: unknown option '--include-partial-messages'\n"),
+            Some("--include-partial-messages")
+        );
+        assert_eq!(unknown_option("error: unknown option '--x=1'"), Some("--x"));
+        assert_eq!(unknown_option("all good"), None);
+    }
+
+    #[test]
+    fn sdk_url_classification() {
+        assert_eq!(
+            classify_sdk_url("error: unknown option '--sdk-url'", ""),
+            SdkUrl::Absent
+        );
+        assert_eq!(
+            classify_sdk_url(
+                "Error: --sdk-url rejected: host \"127.0.0.1\" is not an approved Anthropic endpoint.",
+                ""
+            ),
+            SdkUrl::AnthropicOnly
+        );
+        assert_eq!(classify_sdk_url("", ""), SdkUrl::Loopback);
+    }
+}
