@@ -1,13 +1,58 @@
 //! Stateful per-session decoding: frames in, canonical events out.
+//!
+//! # One pass, borrowed
+//!
+//! Each line is parsed once into a borrowed envelope (`wire::Envelope`): strings borrow
+//! from the line when they have no escapes, nested objects (`message`, `event`, `request`,
+//! ...) are captured as `&RawValue` slices and only parsed into typed views when the
+//! message type needs them. No `serde_json::Value` tree is built except for tool inputs
+//! (which consumers need as values). The line itself is returned untouched in
+//! [`DecodedLine::raw`], so the store never re-serializes anything.
+//!
+//! # Assistant block de-duplication
+//!
+//! The CLI emits one `assistant` frame per content block (frames of one API message share
+//! `message.id`); older write-ups describe cumulative snapshots (each frame repeats every
+//! block so far). Both must yield each block exactly once. Blocks are keyed by
+//! `(message.id, index)`, where `index` is the block's position in its API message. The
+//! decoder keeps, per recent `message.id`, the fingerprints (hash of the block's raw JSON)
+//! of the blocks already emitted, in order:
+//!
+//! - a block whose fingerprint equals the one already at its position (snapshot repeat), or
+//!   that was already emitted anywhere in the message (per-block frame repeated), is
+//!   skipped;
+//! - any other block is new: it gets the next index (`= number of blocks emitted so far`).
+//!
+//! So per-block frames `[a]`, `[b]`, `[c]` and snapshots `[a]`, `[a,b]`, `[a,b,c]` both yield
+//! `a@0`, `b@1`, `c@2`. The state is bounded (the last [`DEDUP_MESSAGES`] message ids).
+//! Frames without `message.id` are grouped until the next non-assistant frame. A message
+//! that really contains two byte-identical blocks yields the block once (accepted).
+
+use std::collections::VecDeque;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use bytes::Bytes;
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::adapter::{self, AdapterInfo};
 use crate::framing::Frame;
-use crate::model::Event;
+use crate::model::*;
+use crate::scan;
+use crate::wire::{
+    Envelope, LStr, WireBlock, WireCliRequest, WireCliResponse, WireDelta, WireDenial, WireMessage,
+    WireStreamEvent, WireUsage, is_null, view,
+};
+
+/// How many recent assistant message ids the de-duplication remembers.
+pub const DEDUP_MESSAGES: usize = 64;
+
+/// Max bytes of an offending line kept in a diagnostic's excerpt.
+pub const EXCERPT_BYTES: usize = 256;
 
 /// One input line and what it decoded to. `raw` is the line exactly as the CLI wrote it
-/// (without terminator), so the store need not re-serialize anything.
+/// (without terminator), so the store need not re-serialize anything. For an oversized
+/// line, `raw` is the kept head only (not valid JSON) and the event is `Truncated`.
 #[derive(Debug, Clone)]
 pub struct DecodedLine {
     pub raw: Bytes,
@@ -19,14 +64,23 @@ pub struct DecodedLine {
 #[derive(Debug)]
 pub struct Decoder {
     adapter: &'static AdapterInfo,
+    tolerant: bool,
+    blocks: BlockDedup,
+    /// Current API message id of the stream per `parent_tool_use_id` (for releases whose
+    /// `stream_event`s carry the id only in `message_start`).
+    stream_ids: Vec<(Option<String>, String)>,
 }
 
 impl Decoder {
     /// The adapter for `release` (the newest, in tolerant mode, when `None` or newer than
     /// every adapter's range).
     pub fn for_release(release: Option<&semver::Version>) -> Self {
+        let sel = adapter::selection(release);
         Self {
-            adapter: adapter::select(release),
+            adapter: sel.adapter,
+            tolerant: sel.tolerant,
+            blocks: BlockDedup::default(),
+            stream_ids: Vec::new(),
         }
     }
 
@@ -34,9 +88,775 @@ impl Decoder {
         self.adapter
     }
 
+    /// Whether the adapter serves this release only as a fallback (release unknown or
+    /// outside every adapter's range).
+    pub fn is_tolerant(&self) -> bool {
+        self.tolerant
+    }
+
     /// Decode one framed line. Never fails: what cannot be read becomes a
     /// `Diagnostic`/`Unknown`/`Truncated` event.
-    pub fn decode(&mut self, _frame: Frame) -> DecodedLine {
-        unimplemented!("decode")
+    pub fn decode(&mut self, frame: Frame) -> DecodedLine {
+        match frame {
+            Frame::Line(raw) => {
+                let mut events = Vec::new();
+                self.decode_into(&raw, &mut events);
+                DecodedLine { raw, events }
+            }
+            Frame::Oversized {
+                head,
+                original_size,
+            } => {
+                let events = vec![Event::Truncated(scan::truncated(&head, original_size))];
+                DecodedLine { raw: head, events }
+            }
+        }
     }
+
+    /// Decode one complete line (without terminator), appending its events to `out`.
+    pub fn decode_into(&mut self, line: &[u8], out: &mut Vec<Event>) {
+        let first = line.iter().copied().find(|b| !b.is_ascii_whitespace());
+        if first != Some(b'{') {
+            out.push(not_an_object(line));
+            return;
+        }
+        let env: Envelope<'_> = match serde_json::from_slice(line) {
+            Ok(env) => env,
+            Err(err) => {
+                out.push(parse_failure(line, &err));
+                if err.classify() == serde_json::error::Category::Data {
+                    // Valid JSON whose shape we could not read (e.g. duplicate keys): keep it.
+                    if let Some(raw) = whole(line) {
+                        out.push(Event::Unknown(Unknown {
+                            message_type: "?".to_string(),
+                            raw,
+                        }));
+                    }
+                }
+                return;
+            }
+        };
+        let Some(ty) = env.ty.as_deref() else {
+            out.push(diagnostic(
+                DiagnosticCode::NotAMessage,
+                "JSON object without a string `type`".to_string(),
+                line,
+            ));
+            return;
+        };
+        if ty != "assistant" {
+            self.blocks.forget_anonymous();
+        }
+        let known = |t: &str| self.adapter.knows(t);
+        match ty {
+            "system" => match env.subtype.as_deref() {
+                Some("init") if known("system/init") => out.push(session_started(&env)),
+                Some(sub) => {
+                    let key = format!("system/{sub}");
+                    if known(&key) {
+                        out.push(system_notice(ty, &env, line));
+                    } else {
+                        out.push(unknown(key, line));
+                    }
+                }
+                None => out.push(unknown("system".to_string(), line)),
+            },
+            "assistant" if known(ty) => self.assistant(&env, line, out),
+            "user" if known(ty) => user(&env, line, out),
+            "result" if known(ty) => out.push(turn_result(&env)),
+            "stream_event" if known(ty) => self.stream_event(&env, line, out),
+            "control_request" if known(ty) => control_request(&env, line, out),
+            "control_response" if known(ty) => control_response(&env, line, out),
+            "control_cancel_request" if known(ty) => match env.request_id.owned() {
+                Some(request_id) => out.push(Event::ControlCancel(ControlCancel { request_id })),
+                None => bad_shape(ty, "control_cancel_request without request_id", line, out),
+            },
+            "keep_alive" if known(ty) => out.push(Event::KeepAlive),
+            other => {
+                if known(other) {
+                    out.push(system_notice(other, &env, line));
+                } else {
+                    let key = match env.subtype.as_deref() {
+                        Some(sub) => format!("{other}/{sub}"),
+                        None => other.to_string(),
+                    };
+                    out.push(unknown(key, line));
+                }
+            }
+        }
+    }
+
+    fn assistant(&mut self, env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
+        let Some(msg) = env.message.and_then(view::<WireMessage<'_>>) else {
+            return bad_shape(
+                "assistant",
+                "assistant frame without a `message` object",
+                line,
+                out,
+            );
+        };
+        let message_id = msg.id.owned();
+        let parent_tool_use_id = env.parent_tool_use_id.owned();
+        let model = msg.model.owned();
+        let stop_reason = msg.stop_reason.owned();
+        let usage = msg.usage.and_then(view::<WireUsage>).map(|u| u.to_usage());
+        let error = env.error.owned();
+        let blocks: Vec<&RawValue> = match msg.content {
+            Some(c) if c.get().trim_start().starts_with('[') => view(c).unwrap_or_default(),
+            // A bare string or single block: one block.
+            Some(c) if !is_null(c) => vec![c],
+            _ => Vec::new(),
+        };
+        for (pos, braw) in blocks.into_iter().enumerate() {
+            let Some(index) =
+                self.blocks
+                    .admit(message_id.as_deref(), pos, fingerprint(braw.get()))
+            else {
+                continue;
+            };
+            out.push(Event::AssistantBlock(AssistantBlock {
+                message_id: message_id.clone(),
+                index,
+                parent_tool_use_id: parent_tool_use_id.clone(),
+                model: model.clone(),
+                block: content_block(braw),
+                stop_reason: stop_reason.clone(),
+                usage,
+                error: error.clone(),
+            }));
+        }
+    }
+
+    fn stream_event(&mut self, env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
+        let Some(ev) = env.event.and_then(view::<WireStreamEvent<'_>>) else {
+            return bad_shape(
+                "stream_event",
+                "stream_event without an `event` object",
+                line,
+                out,
+            );
+        };
+        let Some(ety) = ev.ty.as_deref() else {
+            return bad_shape(
+                "stream_event",
+                "stream_event whose event has no `type`",
+                line,
+                out,
+            );
+        };
+        let parent = env.parent_tool_use_id.owned();
+        let mut marker = StreamMarker {
+            event_type: ety.to_string(),
+            message_id: None,
+            index: ev.index.u32(),
+            parent_tool_use_id: parent.clone(),
+            block_type: None,
+            tool_use_id: None,
+            tool_name: None,
+            stop_reason: None,
+            usage: None,
+        };
+        match ety {
+            "message_start" => {
+                let msg = ev.message.and_then(view::<WireMessage<'_>>);
+                let id = env
+                    .api_message_id
+                    .owned()
+                    .or_else(|| msg.as_ref().and_then(|m| m.id.owned()));
+                if let Some(id) = &id {
+                    self.set_stream_id(parent.clone(), id.clone());
+                }
+                marker.message_id = id;
+                marker.usage = msg
+                    .and_then(|m| m.usage)
+                    .and_then(view::<WireUsage>)
+                    .map(|u| u.to_usage());
+                out.push(Event::StreamMarker(marker));
+            }
+            "content_block_delta" => {
+                let delta = match ev.delta {
+                    Some(raw) => delta(raw),
+                    None => Delta::Other {
+                        delta_type: String::new(),
+                        raw: raw_json_str("null"),
+                    },
+                };
+                out.push(Event::PartialDelta(PartialDelta {
+                    message_id: self.stream_id(env, &parent),
+                    index: ev.index.u32().unwrap_or(0),
+                    parent_tool_use_id: parent,
+                    delta,
+                }));
+            }
+            "content_block_start" => {
+                marker.message_id = self.stream_id(env, &parent);
+                if let Some(b) = ev.content_block.and_then(view::<WireBlock<'_>>) {
+                    marker.block_type = b.ty.owned();
+                    marker.tool_use_id = b.id.owned();
+                    marker.tool_name = b.name.owned();
+                }
+                out.push(Event::StreamMarker(marker));
+            }
+            "message_delta" => {
+                marker.message_id = self.stream_id(env, &parent);
+                if let Some(d) = ev.delta.and_then(view::<WireDelta<'_>>) {
+                    marker.stop_reason = d.stop_reason.owned();
+                }
+                marker.usage = ev.usage.and_then(view::<WireUsage>).map(|u| u.to_usage());
+                out.push(Event::StreamMarker(marker));
+            }
+            "content_block_stop" | "message_stop" | "ping" | "error" => {
+                marker.message_id = self.stream_id(env, &parent);
+                out.push(Event::StreamMarker(marker));
+            }
+            other => out.push(unknown(format!("stream_event/{other}"), line)),
+        }
+    }
+
+    fn stream_id(&self, env: &Envelope<'_>, parent: &Option<String>) -> Option<String> {
+        env.api_message_id.owned().or_else(|| {
+            self.stream_ids
+                .iter()
+                .find(|(p, _)| p == parent)
+                .map(|(_, id)| id.clone())
+        })
+    }
+
+    fn set_stream_id(&mut self, parent: Option<String>, id: String) {
+        if let Some(slot) = self.stream_ids.iter_mut().find(|(p, _)| *p == parent) {
+            slot.1 = id;
+            return;
+        }
+        if self.stream_ids.len() >= DEDUP_MESSAGES {
+            self.stream_ids.remove(0);
+        }
+        self.stream_ids.push((parent, id));
+    }
+}
+
+/// Fingerprints of the blocks emitted per recent assistant message (see module docs).
+#[derive(Debug, Default)]
+struct BlockDedup {
+    msgs: VecDeque<(Option<String>, Vec<u64>)>,
+}
+
+impl BlockDedup {
+    /// `Some(index)` if the block at `pos` of a frame of message `id` is new.
+    fn admit(&mut self, id: Option<&str>, pos: usize, fp: u64) -> Option<u32> {
+        let slot = match self.msgs.iter().rposition(|(k, _)| k.as_deref() == id) {
+            Some(i) => i,
+            None => {
+                if self.msgs.len() >= DEDUP_MESSAGES {
+                    self.msgs.pop_front();
+                }
+                self.msgs.push_back((id.map(str::to_string), Vec::new()));
+                self.msgs.len() - 1
+            }
+        };
+        let seen = &mut self.msgs.get_mut(slot)?.1;
+        if seen.get(pos) == Some(&fp) || seen.contains(&fp) {
+            return None;
+        }
+        seen.push(fp);
+        u32::try_from(seen.len() - 1).ok()
+    }
+
+    fn forget_anonymous(&mut self) {
+        if self.msgs.iter().any(|(k, _)| k.is_none()) {
+            self.msgs.retain(|(k, _)| k.is_some());
+        }
+    }
+}
+
+fn fingerprint(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+fn raw_json_str(s: &str) -> RawJson {
+    // Only called with literals that are valid JSON.
+    RawJson::from_string(s.to_string()).unwrap_or_else(|_| RawJson(RawValue::NULL.to_owned()))
+}
+
+fn raw_json(raw: &RawValue) -> RawJson {
+    RawJson(raw.to_owned())
+}
+
+/// The whole line as opaque JSON (`None` if it is not valid JSON).
+fn whole(line: &[u8]) -> Option<RawJson> {
+    serde_json::from_slice::<Box<RawValue>>(line)
+        .ok()
+        .map(RawJson)
+}
+
+fn excerpt(line: &[u8]) -> String {
+    let cut = line.len().min(EXCERPT_BYTES);
+    String::from_utf8_lossy(line.get(..cut).unwrap_or_default()).into_owned()
+}
+
+fn diagnostic(code: DiagnosticCode, message: String, line: &[u8]) -> Event {
+    Event::Diagnostic(Diagnostic {
+        code,
+        message,
+        excerpt: excerpt(line),
+        line_len: line.len() as u64,
+    })
+}
+
+fn not_an_object(line: &[u8]) -> Event {
+    match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+        Ok(_) => diagnostic(
+            DiagnosticCode::NotAMessage,
+            "JSON value that is not an object".to_string(),
+            line,
+        ),
+        Err(e) => diagnostic(DiagnosticCode::NotJson, format!("not JSON: {e}"), line),
+    }
+}
+
+fn parse_failure(line: &[u8], err: &serde_json::Error) -> Event {
+    match err.classify() {
+        serde_json::error::Category::Data => diagnostic(
+            DiagnosticCode::BadShape,
+            format!("unreadable message: {err}"),
+            line,
+        ),
+        _ => diagnostic(DiagnosticCode::NotJson, format!("not JSON: {err}"), line),
+    }
+}
+
+fn unknown(message_type: String, line: &[u8]) -> Event {
+    match whole(line) {
+        Some(raw) => Event::Unknown(Unknown { message_type, raw }),
+        None => diagnostic(
+            DiagnosticCode::NotJson,
+            "line is not valid JSON".to_string(),
+            line,
+        ),
+    }
+}
+
+/// A known type whose shape could not be read: a diagnostic, and the message kept whole.
+fn bad_shape(ty: &str, why: &str, line: &[u8], out: &mut Vec<Event>) {
+    out.push(diagnostic(DiagnosticCode::BadShape, why.to_string(), line));
+    out.push(unknown(ty.to_string(), line));
+}
+
+fn system_notice(source_type: &str, env: &Envelope<'_>, line: &[u8]) -> Event {
+    match whole(line) {
+        Some(fields) => Event::SystemNotice(SystemNotice {
+            source_type: source_type.to_string(),
+            subtype: env.subtype.owned(),
+            parent_tool_use_id: env.parent_tool_use_id.owned(),
+            fields,
+        }),
+        None => diagnostic(
+            DiagnosticCode::NotJson,
+            "line is not valid JSON".to_string(),
+            line,
+        ),
+    }
+}
+
+/// Names from a list of strings or of objects with a `name` (older docs show tool schemas).
+fn name_list(raw: Option<&RawValue>) -> Option<Vec<String>> {
+    let raw = raw?;
+    let items: Vec<&RawValue> = view(raw)?;
+    Some(
+        items
+            .into_iter()
+            .filter_map(|item| {
+                let s: Option<LStr<'_>> = view(item);
+                if let Some(name) = s.and_then(|s| s.owned()) {
+                    return Some(name);
+                }
+                #[derive(serde::Deserialize)]
+                struct Named<'a> {
+                    #[serde(borrow, default)]
+                    name: LStr<'a>,
+                }
+                view::<Named<'_>>(item).and_then(|n| n.name.owned())
+            })
+            .collect(),
+    )
+}
+
+fn session_started(env: &Envelope<'_>) -> Event {
+    let mut absent = Vec::new();
+    let mut need = |present: bool, name: &str| {
+        if !present {
+            absent.push(name.to_string());
+        }
+    };
+    need(env.session_id.is_some(), "session_id");
+    need(env.model.is_some(), "model");
+    need(env.cwd.is_some(), "cwd");
+    let tools = name_list(env.tools);
+    need(tools.is_some(), "tools");
+    need(env.permission_mode.is_some(), "permission_mode");
+    need(env.claude_code_version.is_some(), "cli_version");
+    let capabilities = name_list(env.capabilities);
+    need(capabilities.is_some(), "capabilities");
+    Event::SessionStarted(SessionStarted {
+        session_id: env.session_id.owned().unwrap_or_default(),
+        model: env.model.owned(),
+        cwd: env.cwd.owned(),
+        tools: tools.unwrap_or_default(),
+        permission_mode: env.permission_mode.owned(),
+        cli_version: env.claude_code_version.owned(),
+        capabilities: capabilities.unwrap_or_default(),
+        api_key_source: env.api_key_source.owned(),
+        slash_commands: name_list(env.slash_commands).unwrap_or_default(),
+        mcp_servers: env.mcp_servers.map(raw_json),
+        absent,
+    })
+}
+
+fn content_block(raw: &RawValue) -> ContentBlock {
+    let other = |block_type: &str| ContentBlock::Other {
+        block_type: block_type.to_string(),
+        raw: raw_json(raw),
+    };
+    // A bare string is a text block.
+    if let Some(text) = view::<LStr<'_>>(raw).and_then(|s| s.owned()) {
+        return ContentBlock::Text { text };
+    }
+    let Some(b) = view::<WireBlock<'_>>(raw) else {
+        return other("");
+    };
+    let ty = b.ty.as_deref().unwrap_or("");
+    match ty {
+        "text" => match b.text.owned() {
+            Some(text) => ContentBlock::Text { text },
+            None => other(ty),
+        },
+        "thinking" => match b.thinking.owned() {
+            Some(thinking) => ContentBlock::Thinking {
+                thinking,
+                signature: b.signature.owned(),
+            },
+            None => other(ty),
+        },
+        "redacted_thinking" => match b.data.owned() {
+            Some(data) => ContentBlock::RedactedThinking { data },
+            None => other(ty),
+        },
+        "tool_use" => match (b.id.owned(), b.name.owned()) {
+            (Some(id), Some(name)) => ContentBlock::ToolUse {
+                id,
+                name,
+                input: b
+                    .input
+                    .and_then(|i| serde_json::from_str::<Value>(i.get()).ok())
+                    .unwrap_or(Value::Object(Default::default())),
+            },
+            _ => other(ty),
+        },
+        _ => other(ty),
+    }
+}
+
+fn delta(raw: &RawValue) -> Delta {
+    let other = |delta_type: &str| Delta::Other {
+        delta_type: delta_type.to_string(),
+        raw: raw_json(raw),
+    };
+    let Some(d) = view::<WireDelta<'_>>(raw) else {
+        return other("");
+    };
+    let ty = d.ty.as_deref().unwrap_or("");
+    let got = match ty {
+        "text_delta" => d.text.owned().map(Delta::Text),
+        "thinking_delta" => d.thinking.owned().map(Delta::Thinking),
+        "input_json_delta" => d.partial_json.owned().map(Delta::InputJson),
+        "signature_delta" => d.signature.owned().map(Delta::Signature),
+        _ => None,
+    };
+    got.unwrap_or_else(|| other(ty))
+}
+
+fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
+    let Some(msg) = env.message.and_then(view::<WireMessage<'_>>) else {
+        return bad_shape("user", "user frame without a `message` object", line, out);
+    };
+    let parent = env.parent_tool_use_id.owned();
+    let is_synthetic = env.is_synthetic.0.unwrap_or(false);
+    let is_replay = env.is_replay.0.unwrap_or(false);
+    let mut message = UserMessage {
+        parent_tool_use_id: parent.clone(),
+        text: None,
+        content: None,
+        is_synthetic,
+        is_replay,
+    };
+    let Some(content) = msg.content.filter(|c| !is_null(c)) else {
+        out.push(Event::UserMessage(message));
+        return;
+    };
+    if let Some(text) = view::<LStr<'_>>(content).and_then(|s| s.owned()) {
+        message.text = Some(text);
+        out.push(Event::UserMessage(message));
+        return;
+    }
+    let Some(blocks) = view::<Vec<&RawValue>>(content) else {
+        message.content = Some(raw_json(content));
+        out.push(Event::UserMessage(message));
+        return;
+    };
+    let mut rest: Vec<&RawValue> = Vec::new();
+    let mut texts: Vec<String> = Vec::new();
+    let mut all_text = true;
+    for braw in blocks {
+        let b = view::<WireBlock<'_>>(braw).unwrap_or_default();
+        match b.ty.as_deref() {
+            Some("tool_result") => out.push(tool_result(&b, parent.clone())),
+            Some("text") if b.text.is_some() => {
+                texts.push(b.text.owned().unwrap_or_default());
+                rest.push(braw);
+            }
+            _ => {
+                all_text = false;
+                rest.push(braw);
+            }
+        }
+    }
+    if !rest.is_empty() {
+        if all_text {
+            message.text = Some(texts.join("\n"));
+        } else {
+            let joined = rest.iter().map(|r| r.get()).collect::<Vec<_>>().join(",");
+            message.content = RawJson::from_string(format!("[{joined}]")).ok();
+        }
+        out.push(Event::UserMessage(message));
+    }
+}
+
+fn tool_result(b: &WireBlock<'_>, parent_tool_use_id: Option<String>) -> Event {
+    let mut absent = Vec::new();
+    let tool_use_id = b.tool_use_id.owned();
+    if tool_use_id.is_none() {
+        absent.push("tool_use_id".to_string());
+    }
+    let content = match b.content {
+        None => {
+            absent.push("content".to_string());
+            ToolResultContent::Null
+        }
+        Some(c) if is_null(c) => ToolResultContent::Null,
+        Some(c) => match view::<LStr<'_>>(c).and_then(|s| s.owned()) {
+            Some(text) => ToolResultContent::Text(text),
+            None => ToolResultContent::Blocks(raw_json(c)),
+        },
+    };
+    Event::ToolResult(ToolResult {
+        tool_use_id,
+        parent_tool_use_id,
+        content,
+        is_error: b.is_error.0.unwrap_or(false),
+        absent,
+    })
+}
+
+/// `result.result`: plain text, or text that was itself JSON-encoded (`"\"text\""`).
+fn result_text(raw: Option<&RawValue>) -> Option<String> {
+    let raw = raw.filter(|r| !is_null(r))?;
+    match view::<LStr<'_>>(raw).and_then(|s| s.owned()) {
+        Some(text) => {
+            let t = text.trim();
+            if t.len() >= 2
+                && t.starts_with('"')
+                && t.ends_with('"')
+                && let Ok(inner) = serde_json::from_str::<String>(t)
+            {
+                return Some(inner);
+            }
+            Some(text)
+        }
+        None => Some(raw.get().to_string()),
+    }
+}
+
+fn turn_result(env: &Envelope<'_>) -> Event {
+    let mut absent = Vec::new();
+    let subtype = env.subtype.owned();
+    if subtype.is_none() {
+        absent.push("subtype".to_string());
+    }
+    let subtype = subtype.unwrap_or_default();
+    let is_error = match env.is_error.0 {
+        Some(b) => b,
+        None => {
+            absent.push("is_error".to_string());
+            subtype != "success"
+        }
+    };
+    let usage = env.usage.and_then(view::<WireUsage>).map(|u| u.to_usage());
+    if usage.is_none() {
+        absent.push("usage".to_string());
+    }
+    let total_cost_usd = env.total_cost_usd.f64();
+    if total_cost_usd.is_none() {
+        absent.push("total_cost_usd".to_string());
+    }
+    let permission_denials = env
+        .permission_denials
+        .and_then(view::<Vec<&RawValue>>)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|d| {
+            let d = view::<WireDenial<'_>>(d)?;
+            Some(PermissionDenial {
+                tool_name: d.tool_name.owned().unwrap_or_default(),
+                tool_use_id: d.tool_use_id.owned(),
+                tool_input: d
+                    .tool_input
+                    .and_then(|i| serde_json::from_str::<Value>(i.get()).ok()),
+            })
+        })
+        .collect();
+    let errors = env
+        .errors
+        .and_then(view::<Vec<&RawValue>>)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| {
+            view::<LStr<'_>>(e)
+                .and_then(|s| s.owned())
+                .unwrap_or_else(|| e.get().to_string())
+        })
+        .collect();
+    Event::TurnResult(TurnResult {
+        subtype,
+        is_error,
+        result: result_text(env.result),
+        session_id: env.session_id.owned(),
+        num_turns: env.num_turns.u32(),
+        duration_ms: env.duration_ms.u64(),
+        duration_api_ms: env.duration_api_ms.u64(),
+        total_cost_usd,
+        usage,
+        model_usage: env.model_usage.map(raw_json),
+        permission_denials,
+        errors,
+        stop_reason: env.stop_reason.owned(),
+        absent,
+    })
+}
+
+fn control_request(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
+    let Some(request_id) = env.request_id.owned() else {
+        return bad_shape(
+            "control_request",
+            "control_request without request_id",
+            line,
+            out,
+        );
+    };
+    let Some(raw_req) = env.request else {
+        return bad_shape(
+            "control_request",
+            "control_request without `request`",
+            line,
+            out,
+        );
+    };
+    let Some(req) = view::<WireCliRequest<'_>>(raw_req) else {
+        return bad_shape("control_request", "`request` is not an object", line, out);
+    };
+    let request = match req.subtype.as_deref() {
+        Some("can_use_tool") => {
+            let mut absent = Vec::new();
+            let tool_name = req.tool_name.owned();
+            if tool_name.is_none() {
+                absent.push("tool_name".to_string());
+            }
+            let input = req
+                .input
+                .and_then(|i| serde_json::from_str::<Value>(i.get()).ok());
+            if input.is_none() {
+                absent.push("input".to_string());
+            }
+            let tool_use_id = req.tool_use_id.owned();
+            if tool_use_id.is_none() {
+                absent.push("tool_use_id".to_string());
+            }
+            CliRequest::CanUseTool(CanUseTool {
+                tool_name: tool_name.unwrap_or_default(),
+                input: input.unwrap_or(Value::Null),
+                tool_use_id,
+                permission_suggestions: req
+                    .permission_suggestions
+                    .filter(|r| !is_null(r))
+                    .map(raw_json),
+                blocked_path: req.blocked_path.owned(),
+                decision_reason: req.decision_reason.filter(|r| !is_null(r)).map(|r| {
+                    view::<LStr<'_>>(r)
+                        .and_then(|s| s.owned())
+                        .unwrap_or_else(|| r.get().to_string())
+                }),
+                description: req.description.owned(),
+                display_name: req.display_name.owned(),
+                agent_id: req.agent_id.owned(),
+                absent,
+            })
+        }
+        Some("hook_callback") => CliRequest::HookCallback(HookCallback {
+            callback_id: req.callback_id.owned().unwrap_or_default(),
+            input: req.input.filter(|r| !is_null(r)).map(raw_json),
+            tool_use_id: req.tool_use_id.owned(),
+        }),
+        other => CliRequest::Other {
+            request_subtype: other.unwrap_or("").to_string(),
+            raw: raw_json(raw_req),
+        },
+    };
+    out.push(Event::ControlRequest(ControlRequest {
+        request_id,
+        request,
+    }));
+}
+
+fn control_response(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
+    let Some(resp) = env.response.and_then(view::<WireCliResponse<'_>>) else {
+        return bad_shape(
+            "control_response",
+            "control_response without `response`",
+            line,
+            out,
+        );
+    };
+    let Some(request_id) = resp.request_id.owned().or_else(|| env.request_id.owned()) else {
+        return bad_shape(
+            "control_response",
+            "control_response without request_id",
+            line,
+            out,
+        );
+    };
+    let outcome = match resp.subtype.as_deref() {
+        Some("success") => ControlOutcome::Success {
+            response: resp.response.filter(|r| !is_null(r)).map(raw_json),
+        },
+        Some("error") => ControlOutcome::Error {
+            error: resp.error.owned().unwrap_or_default(),
+            error_code: resp.error_code.owned(),
+        },
+        Some(other) => {
+            out.push(unknown(format!("control_response/{other}"), line));
+            return;
+        }
+        None => {
+            return bad_shape(
+                "control_response",
+                "control_response without subtype",
+                line,
+                out,
+            );
+        }
+    };
+    out.push(Event::ControlResponse(ControlResponse {
+        request_id,
+        outcome,
+    }));
 }

@@ -12,6 +12,10 @@ pub mod decode;
 pub mod framing;
 pub mod model;
 pub mod outbound;
+pub mod recording;
+mod scan;
+pub mod transcript;
+mod wire;
 
 pub use decode::{DecodedLine, Decoder};
 pub use framing::{DEFAULT_MAX_PAYLOAD_BYTES, Frame, FramerOptions, LineFramer};
