@@ -2,10 +2,13 @@
 //!
 //! Every generated artefact has a `--check` mode that fails on drift.
 
+#![allow(clippy::disallowed_methods)] // xtask runs cargo, npm and the test suite
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod contracts_record;
+mod dev;
 mod goldens;
 
 #[derive(Parser)]
@@ -17,6 +20,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run the whole test suite as CI does (installs the pinned CLI releases first).
+    Test(dev::TestArgs),
+    /// Install the newest pinned Claude Code release and run the daemon with it.
+    Daemon(dev::DaemonArgs),
     /// Contract corpus recorded from real Claude Code releases.
     Contracts {
         #[command(subcommand)]
@@ -39,6 +46,8 @@ enum ContractsCmd {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Test(a) => dev::test(a),
+        Cmd::Daemon(a) => dev::daemon(a),
         Cmd::Contracts { cmd } => match cmd {
             ContractsCmd::Record(a) => contracts_record::record(a),
             ContractsCmd::Live(a) => contracts_record::live(a),

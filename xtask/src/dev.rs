@@ -1,0 +1,141 @@
+//! `cargo xtask test` (the whole test suite, as CI runs it) and `cargo xtask daemon` (run
+//! the daemon on a fresh machine).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+#[derive(clap::Args)]
+pub struct TestArgs {
+    /// Skip `cargo fmt --check` and `cargo clippy` (faster local iterations).
+    #[arg(long)]
+    pub no_lint: bool,
+    /// Extra arguments passed to the test runner (e.g. a test filter).
+    #[arg(last = true)]
+    pub rest: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct DaemonArgs {
+    /// Claude Code release to install and drive (default: the newest pinned release).
+    #[arg(long)]
+    pub release: Option<String>,
+    /// Arguments passed to `ostler serve`.
+    #[arg(last = true)]
+    pub rest: Vec<String>,
+}
+
+fn root() -> PathBuf {
+    ostler_testkit::workspace_root()
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn run(step: &str, mut cmd: Command) -> Result<()> {
+    let started = Instant::now();
+    eprintln!("==> {step}");
+    let status = cmd.status().with_context(|| format!("{step}: cannot start"))?;
+    eprintln!("<== {step}: {status} in {:.1}s", started.elapsed().as_secs_f64());
+    if !status.success() {
+        bail!("{step} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Install every pinned release (npm, into the shared cache) so tests find them.
+fn install_pinned() -> Result<Vec<(String, PathBuf)>> {
+    let cache = ostler_testkit::releases::default_cache_dir();
+    let mut out = Vec::new();
+    for r in ostler_testkit::releases::pinned()? {
+        let started = Instant::now();
+        let bin = ostler_testkit::releases::ensure(&r.version, &cache)
+            .with_context(|| format!("installing Claude Code {}", r.version))?;
+        eprintln!(
+            "    claude {} at {} ({:.1}s)",
+            r.version,
+            bin.display(),
+            started.elapsed().as_secs_f64()
+        );
+        out.push((r.version, bin));
+    }
+    Ok(out)
+}
+
+fn have(cmd: &str, arg: &str) -> bool {
+    Command::new(cmd)
+        .arg(arg)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+pub fn test(a: TestArgs) -> Result<()> {
+    let started = Instant::now();
+    for (tool, arg) in [("npm", "--version"), ("node", "--version"), ("python3", "--version")] {
+        if !have(tool, arg) {
+            bail!("`{tool}` is required by the test suite (real CLI releases and examples)");
+        }
+    }
+    eprintln!("==> installing pinned Claude Code releases");
+    install_pinned()?;
+
+    if !a.no_lint {
+        let mut fmt = cargo();
+        fmt.args(["fmt", "--all", "--", "--check"]);
+        run("cargo fmt --check", fmt)?;
+        let mut clippy = cargo();
+        clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
+        run("cargo clippy", clippy)?;
+    }
+
+    // Generated artefacts must match their sources.
+    for check in generated_checks() {
+        let mut c = cargo();
+        c.args(["run", "--quiet", "--package", "xtask", "--"]).args(&check);
+        run(&format!("cargo xtask {}", check.join(" ")), c)?;
+    }
+
+    let mut t = cargo();
+    if have("cargo-nextest", "--version") {
+        t.args(["nextest", "run", "--workspace", "--no-fail-fast"]);
+    } else {
+        t.args(["test", "--workspace", "--no-fail-fast"]);
+    }
+    t.args(&a.rest);
+    run("tests", t)?;
+    eprintln!("all checks passed in {:.0}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `--check` runs of everything xtask generates.
+fn generated_checks() -> Vec<Vec<String>> {
+    let mut v = vec![vec!["contracts".into(), "bless".into(), "--check".into()]];
+    if Path::new(&root()).join("xtask/src/compat.rs").exists() {
+        v.push(vec!["compat".into(), "--check".into()]);
+    }
+    v
+}
+
+pub fn daemon(a: DaemonArgs) -> Result<()> {
+    let release = match a.release {
+        Some(r) => r,
+        None => ostler_testkit::releases::pinned()?
+            .last()
+            .map(|r| r.version.clone())
+            .context("contracts/releases.toml pins no release")?,
+    };
+    let cache = ostler_testkit::releases::default_cache_dir();
+    let bin = ostler_testkit::releases::ensure(&release, &cache)
+        .with_context(|| format!("installing Claude Code {release}"))?;
+    let mut c = cargo();
+    c.args(["run", "--release", "--package", "ostler", "--", "serve", "--claude"])
+        .arg(&bin)
+        .args(&a.rest);
+    run("ostler serve", c)
+}
