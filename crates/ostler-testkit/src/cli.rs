@@ -1,0 +1,182 @@
+//! Running the real CLI in a hermetic environment.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+
+use crate::{Error, Result};
+
+/// Optional flags a release may or may not accept, detected from `claude --help`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CliFeatures {
+    pub include_partial_messages: bool,
+    pub fork_session: bool,
+    pub replay_user_messages: bool,
+}
+
+/// Detect the optional flags of a binary (cached per path).
+pub fn features(binary: &Path) -> Result<CliFeatures> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, CliFeatures>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(f) = cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(binary)
+        .copied()
+    {
+        return Ok(f);
+    }
+    let home = tempfile::tempdir().map_err(|e| Error::io(Path::new("tempdir"), e))?;
+    let out = std::process::Command::new(binary)
+        .arg("--help")
+        .env_clear()
+        .envs(base_env(home.path()))
+        .output()
+        .map_err(|e| Error::io(binary, e))?;
+    let help = String::from_utf8_lossy(&out.stdout);
+    let f = CliFeatures {
+        include_partial_messages: help.contains("--include-partial-messages"),
+        fork_session: help.contains("--fork-session"),
+        replay_user_messages: help.contains("--replay-user-messages"),
+    };
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(binary.to_path_buf(), f);
+    Ok(f)
+}
+
+/// PATH (with node's directory) and HOME: the environment every CLI run starts from.
+fn base_env(home: &Path) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    env.insert("PATH".to_string(), path);
+    env.insert("HOME".to_string(), home.display().to_string());
+    env.insert(
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".to_string(),
+        "1".to_string(),
+    );
+    env
+}
+
+/// What to run.
+#[derive(Debug, Clone, Default)]
+pub struct CliInvocation {
+    pub partial_messages: bool,
+    pub model: Option<String>,
+    pub permission_mode: Option<String>,
+    pub resume: Option<String>,
+    pub fork_session: bool,
+    /// Extra environment (e.g. `CLAUDE_CODE_MAX_RETRIES`), set after the hermetic base.
+    pub env: BTreeMap<String, String>,
+}
+
+/// The argument list for an invocation, dropping flags the release lacks. Returns
+/// `(args, unsupported flags that were left out)`.
+pub fn args_for(inv: &CliInvocation, f: CliFeatures) -> (Vec<String>, Vec<String>) {
+    let mut args: Vec<String> = [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-prompt-tool",
+        "stdio",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut omitted = Vec::new();
+    if inv.partial_messages {
+        if f.include_partial_messages {
+            args.push("--include-partial-messages".into());
+        } else {
+            omitted.push("--include-partial-messages".into());
+        }
+    }
+    if let Some(m) = &inv.model {
+        args.push("--model".into());
+        args.push(m.clone());
+    }
+    if let Some(m) = &inv.permission_mode {
+        args.push("--permission-mode".into());
+        args.push(m.clone());
+    }
+    if let Some(r) = &inv.resume {
+        args.push("--resume".into());
+        args.push(r.clone());
+        if inv.fork_session {
+            if f.fork_session {
+                args.push("--fork-session".into());
+            } else {
+                omitted.push("--fork-session".into());
+            }
+        }
+    }
+    (args, omitted)
+}
+
+/// A hermetic environment: fresh HOME and cwd under one temp root.
+#[derive(Debug)]
+pub struct Hermetic {
+    root: tempfile::TempDir,
+    home: PathBuf,
+    cwd: PathBuf,
+}
+
+impl Hermetic {
+    pub fn new() -> Result<Self> {
+        let root = tempfile::Builder::new()
+            .prefix("ostler-cc-")
+            .tempdir()
+            .map_err(|e| Error::io(Path::new("tempdir"), e))?;
+        let base = root
+            .path()
+            .canonicalize()
+            .map_err(|e| Error::io(root.path(), e))?;
+        let home = base.join("home");
+        let cwd = base.join("cwd");
+        for d in [&home, &cwd] {
+            std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+        }
+        Ok(Self { root, home, cwd })
+    }
+
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    /// A command for `binary` with `args`: env cleared except PATH, HOME, the fake server
+    /// URL, a test API key and `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` (so inherited
+    /// `CLAUDECODE` / `CLAUDE_CODE_*` are gone), run in the cwd, all stdio piped, killed
+    /// when dropped.
+    pub fn command(
+        &self,
+        binary: &Path,
+        args: &[String],
+        base_url: &str,
+        extra_env: &BTreeMap<String, String>,
+    ) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(binary);
+        cmd.args(args)
+            .current_dir(&self.cwd)
+            .env_clear()
+            .envs(base_env(&self.home))
+            .env("ANTHROPIC_BASE_URL", base_url)
+            .env("ANTHROPIC_API_KEY", "test")
+            .envs(extra_env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+}

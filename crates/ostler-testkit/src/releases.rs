@@ -1,0 +1,197 @@
+//! Pinned Claude Code releases (`contracts/releases.toml`) and their installation.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Environment variable overriding the cache directory of installed releases.
+pub const CACHE_ENV: &str = "OSTLER_CLAUDE_CACHE";
+
+/// One pinned release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinnedRelease {
+    pub version: String,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleasesFile {
+    #[serde(default)]
+    release: Vec<PinnedRelease>,
+}
+
+/// `contracts/releases.toml` of this workspace.
+pub fn releases_file() -> PathBuf {
+    crate::workspace_root()
+        .join("contracts")
+        .join("releases.toml")
+}
+
+/// Parse a releases file's text.
+pub fn parse_releases(text: &str) -> Result<Vec<PinnedRelease>> {
+    let f: ReleasesFile = toml::from_str(text).map_err(|e| Error::Release {
+        version: "*".into(),
+        message: format!("releases file: {e}"),
+    })?;
+    for r in &f.release {
+        semver::Version::parse(&r.version).map_err(|e| Error::Release {
+            version: r.version.clone(),
+            message: format!("not a semver version: {e}"),
+        })?;
+    }
+    Ok(f.release)
+}
+
+/// The pinned releases, in file order.
+pub fn pinned() -> Result<Vec<PinnedRelease>> {
+    let path = releases_file();
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    parse_releases(&text)
+}
+
+/// The cache directory: `$OSTLER_CLAUDE_CACHE` or `<workspace>/target/claude-code`.
+pub fn default_cache_dir() -> PathBuf {
+    match std::env::var_os(CACHE_ENV) {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => crate::workspace_root().join("target").join("claude-code"),
+    }
+}
+
+/// Where `ensure` puts the binary of `version`.
+pub fn binary_path(version: &str, cache_dir: &Path) -> PathBuf {
+    cache_dir
+        .join(version)
+        .join("node_modules")
+        .join(".bin")
+        .join("claude")
+}
+
+/// Parse `claude --version` output: `2.1.330 (Claude Code)` or
+/// `claude v1.0.22 (anthropic-2024-12-01)`.
+pub fn parse_version_output(out: &str) -> Option<semver::Version> {
+    out.split_whitespace()
+        .map(|w| w.trim_start_matches('v'))
+        .find_map(|w| semver::Version::parse(w).ok())
+}
+
+/// Run `claude --version` and return the version it reports.
+pub fn installed_version(binary: &Path) -> Result<semver::Version> {
+    let out = Command::new(binary)
+        .arg("--version")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env_remove("CLAUDECODE")
+        .output()
+        .map_err(|e| Error::io(binary, e))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_version_output(&text).ok_or_else(|| Error::Release {
+        version: "?".into(),
+        message: format!(
+            "{} --version printed {:?} (status {})",
+            binary.display(),
+            text.trim(),
+            out.status
+        ),
+    })
+}
+
+fn verify(version: &str, binary: &Path) -> Result<()> {
+    let want = semver::Version::parse(version).map_err(|e| Error::Release {
+        version: version.into(),
+        message: e.to_string(),
+    })?;
+    let got = installed_version(binary)?;
+    if got != want {
+        return Err(Error::Release {
+            version: version.into(),
+            message: format!("{} reports version {got}", binary.display()),
+        });
+    }
+    Ok(())
+}
+
+/// Path to the `claude` binary of `version`, installing it into `cache_dir/<version>` with
+/// npm if it is not there. Concurrent calls for the same version (threads or processes)
+/// serialize on `cache_dir/<version>.lock`. The installed binary's `--version` is checked.
+pub fn ensure(version: &str, cache_dir: &Path) -> Result<PathBuf> {
+    let binary = binary_path(version, cache_dir);
+    if binary.exists() && verify(version, &binary).is_ok() {
+        return Ok(binary);
+    }
+    std::fs::create_dir_all(cache_dir).map_err(|e| Error::io(cache_dir, e))?;
+    let lock_path = cache_dir.join(format!("{version}.lock"));
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io(&lock_path, e))?;
+    lock.lock().map_err(|e| Error::io(&lock_path, e))?;
+    // someone else may have installed it while we waited
+    if binary.exists() && verify(version, &binary).is_ok() {
+        return Ok(binary);
+    }
+    let prefix = cache_dir.join(version);
+    std::fs::create_dir_all(&prefix).map_err(|e| Error::io(&prefix, e))?;
+    let out = Command::new("npm")
+        .arg("install")
+        .arg("--prefix")
+        .arg(&prefix)
+        .args(["--no-audit", "--no-fund", "--loglevel=error"])
+        .arg(format!("@anthropic-ai/claude-code@{version}"))
+        .output()
+        .map_err(|e| Error::Release {
+            version: version.into(),
+            message: format!("cannot run npm: {e}"),
+        })?;
+    if !out.status.success() {
+        return Err(Error::Release {
+            version: version.into(),
+            message: format!(
+                "npm install failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    verify(version, &binary)?;
+    drop(lock);
+    Ok(binary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_output_shapes() {
+        assert_eq!(
+            parse_version_output("2.1.330 (Claude Code)\n"),
+            Some(semver::Version::new(2, 1, 330))
+        );
+        assert_eq!(
+            parse_version_output("claude v1.0.22 (anthropic-2024-12-01)"),
+            Some(semver::Version::new(1, 0, 22))
+        );
+        assert_eq!(parse_version_output("garbage"), None);
+    }
+
+    #[test]
+    fn pinned_file_lists_required_releases() {
+        let pinned = pinned().expect("contracts/releases.toml");
+        for v in ["1.0.128", "2.0.77", "2.1.0", "2.1.330"] {
+            assert!(pinned.iter().any(|r| r.version == v), "{v} not pinned");
+        }
+    }
+
+    #[test]
+    fn bad_versions_are_rejected() {
+        assert!(parse_releases("[[release]]\nversion = \"latest\"\n").is_err());
+        assert!(parse_releases("[[release]]\nversion = \"1.2.3\"\nextra = 1\n").is_err());
+    }
+}
