@@ -108,4 +108,95 @@ mod tests {
             assert_eq!(&m.name[4..5], "_", "{}", m.name);
         }
     }
+
+    /// A database created with the first schema and holding data is brought to the current
+    /// schema on open, keeping every row and gaining the newer features.
+    #[test]
+    fn first_schema_with_data_migrates_to_current() {
+        use crate::types::*;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("old.db");
+        {
+            let mut conn =
+                crate::store::open_write_connection(&path, &StoreOptions::default()).expect("open");
+            migrate_to(&mut conn, &path, 1).expect("schema v1");
+            assert_eq!(current_version(&conn).expect("version"), 1);
+            conn.execute_batch(
+                r#"
+                INSERT INTO sessions (pk, id, claude_session_id, cwd, model, permission_mode,
+                                      cli_release, state, created_ms, updated_ms,
+                                      exit_code, exit_signal, exit_reason, exited_ms)
+                VALUES (1, 'old', 'c-1', '/w', 'm', 'default', '1.0.128', 'exited', 10, 20,
+                        0, NULL, 'done', 20);
+                INSERT INTO session_labels VALUES (1, 'team', 'infra');
+                INSERT INTO events VALUES (1, 1, 'system', x'7b7d', x'7b2274797065223a2273797374656d227d', 11);
+                INSERT INTO events VALUES (1, 2, 'result', x'7b2272223a317d', NULL, 12);
+                INSERT INTO interactions (session_pk, request_id, kind, tool_name, input,
+                                          suggestions, event_seq, state, created_ms)
+                VALUES (1, 'r1', 'permission', 'Bash', x'7b7d', NULL, 1, 'pending', 11);
+                "#,
+            )
+            .expect("v1 data");
+            // Version 1 has no usage columns yet.
+            assert!(conn.prepare("SELECT turns FROM sessions").is_err());
+        }
+
+        let store = crate::Store::open(&path, StoreOptions::default()).expect("migrating open");
+        {
+            let conn = rusqlite::Connection::open(&path).expect("raw");
+            assert_eq!(current_version(&conn).expect("version"), SCHEMA_VERSION);
+        }
+        let s = store.get_session("old").expect("session kept");
+        assert_eq!(s.claude_session_id.as_deref(), Some("c-1"));
+        assert_eq!(s.cli_release.as_deref(), Some("1.0.128"));
+        assert_eq!(s.labels.get("team").map(String::as_str), Some("infra"));
+        assert_eq!(
+            s.exit.as_ref().and_then(|e| e.reason.as_deref()),
+            Some("done")
+        );
+        assert_eq!(s.last_seq, 2);
+        assert_eq!(s.turns, 0);
+        assert_eq!(s.usage, UsageTotals::default());
+
+        let events = store.events_after("old", 0, 10).expect("events kept");
+        assert_eq!(events.len(), 2);
+        assert_eq!(
+            events[0].raw.as_deref().expect("raw"),
+            br#"{"type":"system"}"#
+        );
+        assert_eq!(&events[1].payload[..], br#"{"r":1}"#);
+        assert_eq!(events[1].raw, None);
+
+        let pending = store
+            .pending_interactions(Some("old"))
+            .expect("interactions kept");
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].request_id, "r1");
+
+        // New features work on migrated data, and the log continues without a gap.
+        let turn = store
+            .record_turn_usage(
+                "old",
+                TurnUsage {
+                    usage: UsageTotals {
+                        input_tokens: 5,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .wait()
+            .expect("usage on migrated session");
+        assert_eq!(turn, 1);
+        assert_eq!(store.usage("old").expect("usage").totals.input_tokens, 5);
+        let seqs = store
+            .append_blocking("old", vec![NewEvent::new("user", b"{}".to_vec(), 30)])
+            .expect("append");
+        assert_eq!(seqs, vec![3]);
+        drop(store);
+
+        // Reopening a current database applies nothing and changes nothing.
+        let store = crate::Store::open(&path, StoreOptions::default()).expect("reopen");
+        assert_eq!(store.last_seq("old").expect("seq"), 3);
+    }
 }

@@ -1,0 +1,878 @@
+//! Behaviour of the store through its public API, on real SQLite files.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use common::*;
+use ostler_store::*;
+
+fn raw_conn(path: &std::path::Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(path).expect("raw connection")
+}
+
+#[test]
+fn open_sets_wal_foreign_keys_incremental_vacuum_and_current_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    let conn = raw_conn(&path);
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let auto_vacuum: i64 = conn
+        .pragma_query_value(None, "auto_vacuum", |r| r.get(0))
+        .unwrap();
+    assert_eq!(auto_vacuum, 2, "auto_vacuum=INCREMENTAL");
+    let version: u32 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+}
+
+#[test]
+fn appends_get_gap_free_seqs_from_one_per_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    for id in ["a", "b"] {
+        store.create_session(new_session(id, 1)).wait().unwrap();
+    }
+    // Many threads append to two sessions at once; seqs of each session must be exactly
+    // 1..=N and every returned seq distinct.
+    let mut handles = Vec::new();
+    for t in 0..8u64 {
+        let store = store.clone();
+        handles.push(std::thread::spawn(move || {
+            let id = if t % 2 == 0 { "a" } else { "b" };
+            let mut got = Vec::new();
+            for i in 0..50u64 {
+                let n = (i % 3) + 1;
+                let seqs = store
+                    .append_blocking(id, (0..n).map(|k| event(t * 1000 + i * 10 + k)).collect())
+                    .unwrap();
+                assert_eq!(seqs.len() as u64, n);
+                assert!(
+                    seqs.windows(2).all(|w| w[1] == w[0] + 1),
+                    "consecutive within one append"
+                );
+                got.extend(seqs);
+            }
+            (id, got)
+        }));
+    }
+    let mut per_session: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for h in handles {
+        let (id, seqs) = h.join().unwrap();
+        per_session.entry(id).or_default().extend(seqs);
+    }
+    for (id, mut seqs) in per_session {
+        seqs.sort_unstable();
+        let n = seqs.len() as u64;
+        assert_eq!(seqs, (1..=n).collect::<Vec<_>>(), "session {id}");
+        assert_eq!(store.last_seq(id).unwrap(), n);
+        let stored = store.events_after(id, 0, usize::MAX).unwrap();
+        assert_eq!(
+            stored.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=n).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn events_round_trip_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    let binary: Vec<u8> = (0..=255u8).collect();
+    let events = vec![
+        NewEvent::new("unknown", binary.clone(), -5)
+            .with_raw(Bytes::from_static(b"{\"type\":\"x\"}\n")),
+        NewEvent::new("system", Bytes::new(), 7),
+        NewEvent::new(String::from("result"), b"{}".to_vec(), i64::MAX).with_raw(binary.clone()),
+    ];
+    let seqs = store.append_blocking("s", events.clone()).unwrap();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    let stored = store.events_after("s", 0, 10).unwrap();
+    assert_eq!(stored.len(), 3);
+    for (e, s) in events.iter().zip(&stored) {
+        assert_eq!(&*s.session_id, "s");
+        assert_eq!(&*s.kind, &*e.kind);
+        assert_eq!(s.payload, e.payload);
+        assert_eq!(s.raw, e.raw);
+        assert_eq!(s.ts_ms, e.ts_ms);
+    }
+    assert_eq!(stored[1].raw, None);
+}
+
+#[test]
+fn events_after_pages_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    store
+        .create_session(new_session("other", 1))
+        .wait()
+        .unwrap();
+    store
+        .append_blocking("other", (0..5).map(event).collect())
+        .unwrap();
+    store
+        .append_blocking("s", (1..=25).map(event).collect())
+        .unwrap();
+    let mut after = 0;
+    let mut pages = Vec::new();
+    loop {
+        let page = store.events_after("s", after, 10).unwrap();
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().unwrap().seq;
+        pages.push(page.iter().map(|e| e.seq).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        pages.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![10, 10, 5]
+    );
+    assert_eq!(pages.concat(), (1..=25).collect::<Vec<_>>());
+    assert_eq!(
+        store.events_after("s", 24, 10).unwrap()[0].payload,
+        event(25).payload
+    );
+    assert!(store.events_after("s", 25, 10).unwrap().is_empty());
+    assert!(matches!(
+        store.events_after("nope", 0, 10),
+        Err(Error::NotFound { .. })
+    ));
+}
+
+#[test]
+fn a_failing_write_does_not_spoil_its_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    // Queue many writes without waiting so they share transactions; some are bad.
+    let mut tickets = Vec::new();
+    for i in 0..300u64 {
+        let id = if i % 7 == 3 { "missing" } else { "s" };
+        tickets.push((id, store.append(id, vec![event(i)])));
+    }
+    let dup = store.create_session(new_session("s", 2));
+    let mut good = Vec::new();
+    for (id, t) in tickets {
+        match (id, t.wait()) {
+            ("s", Ok(seqs)) => good.extend(seqs),
+            ("missing", Err(Error::NotFound { what })) => assert!(what.contains("missing")),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(matches!(dup.wait(), Err(Error::AlreadyExists { .. })));
+    let n = good.len() as u64;
+    assert_eq!(
+        good,
+        (1..=n).collect::<Vec<_>>(),
+        "queue order is seq order, no gaps"
+    );
+    assert_eq!(store.last_seq("s").unwrap(), n);
+    assert_eq!(
+        store.append_blocking("s", vec![event(0)]).unwrap(),
+        vec![n + 1]
+    );
+}
+
+#[test]
+fn empty_append_checks_the_session_and_assigns_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    assert_eq!(
+        store.append_blocking("s", vec![]).unwrap(),
+        Vec::<u64>::new()
+    );
+    assert!(matches!(
+        store.append_blocking("x", vec![]),
+        Err(Error::NotFound { .. })
+    ));
+    assert_eq!(store.append_blocking("s", vec![event(1)]).unwrap(), vec![1]);
+}
+
+#[test]
+fn seqs_continue_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    {
+        let store = open(&path);
+        store.create_session(new_session("s", 1)).wait().unwrap();
+        store
+            .append_blocking("s", (0..4).map(event).collect())
+            .unwrap();
+    }
+    let store = open(&path);
+    assert_eq!(store.append_blocking("s", vec![event(9)]).unwrap(), vec![5]);
+}
+
+#[test]
+fn dropping_the_store_completes_queued_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let tickets: Vec<_> = {
+        let store = open(&path);
+        store.create_session(new_session("s", 1)).wait().unwrap();
+        (0..500)
+            .map(|i| store.append("s", vec![event(i)]))
+            .collect()
+    };
+    let seqs: Vec<u64> = tickets
+        .into_iter()
+        .flat_map(|t| t.wait().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=500).collect::<Vec<_>>());
+    assert_eq!(open(&path).last_seq("s").unwrap(), 500);
+}
+
+#[test]
+fn async_append_resolves_after_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        store.create_session(new_session("s", 1)).await.unwrap();
+        let tasks: Vec<_> = (0..16)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move { store.append("s", vec![event(i)]).await })
+            })
+            .collect();
+        let mut seqs = Vec::new();
+        for t in tasks {
+            seqs.extend(t.await.unwrap().unwrap());
+        }
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=16).collect::<Vec<_>>());
+        // Committed means visible to a brand-new connection.
+        let conn = raw_conn(&path);
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 16);
+    });
+}
+
+#[test]
+fn newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    drop(open(&path));
+    raw_conn(&path)
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 7)
+        .unwrap();
+    let err = Store::open(&path, StoreOptions::default()).unwrap_err();
+    match &err {
+        Error::NewerSchema {
+            found,
+            supported,
+            path: p,
+        } => {
+            assert_eq!(*found, SCHEMA_VERSION + 7);
+            assert_eq!(*supported, SCHEMA_VERSION);
+            assert_eq!(p, &path);
+        }
+        other => panic!("expected NewerSchema, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("newer ostler") && msg.contains(&path.display().to_string()),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_reported_as_corrupt_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    std::fs::write(&path, vec![0xA5u8; 8192]).unwrap();
+    let err = Store::open(&path, StoreOptions::default()).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    // Nothing was written over the file.
+    assert_eq!(std::fs::read(&path).unwrap(), vec![0xA5u8; 8192]);
+}
+
+#[test]
+fn a_damaged_database_is_reported_as_corrupt_when_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    {
+        let store = open(&path);
+        store.create_session(new_session("s", 1)).wait().unwrap();
+        let big = vec![7u8; 2000];
+        for _ in 0..50 {
+            store
+                .append_blocking("s", vec![NewEvent::new("k", big.clone(), 0)])
+                .unwrap();
+        }
+    }
+    // The store was closed (WAL checkpointed into the file). Scribble over everything
+    // after the first two pages, keeping the header and schema intact.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page = 4096;
+    assert!(bytes.len() > 8 * page);
+    for b in &mut bytes[2 * page..] {
+        *b = 0xEE;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let result =
+        Store::open(&path, StoreOptions::default()).and_then(|s| s.events_after("s", 0, 100));
+    let err = result.unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unopenable_path_is_a_clear_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-dir").join("ostler.db");
+    let err = Store::open(&path, StoreOptions::default()).unwrap_err();
+    assert!(matches!(err, Error::Open { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn sessions_are_created_updated_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    let mut s = new_session("s1", 100);
+    s.labels.insert("team".into(), "infra".into());
+    store.create_session(s.clone()).wait().unwrap();
+    let err = store.create_session(s).wait().unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists { .. }), "{err:?}");
+    assert!(matches!(
+        store.create_session(new_session("", 1)).wait(),
+        Err(Error::InvalidArgument(_))
+    ));
+
+    let got = store.get_session("s1").unwrap();
+    assert_eq!(got.cwd, "/work/project");
+    assert_eq!(got.state, "running");
+    assert_eq!(got.created_ms, 100);
+    assert_eq!(got.updated_ms, 100);
+    assert_eq!(got.labels.get("team").map(String::as_str), Some("infra"));
+    assert_eq!(got.exit, None);
+    assert_eq!(got.last_seq, 0);
+
+    store
+        .update_session(
+            "s1",
+            SessionPatch {
+                claude_session_id: Some("c-123".into()),
+                model: Some("claude-opus-4-1".into()),
+                state: Some("exited".into()),
+                labels: Some(BTreeMap::from([("env".to_string(), "ci".to_string())])),
+                exit: Some(ExitInfo {
+                    code: Some(0),
+                    signal: None,
+                    reason: Some("done".into()),
+                    at_ms: 150,
+                }),
+                updated_ms: 150,
+                ..Default::default()
+            },
+        )
+        .wait()
+        .unwrap();
+    store
+        .append_blocking("s1", vec![event(1), event(2)])
+        .unwrap();
+    let got = store.get_session("s1").unwrap();
+    assert_eq!(got.claude_session_id.as_deref(), Some("c-123"));
+    assert_eq!(got.model.as_deref(), Some("claude-opus-4-1"));
+    assert_eq!(got.permission_mode.as_deref(), Some("default"), "untouched");
+    assert_eq!(got.state, "exited");
+    assert_eq!(got.updated_ms, 150);
+    assert_eq!(
+        got.labels,
+        BTreeMap::from([("env".to_string(), "ci".to_string())])
+    );
+    assert_eq!(got.exit.as_ref().and_then(|e| e.code), Some(0));
+    assert_eq!(
+        got.exit.as_ref().and_then(|e| e.reason.as_deref()),
+        Some("done")
+    );
+    assert_eq!(got.last_seq, 2);
+
+    assert!(matches!(
+        store.update_session("nope", SessionPatch::default()).wait(),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.get_session("nope"),
+        Err(Error::NotFound { .. })
+    ));
+}
+
+#[test]
+fn sessions_are_listed_filtered_and_paged() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    for i in 0..10i64 {
+        let mut s = new_session(&format!("s{i:02}"), 1000 + i);
+        s.state = if i % 2 == 0 {
+            "running".into()
+        } else {
+            "exited".into()
+        };
+        s.labels.insert(
+            "parity".into(),
+            if i % 2 == 0 {
+                "even".into()
+            } else {
+                "odd".into()
+            },
+        );
+        if i % 3 == 0 {
+            s.labels.insert("three".into(), "yes".into());
+        }
+        store.create_session(s).wait().unwrap();
+    }
+    let ids = |page: &SessionPage| {
+        page.sessions
+            .iter()
+            .map(|s| s.id.clone())
+            .collect::<Vec<_>>()
+    };
+
+    // Everything, in pages of 4.
+    let mut all = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let page = store
+            .list_sessions(&SessionFilter::default(), token.as_deref(), 4)
+            .unwrap();
+        pages += 1;
+        all.extend(ids(&page));
+        match page.next_page_token {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(all, (0..10).map(|i| format!("s{i:02}")).collect::<Vec<_>>());
+
+    let by_state = SessionFilter {
+        states: vec!["exited".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(&store.list_sessions(&by_state, None, 100).unwrap()),
+        ["s01", "s03", "s05", "s07", "s09"]
+    );
+
+    let by_labels = SessionFilter {
+        labels: vec![
+            ("parity".into(), "even".into()),
+            ("three".into(), "yes".into()),
+        ],
+        ..Default::default()
+    };
+    let page = store.list_sessions(&by_labels, None, 100).unwrap();
+    assert_eq!(ids(&page), ["s00", "s06"]);
+    assert_eq!(
+        page.sessions[0].labels.get("three").map(String::as_str),
+        Some("yes")
+    );
+
+    let by_time = SessionFilter {
+        created_from_ms: Some(1003),
+        created_before_ms: Some(1006),
+        states: vec!["running".into(), "exited".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(&store.list_sessions(&by_time, None, 100).unwrap()),
+        ["s03", "s04", "s05"]
+    );
+
+    assert!(matches!(
+        store.list_sessions(&SessionFilter::default(), Some("garbage"), 4),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+fn permission(session: &str, request: &str, created_ms: i64) -> NewInteraction {
+    NewInteraction {
+        session_id: session.into(),
+        request_id: request.into(),
+        kind: InteractionKind::Permission,
+        tool_name: Some("Bash".into()),
+        input: Bytes::from_static(br#"{"command":"ls"}"#),
+        suggestions: Some(Bytes::from_static(br#"[{"type":"addRules"}]"#)),
+        event_seq: Some(3),
+        created_ms,
+    }
+}
+
+fn decision(state: InteractionState, by: &str) -> Decision {
+    Decision {
+        state,
+        decided_by: by.into(),
+        response: Some(Bytes::from(format!("{{\"by\":\"{by}\"}}"))),
+        decided_ms: 500,
+    }
+}
+
+#[test]
+fn interactions_are_recorded_listed_and_decided_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("a", 1)).wait().unwrap();
+    store.create_session(new_session("b", 1)).wait().unwrap();
+    let stored = store
+        .upsert_interaction(permission("a", "r1", 10))
+        .wait()
+        .unwrap();
+    assert_eq!(stored.state, InteractionState::Pending);
+    assert_eq!(stored.tool_name.as_deref(), Some("Bash"));
+    store
+        .upsert_interaction(permission("b", "r1", 11))
+        .wait()
+        .unwrap(); // same id, other session
+    let mut q = permission("a", "q1", 12);
+    q.kind = InteractionKind::Question;
+    q.tool_name = None;
+    store.upsert_interaction(q).wait().unwrap();
+
+    let pending = store.pending_interactions(None).unwrap();
+    assert_eq!(
+        pending
+            .iter()
+            .map(|i| (i.session_id.as_str(), i.request_id.as_str()))
+            .collect::<Vec<_>>(),
+        [("a", "r1"), ("b", "r1"), ("a", "q1")]
+    );
+    assert_eq!(store.pending_interactions(Some("a")).unwrap().len(), 2);
+
+    // Many clients answer at once: exactly one wins, the others are told who did.
+    let mut handles = Vec::new();
+    for c in 0..8 {
+        let store = store.clone();
+        handles.push(std::thread::spawn(move || {
+            let state = if c % 2 == 0 {
+                InteractionState::Allowed
+            } else {
+                InteractionState::Denied
+            };
+            store
+                .decide_interaction("a", "r1", decision(state, &format!("client-{c}")))
+                .wait()
+                .unwrap()
+        }));
+    }
+    let outcomes: Vec<DecideOutcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let winners: Vec<&Interaction> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            DecideOutcome::Decided(i) => Some(i),
+            DecideOutcome::AlreadyDecided(_) => None,
+        })
+        .collect();
+    assert_eq!(winners.len(), 1);
+    let winner = winners[0].decided_by.clone().unwrap();
+    for o in &outcomes {
+        if let DecideOutcome::AlreadyDecided(i) = o {
+            assert_eq!(i.decided_by.as_deref(), Some(winner.as_str()));
+            assert!(i.state.is_final());
+        }
+    }
+    let stored = store.interaction("a", "r1").unwrap();
+    assert_eq!(stored.decided_by.as_deref(), Some(winner.as_str()));
+    assert_eq!(
+        stored.response,
+        Some(Bytes::from(format!("{{\"by\":\"{winner}\"}}")))
+    );
+    assert_eq!(stored.decided_ms, Some(500));
+    // A late re-upsert of a decided interaction does not reopen it.
+    let again = store
+        .upsert_interaction(permission("a", "r1", 99))
+        .wait()
+        .unwrap();
+    assert_eq!(again.state, stored.state);
+    assert_eq!(store.pending_interactions(Some("a")).unwrap().len(), 1);
+
+    assert!(matches!(
+        store
+            .decide_interaction("a", "nope", decision(InteractionState::Allowed, "x"))
+            .wait(),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        store
+            .decide_interaction("a", "q1", decision(InteractionState::Pending, "x"))
+            .wait(),
+        Err(Error::InvalidArgument(_))
+    ));
+    let answered = store
+        .decide_interaction("a", "q1", decision(InteractionState::Answered, "rule:auto"))
+        .wait()
+        .unwrap();
+    assert!(
+        matches!(answered, DecideOutcome::Decided(ref i) if i.state == InteractionState::Answered)
+    );
+
+    // Session b ends: its pending interactions expire.
+    let closed = store
+        .close_pending_interactions(
+            Some("b"),
+            decision(InteractionState::Expired, "session-exit"),
+        )
+        .wait()
+        .unwrap();
+    assert_eq!(closed.len(), 1);
+    assert_eq!(
+        store.interaction("b", "r1").unwrap().state,
+        InteractionState::Expired
+    );
+    assert!(store.pending_interactions(None).unwrap().is_empty());
+}
+
+#[test]
+fn usage_is_recorded_per_turn_and_totalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    for i in 1..=3u64 {
+        let turn = store
+            .record_turn_usage(
+                "s",
+                TurnUsage {
+                    event_seq: Some(i * 10),
+                    model: Some("m".into()),
+                    usage: UsageTotals {
+                        input_tokens: 100 * i,
+                        output_tokens: 10 * i,
+                        cache_creation_input_tokens: i,
+                        cache_read_input_tokens: 2 * i,
+                        cost_usd: 0.25,
+                    },
+                    duration_ms: Some(1000),
+                    ts_ms: i as i64,
+                },
+            )
+            .wait()
+            .unwrap();
+        assert_eq!(turn, i);
+    }
+    let usage = store.usage("s").unwrap();
+    assert_eq!(usage.turns.len(), 3);
+    assert_eq!(usage.turns[2].turn, 3);
+    assert_eq!(usage.turns[2].turn_usage.event_seq, Some(30));
+    assert_eq!(usage.totals.input_tokens, 600);
+    assert_eq!(usage.totals.output_tokens, 60);
+    assert_eq!(usage.totals.cache_creation_input_tokens, 6);
+    assert_eq!(usage.totals.cache_read_input_tokens, 12);
+    assert!((usage.totals.cost_usd - 0.75).abs() < 1e-9);
+    let session = store.get_session("s").unwrap();
+    assert_eq!(session.turns, 3);
+    assert_eq!(session.usage, usage.totals);
+    assert!(matches!(store.usage("x"), Err(Error::NotFound { .. })));
+    let bad = TurnUsage {
+        usage: UsageTotals {
+            input_tokens: u64::MAX,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert!(matches!(
+        store.record_turn_usage("s", bad).wait(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(
+        store.usage("s").unwrap().totals,
+        usage.totals,
+        "rejected turn left no trace"
+    );
+}
+
+#[test]
+fn deleting_a_session_removes_its_rows_and_gives_space_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    store.create_session(new_session("keep", 1)).wait().unwrap();
+    store.create_session(new_session("big", 2)).wait().unwrap();
+    store
+        .append_blocking("keep", (0..10).map(event).collect())
+        .unwrap();
+    let payload = vec![42u8; 1000];
+    for chunk in 0..20 {
+        let events = (0..100)
+            .map(|i| NewEvent::new("k", payload.clone(), chunk * 100 + i))
+            .collect();
+        store.append_blocking("big", events).unwrap();
+    }
+    store
+        .upsert_interaction(permission("big", "r", 1))
+        .wait()
+        .unwrap();
+    store
+        .record_turn_usage("big", TurnUsage::default())
+        .wait()
+        .unwrap();
+
+    let conn = raw_conn(&path);
+    let pragma = |name: &str| -> i64 { conn.pragma_query_value(None, name, |r| r.get(0)).unwrap() };
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    let pages_before = pragma("page_count");
+    let file_before = std::fs::metadata(&path).unwrap().len();
+
+    store.delete_session("big").wait().unwrap();
+
+    assert!(matches!(
+        store.get_session("big"),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.events_after("big", 0, 10),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.append_blocking("big", vec![event(1)]),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.delete_session("big").wait(),
+        Err(Error::NotFound { .. })
+    ));
+    for table in ["events", "interactions", "turn_usage", "session_labels"] {
+        let n: i64 = conn
+            .query_row(
+                &format!(
+                    "SELECT count(*) FROM {table} WHERE session_pk NOT IN (SELECT pk FROM sessions)"
+                ),
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 0, "orphans in {table}");
+    }
+    assert_eq!(store.events_after("keep", 0, 100).unwrap().len(), 10);
+
+    assert_eq!(pragma("freelist_count"), 0, "freed pages were handed back");
+    let pages_after = pragma("page_count");
+    assert!(
+        pages_after * 4 < pages_before,
+        "{pages_before} -> {pages_after} pages"
+    );
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    let file_after = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        file_after * 4 < file_before,
+        "file {file_before} -> {file_after} bytes"
+    );
+
+    // A new session may reuse the id and starts at seq 1 again.
+    store.create_session(new_session("big", 3)).wait().unwrap();
+    assert_eq!(
+        store.append_blocking("big", vec![event(1)]).unwrap(),
+        vec![1]
+    );
+}
+
+/// Readers paging through a session while the writer appends always see a gap-free prefix.
+#[test]
+fn readers_paging_during_appends_see_a_consistent_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    const TOTAL: u64 = 20_000;
+    let done = Arc::new(AtomicBool::new(false));
+
+    let writer = {
+        let store = store.clone();
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            let mut i = 0u64;
+            while n < TOTAL {
+                let k = ((i * 7) % 13 + 1).min(TOTAL - n);
+                // Several in-flight appends so group commits really group.
+                let tickets: Vec<_> = (0..4)
+                    .map(|j| store.append("s", (0..k).map(|x| event(n + j * k + x + 1)).collect()))
+                    .collect();
+                for t in tickets {
+                    n += t.wait().unwrap().len() as u64;
+                }
+                i += 1;
+            }
+            done.store(true, Ordering::SeqCst);
+            n
+        })
+    };
+
+    let readers: Vec<_> = (0..3)
+        .map(|r| {
+            let store = store.clone();
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || {
+                let mut next = 1u64;
+                let mut pages_while_writing = 0u64;
+                loop {
+                    let writing = !done.load(Ordering::SeqCst);
+                    let page = store.events_after("s", next - 1, 50 + r * 37).unwrap();
+                    for e in &page {
+                        assert_eq!(e.seq, next, "reader {r} saw a gap");
+                        assert_eq!(
+                            e.payload,
+                            event(e.seq).payload,
+                            "reader {r} payload of {}",
+                            e.seq
+                        );
+                        next += 1;
+                    }
+                    if writing && !page.is_empty() {
+                        pages_while_writing += 1;
+                    }
+                    // Also the session row must never be behind what we already read.
+                    let last = store.get_session("s").unwrap().last_seq;
+                    assert!(
+                        last + 1 >= next,
+                        "session says {last}, we read up to {}",
+                        next - 1
+                    );
+                    if !writing && page.is_empty() {
+                        return (next - 1, pages_while_writing);
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let written = writer.join().unwrap();
+    for r in readers {
+        let (read, while_writing) = r.join().unwrap();
+        assert_eq!(read, written);
+        assert!(
+            while_writing > 0,
+            "the reader should have overlapped the writer"
+        );
+    }
+}
