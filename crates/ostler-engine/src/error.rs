@@ -119,3 +119,32 @@ impl Error {
         Error::Internal(message.to_string())
     }
 }
+
+impl From<ostler_store::Error> for Error {
+    fn from(e: ostler_store::Error) -> Self {
+        use ostler_store::Error as S;
+        match e {
+            S::NotFound { what } => Error::NotFound { what },
+            S::AlreadyExists { what } => Error::AlreadyExists { what },
+            S::InvalidArgument(message) => Error::InvalidArgument {
+                field: String::new(),
+                message,
+            },
+            S::Closed => Error::Unavailable("the store is closed".into()),
+            other => Error::Internal(format!("store: {other}")),
+        }
+    }
+}
+
+impl From<ostler_supervisor::Error> for Error {
+    fn from(e: ostler_supervisor::Error) -> Self {
+        use ostler_supervisor::Error as S;
+        match e {
+            S::Incompatible { .. } | S::Unsupported { .. } => Error::precondition(e.to_string()),
+            S::InvalidOptions(m) => Error::invalid("options", m),
+            S::ProcessGone | S::Stdin(_) => Error::Unavailable(e.to_string()),
+            S::NotPending(m) => Error::precondition(format!("not pending: {m}")),
+            other => Error::Internal(format!("supervisor: {other}")),
+        }
+    }
+}

@@ -17,7 +17,10 @@ pub mod error;
 pub mod permission;
 pub mod types;
 
+mod actor;
 mod engine;
+mod hub;
+mod subscribe;
 
 pub use engine::{Engine, EngineOptions, Subscription};
 pub use error::{CodeKind, Error, Result};

@@ -1,0 +1,200 @@
+//! Subscriptions: store replay, then the live broadcast, without gap or duplicate.
+//!
+//! The receiver is taken from the broadcast **before** the first store read, so an event
+//! committed after the replay's last read is in the receiver's buffer. Live events are
+//! de-duplicated by seq (`seq <= last` delivered is skipped); a live event whose seq is
+//! beyond `last + 1` (a gap, which can only be events already committed: persist before
+//! publish) or a `Lagged` receiver sends the subscription back to the store from `last`.
+//! A slow subscriber therefore only ever costs itself store reads.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use ostler_store::Store;
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use crate::error::{Error, Result};
+use crate::hub::{Hub, decode_stored};
+use crate::types::EngineEvent;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Reading pages from the store; switch to `Live` once a short page shows we caught up.
+    Replay,
+    Live,
+    /// The live channel closed (session deleted / engine shut down): read what is left in
+    /// the store, then end.
+    Drain,
+    Done,
+}
+
+/// A subscription: stored events after `after_seq`, then live events (when following).
+/// Also a [`futures::Stream`] through [`Subscription::into_stream`].
+pub struct Subscription {
+    store: Store,
+    session_id: Arc<str>,
+    rx: Option<broadcast::Receiver<Arc<EngineEvent>>>,
+    /// Keeps the session's hub (and so the channel) alive while subscribed.
+    _hub: Option<Arc<Hub>>,
+    last: u64,
+    /// Without `follow`: stop after this seq (the last seq when subscribing).
+    until: Option<u64>,
+    partials: bool,
+    page_size: usize,
+    mode: Mode,
+    buf: VecDeque<Arc<EngineEvent>>,
+    /// Store reads done (replay pages + lag/gap recoveries), for tests and metrics.
+    store_reads: u64,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("session_id", &self.session_id)
+            .field("last", &self.last)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    pub(crate) fn new(
+        hub: Arc<Hub>,
+        after_seq: u64,
+        include_partials: bool,
+        follow: bool,
+        until: Option<u64>,
+        page_size: usize,
+        redeliver: Vec<Arc<EngineEvent>>,
+    ) -> Self {
+        let rx = follow.then(|| hub.subscribe());
+        Self {
+            store: hub.store.clone(),
+            session_id: hub.session_id.clone(),
+            rx,
+            _hub: follow.then_some(hub),
+            last: after_seq,
+            until: if follow { None } else { until },
+            partials: include_partials,
+            page_size: page_size.max(1),
+            mode: Mode::Replay,
+            buf: redeliver.into(),
+            store_reads: 0,
+        }
+    }
+
+    /// The seq of the last stored event delivered (or `after_seq`).
+    pub fn last_seq(&self) -> u64 {
+        self.last
+    }
+
+    /// How many times this subscription read from the store (replay pages, lag and gap
+    /// recovery).
+    pub fn store_reads(&self) -> u64 {
+        self.store_reads
+    }
+
+    /// Reads one page after `self.last`; returns how many events it held.
+    async fn read_page(&mut self) -> Result<usize> {
+        let limit = match self.until {
+            Some(u) if u <= self.last => return Ok(0),
+            Some(u) => self.page_size.min((u - self.last) as usize),
+            None => self.page_size,
+        };
+        let store = self.store.clone();
+        let sid = self.session_id.clone();
+        let after = self.last;
+        self.store_reads += 1;
+        let page = tokio::task::spawn_blocking(move || store.events_after(&sid, after, limit))
+            .await
+            .map_err(|e| Error::internal(format!("replay task: {e}")))??;
+        let n = page.len();
+        for ev in &page {
+            // The store returns a gap-free run starting at after + 1.
+            if ev.seq != self.last + 1 {
+                return Err(Error::internal(format!(
+                    "store replay of session {} returned seq {} after {}",
+                    self.session_id, ev.seq, self.last
+                )));
+            }
+            self.last = ev.seq;
+            self.buf.push_back(Arc::new(decode_stored(ev)));
+        }
+        Ok(n)
+    }
+
+    /// The next event; `None` when the subscription ended (caught up without `follow`, the
+    /// session was deleted, or the engine shut down). An `Err` ends the stream too.
+    pub async fn next(&mut self) -> Option<Result<Arc<EngineEvent>>> {
+        loop {
+            if let Some(ev) = self.buf.pop_front() {
+                return Some(Ok(ev));
+            }
+            match self.mode {
+                Mode::Done => return None,
+                Mode::Replay | Mode::Drain => {
+                    let n = match self.read_page().await {
+                        Ok(n) => n,
+                        Err(e) => {
+                            self.mode = Mode::Done;
+                            // A deleted session ends the stream quietly when draining.
+                            if matches!(e, Error::NotFound { .. }) && self.rx.is_none() {
+                                return None;
+                            }
+                            return Some(Err(e));
+                        }
+                    };
+                    if n < self.page_size {
+                        self.mode = match (self.mode, &self.rx) {
+                            (Mode::Replay, Some(_)) => Mode::Live,
+                            (Mode::Replay, None) if n > 0 => Mode::Replay,
+                            _ => Mode::Done,
+                        };
+                    }
+                }
+                Mode::Live => {
+                    let Some(rx) = self.rx.as_mut() else {
+                        self.mode = Mode::Done;
+                        continue;
+                    };
+                    match rx.recv().await {
+                        Ok(ev) => match ev.seq {
+                            None => {
+                                if self.partials {
+                                    return Some(Ok(ev));
+                                }
+                            }
+                            Some(s) if s <= self.last => {}
+                            Some(s) if s == self.last + 1 => {
+                                self.last = s;
+                                return Some(Ok(ev));
+                            }
+                            Some(_) => {
+                                // Committed events we have not delivered: read them (and
+                                // this one) from the store.
+                                self.mode = Mode::Replay;
+                            }
+                        },
+                        Err(RecvError::Lagged(n)) => {
+                            tracing::debug!(session = %self.session_id, skipped = n, last = self.last, "subscriber lagged; continuing from the store");
+                            self.mode = Mode::Replay;
+                        }
+                        Err(RecvError::Closed) => {
+                            self.rx = None;
+                            self.mode = Mode::Drain;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// This subscription as a stream (ends after the first error).
+    pub fn into_stream(
+        self,
+    ) -> impl futures::Stream<Item = Result<Arc<EngineEvent>>> + Send + 'static {
+        futures::stream::unfold(self, |mut sub| async move {
+            sub.next().await.map(|item| (item, sub))
+        })
+    }
+}
