@@ -12,6 +12,7 @@ pub mod decode;
 pub mod framing;
 pub mod model;
 pub mod outbound;
+mod rawjson;
 pub mod recording;
 mod scan;
 pub mod transcript;

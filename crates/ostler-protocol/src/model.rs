@@ -13,7 +13,11 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 /// Opaque JSON kept verbatim (no tree is built for it). Compares by its text.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+///
+/// `Deserialize` is implemented by hand (`rawjson.rs`): straight from serde_json it keeps
+/// the text verbatim; inside buffered contexts (the internally tagged [`Event`]) it
+/// re-encodes the value in its original field order, so stored events can be read back.
+#[derive(Debug, Clone, Serialize)]
 #[serde(transparent)]
 pub struct RawJson(pub Box<RawValue>);
 
