@@ -8,6 +8,7 @@
 //! - [`outbound`]: messages ostler writes to the CLI's stdin.
 
 pub mod adapter;
+pub mod contract;
 pub mod decode;
 pub mod framing;
 pub mod model;
