@@ -303,6 +303,9 @@ pub struct FlagProbe {
     /// Whether each probed flag was accepted.
     pub accepted: BTreeMap<Flag, bool>,
     pub sdk_url: SdkUrl,
+    /// Anything notable (e.g. a base option refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The verdict for one release.

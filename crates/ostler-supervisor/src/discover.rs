@@ -438,23 +438,49 @@ pub async fn probe_flags(path: &Path, timeout: Duration) -> Result<FlagProbe, Pr
         .filter(|f| *f != Flag::SdkUrl)
         .collect();
     loop {
-        let cap = run(remaining.clone()).await?;
-        match unknown_option(&cap.stderr).and_then(Flag::from_arg) {
-            Some(f) if remaining.contains(&f) => {
-                probe.accepted.insert(f, false);
-                remaining.retain(|x| *x != f);
-            }
-            _ if cap.status.success() => {
+        let cap = match run(remaining.clone()).await {
+            Ok(cap) => cap,
+            // Still running with stdin at EOF: the options were parsed and accepted.
+            Err(ProbeError::Timeout(_)) => {
                 for f in remaining {
                     probe.accepted.insert(f, true);
                 }
                 break;
             }
-            _ => {
-                return Err(ProbeError::Failed {
-                    status: cap.status.to_string(),
-                    stderr: tail(&cap.stderr, 500),
-                });
+            Err(e) => return Err(e),
+        };
+        let all = format!("{}\n{}", cap.stderr, cap.stdout);
+        if all.contains(STDIO_TOOL_MISSING) && remaining.contains(&Flag::PermissionPromptTool) {
+            // The flag exists but only names an MCP tool: `stdio` is not supported.
+            probe.accepted.insert(Flag::PermissionPromptTool, false);
+            remaining.retain(|x| *x != Flag::PermissionPromptTool);
+            continue;
+        }
+        match unknown_option(&all) {
+            Some(opt) => match Flag::from_arg(opt).filter(|f| remaining.contains(f)) {
+                Some(f) => {
+                    probe.accepted.insert(f, false);
+                    remaining.retain(|x| *x != f);
+                }
+                None => {
+                    // A base option (`--input-format`) is unknown: no stream-json input at
+                    // all, so nothing ostler needs works.
+                    for f in Flag::ALL {
+                        probe.accepted.insert(f, false);
+                    }
+                    probe.sdk_url = SdkUrl::Unknown;
+                    probe.note = Some(format!("refuses {opt}"));
+                    return Ok(probe);
+                }
+            },
+            // Options are validated before anything runs: any other outcome (exit 0, or an
+            // error such as "No messages returned" from releases that fail on empty input)
+            // means every remaining flag was accepted.
+            None => {
+                for f in remaining {
+                    probe.accepted.insert(f, true);
+                }
+                break;
             }
         }
     }
@@ -471,6 +497,9 @@ pub async fn probe_flags(path: &Path, timeout: Duration) -> Result<FlagProbe, Pr
         .insert(Flag::SdkUrl, !matches!(probe.sdk_url, SdkUrl::Absent));
     Ok(probe)
 }
+
+/// What releases before 1.0.59 say to `--permission-prompt-tool stdio`.
+const STDIO_TOOL_MISSING: &str = "MCP tool stdio (passed via --permission-prompt-tool) not found";
 
 fn classify_sdk_url(stderr: &str, stdout: &str) -> SdkUrl {
     let all = format!("{stderr}\n{stdout}");
