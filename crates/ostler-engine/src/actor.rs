@@ -342,6 +342,12 @@ impl Actor {
         if items.is_empty() {
             return;
         }
+        // The turn count (and so the state GetSession reports) moves before the result is
+        // published, so a client that saw the result never reads a stale state.
+        self.turns_outstanding = self.turns_outstanding.saturating_sub(results.len() as u32);
+        if !results.is_empty() {
+            self.entry.set_state(self.live_state());
+        }
         let events = match self.entry.hub.emit(items).await {
             Ok(ev) => ev,
             Err(e) => {
@@ -390,7 +396,6 @@ impl Actor {
     }
 
     async fn turn_completed(&mut self, r: proto::TurnResult, seq: Option<u64>) {
-        self.turns_outstanding = self.turns_outstanding.saturating_sub(1);
         if let Some(u) = r.usage {
             let turn = TurnUsage {
                 event_seq: seq,
@@ -560,9 +565,6 @@ impl Actor {
         if let Err(e) = self.shared.store.upsert_interaction(ni).await {
             tracing::error!(session = %self.sid(), error = %e, "cannot record interaction");
         }
-        guard.publish(std::slice::from_ref(&event));
-        drop(guard);
-
         let pending = Pending {
             kind,
             request: c,
@@ -570,7 +572,14 @@ impl Actor {
             deadline: expires.map(|d| Instant::now() + d),
         };
         self.pending.insert(request_id.clone(), pending);
-        self.entry.set_pending(&request_id, Some(event));
+        if rule.is_none() {
+            // Visible through GetSession / PendingInteractions before any client sees the
+            // request.
+            self.entry.set_pending(&request_id, Some(event.clone()));
+            self.entry.set_state(self.live_state());
+        }
+        guard.publish(std::slice::from_ref(&event));
+        drop(guard);
 
         if let Some(rule) = rule {
             let by = rule.decided_by();
@@ -658,6 +667,7 @@ impl Actor {
         let Some(p) = self.remove_pending(request_id) else {
             return Err(self.not_pending(request_id));
         };
+        self.entry.set_state(self.live_state());
         let resolved = InteractionResolved {
             request_id: request_id.to_owned(),
             kind,
