@@ -1,1 +1,264 @@
-//! ostler-server
+//! ostler-server: the gRPC surface of the ostler daemon.
+//!
+//! - [`SessionSvc`] / [`DaemonSvc`]: `ostler.v1.SessionService` and `DaemonService` on top
+//!   of an [`ostler_engine::Engine`]; request validation and the one engine-error ->
+//!   `Status` mapping ([`error`]) live here.
+//! - `grpc.health.v1.Health` (tonic-health), kept in line with the engine's store status,
+//!   and server reflection (tonic-reflection, v1 and v1alpha).
+//! - [`auth::AuthLayer`]: bearer tokens checked in a tower layer (health exempt).
+//! - [`Server::run`]: serves on already-bound listeners (TCP, optionally TLS; Unix socket)
+//!   until a [`CancellationToken`] fires; then health turns NOT_SERVING, every subscriber
+//!   stream ends with `UNAVAILABLE`, and accepting stops.
+
+pub mod auth;
+mod convert;
+mod daemon;
+pub mod error;
+mod session;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ostler_engine::Engine;
+use ostler_proto::v1::daemon_service_server::DaemonServiceServer;
+use ostler_proto::v1::session_service_server::SessionServiceServer;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+pub use auth::{AuthLayer, Token};
+pub use daemon::{ClaudeCodeInfo, Compatibility, DaemonInfo, DaemonSvc};
+pub use session::{CLIENT_HEADER, SessionSvc};
+
+/// Errors starting or running the server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("TLS configuration: {0}")]
+    Tls(#[source] tonic::transport::Error),
+    #[error("reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("serving {listener}: {source}")]
+    Serve {
+        listener: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("I/O on {listener}: {source}")]
+    Io {
+        listener: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// TLS material (PEM).
+#[derive(Clone)]
+pub struct TlsOptions {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    /// When set, clients must present a certificate signed by this CA.
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsOptions")
+            .field("client_auth", &self.client_ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Server configuration.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Bearer tokens; empty disables authentication.
+    pub tokens: Vec<Token>,
+    /// TLS for TCP listeners (Unix sockets are always plain).
+    pub tls: Option<TlsOptions>,
+    /// How often the health service re-checks the engine's store.
+    pub health_interval: Duration,
+    /// Events buffered per subscriber between the engine and the network.
+    pub subscriber_buffer: usize,
+    /// How long to wait for open calls after shutdown began before giving up on them.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            tokens: Vec::new(),
+            tls: None,
+            health_interval: Duration::from_secs(1),
+            subscriber_buffer: 256,
+            drain_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A bound listener.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+    },
+}
+
+impl Listener {
+    /// `tcp://addr` or `unix://path`.
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) => match l.local_addr() {
+                Ok(a) => format!("tcp://{a}"),
+                Err(_) => "tcp://?".to_owned(),
+            },
+            Listener::Unix { path, .. } => format!("unix://{}", path.display()),
+        }
+    }
+
+    /// The TCP address, for TCP listeners.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix { .. } => None,
+        }
+    }
+}
+
+/// The gRPC server.
+#[derive(Debug)]
+pub struct Server;
+
+impl Server {
+    /// Serves every listener until `shutdown` is cancelled, then drains.
+    pub async fn run(
+        opts: ServerOptions,
+        engine: Engine,
+        info: DaemonInfo,
+        listeners: Vec<Listener>,
+        shutdown: CancellationToken,
+    ) -> Result<()> {
+        let (reporter, health_svc) = tonic_health::server::health_reporter();
+        let reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(ostler_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()?;
+        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(ostler_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()?;
+
+        let session = SessionSvc::new(engine.clone(), shutdown.clone(), opts.subscriber_buffer);
+        let daemon = DaemonSvc::new(engine.clone(), info, shutdown.clone());
+        let routes = Routes::new(health_svc)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(SessionServiceServer::new(session))
+            .add_service(DaemonServiceServer::new(daemon))
+            .prepare();
+
+        // The first health check happens before any listener accepts.
+        let health_task = {
+            let engine = engine.clone();
+            let shutdown = shutdown.clone();
+            let interval = opts.health_interval;
+            tokio::spawn(daemon::watch_health(engine, reporter, interval, shutdown))
+        };
+
+        let tls = match &opts.tls {
+            None => None,
+            Some(t) => {
+                let mut cfg =
+                    ServerTlsConfig::new().identity(Identity::from_pem(&t.cert_pem, &t.key_pem));
+                if let Some(ca) = &t.client_ca_pem {
+                    cfg = cfg.client_ca_root(Certificate::from_pem(ca));
+                }
+                Some(cfg)
+            }
+        };
+        let auth = AuthLayer::new(opts.tokens.clone());
+
+        let mut tasks = tokio::task::JoinSet::new();
+        for l in listeners {
+            let name = l.describe();
+            let routes = routes.clone();
+            let signal = shutdown.clone().cancelled_owned();
+            let mut builder = tonic::transport::Server::builder();
+            match l {
+                Listener::Tcp(tcp) => {
+                    if let Some(cfg) = &tls {
+                        builder = builder.tls_config(cfg.clone()).map_err(Error::Tls)?;
+                    }
+                    let incoming = TcpListenerStream::new(tcp);
+                    let fut = builder
+                        .tcp_nodelay(true)
+                        .layer(auth.clone())
+                        .add_routes(routes)
+                        .serve_with_incoming_shutdown(incoming, signal);
+                    tasks.spawn(finish(name, fut));
+                }
+                Listener::Unix { listener, .. } => {
+                    let incoming = UnixListenerStream::new(listener);
+                    let fut = builder
+                        .layer(auth.clone())
+                        .add_routes(routes)
+                        .serve_with_incoming_shutdown(incoming, signal);
+                    tasks.spawn(finish(name, fut));
+                }
+            }
+        }
+
+        let mut first_err = None;
+        // Serve until shutdown (or until a listener fails).
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            Some(res) = tasks.join_next() => {
+                if let Ok(Err(e)) = res {
+                    tracing::error!(error = %e, "listener failed; shutting down");
+                    first_err = Some(e);
+                }
+                shutdown.cancel();
+            }
+        }
+        tracing::info!("gRPC server: shutting down, no longer accepting");
+        let drain = async {
+            while let Some(res) = tasks.join_next().await {
+                if let Ok(Err(e)) = res {
+                    tracing::warn!(error = %e, "listener ended with an error during shutdown");
+                    first_err.get_or_insert(e);
+                }
+            }
+        };
+        if tokio::time::timeout(opts.drain_timeout, drain)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                timeout = ?opts.drain_timeout,
+                "open calls did not finish in time; closing them"
+            );
+            tasks.abort_all();
+        }
+        let _ = health_task.await;
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+async fn finish(
+    listener: String,
+    fut: impl Future<Output = std::result::Result<(), tonic::transport::Error>>,
+) -> Result<()> {
+    tracing::info!(%listener, "gRPC server listening");
+    fut.await
+        .map_err(|source| Error::Serve { listener, source })
+}

@@ -6,7 +6,10 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod client;
+mod config;
 mod decode;
+mod serve;
 
 #[derive(Parser)]
 #[command(
@@ -23,11 +26,17 @@ struct Cli {
 enum Command {
     /// Print the canonical events of a Claude Code NDJSON stream (or a contract recording).
     Decode(decode::DecodeArgs),
+    /// Run the daemon: serve the gRPC API until SIGINT/SIGTERM.
+    Serve(serve::ServeArgs),
+    #[command(flatten)]
+    Client(client::ClientCommand),
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(args),
+        Command::Serve(args) => std::process::exit(serve::run(args)),
+        Command::Client(cmd) => client::main(cmd),
     }
 }

@@ -1,0 +1,914 @@
+//! Mapping between the engine's domain types and `ostler.v1` messages, plus request
+//! validation (missing ids, bad enums, malformed JSON -> `INVALID_ARGUMENT`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use ostler_engine as eng;
+use ostler_proto::v1 as pb;
+use ostler_protocol as cp;
+use tonic::Status;
+
+// ---------------------------------------------------------------- validation helpers
+
+/// A required string field: non-empty after trimming.
+pub(crate) fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
+    let v = value.trim();
+    if v.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    Ok(v)
+}
+
+fn opt_string(s: String) -> Option<String> {
+    (!s.trim().is_empty()).then_some(s)
+}
+
+fn parse_json_object(field: &str, text: &str) -> Result<serde_json::Value, Status> {
+    let v: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| Status::invalid_argument(format!("{field} is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(Status::invalid_argument(format!(
+            "{field} must be a JSON object"
+        )));
+    }
+    Ok(v)
+}
+
+fn json_text<T: serde::Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------- enums
+
+pub(crate) fn state_to_pb(s: eng::SessionState) -> pb::SessionState {
+    match s {
+        eng::SessionState::Starting => pb::SessionState::Starting,
+        eng::SessionState::Idle => pb::SessionState::Idle,
+        eng::SessionState::Running => pb::SessionState::Running,
+        eng::SessionState::AwaitingPermission => pb::SessionState::AwaitingPermission,
+        eng::SessionState::Stopped => pb::SessionState::Stopped,
+        eng::SessionState::Exited => pb::SessionState::Exited,
+        eng::SessionState::Resumable => pb::SessionState::Resumable,
+    }
+}
+
+pub(crate) fn state_from_pb(field: &str, v: i32) -> Result<eng::SessionState, Status> {
+    match pb::SessionState::try_from(v) {
+        Ok(pb::SessionState::Starting) => Ok(eng::SessionState::Starting),
+        Ok(pb::SessionState::Idle) => Ok(eng::SessionState::Idle),
+        Ok(pb::SessionState::Running) => Ok(eng::SessionState::Running),
+        Ok(pb::SessionState::AwaitingPermission) => Ok(eng::SessionState::AwaitingPermission),
+        Ok(pb::SessionState::Stopped) => Ok(eng::SessionState::Stopped),
+        Ok(pb::SessionState::Exited) => Ok(eng::SessionState::Exited),
+        Ok(pb::SessionState::Resumable) => Ok(eng::SessionState::Resumable),
+        Ok(pb::SessionState::Unspecified) => Err(Status::invalid_argument(format!(
+            "{field}: SESSION_STATE_UNSPECIFIED is not a state"
+        ))),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "{field}: {v} is not a known SessionState"
+        ))),
+    }
+}
+
+/// The CLI's `--permission-mode` spelling.
+pub(crate) fn mode_to_cli(m: pb::PermissionMode) -> Option<&'static str> {
+    match m {
+        pb::PermissionMode::Unspecified => None,
+        pb::PermissionMode::Default => Some("default"),
+        pb::PermissionMode::AcceptEdits => Some("acceptEdits"),
+        pb::PermissionMode::Plan => Some("plan"),
+        pb::PermissionMode::BypassPermissions => Some("bypassPermissions"),
+    }
+}
+
+pub(crate) fn mode_from_cli(s: &str) -> pb::PermissionMode {
+    match s {
+        "default" => pb::PermissionMode::Default,
+        "acceptEdits" => pb::PermissionMode::AcceptEdits,
+        "plan" => pb::PermissionMode::Plan,
+        "bypassPermissions" => pb::PermissionMode::BypassPermissions,
+        _ => pb::PermissionMode::Unspecified,
+    }
+}
+
+/// A permission mode field: `allow_unspecified` lets UNSPECIFIED through as `None`.
+pub(crate) fn mode_field(
+    field: &str,
+    v: i32,
+    allow_unspecified: bool,
+) -> Result<Option<&'static str>, Status> {
+    let m = pb::PermissionMode::try_from(v).map_err(|_| {
+        Status::invalid_argument(format!("{field}: {v} is not a known PermissionMode"))
+    })?;
+    match mode_to_cli(m) {
+        None if !allow_unspecified => Err(Status::invalid_argument(format!(
+            "{field} is required (PERMISSION_MODE_UNSPECIFIED given)"
+        ))),
+        other => Ok(other),
+    }
+}
+
+fn resolution_to_pb(r: &eng::Resolution) -> pb::Resolution {
+    match r {
+        eng::Resolution::Allowed { .. } => pb::Resolution::Allowed,
+        eng::Resolution::Denied { .. } => pb::Resolution::Denied,
+        eng::Resolution::Answered { .. } => pb::Resolution::Answered,
+        eng::Resolution::Expired { .. } => pb::Resolution::Expired,
+        eng::Resolution::Cancelled { .. } => pb::Resolution::Cancelled,
+    }
+}
+
+// ---------------------------------------------------------------- requests
+
+pub(crate) fn message_content(
+    field: &str,
+    c: Option<pb::MessageContent>,
+) -> Result<eng::MessageContent, Status> {
+    use pb::message_content::Content;
+    match c.and_then(|c| c.content) {
+        None => Err(Status::invalid_argument(format!(
+            "{field} is required (text or blocks)"
+        ))),
+        Some(Content::Text(t)) => {
+            if t.trim().is_empty() {
+                Err(Status::invalid_argument(format!("{field}.text is empty")))
+            } else {
+                Ok(eng::MessageContent::Text(t))
+            }
+        }
+        Some(Content::Blocks(b)) => {
+            if b.blocks.is_empty() {
+                return Err(Status::invalid_argument(format!(
+                    "{field}.blocks has no blocks"
+                )));
+            }
+            let mut out = Vec::with_capacity(b.blocks.len());
+            for (i, block) in b.blocks.into_iter().enumerate() {
+                use pb::input_block::Block;
+                let f = format!("{field}.blocks[{i}]");
+                let v = match block.block {
+                    None => {
+                        return Err(Status::invalid_argument(format!("{f} is empty")));
+                    }
+                    Some(Block::Text(t)) => serde_json::json!({"type": "text", "text": t}),
+                    Some(Block::Image(img)) => {
+                        required(&format!("{f}.image.media_type"), &img.media_type)?;
+                        required(&format!("{f}.image.data_base64"), &img.data_base64)?;
+                        serde_json::json!({
+                            "type": "image",
+                            "source": {
+                                "type": "base64",
+                                "media_type": img.media_type,
+                                "data": img.data_base64,
+                            }
+                        })
+                    }
+                    Some(Block::Json(j)) => {
+                        let v = parse_json_object(&format!("{f}.json"), &j)?;
+                        if v.get("type").and_then(|t| t.as_str()).is_none() {
+                            return Err(Status::invalid_argument(format!(
+                                "{f}.json needs a string \"type\""
+                            )));
+                        }
+                        v
+                    }
+                };
+                out.push(v);
+            }
+            Ok(eng::MessageContent::Blocks(out))
+        }
+    }
+}
+
+pub(crate) fn rule_from_pb(
+    field: &str,
+    r: pb::PermissionRule,
+) -> Result<eng::PermissionRule, Status> {
+    let action = match pb::RuleAction::try_from(r.action) {
+        Ok(pb::RuleAction::Unspecified | pb::RuleAction::Allow) => eng::RuleAction::Allow,
+        Ok(pb::RuleAction::Deny) => eng::RuleAction::Deny,
+        Err(_) => {
+            return Err(Status::invalid_argument(format!(
+                "{field}.action: {} is not a known RuleAction",
+                r.action
+            )));
+        }
+    };
+    required(&format!("{field}.tool"), &r.tool)?;
+    Ok(eng::PermissionRule {
+        tool: r.tool.trim().to_owned(),
+        pattern: opt_string(r.pattern),
+        action,
+    })
+}
+
+pub(crate) fn create_session(
+    r: pb::CreateSessionRequest,
+    client: eng::ClientRef,
+) -> Result<eng::CreateSession, Status> {
+    let cwd = required("cwd", &r.cwd)?;
+    let permission_mode = mode_field("permission_mode", r.permission_mode, true)?;
+    let mut labels = BTreeMap::new();
+    for (k, v) in r.labels {
+        if k.trim().is_empty() {
+            return Err(Status::invalid_argument("labels: a label key is empty"));
+        }
+        labels.insert(k, v);
+    }
+    let first_prompt = match r.first_prompt {
+        Some(p) => Some(message_content("first_prompt", Some(p))?),
+        None => None,
+    };
+    let rules = r
+        .rules
+        .into_iter()
+        .enumerate()
+        .map(|(i, rule)| rule_from_pb(&format!("rules[{i}]"), rule))
+        .collect::<Result<Vec<_>, _>>()?;
+    if r.max_turns == Some(0) {
+        return Err(Status::invalid_argument(
+            "max_turns must be at least 1 (leave it unset for no limit)",
+        ));
+    }
+    for (name, list) in [
+        ("allowed_tools", &r.allowed_tools),
+        ("disallowed_tools", &r.disallowed_tools),
+    ] {
+        if let Some(i) = list.iter().position(|t| t.trim().is_empty()) {
+            return Err(Status::invalid_argument(format!("{name}[{i}] is empty")));
+        }
+    }
+    Ok(eng::CreateSession {
+        cwd: PathBuf::from(cwd),
+        model: opt_string(r.model),
+        permission_mode: permission_mode.map(str::to_owned),
+        allowed_tools: r.allowed_tools,
+        disallowed_tools: r.disallowed_tools,
+        append_system_prompt: opt_string(r.append_system_prompt),
+        max_turns: r.max_turns,
+        labels,
+        rules,
+        first_prompt,
+        client,
+    })
+}
+
+pub(crate) fn list_sessions(r: pb::ListSessionsRequest) -> Result<eng::ListSessions, Status> {
+    let states = r
+        .states
+        .iter()
+        .enumerate()
+        .map(|(i, s)| state_from_pb(&format!("states[{i}]"), *s))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(eng::ListSessions {
+        states,
+        labels: r.labels.into_iter().collect(),
+        page_size: r.page_size.min(500),
+        page_token: opt_string(r.page_token),
+    })
+}
+
+pub(crate) fn permission_response(
+    r: Option<pb::respond_to_permission_request::Decision>,
+) -> Result<eng::PermissionResponse, Status> {
+    use pb::respond_to_permission_request::Decision;
+    match r {
+        None => Err(Status::invalid_argument(
+            "decision is required (allow or deny)",
+        )),
+        Some(Decision::Allow(a)) => {
+            let updated_input = if a.updated_input_json.trim().is_empty() {
+                None
+            } else {
+                Some(parse_json_object(
+                    "allow.updated_input_json",
+                    &a.updated_input_json,
+                )?)
+            };
+            let remember = a
+                .remember
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| rule_from_pb(&format!("allow.remember[{i}]"), r))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(eng::PermissionResponse::Allow {
+                updated_input,
+                remember,
+            })
+        }
+        Some(Decision::Deny(d)) => {
+            if d.message.trim().is_empty() {
+                return Err(Status::invalid_argument(
+                    "deny.message is required (it is told to the model)",
+                ));
+            }
+            Ok(eng::PermissionResponse::Deny {
+                message: d.message,
+                interrupt: d.interrupt,
+            })
+        }
+    }
+}
+
+pub(crate) fn answers(a: Vec<pb::QuestionAnswer>) -> Result<Vec<eng::QuestionAnswer>, Status> {
+    if a.is_empty() {
+        return Err(Status::invalid_argument(
+            "answers is required: one answer per question asked",
+        ));
+    }
+    a.into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            required(&format!("answers[{i}].question"), &a.question)?;
+            let other_text = (!a.other_text.trim().is_empty()).then_some(a.other_text);
+            if a.selected.is_empty() && other_text.is_none() {
+                return Err(Status::invalid_argument(format!(
+                    "answers[{i}] selects nothing (give `selected` labels or `other_text`)"
+                )));
+            }
+            Ok(eng::QuestionAnswer {
+                question: a.question,
+                selected: a.selected,
+                other_text,
+            })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- responses
+
+fn usage_to_pb(u: &cp::Usage) -> pb::Usage {
+    pb::Usage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_creation_input_tokens: u.cache_creation_input_tokens,
+        cache_read_input_tokens: u.cache_read_input_tokens,
+    }
+}
+
+fn exit_to_pb(e: &eng::ExitStatus) -> pb::ProcessExited {
+    pb::ProcessExited {
+        exit_code: e.code,
+        signal: e.signal,
+        stderr_tail: e.stderr_tail.clone(),
+        reason: e.reason.clone().unwrap_or_default(),
+    }
+}
+
+pub(crate) fn session_to_pb(s: &eng::SessionInfo) -> pb::Session {
+    pb::Session {
+        id: s.id.clone(),
+        cli_session_id: s.claude_session_id.clone().unwrap_or_default(),
+        state: state_to_pb(s.state) as i32,
+        cwd: s.cwd.display().to_string(),
+        model: s.model.clone().unwrap_or_default(),
+        permission_mode: s
+            .permission_mode
+            .as_deref()
+            .map(mode_from_cli)
+            .unwrap_or(pb::PermissionMode::Unspecified) as i32,
+        labels: s
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        created_at_ms: s.created_ms,
+        updated_at_ms: s.updated_ms,
+        last_seq: s.last_seq,
+        pending_interactions: s.pending_interactions,
+        cli_version: s.cli_release.clone().unwrap_or_default(),
+        last_exit: s.exit.as_ref().map(exit_to_pb),
+        turns: s.turns,
+        usage: Some(pb::Usage {
+            input_tokens: s.usage.input_tokens,
+            output_tokens: s.usage.output_tokens,
+            cache_creation_input_tokens: s.usage.cache_creation_input_tokens,
+            cache_read_input_tokens: s.usage.cache_read_input_tokens,
+        }),
+        total_cost_usd: s.usage.cost_usd,
+    }
+}
+
+fn answers_to_pb(a: &[eng::QuestionAnswer]) -> Vec<pb::QuestionAnswer> {
+    a.iter()
+        .map(|a| pb::QuestionAnswer {
+            question: a.question.clone(),
+            selected: a.selected.clone(),
+            other_text: a.other_text.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+pub(crate) fn permission_resolved(r: &eng::InteractionResolved) -> pb::PermissionResolved {
+    let (message, updated_input_json, edited, interrupt) = match &r.resolution {
+        eng::Resolution::Allowed {
+            updated_input,
+            edited,
+        } => (String::new(), json_text(updated_input), *edited, false),
+        eng::Resolution::Denied { message, interrupt } => {
+            (message.clone(), String::new(), false, *interrupt)
+        }
+        eng::Resolution::Expired { message } => (message.clone(), String::new(), false, false),
+        eng::Resolution::Cancelled { reason } => (reason.clone(), String::new(), false, false),
+        eng::Resolution::Answered { .. } => (String::new(), String::new(), false, false),
+    };
+    pb::PermissionResolved {
+        request_id: r.request_id.clone(),
+        resolution: resolution_to_pb(&r.resolution) as i32,
+        message,
+        updated_input_json,
+        resolved_by: r.decided_by.clone(),
+        edited,
+        interrupt,
+    }
+}
+
+pub(crate) fn question_answered(r: &eng::InteractionResolved) -> pb::QuestionAnswered {
+    pb::QuestionAnswered {
+        request_id: r.request_id.clone(),
+        answers: match &r.resolution {
+            eng::Resolution::Answered { answers } => answers_to_pb(answers),
+            _ => Vec::new(),
+        },
+        resolution: resolution_to_pb(&r.resolution) as i32,
+        resolved_by: r.decided_by.clone(),
+    }
+}
+
+fn question_to_pb(q: &cp::Question) -> pb::Question {
+    pb::Question {
+        question: q.question.clone(),
+        header: q.header.clone().unwrap_or_default(),
+        options: q
+            .options
+            .iter()
+            .map(|o| pb::QuestionOption {
+                label: o.label.clone(),
+                description: o.description.clone().unwrap_or_default(),
+            })
+            .collect(),
+        multi_select: q.multi_select,
+    }
+}
+
+fn assistant_block(b: &cp::AssistantBlock) -> pb::AssistantBlock {
+    use pb::assistant_block::Block;
+    let block = match &b.block {
+        cp::ContentBlock::Text { text } => Block::Text(pb::TextBlock { text: text.clone() }),
+        cp::ContentBlock::Thinking {
+            thinking,
+            signature,
+        } => Block::Thinking(pb::ThinkingBlock {
+            thinking: thinking.clone(),
+            signature: signature.clone().unwrap_or_default(),
+        }),
+        cp::ContentBlock::RedactedThinking { data } => {
+            Block::RedactedThinking(pb::RedactedThinkingBlock { data: data.clone() })
+        }
+        cp::ContentBlock::ToolUse { id, name, input } => Block::ToolUse(pb::ToolUseBlock {
+            id: id.clone(),
+            name: name.clone(),
+            input_json: json_text(input),
+        }),
+        cp::ContentBlock::Other { block_type, raw } => Block::Other(pb::OtherBlock {
+            block_type: block_type.clone(),
+            raw_json: raw.get().to_owned(),
+        }),
+    };
+    pb::AssistantBlock {
+        message_id: b.message_id.clone().unwrap_or_default(),
+        index: b.index,
+        model: b.model.clone().unwrap_or_default(),
+        block: Some(block),
+        stop_reason: b.stop_reason.clone().unwrap_or_default(),
+        usage: b.usage.as_ref().map(usage_to_pb),
+        error: b.error.clone().unwrap_or_default(),
+    }
+}
+
+fn user_content(c: &eng::MessageContent) -> (String, String) {
+    match c {
+        eng::MessageContent::Text(t) => (t.clone(), String::new()),
+        eng::MessageContent::Blocks(b) => (String::new(), json_text(b)),
+    }
+}
+
+fn system_notice_json<T: serde::Serialize>(
+    source_type: &str,
+    subtype: &str,
+    v: &T,
+) -> pb::SystemNotice {
+    pb::SystemNotice {
+        source_type: source_type.to_owned(),
+        subtype: subtype.to_owned(),
+        fields_json: json_text(v),
+    }
+}
+
+/// The protobuf payload of an engine event. `None` for payloads not exposed on the API
+/// (stream markers: live-only framing that clients do not need).
+pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::Payload> {
+    use pb::session_event::Payload as P;
+    Some(match p {
+        eng::EventPayload::SessionStarted(s) => P::SessionStarted(pb::SessionStarted {
+            cli_session_id: s.session_id.clone(),
+            model: s.model.clone().unwrap_or_default(),
+            cwd: s.cwd.clone().unwrap_or_default(),
+            tools: s.tools.clone(),
+            permission_mode: s.permission_mode.clone().unwrap_or_default(),
+            cli_version: s.cli_version.clone().unwrap_or_default(),
+            capabilities: s.capabilities.clone(),
+        }),
+        eng::EventPayload::AssistantBlock(b) => P::AssistantBlock(assistant_block(b)),
+        eng::EventPayload::PartialDelta(d) => {
+            use pb::partial_delta::Delta;
+            let delta = match &d.delta {
+                cp::Delta::Text(t) => Delta::Text(t.clone()),
+                cp::Delta::Thinking(t) => Delta::Thinking(t.clone()),
+                cp::Delta::InputJson(t) => Delta::InputJson(t.clone()),
+                cp::Delta::Signature(t) => Delta::Signature(t.clone()),
+                cp::Delta::Other { raw, .. } => Delta::OtherJson(raw.get().to_owned()),
+            };
+            P::PartialDelta(pb::PartialDelta {
+                message_id: d.message_id.clone().unwrap_or_default(),
+                index: d.index,
+                delta: Some(delta),
+            })
+        }
+        eng::EventPayload::StreamMarker(_) => return None,
+        eng::EventPayload::UserMessage(u) => P::UserMessage(pb::UserMessage {
+            text: u.text.clone().unwrap_or_default(),
+            content_json: u
+                .content
+                .as_ref()
+                .map(|c| c.get().to_owned())
+                .unwrap_or_default(),
+            client_message_id: String::new(),
+            is_synthetic: u.is_synthetic,
+            is_replay: u.is_replay,
+            sent_by: String::new(),
+        }),
+        eng::EventPayload::UserMessageSent(u) => {
+            let (text, content_json) = user_content(&u.content);
+            P::UserMessage(pb::UserMessage {
+                text,
+                content_json,
+                client_message_id: u.client_message_id.clone().unwrap_or_default(),
+                is_synthetic: false,
+                is_replay: false,
+                sent_by: u.sent_by.clone(),
+            })
+        }
+        eng::EventPayload::ToolResult(t) => {
+            use pb::tool_result::Content;
+            P::ToolResult(pb::ToolResult {
+                tool_use_id: t.tool_use_id.clone().unwrap_or_default(),
+                content: match &t.content {
+                    cp::ToolResultContent::Text(s) => Some(Content::Text(s.clone())),
+                    cp::ToolResultContent::Blocks(b) => {
+                        Some(Content::BlocksJson(b.get().to_owned()))
+                    }
+                    cp::ToolResultContent::Null => None,
+                },
+                is_error: t.is_error,
+            })
+        }
+        eng::EventPayload::PermissionRequested(r) => {
+            P::PermissionRequested(pb::PermissionRequested {
+                request_id: r.request_id.clone(),
+                tool_name: r.tool_name.clone(),
+                input_json: json_text(&r.input),
+                tool_use_id: r.tool_use_id.clone().unwrap_or_default(),
+                suggestions_json: r.suggestions.as_ref().map(json_text).unwrap_or_default(),
+                blocked_path: r.blocked_path.clone().unwrap_or_default(),
+                decision_reason: r.decision_reason.clone().unwrap_or_default(),
+                description: r.description.clone().unwrap_or_default(),
+            })
+        }
+        eng::EventPayload::QuestionAsked(q) => P::QuestionAsked(pb::QuestionAsked {
+            request_id: q.request_id.clone(),
+            tool_use_id: q.tool_use_id.clone().unwrap_or_default(),
+            questions: q.questions.iter().map(question_to_pb).collect(),
+        }),
+        eng::EventPayload::InteractionResolved(r) => match r.kind {
+            eng::InteractionKind::Permission => P::PermissionResolved(permission_resolved(r)),
+            eng::InteractionKind::Question => P::QuestionAnswered(question_answered(r)),
+        },
+        eng::EventPayload::TurnCompleted(t) => P::TurnCompleted(pb::TurnCompleted {
+            subtype: t.subtype.clone(),
+            is_error: t.is_error,
+            result: t.result.clone().unwrap_or_default(),
+            num_turns: t.num_turns.unwrap_or_default(),
+            duration_ms: t.duration_ms.unwrap_or_default(),
+            duration_api_ms: t.duration_api_ms.unwrap_or_default(),
+            total_cost_usd: t.total_cost_usd.unwrap_or_default(),
+            usage: t.usage.as_ref().map(usage_to_pb),
+            errors: t.errors.clone(),
+            stop_reason: t.stop_reason.clone().unwrap_or_default(),
+            denied_tools: t
+                .permission_denials
+                .iter()
+                .map(|d| d.tool_name.clone())
+                .collect(),
+        }),
+        eng::EventPayload::StateChanged(s) => P::StateChanged(pb::StateChanged {
+            from: state_to_pb(s.from) as i32,
+            to: state_to_pb(s.to) as i32,
+            reason: s.reason.clone().unwrap_or_default(),
+        }),
+        eng::EventPayload::SystemNotice(n) => P::SystemNotice(pb::SystemNotice {
+            source_type: n.source_type.clone(),
+            subtype: n.subtype.clone().unwrap_or_default(),
+            fields_json: n.fields.get().to_owned(),
+        }),
+        eng::EventPayload::CliControlRequest(r) => {
+            let subtype = match &r.request {
+                cp::CliRequest::CanUseTool(_) => "can_use_tool".to_owned(),
+                cp::CliRequest::HookCallback(_) => "hook_callback".to_owned(),
+                cp::CliRequest::Other {
+                    request_subtype, ..
+                } => request_subtype.clone(),
+            };
+            P::SystemNotice(system_notice_json("control_request", &subtype, r))
+        }
+        eng::EventPayload::ControlResponse(r) => {
+            let subtype = match &r.outcome {
+                cp::ControlOutcome::Success { .. } => "success",
+                cp::ControlOutcome::Error { .. } => "error",
+            };
+            P::SystemNotice(system_notice_json("control_response", subtype, r))
+        }
+        eng::EventPayload::EngineNotice(n) => P::EngineNotice(pb::EngineNotice {
+            code: n.code.clone(),
+            message: n.message.clone(),
+            data_json: n.data.as_ref().map(json_text).unwrap_or_default(),
+        }),
+        eng::EventPayload::ProcessExited(e) => P::ProcessExited(exit_to_pb(&e.status)),
+        eng::EventPayload::Diagnostic(d) => P::Diagnostic(pb::Diagnostic {
+            code: match d.code {
+                cp::DiagnosticCode::NotJson => "not_json",
+                cp::DiagnosticCode::NotAMessage => "not_a_message",
+                cp::DiagnosticCode::BadShape => "bad_shape",
+            }
+            .to_owned(),
+            message: d.message.clone(),
+            excerpt: d.excerpt.clone(),
+            line_len: d.line_len,
+        }),
+        eng::EventPayload::Truncated(t) => P::Diagnostic(pb::Diagnostic {
+            code: "truncated".to_owned(),
+            message: t.marker.clone(),
+            excerpt: json_text(t),
+            line_len: t.original_size,
+        }),
+        eng::EventPayload::Unknown(u) => P::Unknown(pb::UnknownRaw {
+            message_type: u.message_type.clone(),
+            raw_json: u.raw.get().to_owned(),
+        }),
+    })
+}
+
+/// The protobuf event, or `None` when its payload is not exposed.
+pub(crate) fn event_to_pb(e: &eng::EngineEvent) -> Option<pb::SessionEvent> {
+    Some(pb::SessionEvent {
+        session_id: e.session_id.to_string(),
+        seq: e.seq.unwrap_or(0),
+        ts_ms: e.ts_ms,
+        parent_tool_use_id: e.parent_tool_use_id.clone(),
+        redelivered: e.redelivered,
+        payload: Some(payload_to_pb(&e.payload)?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    #[test]
+    fn create_session_validates_fields() {
+        let c = eng::ClientRef::default();
+        let err = create_session(pb::CreateSessionRequest::default(), c.clone()).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().contains("cwd"), "{}", err.message());
+
+        let bad_mode = pb::CreateSessionRequest {
+            cwd: "/tmp".into(),
+            permission_mode: 42,
+            ..Default::default()
+        };
+        let err = create_session(bad_mode, c.clone()).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(
+            err.message().contains("permission_mode"),
+            "{}",
+            err.message()
+        );
+
+        let ok = pb::CreateSessionRequest {
+            cwd: "/tmp".into(),
+            model: "sonnet".into(),
+            permission_mode: pb::PermissionMode::AcceptEdits as i32,
+            max_turns: Some(3),
+            first_prompt: Some(pb::MessageContent {
+                content: Some(pb::message_content::Content::Text("hi".into())),
+            }),
+            rules: vec![pb::PermissionRule {
+                tool: "Bash".into(),
+                pattern: "git status".into(),
+                action: 0,
+            }],
+            ..Default::default()
+        };
+        let req = create_session(ok, c).unwrap();
+        assert_eq!(req.permission_mode.as_deref(), Some("acceptEdits"));
+        assert_eq!(req.model.as_deref(), Some("sonnet"));
+        assert_eq!(req.rules[0].action, eng::RuleAction::Allow);
+        assert_eq!(
+            req.first_prompt,
+            Some(eng::MessageContent::Text("hi".into()))
+        );
+    }
+
+    #[test]
+    fn content_blocks_become_anthropic_json() {
+        use pb::input_block::Block;
+        let c = pb::MessageContent {
+            content: Some(pb::message_content::Content::Blocks(pb::ContentBlocks {
+                blocks: vec![
+                    pb::InputBlock {
+                        block: Some(Block::Text("look".into())),
+                    },
+                    pb::InputBlock {
+                        block: Some(Block::Image(pb::ImageBlock {
+                            media_type: "image/png".into(),
+                            data_base64: "AAAA".into(),
+                        })),
+                    },
+                ],
+            })),
+        };
+        let eng::MessageContent::Blocks(b) = message_content("content", Some(c)).unwrap() else {
+            panic!("blocks expected");
+        };
+        assert_eq!(b[0]["type"], "text");
+        assert_eq!(b[1]["source"]["media_type"], "image/png");
+
+        let bad = pb::MessageContent {
+            content: Some(pb::message_content::Content::Blocks(pb::ContentBlocks {
+                blocks: vec![pb::InputBlock {
+                    block: Some(Block::Json("[1]".into())),
+                }],
+            })),
+        };
+        let err = message_content("content", Some(bad)).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(
+            err.message().contains("content.blocks[0].json"),
+            "{}",
+            err.message()
+        );
+        assert_eq!(
+            message_content("content", None).unwrap_err().code(),
+            Code::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn permission_decisions_are_validated() {
+        use pb::respond_to_permission_request::Decision;
+        assert!(permission_response(None).is_err());
+        let deny_empty = Decision::Deny(pb::PermissionDeny {
+            message: " ".into(),
+            interrupt: false,
+        });
+        assert_eq!(
+            permission_response(Some(deny_empty)).unwrap_err().code(),
+            Code::InvalidArgument
+        );
+        let allow = Decision::Allow(pb::PermissionAllow {
+            updated_input_json: r#"{"command":"ls"}"#.into(),
+            remember: vec![pb::PermissionRule {
+                tool: "Bash".into(),
+                pattern: String::new(),
+                action: pb::RuleAction::Allow as i32,
+            }],
+        });
+        match permission_response(Some(allow)).unwrap() {
+            eng::PermissionResponse::Allow {
+                updated_input,
+                remember,
+            } => {
+                assert_eq!(updated_input.unwrap()["command"], "ls");
+                assert_eq!(remember[0].pattern, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad_json = Decision::Allow(pb::PermissionAllow {
+            updated_input_json: "{".into(),
+            remember: vec![],
+        });
+        assert_eq!(
+            permission_response(Some(bad_json)).unwrap_err().code(),
+            Code::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn answers_need_a_selection() {
+        let a = vec![pb::QuestionAnswer {
+            question: "Which?".into(),
+            selected: vec![],
+            other_text: String::new(),
+        }];
+        assert_eq!(answers(a).unwrap_err().code(), Code::InvalidArgument);
+        let a = vec![pb::QuestionAnswer {
+            question: "Which?".into(),
+            selected: vec!["A".into(), "B".into()],
+            other_text: String::new(),
+        }];
+        assert_eq!(answers(a).unwrap()[0].selected, vec!["A", "B"]);
+        assert!(answers(vec![]).is_err());
+    }
+
+    #[test]
+    fn states_round_trip_and_unspecified_is_rejected() {
+        for s in eng::SessionState::ALL {
+            let p = state_to_pb(s) as i32;
+            assert_eq!(state_from_pb("states[0]", p).unwrap(), s);
+        }
+        assert_eq!(
+            state_from_pb("states[0]", 0).unwrap_err().code(),
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            state_from_pb("states[0]", 77).unwrap_err().code(),
+            Code::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn events_map_with_seq_and_parent() {
+        let ev = eng::EngineEvent {
+            session_id: "s1".into(),
+            seq: Some(7),
+            ts_ms: 1000,
+            parent_tool_use_id: Some("toolu_1".into()),
+            payload: eng::EventPayload::AssistantBlock(cp::AssistantBlock {
+                message_id: Some("msg_1".into()),
+                index: 0,
+                parent_tool_use_id: Some("toolu_1".into()),
+                model: None,
+                block: cp::ContentBlock::ToolUse {
+                    id: "toolu_2".into(),
+                    name: "Bash".into(),
+                    input: serde_json::json!({"command": "ls"}),
+                },
+                stop_reason: None,
+                usage: None,
+                error: None,
+            }),
+            redelivered: false,
+        };
+        let p = event_to_pb(&ev).unwrap();
+        assert_eq!(p.seq, 7);
+        assert_eq!(p.parent_tool_use_id.as_deref(), Some("toolu_1"));
+        let Some(pb::session_event::Payload::AssistantBlock(b)) = p.payload else {
+            panic!("assistant block expected");
+        };
+        let Some(pb::assistant_block::Block::ToolUse(t)) = b.block else {
+            panic!("tool use expected");
+        };
+        assert_eq!(t.name, "Bash");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&t.input_json).unwrap()["command"],
+            "ls"
+        );
+
+        let resolved = eng::EngineEvent {
+            session_id: "s1".into(),
+            seq: Some(8),
+            ts_ms: 1001,
+            parent_tool_use_id: None,
+            payload: eng::EventPayload::InteractionResolved(eng::InteractionResolved {
+                request_id: "r1".into(),
+                kind: eng::InteractionKind::Permission,
+                resolution: eng::Resolution::Denied {
+                    message: "no".into(),
+                    interrupt: true,
+                },
+                decided_by: "client:b".into(),
+            }),
+            redelivered: false,
+        };
+        let Some(pb::session_event::Payload::PermissionResolved(r)) =
+            event_to_pb(&resolved).unwrap().payload
+        else {
+            panic!("permission resolved expected");
+        };
+        assert_eq!(r.resolution, pb::Resolution::Denied as i32);
+        assert!(r.interrupt);
+        assert_eq!(r.resolved_by, "client:b");
+    }
+}

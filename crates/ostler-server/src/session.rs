@@ -1,0 +1,327 @@
+//! `ostler.v1.SessionService` on top of [`ostler_engine::Engine`].
+
+use std::pin::Pin;
+
+use ostler_engine as eng;
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::session_service_server::SessionService;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+
+use crate::convert::{self, required};
+use crate::error::ApiError;
+
+/// Metadata header naming the calling client (recorded as `client:<id>`).
+pub const CLIENT_HEADER: &str = "x-ostler-client";
+
+/// The session service.
+#[derive(Clone, Debug)]
+pub struct SessionSvc {
+    engine: eng::Engine,
+    shutdown: CancellationToken,
+    /// Events buffered per subscriber between the engine and the HTTP/2 stream.
+    subscriber_buffer: usize,
+}
+
+impl SessionSvc {
+    pub fn new(engine: eng::Engine, shutdown: CancellationToken, subscriber_buffer: usize) -> Self {
+        Self {
+            engine,
+            shutdown,
+            subscriber_buffer: subscriber_buffer.max(1),
+        }
+    }
+}
+
+fn client_of<T>(req: &Request<T>) -> eng::ClientRef {
+    let id = req
+        .metadata()
+        .get(CLIENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().chars().take(128).collect::<String>())
+        .unwrap_or_default();
+    eng::ClientRef::new(id)
+}
+
+fn session_id(raw: &str) -> Result<&str, Status> {
+    required("session_id", raw)
+}
+
+type Res<T> = Result<Response<T>, Status>;
+
+fn ok<T>(v: T) -> Res<T> {
+    Ok(Response::new(v))
+}
+
+/// Runs a handler body in a span carrying the session id, mapping engine errors.
+async fn in_session<T, F>(method: &'static str, session_id: &str, f: F) -> Res<T>
+where
+    F: std::future::Future<Output = Result<T, ApiError>>,
+{
+    let span = tracing::info_span!("rpc", method, session_id = %session_id);
+    match f.instrument(span.clone()).await {
+        Ok(v) => ok(v),
+        Err(ApiError(status)) => {
+            span.in_scope(
+                || tracing::debug!(code = ?status.code(), message = status.message(), "rpc failed"),
+            );
+            Err(status)
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl SessionService for SessionSvc {
+    async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Res<pb::Session> {
+        let client = client_of(&req);
+        let create = convert::create_session(req.into_inner(), client)?;
+        let info = self
+            .engine
+            .create_session(create)
+            .await
+            .map_err(ApiError::from)?;
+        tracing::info!(session_id = %info.id, cwd = %info.cwd.display(), "session created");
+        ok(convert::session_to_pb(&info))
+    }
+
+    async fn get_session(&self, req: Request<pb::GetSessionRequest>) -> Res<pb::Session> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("GetSession", id, async {
+            Ok(convert::session_to_pb(&self.engine.get_session(id).await?))
+        })
+        .await
+    }
+
+    async fn list_sessions(
+        &self,
+        req: Request<pb::ListSessionsRequest>,
+    ) -> Res<pb::ListSessionsResponse> {
+        let list = convert::list_sessions(req.into_inner())?;
+        let page = self
+            .engine
+            .list_sessions(list)
+            .await
+            .map_err(ApiError::from)?;
+        ok(pb::ListSessionsResponse {
+            sessions: page.sessions.iter().map(convert::session_to_pb).collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+        })
+    }
+
+    async fn send_message(
+        &self,
+        req: Request<pb::SendMessageRequest>,
+    ) -> Res<pb::SendMessageResponse> {
+        let client = client_of(&req);
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let content = convert::message_content("content", r.content)?;
+        let client_message_id =
+            (!r.client_message_id.trim().is_empty()).then(|| r.client_message_id.trim().to_owned());
+        in_session("SendMessage", id, async {
+            let out = self
+                .engine
+                .send_message(
+                    id,
+                    eng::SendMessage {
+                        content,
+                        client_message_id,
+                        client,
+                    },
+                )
+                .await?;
+            Ok(pb::SendMessageResponse {
+                seq: out.seq,
+                duplicate: out.duplicate,
+            })
+        })
+        .await
+    }
+
+    type SubscribeStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send>>;
+
+    async fn subscribe(&self, req: Request<pb::SubscribeRequest>) -> Res<Self::SubscribeStream> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?.to_owned();
+        let span = tracing::info_span!("subscribe", session_id = %id, after_seq = r.after_seq);
+        let mut sub = self
+            .engine
+            .subscribe(eng::SubscribeRequest {
+                session_id: id.clone(),
+                after_seq: r.after_seq,
+                include_partials: r.include_partial,
+                follow: r.follow,
+            })
+            .instrument(span.clone())
+            .await
+            .map_err(ApiError::from)?;
+        let (tx, rx) = mpsc::channel::<Result<pb::SessionEvent, Status>>(self.subscriber_buffer);
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(
+            async move {
+                tracing::debug!("subscriber attached");
+                loop {
+                    let next = tokio::select! {
+                        biased;
+                        () = shutdown.cancelled() => {
+                            let _ = tx
+                                .send(Err(Status::unavailable(
+                                    "the ostler daemon is shutting down; resubscribe with \
+                                     after_seq set to the last seq you received",
+                                )))
+                                .await;
+                            break;
+                        }
+                        () = tx.closed() => break,
+                        next = sub.next() => next,
+                    };
+                    let item = match next {
+                        None => break,
+                        Some(Err(e)) => Err(Status::from(ApiError::from(e))),
+                        Some(Ok(ev)) => match convert::event_to_pb(&ev) {
+                            Some(p) => Ok(p),
+                            None => continue,
+                        },
+                    };
+                    let end = item.is_err();
+                    // Waits while this client's buffer is full: only this subscriber slows
+                    // down; the engine serves it from the store once it falls behind.
+                    tokio::select! {
+                        biased;
+                        () = shutdown.cancelled() => {
+                            let _ = tx.try_send(Err(Status::unavailable(
+                                "the ostler daemon is shutting down",
+                            )));
+                            break;
+                        }
+                        sent = tx.send(item) => if sent.is_err() { break },
+                    }
+                    if end {
+                        break;
+                    }
+                }
+                tracing::debug!("subscriber detached");
+            }
+            .instrument(span),
+        );
+        ok(Box::pin(ReceiverStream::new(rx)))
+    }
+
+    async fn respond_to_permission(
+        &self,
+        req: Request<pb::RespondToPermissionRequest>,
+    ) -> Res<pb::RespondToPermissionResponse> {
+        let client = client_of(&req);
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let request_id = required("request_id", &r.request_id)?;
+        let response = convert::permission_response(r.decision)?;
+        in_session("RespondToPermission", id, async {
+            let res = self
+                .engine
+                .respond_permission(id, request_id, response, client)
+                .await?;
+            Ok(pb::RespondToPermissionResponse {
+                resolved: Some(convert::permission_resolved(&res.resolved)),
+                seq: res.seq,
+            })
+        })
+        .await
+    }
+
+    async fn answer_question(
+        &self,
+        req: Request<pb::AnswerQuestionRequest>,
+    ) -> Res<pb::AnswerQuestionResponse> {
+        let client = client_of(&req);
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let request_id = required("request_id", &r.request_id)?;
+        let answers = convert::answers(r.answers)?;
+        in_session("AnswerQuestion", id, async {
+            let res = self
+                .engine
+                .answer_question(id, request_id, answers, client)
+                .await?;
+            Ok(pb::AnswerQuestionResponse {
+                answered: Some(convert::question_answered(&res.resolved)),
+                seq: res.seq,
+            })
+        })
+        .await
+    }
+
+    async fn interrupt(&self, req: Request<pb::InterruptRequest>) -> Res<pb::InterruptResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("Interrupt", id, async {
+            self.engine.interrupt(id).await?;
+            Ok(pb::InterruptResponse {})
+        })
+        .await
+    }
+
+    async fn set_model(&self, req: Request<pb::SetModelRequest>) -> Res<pb::SetModelResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let model = (!r.model.trim().is_empty()).then(|| r.model.trim().to_owned());
+        in_session("SetModel", id, async {
+            self.engine.set_model(id, model).await?;
+            Ok(pb::SetModelResponse {})
+        })
+        .await
+    }
+
+    async fn set_permission_mode(
+        &self,
+        req: Request<pb::SetPermissionModeRequest>,
+    ) -> Res<pb::SetPermissionModeResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let mode = convert::mode_field("mode", r.mode, false)?
+            .ok_or_else(|| Status::invalid_argument("mode is required"))?;
+        in_session("SetPermissionMode", id, async {
+            self.engine.set_permission_mode(id, mode.to_owned()).await?;
+            Ok(pb::SetPermissionModeResponse {})
+        })
+        .await
+    }
+
+    async fn stop_session(&self, req: Request<pb::StopSessionRequest>) -> Res<pb::Session> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("StopSession", id, async {
+            Ok(convert::session_to_pb(&self.engine.stop_session(id).await?))
+        })
+        .await
+    }
+
+    async fn resume_session(&self, req: Request<pb::ResumeSessionRequest>) -> Res<pb::Session> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("ResumeSession", id, async {
+            Ok(convert::session_to_pb(
+                &self.engine.resume_session(id, r.fork).await?,
+            ))
+        })
+        .await
+    }
+
+    async fn delete_session(
+        &self,
+        req: Request<pb::DeleteSessionRequest>,
+    ) -> Res<pb::DeleteSessionResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("DeleteSession", id, async {
+            self.engine.delete_session(id).await?;
+            Ok(pb::DeleteSessionResponse {})
+        })
+        .await
+    }
+}

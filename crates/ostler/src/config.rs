@@ -1,0 +1,548 @@
+//! Daemon configuration: defaults -> `config.toml` (in the platform config dir, or
+//! `--config`) -> `OSTLER_*` environment (`OSTLER_LISTEN__ADDR`, `OSTLER_AUTH__TOKENS`,
+//! nested keys separated by `__`) -> command-line flags. Validated once at start with
+//! messages that name the key.
+//!
+//! ```toml
+//! [listen]
+//! addr = "127.0.0.1:7433"          # TCP; non-loopback requires auth
+//! unix_socket = "/run/ostler.sock" # optional
+//!
+//! [auth]
+//! tokens = ["..."]                 # and/or
+//! token_file = "/etc/ostler/tokens" # one token per line, `#` comments
+//!
+//! [tls]
+//! cert = "server.pem"
+//! key = "server.key"
+//! client_ca = "clients-ca.pem"     # optional: require client certificates
+//!
+//! [store]
+//! path = "/var/lib/ostler/ostler.db" # default: <data dir>/ostler.db
+//! synchronous = "normal"           # or "full"
+//!
+//! [sessions]
+//! max_live = 256
+//! allowed_roots = ["/home/me/src"]  # empty: any existing directory
+//!
+//! [claude]
+//! path = "/usr/local/bin/claude"   # default: search PATH
+//!
+//! [log]
+//! format = "human"                 # or "json"
+//! filter = "info"                  # tracing env-filter syntax; RUST_LOG wins
+//! ```
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use figment::Figment;
+use figment::providers::{Env, Format as _, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// Top-level sections; only `OSTLER_<SECTION>__...` variables are read from the
+/// environment (so unrelated `OSTLER_*` variables do not break start-up).
+const SECTIONS: &[&str] = &[
+    "listen", "auth", "tls", "store", "sessions", "claude", "log",
+];
+
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7433";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub listen: ListenConfig,
+    pub auth: AuthConfig,
+    pub tls: TlsConfig,
+    pub store: StoreConfig,
+    pub sessions: SessionsConfig,
+    pub claude: ClaudeConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenConfig {
+    /// TCP address; port 0 picks a free port (see `--ready-file`). Empty string: no TCP.
+    pub addr: String,
+    pub unix_socket: Option<PathBuf>,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            addr: DEFAULT_ADDR.to_owned(),
+            unix_socket: None,
+        }
+    }
+}
+
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub tokens: Vec<String>,
+    pub token_file: Option<PathBuf>,
+}
+
+impl fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("tokens", &format_args!("<{} redacted>", self.tokens.len()))
+            .field("token_file", &self.token_file)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub client_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    pub path: Option<PathBuf>,
+    /// `normal` or `full`.
+    pub synchronous: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            path: None,
+            synchronous: "normal".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    pub max_live: u64,
+    pub allowed_roots: Vec<PathBuf>,
+    /// Deny pending permission requests / questions after this many seconds (0: never).
+    pub permission_expiry_secs: u64,
+    pub allow_free_text_answers: bool,
+    /// Respawn sessions that were live at the last stop, instead of leaving them resumable.
+    pub respawn_on_start: bool,
+    pub stop_timeout_secs: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self {
+            max_live: 256,
+            allowed_roots: Vec::new(),
+            permission_expiry_secs: 0,
+            allow_free_text_answers: false,
+            respawn_on_start: false,
+            stop_timeout_secs: 5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClaudeConfig {
+    pub path: Option<PathBuf>,
+    /// Probe the binary's flags at start (slower start, exact capabilities).
+    pub probe_flags: bool,
+}
+
+impl Default for ClaudeConfig {
+    fn default() -> Self {
+        Self {
+            path: None,
+            probe_flags: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `human` or `json`.
+    pub format: String,
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: "human".to_owned(),
+            filter: "info".to_owned(),
+        }
+    }
+}
+
+/// Command-line overrides (the last layer). `None` / empty: not given.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub unix_socket: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+    pub store: Option<PathBuf>,
+    pub claude: Option<PathBuf>,
+    pub max_live: Option<u64>,
+    pub allowed_roots: Vec<PathBuf>,
+    pub log_format: Option<String>,
+    pub log_filter: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
+    pub no_probe: bool,
+}
+
+impl Overrides {
+    fn to_value(&self) -> serde_json::Value {
+        use serde_json::{Map, Value, json};
+        let mut root = Map::new();
+        let mut put = |section: &str, key: &str, v: Value| {
+            let s = root
+                .entry(section.to_owned())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(m) = s {
+                m.insert(key.to_owned(), v);
+            }
+        };
+        let p = |p: &PathBuf| json!(p.display().to_string());
+        if let Some(v) = &self.listen {
+            put("listen", "addr", json!(v));
+        }
+        if let Some(v) = &self.unix_socket {
+            put("listen", "unix_socket", p(v));
+        }
+        if let Some(v) = &self.token_file {
+            put("auth", "token_file", p(v));
+        }
+        if let Some(v) = &self.store {
+            put("store", "path", p(v));
+        }
+        if let Some(v) = &self.claude {
+            put("claude", "path", p(v));
+        }
+        if let Some(v) = self.max_live {
+            put("sessions", "max_live", json!(v));
+        }
+        if !self.allowed_roots.is_empty() {
+            put(
+                "sessions",
+                "allowed_roots",
+                Value::Array(self.allowed_roots.iter().map(p).collect()),
+            );
+        }
+        if let Some(v) = &self.log_format {
+            put("log", "format", json!(v));
+        }
+        if let Some(v) = &self.log_filter {
+            put("log", "filter", json!(v));
+        }
+        if let Some(v) = &self.tls_cert {
+            put("tls", "cert", p(v));
+        }
+        if let Some(v) = &self.tls_key {
+            put("tls", "key", p(v));
+        }
+        if let Some(v) = &self.tls_client_ca {
+            put("tls", "client_ca", p(v));
+        }
+        if self.no_probe {
+            put("claude", "probe_flags", json!(false));
+        }
+        Value::Object(root)
+    }
+}
+
+/// The platform directories (`~/.config/ostler`, `~/.local/share/ostler` on Linux).
+fn project_dirs() -> Option<directories::ProjectDirs> {
+    directories::ProjectDirs::from("", "", "ostler")
+}
+
+/// The default config file, when the platform has a config dir.
+pub fn default_config_file() -> Option<PathBuf> {
+    project_dirs().map(|d| d.config_dir().join("config.toml"))
+}
+
+/// Loads the configuration: defaults, then the file (an explicit `--config` must exist;
+/// the default file is optional), then the environment, then `overrides`.
+pub fn load(explicit_file: Option<&Path>, overrides: &Overrides) -> Result<Config> {
+    let mut fig = Figment::from(Serialized::defaults(Config::default()));
+    match explicit_file {
+        Some(f) => {
+            if !f.is_file() {
+                bail!("config file {} does not exist (--config)", f.display());
+            }
+            fig = fig.merge(Toml::file_exact(f));
+        }
+        None => {
+            if let Some(f) = default_config_file() {
+                // A missing default file is fine: figment treats it as empty.
+                fig = fig.merge(Toml::file_exact(f));
+            }
+        }
+    }
+    fig = fig
+        .merge(Env::prefixed("OSTLER_").split("__").filter(|k| {
+            let first = k.as_str().split('.').next().unwrap_or_default();
+            SECTIONS.iter().any(|s| first.eq_ignore_ascii_case(s))
+        }))
+        .merge(Serialized::defaults(overrides.to_value()));
+    fig.extract::<Config>()
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+}
+
+/// A validated configuration, ready to use.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub tcp: Option<SocketAddr>,
+    pub unix_socket: Option<PathBuf>,
+    /// Tokens from `auth.tokens` and `auth.token_file` (never logged).
+    pub tokens: Vec<ostler_server::Token>,
+    pub tls: Option<(PathBuf, PathBuf, Option<PathBuf>)>,
+    pub store_path: PathBuf,
+    pub json_logs: bool,
+}
+
+impl Config {
+    /// Checks every key; errors name the key and say what to do.
+    pub fn validate(&self) -> Result<Validated> {
+        let tcp =
+            if self.listen.addr.trim().is_empty() {
+                None
+            } else {
+                Some(self.listen.addr.trim().parse::<SocketAddr>().with_context(|| {
+                format!(
+                    "listen.addr: {:?} is not an address like {DEFAULT_ADDR} or [::1]:0",
+                    self.listen.addr
+                )
+            })?)
+            };
+        if tcp.is_none() && self.listen.unix_socket.is_none() {
+            bail!("listen.addr is empty and listen.unix_socket is not set: nothing to listen on");
+        }
+        let mut tokens = Vec::new();
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            match ostler_server::Token::new(t) {
+                Some(t) => tokens.push(t),
+                None => bail!("auth.tokens[{i}] is empty"),
+            }
+        }
+        if let Some(f) = &self.auth.token_file {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("auth.token_file: cannot read {}", f.display()))?;
+            let before = tokens.len();
+            tokens.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .filter_map(ostler_server::Token::new),
+            );
+            if tokens.len() == before {
+                bail!("auth.token_file: {} contains no token", f.display());
+            }
+        }
+        if let Some(addr) = tcp
+            && !addr.ip().is_loopback()
+            && tokens.is_empty()
+        {
+            bail!(
+                "listen.addr: {addr} is not a loopback address, so authentication is required: \
+                 set auth.tokens or auth.token_file (or listen on 127.0.0.1)"
+            );
+        }
+        let tls = match (&self.tls.cert, &self.tls.key) {
+            (None, None) => {
+                if self.tls.client_ca.is_some() {
+                    bail!("tls.client_ca is set but tls.cert and tls.key are not");
+                }
+                None
+            }
+            (Some(_), None) => bail!("tls.cert is set but tls.key is not"),
+            (None, Some(_)) => bail!("tls.key is set but tls.cert is not"),
+            (Some(c), Some(k)) => {
+                for (key, p) in [("tls.cert", c), ("tls.key", k)] {
+                    if !p.is_file() {
+                        bail!("{key}: {} does not exist", p.display());
+                    }
+                }
+                if let Some(ca) = &self.tls.client_ca
+                    && !ca.is_file()
+                {
+                    bail!("tls.client_ca: {} does not exist", ca.display());
+                }
+                Some((c.clone(), k.clone(), self.tls.client_ca.clone()))
+            }
+        };
+        let store_path = match &self.store.path {
+            Some(p) => p.clone(),
+            None => project_dirs()
+                .map(|d| d.data_dir().join("ostler.db"))
+                .context("store.path: no platform data directory (is HOME set?); set store.path")?,
+        };
+        if !matches!(self.store.synchronous.as_str(), "normal" | "full") {
+            bail!(
+                "store.synchronous: {:?} is not \"normal\" or \"full\"",
+                self.store.synchronous
+            );
+        }
+        if self.sessions.max_live == 0 {
+            bail!("sessions.max_live must be at least 1");
+        }
+        for (i, r) in self.sessions.allowed_roots.iter().enumerate() {
+            if !r.is_dir() {
+                bail!(
+                    "sessions.allowed_roots[{i}]: {} is not an existing directory",
+                    r.display()
+                );
+            }
+        }
+        let json_logs = match self.log.format.as_str() {
+            "human" => false,
+            "json" => true,
+            other => bail!("log.format: {other:?} is not \"human\" or \"json\""),
+        };
+        tracing_subscriber::EnvFilter::try_new(&self.log.filter)
+            .with_context(|| format!("log.filter: {:?} is not a valid filter", self.log.filter))?;
+        Ok(Validated {
+            tcp,
+            unix_socket: self.listen.unix_socket.clone(),
+            tokens,
+            tls,
+            store_path,
+            json_logs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn layers_file_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            dir.path(),
+            "c.toml",
+            "[listen]\naddr = \"127.0.0.1:9000\"\n[sessions]\nmax_live = 3\n",
+        );
+        let c = load(Some(&f), &Overrides::default()).unwrap();
+        assert_eq!(c.listen.addr, "127.0.0.1:9000");
+        assert_eq!(c.sessions.max_live, 3);
+        assert_eq!(c.log.format, "human", "defaults fill the rest");
+
+        let o = Overrides {
+            listen: Some("127.0.0.1:0".into()),
+            ..Default::default()
+        };
+        let c = load(Some(&f), &o).unwrap();
+        assert_eq!(c.listen.addr, "127.0.0.1:0", "flags win over the file");
+        assert_eq!(c.sessions.max_live, 3);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(dir.path(), "c.toml", "[listen]\nadress = \"x\"\n");
+        let err = load(Some(&f), &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("adress"), "{err}");
+    }
+
+    #[test]
+    fn missing_explicit_file_is_an_error() {
+        let err = load(
+            Some(Path::new("/nonexistent/ostler.toml")),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("/nonexistent/ostler.toml"), "{err}");
+    }
+
+    #[test]
+    fn non_loopback_requires_tokens() {
+        let mut c = Config::default();
+        c.store.path = Some("/tmp/x.db".into());
+        c.listen.addr = "0.0.0.0:7433".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("listen.addr") && err.contains("auth.tokens"),
+            "{err}"
+        );
+        c.auth.tokens = vec!["secret-token".into()];
+        let v = c.validate().unwrap();
+        assert_eq!(v.tokens.len(), 1);
+        assert!(
+            !format!("{c:?}").contains("secret-token"),
+            "tokens never in Debug"
+        );
+    }
+
+    #[test]
+    fn token_file_is_read_and_must_not_be_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Config::default();
+        c.store.path = Some(dir.path().join("x.db"));
+        c.auth.token_file = Some(write(dir.path(), "t", "# comment\n\n"));
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("auth.token_file"), "{err}");
+        c.auth.token_file = Some(write(dir.path(), "t2", "# c\nabc\n def \n"));
+        assert_eq!(c.validate().unwrap().tokens.len(), 2);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let base = || {
+            let mut c = Config::default();
+            c.store.path = Some("/tmp/x.db".into());
+            c
+        };
+        type Edit = Box<dyn Fn(&mut Config)>;
+        let cases: Vec<(Edit, &str)> = vec![
+            (
+                Box::new(|c| c.listen.addr = "localhost".into()),
+                "listen.addr",
+            ),
+            (Box::new(|c| c.log.format = "xml".into()), "log.format"),
+            (Box::new(|c| c.log.filter = "[[[".into()), "log.filter"),
+            (
+                Box::new(|c| c.store.synchronous = "sometimes".into()),
+                "store.synchronous",
+            ),
+            (Box::new(|c| c.sessions.max_live = 0), "sessions.max_live"),
+            (
+                Box::new(|c| c.sessions.allowed_roots = vec!["/nonexistent/root".into()]),
+                "sessions.allowed_roots[0]",
+            ),
+            (
+                Box::new(|c| c.tls.cert = Some("/nonexistent.pem".into())),
+                "tls.key",
+            ),
+            (
+                Box::new(|c| {
+                    c.listen.addr = String::new();
+                }),
+                "listen.unix_socket",
+            ),
+        ];
+        for (f, key) in cases {
+            let mut c = base();
+            f(&mut c);
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(key), "expected {key} in {err}");
+        }
+    }
+}

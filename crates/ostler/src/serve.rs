@@ -1,0 +1,364 @@
+//! `ostler serve`: the daemon.
+//!
+//! Start-up: configuration (see [`crate::config`]) -> logging -> the Claude Code version
+//! check (exit 72 when no usable binary is found, 78 when the one found is unusable) ->
+//! store -> engine -> listeners. Once every listener is bound, the addresses are logged and,
+//! with `--ready-file`, written to that file (atomically, one `tcp://ADDR` / `unix://PATH`
+//! per line) so that scripts and tests can wait for it instead of sleeping.
+//!
+//! Shutdown on SIGINT/SIGTERM: health turns NOT_SERVING, subscribers get `UNAVAILABLE`,
+//! listeners stop accepting, the engine stops every session the supervisor's way, and the
+//! store is flushed (its writer drains its queue when the last handle is dropped).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, Overrides};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Configuration file (default: config.toml in the platform config directory).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// TCP address to listen on (`127.0.0.1:0` picks a free port). Overrides `listen.addr`.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Also listen on this Unix socket.
+    #[arg(long, value_name = "PATH")]
+    unix_socket: Option<PathBuf>,
+    /// Write the bound addresses to this file once the daemon accepts connections.
+    #[arg(long, value_name = "FILE")]
+    ready_file: Option<PathBuf>,
+    /// Bearer tokens, one per line.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// The SQLite file (default: ostler.db in the platform data directory).
+    #[arg(long, value_name = "FILE")]
+    store: Option<PathBuf>,
+    /// The `claude` binary (default: search PATH).
+    #[arg(long, value_name = "PATH")]
+    claude: Option<PathBuf>,
+    /// Most live sessions.
+    #[arg(long, value_name = "N")]
+    max_sessions: Option<u64>,
+    /// A directory sessions may run in (repeatable). Default: any.
+    #[arg(long = "allowed-root", value_name = "DIR")]
+    allowed_roots: Vec<PathBuf>,
+    /// `human` or `json`.
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
+    /// tracing filter, e.g. `info,ostler_engine=debug` (RUST_LOG wins).
+    #[arg(long, value_name = "FILTER")]
+    log_filter: Option<String>,
+    /// TLS certificate (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// Skip probing the CLI's flags at start (faster; the compatibility matrix decides).
+    #[arg(long)]
+    no_probe: bool,
+}
+
+impl ServeArgs {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            listen: self.listen.clone(),
+            unix_socket: self.unix_socket.clone(),
+            token_file: self.token_file.clone(),
+            store: self.store.clone(),
+            claude: self.claude.clone(),
+            max_live: self.max_sessions,
+            allowed_roots: self.allowed_roots.clone(),
+            log_format: self.log_format.clone(),
+            log_filter: self.log_filter.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            tls_client_ca: self.tls_client_ca.clone(),
+            no_probe: self.no_probe,
+        }
+    }
+}
+
+/// Exit code for configuration errors (`EX_CONFIG`).
+const EXIT_CONFIG: i32 = 78;
+
+/// Runs the daemon; returns the process exit code.
+pub fn run(args: ServeArgs) -> i32 {
+    let cfg = match config::load(args.config.as_deref(), &args.overrides()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ostler serve: {e:#}");
+            return EXIT_CONFIG;
+        }
+    };
+    let valid = match cfg.validate() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("ostler serve: invalid configuration: {e:#}");
+            return EXIT_CONFIG;
+        }
+    };
+    init_logging(&cfg.log.filter, valid.json_logs);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return 1;
+        }
+    };
+    match rt.block_on(daemon(args, cfg, valid)) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "daemon failed");
+            1
+        }
+    }
+}
+
+fn init_logging(filter: &str, json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(filter))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // Spans (session_id, method) are part of every line in both formats.
+    let res = if json {
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init()
+    } else {
+        builder.try_init()
+    };
+    if res.is_err() {
+        // Already initialised (tests running several commands in one process).
+    }
+}
+
+async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) -> Result<i32> {
+    let version = env!("CARGO_PKG_VERSION");
+    tracing::info!(version, "ostler daemon starting");
+
+    // 1. The Claude Code version check (exit 72 / 78).
+    let discover_opts = ostler_supervisor::DiscoverOptions {
+        claude_path: cfg.claude.path.clone(),
+        probe_flags: cfg.claude.probe_flags,
+        ..Default::default()
+    };
+    let installation = match ostler_supervisor::discover(&discover_opts).await {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::error!(error = %e, exit_code = e.exit_code(), "Claude Code check failed");
+            return Ok(e.exit_code());
+        }
+    };
+    if installation.level == ostler_supervisor::CompatLevel::FullyCompatible {
+        tracing::info!(
+            version = %installation.version,
+            path = %installation.path.display(),
+            "Claude Code {} detected (compatible)",
+            installation.version
+        );
+    } else {
+        tracing::warn!(
+            version = %installation.version,
+            level = installation.level.as_str(),
+            "{}",
+            installation.message
+        );
+    }
+    let claude_info = claude_info(&installation);
+
+    // 2. Store.
+    if let Some(dir) = valid.store_path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("store.path: cannot create {}", dir.display()))?;
+    }
+    let store_opts = ostler_store::StoreOptions {
+        synchronous: if cfg.store.synchronous == "full" {
+            ostler_store::Synchronous::Full
+        } else {
+            ostler_store::Synchronous::Normal
+        },
+        ..Default::default()
+    };
+    let store_path = valid.store_path.clone();
+    let store =
+        tokio::task::spawn_blocking(move || ostler_store::Store::open(&store_path, store_opts))
+            .await
+            .context("store open task")?
+            .with_context(|| format!("store.path: cannot open {}", valid.store_path.display()))?;
+    tracing::info!(path = %valid.store_path.display(), "store open");
+
+    // 3. Engine.
+    let engine_opts = ostler_engine::EngineOptions {
+        max_live_sessions: usize::try_from(cfg.sessions.max_live).unwrap_or(usize::MAX),
+        allowed_roots: cfg.sessions.allowed_roots.clone(),
+        permission_expiry: (cfg.sessions.permission_expiry_secs > 0)
+            .then(|| Duration::from_secs(cfg.sessions.permission_expiry_secs)),
+        allow_free_text_answers: cfg.sessions.allow_free_text_answers,
+        respawn_on_start: cfg.sessions.respawn_on_start,
+        supervisor: ostler_supervisor::SupervisorOptions {
+            stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let engine = ostler_engine::Engine::start(engine_opts, store, installation)
+        .await
+        .context("starting the session engine")?;
+
+    // 4. Listeners.
+    let mut listeners = Vec::new();
+    if let Some(addr) = valid.tcp {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listen.addr: cannot listen on {addr}"))?;
+        listeners.push(ostler_server::Listener::Tcp(l));
+    }
+    if let Some(path) = &valid.unix_socket {
+        if path.exists() {
+            // A stale socket from a previous run; refuse to remove anything else.
+            let meta = std::fs::symlink_metadata(path)?;
+            use std::os::unix::fs::FileTypeExt as _;
+            if !meta.file_type().is_socket() {
+                anyhow::bail!(
+                    "listen.unix_socket: {} exists and is not a socket",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path)?;
+        }
+        let l = tokio::net::UnixListener::bind(path)
+            .with_context(|| format!("listen.unix_socket: cannot bind {}", path.display()))?;
+        listeners.push(ostler_server::Listener::Unix {
+            listener: l,
+            path: path.clone(),
+        });
+    }
+    let described: Vec<String> = listeners.iter().map(|l| l.describe()).collect();
+    if let Some(l) = listeners.iter().find_map(|l| l.local_addr())
+        && !l.ip().is_loopback()
+    {
+        tracing::info!(addr = %l, tokens = valid.tokens.len(), "non-loopback listener: bearer tokens required");
+    }
+
+    let tls = match &valid.tls {
+        None => None,
+        Some((cert, key, ca)) => Some(ostler_server::TlsOptions {
+            cert_pem: std::fs::read(cert)
+                .with_context(|| format!("tls.cert: cannot read {}", cert.display()))?,
+            key_pem: std::fs::read(key)
+                .with_context(|| format!("tls.key: cannot read {}", key.display()))?,
+            client_ca_pem: match ca {
+                Some(ca) => Some(
+                    std::fs::read(ca)
+                        .with_context(|| format!("tls.client_ca: cannot read {}", ca.display()))?,
+                ),
+                None => None,
+            },
+        }),
+    };
+    let server_opts = ostler_server::ServerOptions {
+        tokens: valid.tokens.clone(),
+        tls,
+        ..Default::default()
+    };
+    let info = ostler_server::DaemonInfo::new(
+        version,
+        valid.store_path.display().to_string(),
+        claude_info,
+    );
+
+    // 5. Signals.
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone())?;
+
+    let server = tokio::spawn(ostler_server::Server::run(
+        server_opts,
+        engine.clone(),
+        info,
+        listeners,
+        shutdown.clone(),
+    ));
+    for l in &described {
+        tracing::info!(listener = %l, "ostler daemon ready");
+    }
+    if let Some(f) = &args.ready_file {
+        write_ready_file(f, &described)
+            .with_context(|| format!("--ready-file: cannot write {}", f.display()))?;
+    }
+
+    let served = server.await;
+    shutdown.cancel();
+    tracing::info!("stopping sessions");
+    engine.shutdown().await;
+    drop(engine);
+    if let Some(path) = &valid.unix_socket {
+        let _ = std::fs::remove_file(path);
+    }
+    tracing::info!("ostler daemon stopped");
+    match served {
+        Ok(Ok(())) => Ok(0),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(anyhow::anyhow!("server task failed: {e}")),
+    }
+}
+
+fn claude_info(i: &ostler_supervisor::Installation) -> ostler_server::ClaudeCodeInfo {
+    use ostler_server::Compatibility as C;
+    use ostler_supervisor::CompatLevel as L;
+    ostler_server::ClaudeCodeInfo {
+        version: i.version.to_string(),
+        api_date: i.api_date.clone(),
+        level: match i.level {
+            L::FullyCompatible => C::FullyCompatible,
+            L::LikelyCompatible => C::LikelyCompatible,
+            L::Degraded => C::Degraded,
+            L::Incompatible => C::Incompatible,
+        },
+        message: i.message.clone(),
+        binary_path: i.path.display().to_string(),
+        capabilities: i.capabilities.announced.clone(),
+    }
+}
+
+fn spawn_signal_handler(shutdown: CancellationToken) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            () = shutdown.cancelled() => return,
+        }
+        shutdown.cancel();
+    });
+    Ok(())
+}
+
+fn write_ready_file(path: &std::path::Path, lines: &[String]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
