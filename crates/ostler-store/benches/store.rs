@@ -54,14 +54,19 @@ fn session(id: &str) -> NewSession {
 fn open(dir: &tempfile::TempDir, name: &str, opts: StoreOptions) -> Store {
     let store = Store::open(dir.path().join(name), opts).expect("open");
     for p in 0..PRODUCERS {
-        store.create_session(session(&format!("s{p}"))).wait().expect("session");
+        store
+            .create_session(session(&format!("s{p}")))
+            .wait()
+            .expect("session");
     }
     store
 }
 
 fn bench_append(c: &mut Criterion) {
     let mut group = c.benchmark_group("append");
-    group.throughput(Throughput::Elements((PRODUCERS * APPENDS_PER_PRODUCER) as u64));
+    group.throughput(Throughput::Elements(
+        (PRODUCERS * APPENDS_PER_PRODUCER) as u64,
+    ));
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(4));
@@ -109,14 +114,22 @@ fn bench_append(c: &mut Criterion) {
 fn bench_read(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path().join("read.db"), StoreOptions::default()).expect("open");
-    store.create_session(session("big")).wait().expect("session");
-    store.create_session(session("other")).wait().expect("session");
+    store
+        .create_session(session("big"))
+        .wait()
+        .expect("session");
+    store
+        .create_session(session("other"))
+        .wait()
+        .expect("session");
     let mut n = 0;
     while n < READ_EVENTS {
         let events = (n..n + 1000).map(event).collect();
         store.append_blocking("big", events).expect("append");
         // Another session's events interleaved, as in a busy daemon.
-        store.append_blocking("other", (0..100).map(event).collect()).expect("append");
+        store
+            .append_blocking("other", (0..100).map(event).collect())
+            .expect("append");
         n += 1000;
     }
     let mut group = c.benchmark_group("read");

@@ -138,6 +138,8 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
     let oe = |e| open_error(path, e);
     let conn = Connection::open_with_flags(path, open_flags_rw()).map_err(oe)?;
     conn.busy_timeout(opts.busy_timeout).map_err(oe)?;
+    // The writer reuses a couple of dozen statements; keep all of them prepared.
+    conn.set_prepared_statement_cache_capacity(64);
     // The first read of the schema is where SQLite notices a file that is not a database.
     let tables: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))

@@ -107,12 +107,12 @@ impl Ctx<'_> {
         if let Some(e) = &self.poisoned {
             return Err(Error::Commit(Arc::clone(e)));
         }
-        if let Err(e) = self.conn.execute_batch("SAVEPOINT op") {
+        if let Err(e) = exec(self.conn, "SAVEPOINT op") {
             return Err(self.poison(e));
         }
         self.staged.clear();
         match op(self) {
-            Ok(v) => match self.conn.execute_batch("RELEASE op") {
+            Ok(v) => match exec(self.conn, "RELEASE op") {
                 Ok(()) => {
                     for (id, slot) in self.staged.drain(..) {
                         self.overlay.insert(id, slot);
@@ -123,7 +123,9 @@ impl Ctx<'_> {
             },
             Err(err) => {
                 self.staged.clear();
-                if let Err(e) = self.conn.execute_batch("ROLLBACK TO op; RELEASE op") {
+                if let Err(e) =
+                    exec(self.conn, "ROLLBACK TO op").and_then(|()| exec(self.conn, "RELEASE op"))
+                {
                     self.poison(e);
                 }
                 Err(err)
@@ -136,6 +138,12 @@ impl Ctx<'_> {
         self.poisoned = Some(Arc::clone(&e));
         Error::Commit(e)
     }
+}
+
+/// Runs one statement without rows, prepared once per connection (the writer runs the same
+/// few transaction-control statements for every request).
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 pub(crate) fn not_found_session(id: &str) -> Error {
@@ -178,7 +186,7 @@ impl Writer {
     fn run_batch(&mut self, batch: &mut Vec<Command>) {
         // If the transaction cannot begin, the context starts poisoned: every command then
         // completes with the error without touching the connection.
-        let poisoned = match self.conn.execute_batch("BEGIN IMMEDIATE") {
+        let poisoned = match exec(&self.conn, "BEGIN IMMEDIATE") {
             Ok(()) => None,
             Err(e) => {
                 tracing::error!(path = %self.path.display(), error = %e, "cannot begin write transaction");
@@ -199,7 +207,7 @@ impl Writer {
         } = ctx;
         let outcome = match poisoned {
             Some(e) => Err(e),
-            None => self.conn.execute_batch("COMMIT").map_err(Arc::new),
+            None => exec(&self.conn, "COMMIT").map_err(Arc::new),
         };
         match outcome {
             Ok(()) => {
