@@ -1,0 +1,669 @@
+//! The smaller client commands: `sessions`, `show`, `attach`, `send`, `interrupt`, `stop`,
+//! `resume`, `delete`, `health`.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use ostler_proto::v1 as pb;
+use serde_json::json;
+use tokio_stream::StreamExt as _;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+use super::follow::{Follower, Outcome, Output, Until};
+use super::prompt::{AnswerArgs, Answerer, CtrlC};
+use super::render::{Human, Style, age, clip, json_line, summary};
+use super::run::{parse_label, read_prompt};
+use super::{ConnectArgs, EXIT_FAILED, connect, json, status_error};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct IdArgs {
+    /// Session id
+    pub id: String,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SessionsArgs {
+    /// Only sessions in these states (comma-separated: starting, idle, running,
+    /// awaiting_permission, stopped, exited, resumable)
+    #[arg(long, value_delimiter = ',', value_parser = parse_state)]
+    pub state: Vec<pb::SessionState>,
+    /// Only sessions with this label (repeatable)
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// At most this many sessions (default: all)
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Print one JSON object per session
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShowArgs {
+    /// Session id
+    pub id: String,
+    /// Also print the stored event log
+    #[arg(long)]
+    pub events: bool,
+    /// Print JSON (the session object; with --events, then one event per line)
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AttachArgs {
+    /// Session id
+    pub id: String,
+    /// Replay stored events after this seq first (default 0: the whole history)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub after_seq: u64,
+    /// Exit after the next turn completes
+    #[arg(long)]
+    pub until_turn: bool,
+    /// Show system notices and state changes
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Print events as JSON lines
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub answers: AnswerArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SendArgs {
+    /// Session id
+    pub id: String,
+    /// The message; read from stdin when absent or `-`
+    pub text: Option<String>,
+    /// Return once the message is recorded instead of streaming the turn
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Idempotency key: a retried send with the same id is delivered once
+    #[arg(long, value_name = "ID")]
+    pub message_id: Option<String>,
+    /// Show system notices and state changes
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Print events as JSON lines
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub answers: AnswerArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ResumeArgs {
+    /// Session id
+    pub id: String,
+    /// Create a new session branching from this one instead of continuing it
+    #[arg(long)]
+    pub fork: bool,
+    /// Print the session as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthArgs {
+    /// The service to check with the standard health protocol ("" = the whole daemon)
+    #[arg(long, default_value = "")]
+    pub service: String,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+pub fn parse_state(s: &str) -> Result<pb::SessionState, String> {
+    let up = format!(
+        "SESSION_STATE_{}",
+        s.trim().to_ascii_uppercase().replace('-', "_")
+    );
+    match pb::SessionState::from_str_name(&up) {
+        Some(pb::SessionState::Unspecified) | None => Err(format!("unknown session state {s:?}")),
+        Some(st) => Ok(st),
+    }
+}
+
+/// `ostler sessions`
+pub async fn sessions(a: SessionsArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    let mut all = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = conn
+            .sessions
+            .list_sessions(pb::ListSessionsRequest {
+                states: a.state.iter().map(|s| *s as i32).collect(),
+                labels: a.labels.iter().cloned().collect(),
+                page_size: 500,
+                page_token: token.clone(),
+            })
+            .await
+            .map_err(|s| status_error("list sessions", s))?
+            .into_inner();
+        all.extend(page.sessions);
+        if a.limit.is_some_and(|l| all.len() >= l) {
+            break;
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    if let Some(l) = a.limit {
+        all.truncate(l);
+    }
+    if a.json {
+        for s in &all {
+            json_line(&json::session(s));
+        }
+        return Ok(0);
+    }
+    if all.is_empty() {
+        eprintln!("no sessions");
+        return Ok(0);
+    }
+    let st = Style::stdout();
+    let rows: Vec<[String; 7]> = all
+        .iter()
+        .map(|s| {
+            let u = s.usage.unwrap_or_default();
+            [
+                s.id.clone(),
+                json::state_name(s.state)
+                    + &if s.pending_interactions > 0 {
+                        format!(" ({}?)", s.pending_interactions)
+                    } else {
+                        String::new()
+                    },
+                age(s.updated_at_ms),
+                s.turns.to_string(),
+                format!(
+                    "{}/{}",
+                    super::render::tokens(
+                        u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+                    ),
+                    super::render::tokens(u.output_tokens)
+                ),
+                format!("${:.4}", s.total_cost_usd),
+                clip(&s.cwd, 50),
+            ]
+        })
+        .collect();
+    let head = ["ID", "STATE", "ACTIVE", "TURNS", "TOKENS", "COST", "CWD"];
+    let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let fmt_row = |cells: &[String]| -> String {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i + 1 == cells.len() {
+                    c.clone()
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    println!("{}", st.bold(&fmt_row(&head.map(String::from))));
+    for (r, s) in rows.iter().zip(&all) {
+        let line = fmt_row(r);
+        let line = match pb::SessionState::try_from(s.state) {
+            Ok(pb::SessionState::Running) => st.green(&line),
+            Ok(pb::SessionState::AwaitingPermission) => st.yellow(&line),
+            Ok(pb::SessionState::Exited) => st.red(&line),
+            Ok(pb::SessionState::Stopped | pb::SessionState::Resumable) => st.dim(&line),
+            _ => line,
+        };
+        println!("{line}");
+    }
+    Ok(0)
+}
+
+fn print_session(s: &pb::Session) {
+    let st = Style::stdout();
+    let u = s.usage.unwrap_or_default();
+    let rows: Vec<(&str, String)> = vec![
+        ("id", s.id.clone()),
+        ("state", json::state_name(s.state)),
+        ("cwd", s.cwd.clone()),
+        (
+            "model",
+            if s.model.is_empty() {
+                "(default)".into()
+            } else {
+                s.model.clone()
+            },
+        ),
+        ("permission mode", json::mode_name(s.permission_mode)),
+        ("cli session", s.cli_session_id.clone()),
+        ("cli version", s.cli_version.clone()),
+        ("created", format!("{} ago", age(s.created_at_ms))),
+        ("updated", format!("{} ago", age(s.updated_at_ms))),
+        ("last seq", s.last_seq.to_string()),
+        ("pending", s.pending_interactions.to_string()),
+        ("turns", s.turns.to_string()),
+        (
+            "tokens",
+            format!(
+                "{} in, {} out, {} cache read, {} cache write",
+                u.input_tokens,
+                u.output_tokens,
+                u.cache_read_input_tokens,
+                u.cache_creation_input_tokens
+            ),
+        ),
+        ("cost", format!("${:.4}", s.total_cost_usd)),
+    ];
+    for (k, v) in rows {
+        println!("{} {v}", st.dim(&format!("{k:>15}:")));
+    }
+    if !s.labels.is_empty() {
+        let mut l: Vec<_> = s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        l.sort();
+        println!("{} {}", st.dim(&format!("{:>15}:", "labels")), l.join(", "));
+    }
+    if let Some(x) = &s.last_exit {
+        println!(
+            "{} {}",
+            st.dim(&format!("{:>15}:", "last exit")),
+            super::render::exit_text(x)
+        );
+    }
+}
+
+/// `ostler show ID`
+pub async fn show(a: ShowArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    let s = conn
+        .sessions
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .map_err(|s| status_error("get session", s))?
+        .into_inner();
+    if a.json {
+        json_line(&json::session(&s));
+    } else {
+        print_session(&s);
+    }
+    if a.events {
+        let mut stream = conn
+            .sessions
+            .subscribe(pb::SubscribeRequest {
+                session_id: a.id.clone(),
+                after_seq: 0,
+                include_partial: false,
+                follow: false,
+            })
+            .await
+            .map_err(|s| status_error("subscribe", s))?
+            .into_inner();
+        let mut human = Human::new(false, true);
+        if !a.json {
+            println!();
+        }
+        while let Some(ev) = stream.next().await {
+            let ev = ev.map_err(|s| status_error("reading events", s))?;
+            if a.json {
+                json_line(&json::event(&ev));
+            } else {
+                human.event(&ev);
+                if let Some(pb::session_event::Payload::TurnCompleted(t)) = &ev.payload {
+                    human.line(&summary(human.style(), t, 0));
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// `ostler attach ID`
+pub async fn attach(a: AttachArgs) -> Result<i32> {
+    let answerer = Answerer::new(a.answers.clone())?;
+    let conn = connect(&a.connect).await?;
+    let mut ctrlc = CtrlC::install()?;
+    let started = Instant::now();
+    let out = if a.json {
+        Output::Json
+    } else {
+        Output::Human(Human::new(true, a.verbose))
+    };
+    if !a.json {
+        eprintln!(
+            "{}",
+            Style::stderr().dim(&format!(
+                "attached to {} (Ctrl-C interrupts a running turn, twice detaches)",
+                a.id
+            ))
+        );
+    }
+    let mut f = Follower {
+        conn,
+        session_id: a.id.clone(),
+        answerer,
+        out,
+        include_partial: !a.json,
+        running: false,
+        interrupted: false,
+    };
+    let until = if a.until_turn {
+        // The next turn to complete after what is stored now.
+        let s = f
+            .conn
+            .sessions
+            .get_session(pb::GetSessionRequest {
+                session_id: a.id.clone(),
+            })
+            .await
+            .map_err(|s| status_error("get session", s))?
+            .into_inner();
+        Until::TurnAfter(s.last_seq.max(a.after_seq))
+    } else {
+        Until::Forever
+    };
+    let outcome = f.follow(a.after_seq, until, &mut ctrlc).await?;
+    match outcome {
+        Outcome::Ended(why) if !a.until_turn => {
+            if !a.json {
+                eprintln!("{}", Style::stderr().dim(&why));
+            }
+            Ok(0)
+        }
+        other => Ok(super::run::finish(&mut f, &a.id, other, started, a.json)),
+    }
+}
+
+/// `ostler send ID TEXT`
+pub async fn send(a: SendArgs) -> Result<i32> {
+    let text = read_prompt(a.text.as_deref())?;
+    let answerer = Answerer::new(a.answers.clone())?;
+    let mut conn = connect(&a.connect).await?;
+    let mut ctrlc = CtrlC::install()?;
+    let started = Instant::now();
+    let sent = conn
+        .sessions
+        .send_message(pb::SendMessageRequest {
+            session_id: a.id.clone(),
+            content: Some(pb::MessageContent {
+                content: Some(pb::message_content::Content::Text(text)),
+            }),
+            client_message_id: a
+                .message_id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+        })
+        .await
+        .map_err(|s| status_error("send message", s))?
+        .into_inner();
+    if a.no_wait {
+        if a.json {
+            json_line(&json!({"seq": sent.seq, "duplicate": sent.duplicate}));
+        } else {
+            println!(
+                "sent (seq {}{})",
+                sent.seq,
+                if sent.duplicate { ", duplicate" } else { "" }
+            );
+        }
+        return Ok(0);
+    }
+    let out = if a.json {
+        Output::Json
+    } else {
+        Output::Human(Human::new(true, a.verbose))
+    };
+    let mut f = Follower {
+        conn,
+        session_id: a.id.clone(),
+        answerer,
+        out,
+        include_partial: !a.json,
+        running: true,
+        interrupted: false,
+    };
+    // Show from our own message on; the turn it starts ends with the next TurnCompleted.
+    let from = sent.seq.saturating_sub(1);
+    let outcome = f
+        .follow(from, Until::TurnAfter(sent.seq), &mut ctrlc)
+        .await?;
+    Ok(super::run::finish(&mut f, &a.id, outcome, started, a.json))
+}
+
+/// `ostler interrupt ID`
+pub async fn interrupt(a: IdArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    conn.sessions
+        .interrupt(pb::InterruptRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .map_err(|s| status_error("interrupt", s))?;
+    if a.json {
+        json_line(&json!({"session_id": a.id, "interrupted": true}));
+    } else {
+        println!("interrupted {}", a.id);
+    }
+    Ok(0)
+}
+
+/// `ostler stop ID`
+pub async fn stop(a: IdArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    let s = conn
+        .sessions
+        .stop_session(pb::StopSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .map_err(|s| status_error("stop session", s))?
+        .into_inner();
+    if a.json {
+        json_line(&json::session(&s));
+    } else {
+        println!("{} is {}", s.id, json::state_name(s.state));
+    }
+    Ok(0)
+}
+
+/// `ostler resume ID [--fork]`
+pub async fn resume(a: ResumeArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    let s = conn
+        .sessions
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: a.id.clone(),
+            fork: a.fork,
+        })
+        .await
+        .map_err(|s| status_error("resume session", s))?
+        .into_inner();
+    if a.json {
+        json_line(&json::session(&s));
+    } else if a.fork {
+        println!(
+            "forked {} into {} ({})",
+            a.id,
+            s.id,
+            json::state_name(s.state)
+        );
+    } else {
+        println!("resumed {} ({})", s.id, json::state_name(s.state));
+    }
+    Ok(0)
+}
+
+/// `ostler delete ID`
+pub async fn delete(a: IdArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    conn.sessions
+        .delete_session(pb::DeleteSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .map_err(|s| status_error("delete session", s))?;
+    if a.json {
+        json_line(&json!({"session_id": a.id, "deleted": true}));
+    } else {
+        println!("deleted {}", a.id);
+    }
+    Ok(0)
+}
+
+/// `ostler health`: exit 0 when SERVING.
+pub async fn health(a: HealthArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    let status = conn
+        .health
+        .check(HealthCheckRequest {
+            service: a.service.clone(),
+        })
+        .await
+        .map_err(|s| status_error("health check", s))?
+        .into_inner()
+        .status();
+    let serving = status == ServingStatus::Serving;
+    let status_name = status.as_str_name();
+    // Details need the token; health itself does not.
+    let details = conn
+        .daemon
+        .get_health_details(pb::GetHealthDetailsRequest {})
+        .await
+        .map(|r| r.into_inner());
+    if a.json {
+        let mut v = json!({"addr": conn.addr, "status": status_name, "serving": serving});
+        match &details {
+            Ok(d) => {
+                let c = d.sessions.unwrap_or_default();
+                let store = d.store.clone().unwrap_or_default();
+                let cc = d.claude_code.clone().unwrap_or_default();
+                v["details"] = json!({
+                    "daemon_version": d.daemon_version,
+                    "uptime_ms": d.uptime_ms,
+                    "store": {"ok": store.ok, "path": store.path, "message": store.message},
+                    "sessions": {
+                        "total": c.total, "starting": c.starting, "idle": c.idle, "running": c.running,
+                        "awaiting_permission": c.awaiting_permission, "stopped": c.stopped,
+                        "exited": c.exited, "resumable": c.resumable, "live": c.live, "max_live": c.max_live,
+                    },
+                    "pending_interactions": d.pending_interactions,
+                    "shutting_down": d.shutting_down,
+                    "claude_code": {
+                        "version": cc.version, "api_version": cc.api_version,
+                        "level": compat_name(cc.level), "message": cc.message,
+                        "binary_path": cc.binary_path, "capabilities": cc.capabilities,
+                    },
+                });
+            }
+            Err(s) => {
+                v["details_error"] =
+                    json!(format!("{}: {}", super::code_name(s.code()), s.message()))
+            }
+        }
+        json_line(&v);
+    } else {
+        let st = Style::stdout();
+        let head = if serving {
+            st.green(status_name)
+        } else {
+            st.red(status_name)
+        };
+        println!("{head} {}", st.dim(&conn.addr));
+        match &details {
+            Ok(d) => {
+                let c = d.sessions.unwrap_or_default();
+                let store = d.store.clone().unwrap_or_default();
+                let cc = d.claude_code.clone().unwrap_or_default();
+                println!("  ostler {} · up {}s", d.daemon_version, d.uptime_ms / 1000);
+                println!(
+                    "  store {} {}{}",
+                    if store.ok {
+                        st.green("ok")
+                    } else {
+                        st.red("failing")
+                    },
+                    store.path,
+                    if store.message.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", store.message)
+                    }
+                );
+                println!(
+                    "  sessions {} total · {} live{} · {} running · {} waiting · {} idle · {} pending prompts",
+                    c.total,
+                    c.live,
+                    if c.max_live > 0 {
+                        format!("/{}", c.max_live)
+                    } else {
+                        String::new()
+                    },
+                    c.running,
+                    c.awaiting_permission,
+                    c.idle,
+                    d.pending_interactions
+                );
+                println!(
+                    "  claude {} ({}) {}",
+                    cc.version,
+                    compat_name(cc.level),
+                    st.dim(&cc.binary_path)
+                );
+                if !cc.message.is_empty() {
+                    println!("  {}", st.dim(&cc.message));
+                }
+                if d.shutting_down {
+                    println!("  {}", st.yellow("shutting down"));
+                }
+            }
+            Err(s) => println!(
+                "  {}",
+                st.dim(&format!(
+                    "(no details: {}: {})",
+                    super::code_name(s.code()),
+                    s.message()
+                ))
+            ),
+        }
+    }
+    if !serving {
+        return Ok(EXIT_FAILED);
+    }
+    Ok(0)
+}
+
+fn compat_name(v: i32) -> String {
+    match pb::CompatibilityLevel::try_from(v) {
+        Ok(l) => l
+            .as_str_name()
+            .trim_start_matches("COMPATIBILITY_LEVEL_")
+            .to_ascii_lowercase(),
+        Err(_) => format!("unknown({v})"),
+    }
+}

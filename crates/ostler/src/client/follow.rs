@@ -1,0 +1,402 @@
+//! Following a session: subscribe, show events, answer prompts, handle Ctrl-C, resubscribe
+//! after the last seen `seq` when the stream breaks.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use ostler_proto::v1 as pb;
+use pb::session_event::Payload;
+use tokio_stream::StreamExt as _;
+
+use super::prompt::{Answerer, Asked, CtrlC, PermissionAnswer};
+use super::render::{Human, json_line};
+use super::{Conn, json, status_error};
+
+/// Where events go.
+pub enum Output {
+    Human(Human),
+    Json,
+}
+
+impl Output {
+    pub fn event(&mut self, e: &pb::SessionEvent) {
+        match self {
+            Output::Human(h) => h.event(e),
+            Output::Json => json_line(&json::event(e)),
+        }
+    }
+
+    /// A notice for humans (stderr); nothing in JSON mode.
+    pub fn note(&mut self, s: &str) {
+        match self {
+            Output::Human(h) => h.note(s),
+            Output::Json => {}
+        }
+    }
+
+    fn spinning(&self) -> bool {
+        matches!(self, Output::Human(h) if h.spinning())
+    }
+
+    fn tick(&mut self) {
+        if let Output::Human(h) = self {
+            h.tick();
+        }
+    }
+
+    pub fn clear(&mut self) {
+        if let Output::Human(h) = self {
+            h.clear_spinner();
+        }
+    }
+}
+
+/// When following stops by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// At the first TurnCompleted with a seq above this one (or when the session ends).
+    TurnAfter(u64),
+    /// Never (until Ctrl-C, or the session is deleted / its stream ends for good).
+    Forever,
+}
+
+/// How following ended.
+#[derive(Debug)]
+pub enum Outcome {
+    Turn(pb::TurnCompleted),
+    /// The session stopped or its process exited before the turn completed.
+    Ended(String),
+    /// Second Ctrl-C (or Ctrl-C while idle).
+    Detached,
+    Unanswerable(String),
+}
+
+/// Follows one session.
+pub struct Follower {
+    pub conn: Conn,
+    pub session_id: String,
+    pub answerer: Answerer,
+    pub out: Output,
+    pub include_partial: bool,
+    /// Whether a turn is running (decides what the first Ctrl-C does).
+    pub running: bool,
+    /// Set when the user interrupted.
+    pub interrupted: bool,
+}
+
+struct Pending {
+    event: Payload,
+}
+
+impl Follower {
+    /// Follow from `after_seq` until `until`.
+    pub async fn follow(
+        &mut self,
+        after_seq: u64,
+        until: Until,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Outcome> {
+        let mut after = after_seq;
+        // Everything up to here is history: prompts in it are answered only once we know
+        // they are still pending (their resolution would come before this seq).
+        let session = self
+            .conn
+            .sessions
+            .get_session(pb::GetSessionRequest {
+                session_id: self.session_id.clone(),
+            })
+            .await
+            .map_err(|s| status_error("get session", s))?
+            .into_inner();
+        let caught_up_at = session.last_seq;
+        let state = session.state;
+        self.running |= state == pb::SessionState::Running as i32
+            || state == pb::SessionState::AwaitingPermission as i32;
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut answered: std::collections::HashSet<String> = Default::default();
+        let mut ctrl_presses = 0u32;
+        let mut retries = 0u32;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            let sub = self
+                .conn
+                .sessions
+                .subscribe(pb::SubscribeRequest {
+                    session_id: self.session_id.clone(),
+                    after_seq: after,
+                    include_partial: self.include_partial,
+                    follow: true,
+                })
+                .await;
+            let mut stream = match sub {
+                Ok(s) => s.into_inner(),
+                Err(s) if is_transient(&s) && retries < 30 => {
+                    retries += 1;
+                    self.out
+                        .note(&format!("connection lost ({}); retrying…", s.message()));
+                    backoff(retries).await;
+                    continue;
+                }
+                Err(s) => return Err(status_error("subscribe", s)),
+            };
+            let broken: Option<tonic::Status> = loop {
+                tokio::select! {
+                    biased;
+                    _ = ctrlc.pressed() => {
+                        ctrl_presses += 1;
+                        if let Some(o) = self.on_ctrl_c(ctrl_presses).await? {
+                            return Ok(o);
+                        }
+                    }
+                    msg = stream.next() => {
+                        let ev = match msg {
+                            Some(Ok(ev)) => ev,
+                            Some(Err(s)) => break Some(s),
+                            None => break None,
+                        };
+                        retries = 0;
+                        if ev.seq > after {
+                            after = ev.seq;
+                        }
+                        self.out.event(&ev);
+                        let seq = ev.seq;
+                        match ev.payload {
+                            Some(p @ (Payload::PermissionRequested(_) | Payload::QuestionAsked(_))) => {
+                                let id = request_id(&p);
+                                if !answered.contains(&id) && !pending.iter().any(|x| request_id(&x.event) == id) {
+                                    pending.push(Pending { event: p });
+                                }
+                            }
+                            Some(Payload::PermissionResolved(r)) => {
+                                pending.retain(|x| request_id(&x.event) != r.request_id);
+                            }
+                            Some(Payload::QuestionAnswered(a)) => {
+                                pending.retain(|x| request_id(&x.event) != a.request_id);
+                            }
+                            Some(Payload::TurnCompleted(t)) => {
+                                self.running = false;
+                                if let Until::TurnAfter(s) = until
+                                    && seq > s
+                                {
+                                    return Ok(Outcome::Turn(t));
+                                }
+                            }
+                            Some(Payload::StateChanged(s)) => {
+                                let to = s.to;
+                                self.running = to == pb::SessionState::Running as i32
+                                    || to == pb::SessionState::AwaitingPermission as i32;
+                                if matches!(until, Until::TurnAfter(_)) && seq > caught_up_at && is_dead(to) {
+                                    return Ok(Outcome::Ended(format!(
+                                        "the session is {}{}",
+                                        json::state_name(to),
+                                        if s.reason.is_empty() { String::new() } else { format!(" ({})", s.reason) }
+                                    )));
+                                }
+                            }
+                            Some(Payload::ProcessExited(x))
+                                if matches!(until, Until::TurnAfter(_)) && seq > caught_up_at =>
+                            {
+                                return Ok(Outcome::Ended(format!(
+                                    "the CLI process exited: {}",
+                                    super::render::exit_text(&x)
+                                )));
+                            }
+                            _ => {}
+                        }
+                        if after >= caught_up_at && !pending.is_empty() {
+                            let items = std::mem::take(&mut pending);
+                            for p in items {
+                                answered.insert(request_id(&p.event));
+                                match self.answer(&p, ctrlc).await? {
+                                    None => {}
+                                    Some(Outcome::Detached) => {
+                                        // Ctrl-C at the prompt counts as a press.
+                                        ctrl_presses += 1;
+                                        if let Some(o) = self.on_ctrl_c(ctrl_presses).await? {
+                                            return Ok(o);
+                                        }
+                                    }
+                                    Some(o) => return Ok(o),
+                                }
+                            }
+                        }
+                    }
+                    _ = tick.tick(), if self.out.spinning() => self.out.tick(),
+                }
+            };
+            // The stream ended or broke: find out whether the session is still there.
+            let why = broken
+                .as_ref()
+                .map(|s| s.message().to_owned())
+                .unwrap_or_else(|| "stream ended".into());
+            match self
+                .conn
+                .sessions
+                .get_session(pb::GetSessionRequest {
+                    session_id: self.session_id.clone(),
+                })
+                .await
+            {
+                Ok(s) => {
+                    let s = s.into_inner();
+                    if is_dead(s.state) && after >= s.last_seq {
+                        return Ok(Outcome::Ended(format!(
+                            "the session is {}",
+                            json::state_name(s.state)
+                        )));
+                    }
+                }
+                Err(s) if s.code() == tonic::Code::NotFound => {
+                    return Ok(Outcome::Ended("the session was deleted".into()));
+                }
+                Err(s) if is_transient(&s) => {}
+                Err(s) => return Err(status_error("get session", s)),
+            }
+            if let Some(s) = &broken
+                && !is_transient(s)
+            {
+                return Err(status_error("subscribe", s.clone()));
+            }
+            retries += 1;
+            if retries > 30 {
+                anyhow::bail!(
+                    "lost the event stream of session {} ({why}); giving up",
+                    self.session_id
+                );
+            }
+            self.out.note(&format!(
+                "event stream interrupted ({why}); resubscribing after seq {after}…"
+            ));
+            backoff(retries).await;
+        }
+    }
+
+    async fn on_ctrl_c(&mut self, presses: u32) -> Result<Option<Outcome>> {
+        if presses == 1 && self.running {
+            self.out
+                .note("interrupting the turn… (Ctrl-C again to detach; the session keeps running)");
+            self.interrupted = true;
+            self.conn
+                .sessions
+                .interrupt(pb::InterruptRequest {
+                    session_id: self.session_id.clone(),
+                })
+                .await
+                .map_err(|s| status_error("interrupt", s))?;
+            Ok(None)
+        } else {
+            self.out.clear();
+            Ok(Some(Outcome::Detached))
+        }
+    }
+
+    /// Answer one pending prompt; `Some(outcome)` ends following.
+    async fn answer(&mut self, p: &Pending, ctrlc: &mut CtrlC) -> Result<Option<Outcome>> {
+        self.out.clear();
+        let result = match &p.event {
+            Payload::PermissionRequested(r) => {
+                let decision = match self.answerer.permission(r, ctrlc).await? {
+                    Asked::Answer(d) => d,
+                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
+                    Asked::CtrlC => PermissionAnswer::Deny {
+                        message: "The user interrupted.".into(),
+                        interrupt: true,
+                    },
+                };
+                let interrupting = matches!(
+                    decision,
+                    PermissionAnswer::Deny {
+                        interrupt: true,
+                        ..
+                    }
+                );
+                let decision = match decision {
+                    PermissionAnswer::Allow { remember } => {
+                        pb::respond_to_permission_request::Decision::Allow(pb::PermissionAllow {
+                            updated_input_json: String::new(),
+                            remember,
+                        })
+                    }
+                    PermissionAnswer::Deny { message, interrupt } => {
+                        pb::respond_to_permission_request::Decision::Deny(pb::PermissionDeny {
+                            message,
+                            interrupt,
+                        })
+                    }
+                };
+                if interrupting {
+                    self.interrupted = true;
+                }
+                self.conn
+                    .sessions
+                    .respond_to_permission(pb::RespondToPermissionRequest {
+                        session_id: self.session_id.clone(),
+                        request_id: r.request_id.clone(),
+                        decision: Some(decision),
+                    })
+                    .await
+                    .map(|_| ())
+            }
+            Payload::QuestionAsked(q) => {
+                let answers = match self.answerer.question(q, ctrlc).await? {
+                    Asked::Answer(a) => a,
+                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
+                    Asked::CtrlC => return Ok(Some(Outcome::Detached)),
+                };
+                self.conn
+                    .sessions
+                    .answer_question(pb::AnswerQuestionRequest {
+                        session_id: self.session_id.clone(),
+                        request_id: q.request_id.clone(),
+                        answers,
+                    })
+                    .await
+                    .map(|_| ())
+            }
+            _ => Ok(()),
+        };
+        match result {
+            Ok(()) => Ok(None),
+            // Someone else answered first, or the CLI withdrew it: nothing to do.
+            Err(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::NotFound
+                ) =>
+            {
+                self.out
+                    .note(&format!("(already settled: {})", s.message()));
+                Ok(None)
+            }
+            Err(s) => Err(status_error("answer", s)),
+        }
+    }
+}
+
+fn request_id(p: &Payload) -> String {
+    match p {
+        Payload::PermissionRequested(r) => r.request_id.clone(),
+        Payload::QuestionAsked(q) => q.request_id.clone(),
+        _ => String::new(),
+    }
+}
+
+fn is_dead(state: i32) -> bool {
+    state == pb::SessionState::Stopped as i32
+        || state == pb::SessionState::Exited as i32
+        || state == pb::SessionState::Resumable as i32
+}
+
+fn is_transient(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+    )
+}
+
+/// Retry delay: 100 ms doubling to 2 s.
+async fn backoff(attempt: u32) {
+    let ms = (100u64 << attempt.min(5)).min(2000);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}

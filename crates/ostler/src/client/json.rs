@@ -1,0 +1,301 @@
+//! JSON forms of API messages for `--json` output (one object per line).
+//!
+//! Events: `{"type": "<payload kind>", "session_id", "seq", "ts_ms", ...payload fields}`;
+//! the payload kinds are the `SessionEvent.payload` field names (`assistant_block`,
+//! `permission_requested`, `turn_completed`, ...). Fields that the API carries as JSON text
+//! (`*_json`) are emitted parsed, under the name without the `_json` suffix (text that is
+//! not valid JSON is kept as a string). Enums are lower-case names (`idle`, `allowed`).
+
+use ostler_proto::v1 as pb;
+use pb::session_event::Payload;
+use serde_json::{Map, Value, json};
+
+/// Parse JSON text; empty text becomes `null`, invalid text stays a string.
+fn parsed(text: &str) -> Value {
+    if text.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+fn lower(name: &str, prefix: &str) -> String {
+    name.strip_prefix(prefix)
+        .unwrap_or(name)
+        .to_ascii_lowercase()
+}
+
+pub fn state_name(v: i32) -> String {
+    match pb::SessionState::try_from(v) {
+        Ok(s) => lower(s.as_str_name(), "SESSION_STATE_"),
+        Err(_) => format!("unknown({v})"),
+    }
+}
+
+pub fn mode_name(v: i32) -> String {
+    match pb::PermissionMode::try_from(v) {
+        Ok(pb::PermissionMode::Unspecified) => "default".to_owned(),
+        Ok(m) => lower(m.as_str_name(), "PERMISSION_MODE_"),
+        Err(_) => format!("unknown({v})"),
+    }
+}
+
+pub fn resolution_name(v: i32) -> String {
+    match pb::Resolution::try_from(v) {
+        Ok(r) => lower(r.as_str_name(), "RESOLUTION_"),
+        Err(_) => format!("unknown({v})"),
+    }
+}
+
+pub fn usage(u: Option<&pb::Usage>) -> Value {
+    let u = u.copied().unwrap_or_default();
+    json!({
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cache_creation_input_tokens": u.cache_creation_input_tokens,
+        "cache_read_input_tokens": u.cache_read_input_tokens,
+    })
+}
+
+pub fn exit(e: &pb::ProcessExited) -> Value {
+    json!({
+        "exit_code": e.exit_code,
+        "signal": e.signal,
+        "stderr_tail": e.stderr_tail,
+        "reason": e.reason,
+    })
+}
+
+/// A session.
+pub fn session(s: &pb::Session) -> Value {
+    json!({
+        "id": s.id,
+        "cli_session_id": s.cli_session_id,
+        "state": state_name(s.state),
+        "cwd": s.cwd,
+        "model": s.model,
+        "permission_mode": mode_name(s.permission_mode),
+        "labels": s.labels,
+        "created_at_ms": s.created_at_ms,
+        "updated_at_ms": s.updated_at_ms,
+        "last_seq": s.last_seq,
+        "pending_interactions": s.pending_interactions,
+        "cli_version": s.cli_version,
+        "last_exit": s.last_exit.as_ref().map(exit),
+        "turns": s.turns,
+        "usage": usage(s.usage.as_ref()),
+        "total_cost_usd": s.total_cost_usd,
+    })
+}
+
+/// The kind of an event (`assistant_block`, ...); `none` for an event without payload.
+pub fn kind(p: Option<&Payload>) -> &'static str {
+    match p {
+        None => "none",
+        Some(Payload::SessionStarted(_)) => "session_started",
+        Some(Payload::UserMessage(_)) => "user_message",
+        Some(Payload::AssistantBlock(_)) => "assistant_block",
+        Some(Payload::ToolResult(_)) => "tool_result",
+        Some(Payload::PermissionRequested(_)) => "permission_requested",
+        Some(Payload::PermissionResolved(_)) => "permission_resolved",
+        Some(Payload::QuestionAsked(_)) => "question_asked",
+        Some(Payload::QuestionAnswered(_)) => "question_answered",
+        Some(Payload::TurnCompleted(_)) => "turn_completed",
+        Some(Payload::StateChanged(_)) => "state_changed",
+        Some(Payload::SystemNotice(_)) => "system_notice",
+        Some(Payload::ProcessExited(_)) => "process_exited",
+        Some(Payload::Diagnostic(_)) => "diagnostic",
+        Some(Payload::Unknown(_)) => "unknown",
+        Some(Payload::PartialDelta(_)) => "partial_delta",
+        Some(Payload::EngineNotice(_)) => "engine_notice",
+    }
+}
+
+fn answers(a: &[pb::QuestionAnswer]) -> Value {
+    a.iter()
+        .map(
+            |a| json!({"question": a.question, "selected": a.selected, "other_text": a.other_text}),
+        )
+        .collect()
+}
+
+/// A turn's result.
+pub fn turn(t: &pb::TurnCompleted) -> Value {
+    json!({
+        "subtype": t.subtype,
+        "is_error": t.is_error,
+        "result": t.result,
+        "num_turns": t.num_turns,
+        "duration_ms": t.duration_ms,
+        "duration_api_ms": t.duration_api_ms,
+        "total_cost_usd": t.total_cost_usd,
+        "usage": usage(t.usage.as_ref()),
+        "errors": t.errors,
+        "stop_reason": t.stop_reason,
+        "denied_tools": t.denied_tools,
+    })
+}
+
+fn payload(p: &Payload) -> Value {
+    use pb::assistant_block::Block;
+    use pb::partial_delta::Delta;
+    match p {
+        Payload::SessionStarted(s) => json!({
+            "cli_session_id": s.cli_session_id, "model": s.model, "cwd": s.cwd,
+            "tools": s.tools, "permission_mode": s.permission_mode,
+            "cli_version": s.cli_version, "capabilities": s.capabilities,
+        }),
+        Payload::UserMessage(m) => json!({
+            "sent_by": m.sent_by, "text": m.text, "content": parsed(&m.content_json),
+            "client_message_id": m.client_message_id, "is_synthetic": m.is_synthetic,
+            "is_replay": m.is_replay,
+        }),
+        Payload::AssistantBlock(b) => {
+            let block = match &b.block {
+                Some(Block::Text(t)) => json!({"type": "text", "text": t.text}),
+                Some(Block::Thinking(t)) => {
+                    json!({"type": "thinking", "thinking": t.thinking, "signature": t.signature})
+                }
+                Some(Block::ToolUse(t)) => json!({
+                    "type": "tool_use", "id": t.id, "name": t.name, "input": parsed(&t.input_json),
+                }),
+                Some(Block::RedactedThinking(t)) => {
+                    json!({"type": "redacted_thinking", "data": t.data})
+                }
+                Some(Block::Other(o)) => {
+                    json!({"type": o.block_type, "raw": parsed(&o.raw_json)})
+                }
+                None => Value::Null,
+            };
+            json!({
+                "message_id": b.message_id, "index": b.index, "model": b.model,
+                "block": block, "stop_reason": b.stop_reason,
+                "usage": b.usage.as_ref().map(|u| usage(Some(u))), "error": b.error,
+            })
+        }
+        Payload::ToolResult(r) => {
+            let content = match &r.content {
+                Some(pb::tool_result::Content::Text(t)) => Value::String(t.clone()),
+                Some(pb::tool_result::Content::BlocksJson(j)) => parsed(j),
+                None => Value::Null,
+            };
+            json!({"tool_use_id": r.tool_use_id, "content": content, "is_error": r.is_error})
+        }
+        Payload::PermissionRequested(r) => json!({
+            "request_id": r.request_id, "tool_name": r.tool_name, "input": parsed(&r.input_json),
+            "tool_use_id": r.tool_use_id, "suggestions": parsed(&r.suggestions_json),
+            "blocked_path": r.blocked_path, "decision_reason": r.decision_reason,
+            "description": r.description,
+        }),
+        Payload::PermissionResolved(r) => json!({
+            "request_id": r.request_id, "resolution": resolution_name(r.resolution),
+            "message": r.message, "updated_input": parsed(&r.updated_input_json),
+            "resolved_by": r.resolved_by, "edited": r.edited, "interrupt": r.interrupt,
+        }),
+        Payload::QuestionAsked(q) => json!({
+            "request_id": q.request_id, "tool_use_id": q.tool_use_id,
+            "questions": q.questions.iter().map(|q| json!({
+                "question": q.question, "header": q.header, "multi_select": q.multi_select,
+                "options": q.options.iter().map(|o| json!({"label": o.label, "description": o.description})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        }),
+        Payload::QuestionAnswered(a) => json!({
+            "request_id": a.request_id, "answers": answers(&a.answers),
+            "resolution": resolution_name(a.resolution), "resolved_by": a.resolved_by,
+        }),
+        Payload::TurnCompleted(t) => turn(t),
+        Payload::StateChanged(s) => json!({
+            "from": state_name(s.from), "to": state_name(s.to), "reason": s.reason,
+        }),
+        Payload::SystemNotice(n) => json!({
+            "source_type": n.source_type, "subtype": n.subtype, "fields": parsed(&n.fields_json),
+        }),
+        Payload::ProcessExited(e) => exit(e),
+        Payload::Diagnostic(d) => json!({
+            "code": d.code, "message": d.message, "excerpt": d.excerpt, "line_len": d.line_len,
+        }),
+        Payload::Unknown(u) => json!({"message_type": u.message_type, "raw": parsed(&u.raw_json)}),
+        Payload::PartialDelta(d) => {
+            let (k, v) = match &d.delta {
+                Some(Delta::Text(t)) => ("text", Value::String(t.clone())),
+                Some(Delta::Thinking(t)) => ("thinking", Value::String(t.clone())),
+                Some(Delta::InputJson(t)) => ("input_json", Value::String(t.clone())),
+                Some(Delta::Signature(t)) => ("signature", Value::String(t.clone())),
+                Some(Delta::OtherJson(t)) => ("other", parsed(t)),
+                None => ("none", Value::Null),
+            };
+            json!({"message_id": d.message_id, "index": d.index, "delta_type": k, "delta": v})
+        }
+        Payload::EngineNotice(n) => json!({
+            "code": n.code, "message": n.message, "data": parsed(&n.data_json),
+        }),
+    }
+}
+
+/// One event as a JSON object.
+pub fn event(e: &pb::SessionEvent) -> Value {
+    let mut m = Map::new();
+    m.insert(
+        "type".into(),
+        Value::String(kind(e.payload.as_ref()).into()),
+    );
+    m.insert("session_id".into(), Value::String(e.session_id.clone()));
+    m.insert("seq".into(), json!(e.seq));
+    m.insert("ts_ms".into(), json!(e.ts_ms));
+    if let Some(p) = &e.parent_tool_use_id {
+        m.insert("parent_tool_use_id".into(), Value::String(p.clone()));
+    }
+    if e.redelivered {
+        m.insert("redelivered".into(), Value::Bool(true));
+    }
+    if let Some(p) = &e.payload
+        && let Value::Object(fields) = payload(p)
+    {
+        for (k, v) in fields {
+            m.entry(k).or_insert(v);
+        }
+    }
+    Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_json_flattens_payload_and_parses_json_text() {
+        let e = pb::SessionEvent {
+            session_id: "s1".into(),
+            seq: 7,
+            ts_ms: 1,
+            parent_tool_use_id: None,
+            redelivered: true,
+            payload: Some(Payload::PermissionRequested(pb::PermissionRequested {
+                request_id: "r1".into(),
+                tool_name: "Bash".into(),
+                input_json: r#"{"command":"touch x"}"#.into(),
+                ..Default::default()
+            })),
+        };
+        let v = event(&e);
+        assert_eq!(v["type"], "permission_requested");
+        assert_eq!(v["seq"], 7);
+        assert_eq!(v["redelivered"], true);
+        assert_eq!(v["input"]["command"], "touch x");
+        assert_eq!(v["suggestions"], Value::Null);
+    }
+
+    #[test]
+    fn enum_names() {
+        assert_eq!(
+            state_name(pb::SessionState::AwaitingPermission as i32),
+            "awaiting_permission"
+        );
+        assert_eq!(mode_name(0), "default");
+        assert_eq!(
+            mode_name(pb::PermissionMode::AcceptEdits as i32),
+            "accept_edits"
+        );
+        assert_eq!(resolution_name(pb::Resolution::Allowed as i32), "allowed");
+        assert_eq!(state_name(99), "unknown(99)");
+    }
+}

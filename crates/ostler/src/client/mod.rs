@@ -1,0 +1,275 @@
+//! The `ostler` client commands: `run`, `sessions`, `show`, `attach`, `send`, `interrupt`,
+//! `stop`, `resume`, `delete`, `health`.
+//!
+//! Every command talks to a daemon over the public gRPC API (`ostler.v1`) only, with the
+//! generated clients of `ostler-proto`; nothing here reaches into the daemon's crates.
+//!
+//! Exit codes: 0 success; 1 an error (the daemon refused, could not connect, a turn that
+//! ended in error); 2 bad usage; 3 a permission prompt or question that could not be
+//! answered (no terminal and no flag decides it); 130 interrupted or detached with Ctrl-C.
+
+pub mod commands;
+pub mod config;
+pub mod follow;
+pub mod json;
+pub mod prompt;
+pub mod render;
+pub mod run;
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow};
+use hyper_util::rt::TokioIo;
+use ostler_proto::v1::daemon_service_client::DaemonServiceClient;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint as TonicEndpoint, Identity,
+};
+use tonic_health::pb::health_client::HealthClient;
+
+pub use config::ConnectArgs;
+
+/// Exit code: a turn or request failed.
+pub const EXIT_FAILED: i32 = 1;
+/// Exit code: a prompt could not be answered without a terminal.
+pub const EXIT_UNANSWERABLE: i32 = 3;
+/// Exit code: interrupted / detached by Ctrl-C.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// The client subcommands (flattened into the binary's command enum).
+#[derive(Debug, clap::Subcommand)]
+pub enum ClientCommand {
+    /// Create a session on the daemon, send PROMPT (or stdin) and stream the turn.
+    Run(run::RunArgs),
+    /// List sessions.
+    Sessions(commands::SessionsArgs),
+    /// Show one session (and, with --events, its event log).
+    Show(commands::ShowArgs),
+    /// Follow a session's events and answer its permission prompts and questions.
+    Attach(commands::AttachArgs),
+    /// Send a message to a session and stream the turn it starts.
+    Send(commands::SendArgs),
+    /// Interrupt a session's current turn.
+    Interrupt(commands::IdArgs),
+    /// Stop a session's CLI process (history is kept; `resume` continues it).
+    Stop(commands::IdArgs),
+    /// Respawn a stopped, exited or resumable session (or, with --fork, branch a new one).
+    Resume(commands::ResumeArgs),
+    /// Stop and delete a session and its history.
+    Delete(commands::IdArgs),
+    /// Check the daemon's health (standard gRPC health plus daemon details).
+    Health(commands::HealthArgs),
+}
+
+/// Runs a client command and exits the process with its exit code.
+pub fn main(cmd: ClientCommand) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = rt.block_on(async move {
+        match cmd {
+            ClientCommand::Run(a) => run::run(a).await,
+            ClientCommand::Sessions(a) => commands::sessions(a).await,
+            ClientCommand::Show(a) => commands::show(a).await,
+            ClientCommand::Attach(a) => commands::attach(a).await,
+            ClientCommand::Send(a) => commands::send(a).await,
+            ClientCommand::Interrupt(a) => commands::interrupt(a).await,
+            ClientCommand::Stop(a) => commands::stop(a).await,
+            ClientCommand::Resume(a) => commands::resume(a).await,
+            ClientCommand::Delete(a) => commands::delete(a).await,
+            ClientCommand::Health(a) => commands::health(a).await,
+        }
+    });
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => {
+            render::error_line(&format!("{e:#}"));
+            EXIT_FAILED
+        }
+    };
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // Blocking terminal reads may still be parked in the runtime's blocking pool; do not
+    // wait for them.
+    rt.shutdown_background();
+    std::process::exit(code)
+}
+
+/// Adds the bearer token and the client name to every request.
+#[derive(Clone)]
+pub struct Auth {
+    token: Option<AsciiMetadataValue>,
+    client: Option<AsciiMetadataValue>,
+}
+
+impl Interceptor for Auth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.token {
+            req.metadata_mut().insert("authorization", t.clone());
+        }
+        if let Some(c) = &self.client {
+            req.metadata_mut().insert("x-ostler-client", c.clone());
+        }
+        Ok(req)
+    }
+}
+
+pub type Sessions = SessionServiceClient<InterceptedService<Channel, Auth>>;
+pub type Daemon = DaemonServiceClient<InterceptedService<Channel, Auth>>;
+
+/// A connection to the daemon.
+#[derive(Clone)]
+pub struct Conn {
+    pub sessions: Sessions,
+    pub daemon: Daemon,
+    pub health: HealthClient<Channel>,
+    /// The address, for messages.
+    pub addr: String,
+}
+
+/// Connect to the daemon the flags/config/env point at.
+pub async fn connect(args: &ConnectArgs) -> Result<Conn> {
+    let target = config::resolve(args)?;
+    connect_to(&target).await
+}
+
+/// Connect to a resolved target.
+pub async fn connect_to(target: &config::Target) -> Result<Conn> {
+    let addr = target.endpoint.to_string();
+    let channel = match &target.endpoint {
+        config::Endpoint::Tcp { uri, tls } => {
+            let mut ep = TonicEndpoint::from_shared(uri.clone())
+                .with_context(|| format!("daemon address {uri}"))?
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true);
+            if *tls || target.tls_ca.is_some() {
+                let mut tls = ClientTlsConfig::new();
+                if let Some(ca) = &target.tls_ca {
+                    let pem = std::fs::read(ca)
+                        .with_context(|| format!("reading CA certificate {}", ca.display()))?;
+                    tls = tls.ca_certificate(Certificate::from_pem(pem));
+                } else {
+                    tls = tls.with_enabled_roots();
+                }
+                if let (Some(cert), Some(key)) = (&target.tls_cert, &target.tls_key) {
+                    let cert = std::fs::read(cert).with_context(|| {
+                        format!("reading client certificate {}", cert.display())
+                    })?;
+                    let key = std::fs::read(key)
+                        .with_context(|| format!("reading client key {}", key.display()))?;
+                    tls = tls.identity(Identity::from_pem(cert, key));
+                }
+                if let Some(d) = &target.tls_domain {
+                    tls = tls.domain_name(d.clone());
+                }
+                ep = ep.tls_config(tls).context("TLS configuration")?;
+            }
+            ep.connect().await.map_err(|e| {
+                anyhow!(
+                    "cannot reach the ostler daemon at {addr}: {}",
+                    source_chain(&e)
+                )
+            })?
+        }
+        config::Endpoint::Unix(path) => {
+            let path = path.clone();
+            let shown = addr.clone();
+            TonicEndpoint::from_static("http://localhost")
+                .connect_timeout(Duration::from_secs(5))
+                .connect_with_connector(tower::service_fn(move |_: http_uri::Uri| {
+                    let path = path.clone();
+                    async move {
+                        let stream = tokio::net::UnixStream::connect(path).await?;
+                        Ok::<_, std::io::Error>(TokioIo::new(stream))
+                    }
+                }))
+                .await
+                .map_err(|e| {
+                    anyhow!(
+                        "cannot reach the ostler daemon at {shown}: {}",
+                        source_chain(&e)
+                    )
+                })?
+        }
+    };
+    let token = match &target.token {
+        Some(t) => Some(
+            MetadataValue::try_from(format!("Bearer {t}"))
+                .map_err(|_| anyhow!("the token contains characters not allowed in a header"))?,
+        ),
+        None => None,
+    };
+    let client = MetadataValue::try_from(target.client_name.as_str()).ok();
+    let auth = Auth { token, client };
+    Ok(Conn {
+        sessions: SessionServiceClient::with_interceptor(channel.clone(), auth.clone())
+            .max_decoding_message_size(64 * 1024 * 1024),
+        daemon: DaemonServiceClient::with_interceptor(channel.clone(), auth),
+        health: HealthClient::new(channel),
+        addr,
+    })
+}
+
+/// `tonic::transport::Error` hides the interesting part in its sources.
+fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+/// A readable error for a failed call: `<what>: <CODE>: <message>` plus a hint for the
+/// codes a user can act on.
+pub fn status_error(what: &str, s: tonic::Status) -> anyhow::Error {
+    let code = code_name(s.code());
+    let hint = match s.code() {
+        tonic::Code::Unauthenticated => {
+            " (pass --token or --token-file, or set OSTLER_TOKEN / client.token)"
+        }
+        tonic::Code::Unavailable if s.message().contains("connect") => {
+            " (is `ostler serve` running? see --addr)"
+        }
+        _ => "",
+    };
+    anyhow!("{what}: {code}: {}{hint}", s.message())
+}
+
+/// The canonical name of a gRPC code (`NOT_FOUND`, ...).
+pub fn code_name(c: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match c {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+mod http_uri {
+    pub use tonic::codegen::http::Uri;
+}

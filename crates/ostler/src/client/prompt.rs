@@ -1,0 +1,549 @@
+//! Answering permission prompts and questions: flags first, then the terminal.
+//!
+//! On a terminal (stdin or stderr is one and `/dev/tty` opens) prompts are asked
+//! interactively on `/dev/tty`, so `echo "prompt" | ostler run` still asks. Without one,
+//! only the flags decide; a prompt they do not cover is "unanswerable".
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+
+use anyhow::{Result, anyhow};
+use ostler_proto::v1 as pb;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::render::{Style, clip, tool_call};
+
+/// Flags that decide prompts without asking.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AnswerArgs {
+    /// Allow these tools without asking: comma-separated `Tool` or `Tool(command prefix)`
+    /// entries (`Bash(git status)`, `Edit`, `mcp__github__*`); `*` allows everything
+    #[arg(long, value_delimiter = ',', value_name = "TOOLS")]
+    pub allow_tools: Vec<String>,
+    /// Deny every permission prompt that --allow-tools does not allow
+    #[arg(long)]
+    pub deny_all: bool,
+    /// The message told to the model when denying with --deny-all
+    #[arg(
+        long,
+        value_name = "TEXT",
+        default_value = "Denied by the ostler client (--deny-all)."
+    )]
+    pub deny_message: String,
+    /// Answer every question with its first option
+    #[arg(long)]
+    pub answer_first: bool,
+    /// Never ask on the terminal; only the flags decide
+    #[arg(long)]
+    pub no_input: bool,
+}
+
+/// A local allow rule from `--allow-tools`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowRule {
+    pub tool: String,
+    /// Command prefix (Bash) or path prefix; empty = every use.
+    pub prefix: String,
+}
+
+impl AllowRule {
+    pub fn parse(s: &str) -> Result<Self> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(anyhow!("empty --allow-tools entry"));
+        }
+        if let Some(open) = s.find('(') {
+            let Some(inner) = s[open + 1..].strip_suffix(')') else {
+                return Err(anyhow!("--allow-tools entry {s:?}: missing ')'"));
+            };
+            let inner = inner.trim();
+            let inner = inner.strip_suffix(":*").unwrap_or(inner);
+            let inner = inner.strip_suffix('*').unwrap_or(inner).trim_end();
+            Ok(Self {
+                tool: s[..open].trim().to_owned(),
+                prefix: inner.to_owned(),
+            })
+        } else {
+            Ok(Self {
+                tool: s.to_owned(),
+                prefix: String::new(),
+            })
+        }
+    }
+
+    pub fn matches(&self, tool: &str, input: &Value) -> bool {
+        let tool_ok = if self.tool == "*" {
+            true
+        } else if let Some(p) = self.tool.strip_suffix('*') {
+            tool.starts_with(p)
+        } else {
+            self.tool == tool
+        };
+        if !tool_ok {
+            return false;
+        }
+        if self.prefix.is_empty() {
+            return true;
+        }
+        let subject = ["command", "file_path", "path", "notebook_path", "url"]
+            .iter()
+            .find_map(|k| input.get(*k).and_then(Value::as_str))
+            .unwrap_or("");
+        if tool == "Bash" {
+            // Word-boundary prefix, never a compound command.
+            let compound = ["&&", "||", ";", "|", "`", "$(", "\n", ">", "<"]
+                .iter()
+                .any(|op| subject.contains(op));
+            !compound
+                && subject.starts_with(&self.prefix)
+                && subject[self.prefix.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(char::is_whitespace)
+        } else {
+            subject.starts_with(&self.prefix)
+        }
+    }
+}
+
+/// What to do with a permission prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PermissionAnswer {
+    Allow { remember: Vec<pb::PermissionRule> },
+    Deny { message: String, interrupt: bool },
+}
+
+/// How a prompt ended up.
+#[derive(Debug)]
+pub enum Asked<T> {
+    Answer(T),
+    /// Neither the flags nor a terminal can answer it; the message says why.
+    Unanswerable(String),
+    /// Ctrl-C while asking.
+    CtrlC,
+}
+
+/// Ctrl-C presses, counted from the moment this is created (none are lost between
+/// waits, unlike separate `tokio::signal::ctrl_c()` calls).
+pub struct CtrlC {
+    rx: mpsc::UnboundedReceiver<()>,
+}
+
+impl CtrlC {
+    /// Install the SIGINT handler (from now on Ctrl-C no longer kills the process).
+    pub fn install() -> Result<Self> {
+        let mut sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| anyhow!("installing the Ctrl-C handler: {e}"))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while sig.recv().await.is_some() {
+                if tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self { rx })
+    }
+
+    /// The next press.
+    pub async fn pressed(&mut self) {
+        if self.rx.recv().await.is_none() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// One line from the terminal, read on a dedicated thread so that a prompt can be
+/// abandoned (Ctrl-C) without losing or duplicating the reader.
+pub struct Tty {
+    out: std::fs::File,
+    requests: std::sync::mpsc::Sender<()>,
+    lines: mpsc::UnboundedReceiver<Option<String>>,
+    outstanding: bool,
+    pub style: Style,
+}
+
+impl Tty {
+    /// The controlling terminal, if there is one and stdin or stderr is a terminal.
+    pub fn open() -> Option<Self> {
+        if !(std::io::stdin().is_terminal() || std::io::stderr().is_terminal()) {
+            return None;
+        }
+        let input = std::fs::File::open("/dev/tty").ok()?;
+        let out = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/tty")
+            .ok()?;
+        let (req_tx, req_rx) = std::sync::mpsc::channel::<()>();
+        let (line_tx, line_rx) = mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("ostler-tty".into())
+            .spawn(move || {
+                let mut reader = std::io::BufReader::new(input);
+                while req_rx.recv().is_ok() {
+                    let mut line = String::new();
+                    let got = match reader.read_line(&mut line) {
+                        Ok(0) | Err(_) => None,
+                        Ok(_) => Some(line.trim_end_matches(['\n', '\r']).to_owned()),
+                    };
+                    let eof = got.is_none();
+                    if line_tx.send(got).is_err() || eof {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Self {
+            out,
+            requests: req_tx,
+            lines: line_rx,
+            outstanding: false,
+            style: Style {
+                on: super::render::colour_for(true),
+            },
+        })
+    }
+
+    pub fn say(&mut self, text: &str) {
+        let _ = write!(self.out, "{text}");
+        let _ = self.out.flush();
+    }
+
+    /// Print `question` and read one line; `None` on Ctrl-C; error at end of input.
+    pub async fn ask(&mut self, question: &str, ctrlc: &mut CtrlC) -> Result<Option<String>> {
+        self.say(question);
+        if !self.outstanding {
+            self.requests
+                .send(())
+                .map_err(|_| anyhow!("the terminal is closed"))?;
+            self.outstanding = true;
+        }
+        tokio::select! {
+            line = self.lines.recv() => {
+                self.outstanding = false;
+                match line.flatten() {
+                    Some(l) => Ok(Some(l)),
+                    None => Err(anyhow!("end of input on the terminal")),
+                }
+            }
+            _ = ctrlc.pressed() => {
+                self.say("\n");
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Decides prompts from the flags and, when there is one, the terminal.
+pub struct Answerer {
+    pub args: AnswerArgs,
+    rules: Vec<AllowRule>,
+    pub tty: Option<Tty>,
+}
+
+impl Answerer {
+    pub fn new(args: AnswerArgs) -> Result<Self> {
+        let rules = args
+            .allow_tools
+            .iter()
+            .map(|s| AllowRule::parse(s))
+            .collect::<Result<Vec<_>>>()?;
+        let tty = if args.no_input { None } else { Tty::open() };
+        Ok(Self { args, rules, tty })
+    }
+
+    /// Decide a permission prompt.
+    pub async fn permission(
+        &mut self,
+        r: &pb::PermissionRequested,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Asked<PermissionAnswer>> {
+        let input: Value = serde_json::from_str(&r.input_json).unwrap_or(Value::Null);
+        if self
+            .rules
+            .iter()
+            .any(|rule| rule.matches(&r.tool_name, &input))
+        {
+            return Ok(Asked::Answer(PermissionAnswer::Allow { remember: vec![] }));
+        }
+        if self.args.deny_all {
+            return Ok(Asked::Answer(PermissionAnswer::Deny {
+                message: self.args.deny_message.clone(),
+                interrupt: false,
+            }));
+        }
+        let call = tool_call(&r.tool_name, &r.input_json);
+        let Some(tty) = self.tty.as_mut() else {
+            return Ok(Asked::Unanswerable(format!(
+                "the session asks for permission to run {call}, and there is no terminal to ask on; \
+                 pass --allow-tools {} or --deny-all, or answer it with `ostler attach`",
+                r.tool_name
+            )));
+        };
+        let st = tty.style;
+        let mut head = format!("\n{} {}\n", st.yellow("? Allow"), st.bold(&call));
+        if !r.description.is_empty() {
+            head.push_str(&format!("  {}\n", st.dim(&clip(&r.description, 200))));
+        }
+        if !r.decision_reason.is_empty() {
+            head.push_str(&format!("  {}\n", st.dim(&clip(&r.decision_reason, 200))));
+        }
+        if !r.blocked_path.is_empty() {
+            head.push_str(&format!(
+                "  {}\n",
+                st.dim(&format!("path: {}", r.blocked_path))
+            ));
+        }
+        let remember = remember_rule(&r.tool_name, &input);
+        let scope = if remember.pattern.is_empty() {
+            remember.tool.clone()
+        } else {
+            format!("{}({})", remember.tool, clip(&remember.pattern, 60))
+        };
+        head.push_str(&format!(
+            "  [y] allow once   [a] allow {scope} for this session   [n] deny   [d] deny and stop the turn\n"
+        ));
+        tty.say(&head);
+        loop {
+            let Some(line) = tty.ask("  allow? (y/a/n/d): ", ctrlc).await? else {
+                return Ok(Asked::CtrlC);
+            };
+            match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => {
+                    return Ok(Asked::Answer(PermissionAnswer::Allow { remember: vec![] }));
+                }
+                "a" | "always" => {
+                    return Ok(Asked::Answer(PermissionAnswer::Allow {
+                        remember: vec![remember],
+                    }));
+                }
+                c @ ("n" | "no" | "d") => {
+                    let interrupt = c == "d";
+                    let Some(reason) = tty
+                        .ask("  reason (told to the model, Enter for none): ", ctrlc)
+                        .await?
+                    else {
+                        return Ok(Asked::CtrlC);
+                    };
+                    let message = if reason.trim().is_empty() {
+                        "The user denied this tool call.".to_owned()
+                    } else {
+                        reason.trim().to_owned()
+                    };
+                    return Ok(Asked::Answer(PermissionAnswer::Deny { message, interrupt }));
+                }
+                _ => tty.say("  please type y, a, n or d\n"),
+            }
+        }
+    }
+
+    /// Answer a question (every question of the call).
+    pub async fn question(
+        &mut self,
+        q: &pb::QuestionAsked,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Asked<Vec<pb::QuestionAnswer>>> {
+        if self.args.answer_first {
+            let answers = q
+                .questions
+                .iter()
+                .map(|q| pb::QuestionAnswer {
+                    question: q.question.clone(),
+                    selected: q
+                        .options
+                        .first()
+                        .map(|o| o.label.clone())
+                        .into_iter()
+                        .collect(),
+                    other_text: if q.options.is_empty() {
+                        "(no answer)".into()
+                    } else {
+                        String::new()
+                    },
+                })
+                .collect();
+            return Ok(Asked::Answer(answers));
+        }
+        let Some(tty) = self.tty.as_mut() else {
+            let first = q
+                .questions
+                .first()
+                .map(|q| q.question.as_str())
+                .unwrap_or("?");
+            return Ok(Asked::Unanswerable(format!(
+                "the session asks a question ({}) and there is no terminal to ask on; \
+                 pass --answer-first, or answer it with `ostler attach`",
+                clip(first, 80)
+            )));
+        };
+        let st = tty.style;
+        let mut answers = Vec::new();
+        for question in &q.questions {
+            let mut text = String::from("\n");
+            if !question.header.is_empty() {
+                text.push_str(&format!("{} ", st.dim(&format!("[{}]", question.header))));
+            }
+            text.push_str(&format!(
+                "{} {}\n",
+                st.yellow("?"),
+                st.bold(&question.question)
+            ));
+            for (i, o) in question.options.iter().enumerate() {
+                let desc = if o.description.is_empty() {
+                    String::new()
+                } else {
+                    format!(" — {}", st.dim(&o.description))
+                };
+                text.push_str(&format!("  {}) {}{desc}\n", i + 1, o.label));
+            }
+            tty.say(&text);
+            let n = question.options.len();
+            let ask = if question.multi_select {
+                format!("  choose 1-{n}, several separated by commas, or type an answer: ")
+            } else if n > 0 {
+                format!("  choose 1-{n} or type an answer: ")
+            } else {
+                "  your answer: ".to_owned()
+            };
+            loop {
+                let Some(line) = tty.ask(&ask, ctrlc).await? else {
+                    return Ok(Asked::CtrlC);
+                };
+                match parse_choice(&line, question) {
+                    Some(a) => {
+                        answers.push(a);
+                        break;
+                    }
+                    None => tty.say("  please choose an option or type an answer\n"),
+                }
+            }
+        }
+        Ok(Asked::Answer(answers))
+    }
+}
+
+/// Numbers (1-based, commas for multi-select) pick options; other text is a free answer.
+pub fn parse_choice(line: &str, q: &pb::Question) -> Option<pb::QuestionAnswer> {
+    let line = line.trim();
+    if line.is_empty() {
+        return None;
+    }
+    let picks: Option<Vec<usize>> = line
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n >= 1 && *n <= q.options.len())
+        })
+        .collect();
+    match picks {
+        Some(p) if !p.is_empty() && (q.multi_select || p.len() == 1) => Some(pb::QuestionAnswer {
+            question: q.question.clone(),
+            selected: p.iter().map(|i| q.options[i - 1].label.clone()).collect(),
+            other_text: String::new(),
+        }),
+        _ => Some(pb::QuestionAnswer {
+            question: q.question.clone(),
+            selected: vec![],
+            other_text: line.to_owned(),
+        }),
+    }
+}
+
+/// "Allow for this session": Bash by exact command prefix, other tools entirely.
+pub fn remember_rule(tool: &str, input: &Value) -> pb::PermissionRule {
+    let pattern = if tool == "Bash" {
+        input
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    } else {
+        String::new()
+    };
+    pb::PermissionRule {
+        tool: tool.to_owned(),
+        pattern,
+        action: pb::RuleAction::Allow as i32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn allow_rules_parse_and_match() -> Result<()> {
+        let r = AllowRule::parse("Bash(git status:*)")?;
+        assert_eq!(
+            r,
+            AllowRule {
+                tool: "Bash".into(),
+                prefix: "git status".into()
+            }
+        );
+        assert!(r.matches("Bash", &json!({"command": "git status"})));
+        assert!(r.matches("Bash", &json!({"command": "git status -s"})));
+        assert!(!r.matches("Bash", &json!({"command": "git statusx"})));
+        assert!(!r.matches("Bash", &json!({"command": "git status && rm -rf /"})));
+        assert!(!r.matches("Edit", &json!({"command": "git status"})));
+        let all = AllowRule::parse("*")?;
+        assert!(all.matches("Write", &json!({})));
+        let mcp = AllowRule::parse("mcp__gh__*")?;
+        assert!(mcp.matches("mcp__gh__list", &json!({})));
+        assert!(!mcp.matches("mcp__other", &json!({})));
+        let w = AllowRule::parse("Write(/tmp/)")?;
+        assert!(w.matches("Write", &json!({"file_path": "/tmp/a"})));
+        assert!(!w.matches("Write", &json!({"file_path": "/etc/a"})));
+        assert!(AllowRule::parse("Bash(oops").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn choices() {
+        let q = pb::Question {
+            question: "Colour?".into(),
+            options: vec![
+                pb::QuestionOption {
+                    label: "Red".into(),
+                    ..Default::default()
+                },
+                pb::QuestionOption {
+                    label: "Blue".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let a = parse_choice("2", &q);
+        assert_eq!(a.map(|a| a.selected), Some(vec!["Blue".to_owned()]));
+        let a = parse_choice("1,2", &q);
+        assert_eq!(
+            a.map(|a| a.other_text),
+            Some("1,2".to_owned()),
+            "single select: text"
+        );
+        let a = parse_choice("green please", &q);
+        assert_eq!(a.map(|a| a.other_text), Some("green please".to_owned()));
+        assert!(parse_choice("  ", &q).is_none());
+        let multi = pb::Question {
+            multi_select: true,
+            ..q
+        };
+        let a = parse_choice("1, 2", &multi);
+        assert_eq!(
+            a.map(|a| a.selected),
+            Some(vec!["Red".to_owned(), "Blue".to_owned()])
+        );
+    }
+
+    #[test]
+    fn remember_is_scoped() {
+        let r = remember_rule("Bash", &json!({"command": "touch a"}));
+        assert_eq!((r.tool.as_str(), r.pattern.as_str()), ("Bash", "touch a"));
+        let r = remember_rule("Edit", &json!({"file_path": "/x"}));
+        assert_eq!(r.pattern, "");
+    }
+}

@@ -1,0 +1,673 @@
+//! Terminal output: colours (only on a terminal, never with `NO_COLOR`), the human form of
+//! events, the progress spinner, and `--json` lines.
+
+use std::collections::HashSet;
+use std::io::{IsTerminal as _, Write as _};
+use std::time::Instant;
+
+use crossterm::style::Stylize as _;
+use ostler_proto::v1 as pb;
+use pb::session_event::Payload;
+use serde_json::Value;
+
+use super::json;
+
+/// Whether to colour a stream: a terminal, and `NO_COLOR` unset (any value disables).
+pub fn colour_for(is_terminal: bool) -> bool {
+    is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Styles, no-ops when colour is off.
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    pub on: bool,
+}
+
+impl Style {
+    pub fn stdout() -> Self {
+        Self {
+            on: colour_for(std::io::stdout().is_terminal()),
+        }
+    }
+    pub fn stderr() -> Self {
+        Self {
+            on: colour_for(std::io::stderr().is_terminal()),
+        }
+    }
+    pub fn dim(self, s: &str) -> String {
+        if self.on {
+            s.dim().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+    pub fn bold(self, s: &str) -> String {
+        if self.on {
+            s.bold().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+    pub fn red(self, s: &str) -> String {
+        if self.on {
+            s.red().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+    pub fn green(self, s: &str) -> String {
+        if self.on {
+            s.green().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+    pub fn yellow(self, s: &str) -> String {
+        if self.on {
+            s.yellow().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+    pub fn cyan(self, s: &str) -> String {
+        if self.on {
+            s.cyan().to_string()
+        } else {
+            s.to_owned()
+        }
+    }
+}
+
+/// `ostler: error: ...` on stderr.
+pub fn error_line(msg: &str) {
+    let st = Style::stderr();
+    eprintln!("{} {msg}", st.red("ostler: error:"));
+}
+
+/// Print one JSON value as a line on stdout.
+pub fn json_line(v: &Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+/// Shorten to `max` characters (by chars), with an ellipsis.
+pub fn clip(s: &str, max: usize) -> String {
+    let one_line: String = s.lines().next().unwrap_or("").to_owned();
+    let more_lines = s.lines().nth(1).is_some();
+    let count = one_line.chars().count();
+    if count > max {
+        let cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else if more_lines {
+        format!("{one_line} …")
+    } else {
+        one_line
+    }
+}
+
+/// The compact form of a tool call: `Bash(touch foo)`, `Read(src/main.rs)`, ...
+pub fn tool_call(name: &str, input_json: &str) -> String {
+    let input: Value = serde_json::from_str(input_json).unwrap_or(Value::Null);
+    let key = [
+        "command",
+        "file_path",
+        "path",
+        "pattern",
+        "url",
+        "query",
+        "description",
+        "prompt",
+    ]
+    .iter()
+    .find_map(|k| input.get(*k).and_then(Value::as_str));
+    let arg = match key {
+        Some(s) => clip(s, 80),
+        None if input.as_object().is_some_and(|o| o.is_empty()) || input.is_null() => String::new(),
+        None => clip(&input.to_string(), 80),
+    };
+    format!("{name}({arg})")
+}
+
+/// Human-readable token count: 1234 -> "1.2k".
+pub fn tokens(n: u64) -> String {
+    if n >= 10_000 {
+        format!("{}k", n / 1000)
+    } else if n >= 1000 {
+        format!("{:.1}k", n as f64 / 1000.0)
+    } else {
+        n.to_string()
+    }
+}
+
+/// The closing summary of a turn.
+pub fn summary(st: Style, t: &pb::TurnCompleted, wall_ms: u128) -> String {
+    let u = t.usage.unwrap_or_default();
+    let ok = !t.is_error && t.subtype == "success";
+    let head = if ok {
+        st.green("✓ done")
+    } else {
+        st.red(&format!(
+            "✗ {}",
+            if t.subtype.is_empty() {
+                "error"
+            } else {
+                &t.subtype
+            }
+        ))
+    };
+    let dur = if t.duration_ms > 0 {
+        t.duration_ms as f64 / 1000.0
+    } else {
+        wall_ms as f64 / 1000.0
+    };
+    let mut s = format!(
+        "{head} · {} turn{} · {} in / {} out tokens · ${:.4} · {:.1}s",
+        t.num_turns,
+        if t.num_turns == 1 { "" } else { "s" },
+        tokens(u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens),
+        tokens(u.output_tokens),
+        t.total_cost_usd,
+        dur,
+    );
+    if !t.denied_tools.is_empty() {
+        s.push_str(&format!(" · denied: {}", t.denied_tools.join(", ")));
+    }
+    if !ok && !t.errors.is_empty() {
+        s.push_str(&format!("\n  {}", t.errors.join("\n  ")));
+    }
+    s
+}
+
+/// What the session is doing, for the spinner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Activity {
+    Idle,
+    Model,
+    Tool(String),
+}
+
+const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+/// Prints events for humans: assistant text as it streams, tools compactly, a spinner on
+/// stderr while the model or a tool works (only when stderr is a terminal).
+pub struct Human {
+    st: Style,
+    err: Style,
+    /// Blocks already shown through partial deltas.
+    streamed: HashSet<(String, u32)>,
+    /// Whether stdout is at the start of a line.
+    at_line_start: bool,
+    /// The current partial block, if text is streaming.
+    streaming: Option<(String, u32)>,
+    spinner: bool,
+    spinner_shown: bool,
+    frame: usize,
+    activity: Activity,
+    since: Instant,
+    /// Tool names by tool_use id, for results.
+    tools: std::collections::HashMap<String, String>,
+    pub verbose: bool,
+}
+
+impl Human {
+    pub fn new(spinner: bool, verbose: bool) -> Self {
+        Self {
+            st: Style::stdout(),
+            err: Style::stderr(),
+            streamed: HashSet::new(),
+            at_line_start: true,
+            streaming: None,
+            spinner: spinner && std::io::stderr().is_terminal(),
+            spinner_shown: false,
+            frame: 0,
+            activity: Activity::Idle,
+            since: Instant::now(),
+            tools: Default::default(),
+            verbose,
+        }
+    }
+
+    pub fn style(&self) -> Style {
+        self.st
+    }
+
+    /// Whether the spinner wants ticks.
+    pub fn spinning(&self) -> bool {
+        self.spinner && self.activity != Activity::Idle
+    }
+
+    /// Redraw the spinner (called on a timer).
+    pub fn tick(&mut self) {
+        if !self.spinning() || !self.at_line_start {
+            return;
+        }
+        self.frame = (self.frame + 1) % FRAMES.len();
+        let what = match &self.activity {
+            Activity::Idle => return,
+            Activity::Model => "thinking".to_owned(),
+            Activity::Tool(t) => format!("running {t}"),
+        };
+        let line = format!(
+            "{} {what}… {}s (Ctrl-C interrupts)",
+            FRAMES[self.frame],
+            self.since.elapsed().as_secs()
+        );
+        let mut e = std::io::stderr().lock();
+        let _ = write!(e, "\r\x1b[2K{}", self.err.cyan(&line));
+        let _ = e.flush();
+        self.spinner_shown = true;
+    }
+
+    /// Remove the spinner line before printing.
+    pub fn clear_spinner(&mut self) {
+        if self.spinner_shown {
+            let mut e = std::io::stderr().lock();
+            let _ = write!(e, "\r\x1b[2K");
+            let _ = e.flush();
+            self.spinner_shown = false;
+        }
+    }
+
+    fn set_activity(&mut self, a: Activity) {
+        if self.activity != a {
+            self.activity = a;
+            self.since = Instant::now();
+        }
+    }
+
+    /// Print a whole line on stdout (ending a streaming line first).
+    pub fn line(&mut self, s: &str) {
+        self.clear_spinner();
+        let mut out = std::io::stdout().lock();
+        if !self.at_line_start {
+            let _ = writeln!(out);
+        }
+        let _ = writeln!(out, "{s}");
+        let _ = out.flush();
+        self.at_line_start = true;
+        self.streaming = None;
+    }
+
+    /// Print a notice on stderr (ending a streaming stdout line first).
+    pub fn note(&mut self, s: &str) {
+        self.clear_spinner();
+        if !self.at_line_start {
+            println!();
+            self.at_line_start = true;
+            self.streaming = None;
+        }
+        eprintln!("{s}");
+    }
+
+    fn stream_text(&mut self, key: (String, u32), text: &str) {
+        self.clear_spinner();
+        let mut out = std::io::stdout().lock();
+        if self.streaming.as_ref() != Some(&key) && !self.at_line_start {
+            let _ = writeln!(out);
+        }
+        let _ = write!(out, "{text}");
+        let _ = out.flush();
+        self.at_line_start = text.ends_with('\n');
+        self.streaming = Some(key);
+    }
+
+    /// Show one event.
+    pub fn event(&mut self, e: &pb::SessionEvent) {
+        use pb::assistant_block::Block;
+        use pb::partial_delta::Delta;
+        let st = self.st;
+        let Some(p) = &e.payload else { return };
+        let indent = if e.parent_tool_use_id.is_some() {
+            "  │ "
+        } else {
+            ""
+        };
+        match p {
+            Payload::SessionStarted(s) => {
+                let mut parts = vec![format!("model {}", s.model)];
+                if !s.cli_version.is_empty() {
+                    parts.push(format!("claude {}", s.cli_version));
+                }
+                parts.push(s.cwd.clone());
+                self.note(
+                    &self
+                        .err
+                        .dim(&format!("● session started · {}", parts.join(" · "))),
+                );
+            }
+            Payload::UserMessage(m) => {
+                if m.is_replay {
+                    return;
+                }
+                let text = if !m.text.is_empty() {
+                    m.text.clone()
+                } else {
+                    clip(&m.content_json, 100)
+                };
+                if m.is_synthetic {
+                    self.line(&st.dim(&format!("{indent}{}", clip(&text, 200))));
+                } else if !m.sent_by.is_empty() {
+                    self.line(&st.bold(&format!("› {}", clip(&text, 200))));
+                    self.set_activity(Activity::Model);
+                } else if self.verbose {
+                    self.line(&st.dim(&format!("{indent}user: {}", clip(&text, 200))));
+                }
+            }
+            Payload::PartialDelta(d) => {
+                if e.parent_tool_use_id.is_some() {
+                    return;
+                }
+                if let Some(Delta::Text(t)) = &d.delta {
+                    let key = (d.message_id.clone(), d.index);
+                    self.streamed.insert(key.clone());
+                    self.stream_text(key, t);
+                }
+            }
+            Payload::AssistantBlock(b) => {
+                let key = (b.message_id.clone(), b.index);
+                match &b.block {
+                    Some(Block::Text(t)) => {
+                        if self.streamed.remove(&key) {
+                            // Already shown; end the line.
+                            if !self.at_line_start {
+                                self.line("");
+                            }
+                        } else if !t.text.is_empty() {
+                            let text = if indent.is_empty() {
+                                t.text.clone()
+                            } else {
+                                t.text
+                                    .lines()
+                                    .map(|l| format!("{indent}{l}"))
+                                    .collect::<Vec<_>>()
+                                    .join("\n")
+                            };
+                            self.line(&text);
+                        }
+                    }
+                    Some(Block::Thinking(t)) => {
+                        self.line(&st.dim(&format!("{indent}✻ {}", clip(&t.thinking, 120))));
+                    }
+                    Some(Block::ToolUse(t)) => {
+                        self.tools.insert(t.id.clone(), t.name.clone());
+                        self.line(&format!(
+                            "{indent}{} {}",
+                            st.cyan("⏺"),
+                            st.bold(&tool_call(&t.name, &t.input_json))
+                        ));
+                        self.set_activity(Activity::Tool(t.name.clone()));
+                    }
+                    Some(Block::RedactedThinking(_)) => {
+                        self.line(&st.dim(&format!("{indent}✻ (redacted thinking)")));
+                    }
+                    Some(Block::Other(o)) if self.verbose => {
+                        self.line(&st.dim(&format!("{indent}[{} block]", o.block_type)));
+                    }
+                    Some(Block::Other(_)) | None => {}
+                }
+                if !b.error.is_empty() {
+                    self.line(&st.red(&format!("{indent}model error: {}", b.error)));
+                }
+            }
+            Payload::ToolResult(r) => {
+                let text = match &r.content {
+                    Some(pb::tool_result::Content::Text(t)) => t.clone(),
+                    Some(pb::tool_result::Content::BlocksJson(j)) => blocks_text(j),
+                    None => String::new(),
+                };
+                let n = text.lines().count();
+                let first = if text.trim().is_empty() {
+                    "(no output)".to_owned()
+                } else {
+                    clip(&text, 100)
+                };
+                let more = if n > 1 {
+                    format!(" (+{} lines)", n - 1)
+                } else {
+                    String::new()
+                };
+                let line = format!("{indent}  ⎿ {first}{more}");
+                self.line(&if r.is_error {
+                    st.red(&line)
+                } else {
+                    st.dim(&line)
+                });
+                self.set_activity(Activity::Model);
+            }
+            Payload::PermissionRequested(r) => {
+                self.line(&st.yellow(&format!(
+                    "{indent}? permission: {}",
+                    tool_call(&r.tool_name, &r.input_json)
+                )));
+                self.set_activity(Activity::Idle);
+            }
+            Payload::PermissionResolved(r) => {
+                let what = json::resolution_name(r.resolution);
+                let by = if r.resolved_by.is_empty() {
+                    String::new()
+                } else {
+                    format!(" by {}", r.resolved_by)
+                };
+                let msg = if r.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", r.message)
+                };
+                let line = format!("{indent}  {what}{by}{msg}");
+                self.line(&if r.resolution == pb::Resolution::Allowed as i32 {
+                    st.green(&line)
+                } else {
+                    st.yellow(&line)
+                });
+                self.set_activity(Activity::Model);
+            }
+            Payload::QuestionAsked(q) => {
+                for q in &q.questions {
+                    self.line(&st.yellow(&format!("{indent}? {}", q.question)));
+                }
+                self.set_activity(Activity::Idle);
+            }
+            Payload::QuestionAnswered(a) => {
+                for a in &a.answers {
+                    let mut chosen = a.selected.join(", ");
+                    if !a.other_text.is_empty() {
+                        if !chosen.is_empty() {
+                            chosen.push_str(", ");
+                        }
+                        chosen.push_str(&a.other_text);
+                    }
+                    self.line(
+                        &st.green(&format!("{indent}  {} → {chosen}", clip(&a.question, 60))),
+                    );
+                }
+                if a.resolution != pb::Resolution::Answered as i32 {
+                    self.line(&st.yellow(&format!(
+                        "{indent}  {}",
+                        json::resolution_name(a.resolution)
+                    )));
+                }
+                self.set_activity(Activity::Model);
+            }
+            Payload::TurnCompleted(_) => {
+                self.set_activity(Activity::Idle);
+                self.clear_spinner();
+            }
+            Payload::StateChanged(s) => {
+                if s.to == pb::SessionState::Running as i32 {
+                    if self.activity == Activity::Idle {
+                        self.set_activity(Activity::Model);
+                    }
+                } else {
+                    self.set_activity(Activity::Idle);
+                }
+                if self.verbose {
+                    self.note(&self.err.dim(&format!(
+                        "state {} → {}{}",
+                        json::state_name(s.from),
+                        json::state_name(s.to),
+                        if s.reason.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", s.reason)
+                        }
+                    )));
+                }
+            }
+            Payload::SystemNotice(n) => {
+                if self.verbose {
+                    self.note(
+                        &self
+                            .err
+                            .dim(&format!("system {}/{}", n.source_type, n.subtype)),
+                    );
+                }
+            }
+            Payload::EngineNotice(n) => {
+                let text = if n.message.is_empty() {
+                    n.code.clone()
+                } else {
+                    format!("{}: {}", n.code, n.message)
+                };
+                self.note(&self.err.dim(&format!("· {text}")));
+            }
+            Payload::ProcessExited(x) => {
+                self.set_activity(Activity::Idle);
+                self.note(
+                    &self
+                        .err
+                        .yellow(&format!("process exited: {}", exit_text(x))),
+                );
+                if !x.stderr_tail.trim().is_empty() {
+                    for l in x
+                        .stderr_tail
+                        .lines()
+                        .rev()
+                        .take(5)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                    {
+                        self.note(&self.err.dim(&format!("  {l}")));
+                    }
+                }
+            }
+            Payload::Diagnostic(d) => {
+                self.note(&self.err.yellow(&format!(
+                    "warning: CLI output {}: {}",
+                    d.code,
+                    clip(&d.message, 120)
+                )));
+            }
+            Payload::Unknown(u) => {
+                if self.verbose {
+                    self.note(
+                        &self
+                            .err
+                            .dim(&format!("unknown CLI message {}", u.message_type)),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Text of a tool result given as content blocks.
+fn blocks_text(j: &str) -> String {
+    let v: Value = serde_json::from_str(j).unwrap_or(Value::Null);
+    match v.as_array() {
+        Some(items) => items
+            .iter()
+            .map(|b| match b.get("text").and_then(Value::as_str) {
+                Some(t) => t.to_owned(),
+                None => format!(
+                    "[{}]",
+                    b.get("type").and_then(Value::as_str).unwrap_or("block")
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => j.to_owned(),
+    }
+}
+
+/// `code 0 (stopped by client)`, `signal 9`, ...
+pub fn exit_text(x: &pb::ProcessExited) -> String {
+    let how = match (x.exit_code, x.signal) {
+        (Some(c), _) => format!("code {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        _ => "?".to_owned(),
+    };
+    if x.reason.is_empty() {
+        how
+    } else {
+        format!("{how} ({})", x.reason)
+    }
+}
+
+/// Relative age: "3s", "5m", "2h", "4d".
+pub fn age(ms: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(ms);
+    let s = ((now - ms).max(0)) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_calls_are_compact() {
+        assert_eq!(
+            tool_call("Bash", r#"{"command":"touch a"}"#),
+            "Bash(touch a)"
+        );
+        assert_eq!(tool_call("Read", r#"{"file_path":"/x/y"}"#), "Read(/x/y)");
+        assert_eq!(tool_call("Foo", "{}"), "Foo()");
+        assert_eq!(tool_call("Foo", r#"{"a":1}"#), r#"Foo({"a":1})"#);
+        let long = format!(r#"{{"command":"{}"}}"#, "x".repeat(200));
+        assert_eq!(
+            tool_call("Bash", &long).chars().count(),
+            "Bash()".len() + 80
+        );
+    }
+
+    #[test]
+    fn summary_reads_well() {
+        let t = pb::TurnCompleted {
+            subtype: "success".into(),
+            num_turns: 2,
+            total_cost_usd: 0.01234,
+            duration_ms: 3400,
+            usage: Some(pb::Usage {
+                input_tokens: 1200,
+                output_tokens: 56,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let s = summary(Style { on: false }, &t, 0);
+        assert_eq!(
+            s,
+            "✓ done · 2 turns · 1.2k in / 56 out tokens · $0.0123 · 3.4s"
+        );
+        let t = pb::TurnCompleted {
+            subtype: "error_during_execution".into(),
+            is_error: true,
+            num_turns: 1,
+            ..Default::default()
+        };
+        assert!(
+            summary(Style { on: false }, &t, 1500)
+                .starts_with("✗ error_during_execution · 1 turn ·")
+        );
+    }
+}
