@@ -542,17 +542,18 @@ fn content_block(raw: &RawValue) -> ContentBlock {
             Some(data) => ContentBlock::RedactedThinking { data },
             None => other(ty),
         },
-        "tool_use" => match (b.id.owned(), b.name.owned()) {
-            (Some(id), Some(name)) => ContentBlock::ToolUse {
-                id,
-                name,
-                input: b
-                    .input
-                    .and_then(|i| serde_json::from_str::<Value>(i.get()).ok())
-                    .unwrap_or(Value::Object(Default::default())),
-            },
-            _ => other(ty),
-        },
+        "tool_use" => {
+            // An input that is present but cannot be built as a value (only possible past
+            // serde_json's recursion limit) keeps the block whole rather than inventing one.
+            let input = match b.input {
+                None => Some(Value::Object(Default::default())),
+                Some(i) => serde_json::from_str::<Value>(i.get()).ok(),
+            };
+            match (b.id.owned(), b.name.owned(), input) {
+                (Some(id), Some(name), Some(input)) => ContentBlock::ToolUse { id, name, input },
+                _ => other(ty),
+            }
+        }
         _ => other(ty),
     }
 }
@@ -771,9 +772,24 @@ fn control_request(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
             if tool_name.is_none() {
                 absent.push("tool_name".to_string());
             }
-            let input = req
-                .input
-                .and_then(|i| serde_json::from_str::<Value>(i.get()).ok());
+            let input = match req.input {
+                None => None,
+                Some(i) => match serde_json::from_str::<Value>(i.get()) {
+                    Ok(v) => Some(v),
+                    // Present but not buildable (past the recursion limit): kept whole, so
+                    // the owner answers it with an error instead of acting on a guess.
+                    Err(_) => {
+                        out.push(Event::ControlRequest(ControlRequest {
+                            request_id,
+                            request: CliRequest::Other {
+                                request_subtype: "can_use_tool".to_string(),
+                                raw: raw_json(raw_req),
+                            },
+                        }));
+                        return;
+                    }
+                },
+            };
             if input.is_none() {
                 absent.push("input".to_string());
             }
