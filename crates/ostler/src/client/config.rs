@@ -159,8 +159,24 @@ impl DaemonSide {
 
 /// Resolve the target from flags, environment and the daemon's config.
 pub fn resolve(args: &ConnectArgs) -> Result<Target> {
-    let cfg = crate::config::load(args.config.as_deref(), &Default::default())
-        .context("reading the daemon's configuration (for its address and token)")?;
+    let default_missing = args.config.is_none()
+        && crate::config::default_config_file().is_none_or(|f| !f.exists());
+    let cfg = if default_missing {
+        // No config file at all: the defaults and the daemon's environment variables.
+        use figment::providers::{Env, Serialized};
+        figment::Figment::from(Serialized::defaults(crate::config::Config::default()))
+            .merge(Env::prefixed("OSTLER_").split("__").filter(|k| {
+                let first = k.as_str().split('.').next().unwrap_or_default();
+                ["listen", "auth", "tls"]
+                    .iter()
+                    .any(|s| first.eq_ignore_ascii_case(s))
+            }))
+            .extract::<crate::config::Config>()
+            .context("reading the daemon's configuration from OSTLER_* variables")?
+    } else {
+        crate::config::load(args.config.as_deref(), &Default::default())
+            .context("reading the daemon's configuration (for its address and token)")?
+    };
     resolve_from(args, &DaemonSide::from_config(&cfg))
 }
 

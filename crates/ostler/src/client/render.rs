@@ -208,6 +208,7 @@ pub struct Human {
     /// Tool names by tool_use id, for results.
     tools: std::collections::HashMap<String, String>,
     pub verbose: bool,
+    started_shown: bool,
 }
 
 impl Human {
@@ -225,6 +226,7 @@ impl Human {
             since: Instant::now(),
             tools: Default::default(),
             verbose,
+            started_shown: false,
         }
     }
 
@@ -289,6 +291,17 @@ impl Human {
         self.streaming = None;
     }
 
+    /// End a streaming line, if one is open.
+    pub fn end_line(&mut self) {
+        if !self.at_line_start {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out);
+            let _ = out.flush();
+            self.at_line_start = true;
+        }
+        self.streaming = None;
+    }
+
     /// Print a notice on stderr (ending a streaming stdout line first).
     pub fn note(&mut self, s: &str) {
         self.clear_spinner();
@@ -325,6 +338,11 @@ impl Human {
         };
         match p {
             Payload::SessionStarted(s) => {
+                // Some releases announce themselves on every turn.
+                if self.started_shown && !self.verbose {
+                    return;
+                }
+                self.started_shown = true;
                 let mut parts = vec![format!("model {}", s.model)];
                 if !s.cli_version.is_empty() {
                     parts.push(format!("claude {}", s.cli_version));
@@ -370,9 +388,7 @@ impl Human {
                     Some(Block::Text(t)) => {
                         if self.streamed.remove(&key) {
                             // Already shown; end the line.
-                            if !self.at_line_start {
-                                self.line("");
-                            }
+                            self.end_line();
                         } else if !t.text.is_empty() {
                             let text = if indent.is_empty() {
                                 t.text.clone()
@@ -524,6 +540,9 @@ impl Human {
                 }
             }
             Payload::EngineNotice(n) => {
+                if !self.verbose && n.code == "session_created" {
+                    return;
+                }
                 let text = if n.message.is_empty() {
                     n.code.clone()
                 } else {
