@@ -1,0 +1,360 @@
+//! The gRPC surface in process: a real engine on a real (temporary) SQLite store, the real
+//! tonic server on an ephemeral loopback port, and generated clients. No CLI is spawned
+//! here (the installation is assumed); the daemon tests in `crates/ostler/tests` drive
+//! real CLI releases.
+
+use std::time::Duration;
+
+use ostler_engine::{Engine, EngineOptions};
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::daemon_service_client::DaemonServiceClient;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use ostler_server::{
+    ClaudeCodeInfo, Compatibility, DaemonInfo, Listener, Server, ServerOptions, Token,
+};
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+struct Harness {
+    addr: std::net::SocketAddr,
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<ostler_server::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(opts: ServerOptions, engine_opts: EngineOptions) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        ostler_store::Store::open(dir.path().join("ostler.db"), Default::default()).unwrap();
+    let installation = ostler_supervisor::Installation::assume(
+        "/nonexistent/claude".into(),
+        semver::Version::new(2, 1, 330),
+        None,
+    );
+    let engine = Engine::start(engine_opts, store, installation)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let info = DaemonInfo::new(
+        "9.9.9",
+        dir.path().join("ostler.db").display().to_string(),
+        ClaudeCodeInfo {
+            version: "2.1.330".into(),
+            api_date: None,
+            level: Compatibility::FullyCompatible,
+            message: "Claude Code 2.1.330 (tested)".into(),
+            binary_path: "/nonexistent/claude".into(),
+            capabilities: vec![],
+        },
+    );
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(Server::run(
+        opts,
+        engine,
+        info,
+        vec![Listener::Tcp(listener)],
+        shutdown.clone(),
+    ));
+    Harness {
+        addr,
+        shutdown,
+        server,
+        _dir: dir,
+    }
+}
+
+async fn channel(addr: std::net::SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn wait_serving(ch: Channel) {
+    let mut health = HealthClient::new(ch);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await;
+        if let Ok(r) = r
+            && r.get_ref().status() == ServingStatus::Serving
+        {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never SERVING");
+        // Health is set by the server's first check right after start; a status not set
+        // yet answers NOT_FOUND. Watch would also work; a short retry keeps it simple.
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn health_serving_details_and_reflection() {
+    let h = start(ServerOptions::default(), EngineOptions::default()).await;
+    let ch = channel(h.addr).await;
+    wait_serving(ch.clone()).await;
+
+    // The session service has its own health entry.
+    let mut health = HealthClient::new(ch.clone());
+    let r = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "ostler.v1.SessionService".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.get_ref().status(), ServingStatus::Serving);
+
+    let d = DaemonServiceClient::new(ch.clone())
+        .get_health_details(pb::GetHealthDetailsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.daemon_version, "9.9.9");
+    assert!(d.store.as_ref().unwrap().ok);
+    let cc = d.claude_code.unwrap();
+    assert_eq!(cc.version, "2.1.330");
+    assert_eq!(cc.level(), pb::CompatibilityLevel::FullyCompatible);
+    assert_eq!(cc.binary_path, "/nonexistent/claude");
+    assert_eq!(d.sessions.unwrap().total, 0);
+
+    // Reflection (v1) lists the services without the proto files.
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let mut refl = ServerReflectionClient::new(ch.clone());
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = refl
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let resp = stream.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = resp.message_response else {
+        panic!("unexpected reflection answer: {resp:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for want in [
+        "ostler.v1.SessionService",
+        "ostler.v1.DaemonService",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want} missing from {names:?}"
+        );
+    }
+    // ... and serves the descriptor of a symbol.
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::FileContainingSymbol(
+            "ostler.v1.SessionEvent".into(),
+        )),
+    };
+    let mut stream = refl
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let resp = stream.message().await.unwrap().unwrap();
+    assert!(
+        matches!(
+            resp.message_response,
+            Some(MessageResponse::FileDescriptorResponse(ref f)) if !f.file_descriptor_proto.is_empty()
+        ),
+        "{resp:?}"
+    );
+
+    // Shutdown: health turns NOT_SERVING through Watch, and the server ends.
+    let mut watch = health
+        .watch(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status(), ServingStatus::Serving);
+    h.shutdown.cancel();
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
+        .await
+        .expect("watch answers on shutdown");
+    let m = next
+        .expect("watch stream ok")
+        .expect("a status before the stream ends");
+    assert_eq!(m.status(), ServingStatus::NotServing);
+    // An open Watch keeps its connection busy until the drain timeout; hang up.
+    drop(watch);
+    tokio::time::timeout(Duration::from_secs(10), h.server)
+        .await
+        .expect("server stops after shutdown")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn bearer_tokens_are_enforced_except_for_health() {
+    let opts = ServerOptions {
+        tokens: vec![Token::new("right-token").unwrap()],
+        ..Default::default()
+    };
+    let h = start(opts, EngineOptions::default()).await;
+    let ch = channel(h.addr).await;
+    wait_serving(ch.clone()).await; // health needs no token
+
+    let call = |token: Option<&'static str>| {
+        let ch = ch.clone();
+        async move {
+            let mut req = tonic::Request::new(pb::GetHealthDetailsRequest {});
+            if let Some(t) = token {
+                req.metadata_mut()
+                    .insert("authorization", t.parse().unwrap());
+            }
+            DaemonServiceClient::new(ch).get_health_details(req).await
+        }
+    };
+    let err = call(None).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    let err = call(Some("Bearer wrong-token")).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    assert!(!err.message().contains("right-token"), "{}", err.message());
+    let err = call(Some("right-token")).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "scheme is required");
+    call(Some("Bearer right-token")).await.unwrap();
+
+    // Streaming and session calls are behind the same layer.
+    let err = SessionServiceClient::new(ch.clone())
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    h.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn bad_requests_get_actionable_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let h = start(
+        ServerOptions::default(),
+        EngineOptions {
+            allowed_roots: vec![root.clone()],
+            max_live_sessions: 0,
+            ..Default::default()
+        },
+    )
+    .await;
+    let ch = channel(h.addr).await;
+    let mut s = SessionServiceClient::new(ch);
+
+    let e = s
+        .get_session(pb::GetSessionRequest {
+            session_id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("session_id"), "{}", e.message());
+
+    let e = s
+        .get_session(pb::GetSessionRequest {
+            session_id: "no-such-session".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    assert!(e.message().contains("no-such-session"), "{}", e.message());
+
+    let e = s
+        .subscribe(pb::SubscribeRequest {
+            session_id: "no-such-session".into(),
+            follow: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+
+    let e = s
+        .list_sessions(pb::ListSessionsRequest {
+            states: vec![99],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("states[0]"), "{}", e.message());
+
+    let e = s
+        .set_permission_mode(pb::SetPermissionModeRequest {
+            session_id: "x".into(),
+            mode: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+
+    let e = s
+        .send_message(pb::SendMessageRequest {
+            session_id: "x".into(),
+            content: None,
+            client_message_id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("content"), "{}", e.message());
+
+    // A cwd that does not exist, and one outside the allowed roots.
+    let e = s
+        .create_session(pb::CreateSessionRequest {
+            cwd: dir.path().join("missing").display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("cwd"), "{}", e.message());
+    let e = s
+        .create_session(pb::CreateSessionRequest {
+            cwd: dir.path().display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+
+    // The session limit (0 here) is RESOURCE_EXHAUSTED.
+    let e = s
+        .create_session(pb::CreateSessionRequest {
+            cwd: root.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+
+    let e = s
+        .respond_to_permission(pb::RespondToPermissionRequest {
+            session_id: "x".into(),
+            request_id: "r".into(),
+            decision: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    h.shutdown.cancel();
+}
