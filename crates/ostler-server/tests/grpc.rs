@@ -3,6 +3,8 @@
 //! here (the installation is assumed); the daemon tests in `crates/ostler/tests` drive
 //! real CLI releases.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failure should panic with the error
+
 use std::time::Duration;
 
 use ostler_engine::{Engine, EngineOptions};
