@@ -7,6 +7,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod compat;
 mod contracts_record;
 mod dev;
 mod goldens;
@@ -24,11 +25,25 @@ enum Cmd {
     Test(dev::TestArgs),
     /// Install the newest pinned Claude Code release and run the daemon with it.
     Daemon(dev::DaemonArgs),
+    /// The Claude Code compatibility matrix (measured evidence -> embedded matrix + docs).
+    Compat {
+        #[command(subcommand)]
+        cmd: CompatCmd,
+    },
     /// Contract corpus recorded from real Claude Code releases.
     Contracts {
         #[command(subcommand)]
         cmd: ContractsCmd,
     },
+}
+
+#[derive(Subcommand)]
+enum CompatCmd {
+    /// Measure releases (stdio permission protocol, flags, announced capabilities) and
+    /// write `contracts/compat/<release>.toml`.
+    Probe(compat::ProbeArgs),
+    /// Generate the embedded matrix and docs/compatibility.md (`--check`: fail on drift).
+    Generate(compat::GenerateArgs),
 }
 
 #[derive(Subcommand)]
@@ -48,6 +63,10 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Test(a) => dev::test(a),
         Cmd::Daemon(a) => dev::daemon(a),
+        Cmd::Compat { cmd } => match cmd {
+            CompatCmd::Probe(a) => compat::probe(a),
+            CompatCmd::Generate(a) => compat::generate(a),
+        },
         Cmd::Contracts { cmd } => match cmd {
             ContractsCmd::Record(a) => contracts_record::record(a),
             ContractsCmd::Live(a) => contracts_record::live(a),

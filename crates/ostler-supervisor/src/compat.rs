@@ -422,9 +422,9 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
     } else {
         CompatLevel::FullyCompatible
     };
-    let tested_range = match (m.oldest_tested(), &newest) {
-        (Some(o), Some(n)) => format!("{o} to {n}"),
-        _ => "none".into(),
+    let tested_range = match &newest {
+        Some(n) => format!("{minimum} to {n}"),
+        None => "none".into(),
     };
     let mut message = match level {
         CompatLevel::FullyCompatible if row.is_some() => {

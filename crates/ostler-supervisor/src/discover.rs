@@ -11,14 +11,16 @@
 //! `--help` is not the truth (recent releases hide working flags such as
 //! `--permission-prompt-tool`, `--max-turns` and `--sdk-url`), and `--version` is answered
 //! before options are validated (an unknown flag next to `--version` is ignored). What
-//! every release does is validate options when run in print mode: we run
+//! every release does is validate options first when run in print mode: we run
 //! `claude -p --input-format stream-json --output-format stream-json --verbose <flags>`
-//! with stdin at EOF, a throwaway `HOME` and an unreachable `ANTHROPIC_BASE_URL`. A release
-//! that knows every flag exits 0 without calling any API (no user message arrived); an
-//! unknown flag gives `error: unknown option '--x'` and exit 1. The named flag is dropped
-//! and the run repeated, so all flags cost (number of unknown flags + 1) runs.
-//! `--sdk-url` is probed on its own with a loopback URL: recent releases refuse
-//! non-Anthropic hosts with a message naming the host.
+//! with stdin at EOF, a throwaway `HOME` and an unreachable `ANTHROPIC_BASE_URL`. An
+//! unknown flag gives `error: unknown option '--x'` (exit 1); the named flag is dropped and
+//! the run repeated, so all flags cost (number of unknown flags + 1) runs. Any other
+//! outcome means the remaining flags were accepted: recent releases exit 0 (no user
+//! message, no API call), releases before about 1.0.90 fail with `No messages returned`.
+//! Releases before 1.0.59 accept `--permission-prompt-tool` but answer `stdio` with
+//! `MCP tool stdio ... not found`: recorded as not supported. `--sdk-url` is probed on its
+//! own with a loopback URL: recent releases refuse non-Anthropic hosts by name.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
 //! The supervisor against real Claude Code releases (installed by the test kit), talking to
 //! the fake model server. Every wait is on an event; timeouts only guard against hangs.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 
@@ -145,10 +146,10 @@ async fn interrupt_then_turn_then_crash(version: &str) {
     // Wait for the first text delta: the answer is streaming.
     loop {
         match next(&mut rx).await {
-            ProcessEvent::Line(l) => {
-                if l.events.iter().any(|e| matches!(e, Event::PartialDelta(_))) {
-                    break;
-                }
+            ProcessEvent::Line(l)
+                if l.events.iter().any(|e| matches!(e, Event::PartialDelta(_))) =>
+            {
+                break;
             }
             ProcessEvent::Exited(e) => panic!("exited: {e:?}"),
             _ => {}
@@ -178,9 +179,8 @@ async fn interrupt_then_turn_then_crash(version: &str) {
     // Crash: kill -9 from outside (not through the handle).
     kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
     let exit = loop {
-        match next(&mut rx).await {
-            ProcessEvent::Exited(e) => break e,
-            _ => {}
+        if let ProcessEvent::Exited(e) = next(&mut rx).await {
+            break e;
         }
     };
     assert_eq!(exit.signal, Some(9), "{exit:?}");

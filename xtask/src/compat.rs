@@ -1,0 +1,489 @@
+//! `cargo xtask compat probe|generate`: the Claude Code compatibility matrix.
+//!
+//! - `probe --release V...`: install each release (test kit installer), measure it and write
+//!   `contracts/compat/<V>.toml`:
+//!   - the stdio permission protocol, by a real turn against the fake model server: the
+//!     model asks for `Bash touch probe-created.txt`; it works when a `can_use_tool`
+//!     control request arrives and, once allowed, the file exists;
+//!   - which flags the release accepts (`ostler_supervisor::discover::probe_flags`: print
+//!     mode with stdin at EOF, unknown options are reported by the option parser);
+//!   - the `capabilities` it announces in `system/init`.
+//! - `generate [--check]`: turn the evidence of every pinned release
+//!   (`contracts/releases.toml`) into `crates/ostler-supervisor/src/matrix_generated.rs` and
+//!   `docs/compatibility.md`; the minimum supported release and the capability boundaries
+//!   are derived from the evidence. `--check` fails when either file would change or a
+//!   pinned release has no evidence.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+#[derive(clap::Args)]
+pub struct ProbeArgs {
+    /// Releases to measure (default: every pinned release).
+    #[arg(long = "release")]
+    pub releases: Vec<String>,
+    /// Only print the evidence, do not write it.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(clap::Args)]
+pub struct GenerateArgs {
+    /// Fail if the generated files are out of date instead of writing them.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// `contracts/compat/<version>.toml`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Evidence {
+    pub version: String,
+    /// A `can_use_tool` control request arrived for a permission-needing tool.
+    pub stdio_permission_prompt: bool,
+    /// What happened in the permission probe, in words.
+    pub permission_probe: String,
+    pub include_partial_messages: bool,
+    pub fork_session: bool,
+    pub max_turns: bool,
+    /// `absent`, `loopback`, `anthropic_only`.
+    pub sdk_url: String,
+    /// `capabilities` announced in `system/init` (empty: none).
+    #[serde(default)]
+    pub announced: Vec<String>,
+}
+
+fn root() -> PathBuf {
+    ostler_testkit::workspace_root()
+}
+
+fn evidence_dir() -> PathBuf {
+    root().join("contracts").join("compat")
+}
+
+fn evidence_path(v: &str) -> PathBuf {
+    evidence_dir().join(format!("{v}.toml"))
+}
+
+pub fn probe(a: ProbeArgs) -> Result<()> {
+    let releases = if a.releases.is_empty() {
+        ostler_testkit::releases::pinned()?
+            .into_iter()
+            .map(|r| r.version)
+            .collect()
+    } else {
+        a.releases
+    };
+    let rt = tokio::runtime::Runtime::new()?;
+    for v in releases {
+        let ev = rt.block_on(measure(&v))?;
+        let text = format!(
+            "# Measured by `cargo xtask compat probe --release {v}`; regenerate, do not edit.\n{}",
+            toml::to_string(&ev)?
+        );
+        if a.dry_run {
+            println!("{text}");
+        } else {
+            std::fs::create_dir_all(evidence_dir())?;
+            std::fs::write(evidence_path(&v), text)?;
+            println!(
+                "{v}: stdio permissions {}, partial messages {}, fork {}, max-turns {}, sdk-url {}",
+                ev.stdio_permission_prompt,
+                ev.include_partial_messages,
+                ev.fork_session,
+                ev.max_turns,
+                ev.sdk_url
+            );
+        }
+    }
+    Ok(())
+}
+
+const PROBE_SCENARIO: &str = r#"
+description = "compat probe: does --permission-prompt-tool stdio produce can_use_tool?"
+default_text = "ok"
+[[model]]
+name = "tool"
+when = { last_user_text_contains = "PROBE-PERMISSION", stream = true }
+blocks = [ { type = "tool_use", id = "toolu_probe_1", name = "Bash", input = { command = "touch probe-created.txt", description = "create a file" } } ]
+[[model]]
+name = "after"
+when = { has_tool_result_for = "toolu_probe_1" }
+blocks = [ { type = "text", text = "probe done" } ]
+"#;
+
+async fn measure(version: &str) -> Result<Evidence> {
+    let cache = ostler_testkit::releases::default_cache_dir();
+    let v = version.to_string();
+    let binary =
+        tokio::task::spawn_blocking(move || ostler_testkit::releases::ensure(&v, &cache)).await??;
+    let flags = ostler_supervisor::discover::probe_flags(&binary, Duration::from_secs(30))
+        .await
+        .with_context(|| format!("flag probe of {version}"))?;
+    let (stdio, what, announced) = permission_probe(&binary).await?;
+    let get = |f: ostler_supervisor::Flag| flags.accepted.get(&f).copied().unwrap_or(false);
+    Ok(Evidence {
+        version: version.to_string(),
+        stdio_permission_prompt: stdio,
+        permission_probe: what,
+        include_partial_messages: get(ostler_supervisor::Flag::IncludePartialMessages),
+        fork_session: get(ostler_supervisor::Flag::ForkSession),
+        max_turns: get(ostler_supervisor::Flag::MaxTurns),
+        sdk_url: flags.sdk_url.as_str().to_string(),
+        announced,
+    })
+}
+
+/// One real turn with `--permission-prompt-tool stdio`.
+async fn permission_probe(binary: &Path) -> Result<(bool, String, Vec<String>)> {
+    let scenario = ostler_testkit::Scenario::from_toml("compat-probe", PROBE_SCENARIO)?;
+    let server = ostler_testkit::FakeModelServer::start(scenario).await?;
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let args: Vec<String> = [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-prompt-tool",
+        "stdio",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut child = herm
+        .command(binary, &args, &server.url(), &BTreeMap::new())
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let err_task = tokio::spawn(async move {
+        let mut s = String::new();
+        let mut r = BufReader::new(stderr);
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s).await;
+        s
+    });
+    let user = serde_json::json!({"type":"user","message":{"role":"user","content":"PROBE-PERMISSION please"},"parent_tool_use_id":null,"session_id":""});
+    stdin.write_all(format!("{user}\n").as_bytes()).await?;
+    stdin.flush().await?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut can_use_tool = false;
+    let mut result: Option<String> = None;
+    let mut announced = Vec::new();
+    let run = async {
+        while let Some(line) = lines.next_line().await? {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            match v["type"].as_str() {
+                Some("system") if v["subtype"] == "init" => {
+                    if let Some(c) = v["capabilities"].as_array() {
+                        announced = c
+                            .iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect();
+                    }
+                }
+                Some("control_request") if v["request"]["subtype"] == "can_use_tool" => {
+                    can_use_tool = true;
+                    let resp = serde_json::json!({"type":"control_response","response":{"subtype":"success","request_id":v["request_id"],"response":{"behavior":"allow","updatedInput":v["request"]["input"]}}});
+                    stdin.write_all(format!("{resp}\n").as_bytes()).await?;
+                    stdin.flush().await?;
+                }
+                Some("result") => {
+                    result = Some(v["subtype"].as_str().unwrap_or("?").to_string());
+                    break;
+                }
+                _ => {}
+            }
+        }
+        anyhow::Ok(())
+    };
+    let timed_out = tokio::time::timeout(Duration::from_secs(90), run)
+        .await
+        .is_err();
+    drop(stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let _ = child.start_kill();
+    let stderr = tokio::time::timeout(Duration::from_secs(5), err_task)
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_default();
+    let ran = herm.cwd().join("probe-created.txt").exists();
+    let works = can_use_tool && ran;
+    let what = if works {
+        format!(
+            "can_use_tool control_request for Bash `touch`; allowed; the tool ran; result {}",
+            result.as_deref().unwrap_or("-")
+        )
+    } else {
+        let first_err = stderr
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("Error") || l.starts_with("error"))
+            .unwrap_or_else(|| stderr.trim())
+            .chars()
+            .take(200)
+            .collect::<String>();
+        format!(
+            "no working stdio permission prompt (can_use_tool {can_use_tool}, tool ran {ran}, result {}, timed out {timed_out}): {first_err}",
+            result.as_deref().unwrap_or("-")
+        )
+    };
+    Ok((works, what, announced))
+}
+
+/// The matrix derived from the evidence.
+struct Derived {
+    rows: Vec<(semver::Version, Evidence, String)>,
+    minimum: semver::Version,
+    boundaries: Vec<(String, semver::Version, semver::Version)>,
+}
+
+fn derive() -> Result<Derived> {
+    let pinned = ostler_testkit::releases::pinned()?;
+    let mut rows = Vec::new();
+    for p in &pinned {
+        let path = evidence_path(&p.version);
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "no evidence for pinned release {0} ({1}): run `cargo xtask compat probe --release {0}`",
+                p.version,
+                path.display()
+            )
+        })?;
+        let ev: Evidence =
+            toml::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
+        if ev.version != p.version {
+            bail!("{} says version {}", path.display(), ev.version);
+        }
+        let v = semver::Version::parse(&p.version)?;
+        rows.push((v, ev, p.note.clone().unwrap_or_default()));
+    }
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    // Minimum: the oldest release with working stdio permissions; every newer pinned
+    // release must have them too (else the evidence contradicts itself).
+    let first = rows
+        .iter()
+        .position(|r| r.1.stdio_permission_prompt)
+        .context("no pinned release has working stdio permission prompts")?;
+    if let Some(bad) = rows[first..].iter().find(|r| !r.1.stdio_permission_prompt) {
+        bail!(
+            "{} lacks stdio permission prompts but an older pinned release has them",
+            bad.0
+        );
+    }
+    let minimum = rows[first].0.clone();
+    let mut boundaries = Vec::new();
+    type Has = fn(&Evidence) -> bool;
+    let caps: [(&str, Has); 4] = [
+        ("--permission-prompt-tool", |e| e.stdio_permission_prompt),
+        ("--include-partial-messages", |e| e.include_partial_messages),
+        ("--fork-session", |e| e.fork_session),
+        ("--max-turns", |e| e.max_turns),
+    ];
+    for (name, has) in caps {
+        for w in rows.windows(2) {
+            if !has(&w[0].1) && has(&w[1].1) {
+                boundaries.push((name.to_string(), w[0].0.clone(), w[1].0.clone()));
+            }
+            if has(&w[0].1) && !has(&w[1].1) {
+                bail!(
+                    "{name}: {} has it but the newer {} does not",
+                    w[0].0,
+                    w[1].0
+                );
+            }
+        }
+    }
+    Ok(Derived {
+        rows,
+        minimum,
+        boundaries,
+    })
+}
+
+fn sdk_url_variant(s: &str) -> Result<&'static str> {
+    Ok(match s {
+        "absent" => "SdkUrl::Absent",
+        "loopback" => "SdkUrl::Loopback",
+        "anthropic_only" => "SdkUrl::AnthropicOnly",
+        "unknown" => "SdkUrl::Unknown",
+        other => bail!("unknown sdk_url value {other:?}"),
+    })
+}
+
+fn render_rust(d: &Derived) -> Result<String> {
+    let mut s = String::new();
+    s.push_str("// @generated by `cargo xtask compat generate` from contracts/releases.toml and\n");
+    s.push_str(
+        "// contracts/compat/*.toml. Do not edit; `cargo xtask compat generate --check` fails\n",
+    );
+    s.push_str("// when this file drifts from the contracts.\n\n");
+    s.push_str("use super::*;\n\n");
+    s.push_str("pub(crate) static MATRIX: Matrix = Matrix {\n");
+    writeln!(s, "    minimum: {:?},", d.minimum.to_string())?;
+    s.push_str("    tested: &[\n");
+    for (v, e, note) in &d.rows {
+        s.push_str("        TestedRelease {\n");
+        writeln!(s, "            version: {:?},", v.to_string())?;
+        writeln!(
+            s,
+            "            stdio_permission_prompt: {},",
+            e.stdio_permission_prompt
+        )?;
+        writeln!(
+            s,
+            "            include_partial_messages: {},",
+            e.include_partial_messages
+        )?;
+        writeln!(s, "            fork_session: {},", e.fork_session)?;
+        writeln!(s, "            max_turns: {},", e.max_turns)?;
+        writeln!(s, "            sdk_url: {},", sdk_url_variant(&e.sdk_url)?)?;
+        if e.announced.is_empty() {
+            s.push_str("            announced: &[],\n");
+        } else {
+            s.push_str("            announced: &[\n");
+            for c in &e.announced {
+                writeln!(s, "                {c:?},")?;
+            }
+            s.push_str("            ],\n");
+        }
+        writeln!(s, "            note: {note:?},")?;
+        s.push_str("        },\n");
+    }
+    s.push_str("    ],\n");
+    s.push_str("    boundaries: &[\n");
+    for (name, without, with) in &d.boundaries {
+        let ev_without = &d
+            .rows
+            .iter()
+            .find(|r| r.0 == *without)
+            .map(|r| r.1.permission_probe.clone())
+            .unwrap_or_default();
+        let evidence = if name == "--permission-prompt-tool" {
+            format!("{without}: {ev_without}")
+        } else {
+            format!("{without} rejects {name} as an unknown option; {with} accepts it")
+        };
+        s.push_str("        Boundary {\n");
+        writeln!(s, "            capability: {name:?},")?;
+        writeln!(s, "            last_without: {:?},", without.to_string())?;
+        writeln!(s, "            first_with: {:?},", with.to_string())?;
+        writeln!(s, "            evidence: {evidence:?},")?;
+        s.push_str("        },\n");
+    }
+    s.push_str("    ],\n};\n");
+    Ok(s)
+}
+
+fn yes(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+fn render_md(d: &Derived) -> Result<String> {
+    let mut s = String::new();
+    s.push_str("# Claude Code compatibility\n\n");
+    s.push_str("<!-- @generated by `cargo xtask compat generate` from contracts/releases.toml and contracts/compat/*.toml; `--check` fails on drift. -->\n\n");
+    let newest = d.rows.last().map(|r| r.0.to_string()).unwrap_or_default();
+    writeln!(
+        s,
+        "Minimum supported release: **{}**, the oldest release on which `--permission-prompt-tool stdio` \
+         produces `can_use_tool` control requests (measured, see below). Tested range: {} to {newest}.\n",
+        d.minimum, d.minimum
+    )?;
+    s.push_str("| level | meaning |\n| --- | --- |\n");
+    s.push_str("| FULLY_COMPATIBLE | inside the tested range, every capability present |\n");
+    s.push_str("| LIKELY_COMPATIBLE | newer than every tested release: starts with a warning, newest adapter, tolerant reader |\n");
+    s.push_str("| DEGRADED | runs without a capability it lacks; the workaround is reported in health and `ostler doctor` |\n");
+    s.push_str("| INCOMPATIBLE | older than the minimum (or refuses `--permission-prompt-tool stdio`): the daemon exits 78 |\n\n");
+    s.push_str("## Pinned releases\n\n");
+    s.push_str("| release | stdio permissions | `--include-partial-messages` | `--fork-session` | `--max-turns` | `--sdk-url` | announced capabilities | note |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for (v, e, note) in &d.rows {
+        writeln!(
+            s,
+            "| {v} | {} | {} | {} | {} | {} | {} | {note} |",
+            yes(e.stdio_permission_prompt),
+            yes(e.include_partial_messages),
+            yes(e.fork_session),
+            yes(e.max_turns),
+            e.sdk_url,
+            if e.announced.is_empty() {
+                "none".to_string()
+            } else {
+                format!("{} (e.g. `{}`)", e.announced.len(), e.announced[0])
+            }
+        )?;
+    }
+    s.push_str("\n## Measured boundaries\n\n");
+    s.push_str(
+        "| capability | newest release without | oldest release with |\n| --- | --- | --- |\n",
+    );
+    for (name, without, with) in &d.boundaries {
+        writeln!(s, "| `{name}` | {without} | {with} |")?;
+    }
+    s.push_str("\n## Evidence of the permission probe\n\n");
+    for (v, e, _) in &d.rows {
+        writeln!(s, "- {v}: {}", e.permission_probe)?;
+    }
+    s.push_str(
+        "\n## Method\n\n\
+         - Permission protocol: `cargo xtask compat probe` runs one real turn per release against the \
+         fake model server, which asks for `Bash touch probe-created.txt`; the release passes when a \
+         `can_use_tool` control request arrives and, once allowed, the file exists. Releases before \
+         the boundary accept the flag but look for an MCP tool named `stdio`.\n\
+         - Flags: `claude -p --input-format stream-json --output-format stream-json --verbose <flags>` \
+         with stdin at EOF, a throwaway HOME and an unreachable API URL. The option parser runs first: \
+         an unknown flag gives `error: unknown option '--x'`; anything else (exit 0, or an error about \
+         the empty input on older releases) means accepted. `--help` is not used: recent releases hide \
+         working flags (`--permission-prompt-tool`, `--max-turns`, `--sdk-url`). `--version` is not \
+         used either: it is answered before options are validated. The daemon runs the same flag probe \
+         on the installed binary at start-up, so releases that were not pinned are measured too; the \
+         boundaries above decide only when the probe cannot run.\n\
+         - Boundaries come from adjacent pinned releases; the pinned list holds a release on each side \
+         of every boundary (for `--fork-session`, 1.0.118 was never published).\n",
+    );
+    Ok(s)
+}
+
+pub fn generate(a: GenerateArgs) -> Result<()> {
+    let d = derive()?;
+    let outputs = [
+        (
+            root().join("crates/ostler-supervisor/src/matrix_generated.rs"),
+            render_rust(&d)?,
+        ),
+        (root().join("docs/compatibility.md"), render_md(&d)?),
+    ];
+    let mut stale = Vec::new();
+    for (path, text) in &outputs {
+        let current = std::fs::read_to_string(path).unwrap_or_default();
+        if current != *text {
+            if a.check {
+                stale.push(path.display().to_string());
+            } else {
+                std::fs::write(path, text)?;
+                println!("wrote {}", path.display());
+            }
+        }
+    }
+    if !stale.is_empty() {
+        bail!(
+            "compatibility matrix out of date: {} (run `cargo xtask compat generate`)",
+            stale.join(", ")
+        );
+    }
+    if a.check {
+        println!("compatibility matrix up to date (minimum {})", d.minimum);
+    }
+    Ok(())
+}
