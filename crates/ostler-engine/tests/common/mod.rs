@@ -110,16 +110,33 @@ impl Env {
         }
     }
 
-    /// A new engine on the same store (after the old one was dropped or shut down).
-    pub async fn restart(&mut self) {
-        let engine = Engine::start(
-            self.opts.clone(),
-            self.store.clone(),
-            installation(self.version),
-        )
-        .await
-        .expect("engine restart");
-        self.engine = engine;
+    /// Drops every handle of the engine (without shutdown: as if the daemon died), then
+    /// starts a new engine on the same store.
+    pub async fn restarted(self) -> Env {
+        let Env {
+            version,
+            server,
+            dir,
+            home,
+            cwd,
+            store,
+            engine,
+            opts,
+        } = self;
+        drop(engine);
+        let engine = Engine::start(opts.clone(), store.clone(), installation(version))
+            .await
+            .expect("engine restart");
+        Env {
+            version,
+            server,
+            dir,
+            home,
+            cwd,
+            store,
+            engine,
+            opts,
+        }
     }
 
     pub fn create(&self, prompt: Option<&str>) -> CreateSession {

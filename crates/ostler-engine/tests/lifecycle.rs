@@ -1,0 +1,460 @@
+//! Session lifecycle against the real CLI: interrupt, set_model, stop, restart -> resumable,
+//! resume, limits and errors, idempotent sends, delete.
+
+mod common;
+
+use common::*;
+use ostler_engine::*;
+use ostler_testkit::scenario::Match;
+
+fn text_blocks(evs: &[std::sync::Arc<EngineEvent>]) -> Vec<String> {
+    evs.iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::AssistantBlock(b) => match &b.block {
+                ostler_protocol::ContentBlock::Text { text } => Some(text.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+async fn interrupt_mid_answer(version: &'static str) {
+    let env = Env::new(version, scenario("interrupt")).await;
+    let s = env.session(None).await;
+    let mut sub = env
+        .engine
+        .subscribe(SubscribeRequest {
+            session_id: s.id.clone(),
+            after_seq: 0,
+            include_partials: true,
+            follow: true,
+        })
+        .await
+        .expect("subscribe");
+    env.send(&s.id, "Tell me a long story.").await;
+    // Partial deltas are live-only: no seq.
+    let (delta, _) = until(&mut sub, is_kind("partial_delta")).await;
+    assert_eq!(delta.seq, None);
+    env.engine.interrupt(&s.id).await.expect("interrupt");
+    let (end, _) = until(&mut sub, is_turn_end).await;
+    let EventPayload::TurnCompleted(t) = &end.payload else {
+        unreachable!()
+    };
+    assert_eq!(t.subtype, "error_during_execution", "{t:?}");
+    // The process stays usable.
+    env.send(&s.id, "Are you still there?").await;
+    let (end, evs) = until(&mut sub, is_turn_end).await;
+    let EventPayload::TurnCompleted(t) = &end.payload else {
+        unreachable!()
+    };
+    assert_eq!(t.subtype, "success", "{t:?}");
+    if version == NEW {
+        assert!(
+            text_blocks(&evs).iter().any(|t| t == "Yes, still here."),
+            "{:?}",
+            kinds(&evs)
+        );
+    }
+    // (1.0.128 sends the interrupted prompt, "[Request interrupted by user]" and the new
+    // text as one user message, so the scenario's slow-story rule answers again; the turn
+    // still completes on the same process.)
+    // Partials were never stored.
+    let hist = env.history(&s.id).await;
+    assert!(
+        hist.iter()
+            .all(|e| e.seq.is_some() && !e.payload.is_live_only())
+    );
+    assert!(
+        hist.iter().any(
+            |e| matches!(&e.payload, EventPayload::EngineNotice(n) if n.code == "interrupted")
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_mid_answer_new() {
+    interrupt_mid_answer(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_mid_answer_old() {
+    interrupt_mid_answer(OLD).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn set_model_and_mode_reach_the_cli() {
+    let env = Env::new(NEW, scenario("two_turns")).await;
+    let s = env.session(Some("What is 2+2?")).await;
+    let mut sub = env.follow(&s.id, 0).await;
+    until(&mut sub, is_turn_end).await;
+    env.engine
+        .set_model(&s.id, Some("claude-ostler-test-model".into()))
+        .await
+        .expect("set_model");
+    env.engine
+        .set_permission_mode(&s.id, "acceptEdits".into())
+        .await
+        .expect("set mode");
+    let bad = env
+        .engine
+        .set_permission_mode(&s.id, "yolo".into())
+        .await
+        .expect_err("bad mode");
+    assert_eq!(bad.code_kind(), CodeKind::InvalidArgument);
+    let info = env.engine.get_session(&s.id).await.expect("get");
+    assert_eq!(info.model.as_deref(), Some("claude-ostler-test-model"));
+    assert_eq!(info.permission_mode.as_deref(), Some("acceptEdits"));
+    env.send(&s.id, "And 3+3?").await;
+    until(&mut sub, is_turn_end).await;
+    let n = env.server.count_matching(&Match {
+        model_contains: Some("claude-ostler-test-model".into()),
+        last_user_text_contains: Some("And 3+3".into()),
+        ..Default::default()
+    });
+    assert_eq!(n, 1, "the next turn uses the new model");
+}
+
+/// Drop the engine without shutdown (as if the daemon died), start a new one on the same
+/// store: the session is resumable, its history intact; resume continues the conversation
+/// on the same ostler session with seq continuing.
+async fn restart_then_resume(version: &'static str) {
+    let env = Env::new(version, scenario("resume")).await;
+    let s = env.session(Some("Remember the word PINEAPPLE.")).await;
+    let mut sub = env.follow(&s.id, 0).await;
+    let (_, before) = until(&mut sub, is_turn_end).await;
+    let last_before = before.last().and_then(|e| e.seq).expect("seq");
+    let claude_id = env
+        .engine
+        .get_session(&s.id)
+        .await
+        .expect("get")
+        .claude_session_id
+        .expect("claude session id recorded");
+    drop(sub);
+
+    // "Crash": every engine handle goes away; the actors kill their processes and record
+    // nothing.
+    let env = env.restarted().await;
+
+    let info = env.engine.get_session(&s.id).await.expect("get");
+    assert_eq!(info.state, SessionState::Resumable);
+    assert_eq!(info.claude_session_id.as_deref(), Some(claude_id.as_str()));
+    let hist = env.history(&s.id).await;
+    assert_seqs(&hist, 1, hist.len() as u64);
+    assert_eq!(kinds(&hist[..last_before as usize]), kinds(&before));
+    assert!(matches!(&hist.last().expect("last").payload,
+        EventPayload::StateChanged(c) if c.to == SessionState::Resumable));
+
+    // Not live: sending is refused until resumed.
+    let e = env
+        .engine
+        .send_message(
+            &s.id,
+            SendMessage {
+                content: MessageContent::Text("hi".into()),
+                client_message_id: None,
+                client: ClientRef::default(),
+            },
+        )
+        .await
+        .expect_err("not live");
+    assert_eq!(e.code_kind(), CodeKind::FailedPrecondition);
+
+    let resumed = env
+        .engine
+        .resume_session(&s.id, false)
+        .await
+        .expect("resume");
+    assert_eq!(resumed.id, s.id);
+    assert!(resumed.state.is_live());
+    let mut sub = env.follow(&s.id, hist.len() as u64).await;
+    let sent = env.send(&s.id, "What was the word?").await;
+    assert!(sent.seq > hist.len() as u64);
+    let (_, evs) = until(&mut sub, is_turn_end).await;
+    assert!(
+        text_blocks(&evs)
+            .iter()
+            .any(|t| t == "The word was PINEAPPLE."),
+        "{:?}",
+        kinds(&evs)
+    );
+    let all = env.history(&s.id).await;
+    assert_seqs(&all, 1, all.len() as u64);
+    assert_eq!(
+        env.server.count_matching(&Match {
+            last_user_text_contains: Some("What was the word".into()),
+            messages_contain: Some("I will remember PINEAPPLE.".into()),
+            ..Default::default()
+        }),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restart_then_resume_new() {
+    restart_then_resume(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restart_then_resume_old() {
+    restart_then_resume(OLD).await;
+}
+
+/// A graceful daemon shutdown leaves sessions resumable too; a pending permission request
+/// is cancelled and recorded so.
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_leaves_sessions_resumable() {
+    let env = Env::new(NEW, scenario("tool_allowed")).await;
+    let s = env
+        .session(Some("Create the file allowed.txt please."))
+        .await;
+    let mut sub = env.follow(&s.id, 0).await;
+    until(&mut sub, is_kind("permission_requested")).await;
+    env.engine.shutdown().await;
+    let (_, evs) = until(
+        &mut sub,
+        |e| matches!(&e.payload, EventPayload::StateChanged(c) if c.to == SessionState::Resumable),
+    )
+    .await;
+    assert!(evs.iter().any(|e| matches!(&e.payload,
+        EventPayload::InteractionResolved(r) if matches!(r.resolution, Resolution::Cancelled { .. }))));
+    assert!(evs.iter().any(|e| e.payload.kind() == "process_exited"));
+    let e = env
+        .engine
+        .create_session(env.create(None))
+        .await
+        .expect_err("shutting down");
+    assert_eq!(e.code_kind(), CodeKind::Unavailable);
+    let last = env.history(&s.id).await.len();
+    drop(sub);
+    let env = env.restarted().await;
+    let info = env.engine.get_session(&s.id).await.expect("get");
+    assert_eq!(info.state, SessionState::Resumable);
+    // Nothing more was needed at start: the session was already recorded resumable.
+    assert_eq!(env.history(&s.id).await.len(), last);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_then_resume_with_fork() {
+    let env = Env::new(NEW, scenario("resume")).await;
+    let s = env.session(Some("Remember the word PINEAPPLE.")).await;
+    let mut sub = env.follow(&s.id, 0).await;
+    until(&mut sub, is_turn_end).await;
+    let first_claude = env
+        .engine
+        .get_session(&s.id)
+        .await
+        .expect("get")
+        .claude_session_id;
+    let stopped = env.engine.stop_session(&s.id).await.expect("stop");
+    assert_eq!(stopped.state, SessionState::Stopped);
+    assert!(stopped.exit.is_some());
+    let e = env
+        .engine
+        .stop_session(&s.id)
+        .await
+        .expect_err("not running");
+    assert_eq!(e.code_kind(), CodeKind::FailedPrecondition);
+    let e = env.engine.interrupt(&s.id).await.expect_err("not running");
+    assert_eq!(e.code_kind(), CodeKind::FailedPrecondition);
+
+    env.engine.resume_session(&s.id, true).await.expect("fork");
+    let e = env
+        .engine
+        .resume_session(&s.id, false)
+        .await
+        .expect_err("already running");
+    assert_eq!(e.code_kind(), CodeKind::FailedPrecondition);
+    env.send(&s.id, "What was the word?").await;
+    let (_, evs) = until(&mut sub, is_turn_end).await;
+    assert!(
+        text_blocks(&evs)
+            .iter()
+            .any(|t| t == "The word was PINEAPPLE.")
+    );
+    let forked = env
+        .engine
+        .get_session(&s.id)
+        .await
+        .expect("get")
+        .claude_session_id;
+    assert!(forked.is_some());
+    assert_ne!(forked, first_claude, "a fork gets a new CLI session id");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_and_errors() {
+    let env = Env::with(NEW, scenario("plain_text"), |o| o.max_live_sessions = 1).await;
+    let a = env.session(None).await;
+    assert_eq!(a.state, SessionState::Idle);
+    let e = env
+        .engine
+        .create_session(env.create(None))
+        .await
+        .expect_err("limit");
+    assert_eq!(e.code_kind(), CodeKind::ResourceExhausted, "{e}");
+
+    for id in ["nope", ""] {
+        let e = env.engine.get_session(id).await.expect_err("unknown");
+        assert_eq!(e.code_kind(), CodeKind::NotFound);
+        let e = env.engine.interrupt(id).await.expect_err("unknown");
+        assert_eq!(e.code_kind(), CodeKind::NotFound);
+    }
+    let e = env
+        .engine
+        .respond_permission(
+            &a.id,
+            "no-such-request",
+            PermissionResponse::Deny {
+                message: String::new(),
+                interrupt: false,
+            },
+            ClientRef::new("x"),
+        )
+        .await
+        .expect_err("unknown request");
+    assert_eq!(e.code_kind(), CodeKind::NotFound, "{e}");
+
+    let mut bad = env.create(None);
+    bad.cwd = env.cwd.join("does-not-exist");
+    let e = env
+        .engine
+        .create_session(bad)
+        .await
+        .expect_err("missing cwd");
+    assert!(
+        matches!(&e, Error::InvalidArgument { field, .. } if field == "cwd"),
+        "{e}"
+    );
+    let mut bad = env.create(None);
+    bad.cwd = "/".into();
+    let e = env
+        .engine
+        .create_session(bad)
+        .await
+        .expect_err("outside roots");
+    assert!(
+        matches!(&e, Error::InvalidArgument { field, message } if field == "cwd" && message.contains("allowed roots")),
+        "{e}"
+    );
+    let mut bad = env.create(None);
+    bad.permission_mode = Some("yolo".into());
+    let e = env.engine.create_session(bad).await.expect_err("bad mode");
+    assert_eq!(e.code_kind(), CodeKind::InvalidArgument);
+
+    // Stopping frees the slot.
+    env.engine.stop_session(&a.id).await.expect("stop");
+    let b = env.session(None).await;
+    let health = env.engine.health().await.expect("health");
+    assert_eq!(health.sessions_by_state[&SessionState::Stopped], 1);
+    assert_eq!(health.sessions_by_state[&SessionState::Idle], 1);
+    assert_eq!(health.live_sessions, 1);
+    assert!(health.store.is_ok());
+
+    let page = env
+        .engine
+        .list_sessions(ListSessions {
+            states: vec![SessionState::Stopped],
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(page.sessions.len(), 1);
+    assert_eq!(page.sessions[0].id, a.id);
+
+    env.engine.delete_session(&b.id).await.expect("delete");
+    let e = env.engine.get_session(&b.id).await.expect_err("deleted");
+    assert_eq!(e.code_kind(), CodeKind::NotFound);
+    // The slot is free again.
+    env.session(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn labels_filter_and_paginate() {
+    let env = Env::with(NEW, scenario("plain_text"), |o| o.max_live_sessions = 8).await;
+    for i in 0..3 {
+        let mut c = env.create(None);
+        c.labels
+            .insert("team".into(), if i == 1 { "b".into() } else { "a".into() });
+        env.engine.create_session(c).await.expect("create");
+    }
+    let page = env
+        .engine
+        .list_sessions(ListSessions {
+            labels: vec![("team".into(), "a".into())],
+            page_size: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(page.sessions.len(), 1);
+    let next = env
+        .engine
+        .list_sessions(ListSessions {
+            labels: vec![("team".into(), "a".into())],
+            page_size: 1,
+            page_token: page.next_page_token.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("page 2");
+    assert_eq!(next.sessions.len(), 1);
+    assert_ne!(next.sessions[0].id, page.sessions[0].id);
+    assert!(
+        next.sessions
+            .iter()
+            .chain(&page.sessions)
+            .all(|s| s.labels["team"] == "a")
+    );
+    env.engine.shutdown().await;
+}
+
+/// A retried send with the same client message id is not delivered twice, also after a
+/// daemon restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_message_is_idempotent() {
+    let env = Env::new(NEW, scenario("two_turns")).await;
+    let s = env.session(None).await;
+    let mut sub = env.follow(&s.id, 0).await;
+    let msg = |text: &str| SendMessage {
+        content: MessageContent::Text(text.into()),
+        client_message_id: Some("m-1".into()),
+        client: ClientRef::new("alice"),
+    };
+    let first = env
+        .engine
+        .send_message(&s.id, msg("What is 2+2?"))
+        .await
+        .expect("send");
+    assert!(!first.duplicate);
+    let again = env
+        .engine
+        .send_message(&s.id, msg("What is 2+2?"))
+        .await
+        .expect("retry");
+    assert!(again.duplicate);
+    assert_eq!(again.seq, first.seq);
+    until(&mut sub, is_turn_end).await;
+    assert_eq!(
+        env.server.count_matching(&Match {
+            last_user_text_contains: Some("What is 2+2".into()),
+            ..Default::default()
+        }),
+        1
+    );
+    env.engine.shutdown().await;
+    drop(sub);
+    let env = env.restarted().await;
+    env.engine
+        .resume_session(&s.id, false)
+        .await
+        .expect("resume");
+    let after = env
+        .engine
+        .send_message(&s.id, msg("What is 2+2?"))
+        .await
+        .expect("retry");
+    assert!(after.duplicate);
+    assert_eq!(after.seq, first.seq);
+}
