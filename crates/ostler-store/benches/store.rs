@@ -1,16 +1,17 @@
 //! Store benchmarks.
 //!
-//! - `append/*`: 16 producer threads (think: 16 busy sessions), each appending one event at
-//!   a time and waiting for its commit before the next. `group` lets the writer put
-//!   everything queued into one transaction (the default); `per_append` forces one
-//!   transaction per append (`max_batch = 1`), the baseline. Both with `synchronous=NORMAL`
-//!   (the default) and `FULL`.
+//! - `append_pipelined/*`: one producer queues 2,000 single-event appends, then waits for all.
+//!   `group` lets the writer put everything queued into one transaction (the default);
+//!   `per_append` forces one transaction per append (`max_batch = 1`), the baseline. Both
+//!   with `synchronous=NORMAL` (the default) and `FULL`.
+//! - `append_16_sessions/*`: 16 producer threads (16 busy sessions), each appending one event
+//!   at a time and waiting for its commit before the next; group vs per-append.
+//! - `append_latency/single_event_normal`: one append on an idle store, until committed.
 //! - `read/100k_events`: reading all 100,000 events of one session in pages of 1,000.
 //!
 //! Numbers and ratios are recorded in docs/performance.md ("## Store (ostler-store)").
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -62,52 +63,104 @@ fn open(dir: &tempfile::TempDir, name: &str, opts: StoreOptions) -> Store {
     store
 }
 
-fn bench_append(c: &mut Criterion) {
-    let mut group = c.benchmark_group("append");
+fn store_for(dir: &tempfile::TempDir, sync: Synchronous, max_batch: usize) -> Store {
+    open(
+        dir,
+        "append.db",
+        StoreOptions {
+            synchronous: sync,
+            max_batch,
+            ..StoreOptions::default()
+        },
+    )
+}
+
+const MODES: [(&str, usize); 2] = [("group", 1024), ("per_append", 1)];
+
+/// One producer queues 2,000 single-event appends (pipelined, as a session actor that does
+/// not wait for each commit would) and then waits for all of them.
+fn bench_append_pipelined(c: &mut Criterion) {
+    const N: u64 = 2000;
+    let mut group = c.benchmark_group("append_pipelined");
+    group.throughput(Throughput::Elements(N));
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    for (sync_name, sync) in [("normal", Synchronous::Normal), ("full", Synchronous::Full)] {
+        for (mode, max_batch) in MODES {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = store_for(&dir, sync, max_batch);
+            group.bench_function(BenchmarkId::new(mode, sync_name), |b| {
+                b.iter(|| {
+                    let tickets: Vec<_> =
+                        (0..N).map(|i| store.append("s0", vec![event(i)])).collect();
+                    for t in tickets {
+                        black_box(t.wait().expect("append"));
+                    }
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
+/// 16 producer threads (16 busy sessions), each appending one event at a time and waiting
+/// for its commit before the next.
+fn bench_append_sessions(c: &mut Criterion) {
+    let mut group = c.benchmark_group("append_16_sessions");
     group.throughput(Throughput::Elements(
         (PRODUCERS * APPENDS_PER_PRODUCER) as u64,
     ));
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
-    group.measurement_time(Duration::from_secs(4));
-    for (sync_name, sync) in [("normal", Synchronous::Normal), ("full", Synchronous::Full)] {
-        for (mode, max_batch) in [("group", 1024usize), ("per_append", 1usize)] {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let store = Arc::new(open(
-                &dir,
-                "append.db",
-                StoreOptions {
-                    synchronous: sync,
-                    max_batch,
-                    ..StoreOptions::default()
-                },
-            ));
-            group.bench_function(BenchmarkId::new(mode, sync_name), |b| {
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let start = Instant::now();
-                        std::thread::scope(|scope| {
-                            for p in 0..PRODUCERS {
-                                let store = &store;
-                                scope.spawn(move || {
-                                    let sid = format!("s{p}");
-                                    for i in 0..APPENDS_PER_PRODUCER {
-                                        let seqs = store
-                                            .append_blocking(&sid, vec![event(i as u64)])
-                                            .expect("append");
-                                        black_box(seqs);
-                                    }
-                                });
-                            }
-                        });
-                        total += start.elapsed();
-                    }
-                    total
-                });
+    group.measurement_time(Duration::from_secs(3));
+    for (mode, max_batch) in MODES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store_for(&dir, Synchronous::Normal, max_batch);
+        group.bench_function(BenchmarkId::new(mode, "normal"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    std::thread::scope(|scope| {
+                        for p in 0..PRODUCERS {
+                            let store = &store;
+                            scope.spawn(move || {
+                                let sid = format!("s{p}");
+                                for i in 0..APPENDS_PER_PRODUCER {
+                                    let seqs = store
+                                        .append_blocking(&sid, vec![event(i as u64)])
+                                        .expect("append");
+                                    black_box(seqs);
+                                }
+                            });
+                        }
+                    });
+                    total += start.elapsed();
+                }
+                total
             });
-        }
+        });
     }
+    group.finish();
+}
+
+/// Latency of one append on an otherwise idle store: the time from `append` to the ticket
+/// resolving (one transaction with one event, committed).
+fn bench_latency(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(&dir, "latency.db", StoreOptions::default());
+    let mut group = c.benchmark_group("append_latency");
+    group.sample_size(20);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    let mut n = 0u64;
+    group.bench_function("single_event_normal", |b| {
+        b.iter(|| {
+            n += 1;
+            black_box(store.append_blocking("s0", vec![event(n)]).expect("append"))
+        });
+    });
     group.finish();
 }
 
@@ -154,5 +207,11 @@ fn bench_read(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_append, bench_read);
+criterion_group!(
+    benches,
+    bench_append_pipelined,
+    bench_append_sessions,
+    bench_latency,
+    bench_read
+);
 criterion_main!(benches);

@@ -161,6 +161,10 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
     }
     conn.pragma_update(None, "synchronous", opts.synchronous.pragma_value())
         .map_err(oe)?;
+    // After a checkpoint, truncate a WAL that grew large (e.g. while a long read pinned an
+    // old snapshot) instead of keeping its high-water size forever.
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
+        .map_err(oe)?;
     conn.pragma_update(None, "foreign_keys", true).map_err(oe)?;
     let fk: bool = conn
         .pragma_query_value(None, "foreign_keys", |r| r.get(0))
@@ -317,6 +321,20 @@ impl Store {
     }
 
     // ------------------------------------------------------------------ reads
+
+    /// Runs synchronous store calls (reads, or `Ticket::wait`) on tokio's blocking pool, for
+    /// async callers: `store.blocking(move |s| s.events_after(&id, 0, 1000)).await`.
+    /// Must be called from within a tokio runtime.
+    pub async fn blocking<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|_| Error::Closed)?
+    }
 
     /// Up to `limit` events of a session with `seq > after_seq`, in seq order. Each call is
     /// one consistent snapshot: it returns a gap-free run starting at `after_seq + 1` (or

@@ -263,6 +263,12 @@ fn async_append_resolves_after_commit() {
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .unwrap();
         assert_eq!(n, 16);
+        // Reads from async code go through the blocking pool.
+        let events = store
+            .blocking(|s| s.events_after("s", 0, 100))
+            .await
+            .unwrap();
+        assert_eq!(events.len(), 16);
     });
 }
 
