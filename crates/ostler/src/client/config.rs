@@ -159,8 +159,8 @@ impl DaemonSide {
 
 /// Resolve the target from flags, environment and the daemon's config.
 pub fn resolve(args: &ConnectArgs) -> Result<Target> {
-    let default_missing = args.config.is_none()
-        && crate::config::default_config_file().is_none_or(|f| !f.exists());
+    let default_missing =
+        args.config.is_none() && crate::config::default_config_file().is_none_or(|f| !f.exists());
     let cfg = if default_missing {
         // No config file at all: the defaults and the daemon's environment variables.
         use figment::providers::{Env, Serialized};

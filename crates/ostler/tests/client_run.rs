@@ -1,0 +1,335 @@
+//! `ostler run` end to end: the real binary as a client of a live daemon (`ostler serve`)
+//! running the real Claude Code CLI against the fake model server. The interactive path
+//! runs in a pseudo-terminal and answers by typing; the flag path runs without one.
+#![allow(clippy::disallowed_methods)] // spawns the ostler binary (daemon and clients)
+
+mod common;
+
+use common::{Daemon, Pty, describe, json_lines, scenario_text};
+use serde_json::Value;
+
+fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == t).collect()
+}
+
+/// Whether a tool_result in any model request carries `text`.
+fn model_saw(d: &Daemon, text: &str) -> bool {
+    d.fake.requests().iter().any(|r| {
+        r.body
+            .as_ref()
+            .is_some_and(|b| b["messages"].to_string().contains(text))
+    })
+}
+
+#[test]
+fn interactive_allow_once_by_typing() {
+    let d = Daemon::start(&scenario_text());
+    let mut t = Pty::spawn(&d, &["run", "Create the file please"], false);
+    t.expect("? Allow Bash(touch created.txt)");
+    t.expect("allow? (y/a/n/d): ");
+    t.type_text("y\r");
+    t.expect("Finished: the tool call is settled.");
+    t.expect("✓ done");
+    let code = t.wait();
+    assert_eq!(code, 0, "{}", t.seen);
+    assert!(d.work.join("created.txt").exists(), "the allowed tool ran");
+    assert!(
+        t.seen.contains("allowed by client:ostler-cli:tester"),
+        "{}",
+        t.seen
+    );
+    // The summary line: turns, tokens, cost, duration.
+    let summary = t
+        .seen
+        .lines()
+        .find(|l| l.contains("✓ done"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        summary.contains("2 turns") && summary.contains("tokens") && summary.contains('$'),
+        "{summary}"
+    );
+    // NO_COLOR: no SGR sequences at all.
+    assert!(!has_sgr(&t.seen), "colour despite NO_COLOR: {:?}", t.seen);
+}
+
+#[test]
+fn interactive_deny_with_reason_reaches_the_model() {
+    let d = Daemon::start(&scenario_text());
+    let mut t = Pty::spawn(&d, &["run", "Create the file please"], true);
+    t.expect("allow? (y/a/n/d): ");
+    t.type_text("n\r");
+    t.expect("reason (told to the model");
+    t.type_text("not on a Sunday\r");
+    t.expect("Finished: the tool call is settled.");
+    let code = t.wait();
+    assert_eq!(
+        code, 0,
+        "a turn with a denied tool still succeeds: {}",
+        t.seen
+    );
+    assert!(
+        !d.work.join("created.txt").exists(),
+        "the denied tool did not run"
+    );
+    assert!(
+        model_saw(&d, "not on a Sunday"),
+        "the deny message reached the model"
+    );
+    assert!(t.seen.contains("denied: Bash"), "{}", t.seen);
+    // On a terminal without NO_COLOR the output is coloured.
+    assert!(has_sgr(&t.seen), "no colour on a terminal: {:?}", t.seen);
+}
+
+#[test]
+fn interactive_allow_for_session_remembers() {
+    let d = Daemon::start(&scenario_text());
+    let mut t = Pty::spawn(&d, &["run", "--json", "Create the file please"], false);
+    t.expect("allow? (y/a/n/d): ");
+    t.type_text("a\r");
+    t.expect("\"type\":\"run_summary\"");
+    assert_eq!(t.wait(), 0, "{}", t.seen);
+    assert!(d.work.join("created.txt").exists());
+    let resolved = t
+        .seen
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|v| v["type"] == "permission_resolved")
+        .unwrap_or_else(|| panic!("no permission_resolved line:\n{}", t.seen));
+    assert_eq!(resolved["resolution"], "allowed");
+}
+
+#[test]
+fn flags_allow_tools_without_a_terminal_json() {
+    let d = Daemon::start(&scenario_text());
+    let out = d.client(
+        &[
+            "run",
+            "--json",
+            "--allow-tools",
+            "Bash(touch)",
+            "Create the file please",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let ev = json_lines(&out.stdout);
+    let session = &of_type(&ev, "session")[0]["session"];
+    let id = session["id"].as_str().expect("session id").to_owned();
+    assert_eq!(session["cwd"], d.work.display().to_string());
+    let asked = of_type(&ev, "permission_requested");
+    assert_eq!(asked.len(), 1, "{}", describe(&out));
+    assert_eq!(asked[0]["tool_name"], "Bash");
+    assert_eq!(asked[0]["input"]["command"], "touch created.txt");
+    let resolved = of_type(&ev, "permission_resolved");
+    assert_eq!(resolved[0]["resolution"], "allowed");
+    assert_eq!(resolved[0]["request_id"], asked[0]["request_id"]);
+    let done = of_type(&ev, "turn_completed");
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0]["subtype"], "success");
+    assert_eq!(done[0]["result"], "Finished: the tool call is settled.");
+    // seq: gap-free and increasing on stored events, all of the one session.
+    let seqs: Vec<u64> = ev
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .filter(|s| *s > 0)
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert!(
+        ev.iter()
+            .filter(|e| e["type"] != "session" && e["type"] != "run_summary")
+            .all(|e| e["session_id"] == id.as_str())
+    );
+    let summary = ev.last().expect("lines");
+    assert_eq!(summary["type"], "run_summary");
+    assert_eq!(summary["exit_code"], 0);
+    assert_eq!(summary["turn"]["num_turns"], 2);
+    assert!(d.work.join("created.txt").exists());
+    // No terminal: nothing was asked on stderr.
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("allow?"));
+}
+
+#[test]
+fn flags_deny_all_and_unanswerable_prompt() {
+    let d = Daemon::start(&scenario_text());
+    let out = d.client(
+        &[
+            "run",
+            "--deny-all",
+            "--deny-message",
+            "scripts may not touch",
+            "Create the file please",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("denied by client:ostler-cli:tester: scripts may not touch"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("denied: Bash"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!d.work.join("created.txt").exists());
+    assert!(model_saw(&d, "scripts may not touch"));
+
+    // No terminal, no flag that decides: a clear error, exit 3, the prompt left pending.
+    let out = d.client(&["run", "Create the file please"], None);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no terminal") && stderr.contains("--allow-tools"),
+        "{stderr}"
+    );
+    let listed = json_lines(
+        &d.client(
+            &["sessions", "--json", "--state", "awaiting_permission"],
+            None,
+        )
+        .stdout,
+    );
+    assert_eq!(listed.len(), 1, "the unanswered session still waits");
+    assert_eq!(listed[0]["pending_interactions"], 1);
+    // Someone with the right to decide answers it later with attach.
+    let id = listed[0]["id"].as_str().expect("id").to_owned();
+    let out = d.client(
+        &[
+            "attach",
+            &id,
+            "--until-turn",
+            "--allow-tools",
+            "Bash",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let ev = json_lines(&out.stdout);
+    assert_eq!(
+        of_type(&ev, "permission_resolved")[0]["resolution"],
+        "allowed"
+    );
+    assert!(d.work.join("created.txt").exists());
+}
+
+#[test]
+fn prompt_from_stdin_and_failed_turn_exit_code() {
+    let scenario = format!(
+        "{}\n{}",
+        scenario_text(),
+        r#"
+[[model]]
+name = "broken"
+when = { last_user_text_contains = "Break please" }
+error = { status = 400, kind = "invalid_request_error", message = "this request is broken" }
+"#
+    );
+    let d = Daemon::start(&scenario);
+    let out = d.client(&["run", "--json"], Some("Say hello\n"));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let ev = json_lines(&out.stdout);
+    assert_eq!(
+        of_type(&ev, "turn_completed")[0]["result"],
+        "Hello from the fake model!"
+    );
+    let user = of_type(&ev, "user_message");
+    assert!(
+        user[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Say hello"))
+    );
+
+    // Human output: the streamed text on stdout, the summary on stderr.
+    let out = d.client(&["run", "-"], Some("Say hello"));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Hello from the fake model!"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("✓ done · 1 turn"));
+
+    // A turn that ends in an API error: non-zero.
+    let out = d.client(&["run", "--json", "Break please"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let ev = json_lines(&out.stdout);
+    let done = of_type(&ev, "turn_completed");
+    assert_eq!(done[0]["is_error"], true, "{}", describe(&out));
+    assert_eq!(
+        ev.last().map(|v| v["outcome"].clone()),
+        Some(Value::from("error"))
+    );
+
+    // An empty prompt is refused before anything is created.
+    let out = d.client(&["run"], Some("  \n"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the prompt is empty"));
+}
+
+#[test]
+fn ctrl_c_interrupts_then_detaches_without_killing_the_session() {
+    let scenario = format!(
+        "{}\n{}",
+        scenario_text(),
+        r#"
+[[model]]
+name = "slow"
+when = { last_user_text_contains = "Tell a long story", stream = true }
+chunks = 200
+delay_ms = 100
+blocks = [{ type = "text", text = "Once upon a time there was a daemon that kept many sessions alive, and it told this story very slowly, one small piece after another, for a long long time." }]
+"#
+    );
+    let d = Daemon::start(&scenario);
+    // First Ctrl-C interrupts the turn: the run ends non-zero (130), the session lives on.
+    let mut t = Pty::spawn(&d, &["run", "Tell a long story"], false);
+    t.expect("Once");
+    t.type_text("\x03");
+    t.expect("interrupting the turn");
+    t.expect("✗");
+    let code = t.wait();
+    assert_eq!(code, 130, "{}", t.seen);
+    let listed = json_lines(&d.client(&["sessions", "--json"], None).stdout);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0]["state"], "idle",
+        "interrupt keeps the session: {listed:?}"
+    );
+
+    // Ctrl-C twice: detach; the session is neither stopped nor killed.
+    let mut t = Pty::spawn(&d, &["run", "Tell a long story"], false);
+    t.expect("Once");
+    t.type_text("\x03");
+    t.expect("interrupting the turn");
+    t.type_text("\x03");
+    t.expect("detached");
+    assert_eq!(t.wait(), 130, "{}", t.seen);
+    let listed = json_lines(&d.client(&["sessions", "--json"], None).stdout);
+    assert_eq!(listed.len(), 2);
+    for s in &listed {
+        let state = s["state"].as_str().unwrap_or_default();
+        assert!(
+            matches!(state, "idle" | "running"),
+            "detaching left {state}: {s}"
+        );
+    }
+}
+
+/// Any ANSI SGR sequence (`ESC [ ... m`).
+fn has_sgr(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if b[i] == 0x1b && b[i + 1] == b'[' {
+            let mut j = i + 2;
+            while j < b.len() && (b[j].is_ascii_digit() || b[j] == b';') {
+                j += 1;
+            }
+            if j < b.len() && b[j] == b'm' {
+                return true;
+            }
+        }
+        i += 1;
+    }
+    false
+}
