@@ -882,3 +882,47 @@ fn readers_paging_during_appends_see_a_consistent_prefix() {
         );
     }
 }
+
+#[test]
+fn options_are_validated_and_every_mode_keeps_the_invariants() {
+    let dir = tempfile::tempdir().unwrap();
+    let zero = StoreOptions {
+        max_batch: 0,
+        ..StoreOptions::default()
+    };
+    assert!(matches!(
+        Store::open(db_path(&dir), zero),
+        Err(Error::InvalidArgument(_))
+    ));
+    for (i, (sync, max_batch)) in [
+        (Synchronous::Full, 1),
+        (Synchronous::Full, 64),
+        (Synchronous::Normal, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("mode{i}.db"));
+        let opts = StoreOptions {
+            synchronous: sync,
+            max_batch,
+            read_pool_size: 0,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&path, opts).unwrap();
+        store.create_session(new_session("s", 1)).wait().unwrap();
+        let tickets: Vec<_> = (0..40)
+            .map(|n| store.append("s", vec![event(n), event(n)]))
+            .collect();
+        let seqs: Vec<u64> = tickets
+            .into_iter()
+            .flat_map(|t| t.wait().unwrap())
+            .collect();
+        assert_eq!(
+            seqs,
+            (1..=80).collect::<Vec<_>>(),
+            "{sync:?} max_batch={max_batch}"
+        );
+        assert_eq!(store.events_after("s", 0, 1000).unwrap().len(), 80);
+    }
+}
