@@ -64,10 +64,11 @@ pub struct ShowArgs {
 pub struct AttachArgs {
     /// Session id
     pub id: String,
-    /// Replay stored events after this seq first (default 0: the whole history)
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub after_seq: u64,
-    /// Exit after the next turn completes
+    /// Replay stored events after this seq first (default: the whole history)
+    #[arg(long, value_name = "N")]
+    pub after_seq: Option<u64>,
+    /// Exit after the next turn completes: the first one after --after-seq when given,
+    /// else the first one that is not stored yet
     #[arg(long)]
     pub until_turn: bool,
     /// Show system notices and state changes
@@ -373,22 +374,26 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
         running: false,
         interrupted: false,
     };
-    let until = if a.until_turn {
-        // The next turn to complete after what is stored now.
-        let s = f
-            .conn
-            .sessions
-            .get_session(pb::GetSessionRequest {
-                session_id: a.id.clone(),
-            })
-            .await
-            .map_err(|s| status_error("get session", s))?
-            .into_inner();
-        Until::TurnAfter(s.last_seq.max(a.after_seq))
-    } else {
-        Until::Forever
+    let until = match (a.until_turn, a.after_seq) {
+        (false, _) => Until::Forever,
+        (true, Some(n)) => Until::TurnAfter(n),
+        (true, None) => {
+            // The next turn to complete after what is stored now.
+            let s = f
+                .conn
+                .sessions
+                .get_session(pb::GetSessionRequest {
+                    session_id: a.id.clone(),
+                })
+                .await
+                .map_err(|s| status_error("get session", s))?
+                .into_inner();
+            Until::TurnAfter(s.last_seq)
+        }
     };
-    let outcome = f.follow(a.after_seq, until, &mut ctrlc).await?;
+    let outcome = f
+        .follow(a.after_seq.unwrap_or(0), until, &mut ctrlc)
+        .await?;
     match outcome {
         Outcome::Ended(why) if !a.until_turn => {
             if !a.json {
