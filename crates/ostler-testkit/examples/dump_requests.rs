@@ -9,7 +9,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let rel = args.next().ok_or("RELEASE")?;
     let name = args.next().ok_or("SCENARIO")?;
-    let s = Scenario::load(&scenario::scenarios_dir(), &name)?;
+    let s = if name.ends_with(".toml") {
+        Scenario::from_toml("adhoc", &std::fs::read_to_string(&name)?)?
+    } else {
+        Scenario::load(&scenario::scenarios_dir(), &name)?
+    };
     let bin = releases::ensure(&rel, &releases::default_cache_dir())?;
     let rec = record(&s, &RecordOptions::new(rel, bin)).await?;
     for r in &rec.requests {

@@ -5,9 +5,15 @@
 //!   also in the CLI's dash-encoded project directory names (`-TMP-cwd`);
 //! - UUIDs (anywhere, also inside strings and paths) → `00000000-0000-4000-8000-00000000000N`,
 //!   numbered by first appearance, so identity is kept;
-//! - CLI request ids (`"request_id"` values not made by ostler) → `cli-req-N`;
+//! - random ids of the CLI (values of [`ID_KEYS`] such as `request_id`, `task_id`,
+//!   `agent_id`, except ids made by ostler) → `request-N`, `task-N`, `agent-N`, ... also
+//!   where they reappear inside text (two passes: [`Normalizer::learn`] then
+//!   [`Normalizer::line`]);
+//! - `/tmp/claude-<uid>/` → `/TMP/claude-UID/`, `/tmp/cc-socks/<pid>.sock` →
+//!   `/TMP/cc-socks/PID.sock`;
 //! - ISO-8601 timestamps → `1970-01-01T00:00:00.000Z`;
-//! - durations and timings (see [`VOLATILE_NUMBER_KEYS`]) → `0`.
+//! - durations, timings and epoch times (see [`VOLATILE_NUMBER_KEYS`], and any key ending
+//!   in `_ms`, `Ms`, `_seconds`, `_time`, `Time`, `_at` with a number) → `0`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -27,6 +33,10 @@ pub const VOLATILE_NUMBER_KEYS: &[&str] = &[
     "api_duration_ms",
 ];
 
+/// Keys whose string values are random ids made by the CLI (`request_id` values made by
+/// ostler, see [`OSTLER_REQUEST_PREFIX`], are kept).
+pub const ID_KEYS: &[&str] = &["request_id", "task_id", "run_id", "agent_id", "agentId"];
+
 /// Prefix of request ids ostler itself generates (kept as they are).
 pub const OSTLER_REQUEST_PREFIX: &str = "ostler-req-";
 
@@ -35,7 +45,8 @@ pub const OSTLER_REQUEST_PREFIX: &str = "ostler-req-";
 pub struct Normalizer {
     paths: Vec<(String, String)>,
     uuids: HashMap<String, String>,
-    request_ids: HashMap<String, String>,
+    /// learned CLI ids → placeholder, longest first
+    ids: Vec<(String, String)>,
 }
 
 /// Dash-encoded form the CLI uses for project directories.
@@ -85,14 +96,15 @@ impl Normalizer {
                 out = out.replace(from.as_str(), to);
             }
         }
+        out = self.ids_in(&out);
         out = self.uuids_in(&out);
-        out = self.request_ids_in(&out);
         out = timestamps_in(&out);
         for key in VOLATILE_NUMBER_KEYS {
             out = zero_numbers(&out, key);
         }
         out = zero_timing_keys(&out);
         out = socket_paths(&out);
+        out = uid_temp_dirs(&out);
         out
     }
 
@@ -128,32 +140,43 @@ impl Normalizer {
         out
     }
 
-    fn request_ids_in(&mut self, s: &str) -> String {
-        const KEY: &str = "\"request_id\":\"";
-        if !s.contains(KEY) {
-            return s.to_string();
-        }
-        let mut out = String::with_capacity(s.len());
-        let mut rest = s;
-        while let Some(pos) = rest.find(KEY) {
-            let start = pos + KEY.len();
-            out.push_str(&rest[..start]);
-            let tail = &rest[start..];
-            let end = tail.find('"').unwrap_or(tail.len());
-            let id = &tail[..end];
-            if id.starts_with(OSTLER_REQUEST_PREFIX) || id.starts_with("00000000-0000-4000-8000-") {
-                out.push_str(id);
-            } else {
-                let next = self.request_ids.len() + 1;
-                let rep = self
-                    .request_ids
-                    .entry(id.to_string())
-                    .or_insert_with(|| format!("cli-req-{next}"));
-                out.push_str(rep);
+    /// Learn the random ids of a line (values of [`ID_KEYS`]) so that [`Self::line`]
+    /// replaces them everywhere, also where they appear inside text. Call it for every
+    /// line of a recording before normalizing any.
+    pub fn learn(&mut self, s: &str) {
+        for key in ID_KEYS {
+            let pat = format!("\"{key}\":\"");
+            let mut rest = s;
+            while let Some(pos) = rest.find(&pat) {
+                let tail = &rest[pos + pat.len()..];
+                let end = tail.find('"').unwrap_or(tail.len());
+                let id = &tail[..end];
+                if id.len() >= 6
+                    && !id.starts_with(OSTLER_REQUEST_PREFIX)
+                    && !self.ids.iter().any(|(k, _)| k == id)
+                {
+                    let short = key.trim_end_matches("_id").trim_end_matches("Id");
+                    let n = self
+                        .ids
+                        .iter()
+                        .filter(|(_, v)| v.starts_with(&format!("{short}-")))
+                        .count()
+                        + 1;
+                    self.ids.push((id.to_string(), format!("{short}-{n}")));
+                }
+                rest = &tail[end..];
             }
-            rest = &tail[end..];
         }
-        out.push_str(rest);
+        self.ids.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
+    }
+
+    fn ids_in(&self, s: &str) -> String {
+        let mut out = s.to_string();
+        for (from, to) in &self.ids {
+            if out.contains(from.as_str()) {
+                out = out.replace(from.as_str(), to);
+            }
+        }
         out
     }
 }
@@ -229,7 +252,12 @@ fn zero_timing_keys(s: &str) -> String {
         {
             j += 1;
         }
-        let timing = key.ends_with("_ms") || key.ends_with("Ms") || key.ends_with("_seconds");
+        let timing = key.ends_with("_ms")
+            || key.ends_with("Ms")
+            || key.ends_with("_seconds")
+            || key.ends_with("_time")
+            || key.ends_with("Time")
+            || key.ends_with("_at");
         if timing && j > num_start && !key.contains(['{', '}', ',', ':', '\\']) {
             out.push_str(&s[last..num_start]);
             out.push('0');
@@ -260,6 +288,32 @@ fn socket_paths(s: &str) -> String {
             .unwrap_or(tail.len());
         out.push_str("PID");
         rest = &tail[n..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `/tmp/claude-<uid>/` (2.1.x task output files) → `/TMP/claude-UID/`.
+fn uid_temp_dirs(s: &str) -> String {
+    const PAT: &str = "/tmp/claude-";
+    if !s.contains(PAT) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(pos) = rest.find(PAT) {
+        let tail = &rest[pos + PAT.len()..];
+        let n = tail
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        out.push_str(&rest[..pos]);
+        if n > 0 && tail[n..].starts_with('/') {
+            out.push_str("/TMP/claude-UID");
+            rest = &tail[n..];
+        } else {
+            out.push_str(PAT);
+            rest = tail;
+        }
     }
     out.push_str(rest);
     out
@@ -347,20 +401,25 @@ mod tests {
         let cwd = root.path().join("cwd");
         let mut n = Normalizer::new(root.path(), &home, &cwd);
         let line = format!(
-            r#"{{"request_id":"abc123","cwd":"{}","h":"{}/.claude/projects/{}/x","r":"{}/other","o":"ostler-req-1"}}"#,
+            r#"{{"request_id":"abc1234","cwd":"{}","h":"{}/.claude/projects/{}/x","r":"{}/other","o":"ostler-req-1","f":"/tmp/claude-0/x"}}"#,
             cwd.display(),
             home.display(),
             cwd.display().to_string().replace(['/', '.'], "-"),
             root.path().display(),
         );
+        let text = r#"{"text":"agentId: a68d6ed1924f5ab6e (use it)"}"#;
+        n.learn(text);
+        n.learn(&line);
+        n.learn(r#"{"task_id":"a68d6ed1924f5ab6e","request_id":"ostler-req-2"}"#);
         let out = n.line(&line);
         assert_eq!(
             out,
-            r#"{"request_id":"cli-req-1","cwd":"/TMP/cwd","h":"/TMP/home/.claude/projects/-TMP-cwd/x","r":"/TMP/other","o":"ostler-req-1"}"#
+            r#"{"request_id":"request-1","cwd":"/TMP/cwd","h":"/TMP/home/.claude/projects/-TMP-cwd/x","r":"/TMP/other","o":"ostler-req-1","f":"/TMP/claude-UID/x"}"#
         );
         assert_eq!(
-            n.line(r#"{"request_id":"abc123"}"#),
-            r#"{"request_id":"cli-req-1"}"#
+            n.line(r#"{"request_id":"abc1234"}"#),
+            r#"{"request_id":"request-1"}"#
         );
+        assert_eq!(n.line(text), r#"{"text":"agentId: task-1 (use it)"}"#);
     }
 }

@@ -40,7 +40,7 @@ pub struct RecordOptions {
     pub release: String,
     /// The `claude` binary.
     pub binary: PathBuf,
-    /// Longest wait for any awaited message.
+    /// Longest wait for any awaited message (default 90 s, env `OSTLER_AWAIT_TIMEOUT_SECS`).
     pub await_timeout: Duration,
 }
 
@@ -49,7 +49,10 @@ impl RecordOptions {
         Self {
             release: release.into(),
             binary: binary.into(),
-            await_timeout: Duration::from_secs(90),
+            await_timeout: std::env::var("OSTLER_AWAIT_TIMEOUT_SECS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .map_or(Duration::from_secs(90), Duration::from_secs),
         }
     }
 }
@@ -109,6 +112,8 @@ struct Driver<'a> {
     stderr: Arc<Mutex<String>>,
     session_id: Option<String>,
     tools: Option<Vec<String>>,
+    /// task ids of `system/task_started` with `is_backgrounded: true`
+    background_tasks: Vec<String>,
     next_request: usize,
     unsupported: Vec<String>,
     first_flags: Vec<String>,
@@ -136,6 +141,7 @@ pub async fn record(scenario: &Scenario, opts: &RecordOptions) -> Result<Recordi
         stderr: Arc::new(Mutex::new(String::new())),
         session_id: None,
         tools: None,
+        background_tasks: Vec::new(),
         next_request: 0,
         unsupported: Vec::new(),
         first_flags: Vec::new(),
@@ -143,6 +149,20 @@ pub async fn record(scenario: &Scenario, opts: &RecordOptions) -> Result<Recordi
     let result = d.run().await;
     if let Some(p) = d.proc.as_mut() {
         let _ = p.child.start_kill();
+    }
+    if let Some(path) = std::env::var_os("OSTLER_RECORD_DUMP") {
+        // debugging aid: the raw (not normalized) transcript, also after a failure
+        let raw: Vec<String> = d
+            .entries
+            .iter()
+            .map(|e| match e {
+                Entry::Ostler(s) => format!("ostler> {s}"),
+                Entry::Cli(s) | Entry::Text(s) => format!("cli> {s}"),
+                Entry::Exit(c) => format!("exit {c:?}"),
+                Entry::Spawn(f) => format!("spawn {f:?}"),
+            })
+            .collect();
+        let _ = std::fs::write(path, raw.join("\n") + "\n");
     }
     result?;
     Ok(d.finish())
@@ -350,13 +370,26 @@ impl Driver<'_> {
                 }))
                 .await
             }
-            Step::SendControl { subtype, fields } => {
+            Step::SendControl {
+                subtype,
+                fields,
+                await_response,
+            } => {
                 let mut request = serde_json::Map::new();
                 request.insert("subtype".into(), json!(subtype));
                 for (k, v) in fields {
                     request.insert(k.clone(), v.clone());
                 }
-                self.control(Value::Object(request)).await.map(|_| ())
+                if *await_response {
+                    self.control(Value::Object(request)).await.map(|_| ())
+                } else {
+                    self.next_request += 1;
+                    let id = format!("{OSTLER_REQUEST_PREFIX}{}", self.next_request);
+                    self.send(
+                        json!({"type": "control_request", "request_id": id, "request": request}),
+                    )
+                    .await
+                }
             }
             Step::InterruptAfterDeltas { deltas } => {
                 for n in 0..*deltas {
@@ -384,6 +417,24 @@ impl Driver<'_> {
                 };
                 let inv = self.invocation(sid, *fork);
                 self.spawn(&inv, false).await
+            }
+            Step::AwaitBackgroundTasks => {
+                let mut done = 0;
+                while done < self.background_tasks.len() {
+                    let id = self.background_tasks[done].clone();
+                    self.await_msg(&format!("task_notification {id}"), |v| {
+                        msg_type(v) == Some("system")
+                            && msg_subtype(v) == Some("task_notification")
+                            && v.get("task_id").and_then(Value::as_str) == Some(id.as_str())
+                    })
+                    .await?;
+                    self.await_msg("result after task_notification", |v| {
+                        msg_type(v) == Some("result")
+                    })
+                    .await?;
+                    done += 1;
+                }
+                Ok(())
             }
             Step::CloseStdin => self.close().await,
             Step::AssertFile { path, exists } => {
@@ -499,6 +550,13 @@ impl Driver<'_> {
                             .collect()
                     });
                 }
+                if msg_type(&v) == Some("system")
+                    && msg_subtype(&v) == Some("task_started")
+                    && v.get("is_backgrounded").and_then(Value::as_bool) == Some(true)
+                    && let Some(id) = v.get("task_id").and_then(Value::as_str)
+                {
+                    self.background_tasks.push(id.to_string());
+                }
                 self.entries.push(Entry::Cli(line));
                 self.pending.push_back(v);
             }
@@ -553,6 +611,11 @@ impl Driver<'_> {
 
     fn finish(self) -> Recording {
         let mut norm = Normalizer::new(self.env.root(), self.env.home(), self.env.cwd());
+        for e in &self.entries {
+            if let Entry::Ostler(s) | Entry::Cli(s) | Entry::Text(s) = e {
+                norm.learn(s);
+            }
+        }
         let mut text = String::new();
         let header = json!({
             "ostler_recording": FORMAT_VERSION,

@@ -229,11 +229,14 @@ pub enum Step {
     /// Await a `can_use_tool` for `AskUserQuestion` and allow it with
     /// `updatedInput = input + {"answers": answers}`.
     AnswerQuestion { answers: BTreeMap<String, String> },
-    /// Send a control request and await its `control_response`.
+    /// Send a control request and await its `control_response` (unless
+    /// `await_response = false`: releases before 2.1.x never answer unknown subtypes).
     SendControl {
         subtype: String,
         #[serde(default)]
         fields: BTreeMap<String, serde_json::Value>,
+        #[serde(default = "yes")]
+        await_response: bool,
     },
     /// Await `deltas` text deltas (stream events) then send `interrupt` and await its
     /// response.
@@ -248,6 +251,11 @@ pub enum Step {
         #[serde(default)]
         fork: bool,
     },
+    /// For every sub-agent the CLI started in the background (`system/task_started` with
+    /// `is_backgrounded: true`, 2.1.x), await its `system/task_notification` and the
+    /// `result` of the turn the notification starts. Nothing to do on releases that run
+    /// sub-agents in the foreground.
+    AwaitBackgroundTasks,
     /// Close stdin and await the exit (always done at the end of a scenario).
     CloseStdin,
     /// Assert that a path relative to the cwd exists (or not).
