@@ -40,8 +40,8 @@ use crate::framing::Frame;
 use crate::model::*;
 use crate::scan;
 use crate::wire::{
-    Envelope, LStr, WireBlock, WireCliRequest, WireCliResponse, WireDelta, WireDenial, WireMessage,
-    WireStreamEvent, WireUsage, is_null, view,
+    Envelope, LContent, LStr, WireBlock, WireCliRequest, WireDelta, WireDenial, WireUsage, is_null,
+    view,
 };
 
 /// How many recent assistant message ids the de-duplication remembers.
@@ -120,7 +120,19 @@ impl Decoder {
             out.push(not_an_object(line));
             return;
         }
-        let env: Envelope<'_> = match serde_json::from_slice(line) {
+        // One UTF-8 check for the whole line; then strings borrow without re-validation.
+        let text = match std::str::from_utf8(line) {
+            Ok(t) => t,
+            Err(e) => {
+                out.push(diagnostic(
+                    DiagnosticCode::NotJson,
+                    format!("not JSON: invalid UTF-8 at byte {}", e.valid_up_to()),
+                    line,
+                ));
+                return;
+            }
+        };
+        let env: Envelope<'_> = match serde_json::from_str(text) {
             Ok(env) => env,
             Err(err) => {
                 out.push(parse_failure(line, &err));
@@ -187,7 +199,7 @@ impl Decoder {
     }
 
     fn assistant(&mut self, env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
-        let Some(msg) = env.message.and_then(view::<WireMessage<'_>>) else {
+        let Some(msg) = env.message.0.as_ref() else {
             return bad_shape(
                 "assistant",
                 "assistant frame without a `message` object",
@@ -201,34 +213,80 @@ impl Decoder {
         let stop_reason = msg.stop_reason.owned();
         let usage = msg.usage.and_then(view::<WireUsage>).map(|u| u.to_usage());
         let error = env.error.owned();
-        let blocks: Vec<&RawValue> = match msg.content {
-            Some(c) if c.get().trim_start().starts_with('[') => view(c).unwrap_or_default(),
-            // A bare string or single block: one block.
-            Some(c) if !is_null(c) => vec![c],
-            _ => Vec::new(),
-        };
-        for (pos, braw) in blocks.into_iter().enumerate() {
-            let Some(index) =
-                self.blocks
-                    .admit(message_id.as_deref(), pos, fingerprint(braw.get()))
-            else {
-                continue;
-            };
+        let mut push = |index: u32, block: ContentBlock| {
             out.push(Event::AssistantBlock(AssistantBlock {
                 message_id: message_id.clone(),
                 index,
                 parent_tool_use_id: parent_tool_use_id.clone(),
                 model: model.clone(),
-                block: content_block(braw),
+                block,
                 stop_reason: stop_reason.clone(),
                 usage,
                 error: error.clone(),
-            }));
+            }))
+        };
+        let id = msg.id.as_deref();
+        match &msg.content {
+            LContent::Absent => {}
+            LContent::Text(t) => {
+                let fp = fingerprint(&[b"text", t.as_bytes()]);
+                if let Some(index) = self.blocks.admit(id, 0, fp) {
+                    push(
+                        index,
+                        ContentBlock::Text {
+                            text: t.to_string(),
+                        },
+                    );
+                }
+            }
+            LContent::Blocks(items) => {
+                // Raw slices of the blocks, read only if a block cannot be typed.
+                let mut raws: Option<Vec<&RawValue>> = None;
+                for (pos, item) in items.iter().enumerate() {
+                    let typed = item
+                        .0
+                        .as_ref()
+                        .and_then(|b| typed_fingerprint(b).map(|fp| (b, fp)));
+                    if let Some((b, fp)) = typed {
+                        let Some(index) = self.blocks.admit(id, pos, fp) else {
+                            continue;
+                        };
+                        if let Some(block) = typed_block(b) {
+                            push(index, block);
+                            continue;
+                        }
+                        // Typed fingerprint but not buildable (tool input past the
+                        // recursion limit): emitted raw below under the same index.
+                        let raws = raws.get_or_insert_with(|| raw_content_items(line));
+                        let raw = raws.get(pos).copied().unwrap_or(RawValue::NULL);
+                        push(index, content_block(raw));
+                        continue;
+                    }
+                    let raws = raws.get_or_insert_with(|| raw_content_items(line));
+                    let raw = raws.get(pos).copied().unwrap_or(RawValue::NULL);
+                    if let Some(index) =
+                        self.blocks
+                            .admit(id, pos, fingerprint(&[b"raw", raw.get().as_bytes()]))
+                    {
+                        push(index, content_block(raw));
+                    }
+                }
+            }
+            LContent::Odd => {
+                for raw in raw_content_items(line) {
+                    if let Some(index) =
+                        self.blocks
+                            .admit(id, 0, fingerprint(&[b"raw", raw.get().as_bytes()]))
+                    {
+                        push(index, content_block(raw));
+                    }
+                }
+            }
         }
     }
 
     fn stream_event(&mut self, env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
-        let Some(ev) = env.event.and_then(view::<WireStreamEvent<'_>>) else {
+        let Some(ev) = env.event.0.as_ref() else {
             return bad_shape(
                 "stream_event",
                 "stream_event without an `event` object",
@@ -258,7 +316,7 @@ impl Decoder {
         };
         match ety {
             "message_start" => {
-                let msg = ev.message.and_then(view::<WireMessage<'_>>);
+                let msg = ev.message.0.as_ref();
                 let id = env
                     .api_message_id
                     .owned()
@@ -290,7 +348,7 @@ impl Decoder {
             }
             "content_block_start" => {
                 marker.message_id = self.stream_id(env, &parent);
-                if let Some(b) = ev.content_block.and_then(view::<WireBlock<'_>>) {
+                if let Some(b) = ev.content_block.0.as_ref() {
                     marker.block_type = b.ty.owned();
                     marker.tool_use_id = b.id.owned();
                     marker.tool_name = b.name.owned();
@@ -368,10 +426,64 @@ impl BlockDedup {
     }
 }
 
-fn fingerprint(text: &str) -> u64 {
+fn fingerprint(parts: &[&[u8]]) -> u64 {
     let mut h = DefaultHasher::new();
-    text.hash(&mut h);
+    for p in parts {
+        p.hash(&mut h);
+    }
     h.finish()
+}
+
+/// Fingerprint of a block read in the main pass; `None` if it has to be read raw (a type
+/// or shape [`typed_block`] does not build).
+fn typed_fingerprint(b: &WireBlock<'_>) -> Option<u64> {
+    fn s<'b>(l: &'b LStr<'_>) -> Option<&'b [u8]> {
+        l.as_deref().map(str::as_bytes)
+    }
+    match b.ty.as_deref()? {
+        "text" => Some(fingerprint(&[b"text", s(&b.text)?])),
+        "thinking" => Some(fingerprint(&[
+            b"thinking",
+            s(&b.thinking)?,
+            s(&b.signature).unwrap_or_default(),
+        ])),
+        "redacted_thinking" => Some(fingerprint(&[b"redacted", s(&b.data)?])),
+        "tool_use" => Some(fingerprint(&[
+            b"tool_use",
+            s(&b.id)?,
+            s(&b.name)?,
+            b.input.map(|i| i.get().as_bytes()).unwrap_or_default(),
+        ])),
+        _ => None,
+    }
+}
+
+/// The raw slices of `message.content` (a list's items, or the single value), for blocks
+/// the main pass could not type. Re-reads the line; only used for unusual blocks.
+fn raw_content_items(line: &[u8]) -> Vec<&RawValue> {
+    #[derive(serde::Deserialize)]
+    struct M<'a> {
+        #[serde(borrow, default)]
+        message: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct C<'a> {
+        #[serde(borrow, default)]
+        content: Option<&'a RawValue>,
+    }
+    let Some(content) = serde_json::from_slice::<M<'_>>(line)
+        .ok()
+        .and_then(|m| m.message)
+        .and_then(view::<C<'_>>)
+        .and_then(|c| c.content)
+    else {
+        return Vec::new();
+    };
+    if content.get().trim_start().starts_with('[') {
+        view(content).unwrap_or_default()
+    } else {
+        vec![content]
+    }
 }
 
 fn raw_json_str(s: &str) -> RawJson {
@@ -513,35 +625,35 @@ fn session_started(env: &Envelope<'_>) -> Event {
     })
 }
 
+/// A block from its raw slice: typed when possible, else kept whole as `Other`.
 fn content_block(raw: &RawValue) -> ContentBlock {
-    let other = |block_type: &str| ContentBlock::Other {
-        block_type: block_type.to_string(),
-        raw: raw_json(raw),
-    };
     // A bare string is a text block.
     if let Some(text) = view::<LStr<'_>>(raw).and_then(|s| s.owned()) {
         return ContentBlock::Text { text };
     }
-    let Some(b) = view::<WireBlock<'_>>(raw) else {
-        return other("");
-    };
-    let ty = b.ty.as_deref().unwrap_or("");
-    match ty {
-        "text" => match b.text.owned() {
-            Some(text) => ContentBlock::Text { text },
-            None => other(ty),
-        },
-        "thinking" => match b.thinking.owned() {
-            Some(thinking) => ContentBlock::Thinking {
-                thinking,
-                signature: b.signature.owned(),
-            },
-            None => other(ty),
-        },
-        "redacted_thinking" => match b.data.owned() {
-            Some(data) => ContentBlock::RedactedThinking { data },
-            None => other(ty),
-        },
+    let b = view::<WireBlock<'_>>(raw);
+    if let Some(block) = b.as_ref().and_then(typed_block) {
+        return block;
+    }
+    ContentBlock::Other {
+        block_type: b.and_then(|b| b.ty.owned()).unwrap_or_default(),
+        raw: raw_json(raw),
+    }
+}
+
+/// A block of a known type with the fields it needs; `None` otherwise (then kept raw).
+fn typed_block(b: &WireBlock<'_>) -> Option<ContentBlock> {
+    match b.ty.as_deref()? {
+        "text" => Some(ContentBlock::Text {
+            text: b.text.owned()?,
+        }),
+        "thinking" => Some(ContentBlock::Thinking {
+            thinking: b.thinking.owned()?,
+            signature: b.signature.owned(),
+        }),
+        "redacted_thinking" => Some(ContentBlock::RedactedThinking {
+            data: b.data.owned()?,
+        }),
         "tool_use" => {
             // An input that is present but cannot be built as a value (only possible past
             // serde_json's recursion limit) keeps the block whole rather than inventing one.
@@ -549,12 +661,13 @@ fn content_block(raw: &RawValue) -> ContentBlock {
                 None => Some(Value::Object(Default::default())),
                 Some(i) => serde_json::from_str::<Value>(i.get()).ok(),
             };
-            match (b.id.owned(), b.name.owned(), input) {
-                (Some(id), Some(name), Some(input)) => ContentBlock::ToolUse { id, name, input },
-                _ => other(ty),
-            }
+            Some(ContentBlock::ToolUse {
+                id: b.id.owned()?,
+                name: b.name.owned()?,
+                input: input?,
+            })
         }
-        _ => other(ty),
+        _ => None,
     }
 }
 
@@ -578,59 +691,70 @@ fn delta(raw: &RawValue) -> Delta {
 }
 
 fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
-    let Some(msg) = env.message.and_then(view::<WireMessage<'_>>) else {
+    let Some(msg) = env.message.0.as_ref() else {
         return bad_shape("user", "user frame without a `message` object", line, out);
     };
     let parent = env.parent_tool_use_id.owned();
-    let is_synthetic = env.is_synthetic.0.unwrap_or(false);
-    let is_replay = env.is_replay.0.unwrap_or(false);
     let mut message = UserMessage {
         parent_tool_use_id: parent.clone(),
         text: None,
         content: None,
-        is_synthetic,
-        is_replay,
+        is_synthetic: env.is_synthetic.0.unwrap_or(false),
+        is_replay: env.is_replay.0.unwrap_or(false),
     };
-    let Some(content) = msg.content.filter(|c| !is_null(c)) else {
-        out.push(Event::UserMessage(message));
-        return;
+    let items = match &msg.content {
+        LContent::Absent => {
+            out.push(Event::UserMessage(message));
+            return;
+        }
+        LContent::Text(t) => {
+            message.text = Some(t.to_string());
+            out.push(Event::UserMessage(message));
+            return;
+        }
+        LContent::Odd => {
+            message.content = raw_content_items(line).first().map(|r| raw_json(r));
+            out.push(Event::UserMessage(message));
+            return;
+        }
+        LContent::Blocks(items) => items,
     };
-    if let Some(text) = view::<LStr<'_>>(content).and_then(|s| s.owned()) {
-        message.text = Some(text);
-        out.push(Event::UserMessage(message));
-        return;
-    }
-    let Some(blocks) = view::<Vec<&RawValue>>(content) else {
-        message.content = Some(raw_json(content));
-        out.push(Event::UserMessage(message));
-        return;
-    };
-    let mut rest: Vec<&RawValue> = Vec::new();
-    let mut texts: Vec<String> = Vec::new();
+    let mut rest: Vec<usize> = Vec::new();
+    let mut texts: Vec<&str> = Vec::new();
     let mut all_text = true;
-    for braw in blocks {
-        let b = view::<WireBlock<'_>>(braw).unwrap_or_default();
-        match b.ty.as_deref() {
-            Some("tool_result") => out.push(tool_result(&b, parent.clone())),
-            Some("text") if b.text.is_some() => {
-                texts.push(b.text.owned().unwrap_or_default());
-                rest.push(braw);
+    for (pos, item) in items.iter().enumerate() {
+        let b = item.0.as_ref();
+        match b.and_then(|b| b.ty.as_deref()) {
+            Some("tool_result") => {
+                if let Some(b) = b {
+                    out.push(tool_result(b, parent.clone()));
+                }
+            }
+            Some("text") if b.is_some_and(|b| b.text.is_some()) => {
+                texts.push(b.and_then(|b| b.text.as_deref()).unwrap_or_default());
+                rest.push(pos);
             }
             _ => {
                 all_text = false;
-                rest.push(braw);
+                rest.push(pos);
             }
         }
     }
-    if !rest.is_empty() {
-        if all_text {
-            message.text = Some(texts.join("\n"));
-        } else {
-            let joined = rest.iter().map(|r| r.get()).collect::<Vec<_>>().join(",");
-            message.content = RawJson::from_string(format!("[{joined}]")).ok();
-        }
-        out.push(Event::UserMessage(message));
+    if rest.is_empty() {
+        return;
     }
+    if all_text {
+        message.text = Some(texts.join("\n"));
+    } else {
+        let raws = raw_content_items(line);
+        let joined = rest
+            .iter()
+            .map(|p| raws.get(*p).map_or("null", |r| r.get()))
+            .collect::<Vec<_>>()
+            .join(",");
+        message.content = RawJson::from_string(format!("[{joined}]")).ok();
+    }
+    out.push(Event::UserMessage(message));
 }
 
 fn tool_result(b: &WireBlock<'_>, parent_tool_use_id: Option<String>) -> Event {
@@ -660,22 +784,17 @@ fn tool_result(b: &WireBlock<'_>, parent_tool_use_id: Option<String>) -> Event {
 }
 
 /// `result.result`: plain text, or text that was itself JSON-encoded (`"\"text\""`).
-fn result_text(raw: Option<&RawValue>) -> Option<String> {
-    let raw = raw.filter(|r| !is_null(r))?;
-    match view::<LStr<'_>>(raw).and_then(|s| s.owned()) {
-        Some(text) => {
-            let t = text.trim();
-            if t.len() >= 2
-                && t.starts_with('"')
-                && t.ends_with('"')
-                && let Ok(inner) = serde_json::from_str::<String>(t)
-            {
-                return Some(inner);
-            }
-            Some(text)
-        }
-        None => Some(raw.get().to_string()),
+fn result_text(text: Option<&str>) -> Option<String> {
+    let text = text?;
+    let t = text.trim();
+    if t.len() >= 2
+        && t.starts_with('"')
+        && t.ends_with('"')
+        && let Ok(inner) = serde_json::from_str::<String>(t)
+    {
+        return Some(inner);
     }
+    Some(text.to_string())
 }
 
 fn turn_result(env: &Envelope<'_>) -> Event {
@@ -730,7 +849,7 @@ fn turn_result(env: &Envelope<'_>) -> Event {
     Event::TurnResult(TurnResult {
         subtype,
         is_error,
-        result: result_text(env.result),
+        result: result_text(env.result.0.as_deref()),
         session_id: env.session_id.owned(),
         num_turns: env.num_turns.u32(),
         duration_ms: env.duration_ms.u64(),
@@ -834,7 +953,7 @@ fn control_request(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
 }
 
 fn control_response(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
-    let Some(resp) = env.response.and_then(view::<WireCliResponse<'_>>) else {
+    let Some(resp) = env.response.0.as_ref() else {
         return bad_shape(
             "control_response",
             "control_response without `response`",

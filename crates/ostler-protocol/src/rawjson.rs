@@ -120,6 +120,16 @@ impl<'de> Visitor<'de> for Transcode {
     }
 }
 
+/// Re-encode the rest of a sequence as JSON text.
+pub(crate) fn transcode_seq<'de, A: SeqAccess<'de>>(seq: A) -> Result<String, A::Error> {
+    Transcode.visit_seq(seq)
+}
+
+/// Re-encode the rest of a map as JSON text.
+pub(crate) fn transcode_map_access<'de, A: MapAccess<'de>>(map: A) -> Result<String, A::Error> {
+    transcode_map(None, map)
+}
+
 fn transcode_map<'de, A: MapAccess<'de>>(
     first_key: Option<String>,
     mut map: A,

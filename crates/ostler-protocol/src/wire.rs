@@ -203,6 +203,186 @@ impl<'de> Deserialize<'de> for LBool {
     }
 }
 
+/// An object field read in the same pass as its parent; any other JSON type reads as
+/// `None`.
+#[derive(Debug)]
+pub(crate) struct LObj<T>(pub Option<T>);
+
+impl<T> Default for LObj<T> {
+    fn default() -> Self {
+        LObj(None)
+    }
+}
+
+struct LObjVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for LObjVisitor<T> {
+    type Value = LObj<T>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        T::deserialize(de::value::MapAccessDeserializer::new(map)).map(|t| LObj(Some(t)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(LObj(None))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(LObj(None))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(LObj(None))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(LObj(None))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(LObj(None))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(LObj(None))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(LObj(None))
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(LObj(None))
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for LObj<T> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(LObjVisitor(std::marker::PhantomData))
+    }
+}
+
+/// `message.content`, read in the same pass as the message: a string, or blocks (a
+/// non-object element reads as `None`; the caller then falls back to the raw line).
+#[derive(Debug, Default)]
+pub(crate) enum LContent<'a> {
+    #[default]
+    Absent,
+    Text(Cow<'a, str>),
+    Blocks(Vec<LObj<WireBlock<'a>>>),
+    /// An object or scalar where a string or list was expected.
+    Odd,
+}
+
+struct LContentVisitor;
+
+impl<'de> Visitor<'de> for LContentVisitor {
+    type Value = LContent<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(LContent::Text(Cow::Borrowed(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(LContent::Text(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(LContent::Text(Cow::Owned(v)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(1).min(64));
+        while let Some(b) = seq.next_element::<LObj<WireBlock<'de>>>()? {
+            v.push(b);
+        }
+        Ok(LContent::Blocks(v))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(LContent::Odd)
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(LContent::Odd)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(LContent::Odd)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(LContent::Odd)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(LContent::Odd)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(LContent::Absent)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(LContent::Absent)
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(LContentVisitor)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for LContent<'a> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(LContentVisitor)
+    }
+}
+
+/// `result.result`: text, or any other JSON re-encoded as text.
+#[derive(Debug, Default)]
+pub(crate) struct LText<'a>(pub Option<Cow<'a, str>>);
+
+struct LTextVisitor;
+
+impl<'de> Visitor<'de> for LTextVisitor {
+    type Value = LText<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(LText(Some(Cow::Borrowed(v))))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(LText(Some(Cow::Owned(v.to_owned()))))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(LText(Some(Cow::Owned(v))))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(LText(None))
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(LText(None))
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(LTextVisitor)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(LText(Some(Cow::Owned(v.to_string()))))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(LText(Some(Cow::Owned(v.to_string()))))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(LText(Some(Cow::Owned(v.to_string()))))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(LText(serde_json::to_string(&v).ok().map(Cow::Owned)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        crate::rawjson::transcode_seq(seq).map(|s| LText(Some(Cow::Owned(s))))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        crate::rawjson::transcode_map_access(map).map(|s| LText(Some(Cow::Owned(s))))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for LText<'a> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(LTextVisitor)
+    }
+}
+
 /// The top-level fields of every message type, read in one pass. Nested objects are kept
 /// as raw slices.
 #[derive(Debug, Default, Deserialize)]
@@ -213,13 +393,13 @@ pub(crate) struct Envelope<'a> {
     #[serde(borrow)]
     pub subtype: LStr<'a>,
     #[serde(borrow)]
-    pub message: Option<&'a RawValue>,
+    pub message: LObj<WireMessage<'a>>,
     #[serde(borrow)]
-    pub event: Option<&'a RawValue>,
+    pub event: LObj<WireStreamEvent<'a>>,
     #[serde(borrow)]
     pub request: Option<&'a RawValue>,
     #[serde(borrow)]
-    pub response: Option<&'a RawValue>,
+    pub response: LObj<WireCliResponse<'a>>,
     #[serde(borrow)]
     pub request_id: LStr<'a>,
     #[serde(borrow)]
@@ -256,7 +436,7 @@ pub(crate) struct Envelope<'a> {
     // result
     pub is_error: LBool,
     #[serde(borrow)]
-    pub result: Option<&'a RawValue>,
+    pub result: LText<'a>,
     pub num_turns: LNum,
     pub duration_ms: LNum,
     pub duration_api_ms: LNum,
@@ -282,7 +462,7 @@ pub(crate) struct WireMessage<'a> {
     #[serde(borrow)]
     pub model: LStr<'a>,
     #[serde(borrow)]
-    pub content: Option<&'a RawValue>,
+    pub content: LContent<'a>,
     #[serde(borrow)]
     pub stop_reason: LStr<'a>,
     #[serde(borrow)]
@@ -344,9 +524,9 @@ pub(crate) struct WireStreamEvent<'a> {
     pub ty: LStr<'a>,
     pub index: LNum,
     #[serde(borrow)]
-    pub message: Option<&'a RawValue>,
+    pub message: LObj<WireMessage<'a>>,
     #[serde(borrow)]
-    pub content_block: Option<&'a RawValue>,
+    pub content_block: LObj<WireBlock<'a>>,
     #[serde(borrow)]
     pub delta: Option<&'a RawValue>,
     #[serde(borrow)]

@@ -3,6 +3,7 @@
 //! zero Unknown for claimed types and only expected absent fields, and its canonical
 //! output matches the committed golden (`cargo xtask contracts bless` rewrites them).
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 use std::path::{Path, PathBuf};
 
 use ostler_protocol::contract::{check_recording, golden_name};

@@ -1,6 +1,7 @@
 //! Decoder behaviour: real CLI lines (fixtures captured from 1.0.128, 2.0.77, 2.1.0 and
 //! 2.1.330 against a loopback model server) and hand-written tolerant-reader cases.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 use bytes::Bytes;
 use ostler_protocol::framing::{Frame, FramerOptions, LineFramer};
 use ostler_protocol::*;

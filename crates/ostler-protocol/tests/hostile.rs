@@ -2,6 +2,7 @@
 //! 50 MB lines, deeply nested JSON. No panic, bounded memory, and the stream goes on (a
 //! valid line after the hostile one still decodes).
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 use ostler_protocol::framing::{FramerOptions, LineFramer};
 use ostler_protocol::{CliRequest, ContentBlock, Decoder, DiagnosticCode, Event};
 use proptest::prelude::*;
