@@ -288,8 +288,9 @@ impl Actor {
         let mut items = Vec::new();
         let mut started: Option<proto::SessionStarted> = None;
         let mut results: Vec<usize> = Vec::new();
+        let keep_raw = self.shared.opts.store_raw_lines;
         for line in &lines {
-            let mut raw = Some(line.raw.clone());
+            let mut raw = keep_raw.then(|| line.raw.clone());
             for ev in &line.events {
                 let payload = match ev {
                     Event::SessionStarted(s) => {
@@ -430,7 +431,9 @@ impl Actor {
 
     async fn control_request(&mut self, request: proto::ControlRequest, responder: Responder) {
         let raw = match self.control_raw.take() {
-            Some((id, raw)) if id == request.request_id => Some(raw),
+            Some((id, raw)) if id == request.request_id && self.shared.opts.store_raw_lines => {
+                Some(raw)
+            }
             _ => None,
         };
         match &request.request {

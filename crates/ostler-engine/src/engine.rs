@@ -48,6 +48,10 @@ pub struct EngineOptions {
     pub spawn_env: Vec<(String, String)>,
     /// Process policy (grace periods, control timeout, stall watchdog, ...).
     pub supervisor: SupervisorOptions,
+    /// Keep the CLI's raw line next to the canonical payload (once per line; see
+    /// docs/ARCHITECTURE.md). Off: only the canonical payload is stored (smaller; replay
+    /// is unaffected, but the verbatim wire line is lost).
+    pub store_raw_lines: bool,
 }
 
 impl Default for EngineOptions {
@@ -64,6 +68,7 @@ impl Default for EngineOptions {
             partial_messages: true,
             spawn_env: Vec::new(),
             supervisor: SupervisorOptions::default(),
+            store_raw_lines: true,
         }
     }
 }
@@ -693,9 +698,9 @@ impl Engine {
         *lock(&entry.pending) = BTreeMap::new();
         entry.set_state(from);
         *lock(&entry.actor) = Some(ActorHandle { tx, done: done_rx });
-        let pid = process.pid();
+        // Idle before the call returns: CreateSession / ResumeSession report a live state.
+        actor.start(process.pid()).await;
         tokio::spawn(async move {
-            actor.start(pid).await;
             actor.run().await;
             drop(slot);
             let _ = done_tx.send(true);

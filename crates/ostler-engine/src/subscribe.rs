@@ -33,9 +33,9 @@ enum Mode {
 pub struct Subscription {
     store: Store,
     session_id: Arc<str>,
+    /// Only the receiver: the channel closes when the session's hub goes away (session
+    /// deleted, engine gone), which ends the subscription after a last store read.
     rx: Option<broadcast::Receiver<Arc<EngineEvent>>>,
-    /// Keeps the session's hub (and so the channel) alive while subscribed.
-    _hub: Option<Arc<Hub>>,
     last: u64,
     /// Without `follow`: stop after this seq (the last seq when subscribing).
     until: Option<u64>,
@@ -72,7 +72,6 @@ impl Subscription {
             store: hub.store.clone(),
             session_id: hub.session_id.clone(),
             rx,
-            _hub: follow.then_some(hub),
             last: after_seq,
             until: if follow { None } else { until },
             partials: include_partials,

@@ -382,7 +382,9 @@ pub struct QuestionAsked {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InteractionResolved {
     pub request_id: String,
-    /// `permission` or `question`.
+    /// `permission` or `question`. (Serialized as `interaction_kind`: `kind` is the event
+    /// payload's tag.)
+    #[serde(rename = "interaction_kind")]
     pub kind: InteractionKind,
     pub resolution: Resolution,
     /// `client:<id>`, `rule:<rule text>`, `expiry`, `cli` (cancelled by the CLI), `engine`.
@@ -570,5 +572,136 @@ impl PartialOrd for SessionState {
 impl Ord for SessionState {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         (*self as u8).cmp(&(*other as u8))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip(p: EventPayload) {
+        let bytes = serde_json::to_vec(&p).expect("encode");
+        let back: EventPayload = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            panic!(
+                "{} does not decode: {e}: {}",
+                p.kind(),
+                String::from_utf8_lossy(&bytes)
+            )
+        });
+        assert_eq!(back, p);
+        let v: Value = serde_json::from_slice(&bytes).expect("json");
+        assert_eq!(v["kind"], p.kind());
+    }
+
+    /// Every payload ostler originates survives the store (the tag `kind` must not clash
+    /// with a field).
+    #[test]
+    fn engine_payloads_round_trip() {
+        round_trip(EventPayload::UserMessageSent(UserMessageSent {
+            content: MessageContent::Blocks(vec![json!({"type": "text", "text": "hi"})]),
+            client_message_id: Some("m1".into()),
+            sent_by: "client:a".into(),
+        }));
+        round_trip(EventPayload::UserMessageSent(UserMessageSent {
+            content: MessageContent::Text("hi".into()),
+            client_message_id: None,
+            sent_by: "client:a".into(),
+        }));
+        for resolution in [
+            Resolution::Allowed {
+                updated_input: json!({"command": "ls"}),
+                edited: true,
+            },
+            Resolution::Denied {
+                message: "no".into(),
+                interrupt: true,
+            },
+            Resolution::Answered {
+                answers: vec![QuestionAnswer {
+                    question: "Q?".into(),
+                    selected: vec!["A".into()],
+                    other_text: Some("x".into()),
+                }],
+            },
+            Resolution::Expired {
+                message: "late".into(),
+            },
+            Resolution::Cancelled {
+                reason: "cli".into(),
+            },
+        ] {
+            round_trip(EventPayload::InteractionResolved(InteractionResolved {
+                request_id: "r1".into(),
+                kind: InteractionKind::Question,
+                resolution,
+                decided_by: "client:a".into(),
+            }));
+        }
+        round_trip(EventPayload::StateChanged(StateChanged {
+            from: SessionState::Idle,
+            to: SessionState::AwaitingPermission,
+            reason: Some("x".into()),
+        }));
+        round_trip(EventPayload::EngineNotice(EngineNotice {
+            code: "c".into(),
+            message: "m".into(),
+            data: Some(json!({"kind": "inner kind is fine inside data"})),
+        }));
+        round_trip(EventPayload::ProcessExited(ProcessExited {
+            status: ExitStatus {
+                code: Some(1),
+                signal: None,
+                reason: Some("crash".into()),
+                stderr_tail: "boom".into(),
+                at_ms: 5,
+            },
+        }));
+        round_trip(EventPayload::PermissionRequested(PermissionRequested {
+            request_id: "r".into(),
+            tool_name: "Bash".into(),
+            input: json!({"command": "touch x"}),
+            tool_use_id: None,
+            description: None,
+            display_name: None,
+            blocked_path: None,
+            decision_reason: None,
+            suggestions: Some(json!([{"type": "addRules"}])),
+            expires_at_ms: Some(1),
+        }));
+        round_trip(EventPayload::QuestionAsked(QuestionAsked {
+            request_id: "r".into(),
+            tool_use_id: Some("t".into()),
+            questions: vec![proto::Question {
+                question: "Q?".into(),
+                header: None,
+                options: vec![proto::QuestionOption {
+                    label: "A".into(),
+                    description: None,
+                }],
+                multi_select: true,
+            }],
+            input: json!({}),
+            expires_at_ms: None,
+        }));
+    }
+
+    #[test]
+    fn states_parse_back() {
+        for s in SessionState::ALL {
+            assert_eq!(s.as_str().parse::<SessionState>().expect("parse"), s);
+        }
+        assert!("bogus".parse::<SessionState>().is_err());
+    }
+
+    #[test]
+    fn client_labels() {
+        assert_eq!(ClientRef::new("a").label(), "client:a");
+        assert_eq!(ClientRef::default().label(), "client:anonymous");
+        let named = ClientRef {
+            id: "a".into(),
+            name: Some("Alice".into()),
+        };
+        assert_eq!(named.label(), "client:a (Alice)");
     }
 }

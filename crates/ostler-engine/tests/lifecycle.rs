@@ -363,7 +363,25 @@ async fn limits_and_errors() {
     assert_eq!(page.sessions.len(), 1);
     assert_eq!(page.sessions[0].id, a.id);
 
+    let mut follower = env.follow(&b.id, 0).await;
+    until(
+        &mut follower,
+        |e| matches!(&e.payload, EventPayload::StateChanged(c) if c.to == SessionState::Idle),
+    )
+    .await;
     env.engine.delete_session(&b.id).await.expect("delete");
+    // A follower of a deleted session sees its stream end.
+    let end = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            match follower.next().await {
+                None => return,
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the follower of a deleted session never ended");
     let e = env.engine.get_session(&b.id).await.expect_err("deleted");
     assert_eq!(e.code_kind(), CodeKind::NotFound);
     // The slot is free again.
@@ -457,4 +475,27 @@ async fn send_message_is_idempotent() {
         .expect("retry");
     assert!(after.duplicate);
     assert_eq!(after.seq, first.seq);
+}
+
+/// With `respawn_on_start`, sessions that were live when the daemon died come back running
+/// (resumed), not just resumable.
+#[tokio::test(flavor = "multi_thread")]
+async fn respawn_on_start_when_configured() {
+    let env = Env::with(NEW, scenario("resume"), |o| o.respawn_on_start = true).await;
+    let s = env.session(Some("Remember the word PINEAPPLE.")).await;
+    let mut sub = env.follow(&s.id, 0).await;
+    until(&mut sub, is_turn_end).await;
+    drop(sub);
+    let env = env.restarted().await;
+    let info = env.engine.get_session(&s.id).await.expect("get");
+    assert!(info.state.is_live(), "{:?}", info.state);
+    let hist = env.history(&s.id).await;
+    let mut sub = env.follow(&s.id, hist.len() as u64).await;
+    env.send(&s.id, "What was the word?").await;
+    let (_, evs) = until(&mut sub, is_turn_end).await;
+    assert!(
+        text_blocks(&evs)
+            .iter()
+            .any(|t| t == "The word was PINEAPPLE.")
+    );
 }
