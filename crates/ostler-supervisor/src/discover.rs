@@ -41,7 +41,8 @@ pub struct DiscoverOptions {
     pub claude_path: Option<PathBuf>,
     /// The search path; `None`: the process's `PATH`.
     pub search_path: Option<OsString>,
-    /// Timeout for `claude --version` (1.0.x takes about 2 s: node start-up).
+    /// Timeout for `claude --version` (1.0.x takes about 2 s of node start-up on an idle
+    /// machine, several times that on a loaded one; default 30 s).
     pub version_timeout: Duration,
     /// Probe flags on the binary (see the module docs). Off: the matrix alone decides.
     pub probe_flags: bool,
@@ -54,7 +55,7 @@ impl Default for DiscoverOptions {
         Self {
             claude_path: None,
             search_path: None,
-            version_timeout: Duration::from_secs(10),
+            version_timeout: Duration::from_secs(30),
             probe_flags: true,
             probe_timeout: Duration::from_secs(15),
         }

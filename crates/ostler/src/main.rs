@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod client;
 mod config;
 mod decode;
+mod doctor;
 mod serve;
 
 #[derive(Parser)]
@@ -26,6 +27,8 @@ struct Cli {
 enum Command {
     /// Print the canonical events of a Claude Code NDJSON stream (or a contract recording).
     Decode(decode::DecodeArgs),
+    /// Check the Claude Code installation the daemon would use (exit 72 / 78 like the daemon).
+    Doctor(doctor::DoctorArgs),
     /// Run the daemon: serve the gRPC API until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
     #[command(flatten)]
@@ -36,6 +39,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(args),
+        Command::Doctor(args) => std::process::exit(doctor::run(args)),
         Command::Serve(args) => std::process::exit(serve::run(args)),
         Command::Client(cmd) => client::main(cmd),
     }

@@ -1,0 +1,245 @@
+//! `ostler doctor [--claude PATH]`: what the daemon would find at start-up.
+//!
+//! Prints the detected binary, release, compatibility level, the protocol adapter chosen
+//! and the capabilities, and exits with the daemon's start-up codes: 0 when the daemon
+//! would start (any level but INCOMPATIBLE), 72 when no usable `claude` binary is found,
+//! 78 when the binary is unusable or older than the minimum supported release.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ostler_supervisor::{DiscoverError, DiscoverOptions, Installation, compat};
+
+#[derive(clap::Args, Debug, Default)]
+pub struct DoctorArgs {
+    /// The `claude` binary to check (default: the first `claude` on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub claude: Option<PathBuf>,
+    /// Do not probe the binary's flags; use the embedded compatibility matrix alone.
+    #[arg(long)]
+    pub no_probe: bool,
+    /// Timeout of `claude --version`, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub version_timeout: u64,
+}
+
+/// Run the check; returns the exit code.
+pub fn run(args: DoctorArgs) -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return 70;
+        }
+    };
+    let mut out = std::io::stdout();
+    let code = rt.block_on(report(args, &mut out));
+    let _ = out.flush();
+    code
+}
+
+/// The check, writing the report to `out`; returns the exit code. A failing `out` (closed
+/// pipe) does not change the exit code.
+pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
+    let opts = DiscoverOptions {
+        claude_path: args.claude,
+        probe_flags: !args.no_probe,
+        version_timeout: Duration::from_secs(args.version_timeout.max(1)),
+        ..DiscoverOptions::default()
+    };
+    let result = ostler_supervisor::discover(&opts).await;
+    let code = match &result {
+        Ok(_) => 0,
+        Err(e) => e.exit_code(),
+    };
+    if let Err(e) = &result {
+        eprintln!("error: {e}");
+    }
+    let _ = write_report(out, &result, code);
+    code
+}
+
+fn write_report(
+    out: &mut (dyn Write + Send),
+    result: &Result<Installation, DiscoverError>,
+    code: i32,
+) -> std::io::Result<()> {
+    match result {
+        Ok(inst) => print_installation(out, inst)?,
+        Err(e) => {
+            if let Some(inst) = e.installation() {
+                print_installation(out, inst)?;
+            }
+            writeln!(out, "error:         {e}")?;
+            if let DiscoverError::NotFound { .. } = e {
+                writeln!(
+                    out,
+                    "install:       npm install -g @anthropic-ai/claude-code  (or pass --claude PATH)"
+                )?;
+            }
+        }
+    }
+    let m = compat::matrix();
+    let newest = m
+        .newest_tested()
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "-".into());
+    writeln!(
+        out,
+        "supported:     {} or newer (tested up to {newest})",
+        m.minimum
+    )?;
+    if code == 0 {
+        writeln!(out, "daemon:        would start (exit 0)")
+    } else {
+        writeln!(out, "daemon:        would refuse to start (exit {code})")
+    }
+}
+
+fn print_installation(out: &mut (dyn Write + Send), i: &Installation) -> std::io::Result<()> {
+    writeln!(out, "binary:        {}", i.path.display())?;
+    writeln!(out, "release:       {}", i.version)?;
+    writeln!(out, "--version:     {}", i.version_output)?;
+    if let Some(d) = &i.api_date {
+        writeln!(out, "api date:      {d}")?;
+    }
+    writeln!(out, "level:         {}", i.level)?;
+    writeln!(out, "status:        {}", i.message)?;
+    writeln!(out, "adapter:       {}", i.adapter)?;
+    let source = match i.capabilities.source {
+        compat::CapabilitySource::Matrix => "pinned release (compatibility matrix)",
+        compat::CapabilitySource::Probed => "probed on this binary",
+        compat::CapabilitySource::Inferred => "inferred from the measured boundaries",
+    };
+    writeln!(
+        out,
+        "capabilities:  {} [{source}]",
+        i.capabilities.summary()
+    )?;
+    if let Some(p) = &i.probe {
+        let flags: Vec<String> = p
+            .accepted
+            .iter()
+            .map(|(f, ok)| {
+                format!(
+                    "{}={}",
+                    f.as_arg(),
+                    if *ok { "accepted" } else { "refused" }
+                )
+            })
+            .collect();
+        writeln!(out, "flag probe:    {}", flags.join(" "))?;
+    }
+    if i.capabilities.announced.is_empty() {
+        writeln!(
+            out,
+            "announced:     none (this release announces no capabilities in system/init)"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "announced:     {} capabilities: {}",
+            i.capabilities.announced.len(),
+            i.capabilities.announced.join(", ")
+        )?;
+    }
+    for d in &i.degraded {
+        writeln!(out, "degraded:      {} -> {}", d.capability, d.workaround)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn doctor(claude: PathBuf, no_probe: bool) -> (i32, String) {
+        let mut out = Vec::new();
+        let code = report(
+            DoctorArgs {
+                claude: Some(claude),
+                no_probe,
+                version_timeout: 30,
+            },
+            &mut out,
+        )
+        .await;
+        (code, String::from_utf8_lossy(&out).into_owned())
+    }
+
+    fn release(v: &str) -> PathBuf {
+        ostler_testkit::releases::ensure(v, &ostler_testkit::releases::default_cache_dir())
+            .expect("install release")
+    }
+
+    /// Every pinned release: the level the matrix promises and the daemon's exit code.
+    /// The releases are checked concurrently (each `--version` of a 1.0.x release is a node
+    /// start-up of about 2 s).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn doctor_on_every_pinned_release() {
+        let pinned = ostler_testkit::releases::pinned().expect("pinned releases");
+        let minimum = semver::Version::parse(compat::matrix().minimum).expect("minimum");
+        // Two at a time: the machine has few cores and node start-up is CPU-bound.
+        let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(2));
+        let mut tasks = Vec::new();
+        for r in pinned {
+            let limit = limit.clone();
+            tasks.push(tokio::spawn(async move {
+                let _permit = limit.acquire_owned().await.expect("semaphore");
+                let path = tokio::task::spawn_blocking({
+                    let v = r.version.clone();
+                    move || release(&v)
+                })
+                .await
+                .expect("install task");
+                let (code, out) = doctor(path.clone(), true).await;
+                (r.version, path, code, out)
+            }));
+        }
+        for t in tasks {
+            let (version, path, code, out) = t.await.expect("doctor task");
+            let v = semver::Version::parse(&version).expect("version");
+            assert!(
+                out.contains(&format!("binary:        {}", path.display())),
+                "{out}"
+            );
+            assert!(out.contains(&format!("release:       {v}")), "{out}");
+            assert!(out.contains("adapter:       v"), "{out}");
+            assert!(out.contains("capabilities:  "), "{out}");
+            if v < minimum {
+                assert_eq!(code, 78, "{version}: {out}");
+                assert!(out.contains("level:         INCOMPATIBLE"), "{out}");
+                assert!(out.contains(&minimum.to_string()), "{out}");
+            } else {
+                assert_eq!(code, 0, "{version}: {out}");
+                assert!(out.contains("daemon:        would start"), "{out}");
+            }
+        }
+    }
+
+    /// The full check, flag probe included, on the oldest and newest pinned sides.
+    #[tokio::test]
+    async fn doctor_probes_flags() {
+        let p = tokio::task::spawn_blocking(|| release("2.1.330"))
+            .await
+            .expect("install task");
+        let (code, out) = doctor(p, false).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("level:         FULLY_COMPATIBLE"), "{out}");
+        assert!(out.contains("--include-partial-messages=accepted"), "{out}");
+        assert!(out.contains("interrupt_receipt_v1"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn doctor_missing_binary_exits_72() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (code, out) = doctor(dir.path().join("no-claude-here"), true).await;
+        assert_eq!(code, 72, "{out}");
+        assert!(out.contains("no-claude-here"), "{out}");
+        assert!(out.contains("npm install"), "{out}");
+    }
+}
