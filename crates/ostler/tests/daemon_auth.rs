@@ -1,0 +1,126 @@
+//! Start-up refusals and authentication of the real daemon process.
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+#![allow(clippy::disallowed_methods)] // runs the ostler binary under test
+
+mod daemon_harness;
+
+use std::process::{Command, Stdio};
+
+use daemon_harness::*;
+use ostler_proto::v1 as pb;
+use tonic::Code;
+
+fn serve(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+    std::fs::write(dir.join("empty.toml"), "").unwrap();
+    Command::new(OSTLER)
+        .arg("serve")
+        .arg("--config")
+        .arg(dir.join("empty.toml"))
+        .arg("--store")
+        .arg(dir.join("ostler.db"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn non_loopback_without_tokens_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = serve(&["--listen", "0.0.0.0:0"], dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("listen.addr") && stderr.contains("auth.tokens"),
+        "names the keys: {stderr}"
+    );
+    assert!(
+        !dir.path().join("ostler.db").exists(),
+        "nothing was started"
+    );
+}
+
+#[test]
+fn missing_claude_exits_72() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = serve(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--claude",
+            "/nonexistent/bin/claude",
+        ],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(72), "{stderr}");
+    assert!(stderr.contains("/nonexistent/bin/claude"), "{stderr}");
+}
+
+#[test]
+fn bad_config_key_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = serve(
+        &["--listen", "127.0.0.1:0", "--log-format", "xml"],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("log.format"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_token_is_rejected() {
+    let world = World::new(NEW).await;
+    let tokens = world.dir.path().join("tokens");
+    std::fs::write(&tokens, "# clients\nright-token-123\n").unwrap();
+    // Listening on every interface requires tokens; the test connects over loopback only.
+    let daemon = world
+        .daemon(&[
+            "--listen",
+            "0.0.0.0:0",
+            "--token-file",
+            tokens.to_str().unwrap(),
+        ])
+        .await;
+    let port = daemon.addr.port();
+    let ch = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut s = ostler_proto::v1::session_service_client::SessionServiceClient::new(ch.clone());
+    let list = |token: Option<&str>| {
+        let mut r = tonic::Request::new(pb::ListSessionsRequest::default());
+        if let Some(t) = token {
+            r.metadata_mut()
+                .insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        r
+    };
+    let e = s.list_sessions(list(None)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    let e = s
+        .list_sessions(list(Some("wrong-token")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    s.list_sessions(list(Some("right-token-123")))
+        .await
+        .unwrap();
+    // Health stays reachable for probes.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(ch);
+    health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        !daemon.log_text().contains("right-token-123"),
+        "tokens never appear in logs"
+    );
+}

@@ -1,0 +1,403 @@
+//! gRPC-level acceptance tests of the daemon's session controls against the real CLI:
+//! AskUserQuestion, interrupt, set_model, kill -9 of the daemon mid-turn with restart and
+//! ResumeSession, a stalled subscriber that must not slow anyone down, health and
+//! reflection.
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+
+mod daemon_harness;
+
+use daemon_harness::*;
+use ostler_proto::v1 as pb;
+use pb::session_event::Payload as P;
+
+/// AskUserQuestion reaches clients as QuestionAsked; the answer goes back to the model.
+async fn ask_user_question(release: &str) {
+    let world = World::new(release).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "q").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Ask me which database to use.").await;
+    let asked = read_until(&mut events, &mut seen, "question", |e| {
+        matches!(
+            e.payload,
+            Some(P::QuestionAsked(_)) | Some(P::TurnCompleted(_))
+        )
+    })
+    .await;
+    let Some(P::QuestionAsked(q)) = asked.payload else {
+        // Releases without the AskUserQuestion tool end the turn instead.
+        assert!(
+            !seen.iter().any(|e| matches!(e.payload, Some(P::SessionStarted(ref s)) if s.tools.iter().any(|t| t == "AskUserQuestion"))),
+            "the release offers AskUserQuestion but no question reached the client: {:#?}",
+            seen.iter().map(describe).collect::<Vec<_>>()
+        );
+        return;
+    };
+    assert_eq!(q.questions.len(), 1);
+    assert_eq!(q.questions[0].question, "Which database should I use?");
+    assert_eq!(q.questions[0].options[0].label, "SQLite");
+
+    // Every question needs an answer.
+    let err = c
+        .answer_question(pb::AnswerQuestionRequest {
+            session_id: s.id.clone(),
+            request_id: q.request_id.clone(),
+            answers: vec![pb::QuestionAnswer {
+                question: "Something else?".into(),
+                selected: vec!["SQLite".into()],
+                other_text: String::new(),
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+
+    let r = c
+        .answer_question(as_client(
+            "q",
+            pb::AnswerQuestionRequest {
+                session_id: s.id.clone(),
+                request_id: q.request_id.clone(),
+                answers: vec![pb::QuestionAnswer {
+                    question: "Which database should I use?".into(),
+                    selected: vec!["SQLite".into()],
+                    other_text: String::new(),
+                }],
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.answered.unwrap().resolution(), pb::Resolution::Answered);
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+    assert!(
+        seen.iter()
+            .any(|e| assistant_text(e) == Some("Thanks, I will use your choice.")),
+        "{:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    // The model received the answer in the tool result.
+    let got_answer = world.fake.requests().iter().any(|r| {
+        r.body.as_ref().is_some_and(|b| {
+            b.to_string().contains("toolu_ask_1") && b.to_string().contains("SQLite")
+        })
+    });
+    assert!(got_answer, "the answer reached the model");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ask_user_question_2_1_330() {
+    ask_user_question(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ask_user_question_1_0_128() {
+    ask_user_question(OLD).await;
+}
+
+/// Interrupt mid-answer ends the turn; the session takes the next message. SetModel
+/// changes the model the next turn uses.
+async fn interrupt_and_set_model(release: &str) {
+    let world = World::new(release).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "i").await;
+    let mut events = subscribe(&mut c, &s.id, 0, true).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Tell me a long story.").await;
+    let mut deltas = 0;
+    read_until(&mut events, &mut seen, "two partial deltas", |e| {
+        if matches!(e.payload, Some(P::PartialDelta(_))) {
+            deltas += 1;
+        }
+        deltas >= 2
+    })
+    .await;
+    assert!(
+        seen.iter()
+            .all(|e| matches!(e.payload, Some(P::PartialDelta(_))) == (e.seq == 0)),
+        "partials and only partials have seq 0"
+    );
+    c.interrupt(pb::InterruptRequest {
+        session_id: s.id.clone(),
+    })
+    .await
+    .unwrap();
+    let end = read_until(
+        &mut events,
+        &mut seen,
+        "interrupted turn end",
+        is_turn_completed,
+    )
+    .await;
+    let Some(P::TurnCompleted(t)) = &end.payload else {
+        unreachable!()
+    };
+    let full = "Once upon a time there was a daemon that kept many sessions alive, and every one of them streamed its answers slowly, delta after delta, until someone pressed stop.";
+    assert!(
+        !seen.iter().any(|e| assistant_text(e) == Some(full)),
+        "the story was cut short ({}): {:#?}",
+        t.subtype,
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+
+    send(&mut c, &s.id, "Are you still there?").await;
+    read_until(&mut events, &mut seen, "still there", |e| {
+        assistant_text(e) == Some("Yes, still here.")
+    })
+    .await;
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+
+    c.set_model(pb::SetModelRequest {
+        session_id: s.id.clone(),
+        model: "claude-opus-test".into(),
+    })
+    .await
+    .unwrap();
+    send(&mut c, &s.id, "Which model are you?").await;
+    read_until(&mut events, &mut seen, "answer from the new model", |e| {
+        assistant_text(e) == Some("Answer from opus-test.")
+    })
+    .await;
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn interrupt_and_set_model_2_1_330() {
+    interrupt_and_set_model(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn interrupt_and_set_model_1_0_128() {
+    interrupt_and_set_model(OLD).await;
+}
+
+/// kill -9 of the daemon mid-turn; a new daemon on the same store has the history intact
+/// and ResumeSession continues the conversation.
+async fn kill9_restart_resume(release: &str) {
+    let world = World::new(release).await;
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "k").await;
+    let mut events = subscribe(&mut c, &s.id, 0, true).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Remember the word PINEAPPLE.").await;
+    read_until(&mut events, &mut seen, "mid-answer", |e| {
+        matches!(e.payload, Some(P::PartialDelta(_)))
+    })
+    .await;
+    let before: Vec<pb::SessionEvent> = seen.iter().filter(|e| e.seq != 0).cloned().collect();
+    daemon.kill9();
+    drop(events);
+
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let got = c
+        .get_session(pb::GetSessionRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        !matches!(
+            got.state(),
+            pb::SessionState::Idle | pb::SessionState::Running | pb::SessionState::Starting
+        ),
+        "no process backs the session after the restart: {:?}",
+        got.state()
+    );
+    // History: every event the first daemon delivered is still there, in order, gap-free.
+    let mut replay = c
+        .subscribe(pb::SubscribeRequest {
+            session_id: s.id.clone(),
+            after_seq: 0,
+            include_partial: false,
+            follow: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut history = Vec::new();
+    while let Some(e) = replay.message().await.unwrap() {
+        history.push(e);
+    }
+    assert_gap_free(&history, 1);
+    assert!(
+        history.len() >= before.len(),
+        "{} < {}",
+        history.len(),
+        before.len()
+    );
+    assert_eq!(
+        &history[..before.len()],
+        &before[..],
+        "stored history intact"
+    );
+    assert!(history.iter().any(|e| matches!(
+        &e.payload,
+        Some(P::UserMessage(u)) if u.text.contains("Remember the word PINEAPPLE")
+    )));
+
+    let resumed = c
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: s.id.clone(),
+            fork: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resumed.id, s.id);
+    let last = history.last().map(|e| e.seq).unwrap_or(0);
+    let mut events = subscribe(&mut c, &s.id, last, false).await;
+    let mut seen = Vec::new();
+    let seq = send(&mut c, &s.id, "What was the word?").await;
+    assert!(seq > last, "seq continues after a restart: {seq} <= {last}");
+    read_until(&mut events, &mut seen, "recall", |e| {
+        assistant_text(e) == Some("The word was PINEAPPLE.")
+    })
+    .await;
+    assert_gap_free(
+        &seen
+            .iter()
+            .filter(|e| !e.redelivered)
+            .cloned()
+            .collect::<Vec<_>>(),
+        last + 1,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_restart_resume_2_1_330() {
+    kill9_restart_resume(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_restart_resume_1_0_128() {
+    kill9_restart_resume(OLD).await;
+}
+
+/// A subscriber that stops reading (after one event) delays neither another client nor
+/// the session; afterwards it catches up completely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stalled_subscriber_delays_nobody() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut fast = daemon.sessions().await;
+    let mut slow = daemon.sessions().await;
+    let s = create_session(&mut fast, &world.work, "fast").await;
+    let mut slow_events = subscribe(&mut slow, &s.id, 0, true).await;
+    let mut fast_events = subscribe(&mut fast, &s.id, 0, true).await;
+    let mut slow_seen = Vec::new();
+
+    // Three turns of about 400 kB each, with partial deltas: far more than the HTTP/2
+    // window and every buffer between the engine and a client that does not read.
+    let mut fast_seen = Vec::new();
+    for _ in 0..3 {
+        send(&mut fast, &s.id, "Give me a large answer.").await;
+        if slow_seen.is_empty() {
+            // The slow client reads exactly one event, then stalls.
+            read_until(
+                &mut slow_events,
+                &mut slow_seen,
+                "first event (slow)",
+                |_| true,
+            )
+            .await;
+        }
+        read_until(
+            &mut fast_events,
+            &mut fast_seen,
+            "turn end (fast)",
+            is_turn_completed,
+        )
+        .await;
+    }
+    // The session finished its work while the slow client was stalled.
+    let info = fast
+        .get_session(pb::GetSessionRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.state(), pb::SessionState::Idle);
+    let last = fast_seen.iter().rev().find(|e| e.seq != 0).unwrap().seq;
+    assert!(info.last_seq >= last);
+    assert_eq!(slow_seen.len(), 1, "the slow client really was stalled");
+
+    // Now the slow client catches up: every stored event, in order, once.
+    read_until(&mut slow_events, &mut slow_seen, "slow catches up", |e| {
+        e.seq == last
+    })
+    .await;
+    let stored = |v: &[pb::SessionEvent]| -> Vec<pb::SessionEvent> {
+        v.iter()
+            .filter(|e| e.seq != 0 && !e.redelivered)
+            .cloned()
+            .collect()
+    };
+    assert_gap_free(&stored(&slow_seen), 1);
+    assert_eq!(stored(&slow_seen), stored(&fast_seen));
+}
+
+/// Health, details and reflection answer on a real daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_details_and_reflection() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let ch = daemon.channel().await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(ch.clone());
+    let st = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "ostler.v1.SessionService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        st.status(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+    let d = daemon
+        .daemon_client()
+        .await
+        .get_health_details(pb::GetHealthDetailsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.daemon_version, env!("CARGO_PKG_VERSION"));
+    let cc = d.claude_code.unwrap();
+    assert_eq!(cc.version, NEW);
+    assert_eq!(cc.binary_path, world.claude.display().to_string());
+    assert_ne!(cc.level(), pb::CompatibilityLevel::Unspecified);
+    assert!(!cc.message.is_empty());
+    let store = d.store.unwrap();
+    assert!(store.ok, "{}", store.message);
+    assert_eq!(store.path, world.store.display().to_string());
+
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let mut refl = ServerReflectionClient::new(ch);
+    let mut stream = refl
+        .server_reflection_info(tokio_stream::iter(vec![ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        }]))
+        .await
+        .unwrap()
+        .into_inner();
+    let resp = stream.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = resp.message_response else {
+        panic!("{resp:?}");
+    };
+    assert!(
+        list.service
+            .iter()
+            .any(|s| s.name == "ostler.v1.SessionService")
+    );
+}
