@@ -180,7 +180,11 @@ impl World {
         cmd.arg("serve")
             .arg("--config")
             .arg(self.dir.path().join("no-config.toml"))
-            .args(["--listen", "127.0.0.1:0", "--no-probe"])
+            .args(if extra.contains(&"--listen") {
+                &["--no-probe"][..]
+            } else {
+                &["--listen", "127.0.0.1:0", "--no-probe"][..]
+            })
             .arg("--ready-file")
             .arg(&ready)
             .arg("--store")
