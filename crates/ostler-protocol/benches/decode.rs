@@ -133,6 +133,36 @@ fn small_lines(corpus: &[Stream]) -> Vec<Stream> {
         .collect()
 }
 
+/// On a loaded machine, criterion's sequential measurements of two functions drift apart;
+/// alternating the two loops round by round gives a steadier ratio. Printed next to the
+/// criterion results (median over the rounds).
+fn interleaved_ratio(name: &str, corpus: &[Stream], bytes: usize, events: usize) {
+    use std::time::Instant;
+    let rounds = 41;
+    let mut ours = Vec::with_capacity(rounds);
+    let mut base = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        black_box(decode_all(corpus));
+        ours.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        black_box(value_loop(corpus));
+        base.push(t.elapsed().as_secs_f64());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (o, b) = (median(&mut ours), median(&mut base));
+    eprintln!(
+        "interleaved {name}: ostler_decode {:.1} MiB/s {:.0} events/s; serde_json::Value {:.1} MiB/s; time ratio ostler/value = {:.2}",
+        bytes as f64 / o / 1048576.0,
+        events as f64 / o,
+        bytes as f64 / b / 1048576.0,
+        o / b
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let corpus = corpus();
     let small = small_lines(&corpus);
@@ -161,6 +191,8 @@ fn bench_corpus(c: &mut Criterion, name: &str, corpus: &[Stream]) {
         "corpus {name}: {} streams, {total_bytes} bytes, {total_lines} lines, {total_events} events, {diags} diagnostics",
         corpus.len()
     );
+
+    interleaved_ratio(name, corpus, total_bytes, total_events);
 
     let mut g = c.benchmark_group(format!("{name}/{}", "bytes"));
     g.throughput(Throughput::Bytes(total_bytes as u64));

@@ -119,6 +119,8 @@ static ADAPTERS: [AdapterInfo; 3] = [
             "system/thinking_tokens",
             "system/task_notification",
             "system/task_started",
+            "system/task_updated",
+            "system/background_tasks_changed",
             "system/task_progress",
             "system/files_persisted",
             "system/hook_started",
