@@ -289,6 +289,7 @@ impl Actor {
         let mut started: Option<proto::SessionStarted> = None;
         let mut results: Vec<usize> = Vec::new();
         let keep_raw = self.shared.opts.store_raw_lines;
+        let mut turns = self.turns_outstanding;
         for line in &lines {
             let mut raw = keep_raw.then(|| line.raw.clone());
             for ev in &line.events {
@@ -312,6 +313,9 @@ impl Actor {
                     Event::ControlResponse(r) => EventPayload::ControlResponse(r.clone()),
                     Event::TurnResult(r) => {
                         results.push(items.len());
+                        // A result ends whatever ran (the CLI may merge queued messages
+                        // into one turn, so results are not counted against sends).
+                        turns = 0;
                         EventPayload::TurnCompleted(r.clone())
                     }
                     Event::SystemNotice(n) => EventPayload::SystemNotice(n.clone()),
@@ -319,6 +323,18 @@ impl Actor {
                     Event::Diagnostic(d) => EventPayload::Diagnostic(d.clone()),
                     Event::Unknown(u) => EventPayload::Unknown(u.clone()),
                 };
+                if turns == 0
+                    && matches!(
+                        payload,
+                        EventPayload::SessionStarted(_)
+                            | EventPayload::AssistantBlock(_)
+                            | EventPayload::PartialDelta(_)
+                            | EventPayload::ToolResult(_)
+                    )
+                {
+                    // Output of a turn we did not count (e.g. the next queued message).
+                    turns = 1;
+                }
                 // The raw line is stored once, with the line's first stored event, and not
                 // at all when the payload already holds the whole line verbatim.
                 let keeps_line = matches!(
@@ -345,7 +361,8 @@ impl Actor {
         }
         // The turn count (and so the state GetSession reports) moves before the result is
         // published, so a client that saw the result never reads a stale state.
-        self.turns_outstanding = self.turns_outstanding.saturating_sub(results.len() as u32);
+        let turns_changed = turns != self.turns_outstanding;
+        self.turns_outstanding = turns;
         if !results.is_empty() {
             self.entry.set_state(self.live_state());
         }
@@ -365,6 +382,9 @@ impl Actor {
             {
                 self.turn_completed(r.clone(), ev.seq).await;
             }
+        }
+        if turns_changed {
+            self.settle_state(None).await;
         }
     }
 

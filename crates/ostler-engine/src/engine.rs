@@ -1140,6 +1140,21 @@ impl Engine {
         Ok(())
     }
 
+    /// Appends an ostler notice (audit note, operator message, ...) to a session's log,
+    /// persist-then-publish like every event; returns its seq. Works in any state.
+    pub async fn record_notice(&self, session_id: &str, notice: EngineNotice) -> Result<u64> {
+        if notice.code.trim().is_empty() {
+            return Err(Error::invalid("code", "the notice code is empty"));
+        }
+        let entry = self.entry(session_id).await?;
+        let ev = entry
+            .hub
+            .emit_one(EventPayload::EngineNotice(notice))
+            .await?;
+        ev.seq
+            .ok_or_else(|| Error::internal("a stored notice has no seq"))
+    }
+
     /// Health details.
     pub async fn health(&self) -> Result<HealthReport> {
         let mut by_state: BTreeMap<SessionState, u64> =

@@ -197,3 +197,142 @@ impl Subscription {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use ostler_store::{NewSession, StoreOptions};
+
+    use super::*;
+    use crate::hub::Item;
+    use crate::types::{EngineNotice, EventPayload};
+
+    fn notice(i: u64) -> EventPayload {
+        EventPayload::EngineNotice(EngineNotice {
+            code: "n".into(),
+            message: i.to_string(),
+            data: None,
+        })
+    }
+
+    /// However replay and live interleave — subscribers joining at random points while a
+    /// writer appends in batches, with a live buffer of 2 so most of them lag — every
+    /// subscriber gets exactly `after + 1 ..= last`, in order, and live-only events only
+    /// when asked for.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn replay_and_live_interleave_without_gap_or_duplicate() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path().join("s.db"), StoreOptions::default()).expect("store");
+        store
+            .create_session(NewSession {
+                id: "s".into(),
+                cwd: "/".into(),
+                state: "idle".into(),
+                labels: BTreeMap::new(),
+                ..Default::default()
+            })
+            .await
+            .expect("session");
+        let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 2));
+        const TOTAL: u64 = 3000;
+        let writer = {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while n < TOTAL {
+                    let batch = (n % 7 + 1).min(TOTAL - n);
+                    let mut items = Vec::new();
+                    for i in 0..batch {
+                        items.push(Item::new(notice(n + i + 1)));
+                        // A live-only partial between stored events.
+                        items.push(Item::new(EventPayload::PartialDelta(
+                            ostler_protocol::PartialDelta {
+                                message_id: None,
+                                index: 0,
+                                parent_tool_use_id: None,
+                                delta: ostler_protocol::Delta::Text("x".into()),
+                            },
+                        )));
+                    }
+                    hub.emit(items).await.expect("emit");
+                    n += batch;
+                    if n.is_multiple_of(50) {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        };
+        let mut readers = Vec::new();
+        for k in 0..24u64 {
+            let hub = hub.clone();
+            let store = store.clone();
+            readers.push(tokio::spawn(async move {
+                // Join at different moments and from different points.
+                for _ in 0..k {
+                    tokio::task::yield_now().await;
+                }
+                let now = store.last_seq("s").expect("last");
+                let after = match k % 3 {
+                    0 => 0,
+                    1 => now / 2,
+                    _ => now,
+                };
+                let partials = k % 2 == 0;
+                let mut sub = Subscription::new(hub, after, partials, true, None, 64, Vec::new());
+                let mut expect = after + 1;
+                let mut saw_partial = false;
+                while expect <= TOTAL {
+                    let ev = sub.next().await.expect("open").expect("event");
+                    match ev.seq {
+                        None => {
+                            assert!(partials, "partial delivered without being asked for");
+                            saw_partial = true;
+                        }
+                        Some(s) => {
+                            assert_eq!(s, expect, "subscriber {k} from {after}");
+                            expect += 1;
+                        }
+                    }
+                }
+                (sub.store_reads(), saw_partial)
+            }));
+        }
+        writer.await.expect("writer");
+        let mut lagged = 0;
+        for r in readers {
+            let (reads, _) = r.await.expect("reader");
+            if reads > 1 {
+                lagged += 1;
+            }
+        }
+        assert!(lagged > 0, "no subscriber ever went back to the store");
+    }
+
+    /// Without `follow`, the subscription ends at the last seq at subscribe time.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn non_follow_ends_at_the_snapshot() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path().join("s.db"), StoreOptions::default()).expect("store");
+        store
+            .create_session(NewSession {
+                id: "s".into(),
+                cwd: "/".into(),
+                state: "idle".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("session");
+        let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 8));
+        hub.emit((1..=10).map(|i| Item::new(notice(i))).collect())
+            .await
+            .expect("emit");
+        let mut sub = Subscription::new(hub.clone(), 3, false, false, Some(10), 4, Vec::new());
+        hub.emit(vec![Item::new(notice(11))]).await.expect("emit");
+        let mut seqs = Vec::new();
+        while let Some(ev) = sub.next().await {
+            seqs.push(ev.expect("event").seq.expect("seq"));
+        }
+        assert_eq!(seqs, (4..=10).collect::<Vec<_>>());
+    }
+}
