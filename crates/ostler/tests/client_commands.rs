@@ -314,3 +314,77 @@ fn health_tokens_unix_socket_and_unreachable() {
         describe(&out)
     );
 }
+
+#[test]
+fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    let mut d = Daemon::start(&scenario_text());
+    let ev = ok_json(&d, &["run", "--json", "Say hello"]);
+    let id = ev[0]["session"]["id"].as_str().expect("id").to_owned();
+
+    let mut child = Command::new(common::OSTLER)
+        .args(["attach", &id, "--json", "--until-turn"])
+        .env_clear()
+        .envs(d.client_env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn attach");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    // Attached once the replay has delivered the first turn's result.
+    loop {
+        let line = rx
+            .recv_timeout(common::GUARD)
+            .expect("attach replays the history");
+        let done = line.contains("\"type\":\"turn_completed\"");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    // The daemon dies; a new one on the same address and store respawns the session.
+    d.kill9();
+    d.restart(&[("OSTLER_SESSIONS__RESPAWN_ON_START", "true")]);
+    let sent = ok_json(&d, &["send", &id, "--json", "--no-wait", "Say hello again"]);
+    let sent_seq = sent[0]["seq"].as_u64().expect("seq");
+    // attach reconnects by itself and ends after the new turn.
+    while let Ok(line) = rx.recv_timeout(common::GUARD) {
+        lines.push(line);
+    }
+    let out = common::wait_output(child);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{}", lines.join("\n"));
+    assert!(
+        stderr.contains("resubscribing") || stderr.contains("retrying"),
+        "{stderr}"
+    );
+    let ev: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let seqs: Vec<u64> = ev
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .filter(|s| *s > 0)
+        .collect();
+    let expected: Vec<u64> = (1..=*seqs.last().expect("events")).collect();
+    assert_eq!(
+        seqs, expected,
+        "every stored event exactly once, across the reconnect"
+    );
+    assert!(ev.iter().any(|e| e["type"] == "turn_completed"
+        && e["seq"].as_u64().is_some_and(|s| s > sent_seq)
+        && e["subtype"] == "success"));
+}

@@ -283,6 +283,8 @@ blocks = [{ type = "text", text = "Once upon a time there was a daemon that kept
     let d = Daemon::start(&scenario);
     // First Ctrl-C interrupts the turn: the run ends non-zero (130), the session lives on.
     let mut t = Pty::spawn(&d, &["run", "Tell a long story"], false);
+    // A progress line while the model works (on the terminal's stderr).
+    t.expect("thinking… ");
     t.expect("Once");
     t.type_text("\x03");
     t.expect("interrupting the turn");

@@ -373,6 +373,7 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
         include_partial: !a.json,
         running: false,
         interrupted: false,
+        follow_respawns: true,
     };
     let until = match (a.until_turn, a.after_seq) {
         (false, _) => Until::Forever,
@@ -452,6 +453,7 @@ pub async fn send(a: SendArgs) -> Result<i32> {
         include_partial: !a.json,
         running: true,
         interrupted: false,
+        follow_respawns: false,
     };
     // Show from our own message on; the turn it starts ends with the next TurnCompleted.
     let from = sent.seq.saturating_sub(1);

@@ -26,11 +26,12 @@ impl Output {
         }
     }
 
-    /// A notice for humans (stderr); nothing in JSON mode.
+    /// A notice on stderr (stdout stays pure JSON in JSON mode).
     pub fn note(&mut self, s: &str) {
         match self {
             Output::Human(h) => h.note(s),
-            Output::Json => {}
+            // stdout carries only JSON; notes go to stderr.
+            Output::Json => eprintln!("{s}"),
         }
     }
 
@@ -56,7 +57,7 @@ impl Output {
 pub enum Until {
     /// At the first TurnCompleted with a seq above this one (or when the session ends).
     TurnAfter(u64),
-    /// Never (until Ctrl-C, or the session is deleted / its stream ends for good).
+    /// Until Ctrl-C, or the session stops, exits or is deleted.
     Forever,
 }
 
@@ -82,6 +83,8 @@ pub struct Follower {
     pub running: bool,
     /// Set when the user interrupted.
     pub interrupted: bool,
+    /// Keep following when the session is live again after a stop (attach).
+    pub follow_respawns: bool,
 }
 
 struct Pending {
@@ -186,7 +189,10 @@ impl Follower {
                                 let to = s.to;
                                 self.running = to == pb::SessionState::Running as i32
                                     || to == pb::SessionState::AwaitingPermission as i32;
-                                if matches!(until, Until::TurnAfter(_)) && seq > caught_up_at && is_dead(to) {
+                                // A live stop/exit ends following (a replayed one does not),
+                                // unless (attach) the session is already live again: a
+                                // restarted daemon marks it resumable, then respawns it.
+                                if seq > caught_up_at && is_dead(to) && !(self.follow_respawns && self.live_now().await) {
                                     return Ok(Outcome::Ended(format!(
                                         "the session is {}{}",
                                         json::state_name(to),
@@ -269,6 +275,21 @@ impl Follower {
                 "event stream interrupted ({why}); resubscribing after seq {after}…"
             ));
             backoff(retries).await;
+        }
+    }
+
+    /// Whether the session is live right now.
+    async fn live_now(&mut self) -> bool {
+        match self
+            .conn
+            .sessions
+            .get_session(pb::GetSessionRequest {
+                session_id: self.session_id.clone(),
+            })
+            .await
+        {
+            Ok(s) => !is_dead(s.into_inner().state),
+            Err(_) => false,
         }
     }
 

@@ -150,6 +150,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         include_partial: !args.json,
         running: true,
         interrupted: false,
+        follow_respawns: false,
     };
     // The first prompt is the session's first user message: its turn is the first
     // TurnCompleted in the log.

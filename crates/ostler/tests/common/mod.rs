@@ -70,6 +70,69 @@ pub struct Daemon {
     pub config: PathBuf,
     /// The daemon's log lines.
     pub log: Arc<Mutex<Vec<String>>>,
+    claude: PathBuf,
+}
+
+struct Launch<'a> {
+    dir: &'a Path,
+    home: &'a Path,
+    config: &'a Path,
+    claude: &'a Path,
+    fake_url: &'a str,
+    listen: &'a str,
+    extra: &'a [&'a str],
+    env: &'a [(&'a str, &'a str)],
+}
+
+/// Spawn `ostler serve` and wait for its ready line; (child, address, log).
+fn launch(l: &Launch<'_>) -> (Child, String, Arc<Mutex<Vec<String>>>) {
+    let mut cmd = Command::new(OSTLER);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(l.config)
+        .args(["--listen", l.listen, "--log-format", "json", "--no-probe"])
+        .arg("--store")
+        .arg(l.dir.join("ostler.db"))
+        .arg("--claude")
+        .arg(l.claude)
+        .args(l.extra)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", l.home)
+        .env("ANTHROPIC_BASE_URL", l.fake_url)
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("RUST_LOG", "info")
+        .envs(l.env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn ostler serve");
+    let stderr = child.stderr.take().expect("daemon stderr");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (ready_tx, ready_rx) = mpsc::channel::<String>();
+    {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("ostler daemon ready")
+                    && let Some(addr) = listener_of(&line)
+                {
+                    let _ = ready_tx.send(addr);
+                }
+                log.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            }
+        });
+    }
+    match ready_rx.recv_timeout(GUARD) {
+        Ok(a) => (child, a, log),
+        Err(_) => {
+            let _ = child.kill();
+            let lines = log.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+            panic!("the daemon did not become ready:\n{lines}");
+        }
+    }
 }
 
 impl Daemon {
@@ -98,58 +161,16 @@ impl Daemon {
         let work = std::fs::canonicalize(&work).expect("canonical work dir");
         let config = dir.path().join("config.toml");
         std::fs::write(&config, "# empty: the tests pass everything as flags\n").expect("config");
-        let mut cmd = Command::new(OSTLER);
-        cmd.arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--no-probe",
-            ])
-            .arg("--store")
-            .arg(dir.path().join("ostler.db"))
-            .arg("--claude")
-            .arg(&claude)
-            .args(extra)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("ANTHROPIC_BASE_URL", fake.url())
-            .env("ANTHROPIC_API_KEY", "test-key")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn ostler serve");
-        let stderr = child.stderr.take().expect("daemon stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (ready_tx, ready_rx) = mpsc::channel::<String>();
-        {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    if line.contains("ostler daemon ready")
-                        && let Some(addr) = listener_of(&line)
-                    {
-                        let _ = ready_tx.send(addr);
-                    }
-                    log.lock().unwrap_or_else(|p| p.into_inner()).push(line);
-                }
-            });
-        }
-        let addr = match ready_rx.recv_timeout(GUARD) {
-            Ok(a) => a,
-            Err(_) => {
-                let _ = child.kill();
-                let lines = log.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
-                panic!("the daemon did not become ready:\n{lines}");
-            }
-        };
+        let (child, addr, log) = launch(&Launch {
+            dir: dir.path(),
+            home: &home,
+            config: &config,
+            claude: &claude,
+            fake_url: &fake.url(),
+            listen: "127.0.0.1:0",
+            extra,
+            env: &[],
+        });
         Self {
             rt,
             fake,
@@ -160,7 +181,38 @@ impl Daemon {
             work,
             config,
             log,
+            claude,
         }
+    }
+
+    /// SIGKILL the daemon (no clean-up: its sessions were live when it died).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start the daemon again on the same address and store, with extra environment
+    /// (e.g. `OSTLER_SESSIONS__RESPAWN_ON_START=true`).
+    pub fn restart(&mut self, env: &[(&str, &str)]) {
+        assert!(self.child.is_none(), "stop the daemon first");
+        let (child, addr, log) = launch(&Launch {
+            dir: self.dir.path(),
+            home: &self.home,
+            config: &self.config,
+            claude: &self.claude,
+            fake_url: &self.fake.url(),
+            listen: &self.addr,
+            extra: &[],
+            env,
+        });
+        assert_eq!(
+            addr, self.addr,
+            "the restarted daemon listens where the old one did"
+        );
+        self.child = Some(child);
+        self.log = log;
     }
 
     /// The environment a client command gets: the daemon's address and config, a
