@@ -388,3 +388,107 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
         && e["seq"].as_u64().is_some_and(|s| s > sent_seq)
         && e["subtype"] == "success"));
 }
+
+#[test]
+fn interrupt_command_ends_a_running_turn() {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    let d = Daemon::start(&scenario_text());
+    let mut run = Command::new(common::OSTLER)
+        .args(["run", "--json", "Tell a long story"])
+        .env_clear()
+        .envs(d.client_env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn run");
+    let mut lines = std::io::BufReader::new(run.stdout.take().expect("stdout")).lines();
+    let mut first = Vec::new();
+    // Wait until the model is answering (the turn is running), then interrupt it.
+    let id = loop {
+        let line = lines.next().expect("a line").expect("utf-8");
+        let v: Value = serde_json::from_str(&line).expect("json");
+        first.push(v.clone());
+        if v["type"] == "system_notice" || v["type"] == "session_started" {
+            break v["session_id"].as_str().expect("id").to_owned();
+        }
+    };
+    ok_json(&d, &["interrupt", &id, "--json"]);
+    let rest: Vec<Value> = lines
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str(&l).expect("json"))
+        .collect();
+    let out = common::wait_output(run);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an interrupted turn is not a success"
+    );
+    let done: Vec<&Value> = rest
+        .iter()
+        .filter(|e| e["type"] == "turn_completed")
+        .collect();
+    assert_eq!(done.len(), 1, "{rest:?}");
+    assert_eq!(done[0]["subtype"], "error_during_execution");
+    // The session lives on and takes the next message.
+    let ev = ok_json(&d, &["send", &id, "--json", "Say hello"]);
+    assert!(
+        ev.iter()
+            .any(|e| e["type"] == "turn_completed" && e["subtype"] == "success")
+    );
+}
+
+#[test]
+fn client_finds_the_daemon_through_the_daemons_config_file() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "cfg-token\n").expect("tokens");
+    let d = Daemon::start_with(
+        &scenario_text(),
+        &["--token-file", tokens.to_str().expect("path")],
+    );
+    // The same file the daemon would read: its listen address and its token file.
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\naddr = \"{}\"\n[auth]\ntoken_file = \"{}\"\n",
+            d.addr,
+            tokens.display()
+        ),
+    )
+    .expect("config");
+    let run = |env: &[(&str, String)]| {
+        let mut cmd = Command::new(common::OSTLER);
+        cmd.args(["sessions", "--json"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &d.home)
+            .envs(env.iter().map(|(k, v)| (*k, v.clone())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        common::wait_output(cmd.spawn().expect("spawn"))
+    };
+    let out = run(&[("OSTLER_CONFIG", config.display().to_string())]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    // The daemon's OSTLER_<SECTION>__<KEY> variables work for the client too.
+    let out = run(&[
+        ("OSTLER_LISTEN__ADDR", d.addr.clone()),
+        ("OSTLER_AUTH__TOKENS", "[\"cfg-token\"]".to_owned()),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    // Flags win over the file.
+    let mut cmd = Command::new(common::OSTLER);
+    cmd.args(["sessions", "--token", "wrong"])
+        .env_clear()
+        .env("HOME", &d.home)
+        .env("OSTLER_CONFIG", &config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = common::wait_output(cmd.spawn().expect("spawn"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("UNAUTHENTICATED"));
+}

@@ -268,19 +268,7 @@ error = { status = 400, kind = "invalid_request_error", message = "this request 
 
 #[test]
 fn ctrl_c_interrupts_then_detaches_without_killing_the_session() {
-    let scenario = format!(
-        "{}\n{}",
-        scenario_text(),
-        r#"
-[[model]]
-name = "slow"
-when = { last_user_text_contains = "Tell a long story", stream = true }
-chunks = 200
-delay_ms = 100
-blocks = [{ type = "text", text = "Once upon a time there was a daemon that kept many sessions alive, and it told this story very slowly, one small piece after another, for a long long time." }]
-"#
-    );
-    let d = Daemon::start(&scenario);
+    let d = Daemon::start(&scenario_text());
     // First Ctrl-C interrupts the turn: the run ends non-zero (130), the session lives on.
     let mut t = Pty::spawn(&d, &["run", "Tell a long story"], false);
     // A progress line while the model works (on the terminal's stderr).
