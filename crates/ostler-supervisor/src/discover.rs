@@ -435,61 +435,73 @@ pub async fn probe_flags(path: &Path, timeout: Duration) -> Result<FlagProbe, Pr
         }
     };
 
-    let mut probe = FlagProbe::default();
-    let mut remaining: Vec<Flag> = Flag::ALL
-        .into_iter()
-        .filter(|f| *f != Flag::SdkUrl)
-        .collect();
-    loop {
-        let cap = match run(remaining.clone()).await {
-            Ok(cap) => cap,
-            // Still running with stdin at EOF: the options were parsed and accepted.
-            Err(ProbeError::Timeout(_)) => {
-                for f in remaining {
-                    probe.accepted.insert(f, true);
-                }
-                break;
-            }
-            Err(e) => return Err(e),
-        };
-        let all = format!("{}\n{}", cap.stderr, cap.stdout);
-        if all.contains(STDIO_TOOL_MISSING) && remaining.contains(&Flag::PermissionPromptTool) {
-            // The flag exists but only names an MCP tool: `stdio` is not supported.
-            probe.accepted.insert(Flag::PermissionPromptTool, false);
-            remaining.retain(|x| *x != Flag::PermissionPromptTool);
-            continue;
-        }
-        match unknown_option(&all) {
-            Some(opt) => match Flag::from_arg(opt).filter(|f| remaining.contains(f)) {
-                Some(f) => {
-                    probe.accepted.insert(f, false);
-                    remaining.retain(|x| *x != f);
-                }
-                None => {
-                    // A base option (`--input-format`) is unknown: no stream-json input at
-                    // all, so nothing ostler needs works.
-                    for f in Flag::ALL {
-                        probe.accepted.insert(f, false);
+    // `--sdk-url` on its own, concurrently with the elimination loop.
+    let (flags, sdk) = tokio::join!(
+        async {
+            let mut probe = FlagProbe::default();
+            let mut remaining: Vec<Flag> = Flag::ALL
+                .into_iter()
+                .filter(|f| *f != Flag::SdkUrl)
+                .collect();
+            loop {
+                let cap = match run(remaining.clone()).await {
+                    Ok(cap) => cap,
+                    // Still running with stdin at EOF: the options were parsed and accepted.
+                    Err(ProbeError::Timeout(_)) => {
+                        for f in remaining {
+                            probe.accepted.insert(f, true);
+                        }
+                        break;
                     }
-                    probe.sdk_url = SdkUrl::Unknown;
-                    probe.note = Some(format!("refuses {opt}"));
-                    return Ok(probe);
+                    Err(e) => return Err(e),
+                };
+                let all = format!("{}\n{}", cap.stderr, cap.stdout);
+                if all.contains(STDIO_TOOL_MISSING)
+                    && remaining.contains(&Flag::PermissionPromptTool)
+                {
+                    // The flag exists but only names an MCP tool: `stdio` is not supported.
+                    probe.accepted.insert(Flag::PermissionPromptTool, false);
+                    remaining.retain(|x| *x != Flag::PermissionPromptTool);
+                    continue;
                 }
-            },
-            // Options are validated before anything runs: any other outcome (exit 0, or an
-            // error such as "No messages returned" from releases that fail on empty input)
-            // means every remaining flag was accepted.
-            None => {
-                for f in remaining {
-                    probe.accepted.insert(f, true);
+                match unknown_option(&all) {
+                    Some(opt) => match Flag::from_arg(opt).filter(|f| remaining.contains(f)) {
+                        Some(f) => {
+                            probe.accepted.insert(f, false);
+                            remaining.retain(|x| *x != f);
+                        }
+                        None => {
+                            // A base option (`--input-format`) is unknown: no stream-json input at
+                            // all, so nothing ostler needs works.
+                            for f in Flag::ALL {
+                                probe.accepted.insert(f, false);
+                            }
+                            probe.sdk_url = SdkUrl::Unknown;
+                            probe.note = Some(format!("refuses {opt}"));
+                            return Ok::<_, ProbeError>(probe);
+                        }
+                    },
+                    // Options are validated before anything runs: any other outcome (exit 0, or an
+                    // error such as "No messages returned" from releases that fail on empty input)
+                    // means every remaining flag was accepted.
+                    None => {
+                        for f in remaining {
+                            probe.accepted.insert(f, true);
+                        }
+                        break;
+                    }
                 }
-                break;
             }
-        }
-    }
 
-    let cap = run(vec![Flag::SdkUrl]).await;
-    probe.sdk_url = match cap {
+            Ok::<_, ProbeError>(probe)
+        },
+        run(vec![Flag::SdkUrl])
+    );
+    let mut probe = flags?;
+    if probe.note.is_some() {
+        return Ok(probe);
+    }
+    probe.sdk_url = match sdk {
         Ok(cap) => classify_sdk_url(&cap.stderr, &cap.stdout),
         // Trying to connect to a dead loopback port until the timeout: accepted.
         Err(ProbeError::Timeout(_)) => SdkUrl::Loopback,

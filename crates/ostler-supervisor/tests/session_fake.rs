@@ -342,3 +342,48 @@ async fn oversized_line_is_capped_and_the_stream_goes_on() {
     assert!(matches!(second.events[..], [Event::KeepAlive]));
     proc.stop().await;
 }
+
+#[tokio::test]
+async fn cancelled_request_is_surfaced_and_cannot_be_answered() {
+    let d = tempfile::tempdir().unwrap();
+    let req = r#"{"type":"control_request","request_id":"req-2","request":{"subtype":"can_use_tool","tool_name":"Write","input":{"file_path":"a"}}}"#;
+    let cancel = r#"{"type":"control_cancel_request","request_id":"req-2"}"#;
+    let inst = fake(
+        d.path(),
+        &format!(
+            "echo '{req}'\necho '{cancel}'\nread first\necho \"$first\" > first.json\ncat > /dev/null"
+        ),
+    );
+    let (proc, mut rx) = SessionProcess::spawn(&inst, spawn_opts(d.path()), sup())
+        .await
+        .unwrap();
+    let responder = loop {
+        if let ProcessEvent::ControlRequest { request, responder } = next(&mut rx).await {
+            assert_eq!(request.request_id, "req-2");
+            break responder;
+        }
+    };
+    loop {
+        if let ProcessEvent::ControlCancelled { request_id } = next(&mut rx).await {
+            assert_eq!(request_id, "req-2");
+            break;
+        }
+    }
+    assert_eq!(proc.open_requests(), 0);
+    let r = responder.respond(ostler_protocol::outbound::ResponseBody::Deny {
+        message: "too late".into(),
+        interrupt: false,
+    });
+    assert!(
+        matches!(r, Err(ostler_supervisor::Error::NotPending(ref id)) if id == "req-2"),
+        "{r:?}"
+    );
+    // Nothing was written for the cancelled request: the first stdin line is our message.
+    proc.send_user(UserContent::Text("next".into()))
+        .await
+        .unwrap();
+    proc.stop().await;
+    let first: serde_json::Value =
+        serde_json::from_str(&read(d.path().join("first.json"))).unwrap();
+    assert_eq!(first["type"], "user");
+}
