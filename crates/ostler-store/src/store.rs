@@ -46,6 +46,7 @@ struct Inner {
     path: PathBuf,
     tx: Option<Sender<Command>>,
     writer: Option<JoinHandle<()>>,
+    checkpointer: Option<JoinHandle<()>>,
     readers: ReadPool,
 }
 
@@ -57,6 +58,12 @@ impl Drop for Inner {
             && handle.join().is_err()
         {
             tracing::error!(path = %self.path.display(), "store writer thread panicked");
+        }
+        // The writer held the checkpointer's channel: it has stopped too (or is stopping).
+        if let Some(handle) = self.checkpointer.take()
+            && handle.join().is_err()
+        {
+            tracing::error!(path = %self.path.display(), "store checkpointer thread panicked");
         }
     }
 }
@@ -178,6 +185,21 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
     Ok(conn)
 }
 
+fn open_checkpointer(
+    path: &Path,
+    opts: &StoreOptions,
+) -> Result<(writer::CheckpointNudge, JoinHandle<()>)> {
+    let oe = |e| open_error(path, e);
+    let conn = Connection::open_with_flags(path, open_flags_rw()).map_err(oe)?;
+    conn.busy_timeout(opts.busy_timeout).map_err(oe)?;
+    conn.pragma_update(None, "synchronous", opts.synchronous.pragma_value())
+        .map_err(oe)?;
+    writer::spawn_checkpointer(conn, path.to_path_buf()).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 impl Store {
     /// Opens (creating if needed) the store at `path`, applies pending migrations and starts
     /// the writer thread.
@@ -204,8 +226,19 @@ impl Store {
         // Open one reader now so that a store that cannot be read fails here.
         readers.with(|_| Ok(()))?;
 
+        // Checkpoints run on their own thread and connection, off the commit path. If that
+        // cannot be set up, SQLite's automatic checkpoints (inside commits) stay on.
+        let (checkpoint, checkpointer) = match open_checkpointer(&path, &opts) {
+            // The writer installs a WAL hook, which turns SQLite's own checkpoints off.
+            Ok((nudge, handle)) => (Some(nudge), Some(handle)),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "no checkpointer thread; checkpoints run inside commits");
+                (None, None)
+            }
+        };
+
         let (tx, rx) = std::sync::mpsc::channel();
-        let writer = Writer::new(conn, path.clone(), opts.max_batch);
+        let writer = Writer::new(conn, path.clone(), opts.max_batch, checkpoint);
         let handle = std::thread::Builder::new()
             .name("ostler-store-writer".into())
             .spawn(move || writer.run(rx))
@@ -219,6 +252,7 @@ impl Store {
                 path,
                 tx: Some(tx),
                 writer: Some(handle),
+                checkpointer,
                 readers,
             }),
         })

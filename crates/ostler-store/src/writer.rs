@@ -7,10 +7,12 @@
 //! `COMMIT` returned; if the commit fails, every command of the group gets
 //! [`Error::Commit`] and nothing of the group is stored.
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::ffi::c_int;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension};
 
@@ -150,25 +152,179 @@ pub(crate) fn not_found_session(id: &str) -> Error {
     Error::not_found(format!("session {id:?}"))
 }
 
+/// WAL size (frames = pages) at which the checkpointer is asked to run; the same figure as
+/// SQLite's default `wal_autocheckpoint`.
+const CHECKPOINT_AFTER_FRAMES: u64 = 1000;
+
+/// WAL size at which the writer tries to finish the checkpoint itself, between two groups,
+/// if the checkpointer is not busy. Under continuous load the checkpointer never completes
+/// (new frames keep arriving), and the WAL only restarts from its beginning once every frame
+/// is back in the database; by then the checkpointer has copied nearly everything, so the
+/// writer's checkpoint is short.
+const WRITER_CHECKPOINT_AFTER_FRAMES: u64 = 2 * CHECKPOINT_AFTER_FRAMES;
+
+/// WAL size at which the writer waits for a running checkpoint and then checkpoints itself:
+/// when the disk cannot keep up, appends slow down instead of the WAL (and the time to
+/// recover it after a crash) growing without bound. About 16 MiB with 4 KiB pages.
+const WAL_HARD_LIMIT_FRAMES: u64 = 4 * CHECKPOINT_AFTER_FRAMES;
+
+thread_local! {
+    /// Frames in the WAL after the last commit of this thread's connection (set by the WAL
+    /// hook, which SQLite calls on the committing thread: the writer thread).
+    static WAL_FRAMES: Cell<u64> = const { Cell::new(0) };
+}
+
+fn record_wal_frames(_wal: &rusqlite::hooks::Wal, frames: c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.with(|f| f.set(u64::try_from(frames).unwrap_or(0)));
+    Ok(())
+}
+
+/// What the writer should do about checkpoints after a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckpointAction {
+    None,
+    /// Checkpoint now unless the checkpointer is busy.
+    IfIdle,
+    /// Wait for the checkpointer, then checkpoint.
+    Wait,
+}
+
+/// Decides when checkpoints happen: mostly on the checkpointer thread, so that the
+/// checkpoint (and its fsyncs) is not paid inside some unlucky append's commit; now and then
+/// by the writer itself, so that the WAL restarts under continuous load and stays bounded
+/// when the disk is slow.
+pub(crate) struct CheckpointNudge {
+    tx: SyncSender<()>,
+    /// Held while a checkpoint runs (SQLite would only answer "busy" to a second one).
+    lock: Arc<Mutex<()>>,
+    last_frames: u64,
+    nudged_at: u64,
+    writer_threshold: u64,
+}
+
+impl CheckpointNudge {
+    fn committed(&mut self, frames: u64) -> CheckpointAction {
+        if frames < self.last_frames {
+            // The WAL restarted from its beginning.
+            self.nudged_at = 0;
+            self.writer_threshold = WRITER_CHECKPOINT_AFTER_FRAMES;
+        }
+        self.last_frames = frames;
+        if frames >= self.nudged_at + CHECKPOINT_AFTER_FRAMES {
+            // A full channel means a checkpoint is already due: nudges coalesce.
+            let _ = self.tx.try_send(());
+            self.nudged_at = frames;
+        }
+        if frames < self.writer_threshold {
+            CheckpointAction::None
+        } else if frames >= WAL_HARD_LIMIT_FRAMES {
+            CheckpointAction::Wait
+        } else {
+            CheckpointAction::IfIdle
+        }
+    }
+
+    /// Runs the writer's checkpoint on `conn` as decided by [`Self::committed`].
+    fn run(&mut self, conn: &Connection, path: &Path, action: CheckpointAction) {
+        let guard = match action {
+            CheckpointAction::None => return,
+            CheckpointAction::IfIdle => match self.lock.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            },
+            CheckpointAction::Wait => Some(self.lock.lock().unwrap_or_else(|p| p.into_inner())),
+        };
+        if guard.is_some() {
+            match checkpoint(conn) {
+                Ok(complete) => {
+                    tracing::trace!(complete, frames = self.last_frames, "writer checkpoint")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed")
+                }
+            }
+        }
+        // If the WAL does not restart (a reader still uses old frames, or the checkpointer
+        // was busy), try again a little later.
+        self.writer_threshold = self.last_frames + CHECKPOINT_AFTER_FRAMES / 4;
+    }
+}
+
+/// Runs a `PASSIVE` checkpoint; returns whether every WAL frame is now in the database.
+fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
+    let (busy, log, done) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    })?;
+    Ok(busy == 0 && log == done)
+}
+
+/// Starts the checkpointer thread on its own connection `conn`: a `PASSIVE` checkpoint per
+/// nudge, alongside the writer and the readers (blocking neither). It stops when the writer
+/// (holding the returned nudge) is gone.
+pub(crate) fn spawn_checkpointer(
+    conn: Connection,
+    path: PathBuf,
+) -> std::io::Result<(CheckpointNudge, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let lock = Arc::new(Mutex::new(()));
+    let thread_lock = Arc::clone(&lock);
+    let handle = std::thread::Builder::new()
+        .name("ostler-store-checkpoint".into())
+        .spawn(move || {
+            while rx.recv().is_ok() {
+                let _guard = thread_lock.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = checkpoint(&conn) {
+                    tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed");
+                }
+            }
+        })?;
+    let nudge = CheckpointNudge {
+        tx,
+        lock,
+        last_frames: 0,
+        nudged_at: 0,
+        writer_threshold: WRITER_CHECKPOINT_AFTER_FRAMES,
+    };
+    Ok((nudge, handle))
+}
+
 pub(crate) struct Writer {
     conn: Connection,
     path: PathBuf,
     max_batch: usize,
     cache: HashMap<String, Slot>,
+    checkpoint: Option<CheckpointNudge>,
 }
 
 impl Writer {
-    pub(crate) fn new(conn: Connection, path: PathBuf, max_batch: usize) -> Self {
+    /// `checkpoint`: when given, the write connection's automatic checkpoints must be off
+    /// (`wal_autocheckpoint=0`) and the nudged checkpointer does them instead.
+    pub(crate) fn new(
+        conn: Connection,
+        path: PathBuf,
+        max_batch: usize,
+        checkpoint: Option<CheckpointNudge>,
+    ) -> Self {
         Self {
             conn,
             path,
             max_batch: max_batch.max(1),
             cache: HashMap::new(),
+            checkpoint,
         }
     }
 
     /// Runs until every sender is gone, then returns (closing the write connection).
     pub(crate) fn run(mut self, rx: Receiver<Command>) {
+        if self.checkpoint.is_some() {
+            // Replaces SQLite's automatic checkpoints (the same hook slot) on this connection.
+            self.conn.wal_hook(Some(record_wal_frames));
+        }
         let mut batch = Vec::with_capacity(self.max_batch.min(4096));
         while let Ok(first) = rx.recv() {
             batch.push(first);
@@ -211,6 +367,11 @@ impl Writer {
         };
         match outcome {
             Ok(()) => {
+                if let Some(nudge) = &mut self.checkpoint {
+                    // Between groups, outside any transaction.
+                    let action = nudge.committed(WAL_FRAMES.with(Cell::get));
+                    nudge.run(&self.conn, &self.path, action);
+                }
                 for (id, slot) in overlay {
                     match slot {
                         Some(slot) => self.cache.insert(id, slot),

@@ -926,3 +926,35 @@ fn options_are_validated_and_every_mode_keeps_the_invariants() {
         assert_eq!(store.events_after("s", 0, 1000).unwrap().len(), 80);
     }
 }
+
+/// Checkpoints run off the commit path, and they do run: appending far more than the
+/// checkpoint threshold (~50 MB against a WAL limit of ~16 MB) leaves the data in the
+/// database file, not in an ever-growing WAL, however slow the disk.
+#[test]
+fn the_wal_is_checkpointed_while_appending() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    let payload = vec![3u8; 4096];
+    let total: u64 = 12000 * 4096;
+    for _ in 0..3000 {
+        let events = (0..4)
+            .map(|i| NewEvent::new("k", payload.clone(), i))
+            .collect();
+        store.append_blocking("s", events).unwrap();
+    }
+    let wal = std::fs::metadata(path.with_extension("db-wal"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let db = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        wal < total / 2,
+        "WAL grew to {wal} bytes for {total} bytes appended"
+    );
+    assert!(
+        db > total / 2,
+        "database file is {db} bytes after {total} bytes appended"
+    );
+    assert_eq!(store.last_seq("s").unwrap(), 12000);
+}
