@@ -31,6 +31,7 @@ pub const VOLATILE_NUMBER_KEYS: &[&str] = &[
     "delay_ms",
     "totalDurationMs",
     "api_duration_ms",
+    "pid",
 ];
 
 /// Keys whose string values are random ids made by the CLI (`request_id` values made by
@@ -81,6 +82,13 @@ impl Normalizer {
             paths,
             ..Self::default()
         }
+    }
+
+    /// Also replace `from` by `to` everywhere (e.g. the fake server's `127.0.0.1:PORT`).
+    pub fn replace(mut self, from: impl Into<String>, to: impl Into<String>) -> Self {
+        self.paths.push((from.into(), to.into()));
+        self.paths.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+        self
     }
 
     /// A normalizer that only handles uuids, ids, times (no paths).

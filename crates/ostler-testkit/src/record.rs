@@ -114,6 +114,8 @@ struct Driver<'a> {
     tools: Option<Vec<String>>,
     /// task ids of `system/task_started` with `is_backgrounded: true`
     background_tasks: Vec<String>,
+    /// background tasks whose notification was awaited
+    notified: Vec<String>,
     next_request: usize,
     unsupported: Vec<String>,
     first_flags: Vec<String>,
@@ -142,6 +144,7 @@ pub async fn record(scenario: &Scenario, opts: &RecordOptions) -> Result<Recordi
         session_id: None,
         tools: None,
         background_tasks: Vec::new(),
+        notified: Vec::new(),
         next_request: 0,
         unsupported: Vec::new(),
         first_flags: Vec::new(),
@@ -316,14 +319,29 @@ impl Driver<'_> {
                 }))
                 .await
             }
-            Step::Await { kind, subtype } => {
-                let what = format!("{kind}/{}", subtype.as_deref().unwrap_or("*"));
+            Step::Await {
+                kind,
+                subtype,
+                contains,
+            } => {
+                let what = format!(
+                    "{kind}/{} {}",
+                    subtype.as_deref().unwrap_or("*"),
+                    contains.as_deref().unwrap_or("")
+                );
                 self.await_msg(&what, |v| {
-                    msg_type(v) == Some(kind.as_str())
+                    (kind == "*" || msg_type(v) == Some(kind.as_str()))
                         && subtype.as_deref().is_none_or(|s| msg_subtype(v) == Some(s))
+                        && contains
+                            .as_deref()
+                            .is_none_or(|c| v.to_string().contains(c))
                 })
                 .await
                 .map(|_| ())
+            }
+            Step::Signal { name } => {
+                self.server.signal(name);
+                Ok(())
             }
             Step::RespondPermission {
                 tool,
@@ -418,21 +436,32 @@ impl Driver<'_> {
                 let inv = self.invocation(sid, *fork);
                 self.spawn(&inv, false).await
             }
-            Step::AwaitBackgroundTasks => {
-                let mut done = 0;
-                while done < self.background_tasks.len() {
-                    let id = self.background_tasks[done].clone();
-                    self.await_msg(&format!("task_notification {id}"), |v| {
-                        msg_type(v) == Some("system")
-                            && msg_subtype(v) == Some("task_notification")
-                            && v.get("task_id").and_then(Value::as_str) == Some(id.as_str())
-                    })
-                    .await?;
-                    self.await_msg("result after task_notification", |v| {
-                        msg_type(v) == Some("result")
-                    })
-                    .await?;
-                    done += 1;
+            Step::AwaitBackgroundTasks {
+                notifications,
+                results,
+            } => {
+                let tasks = self.background_tasks.clone();
+                if *notifications {
+                    for id in &tasks {
+                        if self.notified.contains(id) {
+                            continue;
+                        }
+                        self.await_msg(&format!("task_notification {id}"), |v| {
+                            msg_type(v) == Some("system")
+                                && msg_subtype(v) == Some("task_notification")
+                                && v.get("task_id").and_then(Value::as_str) == Some(id.as_str())
+                        })
+                        .await?;
+                        self.notified.push(id.clone());
+                    }
+                }
+                if *results {
+                    for _ in &tasks {
+                        self.await_msg("result of a background task's turn", |v| {
+                            msg_type(v) == Some("result")
+                        })
+                        .await?;
+                    }
                 }
                 Ok(())
             }
@@ -610,7 +639,9 @@ impl Driver<'_> {
     }
 
     fn finish(self) -> Recording {
-        let mut norm = Normalizer::new(self.env.root(), self.env.home(), self.env.cwd());
+        let addr = self.server.addr();
+        let mut norm = Normalizer::new(self.env.root(), self.env.home(), self.env.cwd())
+            .replace(format!("127.0.0.1:{}", addr.port()), "127.0.0.1:PORT");
         for e in &self.entries {
             if let Entry::Ostler(s) | Entry::Cli(s) | Entry::Text(s) = e {
                 norm.learn(s);

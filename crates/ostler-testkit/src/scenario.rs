@@ -83,6 +83,11 @@ pub struct ModelRule {
     /// Delay before each delta, in milliseconds.
     #[serde(default)]
     pub delay_ms: Option<u64>,
+    /// Hold the answer until the driver's `signal` step with this name (or 60 s, so that
+    /// nothing hangs). Orders the model's answers after client-side events, e.g. a main
+    /// agent's answer after a concurrently running sub-agent finished.
+    #[serde(default)]
+    pub hold_until: Option<String>,
 }
 
 /// Request matcher. Empty matches everything.
@@ -206,7 +211,8 @@ pub enum Behavior {
 pub enum Step {
     /// Write a `user` message.
     SendUser { text: String },
-    /// Await a CLI message. `subtype` matches `subtype`, or `request.subtype` for
+    /// Await a CLI message of `type` (`"*"`: any type). `subtype` matches `subtype`, or
+    /// `request.subtype` for
     /// `control_request`, `response.subtype` for `control_response`, `event.type` for
     /// `stream_event`.
     Await {
@@ -214,7 +220,12 @@ pub enum Step {
         kind: String,
         #[serde(default)]
         subtype: Option<String>,
+        /// The serialized message contains this text.
+        #[serde(default)]
+        contains: Option<String>,
     },
+    /// Release the fake model's answers held with `hold_until = name`.
+    Signal { name: String },
     /// Await a `can_use_tool` request (optionally for `tool`) and answer it.
     RespondPermission {
         #[serde(default)]
@@ -253,9 +264,16 @@ pub enum Step {
     },
     /// For every sub-agent the CLI started in the background (`system/task_started` with
     /// `is_backgrounded: true`, 2.1.x), await its `system/task_notification` and the
-    /// `result` of the turn the notification starts. Nothing to do on releases that run
-    /// sub-agents in the foreground.
-    AwaitBackgroundTasks,
+    /// `result` of the turn the notification starts (either part can be turned off).
+    /// Nothing to do on releases that run sub-agents in the foreground.
+    AwaitBackgroundTasks {
+        /// Await each task's `task_notification` (default true).
+        #[serde(default = "yes")]
+        notifications: bool,
+        /// Await one `result` per task (default true).
+        #[serde(default = "yes")]
+        results: bool,
+    },
     /// Close stdin and await the exit (always done at the end of a scenario).
     CloseStdin,
     /// Assert that a path relative to the cwd exists (or not).

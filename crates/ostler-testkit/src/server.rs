@@ -51,7 +51,12 @@ struct Shared {
     hits: Mutex<Vec<u32>>,
     log: Mutex<Vec<RecordedRequest>>,
     notify: Notify,
+    signals: Mutex<std::collections::HashSet<String>>,
+    signal_notify: Notify,
 }
+
+/// Longest time an answer is held by `hold_until`.
+const HOLD_LIMIT: Duration = Duration::from_secs(60);
 
 /// A running fake model server; shuts down when dropped.
 pub struct FakeModelServer {
@@ -74,6 +79,8 @@ impl FakeModelServer {
             scenario,
             log: Mutex::new(Vec::new()),
             notify: Notify::new(),
+            signals: Mutex::new(std::collections::HashSet::new()),
+            signal_notify: Notify::new(),
         });
         let app = Router::new().fallback(handle).with_state(shared.clone());
         let (tx, rx) = oneshot::channel::<()>();
@@ -99,6 +106,12 @@ impl FakeModelServer {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Release answers held with `hold_until = name` (now and in the future).
+    pub fn signal(&self, name: &str) {
+        lock(&self.shared.signals).insert(name.to_string());
+        self.shared.signal_notify.notify_waiters();
     }
 
     /// Snapshot of the request log.
@@ -286,7 +299,21 @@ async fn handle(
         }
     };
     let answer = Answer::build(rule, &req, &msg_id, &model);
+    let hold = rule.hold_until.clone();
     log(&shared, rec);
+    if let Some(name) = hold {
+        let deadline = tokio::time::Instant::now() + HOLD_LIMIT;
+        loop {
+            let notified = shared.signal_notify.notified();
+            if lock(&shared.signals).contains(&name) {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                tracing::warn!("fake model: answer held for {name:?} released by timeout");
+                break;
+            }
+        }
+    }
     if stream {
         answer.sse()
     } else {
