@@ -195,7 +195,7 @@ async fn interrupt_then_turn_then_crash(version: &str) {
     );
 }
 
-/// `--resume` continues the transcript in a new process.
+/// `--resume` continues the transcript in a new process; `--fork-session` branches it.
 async fn resume(version: &str) {
     let env = setup(version).await;
     let (proc, mut rx) = SessionProcess::spawn(
@@ -245,6 +245,21 @@ async fn resume(version: &str) {
     let pid = proc2.pid();
     proc2.stop().await;
     assert!(!group_alive(pid));
+
+    // --fork-session: the transcript is continued under a new session id.
+    let mut opts = env.spawn_options("resume-3");
+    opts.resume = Some(session_id.clone());
+    opts.fork_session = true;
+    let (proc3, mut rx3) = SessionProcess::spawn(&env.inst, opts, env.supervisor_options())
+        .await
+        .expect("spawn fork");
+    assert!(proc3.args().iter().any(|a| a == "--fork-session"));
+    proc3.send_user(text("and now in a fork")).await.unwrap();
+    let t = run_turn(&mut rx3, no_tools).await;
+    let forked = t.result.unwrap().session_id.expect("forked session id");
+    assert_ne!(forked, session_id, "fork kept the session id");
+    assert_eq!(proc3.session_id().as_deref(), Some(forked.as_str()));
+    proc3.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
