@@ -6,6 +6,13 @@
 //! - [`decode`]: a stateful per-session [`decode::Decoder`] using the versioned adapter
 //!   chosen for the CLI release (see [`adapter`]).
 //! - [`outbound`]: messages ostler writes to the CLI's stdin.
+//! - [`recording`]: reader for contract recordings (header + `cli`/`ostler` envelopes).
+//! - [`transcript`]: whole-stream decoding (raw NDJSON or a recording) shared by
+//!   `ostler decode`, `cargo xtask contracts bless` and the contract tests.
+//! - [`contract`]: the contract checks applied to every recording.
+//!
+//! See `decode.rs` for the assistant-block de-duplication keying and `adapter.rs` for how
+//! an adapter is selected from the CLI release.
 
 pub mod adapter;
 pub mod contract;
