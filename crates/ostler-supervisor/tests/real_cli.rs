@@ -32,6 +32,14 @@ async fn turns_permissions_model_and_stop(version: &str) {
     // The prompt is not on the command line.
     assert!(!proc.args().iter().any(|a| a.contains("TOUCH")));
 
+    // initialize goes before the first user message.
+    let init = proc
+        .request(OutRequest::Initialize(Default::default()))
+        .await
+        .expect("initialize")
+        .expect("initialize payload");
+    assert!(init.get().contains("commands"), "{}", init.get());
+
     proc.send_user(text("Please run TOUCH-ALLOWED now"))
         .await
         .unwrap();
@@ -90,19 +98,35 @@ async fn turns_permissions_model_and_stop(version: &str) {
     a.expect("set_permission_mode a");
     b.expect("set_permission_mode b");
 
-    // An unknown subtype: 2.x answers `unsupported_request`; 1.0.x never answers, which
-    // the control timeout turns into a typed error instead of a hang.
-    let e = proc
-        .request(OutRequest::Other {
+    let mcp = proc
+        .request(OutRequest::McpStatus)
+        .await
+        .expect("mcp_status");
+    assert!(mcp.expect("payload").get().contains("mcpServers"));
+
+    // set_max_thinking_tokens and an unknown subtype, both in flight at once: 2.x answers
+    // (success, and `unsupported_request`); 1.0.x answers neither, which the control
+    // timeout turns into a typed error instead of a hang.
+    let (thinking, unknown) = tokio::join!(
+        proc.request(OutRequest::SetMaxThinkingTokens(Some(2048))),
+        proc.request(OutRequest::Other {
             subtype: "ostler_no_such_request".into(),
             fields: Default::default(),
-        })
-        .await
-        .unwrap_err();
+        }),
+    );
+    let unknown = unknown.unwrap_err();
     if version.starts_with("1.") {
-        assert!(matches!(e, ControlError::Timeout(_)), "{e:?}");
+        assert!(
+            matches!(thinking, Err(ControlError::Timeout(_))),
+            "{thinking:?}"
+        );
+        assert!(matches!(unknown, ControlError::Timeout(_)), "{unknown:?}");
     } else {
-        assert!(matches!(e, ControlError::Unsupported { .. }), "{e:?}");
+        thinking.expect("set_max_thinking_tokens");
+        assert!(
+            matches!(unknown, ControlError::Unsupported { .. }),
+            "{unknown:?}"
+        );
     }
 
     let exit = proc.stop().await;
