@@ -298,12 +298,13 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         listeners,
         shutdown.clone(),
     ));
-    for l in &described {
-        tracing::info!(listener = %l, "ostler daemon ready");
-    }
+    // The file first: whoever waits for the log line may read it at once.
     if let Some(f) = &args.ready_file {
         write_ready_file(f, &described)
             .with_context(|| format!("--ready-file: cannot write {}", f.display()))?;
+    }
+    for l in &described {
+        tracing::info!(listener = %l, "ostler daemon ready");
     }
 
     let served = server.await;

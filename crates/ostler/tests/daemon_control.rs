@@ -175,7 +175,7 @@ async fn interrupt_and_set_model_1_0_128() {
 }
 
 /// kill -9 of the daemon mid-turn; a new daemon on the same store has the history intact
-/// and ResumeSession continues the conversation.
+/// and ResumeSession continues the conversation (the model sees the earlier turn).
 async fn kill9_restart_resume(release: &str) {
     let world = World::new(release).await;
     let mut daemon = world.daemon(&[]).await;
@@ -183,7 +183,12 @@ async fn kill9_restart_resume(release: &str) {
     let s = create_session(&mut c, &world.work, "k").await;
     let mut events = subscribe(&mut c, &s.id, 0, true).await;
     let mut seen = Vec::new();
+    // A complete first turn (1.0.128 writes its transcript only when a turn ends, so a
+    // conversation killed in its very first turn has nothing to resume from).
     send(&mut c, &s.id, "Remember the word PINEAPPLE.").await;
+    read_until(&mut events, &mut seen, "first turn end", is_turn_completed).await;
+    // The second turn is killed mid-answer.
+    send(&mut c, &s.id, "Tell me a long story.").await;
     read_until(&mut events, &mut seen, "mid-answer", |e| {
         matches!(e.payload, Some(P::PartialDelta(_)))
     })

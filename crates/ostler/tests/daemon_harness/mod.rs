@@ -40,6 +40,17 @@ name = "model switched"
 when = { last_user_text_contains = "Which model", model_contains = "opus-test", stream = true }
 blocks = [{ type = "text", text = "Answer from opus-test." }]
 
+# Rules that must win when a release merges an interrupted prompt into the next one.
+[[model]]
+name = "still there"
+when = { last_user_text_contains = "Are you still there", stream = true }
+blocks = [{ type = "text", text = "Yes, still here." }]
+
+[[model]]
+name = "recall"
+when = { last_user_text_contains = "What was the word", messages_contain = "Remember the word PINEAPPLE", stream = true }
+blocks = [{ type = "text", text = "The word was PINEAPPLE." }]
+
 [[model]]
 name = "touch"
 when = { last_user_text_contains = "Create the file allowed.txt", stream = true }
@@ -78,21 +89,10 @@ delay_ms = 100
 blocks = [{ type = "text", text = "Once upon a time there was a daemon that kept many sessions alive, and every one of them streamed its answers slowly, delta after delta, until someone pressed stop." }]
 
 [[model]]
-name = "still there"
-when = { last_user_text_contains = "Are you still there", stream = true }
-blocks = [{ type = "text", text = "Yes, still here." }]
-
-[[model]]
 name = "remember"
 when = { last_user_text_contains = "Remember the word", stream = true }
-chunks = 30
-delay_ms = 100
-blocks = [{ type = "text", text = "I will remember PINEAPPLE. It is a fine word, and I am writing slowly so that the daemon can be killed while I am still talking about it." }]
-
-[[model]]
-name = "recall"
-when = { last_user_text_contains = "What was the word", messages_contain = "Remember the word PINEAPPLE", stream = true }
-blocks = [{ type = "text", text = "The word was PINEAPPLE." }]
+chunks = 3
+blocks = [{ type = "text", text = "I will remember PINEAPPLE." }]
 
 [[model]]
 name = "large"
@@ -400,7 +400,10 @@ pub fn describe(e: &pb::SessionEvent) -> String {
         Some(P::TurnCompleted(t)) => format!("turn_completed({})", t.subtype),
         Some(P::StateChanged(s)) => format!("state_changed({:?}->{:?})", s.from(), s.to()),
         Some(P::SystemNotice(n)) => format!("system_notice({}/{})", n.source_type, n.subtype),
-        Some(P::ProcessExited(x)) => format!("process_exited({:?})", x.exit_code),
+        Some(P::ProcessExited(x)) => format!(
+            "process_exited({:?}, {:?}, stderr: {})",
+            x.exit_code, x.reason, x.stderr_tail
+        ),
         Some(P::Diagnostic(d)) => format!("diagnostic({})", d.code),
         Some(P::Unknown(u)) => format!("unknown({})", u.message_type),
         Some(P::PartialDelta(_)) => "partial_delta".to_owned(),
