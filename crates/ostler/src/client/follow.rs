@@ -100,6 +100,9 @@ impl Follower {
         ctrlc: &mut CtrlC,
     ) -> Result<Outcome> {
         let mut after = after_seq;
+        if let Output::Human(h) = &mut self.out {
+            h.interactive = self.answerer.tty.is_some();
+        }
         // Everything up to here is history: prompts in it are answered only once we know
         // they are still pending (their resolution would come before this seq).
         let session = self

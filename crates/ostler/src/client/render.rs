@@ -109,6 +109,14 @@ pub fn clip(s: &str, max: usize) -> String {
 /// The compact form of a tool call: `Bash(touch foo)`, `Read(src/main.rs)`, ...
 pub fn tool_call(name: &str, input_json: &str) -> String {
     let input: Value = serde_json::from_str(input_json).unwrap_or(Value::Null);
+    if let Some(q) = input
+        .get("questions")
+        .and_then(|q| q.get(0))
+        .and_then(|q| q.get("question"))
+        .and_then(Value::as_str)
+    {
+        return format!("{name}({})", clip(q, 80));
+    }
     let key = [
         "command",
         "file_path",
@@ -209,6 +217,10 @@ pub struct Human {
     tools: std::collections::HashMap<String, String>,
     pub verbose: bool,
     started_shown: bool,
+    /// Prompts are asked on the terminal (so request events need no line of their own).
+    pub interactive: bool,
+    /// Tool calls of permission requests, by request id.
+    requests: std::collections::HashMap<String, String>,
 }
 
 impl Human {
@@ -227,6 +239,8 @@ impl Human {
             tools: Default::default(),
             verbose,
             started_shown: false,
+            interactive: false,
+            requests: Default::default(),
         }
     }
 
@@ -452,10 +466,12 @@ impl Human {
                 self.set_activity(Activity::Model);
             }
             Payload::PermissionRequested(r) => {
-                self.line(&st.yellow(&format!(
-                    "{indent}? permission: {}",
-                    tool_call(&r.tool_name, &r.input_json)
-                )));
+                let call = tool_call(&r.tool_name, &r.input_json);
+                self.requests.insert(r.request_id.clone(), call.clone());
+                // On a terminal the prompt itself shows the request.
+                if !self.interactive {
+                    self.line(&st.yellow(&format!("{indent}? permission: {call}")));
+                }
                 self.set_activity(Activity::Idle);
             }
             Payload::PermissionResolved(r) => {
@@ -470,7 +486,11 @@ impl Human {
                 } else {
                     format!(": {}", r.message)
                 };
-                let line = format!("{indent}  {what}{by}{msg}");
+                let call = match self.requests.remove(&r.request_id) {
+                    Some(c) => format!("{c}: "),
+                    None => String::new(),
+                };
+                let line = format!("{indent}  {call}{what}{by}{msg}");
                 self.line(&if r.resolution == pb::Resolution::Allowed as i32 {
                     st.green(&line)
                 } else {
@@ -479,8 +499,10 @@ impl Human {
                 self.set_activity(Activity::Model);
             }
             Payload::QuestionAsked(q) => {
-                for q in &q.questions {
-                    self.line(&st.yellow(&format!("{indent}? {}", q.question)));
+                if !self.interactive {
+                    for q in &q.questions {
+                        self.line(&st.yellow(&format!("{indent}? {}", q.question)));
+                    }
                 }
                 self.set_activity(Activity::Idle);
             }
@@ -645,6 +667,13 @@ mod tests {
 
     #[test]
     fn tool_calls_are_compact() {
+        assert_eq!(
+            tool_call(
+                "AskUserQuestion",
+                r#"{"questions":[{"question":"Which DB?","options":[]}]}"#
+            ),
+            "AskUserQuestion(Which DB?)"
+        );
         assert_eq!(
             tool_call("Bash", r#"{"command":"touch a"}"#),
             "Bash(touch a)"
