@@ -247,7 +247,7 @@ impl CheckpointNudge {
         }
         // If the WAL does not restart (a reader still uses old frames, or the checkpointer
         // was busy), try again a little later.
-        self.writer_threshold = self.last_frames + CHECKPOINT_AFTER_FRAMES / 4;
+        self.writer_threshold = self.last_frames + CHECKPOINT_AFTER_FRAMES;
     }
 }
 
