@@ -323,3 +323,33 @@ fn has_sgr(s: &str) -> bool {
     }
     false
 }
+
+#[test]
+fn no_colour_without_a_terminal_even_without_no_color() {
+    use std::process::{Command, Stdio};
+    let d = Daemon::start(&scenario_text());
+    let child = Command::new(common::OSTLER)
+        .args(["run", "--allow-tools", "Bash", "Create the file please"])
+        .env_clear()
+        .envs(d.client_env()) // no NO_COLOR here
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = common::wait_output(child);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        all.contains("Bash(touch created.txt): allowed by client:ostler-cli:tester"),
+        "{all}"
+    );
+    assert!(
+        !all.contains('\x1b'),
+        "escape sequences without a terminal: {all:?}"
+    );
+}
