@@ -398,6 +398,7 @@ fn interrupt_command_ends_a_running_turn() {
         .args(["run", "--json", "Tell a long story"])
         .env_clear()
         .envs(d.client_env())
+        .current_dir(&d.work)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

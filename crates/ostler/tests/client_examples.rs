@@ -44,9 +44,15 @@ fn run_example(lang: &str) {
     assert!(stdout.contains(": SERVING"), "{stdout}");
     assert!(stdout.contains("answer recorded at seq"), "{stdout}");
     assert!(stdout.contains("result: success"), "{stdout}");
-    assert!(cwd.join("created.txt").exists(), "the allowed tool ran in the session's cwd");
+    assert!(
+        cwd.join("created.txt").exists(),
+        "the allowed tool ran in the session's cwd"
+    );
     let resolved_by = format!("client:{lang}-example");
-    assert!(stdout.contains(&resolved_by), "the daemon recorded who answered: {stdout}");
+    assert!(
+        stdout.contains(&resolved_by),
+        "the daemon recorded who answered: {stdout}"
+    );
 }
 
 #[test]

@@ -332,6 +332,7 @@ fn no_colour_without_a_terminal_even_without_no_color() {
         .args(["run", "--allow-tools", "Bash", "Create the file please"])
         .env_clear()
         .envs(d.client_env()) // no NO_COLOR here
+        .current_dir(&d.work)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
