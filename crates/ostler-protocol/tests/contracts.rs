@@ -95,3 +95,26 @@ fn every_recording_matches_its_golden() {
         drift.join("\n")
     );
 }
+
+/// Every canonical event of the corpus reads back from its JSON (the store keeps events as
+/// JSON and the daemon replays them) and re-encodes to the same text.
+#[test]
+fn every_event_of_the_corpus_round_trips() {
+    use ostler_protocol::Event;
+    use ostler_protocol::transcript::Output;
+    let mut n = 0;
+    for path in recordings() {
+        let bytes = std::fs::read(&path).unwrap();
+        let (outputs, _) = decode_all(&bytes, None);
+        for o in outputs {
+            let Output::Event(e) = o else { continue };
+            let text = serde_json::to_string(&e).unwrap();
+            let back: Event = serde_json::from_str(&text)
+                .unwrap_or_else(|err| panic!("{}: {err}: {text}", path.display()));
+            assert_eq!(back, e, "{}", path.display());
+            assert_eq!(serde_json::to_string(&back).unwrap(), text);
+            n += 1;
+        }
+    }
+    assert!(n > 0);
+}

@@ -630,3 +630,104 @@ fn outbound_messages() {
     );
     assert_eq!(v(Outbound::KeepAlive), json!({"type":"keep_alive"}));
 }
+
+#[test]
+fn transcript_detects_recordings_and_reports_oversized_cli_lines() {
+    use ostler_protocol::transcript::{Output, TranscriptDecoder};
+    let big = "y".repeat(1000);
+    let rec = format!(
+        "{}\n{}\n{}\n{}\n{}\n",
+        r#"{"ostler_recording":1,"release":"1.0.128","scenario":"t"}"#,
+        r#"{"dir":"ostler","line":{"type":"user","message":{"role":"user","content":"hi"}}}"#,
+        format_args!(
+            r#"{{"dir":"cli","line":{{"type":"user","message":{{"role":"user","content":[{{"tool_use_id":"toolu_x","type":"tool_result","content":"{big}"}}]}}}}}}"#
+        ),
+        r#"{"dir":"cli","text":"a log line"}"#,
+        r#"{"dir":"meta","event":"exit","code":0}"#,
+    );
+    let mut t = TranscriptDecoder::new(
+        None,
+        FramerOptions {
+            max_payload_bytes: 300,
+        },
+    );
+    let mut out = Vec::new();
+    // Byte by byte: chunk boundaries anywhere.
+    for b in rec.as_bytes() {
+        t.push(std::slice::from_ref(b), &mut out);
+    }
+    t.finish(&mut out);
+    let s = t.summary();
+    assert!(s.recording);
+    assert_eq!(s.adapter, "v1_0");
+    assert_eq!(s.release.as_deref(), Some("1.0.128"));
+    assert_eq!(
+        (s.outbound, s.truncated, s.diagnostics, s.meta),
+        (1, 1, 1, 1)
+    );
+    assert!(matches!(&out[0], Output::Outbound(_)));
+    let Output::Event(Event::Truncated(tr)) = &out[1] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(tr.message_type.as_deref(), Some("user"));
+    assert_eq!(tr.ids, [("tool_use_id".to_string(), "toolu_x".to_string())]);
+}
+
+mod dedup_property {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn block(i: u8, kind: u8) -> serde_json::Value {
+        match kind % 3 {
+            0 => json!({"type":"text","text":format!("text {i}")}),
+            1 => json!({"type":"thinking","thinking":format!("thought {i}"),"signature":"s"}),
+            _ => json!({"type":"tool_use","id":format!("toolu_{i}"),"name":"Bash","input":{"n":i}}),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Several messages (possibly interleaved, e.g. a sub-agent's), each sent as
+        /// per-block frames or as cumulative snapshots (with repeats): the same blocks,
+        /// with the same indices, come out once.
+        #[test]
+        fn per_block_and_snapshot_framings_agree(
+            msgs in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..6), 1..5),
+            repeat in any::<bool>(),
+        ) {
+            let frame = |m: usize, content: Vec<serde_json::Value>| {
+                json!({"type":"assistant","message":{"id":format!("msg_{m}"),"content":content}}).to_string()
+            };
+            let blocks_of = |m: usize| -> Vec<serde_json::Value> {
+                msgs[m].iter().enumerate().map(|(i, k)| block((m * 10 + i) as u8, *k)).collect()
+            };
+            let mut per_block = Vec::new();
+            let mut snapshots = Vec::new();
+            let longest = msgs.iter().map(Vec::len).max().unwrap_or(0);
+            // Interleave messages position by position.
+            for pos in 0..longest {
+                for m in 0..msgs.len() {
+                    let b = blocks_of(m);
+                    if pos < b.len() {
+                        per_block.push(frame(m, vec![b[pos].clone()]));
+                        snapshots.push(frame(m, b[..=pos].to_vec()));
+                        if repeat {
+                            per_block.push(frame(m, vec![b[pos].clone()]));
+                            snapshots.push(frame(m, b[..=pos].to_vec()));
+                        }
+                    }
+                }
+            }
+            let x = blocks(&decode_lines(&mut decoder("2.1.330"), &per_block.join("\n")));
+            let y = blocks(&decode_lines(&mut decoder("2.1.330"), &snapshots.join("\n")));
+            prop_assert_eq!(&x, &y);
+            let total: usize = msgs.iter().map(Vec::len).sum();
+            prop_assert_eq!(x.len(), total);
+            for (m, msg) in msgs.iter().enumerate() {
+                let idx: Vec<u32> = x.iter().filter(|(id, _, _)| id.as_deref() == Some(&format!("msg_{m}"))).map(|(_, i, _)| *i).collect();
+                prop_assert_eq!(idx, (0..msg.len() as u32).collect::<Vec<_>>());
+            }
+        }
+    }
+}
