@@ -406,3 +406,94 @@ async fn health_details_and_reflection() {
             .any(|s| s.name == "ostler.v1.SessionService")
     );
 }
+
+/// SIGTERM: subscribers are told (UNAVAILABLE), the daemon exits 0 and removes its Unix
+/// socket; a restarted daemon has the whole history. The Unix socket serves gRPC too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_tells_subscribers_and_keeps_history() {
+    let world = World::new(NEW).await;
+    let sock = world.dir.path().join("ostler.sock");
+    let mut daemon = world
+        .daemon(&["--unix-socket", sock.to_str().unwrap()])
+        .await;
+
+    // The Unix socket answers.
+    let path = sock.clone();
+    let uds = tonic::transport::Endpoint::try_from("http://localhost")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let p = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(p).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap();
+    let mut c = ostler_proto::v1::session_service_client::SessionServiceClient::new(uds);
+    let s = create_session(&mut c, &world.work, "u").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Say hello.").await;
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+    let last = seen.last().unwrap().seq;
+
+    let status = daemon.terminate().await;
+    assert_eq!(status.code(), Some(0), "{}", daemon.log_text());
+    // The subscriber was told, not cut off silently: UNAVAILABLE (after any events that
+    // the shutdown itself produced).
+    let told = tokio::time::timeout(GUARD, async {
+        loop {
+            match events.message().await {
+                Ok(Some(e)) => seen.push(e),
+                Ok(None) => return None,
+                Err(st) => return Some(st),
+            }
+        }
+    })
+    .await
+    .expect("the stream ends");
+    let st = told.expect("the stream ends with a status, not silently");
+    assert_eq!(st.code(), tonic::Code::Unavailable, "{st:?}");
+    assert!(!sock.exists(), "the socket file is removed");
+
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let got = c
+        .get_session(pb::GetSessionRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        matches!(
+            got.state(),
+            pb::SessionState::Stopped | pb::SessionState::Resumable | pb::SessionState::Exited
+        ),
+        "{:?}",
+        got.state()
+    );
+    let mut replay = c
+        .subscribe(pb::SubscribeRequest {
+            session_id: s.id.clone(),
+            after_seq: 0,
+            include_partial: false,
+            follow: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut history = Vec::new();
+    while let Some(e) = replay.message().await.unwrap() {
+        history.push(e);
+    }
+    assert_gap_free(&history, 1);
+    assert!(history.last().unwrap().seq >= last);
+    assert!(
+        history
+            .iter()
+            .any(|e| assistant_text(e) == Some("Hello from the fake model!"))
+    );
+}
