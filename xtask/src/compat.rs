@@ -31,6 +31,9 @@ pub struct ProbeArgs {
     /// Only print the evidence, do not write it.
     #[arg(long)]
     pub dry_run: bool,
+    /// Measure again and fail if a release no longer matches its recorded evidence.
+    #[arg(long)]
+    pub check: bool,
 }
 
 #[derive(clap::Args)]
@@ -81,8 +84,22 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
         a.releases
     };
     let rt = tokio::runtime::Runtime::new()?;
+    let mut drift = Vec::new();
     for v in releases {
         let ev = rt.block_on(measure(&v))?;
+        if a.check {
+            let recorded: Evidence = toml::from_str(
+                &std::fs::read_to_string(evidence_path(&v))
+                    .with_context(|| format!("no recorded evidence for {v}"))?,
+            )?;
+            if recorded == ev {
+                println!("{v}: matches its recorded evidence");
+            } else {
+                println!("{v}: DRIFT\n  recorded: {recorded:?}\n  measured: {ev:?}");
+                drift.push(v);
+            }
+            continue;
+        }
         let text = format!(
             "# Measured by `cargo xtask compat probe --release {v}`; regenerate, do not edit.\n{}",
             toml::to_string(&ev)?
@@ -101,6 +118,12 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
                 ev.sdk_url
             );
         }
+    }
+    if !drift.is_empty() {
+        bail!(
+            "releases no longer match their evidence: {}",
+            drift.join(", ")
+        );
     }
     Ok(())
 }

@@ -279,6 +279,8 @@ struct Shared {
     /// Milliseconds since `started` of the last stdout output or message sent.
     last_activity_ms: AtomicU64,
     session_id: Mutex<Option<String>>,
+    /// `capabilities` of the last `system/init`.
+    announced: Mutex<Option<Vec<String>>>,
     opts: SupervisorOptions,
     args: Vec<String>,
     version: semver::Version,
@@ -528,6 +530,7 @@ impl SessionProcess {
             started: Instant::now(),
             last_activity_ms: AtomicU64::new(0),
             session_id: Mutex::new(opts.resume.clone().filter(|_| !opts.fork_session)),
+            announced: Mutex::new(None),
             opts: sup.clone(),
             args,
             version: inst.version.clone(),
@@ -574,6 +577,13 @@ impl SessionProcess {
     /// The session id announced by the CLI (`system/init`), once seen.
     pub fn session_id(&self) -> Option<String> {
         lock(&self.shared.session_id).clone()
+    }
+
+    /// The `capabilities` the CLI announced in its `system/init` (empty list: none
+    /// announced; `None`: no init seen yet). This is the truth for releases that are not
+    /// pinned; features check it rather than version numbers.
+    pub fn announced_capabilities(&self) -> Option<Vec<String>> {
+        lock(&self.shared.announced).clone()
     }
 
     /// Whether a turn is running (a user message was sent and its `result` not yet seen).
@@ -926,6 +936,7 @@ async fn deliver(
             match ev {
                 Event::SessionStarted(s) => {
                     *lock(&shared.session_id) = Some(s.session_id.clone());
+                    *lock(&shared.announced) = Some(s.capabilities.clone());
                 }
                 Event::ControlResponse(r) => {
                     if let Some(tx) = lock(&shared.pending).remove(&r.request_id) {

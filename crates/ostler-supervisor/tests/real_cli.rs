@@ -55,6 +55,12 @@ async fn turns_permissions_model_and_stop(version: &str) {
     assert!(!r.is_error, "{r:?}");
     assert!(cwd.join("allowed.txt").exists(), "allowed tool did not run");
     assert!(proc.session_id().is_some());
+    let announced = proc.announced_capabilities().expect("init seen");
+    assert_eq!(
+        announced.is_empty(),
+        env.inst.capabilities.announced.is_empty(),
+        "init announces what the matrix recorded"
+    );
 
     proc.send_user(text("Please run TOUCH-DENIED now"))
         .await
