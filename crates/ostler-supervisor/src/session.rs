@@ -326,6 +326,9 @@ impl Shared {
     }
 
     async fn write(&self, line: Vec<u8>) -> Result<()> {
+        if self.exited() {
+            return Err(Error::ProcessGone);
+        }
         let (tx, rx) = oneshot::channel();
         self.writer
             .send(WriteCmd::Line(line, Some(tx)))

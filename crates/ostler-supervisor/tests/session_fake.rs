@@ -217,7 +217,10 @@ async fn crash_is_reported_with_code_and_stderr_tail() {
     assert_eq!(exit.stderr_tail, "fatal: boom\n", "bounded tail");
     assert!(rx.recv().await.is_none(), "Exited is the last event");
     // Sending to a dead process is a typed error.
-    assert!(proc.send_user(UserContent::Text("x".into())).await.is_err());
+    assert!(matches!(
+        proc.send_user(UserContent::Text("x".into())).await,
+        Err(ostler_supervisor::Error::ProcessGone)
+    ));
 }
 
 #[tokio::test]
