@@ -8,10 +8,14 @@ use crate::record::{self, RecordOptions, recording_path, write_recording};
 use crate::scenario::{Scenario, scenarios_dir};
 use crate::{Result, contract, releases};
 
-/// Pinned releases (or `want`, when not empty) and all scenarios (or `want_scenarios`).
+/// Pinned releases that run sessions (or `want`, when not empty) and all scenarios (or
+/// `want_scenarios`).
 pub fn select(want: &[String], want_scenarios: &[String]) -> Result<(Vec<String>, Vec<Scenario>)> {
     let rels = if want.is_empty() {
-        releases::pinned()?.into_iter().map(|r| r.version).collect()
+        releases::session_releases()?
+            .into_iter()
+            .map(|r| r.version)
+            .collect()
     } else {
         want.to_vec()
     };

@@ -17,6 +17,19 @@ pub struct PinnedRelease {
     pub version: String,
     #[serde(default)]
     pub note: Option<String>,
+    /// False for a release that cannot run ostler sessions (e.g. below the minimum): it is
+    /// not recorded nor live-checked by the session scenarios. Default true.
+    #[serde(default = "yes")]
+    pub sessions: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The pinned releases that run session scenarios.
+pub fn session_releases() -> Result<Vec<PinnedRelease>> {
+    Ok(pinned()?.into_iter().filter(|r| r.sessions).collect())
 }
 
 #[derive(Debug, Deserialize)]
