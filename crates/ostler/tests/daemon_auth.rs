@@ -11,6 +11,10 @@ use ostler_proto::v1 as pb;
 use tonic::Code;
 
 fn serve(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+    serve_env(args, dir, &[])
+}
+
+fn serve_env(args: &[&str], dir: &std::path::Path, env: &[(&str, &str)]) -> std::process::Output {
     std::fs::write(dir.join("empty.toml"), "").unwrap();
     Command::new(OSTLER)
         .arg("serve")
@@ -22,6 +26,7 @@ fn serve(args: &[&str], dir: &std::path::Path) -> std::process::Output {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", dir)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -70,6 +75,40 @@ fn bad_config_key_is_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{stderr}");
     assert!(stderr.contains("log.format"), "{stderr}");
+}
+
+#[test]
+fn environment_layer_is_read_and_flags_win() {
+    let dir = tempfile::tempdir().unwrap();
+    // OSTLER_LISTEN__ADDR is read (and refused: non-loopback without tokens) ...
+    let out = serve_env(&[], dir.path(), &[("OSTLER_LISTEN__ADDR", "0.0.0.0:0")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("0.0.0.0:0"), "{stderr}");
+    // ... a flag overrides it (and the run then fails later, on the missing CLI: 72) ...
+    let out = serve_env(
+        &["--listen", "127.0.0.1:0", "--claude", "/nonexistent/claude"],
+        dir.path(),
+        &[("OSTLER_LISTEN__ADDR", "0.0.0.0:0")],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(72),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // ... and unrelated OSTLER_* variables do not break start-up.
+    let out = serve_env(
+        &["--listen", "127.0.0.1:0", "--claude", "/nonexistent/claude"],
+        dir.path(),
+        &[("OSTLER_SOMETHING_ELSE", "1")],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(72),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
