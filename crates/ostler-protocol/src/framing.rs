@@ -102,8 +102,16 @@ impl LineFramer {
         let mut rest = chunk;
         while let Some(pos) = memchr::memchr(b'\n', rest) {
             let (line, tail) = rest.split_at(pos);
-            self.absorb(line);
-            self.end_line(out);
+            if self.buf.is_empty()
+                && self.oversized.is_none()
+                && line.len() <= self.opts.max_payload_bytes
+            {
+                // Whole line inside this chunk: one copy, straight out.
+                emit_line(Bytes::copy_from_slice(line), out);
+            } else {
+                self.absorb(line);
+                self.end_line(out);
+            }
             rest = tail.get(1..).unwrap_or_default();
         }
         self.absorb(rest);
