@@ -432,12 +432,44 @@ async fn sigterm_tells_subscribers_and_keeps_history() {
         .await
         .unwrap();
     let mut c = ostler_proto::v1::session_service_client::SessionServiceClient::new(uds);
-    let s = create_session(&mut c, &world.work, "u").await;
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            labels: [("team".to_owned(), "blue".to_owned())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let mut events = subscribe(&mut c, &s.id, 0, false).await;
     let mut seen = Vec::new();
-    send(&mut c, &s.id, "Say hello.").await;
+    // A retried send with the same client message id is delivered once.
+    let msg = || pb::SendMessageRequest {
+        session_id: s.id.clone(),
+        content: text("Say hello."),
+        client_message_id: "msg-1".into(),
+    };
+    let first = c.send_message(msg()).await.unwrap().into_inner();
+    let again = c.send_message(msg()).await.unwrap().into_inner();
+    assert!(!first.duplicate);
+    assert!(again.duplicate);
+    assert_eq!(first.seq, again.seq);
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
     let last = seen.last().unwrap().seq;
+    let sent = seen
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(P::UserMessage(u)) if u.client_message_id == "msg-1"))
+        .count();
+    assert_eq!(sent, 1, "delivered once");
+    assert_eq!(
+        world.fake.count_matching(&ostler_testkit::scenario::Match {
+            last_user_text_contains: Some("Say hello".into()),
+            stream: Some(true),
+            ..Default::default()
+        }),
+        1,
+        "the model was asked once"
+    );
 
     let status = daemon.terminate().await;
     assert_eq!(status.code(), Some(0), "{}", daemon.log_text());
@@ -475,6 +507,39 @@ async fn sigterm_tells_subscribers_and_keeps_history() {
         "{:?}",
         got.state()
     );
+    // ListSessions filters by label and state.
+    let list = |labels: &[(&str, &str)], states: Vec<i32>| pb::ListSessionsRequest {
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        states,
+        ..Default::default()
+    };
+    let page = c
+        .list_sessions(list(&[("team", "blue")], vec![got.state]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(page.sessions.len(), 1);
+    assert_eq!(page.sessions[0].id, s.id);
+    assert_eq!(
+        page.sessions[0].labels.get("team").map(String::as_str),
+        Some("blue")
+    );
+    let page = c
+        .list_sessions(list(&[("team", "red")], vec![]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(page.sessions.is_empty());
+    let page = c
+        .list_sessions(list(&[], vec![pb::SessionState::Running as i32]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(page.sessions.is_empty());
+
     let mut replay = c
         .subscribe(pb::SubscribeRequest {
             session_id: s.id.clone(),
