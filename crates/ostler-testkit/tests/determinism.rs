@@ -7,12 +7,13 @@ use ostler_testkit::{RecordOptions, Scenario, contract, record, releases, scenar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recording_twice_is_byte_identical() {
     // the newest pinned release: the one with the most volatile fields
-    let pinned = releases::pinned().expect("pinned releases");
-    let release = pinned
-        .last()
+    let release = releases::session_releases()
+        .expect("pinned releases")
+        .into_iter()
+        .filter_map(|r| semver::Version::parse(&r.version).ok())
+        .max()
         .expect("at least one pinned release")
-        .version
-        .clone();
+        .to_string();
     let cache = releases::default_cache_dir();
     let r = release.clone();
     let binary = tokio::task::spawn_blocking(move || releases::ensure(&r, &cache))
@@ -36,10 +37,8 @@ async fn recording_twice_is_byte_identical() {
         !first.text.contains("ostler-cc-"),
         "temp path left in recording"
     );
-    let committed = std::fs::read_to_string(ostler_testkit::record::recording_path(
-        &release,
-        "plain_text",
-    ))
-    .expect("committed recording");
+    let path = ostler_testkit::record::recording_path(&release, "plain_text");
+    let committed = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("committed recording {}: {e}", path.display()));
     contract::compare("plain_text", &committed, &first.text).expect("same shape as committed");
 }
