@@ -1075,7 +1075,7 @@ impl Engine {
                 if &*ev.kind != "engine_notice" && &*ev.kind != "user_message_sent" {
                     continue;
                 }
-                match serde_json::from_slice::<EventPayload>(&ev.payload) {
+                match EventPayload::decode_stored(&ev.kind, &ev.payload) {
                     Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_CREATED => {
                         if let Some(spec) = n
                             .data

@@ -143,14 +143,15 @@ impl WriteGuard<'_> {
 }
 
 pub(crate) fn encode_payload(p: &EventPayload) -> Result<Vec<u8>> {
-    serde_json::to_vec(p).map_err(|e| crate::Error::internal(format!("encoding {}: {e}", p.kind())))
+    p.encode_stored()
+        .map_err(|e| crate::Error::internal(format!("encoding {}: {e}", p.kind())))
 }
 
 /// Rebuilds an event read from the store. A payload this build cannot read (written by a
 /// newer ostler, or damaged) becomes a `diagnostic` event at the same seq, so replay keeps
 /// its seq order without a gap and without failing.
 pub(crate) fn decode_stored(ev: &StoredEvent) -> EngineEvent {
-    let payload = match serde_json::from_slice::<EventPayload>(&ev.payload) {
+    let payload = match EventPayload::decode_stored(&ev.kind, &ev.payload) {
         Ok(p) => p,
         Err(e) => EventPayload::Diagnostic(ostler_protocol::Diagnostic {
             code: ostler_protocol::DiagnosticCode::BadShape,

@@ -104,20 +104,28 @@ impl Subscription {
         let sid = self.session_id.clone();
         let after = self.last;
         self.store_reads += 1;
-        let page = tokio::task::spawn_blocking(move || store.events_after(&sid, after, limit))
-            .await
-            .map_err(|e| Error::internal(format!("replay task: {e}")))??;
+        // Read and decode on a blocking thread: replay is CPU work that should not hold a
+        // runtime worker.
+        let page = tokio::task::spawn_blocking(move || {
+            store.events_after(&sid, after, limit).map(|page| {
+                page.iter()
+                    .map(|ev| (ev.seq, Arc::new(decode_stored(ev))))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .await
+        .map_err(|e| Error::internal(format!("replay task: {e}")))??;
         let n = page.len();
-        for ev in &page {
+        for (seq, ev) in page {
             // The store returns a gap-free run starting at after + 1.
-            if ev.seq != self.last + 1 {
+            if seq != self.last + 1 {
                 return Err(Error::internal(format!(
-                    "store replay of session {} returned seq {} after {}",
-                    self.session_id, ev.seq, self.last
+                    "store replay of session {} returned seq {seq} after {}",
+                    self.session_id, self.last
                 )));
             }
-            self.last = ev.seq;
-            self.buf.push_back(Arc::new(decode_stored(ev)));
+            self.last = seq;
+            self.buf.push_back(ev);
         }
         Ok(n)
     }

@@ -501,6 +501,81 @@ impl EventPayload {
         }
     }
 
+    /// The stored encoding: the variant's own JSON, without the `kind` tag (the store keeps
+    /// the kind in its own column). Decoding by kind avoids serde's buffering of internally
+    /// tagged enums, which made replay several times slower.
+    pub fn encode_stored(&self) -> serde_json::Result<Vec<u8>> {
+        macro_rules! enc {
+            ($($v:ident),*) => {
+                match self {
+                    $(EventPayload::$v(x) => serde_json::to_vec(x),)*
+                }
+            };
+        }
+        enc!(
+            SessionStarted,
+            AssistantBlock,
+            PartialDelta,
+            StreamMarker,
+            UserMessage,
+            UserMessageSent,
+            ToolResult,
+            PermissionRequested,
+            QuestionAsked,
+            InteractionResolved,
+            TurnCompleted,
+            StateChanged,
+            SystemNotice,
+            CliControlRequest,
+            ControlResponse,
+            EngineNotice,
+            ProcessExited,
+            Diagnostic,
+            Truncated,
+            Unknown
+        )
+    }
+
+    /// Decodes a stored payload of `kind` (see [`EventPayload::encode_stored`]); the tagged
+    /// form (`{"kind": ...}`) is accepted too.
+    pub fn decode_stored(kind: &str, bytes: &[u8]) -> serde_json::Result<EventPayload> {
+        macro_rules! dec {
+            ($($v:ident => $k:literal),*) => {
+                match kind {
+                    $($k => serde_json::from_slice(bytes).map(EventPayload::$v),)*
+                    _ => serde_json::from_slice::<EventPayload>(bytes),
+                }
+            };
+        }
+        let r = dec!(
+            SessionStarted => "session_started",
+            AssistantBlock => "assistant_block",
+            PartialDelta => "partial_delta",
+            StreamMarker => "stream_marker",
+            UserMessage => "user_message",
+            UserMessageSent => "user_message_sent",
+            ToolResult => "tool_result",
+            PermissionRequested => "permission_requested",
+            QuestionAsked => "question_asked",
+            InteractionResolved => "interaction_resolved",
+            TurnCompleted => "turn_completed",
+            StateChanged => "state_changed",
+            SystemNotice => "system_notice",
+            CliControlRequest => "cli_control_request",
+            ControlResponse => "control_response",
+            EngineNotice => "engine_notice",
+            ProcessExited => "process_exited",
+            Diagnostic => "diagnostic",
+            Truncated => "truncated",
+            Unknown => "unknown"
+        );
+        match r {
+            Ok(p) if p.kind() == kind => Ok(p),
+            Ok(p) => serde_json::from_slice::<EventPayload>(bytes).or(Ok(p)),
+            Err(e) => serde_json::from_slice::<EventPayload>(bytes).map_err(|_| e),
+        }
+    }
+
     /// Live-only payloads are published without a seq and never stored.
     pub fn is_live_only(&self) -> bool {
         matches!(
@@ -581,6 +656,11 @@ mod tests {
     use serde_json::json;
 
     fn round_trip(p: EventPayload) {
+        let stored = p.encode_stored().expect("encode stored");
+        assert_eq!(
+            EventPayload::decode_stored(p.kind(), &stored).expect("decode stored"),
+            p
+        );
         let bytes = serde_json::to_vec(&p).expect("encode");
         let back: EventPayload = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
             panic!(

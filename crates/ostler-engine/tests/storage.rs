@@ -66,7 +66,7 @@ async fn raw_lines_stored_once_partials_never() {
             assert!(ev.raw.is_none(), "{} has a raw line", ev.kind);
         }
         // The canonical payload round-trips.
-        let p: EventPayload = serde_json::from_slice(&ev.payload).expect("payload decodes");
+        let p = EventPayload::decode_stored(&ev.kind, &ev.payload).expect("payload decodes");
         assert_eq!(p.kind(), ev.kind.as_ref());
     }
     // CLI-originated events keep their raw line (the permission request, assistant blocks).
