@@ -154,6 +154,11 @@ fn questions_by_typing_and_by_flag() {
     t.expect("Which database should I use?");
     t.expect("2) PostgreSQL");
     t.expect("choose 1-2 or type an answer: ");
+    // Free text is refused by a daemon that accepts only the listed options (the
+    // default): the client says so and asks again.
+    t.type_text("MySQL please\r");
+    t.expect("the daemon refused that answer");
+    t.expect_n("choose 1-2 or type an answer: ", 2);
     t.type_text("2\r");
     t.expect("Thanks, I will use your choice.");
     assert_eq!(t.wait(), 0, "{}", t.seen);

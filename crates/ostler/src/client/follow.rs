@@ -362,13 +362,14 @@ impl Follower {
                     .await
                     .map(|_| ())
             }
-            Payload::QuestionAsked(q) => {
+            Payload::QuestionAsked(q) => loop {
                 let answers = match self.answerer.question(q, ctrlc).await? {
                     Asked::Answer(a) => a,
                     Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
                     Asked::CtrlC => return Ok(Some(Outcome::Detached)),
                 };
-                self.conn
+                let r = self
+                    .conn
                     .sessions
                     .answer_question(pb::AnswerQuestionRequest {
                         session_id: self.session_id.clone(),
@@ -376,8 +377,24 @@ impl Follower {
                         answers,
                     })
                     .await
-                    .map(|_| ())
-            }
+                    .map(|_| ());
+                match r {
+                    // A refused answer (e.g. free text when the daemon accepts only the
+                    // listed options): say why and ask again on the terminal.
+                    Err(s)
+                        if s.code() == tonic::Code::InvalidArgument
+                            && self.answerer.tty.is_some() =>
+                    {
+                        if let Some(tty) = self.answerer.tty.as_mut() {
+                            tty.say(&format!(
+                                "  the daemon refused that answer: {}\n",
+                                s.message()
+                            ));
+                        }
+                    }
+                    other => break other,
+                }
+            },
             _ => Ok(()),
         };
         match result {

@@ -383,12 +383,16 @@ impl Pty {
         }
     }
 
-    /// Read until `text` has appeared (after `from`); panics after the guard time with
-    /// everything seen.
+    /// Read until `text` has appeared; panics after the guard time with everything seen.
     pub fn expect(&mut self, text: &str) {
+        self.expect_n(text, 1);
+    }
+
+    /// Read until `text` has appeared `n` times.
+    pub fn expect_n(&mut self, text: &str, n: usize) {
         let deadline = std::time::Instant::now() + GUARD;
         loop {
-            if self.seen.contains(text) {
+            if self.seen.matches(text).count() >= n {
                 return;
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
