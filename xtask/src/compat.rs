@@ -510,3 +510,31 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cargo test` catches a matrix or doc that drifted from the contracts.
+    #[test]
+    fn generated_matrix_is_up_to_date() {
+        generate(GenerateArgs { check: true }).expect("run `cargo xtask compat generate`");
+    }
+
+    #[test]
+    fn derived_minimum_and_boundaries() {
+        let d = derive().expect("derive");
+        assert_eq!(d.minimum.to_string(), "1.0.59");
+        let b: Vec<(String, String, String)> = d
+            .boundaries
+            .iter()
+            .map(|(n, a, b)| (n.clone(), a.to_string(), b.to_string()))
+            .collect();
+        assert!(b.contains(&(
+            "--include-partial-messages".into(),
+            "1.0.108".into(),
+            "1.0.109".into()
+        )));
+        assert!(b.contains(&("--fork-session".into(), "1.0.117".into(), "1.0.119".into())));
+    }
+}
