@@ -52,6 +52,12 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // Idle readers go first, so that the writer's final checkpoint can empty the WAL.
+        self.readers
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         // Closing the channel lets the writer finish the queue and exit.
         drop(self.tx.take());
         if let Some(handle) = self.writer.take()

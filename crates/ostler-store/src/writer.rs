@@ -302,8 +302,8 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// `checkpoint`: when given, the write connection's automatic checkpoints must be off
-    /// (`wal_autocheckpoint=0`) and the nudged checkpointer does them instead.
+    /// `checkpoint`: when given, [`Writer::run`] installs a WAL hook on the connection (which
+    /// turns SQLite's automatic checkpoints off) and schedules checkpoints itself.
     pub(crate) fn new(
         conn: Connection,
         path: PathBuf,
@@ -336,6 +336,14 @@ impl Writer {
             }
             self.run_batch(&mut batch);
         }
+        // Closing: move everything into the database file and empty the WAL, so that a
+        // closed store is one self-contained file.
+        if let Err(e) = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "final checkpoint failed");
+        }
         tracing::debug!(path = %self.path.display(), "store writer stopped");
     }
 
@@ -367,11 +375,6 @@ impl Writer {
         };
         match outcome {
             Ok(()) => {
-                if let Some(nudge) = &mut self.checkpoint {
-                    // Between groups, outside any transaction.
-                    let action = nudge.committed(WAL_FRAMES.with(Cell::get));
-                    nudge.run(&self.conn, &self.path, action);
-                }
                 for (id, slot) in overlay {
                     match slot {
                         Some(slot) => self.cache.insert(id, slot),
@@ -380,6 +383,12 @@ impl Writer {
                 }
                 for complete in completions {
                     complete(None);
+                }
+                if let Some(nudge) = &mut self.checkpoint {
+                    // Between groups, outside any transaction, after the callers have their
+                    // results.
+                    let action = nudge.committed(WAL_FRAMES.with(Cell::get));
+                    nudge.run(&self.conn, &self.path, action);
                 }
             }
             Err(e) => {

@@ -231,6 +231,11 @@ fn dropping_the_store_completes_queued_writes() {
         .flat_map(|t| t.wait().unwrap())
         .collect();
     assert_eq!(seqs, (1..=500).collect::<Vec<_>>());
+    // Closed cleanly: everything is in the database file, the WAL is empty.
+    let wal = std::fs::metadata(path.with_extension("db-wal"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert_eq!(wal, 0, "WAL left behind after close");
     assert_eq!(open(&path).last_seq("s").unwrap(), 500);
 }
 
