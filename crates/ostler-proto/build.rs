@@ -7,7 +7,11 @@ use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
-    let files = ["ostler/v1/events.proto", "ostler/v1/session.proto", "ostler/v1/daemon.proto"];
+    let files = [
+        "ostler/v1/events.proto",
+        "ostler/v1/session.proto",
+        "ostler/v1/daemon.proto",
+    ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", root.join(f).display());
     }

@@ -12,8 +12,14 @@ fn descriptor_set_names_the_public_services() {
         .filter(|f| f.package() == "ostler.v1")
         .flat_map(|f| f.service.iter().map(|s| s.name().to_owned()))
         .collect();
-    assert!(services.contains(&"SessionService".to_owned()), "{services:?}");
-    assert!(services.contains(&"DaemonService".to_owned()), "{services:?}");
+    assert!(
+        services.contains(&"SessionService".to_owned()),
+        "{services:?}"
+    );
+    assert!(
+        services.contains(&"DaemonService".to_owned()),
+        "{services:?}"
+    );
     let session = fds
         .file
         .iter()
