@@ -150,6 +150,20 @@ async fn interrupt_and_set_model(release: &str) {
     .await;
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
 
+    c.set_permission_mode(pb::SetPermissionModeRequest {
+        session_id: s.id.clone(),
+        mode: pb::PermissionMode::AcceptEdits as i32,
+    })
+    .await
+    .unwrap();
+    let err = c
+        .set_permission_mode(pb::SetPermissionModeRequest {
+            session_id: "no-such-session".into(),
+            mode: pb::PermissionMode::Plan as i32,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
     c.set_model(pb::SetModelRequest {
         session_id: s.id.clone(),
         model: "claude-opus-test".into(),

@@ -194,6 +194,9 @@ impl World {
             .arg("--allowed-root")
             .arg(&self.work)
             .args(extra);
+        if let Ok(f) = std::env::var("OSTLER_TEST_LOG_FORMAT") {
+            cmd.args(["--log-format", &f]);
+        }
         std::fs::write(self.dir.path().join("no-config.toml"), "").unwrap();
         Daemon::spawn(cmd, self, ready).await
     }
@@ -302,6 +305,10 @@ impl Drop for Daemon {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        // Debugging aid: OSTLER_TEST_DUMP_LOG=1 prints the daemon's log.
+        if std::env::var_os("OSTLER_TEST_DUMP_LOG").is_some() {
+            eprintln!("--- daemon log\n{}", self.log_text());
         }
     }
 }
