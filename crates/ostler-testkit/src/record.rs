@@ -116,6 +116,8 @@ struct Driver<'a> {
     background_tasks: Vec<String>,
     /// background tasks whose notification was awaited
     notified: Vec<String>,
+    /// interrupts sent without partial messages
+    interrupts: usize,
     next_request: usize,
     unsupported: Vec<String>,
     first_flags: Vec<String>,
@@ -145,6 +147,7 @@ pub async fn record(scenario: &Scenario, opts: &RecordOptions) -> Result<Recordi
         tools: None,
         background_tasks: Vec::new(),
         notified: Vec::new(),
+        interrupts: 0,
         next_request: 0,
         unsupported: Vec::new(),
         first_flags: Vec::new(),
@@ -281,7 +284,16 @@ impl Driver<'_> {
         let inv = self.invocation(None, false);
         self.spawn(&inv, true).await?;
         let steps = self.scenario.steps.clone();
+        let version = semver::Version::parse(&self.opts.release).ok();
         for (i, entry) in steps.iter().enumerate() {
+            if let Some(req) = &entry.if_release {
+                let req = semver::VersionReq::parse(req)
+                    .map_err(|e| self.err(format!("step {i}: if_release {req:?}: {e}")))?;
+                // a release label that is not a version runs every step
+                if version.as_ref().is_some_and(|v| !req.matches(v)) {
+                    continue;
+                }
+            }
             if entry.if_tool.is_some() || entry.unless_tool.is_some() {
                 self.ensure_init().await?;
                 let tools = self.tools.clone().unwrap_or_default();
@@ -408,6 +420,39 @@ impl Driver<'_> {
                     )
                     .await
                 }
+            }
+            Step::InterruptAfterDeltas { deltas } if !self.features.include_partial_messages => {
+                // no stream events on this release: interrupt once the fake model got the
+                // streaming request (nothing is emitted mid-answer anyway)
+                let _ = deltas;
+                let answered_streams = |server: &FakeModelServer| {
+                    server
+                        .requests()
+                        .iter()
+                        .filter(|r| {
+                            r.rule.is_some()
+                                && r.body
+                                    .as_ref()
+                                    .and_then(|b| b.get("stream"))
+                                    .and_then(Value::as_bool)
+                                    == Some(true)
+                        })
+                        .count()
+                };
+                let timeout = self.opts.await_timeout;
+                let deadline = tokio::time::Instant::now() + timeout;
+                while answered_streams(&self.server) <= self.interrupts {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(self.err("no streaming model request to interrupt"));
+                    }
+                    let n = self.server.requests().len();
+                    self.server.wait_for_requests(n + 1, left).await;
+                }
+                self.interrupts += 1;
+                self.control(json!({"subtype": "interrupt"}))
+                    .await
+                    .map(|_| ())
             }
             Step::InterruptAfterDeltas { deltas } => {
                 for n in 0..*deltas {

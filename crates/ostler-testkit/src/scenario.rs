@@ -194,6 +194,10 @@ pub struct StepEntry {
     /// Run only if the CLI's `system/init` does not list this tool.
     #[serde(default)]
     pub unless_tool: Option<String>,
+    /// Run only if the release matches this semver requirement (e.g. `">=1.0.117"`): for
+    /// capabilities a release lacks without saying so (an unanswered control request).
+    #[serde(default)]
+    pub if_release: Option<String>,
 }
 
 /// Permission decision.
