@@ -40,8 +40,13 @@ fn cargo() -> Command {
 fn run(step: &str, mut cmd: Command) -> Result<()> {
     let started = Instant::now();
     eprintln!("==> {step}");
-    let status = cmd.status().with_context(|| format!("{step}: cannot start"))?;
-    eprintln!("<== {step}: {status} in {:.1}s", started.elapsed().as_secs_f64());
+    let status = cmd
+        .status()
+        .with_context(|| format!("{step}: cannot start"))?;
+    eprintln!(
+        "<== {step}: {status} in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     if !status.success() {
         bail!("{step} failed ({status})");
     }
@@ -77,7 +82,11 @@ fn have(cmd: &str, arg: &str) -> bool {
 
 pub fn test(a: TestArgs) -> Result<()> {
     let started = Instant::now();
-    for (tool, arg) in [("npm", "--version"), ("node", "--version"), ("python3", "--version")] {
+    for (tool, arg) in [
+        ("npm", "--version"),
+        ("node", "--version"),
+        ("python3", "--version"),
+    ] {
         if !have(tool, arg) {
             bail!("`{tool}` is required by the test suite (real CLI releases and examples)");
         }
@@ -90,14 +99,22 @@ pub fn test(a: TestArgs) -> Result<()> {
         fmt.args(["fmt", "--all", "--", "--check"]);
         run("cargo fmt --check", fmt)?;
         let mut clippy = cargo();
-        clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
+        clippy.args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]);
         run("cargo clippy", clippy)?;
     }
 
     // Generated artefacts must match their sources.
     for check in generated_checks() {
         let mut c = cargo();
-        c.args(["run", "--quiet", "--package", "xtask", "--"]).args(&check);
+        c.args(["run", "--quiet", "--package", "xtask", "--"])
+            .args(&check);
         run(&format!("cargo xtask {}", check.join(" ")), c)?;
     }
 
@@ -109,7 +126,10 @@ pub fn test(a: TestArgs) -> Result<()> {
     }
     t.args(&a.rest);
     run("tests", t)?;
-    eprintln!("all checks passed in {:.0}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "all checks passed in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -134,8 +154,16 @@ pub fn daemon(a: DaemonArgs) -> Result<()> {
     let bin = ostler_testkit::releases::ensure(&release, &cache)
         .with_context(|| format!("installing Claude Code {release}"))?;
     let mut c = cargo();
-    c.args(["run", "--release", "--package", "ostler", "--", "serve", "--claude"])
-        .arg(&bin)
-        .args(&a.rest);
+    c.args([
+        "run",
+        "--release",
+        "--package",
+        "ostler",
+        "--",
+        "serve",
+        "--claude",
+    ])
+    .arg(&bin)
+    .args(&a.rest);
     run("ostler serve", c)
 }
