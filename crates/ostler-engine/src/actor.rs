@@ -93,6 +93,8 @@ pub(crate) struct Actor {
     stop_requested: bool,
     shutdown: bool,
     last_model: Option<String>,
+    /// The CLI's cumulative cost so far for this process.
+    process_cost_usd: f64,
 }
 
 impl Actor {
@@ -125,6 +127,7 @@ impl Actor {
             stop_requested: false,
             shutdown: false,
             last_model: None,
+            process_cost_usd: 0.0,
         }
     }
 
@@ -366,7 +369,11 @@ impl Actor {
         if !results.is_empty() {
             self.entry.set_state(self.live_state());
         }
-        let events = match self.entry.hub.emit(items).await {
+        // Persist, then record what GetSession reports about these events (CLI session id,
+        // usage), then publish: a client that saw them reads a session that agrees.
+        let entry = self.entry.clone();
+        let guard = entry.hub.lock().await;
+        let events = match guard.persist(items).await {
             Ok(ev) => ev,
             Err(e) => {
                 tracing::error!(session = %self.sid(), error = %e, "cannot record CLI output");
@@ -376,12 +383,19 @@ impl Actor {
         if let Some(s) = started {
             self.session_started(s).await;
         }
+        let mut ended = Vec::new();
         for i in results {
             if let Some(ev) = events.get(i)
                 && let EventPayload::TurnCompleted(r) = &ev.payload
             {
-                self.turn_completed(r.clone(), ev.seq).await;
+                self.record_usage(r, ev.seq).await;
+                ended.push(r.subtype.clone());
             }
+        }
+        guard.publish(&events);
+        drop(guard);
+        for subtype in ended {
+            self.turn_completed(&subtype).await;
         }
         if turns_changed {
             self.settle_state(None).await;
@@ -416,7 +430,17 @@ impl Actor {
         }
     }
 
-    async fn turn_completed(&mut self, r: proto::TurnResult, seq: Option<u64>) {
+    async fn record_usage(&mut self, r: &proto::TurnResult, seq: Option<u64>) {
+        // `total_cost_usd` is cumulative over the process's life (measured on 1.0.128 and
+        // 2.1.330), while `usage` is per turn: record the difference.
+        let turn_cost = match r.total_cost_usd {
+            Some(total) if total.is_finite() => {
+                let cost = (total - self.process_cost_usd).max(0.0);
+                self.process_cost_usd = self.process_cost_usd.max(total);
+                cost
+            }
+            _ => 0.0,
+        };
         if let Some(u) = r.usage {
             let turn = TurnUsage {
                 event_seq: seq,
@@ -426,7 +450,7 @@ impl Actor {
                     output_tokens: u.output_tokens,
                     cache_creation_input_tokens: u.cache_creation_input_tokens,
                     cache_read_input_tokens: u.cache_read_input_tokens,
-                    cost_usd: r.total_cost_usd.unwrap_or(0.0),
+                    cost_usd: turn_cost,
                 },
                 duration_ms: r.duration_ms,
                 ts_ms: now_ms(),
@@ -435,6 +459,9 @@ impl Actor {
                 tracing::error!(session = %self.sid(), error = %e, "cannot record turn usage");
             }
         }
+    }
+
+    async fn turn_completed(&mut self, subtype: &str) {
         // A finished turn leaves nothing to decide: whatever is still pending is stale.
         if self.turns_outstanding == 0 && !self.pending.is_empty() {
             let ids: Vec<String> = self.pending.keys().cloned().collect();
@@ -443,7 +470,7 @@ impl Actor {
                     .await;
             }
         }
-        self.settle_state(Some(format!("turn ended ({})", r.subtype)))
+        self.settle_state(Some(format!("turn ended ({subtype})")))
             .await;
     }
 

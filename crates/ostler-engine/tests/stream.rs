@@ -132,6 +132,29 @@ async fn reconnect_mid_stream_sees_every_event_once() {
         answers,
         vec!["2+2 is 4.".to_string(), "3+3 is 6.".to_string()]
     );
+
+    // Usage is per turn; the CLI's cost is cumulative per process: the session's total is
+    // the last result's total, not the sum of both.
+    let results: Vec<_> = seen
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::TurnCompleted(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2);
+    let info = env.engine.get_session(&s.id).await.expect("get");
+    assert_eq!(info.turns, 2);
+    let last_total = results[1].total_cost_usd.expect("cost");
+    assert!(
+        (info.usage.cost_usd - last_total).abs() < 1e-9,
+        "{info:?} vs {last_total}"
+    );
+    let input: u64 = results
+        .iter()
+        .map(|r| r.usage.expect("usage").input_tokens)
+        .sum();
+    assert_eq!(info.usage.input_tokens, input);
 }
 
 /// With a live buffer of one event, a subscriber that does not read falls behind; it still
