@@ -280,8 +280,8 @@ pub fn load(explicit_file: Option<&Path>, overrides: &Overrides) -> Result<Confi
             fig = fig.merge(Toml::file_exact(f));
         }
         None => {
-            if let Some(f) = default_config_file() {
-                // A missing default file is fine: figment treats it as empty.
+            // A missing default file is fine: only an existing one is read.
+            if let Some(f) = default_config_file().filter(|f| f.is_file()) {
                 fig = fig.merge(Toml::file_exact(f));
             }
         }

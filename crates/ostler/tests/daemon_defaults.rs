@@ -1,0 +1,67 @@
+//! The README's run command on a fresh machine: `ostler serve` with no config file and no
+//! `--store` starts, and keeps its SQLite database in the platform data directory.
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+#![allow(clippy::disallowed_methods)] // the test runs the daemon binary itself
+
+mod daemon_harness;
+
+use std::process::{Command, Stdio};
+
+use daemon_harness::*;
+
+#[tokio::test]
+async fn serve_starts_without_a_config_file_and_uses_the_data_dir() {
+    let world = World::new(NEW).await;
+    let ready = world.dir.path().join("ready");
+    let mut cmd = Command::new(OSTLER);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-probe",
+        "--ready-file",
+    ])
+    .arg(&ready)
+    .arg("--claude")
+    .arg(&world.claude)
+    .env_clear()
+    .env("PATH", std::env::var("PATH").unwrap_or_default())
+    // A fresh HOME: no ~/.config/ostler/config.toml, no data directory yet.
+    .env("HOME", &world.home)
+    .env("ANTHROPIC_BASE_URL", world.fake.url())
+    .env("ANTHROPIC_API_KEY", "test-key")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let (log, lines) = collect_stderr(&mut child);
+    let became_ready = tokio::task::spawn_blocking(move || {
+        while let Ok(l) = lines.recv_timeout(GUARD) {
+            if l.contains("ostler daemon ready") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        became_ready,
+        "daemon did not start without a config file:\n{}",
+        log.lock().unwrap().join("\n")
+    );
+    assert!(ready.is_file(), "ready file written");
+    let data = world.home.join(".local/share/ostler");
+    let has_db = std::fs::read_dir(&data)
+        .map(|d| {
+            d.flatten().any(|e| {
+                e.path()
+                    .extension()
+                    .is_some_and(|x| x == "db" || x == "sqlite")
+            })
+        })
+        .unwrap_or(false);
+    assert!(has_db, "no database under {}", data.display());
+}
