@@ -13,9 +13,13 @@ use ostler_supervisor::{DiscoverError, DiscoverOptions, Installation, compat};
 
 #[derive(clap::Args, Debug, Default)]
 pub struct DoctorArgs {
-    /// The `claude` binary to check (default: the first `claude` on PATH).
+    /// The `claude` binary to check (default: `claude.path` of the daemon's configuration,
+    /// else the first `claude` on PATH).
     #[arg(long, value_name = "PATH")]
     pub claude: Option<PathBuf>,
+    /// The daemon's configuration file (default: as `ostler serve`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Do not probe the binary's flags; use the embedded compatibility matrix alone.
     #[arg(long)]
     pub no_probe: bool,
@@ -45,9 +49,24 @@ pub fn run(args: DoctorArgs) -> i32 {
 /// The check, writing the report to `out`; returns the exit code. A failing `out` (closed
 /// pipe) does not change the exit code.
 pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
+    // The same configuration layers as the daemon (file, environment, flags).
+    let overrides = crate::config::Overrides {
+        claude: args.claude.clone(),
+        no_probe: args.no_probe,
+        ..Default::default()
+    };
+    let cfg = match crate::config::load(args.config.as_deref(), &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            let _ = writeln!(out, "error:         {e:#}");
+            let _ = writeln!(out, "daemon:        would refuse to start (exit 78)");
+            return 78;
+        }
+    };
     let opts = DiscoverOptions {
-        claude_path: args.claude,
-        probe_flags: !args.no_probe,
+        claude_path: cfg.claude.path.clone(),
+        probe_flags: cfg.claude.probe_flags,
         version_timeout: Duration::from_secs(args.version_timeout.max(1)),
         ..DiscoverOptions::default()
     };
@@ -162,6 +181,7 @@ mod tests {
         let code = report(
             DoctorArgs {
                 claude: Some(claude),
+                config: None,
                 no_probe,
                 version_timeout: 30,
             },
