@@ -311,10 +311,11 @@ async fn stalled_subscriber_delays_nobody() {
     let mut fast_events = subscribe(&mut fast, &s.id, 0, true).await;
     let mut slow_seen = Vec::new();
 
-    // Three turns of about 400 kB each, with partial deltas: far more than the HTTP/2
-    // window and every buffer between the engine and a client that does not read.
+    // Five turns of about 400 kB of text each (the block, its partial deltas and the
+    // result each carry it): several MB, far more than the HTTP/2 windows and every buffer
+    // between the engine and a client that does not read.
     let mut fast_seen = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..5 {
         send(&mut fast, &s.id, "Give me a large answer.").await;
         if slow_seen.is_empty() {
             // The slow client reads exactly one event, then stalls.
