@@ -1,7 +1,9 @@
 //! Daemon configuration: defaults -> `config.toml` (in the platform config dir, or
-//! `--config`) -> `OSTLER_*` environment (`OSTLER_LISTEN__ADDR`, `OSTLER_AUTH__TOKENS`,
-//! nested keys separated by `__`) -> command-line flags. Validated once at start with
-//! messages that name the key.
+//! `--config`) -> `OSTLER_*` environment (`OSTLER_LISTEN__ADDR=127.0.0.1:0`,
+//! `OSTLER_AUTH__TOKEN_FILE=/path`, lists as `OSTLER_AUTH__TOKENS='["a","b"]'`: nested keys
+//! separated by `__`) -> command-line flags. Validated once at start with messages that
+//! name the key. Tokens are never logged (`AuthConfig`'s `Debug` redacts them); prefer
+//! `auth.token_file` over putting tokens in the environment.
 //!
 //! ```toml
 //! [listen]

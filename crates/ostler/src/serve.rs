@@ -135,8 +135,9 @@ fn init_logging(filter: &str, json: bool) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    // Spans (session_id, method) are part of every line in both formats.
-    let res = if json {
+    // Spans (session_id, method) are part of every line in both formats. `try_init` fails
+    // only when a subscriber is already installed, which is then kept.
+    let _ = if json {
         builder
             .json()
             .with_current_span(true)
@@ -145,9 +146,6 @@ fn init_logging(filter: &str, json: bool) {
     } else {
         builder.try_init()
     };
-    if res.is_err() {
-        // Already initialised (tests running several commands in one process).
-    }
 }
 
 async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) -> Result<i32> {
