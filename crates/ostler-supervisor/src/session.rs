@@ -471,6 +471,12 @@ impl SessionProcess {
         sup: SupervisorOptions,
     ) -> Result<(SessionProcess, mpsc::Receiver<ProcessEvent>)> {
         let args = session_args(inst, &opts)?;
+        if !opts.cwd.is_dir() {
+            return Err(Error::InvalidOptions(format!(
+                "cwd {} is not an existing directory",
+                opts.cwd.display()
+            )));
+        }
         let env = build_env(
             std::env::vars_os(),
             &sup.env_allowlist,

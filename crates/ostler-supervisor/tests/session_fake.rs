@@ -390,3 +390,59 @@ async fn cancelled_request_is_surfaced_and_cannot_be_answered() {
         serde_json::from_str(&read(d.path().join("first.json"))).unwrap();
     assert_eq!(first["type"], "user");
 }
+
+#[tokio::test]
+async fn bad_spawn_options_are_typed_errors() {
+    let d = tempfile::tempdir().unwrap();
+    let inst = fake(d.path(), "cat > /dev/null");
+    let mut o = spawn_opts(&d.path().join("missing"));
+    let e = SessionProcess::spawn(&inst, o.clone(), sup())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ostler_supervisor::Error::InvalidOptions(_)),
+        "{e:?}"
+    );
+    o.cwd = d.path().to_path_buf();
+    o.fork_session = true;
+    let e = SessionProcess::spawn(&inst, o.clone(), sup())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ostler_supervisor::Error::InvalidOptions(_)),
+        "{e:?}"
+    );
+    // A release without --fork-session refuses a fork (capabilities, not version numbers).
+    let old = Installation::assume(inst.path.clone(), semver::Version::new(1, 0, 117), None);
+    o.resume = Some("a-session".into());
+    let e = SessionProcess::spawn(&old, o.clone(), sup())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ostler_supervisor::Error::Unsupported {
+                flag: "--fork-session",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // ... and runs without partial messages, which it lacks.
+    let older = Installation::assume(inst.path.clone(), semver::Version::new(1, 0, 108), None);
+    o.fork_session = false;
+    o.include_partial_messages = true;
+    let args = ostler_supervisor::session::session_args(&older, &o).unwrap();
+    assert!(!args.iter().any(|a| a == "--include-partial-messages"));
+    assert!(
+        args.windows(2)
+            .any(|w| w[0] == "--resume" && w[1] == "a-session")
+    );
+    // Too old to run at all.
+    let ancient = Installation::assume(inst.path.clone(), semver::Version::new(1, 0, 58), None);
+    let e = SessionProcess::spawn(&ancient, o, sup()).await.unwrap_err();
+    assert!(
+        matches!(e, ostler_supervisor::Error::Incompatible { .. }),
+        "{e:?}"
+    );
+}
