@@ -286,6 +286,59 @@ async fn kill9_restart_resume(release: &str) {
             .collect::<Vec<_>>(),
         last + 1,
     );
+    read_until(&mut events, &mut seen, "recall turn end", is_turn_completed).await;
+
+    // StopSession, then a fork: a new session that continues the same conversation.
+    let stopped = c
+        .stop_session(pb::StopSessionRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stopped.state(), pb::SessionState::Stopped);
+    let err = c
+        .send_message(pb::SendMessageRequest {
+            session_id: s.id.clone(),
+            content: text("Are you still there?"),
+            client_message_id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    if release == NEW {
+        // The engine keeps one ostler session: the fork branches the CLI conversation
+        // (a new CLI session id), the ostler history continues.
+        let cli_before = stopped.cli_session_id.clone();
+        assert!(!cli_before.is_empty());
+        let fork = c
+            .resume_session(pb::ResumeSessionRequest {
+                session_id: s.id.clone(),
+                fork: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(fork.id, s.id);
+        let mut fe = subscribe(&mut c, &fork.id, stopped.last_seq, false).await;
+        let mut fseen = Vec::new();
+        send(&mut c, &fork.id, "What was the word?").await;
+        read_until(&mut fe, &mut fseen, "recall in the fork", |e| {
+            assistant_text(e) == Some("The word was PINEAPPLE.")
+        })
+        .await;
+        let after = c
+            .get_session(pb::GetSessionRequest {
+                session_id: s.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_ne!(
+            after.cli_session_id, cli_before,
+            "the fork has its own CLI session"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
