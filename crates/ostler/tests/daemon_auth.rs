@@ -66,6 +66,29 @@ fn missing_claude_exits_72() {
 }
 
 #[test]
+fn incompatible_claude_exits_78() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    // A "claude" far below the supported range.
+    let fake = dir.path().join("claude");
+    std::fs::write(&fake, "#!/bin/sh\necho '0.1.0 (Claude Code)'\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = serve(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-probe",
+            "--claude",
+            fake.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("0.1.0"), "{stderr}");
+}
+
+#[test]
 fn bad_config_key_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let out = serve(
