@@ -963,3 +963,35 @@ fn the_wal_is_checkpointed_while_appending() {
     );
     assert_eq!(store.last_seq("s").unwrap(), 12000);
 }
+
+/// A reader holding a snapshot open (a slow client replaying) neither blocks appends nor
+/// sees them; a new read sees everything.
+#[test]
+fn a_long_read_neither_blocks_appends_nor_sees_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    store
+        .append_blocking("s", (1..=10).map(event).collect())
+        .unwrap();
+
+    let reader = raw_conn(&path);
+    reader.execute_batch("BEGIN").unwrap();
+    let count = |c: &rusqlite::Connection| -> i64 {
+        c.query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(count(&reader), 10, "snapshot taken");
+    // Enough appends to cross the checkpoint thresholds while the snapshot is held.
+    for chunk in 0..60u64 {
+        let events = (0..100)
+            .map(|i| NewEvent::new("k", vec![1u8; 3000], (chunk * 100 + i) as i64))
+            .collect();
+        store.append_blocking("s", events).unwrap();
+    }
+    assert_eq!(count(&reader), 10, "the open snapshot does not change");
+    reader.execute_batch("COMMIT").unwrap();
+    assert_eq!(count(&reader), 6010);
+    assert_eq!(store.last_seq("s").unwrap(), 6010);
+}
