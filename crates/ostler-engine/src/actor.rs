@@ -1183,6 +1183,11 @@ impl Actor {
             stderr_tail: info.stderr_tail.clone(),
             at_ms: now_ms(),
         };
+        *self
+            .entry
+            .last_stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(info.stderr_tail.clone());
         self.emit_logged(EventPayload::ProcessExited(ProcessExited {
             status: status.clone(),
         }))

@@ -139,6 +139,8 @@ pub(crate) struct SessionEntry {
     pending: Mutex<BTreeMap<String, Arc<EngineEvent>>>,
     /// Session rules (from create + "remember"), and the spec; loaded from the log.
     meta: Mutex<Option<Meta>>,
+    /// The stderr tail of the last exit seen by this engine (the store keeps no stderr).
+    pub(crate) last_stderr: Mutex<Option<String>>,
     /// Serialises lifecycle changes (create/resume/stop/delete) of this session.
     lifecycle: tokio::sync::Mutex<()>,
 }
@@ -170,6 +172,7 @@ impl SessionEntry {
             state: Mutex::new(None),
             pending: Mutex::new(BTreeMap::new()),
             meta: Mutex::new(None),
+            last_stderr: Mutex::new(None),
             lifecycle: tokio::sync::Mutex::new(()),
         }
     }
@@ -421,7 +424,14 @@ impl Engine {
             .as_ref()
             .filter(|e| e.actor().is_some())
             .and_then(|e| *lock(&e.state));
-        let pending = entry.map(|e| lock(&e.pending).len() as u32).unwrap_or(0);
+        let pending = entry
+            .as_ref()
+            .map(|e| lock(&e.pending).len() as u32)
+            .unwrap_or(0);
+        let stderr_tail = entry
+            .as_ref()
+            .and_then(|e| lock(&e.last_stderr).clone())
+            .unwrap_or_default();
         let state = live_state.unwrap_or_else(|| rec.state.parse().unwrap_or(SessionState::Exited));
         SessionInfo {
             claude_session_id: rec.claude_session_id,
@@ -437,7 +447,7 @@ impl Engine {
                 code: x.code,
                 signal: x.signal,
                 reason: x.reason,
-                stderr_tail: String::new(),
+                stderr_tail,
                 at_ms: x.at_ms,
             }),
             last_seq: rec.last_seq,

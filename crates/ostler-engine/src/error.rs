@@ -142,9 +142,8 @@ impl From<ostler_supervisor::Error> for Error {
         match e {
             S::Incompatible { .. } | S::Unsupported { .. } => Error::precondition(e.to_string()),
             S::InvalidOptions(m) => Error::invalid("options", m),
-            S::ProcessGone | S::Stdin(_) => Error::Unavailable(e.to_string()),
+            S::ProcessGone | S::Stdin(_) | S::Spawn { .. } => Error::Unavailable(e.to_string()),
             S::NotPending(m) => Error::precondition(format!("not pending: {m}")),
-            other => Error::Internal(format!("supervisor: {other}")),
         }
     }
 }

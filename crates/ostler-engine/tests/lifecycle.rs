@@ -499,3 +499,51 @@ async fn respawn_on_start_when_configured() {
             .any(|t| t == "The word was PINEAPPLE.")
     );
 }
+
+/// A CLI that cannot be started: UNAVAILABLE, and the session is recorded `exited` with the
+/// reason (not lost, and its slot is free again).
+#[tokio::test(flavor = "multi_thread")]
+async fn spawn_failure_is_recorded() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cwd = dir.path().canonicalize().expect("cwd");
+    let store = ostler_store::Store::open(cwd.join("db"), Default::default()).expect("store");
+    let inst = ostler_supervisor::Installation::assume(
+        cwd.join("no-such-claude"),
+        semver::Version::new(2, 1, 330),
+        None,
+    );
+    let engine = Engine::start(
+        EngineOptions {
+            max_live_sessions: 1,
+            ..Default::default()
+        },
+        store,
+        inst,
+    )
+    .await
+    .expect("engine");
+    for _ in 0..2 {
+        let e = engine
+            .create_session(CreateSession {
+                cwd: cwd.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("no binary");
+        assert_eq!(e.code_kind(), CodeKind::Unavailable, "{e}");
+    }
+    let page = engine
+        .list_sessions(ListSessions::default())
+        .await
+        .expect("list");
+    assert_eq!(page.sessions.len(), 2);
+    for s in &page.sessions {
+        assert_eq!(s.state, SessionState::Exited);
+        let reason = s
+            .exit
+            .as_ref()
+            .and_then(|x| x.reason.clone())
+            .expect("reason");
+        assert!(reason.contains("could not be started"), "{reason}");
+    }
+}
