@@ -189,6 +189,9 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         std::fs::create_dir_all(dir)
             .with_context(|| format!("store.path: cannot create {}", dir.display()))?;
     }
+    // One daemon per database: a second `ostler serve` on the same file would assign
+    // conflicting seqs. The OS releases the lock when this process ends, however it ends.
+    let _store_lock = lock_store(&valid.store_path)?;
     let store_opts = ostler_store::StoreOptions {
         synchronous: if cfg.store.synchronous == "full" {
             ostler_store::Synchronous::Full
@@ -318,6 +321,29 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         Ok(Ok(())) => Ok(0),
         Ok(Err(e)) => Err(e.into()),
         Err(e) => Err(anyhow::anyhow!("server task failed: {e}")),
+    }
+}
+
+/// Take the store's daemon lock (`<store>.lock`), or say who holds it.
+fn lock_store(store: &std::path::Path) -> Result<std::fs::File> {
+    let path = store.with_extension("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("store.path: cannot create the lock file {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "store.path: {} is in use by another ostler daemon (it holds {}); stop it or \
+             configure another store.path",
+            store.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("store.path: cannot lock {}", path.display()))
+        }
     }
 }
 

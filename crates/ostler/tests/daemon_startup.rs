@@ -1,5 +1,5 @@
-//! The README's run command on a fresh machine: `ostler serve` with no config file and no
-//! `--store` starts, and keeps its SQLite database in the platform data directory.
+//! Daemon start-up: the README's run command on a fresh machine (no config file, no
+//! `--store`) and one daemon per database.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 #![allow(clippy::disallowed_methods)] // the test runs the daemon binary itself
 
@@ -64,4 +64,32 @@ async fn serve_starts_without_a_config_file_and_uses_the_data_dir() {
         })
         .unwrap_or(false);
     assert!(has_db, "no database under {}", data.display());
+}
+
+#[tokio::test]
+async fn a_second_daemon_on_the_same_store_is_refused() {
+    let world = World::new(NEW).await;
+    let first = world.daemon(&[]).await;
+    let out = Command::new(OSTLER)
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-probe", "--store"])
+        .arg(&world.store)
+        .arg("--claude")
+        .arg(&world.claude)
+        .arg("--config")
+        .arg(world.dir.path().join("no-config.toml"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &world.home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "second daemon started: {stderr}");
+    assert!(
+        stderr.contains("in use by another ostler daemon"),
+        "unclear refusal: {stderr}"
+    );
+    // The first daemon is unaffected.
+    let mut c = first.sessions().await;
+    let _ = create_session(&mut c, &world.work, "still-serving").await;
 }
