@@ -307,11 +307,13 @@ fn derive() -> Result<Derived> {
     let minimum = rows[first].0.clone();
     let mut boundaries = Vec::new();
     type Has = fn(&Evidence) -> bool;
-    let caps: [(&str, Has); 4] = [
+    let caps: [(&str, Has); 6] = [
         ("--permission-prompt-tool", |e| e.stdio_permission_prompt),
         ("--include-partial-messages", |e| e.include_partial_messages),
         ("--fork-session", |e| e.fork_session),
         ("--max-turns", |e| e.max_turns),
+        ("--sdk-url", |e| e.sdk_url != "absent"),
+        (SDK_URL_RESTRICTED, |e| e.sdk_url == "anthropic_only"),
     ];
     for (name, has) in caps {
         for w in rows.windows(2) {
@@ -333,6 +335,10 @@ fn derive() -> Result<Derived> {
         boundaries,
     })
 }
+
+/// The boundary after which `--sdk-url` refuses non-Anthropic hosts (a restriction gained,
+/// recorded like a capability).
+const SDK_URL_RESTRICTED: &str = ostler_supervisor::compat::SDK_URL_RESTRICTED;
 
 fn sdk_url_variant(s: &str) -> Result<&'static str> {
     Ok(match s {
@@ -394,6 +400,10 @@ fn render_rust(d: &Derived) -> Result<String> {
             .unwrap_or_default();
         let evidence = if name == "--permission-prompt-tool" {
             format!("{without}: {ev_without}")
+        } else if name == SDK_URL_RESTRICTED {
+            format!(
+                "{without} accepts --sdk-url ws://127.0.0.1; {with} refuses it (not an approved Anthropic endpoint)"
+            )
         } else {
             format!("{without} rejects {name} as an unknown option; {with} accepts it")
         };
@@ -473,7 +483,8 @@ fn render_md(d: &Derived) -> Result<String> {
          on the installed binary at start-up, so releases that were not pinned are measured too; the \
          boundaries above decide only when the probe cannot run.\n\
          - Boundaries come from adjacent pinned releases; the pinned list holds a release on each side \
-         of every boundary (for `--fork-session`, 1.0.118 was never published).\n",
+         of every boundary (for `--fork-session`, 1.0.118 was never published). `--sdk-url` (the \
+         WebSocket transport, not used by ostler) is reported for completeness.\n",
     );
     Ok(s)
 }

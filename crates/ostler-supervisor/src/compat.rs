@@ -221,6 +221,9 @@ pub struct TestedRelease {
     pub note: &'static str,
 }
 
+/// Name of the boundary after which `--sdk-url` refuses non-Anthropic hosts.
+pub const SDK_URL_RESTRICTED: &str = "--sdk-url refuses non-Anthropic hosts";
+
 /// A measured boundary: the newest release without a capability and the oldest with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Boundary {
@@ -292,6 +295,20 @@ impl Matrix {
     }
 }
 
+/// `--sdk-url` on an unpinned release, from the measured boundaries.
+fn infer_sdk_url(m: &Matrix, v: &Version) -> SdkUrl {
+    let restricted = m.boundary(SDK_URL_RESTRICTED);
+    if restricted.is_some_and(|b| *v >= parse_static(b.first_with)) {
+        return SdkUrl::AnthropicOnly;
+    }
+    let before_restriction = restricted.is_none_or(|b| *v <= parse_static(b.last_without));
+    match m.infer_flag(Flag::SdkUrl, v) {
+        Some(true) if before_restriction => SdkUrl::Loopback,
+        Some(false) => SdkUrl::Absent,
+        _ => SdkUrl::Unknown,
+    }
+}
+
 fn parse_static(s: &str) -> Version {
     // The generator only writes versions it parsed; a bad one means a hand edit.
     Version::parse(s).unwrap_or_else(|_| Version::new(u64::MAX, 0, 0))
@@ -355,7 +372,7 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
             .map(|p| p.sdk_url)
             .filter(|s| *s != SdkUrl::Unknown)
             .or(row.map(|r| r.sdk_url))
-            .unwrap_or_default(),
+            .unwrap_or_else(|| infer_sdk_url(m, version)),
         announced: row
             .map(|r| r.announced.iter().map(|s| s.to_string()).collect())
             .unwrap_or_default(),

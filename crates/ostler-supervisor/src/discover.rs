@@ -293,7 +293,7 @@ async fn run_captured(
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
     }
-    let mut child = cmd.spawn()?;
+    let mut child = crate::session::spawn_retrying(&mut cmd).await?;
     let pid = child.id();
     let mut out = child.stdout.take();
     let mut err = child.stderr.take();

@@ -358,6 +358,25 @@ impl Drop for DropGuard {
     }
 }
 
+/// `cmd.spawn()`, retried a few times on `ETXTBSY`: exec fails while any process holds the
+/// binary open for writing, which happens transiently when it is being installed or
+/// replaced (npm update) or, for a freshly written script, while another thread's fork
+/// still holds the writer's descriptor.
+pub(crate) async fn spawn_retrying(
+    cmd: &mut tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    let mut attempt = 0u64;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempt < 5 => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(10 * attempt)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Send `sig` to the process group led by `pid`; a group that is already gone is fine.
 pub(crate) fn signal_group(pid: u32, sig: Signal) {
     let Ok(raw) = i32::try_from(pid) else { return };
@@ -511,10 +530,12 @@ impl SessionProcess {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
-            path: inst.path.clone(),
-            source,
-        })?;
+        let mut child = spawn_retrying(&mut cmd)
+            .await
+            .map_err(|source| Error::Spawn {
+                path: inst.path.clone(),
+                source,
+            })?;
         let pid = child.id().ok_or(Error::ProcessGone)?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())

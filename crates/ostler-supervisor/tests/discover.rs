@@ -290,6 +290,11 @@ fn matrix_levels_of_pinned_and_unpinned_releases() {
             .announced
             .is_empty()
     );
+    // --sdk-url, from its two measured boundaries, on releases nobody pinned.
+    let sdk = |s: &str| compat::assess(&v(s), None).capabilities.sdk_url;
+    assert_eq!(sdk("1.0.110"), compat::SdkUrl::Absent);
+    assert_eq!(sdk("2.0.10"), compat::SdkUrl::Loopback);
+    assert_eq!(sdk("2.1.200"), compat::SdkUrl::AnthropicOnly);
 }
 
 #[test]
