@@ -808,13 +808,19 @@ impl Engine {
     /// at or before `after_seq` are delivered first again (marked `redelivered`).
     pub async fn subscribe(&self, req: SubscribeRequest) -> Result<Subscription> {
         let entry = self.entry(&req.session_id).await?;
-        let until = if req.follow {
-            None
-        } else {
-            let store = self.shared.store.clone();
-            let sid = req.session_id.clone();
-            Some(blocking(move || store.last_seq(&sid)).await?)
-        };
+        let store = self.shared.store.clone();
+        let sid = req.session_id.clone();
+        let last = blocking(move || store.last_seq(&sid)).await?;
+        if req.after_seq > last {
+            return Err(Error::invalid(
+                "after_seq",
+                format!(
+                    "{} is beyond the last event of session {:?} ({last})",
+                    req.after_seq, req.session_id
+                ),
+            ));
+        }
+        let until = (!req.follow).then_some(last);
         let redeliver = entry
             .pending_events()
             .into_iter()

@@ -209,4 +209,18 @@ async fn subscribe_unknown_session_is_not_found() {
         .await
         .expect_err("unknown");
     assert_eq!(err.code_kind(), CodeKind::NotFound);
+
+    // A position past the end of the log is a bad argument, not a silent wait.
+    let s = env.session(None).await;
+    let err = env
+        .engine
+        .subscribe(SubscribeRequest {
+            session_id: s.id.clone(),
+            after_seq: s.last_seq + 100,
+            follow: true,
+            ..Default::default()
+        })
+        .await
+        .expect_err("beyond the end");
+    assert_eq!(err.code_kind(), CodeKind::InvalidArgument);
 }
