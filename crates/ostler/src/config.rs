@@ -27,6 +27,10 @@
 //! max_live = 256
 //! allowed_roots = ["/home/me/src"]  # empty: any existing directory
 //!
+//! [permissions]                   # evaluated before clients are asked; deny wins
+//! allow = ["Read", "Bash(git status)", "Edit(src/**)"]
+//! deny = ["Bash(rm)", "Edit(secrets/**)"]
+//!
 //! [claude]
 //! path = "/usr/local/bin/claude"   # default: search PATH
 //!
@@ -47,7 +51,14 @@ use serde::{Deserialize, Serialize};
 /// Top-level sections; only `OSTLER_<SECTION>__...` variables are read from the
 /// environment (so unrelated `OSTLER_*` variables do not break start-up).
 const SECTIONS: &[&str] = &[
-    "listen", "auth", "tls", "store", "sessions", "claude", "log",
+    "listen",
+    "auth",
+    "tls",
+    "store",
+    "sessions",
+    "permissions",
+    "claude",
+    "log",
 ];
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7433";
@@ -60,6 +71,7 @@ pub struct Config {
     pub tls: TlsConfig,
     pub store: StoreConfig,
     pub sessions: SessionsConfig,
+    pub permissions: PermissionsConfig,
     pub claude: ClaudeConfig,
     pub log: LogConfig,
 }
@@ -146,6 +158,16 @@ impl Default for SessionsConfig {
             stop_timeout_secs: 5,
         }
     }
+}
+
+/// Permission rules for every session, in Claude's settings spelling: `Tool` or
+/// `Tool(pattern)`, where the pattern is a Bash command prefix or a path glob (see
+/// `ostler_engine::PermissionRule`). Deny wins over allow; no match asks the clients.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PermissionsConfig {
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -308,6 +330,8 @@ pub struct Validated {
     pub tls: Option<(PathBuf, PathBuf, Option<PathBuf>)>,
     pub store_path: PathBuf,
     pub json_logs: bool,
+    /// `permissions.allow` and `permissions.deny`, parsed.
+    pub rules: Vec<ostler_engine::PermissionRule>,
 }
 
 impl Config {
@@ -410,6 +434,28 @@ impl Config {
         };
         tracing_subscriber::EnvFilter::try_new(&self.log.filter)
             .with_context(|| format!("log.filter: {:?} is not a valid filter", self.log.filter))?;
+        let mut rules = Vec::new();
+        for (key, action, specs) in [
+            (
+                "permissions.allow",
+                ostler_engine::RuleAction::Allow,
+                &self.permissions.allow,
+            ),
+            (
+                "permissions.deny",
+                ostler_engine::RuleAction::Deny,
+                &self.permissions.deny,
+            ),
+        ] {
+            for (i, spec) in specs.iter().enumerate() {
+                let rule = ostler_engine::PermissionRule::parse(action, spec).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{key}[{i}]: {e} (write `Tool` or `Tool(pattern)`, e.g. \"Bash(git status)\")"
+                    )
+                })?;
+                rules.push(rule);
+            }
+        }
         Ok(Validated {
             tcp,
             unix_socket: self.listen.unix_socket.clone(),
@@ -417,6 +463,7 @@ impl Config {
             tls,
             store_path,
             json_logs,
+            rules,
         })
     }
 }
@@ -451,6 +498,41 @@ mod tests {
         let c = load(Some(&f), &o).unwrap();
         assert_eq!(c.listen.addr, "127.0.0.1:0", "flags win over the file");
         assert_eq!(c.sessions.max_live, 3);
+    }
+
+    #[test]
+    fn permission_rules_are_parsed_and_bad_ones_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            dir.path(),
+            "c.toml",
+            "[store]\npath = \"/tmp/x.db\"\n[permissions]\nallow = [\"Read\", \"Bash(git status)\"]\ndeny = [\"Edit(secrets/**)\"]\n",
+        );
+        let v = load(Some(&f), &Overrides::default())
+            .unwrap()
+            .validate()
+            .unwrap();
+        let texts: Vec<String> = v.rules.iter().map(|r| r.text()).collect();
+        assert_eq!(
+            texts,
+            [
+                "allow Read",
+                "allow Bash(git status)",
+                "deny Edit(secrets/**)"
+            ]
+        );
+
+        let bad = write(
+            dir.path(),
+            "bad.toml",
+            "[store]\npath = \"/tmp/x.db\"\n[permissions]\ndeny = [\"Read\", \"Bash(rm\"]\n",
+        );
+        let err = load(Some(&bad), &Overrides::default())
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("permissions.deny[1]"), "{err}");
     }
 
     #[test]

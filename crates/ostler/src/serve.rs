@@ -212,6 +212,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     let engine_opts = ostler_engine::EngineOptions {
         max_live_sessions: usize::try_from(cfg.sessions.max_live).unwrap_or(usize::MAX),
         allowed_roots: cfg.sessions.allowed_roots.clone(),
+        rules: valid.rules.clone(),
         permission_expiry: (cfg.sessions.permission_expiry_secs > 0)
             .then(|| Duration::from_secs(cfg.sessions.permission_expiry_secs)),
         allow_free_text_answers: cfg.sessions.allow_free_text_answers,

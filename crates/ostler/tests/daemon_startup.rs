@@ -93,3 +93,99 @@ async fn a_second_daemon_on_the_same_store_is_refused() {
     let mut c = first.sessions().await;
     let _ = create_session(&mut c, &world.work, "still-serving").await;
 }
+
+/// `[permissions]` rules from the config file decide before any client is asked.
+#[tokio::test]
+async fn config_permission_rules_decide_without_asking_clients() {
+    use ostler_proto::v1 as pb;
+    use pb::session_event::Payload as P;
+
+    let world = World::new(NEW).await;
+    let config = world.dir.path().join("rules.toml");
+    std::fs::write(
+        &config,
+        "[permissions]\nallow = [\"Bash(touch allowed.txt)\"]\n",
+    )
+    .unwrap();
+    let ready = world.dir.path().join("ready-rules");
+    let mut child = Command::new(OSTLER)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-probe",
+            "--ready-file",
+        ])
+        .arg(&ready)
+        .arg("--config")
+        .arg(&config)
+        .arg("--store")
+        .arg(&world.store)
+        .arg("--claude")
+        .arg(&world.claude)
+        .arg("--allowed-root")
+        .arg(&world.work)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &world.home)
+        .env("ANTHROPIC_BASE_URL", world.fake.url())
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (log, lines) = collect_stderr(&mut child);
+    let became_ready = tokio::task::spawn_blocking(move || {
+        while let Ok(l) = lines.recv_timeout(GUARD) {
+            if l.contains("ostler daemon ready") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap();
+    assert!(became_ready, "{}", log.lock().unwrap().join("\n"));
+    let addr = std::fs::read_to_string(&ready)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("tcp://").map(str::to_owned))
+        .unwrap();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = pb::session_service_client::SessionServiceClient::new(channel);
+    let s = create_session(&mut c, &world.work, "rules").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Create the file allowed.txt please").await;
+    read_until(&mut events, &mut seen, "turn completed", is_turn_completed).await;
+    let _ = child.kill();
+    let _ = child.wait();
+
+    assert!(
+        world.work.join("allowed.txt").exists(),
+        "the tool did not run"
+    );
+    let resolved: Vec<&pb::PermissionResolved> = seen
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::PermissionResolved(r)) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        resolved.len(),
+        1,
+        "{:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        resolved[0].resolved_by,
+        "rule:allow Bash(touch allowed.txt)"
+    );
+}
