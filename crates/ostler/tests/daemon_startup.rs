@@ -1,18 +1,19 @@
 //! Daemon start-up: the README's run command on a fresh machine (no config file, no
-//! `--store`) and one daemon per database.
+//! `--store`), one daemon per database, and `[permissions]` rules from the config file.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 #![allow(clippy::disallowed_methods)] // the test runs the daemon binary itself
 
 mod daemon_harness;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use daemon_harness::*;
+use ostler_proto::v1 as pb;
+use pb::session_event::Payload as P;
 
-#[tokio::test]
-async fn serve_starts_without_a_config_file_and_uses_the_data_dir() {
-    let world = World::new(NEW).await;
-    let ready = world.dir.path().join("ready");
+/// `ostler serve --listen 127.0.0.1:0 --no-probe --ready-file READY --claude CLAUDE`.
+fn serve(world: &World, ready: &Path) -> Command {
     let mut cmd = Command::new(OSTLER);
     cmd.args([
         "serve",
@@ -21,46 +22,25 @@ async fn serve_starts_without_a_config_file_and_uses_the_data_dir() {
         "--no-probe",
         "--ready-file",
     ])
-    .arg(&ready)
+    .arg(ready)
     .arg("--claude")
-    .arg(&world.claude)
-    .env_clear()
-    .env("PATH", std::env::var("PATH").unwrap_or_default())
-    // A fresh HOME: no ~/.config/ostler/config.toml, no data directory yet.
-    .env("HOME", &world.home)
-    .env("ANTHROPIC_BASE_URL", world.fake.url())
-    .env("ANTHROPIC_API_KEY", "test-key")
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let (log, lines) = collect_stderr(&mut child);
-    let became_ready = tokio::task::spawn_blocking(move || {
-        while let Ok(l) = lines.recv_timeout(GUARD) {
-            if l.contains("ostler daemon ready") {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(
-        became_ready,
-        "daemon did not start without a config file:\n{}",
-        log.lock().unwrap().join("\n")
-    );
-    assert!(ready.is_file(), "ready file written");
+    .arg(&world.claude);
+    cmd
+}
+
+#[tokio::test]
+async fn serve_starts_without_a_config_file_and_uses_the_data_dir() {
+    let world = World::new(NEW).await;
+    let ready = world.dir.path().join("ready");
+    // HOME is fresh: no ~/.config/ostler/config.toml, no data directory yet.
+    let daemon = Daemon::spawn(serve(&world, &ready), &world, ready).await;
+    let mut c = daemon.sessions().await;
+    let _ = create_session(&mut c, &world.work, "defaults").await;
     let data = world.home.join(".local/share/ostler");
     let has_db = std::fs::read_dir(&data)
         .map(|d| {
-            d.flatten().any(|e| {
-                e.path()
-                    .extension()
-                    .is_some_and(|x| x == "db" || x == "sqlite")
-            })
+            d.flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "db"))
         })
         .unwrap_or(false);
     assert!(has_db, "no database under {}", data.display());
@@ -70,13 +50,9 @@ async fn serve_starts_without_a_config_file_and_uses_the_data_dir() {
 async fn a_second_daemon_on_the_same_store_is_refused() {
     let world = World::new(NEW).await;
     let first = world.daemon(&[]).await;
-    let out = Command::new(OSTLER)
-        .args(["serve", "--listen", "127.0.0.1:0", "--no-probe", "--store"])
+    let out = serve(&world, &world.dir.path().join("ready-second"))
+        .arg("--store")
         .arg(&world.store)
-        .arg("--claude")
-        .arg(&world.claude)
-        .arg("--config")
-        .arg(world.dir.path().join("no-config.toml"))
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", &world.home)
@@ -97,9 +73,6 @@ async fn a_second_daemon_on_the_same_store_is_refused() {
 /// `[permissions]` rules from the config file decide before any client is asked.
 #[tokio::test]
 async fn config_permission_rules_decide_without_asking_clients() {
-    use ostler_proto::v1 as pb;
-    use pb::session_event::Payload as P;
-
     let world = World::new(NEW).await;
     let config = world.dir.path().join("rules.toml");
     std::fs::write(
@@ -108,64 +81,20 @@ async fn config_permission_rules_decide_without_asking_clients() {
     )
     .unwrap();
     let ready = world.dir.path().join("ready-rules");
-    let mut child = Command::new(OSTLER)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-probe",
-            "--ready-file",
-        ])
-        .arg(&ready)
-        .arg("--config")
+    let mut cmd = serve(&world, &ready);
+    cmd.arg("--config")
         .arg(&config)
         .arg("--store")
         .arg(&world.store)
-        .arg("--claude")
-        .arg(&world.claude)
         .arg("--allowed-root")
-        .arg(&world.work)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &world.home)
-        .env("ANTHROPIC_BASE_URL", world.fake.url())
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (log, lines) = collect_stderr(&mut child);
-    let became_ready = tokio::task::spawn_blocking(move || {
-        while let Ok(l) = lines.recv_timeout(GUARD) {
-            if l.contains("ostler daemon ready") {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .unwrap();
-    assert!(became_ready, "{}", log.lock().unwrap().join("\n"));
-    let addr = std::fs::read_to_string(&ready)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("tcp://").map(str::to_owned))
-        .unwrap();
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = pb::session_service_client::SessionServiceClient::new(channel);
+        .arg(&world.work);
+    let daemon = Daemon::spawn(cmd, &world, ready).await;
+    let mut c = daemon.sessions().await;
     let s = create_session(&mut c, &world.work, "rules").await;
     let mut events = subscribe(&mut c, &s.id, 0, false).await;
     let mut seen = Vec::new();
     send(&mut c, &s.id, "Create the file allowed.txt please").await;
     read_until(&mut events, &mut seen, "turn completed", is_turn_completed).await;
-    let _ = child.kill();
-    let _ = child.wait();
 
     assert!(
         world.work.join("allowed.txt").exists(),

@@ -210,7 +210,9 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    async fn spawn(mut cmd: Command, world: &World, ready: PathBuf) -> Self {
+    /// Start `cmd` (an `ostler serve` command line) in `world`'s environment and wait until it
+    /// is ready; `ready` is the command's `--ready-file`.
+    pub async fn spawn(mut cmd: Command, world: &World, ready: PathBuf) -> Self {
         cmd.env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOME", &world.home)
