@@ -111,6 +111,7 @@ impl Normalizer {
             out = zero_numbers(&out, key);
         }
         out = zero_timing_keys(&out);
+        out = zero_text_timings(&out);
         out = socket_paths(&out);
         out = uid_temp_dirs(&out);
         out
@@ -277,6 +278,30 @@ fn zero_timing_keys(s: &str) -> String {
     out
 }
 
+/// `<x>_ms: <digits>` inside text (sub-agent usage summaries of 2.1.x) → `<x>_ms: 0`.
+fn zero_text_timings(s: &str) -> String {
+    const PAT: &str = "_ms: ";
+    if !s.contains(PAT) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(pos) = rest.find(PAT) {
+        let start = pos + PAT.len();
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let n = tail
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        if n > 0 {
+            out.push('0');
+        }
+        rest = &tail[n..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `/tmp/cc-socks/<pid>.sock` (2.1.330's `messaging_socket_path`) → `/TMP/cc-socks/PID.sock`.
 fn socket_paths(s: &str) -> String {
     const PAT: &str = "/cc-socks/";
@@ -394,11 +419,11 @@ mod tests {
     fn timing_keys_and_sockets() {
         let mut n = Normalizer::without_paths();
         let out = n.line(
-            r#"{"ttft_stream_ms":162,"thinkingMs": 3,"a_seconds":1.5,"num_turns":2,"messaging_socket_path":"/tmp/cc-socks/16973.sock","text":"x_ms\":5"}"#,
+            r#"{"ttft_stream_ms":162,"thinkingMs": 3,"a_seconds":1.5,"num_turns":2,"messaging_socket_path":"/tmp/cc-socks/16973.sock","text":"x_ms\":5","u":"tool_uses: 1\nduration_ms: 1175</usage>"}"#,
         );
         assert_eq!(
             out,
-            r#"{"ttft_stream_ms":0,"thinkingMs": 0,"a_seconds":0,"num_turns":2,"messaging_socket_path":"/TMP/cc-socks/PID.sock","text":"x_ms\":5"}"#
+            r#"{"ttft_stream_ms":0,"thinkingMs": 0,"a_seconds":0,"num_turns":2,"messaging_socket_path":"/TMP/cc-socks/PID.sock","text":"x_ms\":5","u":"tool_uses: 1\nduration_ms: 0</usage>"}"#
         );
     }
 
