@@ -88,6 +88,10 @@ pub struct ModelRule {
     /// agent's answer after a concurrently running sub-agent finished.
     #[serde(default)]
     pub hold_until: Option<String>,
+    /// With `hold_until`: stream this many deltas first, then hold the rest (a stream that
+    /// stops mid-answer: what a client interrupts, independent of timing).
+    #[serde(default)]
+    pub pause_after_deltas: Option<usize>,
 }
 
 /// Request matcher. Empty matches everything.

@@ -300,24 +300,34 @@ async fn handle(
     };
     let answer = Answer::build(rule, &req, &msg_id, &model);
     let hold = rule.hold_until.clone();
+    let pause = rule.pause_after_deltas;
     log(&shared, rec);
+    let mut gate = None;
     if let Some(name) = hold {
-        let deadline = tokio::time::Instant::now() + HOLD_LIMIT;
-        loop {
-            let notified = shared.signal_notify.notified();
-            if lock(&shared.signals).contains(&name) {
-                break;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                tracing::warn!("fake model: answer held for {name:?} released by timeout");
-                break;
-            }
+        match pause {
+            Some(n) if stream => gate = Some((n, shared.clone(), name)),
+            _ => wait_signal(&shared, &name).await,
         }
     }
     if stream {
-        answer.sse()
+        answer.sse(gate)
     } else {
         json_response(StatusCode::OK, answer.message_json())
+    }
+}
+
+/// Wait until `name` was signalled (at most [`HOLD_LIMIT`]).
+async fn wait_signal(shared: &Shared, name: &str) {
+    let deadline = tokio::time::Instant::now() + HOLD_LIMIT;
+    loop {
+        let notified = shared.signal_notify.notified();
+        if lock(&shared.signals).contains(name) {
+            return;
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            tracing::warn!("fake model: answer held for {name:?} released by timeout");
+            return;
+        }
     }
 }
 
@@ -687,12 +697,24 @@ impl Answer {
         ev
     }
 
-    fn sse(self) -> Response {
+    /// `gate`: after that many deltas, wait for the signal before sending the rest.
+    fn sse(self, gate: Option<(usize, Arc<Shared>, String)>) -> Response {
         let events = self.events();
         let delay = self.delay;
         let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
         tokio::spawn(async move {
+            let mut deltas = 0usize;
             for (data, delayed) in events {
+                if delayed {
+                    if let Some((n, shared, name)) = &gate
+                        && deltas == *n
+                    {
+                        // make sure the client has everything sent so far, then hold
+                        let _ = tx.flush().await;
+                        wait_signal(shared, name).await;
+                    }
+                    deltas += 1;
+                }
                 if delayed && let Some(d) = delay {
                     tokio::time::sleep(d).await;
                 }
