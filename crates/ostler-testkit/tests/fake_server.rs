@@ -314,3 +314,60 @@ async fn every_committed_scenario_parses() {
         assert!(!s.rules.is_empty(), "{} has no model rules", s.name);
     }
 }
+
+const HELD: &str = r#"
+[[model]]
+name = "held"
+when = { last_user_text_contains = "hold me" }
+hold_until = "go"
+blocks = [{ type = "text", text = "Released." }]
+
+[[model]]
+name = "paused"
+when = { last_user_text_contains = "pause me", stream = true }
+chunks = 4
+pause_after_deltas = 2
+hold_until = "go on"
+blocks = [{ type = "text", text = "abcdefgh" }]
+"#;
+
+#[tokio::test]
+async fn held_answers_wait_for_the_signal() {
+    let server = std::sync::Arc::new(
+        FakeModelServer::start(Scenario::from_toml("held", HELD).expect("scenario"))
+            .await
+            .expect("start"),
+    );
+    let s = server.clone();
+    let held =
+        tokio::spawn(async move { post(&s, "/v1/messages", &request("hold me", false)).await });
+    // the request is logged before the answer is held: the answer cannot have come yet
+    server
+        .wait_for_requests(1, std::time::Duration::from_secs(30))
+        .await;
+    assert!(!held.is_finished(), "answered before the signal");
+    server.signal("go");
+    let (status, _, body) = held.await.expect("join");
+    assert_eq!(status, 200);
+    assert!(body.contains("Released."));
+
+    let s = server.clone();
+    let paused =
+        tokio::spawn(async move { post(&s, "/v1/messages", &request("pause me", true)).await });
+    server
+        .wait_for_requests(2, std::time::Duration::from_secs(30))
+        .await;
+    assert!(
+        !paused.is_finished(),
+        "the paused stream ended before the signal"
+    );
+    server.signal("go on");
+    let (status, _, body) = paused.await.expect("join");
+    assert_eq!(status, 200);
+    let text: String = sse_events(&body)
+        .iter()
+        .filter(|(n, d)| n == "content_block_delta" && d["delta"]["type"] == "text_delta")
+        .map(|(_, d)| d["delta"]["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(text, "abcdefgh");
+}
