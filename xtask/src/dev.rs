@@ -1,7 +1,6 @@
 //! `cargo xtask test` (the whole test suite, as CI runs it) and `cargo xtask daemon` (run
 //! the daemon on a fresh machine).
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
@@ -27,7 +26,7 @@ pub struct DaemonArgs {
     pub rest: Vec<String>,
 }
 
-fn root() -> PathBuf {
+fn root() -> std::path::PathBuf {
     ostler_testkit::workspace_root()
 }
 
@@ -53,23 +52,41 @@ fn run(step: &str, mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
-/// Install every pinned release (npm, into the shared cache) so tests find them.
-fn install_pinned() -> Result<Vec<(String, PathBuf)>> {
+/// Install every pinned release (npm, into the shared cache) so tests find them. Installs
+/// run a few at a time: each is mostly waiting on the registry.
+fn install_pinned() -> Result<()> {
+    const AT_ONCE: usize = 4;
     let cache = ostler_testkit::releases::default_cache_dir();
-    let mut out = Vec::new();
-    for r in ostler_testkit::releases::pinned()? {
-        let started = Instant::now();
-        let bin = ostler_testkit::releases::ensure(&r.version, &cache)
-            .with_context(|| format!("installing Claude Code {}", r.version))?;
-        eprintln!(
-            "    claude {} at {} ({:.1}s)",
-            r.version,
-            bin.display(),
-            started.elapsed().as_secs_f64()
-        );
-        out.push((r.version, bin));
+    let pinned = ostler_testkit::releases::pinned()?;
+    for batch in pinned.chunks(AT_ONCE) {
+        std::thread::scope(|s| {
+            let jobs: Vec<_> = batch
+                .iter()
+                .map(|r| {
+                    let cache = &cache;
+                    s.spawn(move || {
+                        let started = Instant::now();
+                        ostler_testkit::releases::ensure(&r.version, cache)
+                            .map(|bin| (bin, started.elapsed()))
+                            .with_context(|| format!("installing Claude Code {}", r.version))
+                    })
+                })
+                .collect();
+            for (r, job) in batch.iter().zip(jobs) {
+                let (bin, took) = job.join().map_err(|_| {
+                    anyhow::anyhow!("installing Claude Code {}: panicked", r.version)
+                })??;
+                eprintln!(
+                    "    claude {} at {} ({:.1}s)",
+                    r.version,
+                    bin.display(),
+                    took.as_secs_f64()
+                );
+            }
+            Ok::<(), anyhow::Error>(())
+        })?;
     }
-    Ok(out)
+    Ok(())
 }
 
 fn have(cmd: &str, arg: &str) -> bool {
