@@ -142,44 +142,58 @@ impl DaemonService for DaemonSvc {
 }
 
 /// Service names whose status the standard health service reports.
-const HEALTH_NAMES: [&str; 2] = ["", "ostler.v1.SessionService"];
+/// Per-service names first, the overall `""` last: a client that sees the overall status
+/// change can rely on every per-service status having changed already.
+const HEALTH_NAMES: [&str; 2] = ["ostler.v1.SessionService", ""];
+
+/// Sets every health entry from the engine's current state (when it differs from `last`)
+/// and returns the status now reported.
+pub(crate) async fn update_health(
+    engine: &eng::Engine,
+    reporter: &HealthReporter,
+    last: Option<tonic_health::ServingStatus>,
+) -> tonic_health::ServingStatus {
+    use tonic_health::ServingStatus;
+    let status = match engine.health().await {
+        Ok(r) if r.store.is_ok() => ServingStatus::Serving,
+        Ok(r) => {
+            if last != Some(ServingStatus::NotServing) {
+                tracing::warn!(reason = ?r.store.err(), "store unusable: health NOT_SERVING");
+            }
+            ServingStatus::NotServing
+        }
+        Err(e) => {
+            if last != Some(ServingStatus::NotServing) {
+                tracing::warn!(error = %e, "engine health failed: health NOT_SERVING");
+            }
+            ServingStatus::NotServing
+        }
+    };
+    if last != Some(status) {
+        for name in HEALTH_NAMES {
+            reporter.set_service_status(name, status).await;
+        }
+    }
+    status
+}
 
 /// Keeps `grpc.health.v1.Health` in line with reality: SERVING while the engine reports a
-/// usable store, NOT_SERVING otherwise and from the moment shutdown begins.
+/// usable store, NOT_SERVING otherwise and from the moment shutdown begins. `last` is the
+/// status already reported (see [`update_health`]).
 pub(crate) async fn watch_health(
     engine: eng::Engine,
     reporter: HealthReporter,
     interval: Duration,
     shutdown: CancellationToken,
+    mut last: tonic_health::ServingStatus,
 ) {
     use tonic_health::ServingStatus;
-    let mut last: Option<ServingStatus> = None;
     loop {
-        let status = match engine.health().await {
-            Ok(r) if r.store.is_ok() => ServingStatus::Serving,
-            Ok(r) => {
-                if last != Some(ServingStatus::NotServing) {
-                    tracing::warn!(reason = ?r.store.err(), "store unusable: health NOT_SERVING");
-                }
-                ServingStatus::NotServing
-            }
-            Err(e) => {
-                if last != Some(ServingStatus::NotServing) {
-                    tracing::warn!(error = %e, "engine health failed: health NOT_SERVING");
-                }
-                ServingStatus::NotServing
-            }
-        };
-        if last != Some(status) {
-            for name in HEALTH_NAMES {
-                reporter.set_service_status(name, status).await;
-            }
-            last = Some(status);
-        }
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(interval) => {}
         }
+        last = update_health(&engine, &reporter, Some(last)).await;
     }
     for name in HEALTH_NAMES {
         reporter

@@ -164,12 +164,16 @@ impl Server {
             .add_service(DaemonServiceServer::new(daemon))
             .prepare();
 
-        // The first health check happens before any listener accepts.
+        // The first health check happens before any listener accepts, so a client that
+        // connects once the daemon is ready never sees an unset status.
+        let first = daemon::update_health(&engine, &reporter, None).await;
         let health_task = {
             let engine = engine.clone();
             let shutdown = shutdown.clone();
             let interval = opts.health_interval;
-            tokio::spawn(daemon::watch_health(engine, reporter, interval, shutdown))
+            tokio::spawn(daemon::watch_health(
+                engine, reporter, interval, shutdown, first,
+            ))
         };
 
         let tls = match &opts.tls {
