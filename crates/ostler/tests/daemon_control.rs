@@ -229,20 +229,7 @@ async fn kill9_restart_resume(release: &str) {
         got.state()
     );
     // History: every event the first daemon delivered is still there, in order, gap-free.
-    let mut replay = c
-        .subscribe(pb::SubscribeRequest {
-            session_id: s.id.clone(),
-            after_seq: 0,
-            include_partial: false,
-            follow: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut history = Vec::new();
-    while let Some(e) = replay.message().await.unwrap() {
-        history.push(e);
-    }
+    let history = history(&mut c, &s.id).await;
     assert_gap_free(&history, 1);
     assert!(
         history.len() >= before.len(),
@@ -608,20 +595,7 @@ async fn sigterm_tells_subscribers_and_keeps_history() {
         .into_inner();
     assert!(page.sessions.is_empty());
 
-    let mut replay = c
-        .subscribe(pb::SubscribeRequest {
-            session_id: s.id.clone(),
-            after_seq: 0,
-            include_partial: false,
-            follow: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut history = Vec::new();
-    while let Some(e) = replay.message().await.unwrap() {
-        history.push(e);
-    }
+    let history = history(&mut c, &s.id).await;
     assert_gap_free(&history, 1);
     assert!(history.last().unwrap().seq >= last);
     assert!(

@@ -347,6 +347,28 @@ pub fn text(t: &str) -> Option<pb::MessageContent> {
 
 pub type Events = tonic::Streaming<pb::SessionEvent>;
 
+/// Every stored event of a session, from seq 1, without following live.
+pub async fn history(
+    c: &mut SessionServiceClient<Channel>,
+    session_id: &str,
+) -> Vec<pb::SessionEvent> {
+    let mut replay = c
+        .subscribe(pb::SubscribeRequest {
+            session_id: session_id.to_owned(),
+            after_seq: 0,
+            include_partial: false,
+            follow: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    while let Some(e) = replay.message().await.unwrap() {
+        events.push(e);
+    }
+    events
+}
+
 pub async fn subscribe(
     c: &mut SessionServiceClient<Channel>,
     session_id: &str,
