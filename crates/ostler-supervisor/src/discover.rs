@@ -319,7 +319,11 @@ async fn run_captured(
             stderr: String::from_utf8_lossy(&se).into_owned(),
         })
     };
-    match tokio::time::timeout(timeout, work).await {
+    let outcome = tokio::time::timeout(timeout, work).await;
+    if let Some(pid) = pid {
+        crate::proctree::unregister(pid);
+    }
+    match outcome {
         Ok(r) => {
             // Children that outlived the leader (none expected) go too.
             if let Some(pid) = pid {

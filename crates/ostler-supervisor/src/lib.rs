@@ -15,6 +15,7 @@
 pub mod compat;
 pub mod discover;
 pub mod env;
+pub mod proctree;
 pub mod session;
 pub mod version;
 

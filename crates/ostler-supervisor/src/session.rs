@@ -106,6 +106,11 @@ pub struct SupervisorOptions {
     pub max_payload_bytes: usize,
     /// Capacity of the event channel.
     pub event_buffer: usize,
+    /// Tag of the processes of this supervisor's sessions: each session process gets
+    /// `OSTLER_PROCESS_TREE=<tag>/<session>/<n>` in its environment, which its descendants
+    /// inherit (see [`crate::proctree`]). The daemon derives it from its store, so that a
+    /// restarted daemon finds the leftovers of its previous life.
+    pub process_tag: String,
 }
 
 impl Default for SupervisorOptions {
@@ -124,6 +129,7 @@ impl Default for SupervisorOptions {
             stderr_tail_bytes: 16 * 1024,
             max_payload_bytes: ostler_protocol::DEFAULT_MAX_PAYLOAD_BYTES,
             event_buffer: 256,
+            process_tag: format!("pid{}", std::process::id()),
         }
     }
 }
@@ -266,6 +272,8 @@ enum WriteCmd {
 struct Shared {
     pid: u32,
     log_id: String,
+    /// This process's [`crate::proctree::MARK_VAR`] value.
+    mark: String,
     writer: mpsc::UnboundedSender<WriteCmd>,
     /// Our control requests awaiting their response.
     pending: Mutex<HashMap<String, oneshot::Sender<ControlOutcome>>>,
@@ -343,7 +351,21 @@ impl Shared {
     fn kill_group(&self, sig: Signal) {
         signal_group(self.pid, sig);
     }
+
+    /// SIGKILL every process of this session: whatever carries its mark (tools that left
+    /// the group too) and their descendants, plus, while the leader is alive (`leader_alive`;
+    /// after it was reaped its pid may name another process), its group and descendants.
+    /// Scans `/proc`.
+    fn kill_tree(&self, leader_alive: bool) -> usize {
+        crate::proctree::kill_tree(
+            crate::proctree::Mark::Exact(&self.mark),
+            leader_alive.then_some(self.pid),
+        )
+    }
 }
+
+/// Spawns of this process so far: makes each session process's mark unique.
+static SPAWNS: AtomicU64 = AtomicU64::new(0);
 
 /// Kills the process group when the last [`SessionProcess`] handle goes away.
 #[derive(Debug)]
@@ -354,6 +376,7 @@ impl Drop for DropGuard {
         if !self.0.exited() {
             self.0.requested.store(true, Ordering::SeqCst);
             self.0.kill_group(Signal::SIGKILL);
+            self.0.kill_tree(true);
         }
     }
 }
@@ -367,7 +390,7 @@ pub(crate) async fn spawn_retrying(
 ) -> std::io::Result<tokio::process::Child> {
     let mut attempt = 0u64;
     loop {
-        match cmd.spawn() {
+        match crate::proctree::spawn_registered(cmd) {
             Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempt < 5 => {
                 attempt += 1;
                 tokio::time::sleep(Duration::from_millis(10 * attempt)).await;
@@ -496,12 +519,22 @@ impl SessionProcess {
                 opts.cwd.display()
             )));
         }
-        let env = build_env(
+        let mut env = build_env(
             std::env::vars_os(),
             &sup.env_allowlist,
             &sup.scrub,
             &opts.env,
         );
+        let mark = format!(
+            "{}/{}/{}",
+            sup.process_tag,
+            opts.log_id,
+            SPAWNS.fetch_add(1, Ordering::Relaxed)
+        );
+        env.push((
+            OsString::from(crate::proctree::MARK_VAR),
+            OsString::from(&mark),
+        ));
         let mut cmd = tokio::process::Command::new(&inst.path);
         cmd.args(&args)
             .current_dir(&opts.cwd)
@@ -550,6 +583,7 @@ impl SessionProcess {
         let shared = Arc::new(Shared {
             pid,
             log_id: opts.log_id.clone(),
+            mark,
             writer: wtx,
             pending: Mutex::new(HashMap::new()),
             open_requests: Mutex::new(HashSet::new()),
@@ -870,8 +904,16 @@ async fn supervise_task(
 ) {
     use std::os::unix::process::ExitStatusExt;
     let status = child.wait().await;
-    // Whatever the CLI left in its group (tool processes) goes with it.
+    crate::proctree::unregister(shared.pid);
+    // Whatever the CLI left behind (tool processes, in its group or not) goes with it.
     shared.kill_group(Signal::SIGKILL);
+    let tree = shared.clone();
+    match tokio::task::spawn_blocking(move || tree.kill_tree(false)).await {
+        Ok(0) | Err(_) => {}
+        Ok(n) => {
+            tracing::info!(session = %shared.log_id, killed = n, "ended processes the session left behind")
+        }
+    }
     let _ = tokio::time::timeout(Duration::from_secs(2), stderr_task).await;
     let (code, signal) = match &status {
         Ok(s) => (s.code(), s.signal()),

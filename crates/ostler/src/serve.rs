@@ -192,6 +192,11 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     // One daemon per database: a second `ostler serve` on the same file would assign
     // conflicting seqs. The OS releases the lock when this process ends, however it ends.
     let _store_lock = lock_store(&valid.store_path)?;
+    // Process trees: the daemon adopts its sessions' orphans (child subreaper) and ends what
+    // a previous life on this store left behind (kill -9 of the daemon: tools that had left
+    // their CLI's process group survive it, reparented to init).
+    let process_tag = ostler_supervisor::proctree::tag_for(&valid.store_path);
+    take_charge_of_process_trees(&process_tag).await?;
     let store_opts = ostler_store::StoreOptions {
         synchronous: if cfg.store.synchronous == "full" {
             ostler_store::Synchronous::Full
@@ -219,6 +224,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         respawn_on_start: cfg.sessions.respawn_on_start,
         supervisor: ostler_supervisor::SupervisorOptions {
             stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
+            process_tag,
             ..Default::default()
         },
         ..Default::default()
@@ -364,6 +370,31 @@ fn claude_info(i: &ostler_supervisor::Installation) -> ostler_server::ClaudeCode
         binary_path: i.path.display().to_string(),
         capabilities: i.capabilities.announced.clone(),
     }
+}
+
+/// Become the child subreaper of every session's processes, reap the orphans that exit, and
+/// end the leftovers of a previous daemon on the same store.
+async fn take_charge_of_process_trees(tag: &str) -> Result<()> {
+    use ostler_supervisor::proctree;
+    match proctree::become_subreaper() {
+        Ok(()) => {
+            proctree::spawn_reaper().context("installing the SIGCHLD handler")?;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot become child subreaper: orphaned tool processes go to init (they are still ended by their session's mark)");
+        }
+    }
+    let tag = tag.to_owned();
+    let killed = tokio::task::spawn_blocking(move || proctree::kill_marked(&tag))
+        .await
+        .context("process cleanup task")?;
+    if killed > 0 {
+        tracing::warn!(
+            killed,
+            "ended processes left behind by a previous run of the daemon on this store"
+        );
+    }
+    Ok(())
 }
 
 fn spawn_signal_handler(shutdown: CancellationToken) -> Result<()> {

@@ -1,0 +1,190 @@
+//! Whole process trees: a tool process that left its CLI's process group (`setsid`) ends
+//! with the session — on a graceful stop, when the CLI dies, when every handle is dropped —
+//! and a process that is not the session's is never touched. Fake CLIs (shell scripts).
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use ostler_protocol::Event;
+use ostler_supervisor::proctree::{self, Mark};
+use ostler_supervisor::{
+    Installation, ProcessEvent, SessionProcess, SpawnOptions, SupervisorOptions,
+};
+use tokio::sync::mpsc;
+
+const GUARD: Duration = Duration::from_secs(60);
+
+/// A fake CLI that starts `sleep 300` in a session of its own (as a tool would with
+/// `setsid`), writes the sleeper's pid to `sleeper.pid`, announces itself with a
+/// `system/init` line once the pid is written, then runs `TAIL`.
+fn fake(dir: &Path, tail: &str) -> Installation {
+    let p = dir.join("claude");
+    let body = format!(
+        r#"#!/bin/sh
+setsid sh -c 'echo $$ > sleeper.pid.tmp; mv sleeper.pid.tmp sleeper.pid; exec sleep 300' </dev/null >/dev/null 2>&1 &
+while [ ! -s sleeper.pid ]; do sleep 0.01; done
+echo '{{"type":"system","subtype":"init","session_id":"s1","tools":[],"model":"m","cwd":"/"}}'
+{tail}
+"#
+    );
+    std::fs::write(&p, body).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Installation::assume(p, semver::Version::new(2, 1, 330), None)
+}
+
+fn sup() -> SupervisorOptions {
+    SupervisorOptions {
+        stop_grace: Duration::from_secs(5),
+        term_grace: Duration::from_secs(5),
+        stall_after: None,
+        process_tag: format!("test-{}", std::process::id()),
+        ..SupervisorOptions::default()
+    }
+}
+
+/// Spawn the fake and return the process, its events and the sleeper's pid, once the
+/// sleeper runs.
+async fn start(dir: &Path, tail: &str) -> (SessionProcess, mpsc::Receiver<ProcessEvent>, u32) {
+    let inst = fake(dir, tail);
+    let opts = SpawnOptions {
+        cwd: dir.to_path_buf(),
+        log_id: "tree".into(),
+        ..SpawnOptions::default()
+    };
+    let (proc, mut rx) = SessionProcess::spawn(&inst, opts, sup()).await.unwrap();
+    loop {
+        let ev = tokio::time::timeout(GUARD, rx.recv())
+            .await
+            .expect("no init within the guard")
+            .expect("exited before init");
+        if let ProcessEvent::Line(l) = ev
+            && l.events
+                .iter()
+                .any(|e| matches!(e, Event::SessionStarted(_)))
+        {
+            break;
+        }
+    }
+    let pid: u32 = std::fs::read_to_string(dir.join("sleeper.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let s = proctree::stat(pid).expect("the sleeper runs");
+    assert_eq!(s.sid, pid, "the sleeper leads a session of its own");
+    assert_ne!(
+        s.pgid,
+        proc.pid(),
+        "the sleeper left the CLI's process group"
+    );
+    (proc, rx, pid)
+}
+
+async fn assert_ends(pid: u32, what: &str) {
+    tokio::time::timeout(GUARD, proctree::wait_terminated(pid))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the sleeper ({pid}) survived"))
+        .unwrap();
+}
+
+async fn exited(rx: &mut mpsc::Receiver<ProcessEvent>) {
+    loop {
+        match tokio::time::timeout(GUARD, rx.recv()).await.expect("guard") {
+            Some(ProcessEvent::Exited(_)) | None => return,
+            Some(_) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn graceful_stop_ends_a_tool_that_left_the_group() {
+    let d = tempfile::tempdir().unwrap();
+    // The CLI exits when its stdin closes, leaving the sleeper behind.
+    let (proc, mut rx, sleeper) = start(d.path(), "cat > /dev/null").await;
+    let info = proc.stop().await;
+    assert!(info.requested);
+    exited(&mut rx).await;
+    assert_ends(sleeper, "graceful stop").await;
+}
+
+#[tokio::test]
+async fn a_crashed_cli_takes_its_tools_with_it() {
+    let d = tempfile::tempdir().unwrap();
+    let (proc, mut rx, sleeper) = start(d.path(), "cat > /dev/null").await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(proc.pid()).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    exited(&mut rx).await;
+    assert_ends(sleeper, "CLI killed").await;
+}
+
+#[tokio::test]
+async fn dropping_every_handle_ends_the_tree() {
+    let d = tempfile::tempdir().unwrap();
+    let (proc, rx, sleeper) = start(d.path(), "cat > /dev/null").await;
+    drop(rx);
+    drop(proc);
+    assert_ends(sleeper, "handles dropped").await;
+}
+
+#[tokio::test]
+async fn unmarked_processes_are_never_touched() {
+    let d = tempfile::tempdir().unwrap();
+    // A process of ours that no session started.
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let (proc, mut rx, sleeper) = start(d.path(), "cat > /dev/null").await;
+    proc.stop().await;
+    exited(&mut rx).await;
+    assert_ends(sleeper, "graceful stop").await;
+    // Whatever carries the tag of this test's supervisor is gone; the bystander is not
+    // marked and lives on.
+    assert_eq!(proctree::kill_marked(&sup().process_tag), 0);
+    let b = proctree::stat(bystander.id()).expect("bystander alive");
+    assert!(!b.is_zombie(), "the bystander was killed");
+    assert!(
+        proctree::members(Mark::Tag(&sup().process_tag), None).is_empty(),
+        "nothing of the session is left"
+    );
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+}
+
+#[tokio::test]
+async fn leftovers_of_a_previous_life_are_found_by_tag() {
+    let d = tempfile::tempdir().unwrap();
+    // A "previous life": a marked process not started through a SessionProcess of this
+    // run, as after kill -9 of the daemon (the CLI died of PDEATHSIG; its tool lives on).
+    let tag = format!("life-{}", std::process::id());
+    let mut leftover = std::process::Command::new("setsid")
+        .args(["sleep", "300"])
+        .env(proctree::MARK_VAR, format!("{tag}/old-session/0"))
+        .current_dir(d.path())
+        .spawn()
+        .unwrap();
+    let pid = leftover.id();
+    // `spawn` returns after exec: the environment (and its mark) is in /proc already.
+    assert!(
+        proctree::members(Mark::Tag(&tag), None)
+            .iter()
+            .any(|p| p.pid == pid),
+        "the marked process is found by its tag"
+    );
+    assert!(proctree::members(Mark::Tag("life-other"), None).is_empty());
+    assert!(proctree::kill_marked(&tag) >= 1);
+    let status = leftover.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc_sigkill())
+    );
+}
+
+fn libc_sigkill() -> i32 {
+    nix::sys::signal::Signal::SIGKILL as i32
+}
