@@ -2,6 +2,7 @@
 //! with the session — on a graceful stop, when the CLI dies, when every handle is dropped —
 //! and a process that is not the session's is never touched. Fake CLIs (shell scripts).
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+#![allow(clippy::disallowed_methods)] // test support: bystander and leftover processes
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
