@@ -64,6 +64,19 @@ name = "after touch"
 when = { tool_result_for = "toolu_touch_1", stream = true }
 blocks = [{ type = "text", text = "Created allowed.txt." }]
 
+# A tool that leaves its CLI's process group (its own session) and outlives the tool call.
+[[model]]
+name = "sleeper"
+when = { last_user_text_contains = "Start the background sleeper", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_sleeper_1", name = "Bash", input = { command = "setsid sh -c 'echo $$ > sleeper.tmp; mv sleeper.tmp sleeper.pid; exec sleep 300' </dev/null >/dev/null 2>&1 & while [ ! -s sleeper.pid ]; do sleep 0.05; done", description = "Start a background sleeper" } },
+]
+
+[[model]]
+name = "after sleeper"
+when = { tool_result_for = "toolu_sleeper_1", stream = true }
+blocks = [{ type = "text", text = "The sleeper runs." }]
+
 [[model]]
 name = "ask"
 when = { last_user_text_contains = "Ask me which database", stream = true }
