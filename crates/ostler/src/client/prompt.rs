@@ -398,10 +398,12 @@ impl Answerer {
             }
             tty.say(&text);
             let n = question.options.len();
+            // Free text only where the daemon takes it whatever its settings: a question
+            // without options (`answers.allow_free_text` is not visible to clients).
             let ask = if question.multi_select {
-                format!("  choose 1-{n}, several separated by commas, or type an answer: ")
+                format!("  choose 1-{n}, several separated by commas: ")
             } else if n > 0 {
-                format!("  choose 1-{n} or type an answer: ")
+                format!("  choose 1-{n}: ")
             } else {
                 "  your answer: ".to_owned()
             };
@@ -414,7 +416,10 @@ impl Answerer {
                         answers.push(a);
                         break;
                     }
-                    None => tty.say("  please choose an option or type an answer\n"),
+                    None if question.multi_select => tty.say(&format!(
+                        "  please type option numbers between 1 and {n}, separated by commas\n"
+                    )),
+                    None => tty.say(&format!("  please type a number between 1 and {n}\n")),
                 }
             }
         }
@@ -422,11 +427,19 @@ impl Answerer {
     }
 }
 
-/// Numbers (1-based, commas for multi-select) pick options; other text is a free answer.
+/// Numbers (1-based, commas for multi-select) pick options; a question without options
+/// takes any text. `None`: not a valid choice (ask again).
 pub fn parse_choice(line: &str, q: &pb::Question) -> Option<pb::QuestionAnswer> {
     let line = line.trim();
     if line.is_empty() {
         return None;
+    }
+    if q.options.is_empty() {
+        return Some(pb::QuestionAnswer {
+            question: q.question.clone(),
+            selected: vec![],
+            other_text: line.to_owned(),
+        });
     }
     let picks: Option<Vec<usize>> = line
         .split(',')
@@ -443,11 +456,7 @@ pub fn parse_choice(line: &str, q: &pb::Question) -> Option<pb::QuestionAnswer> 
             selected: p.iter().map(|i| q.options[i - 1].label.clone()).collect(),
             other_text: String::new(),
         }),
-        _ => Some(pb::QuestionAnswer {
-            question: q.question.clone(),
-            selected: vec![],
-            other_text: line.to_owned(),
-        }),
+        _ => None,
     }
 }
 
@@ -519,15 +528,22 @@ mod tests {
         };
         let a = parse_choice("2", &q);
         assert_eq!(a.map(|a| a.selected), Some(vec!["Blue".to_owned()]));
-        let a = parse_choice("1,2", &q);
-        assert_eq!(
-            a.map(|a| a.other_text),
-            Some("1,2".to_owned()),
-            "single select: text"
+        assert!(
+            parse_choice("1,2", &q).is_none(),
+            "single select: one choice"
         );
-        let a = parse_choice("green please", &q);
-        assert_eq!(a.map(|a| a.other_text), Some("green please".to_owned()));
+        assert!(parse_choice("3", &q).is_none(), "out of range");
+        assert!(
+            parse_choice("green please", &q).is_none(),
+            "no free text where there are options"
+        );
         assert!(parse_choice("  ", &q).is_none());
+        let open = pb::Question {
+            question: "Name?".into(),
+            ..Default::default()
+        };
+        let a = parse_choice("Ada", &open);
+        assert_eq!(a.map(|a| a.other_text), Some("Ada".to_owned()));
         let multi = pb::Question {
             multi_select: true,
             ..q

@@ -180,21 +180,20 @@ pub fn finish(
     let wall = started.elapsed().as_millis();
     let (code, summary_json) = match &outcome {
         Outcome::Turn(t) => {
-            let ok = !t.is_error && t.subtype == "success";
+            let ok = super::render::is_success(t);
+            let interrupted = !ok
+                && (f.interrupted || matches!(&f.out, Output::Human(h) if h.last_turn_interrupted));
             if !json_mode {
-                eprintln!("{}", summary(err, t, wall));
+                eprintln!("{}", summary(err, t, wall, interrupted));
             }
-            let code = if ok {
-                0
-            } else if f.interrupted {
-                EXIT_INTERRUPTED
+            let (code, outcome) = if ok {
+                (0, "success")
+            } else if interrupted {
+                (EXIT_INTERRUPTED, "interrupted")
             } else {
-                EXIT_FAILED
+                (EXIT_FAILED, "error")
             };
-            (
-                code,
-                json!({"outcome": if ok { "success" } else { "error" }, "turn": json::turn(t)}),
-            )
+            (code, json!({"outcome": outcome, "turn": json::turn(t)}))
         }
         Outcome::Ended(why) => {
             if !json_mode {
