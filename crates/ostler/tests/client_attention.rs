@@ -296,3 +296,32 @@ fn ctrl_c_in_attach_interrupts_then_detaches_and_the_turn_reads_interrupted() {
     a.expect("detached");
     assert_eq!(a.wait(), 130, "{}", a.seen);
 }
+
+#[test]
+fn run_without_a_prompt_on_a_terminal_is_a_chat_with_single_key_approvals() {
+    let d = Daemon::start(&scenario_text());
+    let mut t = Pty::spawn(&d, &["run"], false);
+    t.expect("ostler chat");
+    t.expect("you> ");
+    t.type_text("Create the file please\r");
+    t.expect("allow? (y/a/n/d): ");
+    // One key, no Enter.
+    t.type_text("y");
+    t.expect("Finished: the tool call is settled.");
+    t.expect("✓ done");
+    t.expect_n("you> ", 2);
+    // The same session goes on.
+    t.type_text("Say hello\r");
+    t.expect("Hello from the fake model!");
+    t.expect_n("✓ done", 2);
+    t.expect_n("you> ", 3);
+    // Ctrl-D ends the chat; the session stays.
+    t.type_text("\u{4}");
+    t.expect("stays");
+    assert_eq!(t.wait(), 0, "{}", t.seen);
+    assert!(d.work.join("created.txt").exists());
+    let list = ok_json(&d, &["sessions", "--json"]);
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0]["turns"], 2);
+    assert_eq!(list[0]["state"], "idle");
+}
