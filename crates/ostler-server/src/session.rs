@@ -324,4 +324,70 @@ impl SessionService for SessionSvc {
         })
         .await
     }
+
+    async fn list_pending_interactions(
+        &self,
+        req: Request<pb::ListPendingInteractionsRequest>,
+    ) -> Res<pb::ListPendingInteractionsResponse> {
+        let r = req.into_inner();
+        let mut labels: Vec<(String, String)> = r.labels.into_iter().collect();
+        labels.sort();
+        // Sessions with something pending (every page), then their pending interactions.
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .engine
+                .list_sessions(eng::ListSessions {
+                    states: vec![],
+                    labels: labels.clone(),
+                    page_size: 1000,
+                    page_token: token.take(),
+                })
+                .await
+                .map_err(ApiError::from)?;
+            for s in page.sessions.iter().filter(|s| s.pending_interactions > 0) {
+                let pending = match self.engine.pending_interactions(&s.id).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let status = Status::from(ApiError::from(e));
+                        // Deleted or ended since it was listed: nothing pending any more.
+                        if matches!(
+                            status.code(),
+                            tonic::Code::NotFound | tonic::Code::FailedPrecondition
+                        ) {
+                            continue;
+                        }
+                        return Err(status);
+                    }
+                };
+                for p in pending {
+                    if let Some(event) = convert::event_to_pb(&p.event) {
+                        out.push(pb::PendingInteraction {
+                            session_id: p.session_id,
+                            cwd: s.cwd.to_string_lossy().into_owned(),
+                            request_id: p.request_id,
+                            event: Some(event),
+                        });
+                    }
+                }
+            }
+            match page.next_page_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => break,
+            }
+        }
+        out.sort_by(|a, b| {
+            let key = |p: &pb::PendingInteraction| {
+                p.event
+                    .as_ref()
+                    .map(|e| (e.ts_ms, e.seq))
+                    .unwrap_or_default()
+            };
+            key(a)
+                .cmp(&key(b))
+                .then_with(|| a.session_id.cmp(&b.session_id))
+        });
+        ok(pb::ListPendingInteractionsResponse { interactions: out })
+    }
 }

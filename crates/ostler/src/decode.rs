@@ -1,5 +1,7 @@
 //! `ostler decode [--release V] FILE|-`: canonical events of an NDJSON stream as JSON
-//! lines on stdout, a summary line on stderr. Accepts raw CLI stdout and contract
+//! lines on stdout, a summary line on stderr. Events are named like the client's `--json`
+//! output: `{"type": "<event>", ...}`, the turn's end as `turn_completed` (the protocol
+//! crate's own serialization says `kind` / `turn_result`). Accepts raw CLI stdout and contract
 //! recordings (detected by their header line). Exits 0 on any readable bytes: what cannot be
 //! decoded shows up as `diagnostic` / `unknown` / `truncated` events.
 
@@ -71,6 +73,19 @@ pub fn run(args: DecodeArgs) -> Result<()> {
     Ok(())
 }
 
+/// `{"kind":"turn_result",...` -> `{"type":"turn_completed",...`: the tag is the first key
+/// of every output line, so a prefix rewrite suffices (no re-serialization).
+fn client_naming(line: String) -> String {
+    let Some(rest) = line.strip_prefix("{\"kind\":\"") else {
+        return line;
+    };
+    let rest = match rest.strip_prefix("turn_result\"") {
+        Some(r) => format!("turn_completed\"{r}"),
+        None => rest.to_owned(),
+    };
+    format!("{{\"type\":\"{rest}")
+}
+
 /// Write pending outputs; returns whether stdout is still open.
 fn emit(w: &mut impl Write, out: &mut Vec<Output>, hide_outbound: bool, open: bool) -> bool {
     let mut open = open;
@@ -78,7 +93,7 @@ fn emit(w: &mut impl Write, out: &mut Vec<Output>, hide_outbound: bool, open: bo
         if !open || (hide_outbound && matches!(o, Output::Outbound(_))) {
             continue;
         }
-        let line = o.to_json();
+        let line = client_naming(o.to_json());
         if w.write_all(line.as_bytes())
             .and_then(|_| w.write_all(b"\n"))
             .is_err()
@@ -87,4 +102,20 @@ fn emit(w: &mut impl Write, out: &mut Vec<Output>, hide_outbound: bool, open: bo
         }
     }
     open
+}
+
+#[cfg(test)]
+mod naming_tests {
+    #[test]
+    fn decode_names_events_like_the_client() {
+        assert_eq!(
+            super::client_naming(r#"{"kind":"turn_result","subtype":"success"}"#.into()),
+            r#"{"type":"turn_completed","subtype":"success"}"#
+        );
+        assert_eq!(
+            super::client_naming(r#"{"kind":"session_started","model":"m"}"#.into()),
+            r#"{"type":"session_started","model":"m"}"#
+        );
+        assert_eq!(super::client_naming("{}".into()), "{}");
+    }
 }

@@ -26,6 +26,9 @@ pub struct DoctorArgs {
     /// Timeout of `claude --version`, in seconds.
     #[arg(long, default_value_t = 30)]
     pub version_timeout: u64,
+    /// Print the report as one JSON object (same exit codes).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Run the check; returns the exit code.
@@ -59,8 +62,15 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e:#}");
-            let _ = writeln!(out, "error:         {e:#}");
-            let _ = writeln!(out, "daemon:        would refuse to start (exit 78)");
+            if args.json {
+                let v = serde_json::json!({
+                    "error": format!("{e:#}"), "exit_code": 78, "would_start": false,
+                });
+                let _ = writeln!(out, "{v}");
+            } else {
+                let _ = writeln!(out, "error:         {e:#}");
+                let _ = writeln!(out, "daemon:        would refuse to start (exit 78)");
+            }
             return 78;
         }
     };
@@ -78,8 +88,51 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
     if let Err(e) = &result {
         eprintln!("error: {e}");
     }
-    let _ = write_report(out, &result, code);
+    if args.json {
+        let _ = writeln!(out, "{}", json_report(&result, code));
+    } else {
+        let _ = write_report(out, &result, code);
+    }
     code
+}
+
+/// The report as one JSON object (`ostler doctor --json`).
+fn json_report(result: &Result<Installation, DiscoverError>, code: i32) -> serde_json::Value {
+    use serde_json::json;
+    let inst = match result {
+        Ok(i) => Some(i),
+        Err(e) => e.installation(),
+    };
+    let m = compat::matrix();
+    let installation = inst.map(|i| {
+        json!({
+            "binary": i.path.display().to_string(),
+            "release": i.version.to_string(),
+            "version_output": i.version_output,
+            "api_date": i.api_date,
+            "level": i.level.to_string(),
+            "status": i.message,
+            "adapter": i.adapter,
+            "capabilities": i.capabilities.summary().to_string(),
+            "announced": i.capabilities.announced,
+            "flag_probe": i.probe.as_ref().map(|p| p
+                .accepted
+                .iter()
+                .map(|(f, ok)| (f.as_arg().to_string(), json!(ok)))
+                .collect::<serde_json::Map<_, _>>()),
+            "degraded": i.degraded.iter().map(|d| json!({
+                "capability": d.capability.to_string(), "workaround": d.workaround.to_string(),
+            })).collect::<Vec<_>>(),
+        })
+    });
+    json!({
+        "installation": installation,
+        "error": result.as_ref().err().map(|e| e.to_string()),
+        "minimum_supported": m.minimum.to_string(),
+        "newest_tested": m.newest_tested().map(|v| v.to_string()),
+        "would_start": code == 0,
+        "exit_code": code,
+    })
 }
 
 fn write_report(
@@ -184,6 +237,7 @@ mod tests {
                 config: None,
                 no_probe,
                 version_timeout: 30,
+                json: false,
             },
             &mut out,
         )

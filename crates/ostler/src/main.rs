@@ -4,7 +4,7 @@
 //! dispatches.
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod client;
 mod config;
@@ -12,11 +12,35 @@ mod decode;
 mod doctor;
 mod serve;
 
+const AFTER_HELP: &str = "\
+Examples:
+  ostler serve                              run the daemon (config: ostler serve --help)
+  ostler run \"fix the failing test\"         new session in this directory, stream the turn
+  ostler sessions -n 5                      the five newest sessions
+  ostler attach @last                       follow the newest session, answer its prompts
+  ostler send 3f2a \"now add a test\"         a session by a unique id prefix
+  ostler pending                            every prompt waiting for an answer
+  ostler approve 9c1e / ostler deny 9c1e -m \"not now\"
+  ostler completion bash > ~/.local/share/bash-completion/completions/ostler
+
+Sessions are named by id, a unique id prefix, @last or --last. Every client command takes
+--json (one JSON object per line on stdout).
+
+Exit codes:
+  0    success
+  1    error: the daemon refused, could not connect, or the turn ended in error
+  2    bad usage
+  3    a permission prompt or question could not be answered (no terminal, no flag)
+  130  interrupted or detached with Ctrl-C
+  72   (serve, doctor) no usable `claude` binary found
+  78   (serve, doctor) configuration error, or `claude` unusable / too old";
+
 #[derive(Parser)]
 #[command(
     name = "ostler",
     version,
-    about = "Keeps Claude Code sessions alive and drives them remotely"
+    about = "Keeps Claude Code sessions alive and drives them remotely",
+    after_help = AFTER_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,6 +57,11 @@ enum Command {
     Serve(serve::ServeArgs),
     #[command(flatten)]
     Client(client::ClientCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completion {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> Result<()> {
@@ -42,5 +71,10 @@ fn main() -> Result<()> {
         Command::Doctor(args) => std::process::exit(doctor::run(args)),
         Command::Serve(args) => std::process::exit(serve::run(args)),
         Command::Client(cmd) => client::main(cmd),
+        Command::Completion { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "ostler", &mut std::io::stdout());
+            Ok(())
+        }
     }
 }

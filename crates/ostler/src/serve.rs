@@ -132,9 +132,15 @@ fn init_logging(filter: &str, json: bool) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colour only on a terminal (never into files or the journal), and never with NO_COLOR.
+    let ansi = {
+        use std::io::IsTerminal as _;
+        crate::client::render::colour_for(std::io::stderr().is_terminal())
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     // Spans (session_id, method) are part of every line in both formats. `try_init` fails
     // only when a subscriber is already installed, which is then kept.
     let _ = if json {

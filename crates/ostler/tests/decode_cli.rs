@@ -76,21 +76,30 @@ fn decodes_a_recording_with_header_release() {
     assert_eq!(s["diagnostics"], 0);
     assert_eq!(s["unknown"], 0);
     let events = stdout_events(&out);
-    assert!(events.iter().any(|e| e["kind"] == "session_started"));
-    assert!(events.iter().any(|e| e["kind"] == "turn_result"));
-    assert!(events.iter().any(|e| e["kind"] == "outbound"));
+    assert!(events.iter().any(|e| e["type"] == "session_started"));
+    assert!(events.iter().any(|e| e["type"] == "turn_completed"));
+    assert!(events.iter().any(|e| e["type"] == "outbound"));
     assert_eq!(
         s["events"].as_u64().unwrap() + s["outbound"].as_u64().unwrap(),
         events.len() as u64
     );
-    // The golden file is exactly this output.
+    // The golden file is exactly this output, up to the event names: the golden keeps the
+    // protocol crate's `{"kind": ..., "turn_result"}`, `ostler decode` names events like the
+    // client's --json (`{"type": ..., "turn_completed"}`).
     let golden = rec.with_file_name(ostler_protocol::contract::golden_name(
         &rec.file_name().unwrap().to_string_lossy(),
     ));
-    if let Ok(g) = std::fs::read(&golden) {
+    if let Ok(g) = std::fs::read_to_string(&golden) {
+        let renamed: String = g
+            .lines()
+            .map(|l| {
+                let l = l.replacen(r#"{"kind":"turn_result""#, r#"{"kind":"turn_completed""#, 1);
+                format!("{}\n", l.replacen(r#"{"kind":"#, r#"{"type":"#, 1))
+            })
+            .collect();
         assert_eq!(
-            g,
-            out.stdout,
+            renamed,
+            String::from_utf8_lossy(&out.stdout),
             "{} differs from ostler decode",
             golden.display()
         );
@@ -108,7 +117,7 @@ fn decodes_a_recording_with_header_release() {
     );
     assert!(out.status.success());
     assert_eq!(summary(&out)["adapter"], "v1_0");
-    assert!(stdout_events(&out).iter().all(|e| e["kind"] != "outbound"));
+    assert!(stdout_events(&out).iter().all(|e| e["type"] != "outbound"));
 }
 
 #[test]
@@ -128,7 +137,7 @@ fn decodes_raw_stdout_from_stdin() {
     let events = stdout_events(&out);
     let req = events
         .iter()
-        .find(|e| e["kind"] == "control_request")
+        .find(|e| e["type"] == "control_request")
         .unwrap();
     assert_eq!(req["request"]["absent"], serde_json::json!(["tool_use_id"]));
 }
@@ -148,7 +157,7 @@ fn garbage_bytes_exit_zero_with_diagnostics() {
     assert_eq!(s["truncated"], 1, "{s}");
     assert_eq!(s["by_kind"]["keep_alive"], 2, "{s}");
     let events = stdout_events(&out);
-    assert_eq!(events.last().unwrap()["kind"], "keep_alive");
+    assert_eq!(events.last().unwrap()["type"], "keep_alive");
 }
 
 #[test]

@@ -11,15 +11,23 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use super::follow::{Follower, Outcome, Output, Until};
+use super::ids::{self, SessionArg};
 use super::prompt::{AnswerArgs, Answerer, CtrlC};
-use super::render::{Human, Style, age, clip, json_line, summary};
+use super::render::{Human, Style, age, clip, json_line};
 use super::run::{parse_label, read_prompt};
-use super::{ConnectArgs, EXIT_FAILED, connect, json, status_error};
+use super::{Conn, ConnectArgs, EXIT_FAILED, connect, json, status_error};
+
+/// Connect and resolve the session argument to a full id.
+async fn connect_to_session(c: &ConnectArgs, raw: &str) -> Result<(Conn, String)> {
+    let mut conn = connect(c).await?;
+    let id = ids::resolve(&mut conn.sessions, raw).await?;
+    Ok((conn, id))
+}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct IdArgs {
-    /// Session id
-    pub id: String,
+    #[command(flatten)]
+    pub session: SessionArg,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
@@ -36,8 +44,8 @@ pub struct SessionsArgs {
     /// Only sessions with this label (repeatable)
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
-    /// At most this many sessions (default: all)
-    #[arg(long)]
+    /// At most this many sessions, the newest (default: all)
+    #[arg(long, short = 'n')]
     pub limit: Option<usize>,
     /// Print one JSON object per session
     #[arg(long)]
@@ -48,8 +56,8 @@ pub struct SessionsArgs {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ShowArgs {
-    /// Session id
-    pub id: String,
+    #[command(flatten)]
+    pub session: SessionArg,
     /// Also print the stored event log
     #[arg(long)]
     pub events: bool,
@@ -62,8 +70,8 @@ pub struct ShowArgs {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct AttachArgs {
-    /// Session id
-    pub id: String,
+    #[command(flatten)]
+    pub session: SessionArg,
     /// Replay stored events after this seq first (default: the whole history)
     #[arg(long, value_name = "N")]
     pub after_seq: Option<u64>,
@@ -85,10 +93,14 @@ pub struct AttachArgs {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SendArgs {
-    /// Session id
-    pub id: String,
+    /// Session id, a unique prefix of one, or @last (the newest session)
+    #[arg(value_name = "ID", required_unless_present = "last")]
+    pub id: Option<String>,
     /// The message; read from stdin when absent or `-`
     pub text: Option<String>,
+    /// Send to the newest session (then the first argument is the message)
+    #[arg(long)]
+    pub last: bool,
     /// Return once the message is recorded instead of streaming the turn
     #[arg(long)]
     pub no_wait: bool,
@@ -109,8 +121,8 @@ pub struct SendArgs {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ResumeArgs {
-    /// Session id
-    pub id: String,
+    #[command(flatten)]
+    pub session: SessionArg,
     /// Create a new session branching from this one instead of continuing it
     #[arg(long)]
     pub fork: bool,
@@ -147,29 +159,8 @@ pub fn parse_state(s: &str) -> Result<pb::SessionState, String> {
 /// `ostler sessions`
 pub async fn sessions(a: SessionsArgs) -> Result<i32> {
     let mut conn = connect(&a.connect).await?;
-    let mut all = Vec::new();
-    let mut token = String::new();
-    loop {
-        let page = conn
-            .sessions
-            .list_sessions(pb::ListSessionsRequest {
-                states: a.state.iter().map(|s| *s as i32).collect(),
-                labels: a.labels.iter().cloned().collect(),
-                page_size: 500,
-                page_token: token.clone(),
-            })
-            .await
-            .map_err(|s| status_error("list sessions", s))?
-            .into_inner();
-        all.extend(page.sessions);
-        if a.limit.is_some_and(|l| all.len() >= l) {
-            break;
-        }
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        token = page.next_page_token;
-    }
+    // Newest first; the daemon's order is not relied on, so all pages are read.
+    let mut all = ids::list_all(&mut conn.sessions, &a.state, &a.labels).await?;
     if let Some(l) = a.limit {
         all.truncate(l);
     }
@@ -300,11 +291,11 @@ fn print_session(s: &pb::Session) {
 
 /// `ostler show ID`
 pub async fn show(a: ShowArgs) -> Result<i32> {
-    let mut conn = connect(&a.connect).await?;
+    let (mut conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
     let s = conn
         .sessions
         .get_session(pb::GetSessionRequest {
-            session_id: a.id.clone(),
+            session_id: id.clone(),
         })
         .await
         .map_err(|s| status_error("get session", s))?
@@ -318,7 +309,7 @@ pub async fn show(a: ShowArgs) -> Result<i32> {
         let mut stream = conn
             .sessions
             .subscribe(pb::SubscribeRequest {
-                session_id: a.id.clone(),
+                session_id: id.clone(),
                 after_seq: 0,
                 include_partial: false,
                 follow: false,
@@ -326,7 +317,10 @@ pub async fn show(a: ShowArgs) -> Result<i32> {
             .await
             .map_err(|s| status_error("subscribe", s))?
             .into_inner();
+        // The whole log on stdout (notices included), one summary line per turn.
         let mut human = Human::new(false, true);
+        human.all_on_stdout();
+        human.turn_summaries = true;
         if !a.json {
             println!();
         }
@@ -336,9 +330,6 @@ pub async fn show(a: ShowArgs) -> Result<i32> {
                 json_line(&json::event(&ev));
             } else {
                 human.event(&ev);
-                if let Some(pb::session_event::Payload::TurnCompleted(t)) = &ev.payload {
-                    human.line(&summary(human.style(), t, 0));
-                }
             }
         }
     }
@@ -348,26 +339,29 @@ pub async fn show(a: ShowArgs) -> Result<i32> {
 /// `ostler attach ID`
 pub async fn attach(a: AttachArgs) -> Result<i32> {
     let answerer = Answerer::new(a.answers.clone())?;
-    let conn = connect(&a.connect).await?;
+    let (conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
     let mut ctrlc = CtrlC::install()?;
     let started = Instant::now();
     let out = if a.json {
         Output::Json
     } else {
-        Output::Human(Human::new(true, a.verbose))
+        let mut h = Human::new(true, a.verbose);
+        // attach follows many turns: each one gets its summary line.
+        h.turn_summaries = !a.until_turn;
+        Output::Human(h)
     };
     if !a.json {
         eprintln!(
             "{}",
             Style::stderr().dim(&format!(
                 "attached to {} (Ctrl-C interrupts a running turn, twice detaches)",
-                a.id
+                id
             ))
         );
     }
     let mut f = Follower {
         conn,
-        session_id: a.id.clone(),
+        session_id: id.clone(),
         answerer,
         out,
         include_partial: !a.json,
@@ -384,7 +378,7 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
                 .conn
                 .sessions
                 .get_session(pb::GetSessionRequest {
-                    session_id: a.id.clone(),
+                    session_id: id.clone(),
                 })
                 .await
                 .map_err(|s| status_error("get session", s))?
@@ -402,21 +396,30 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
             }
             Ok(0)
         }
-        other => Ok(super::run::finish(&mut f, &a.id, other, started, a.json)),
+        other => Ok(super::run::finish(&mut f, &id, other, started, a.json)),
     }
 }
 
 /// `ostler send ID TEXT`
 pub async fn send(a: SendArgs) -> Result<i32> {
-    let text = read_prompt(a.text.as_deref())?;
+    // With --last the first argument is the message.
+    let (raw, text) = if a.last {
+        if a.text.is_some() {
+            anyhow::bail!("--last takes the message as its only argument (no session id)");
+        }
+        (ids::LAST.to_owned(), a.id.clone())
+    } else {
+        (a.id.clone().unwrap_or_default(), a.text.clone())
+    };
+    let text = read_prompt(text.as_deref())?;
     let answerer = Answerer::new(a.answers.clone())?;
-    let mut conn = connect(&a.connect).await?;
+    let (mut conn, id) = connect_to_session(&a.connect, &raw).await?;
     let mut ctrlc = CtrlC::install()?;
     let started = Instant::now();
     let sent = conn
         .sessions
         .send_message(pb::SendMessageRequest {
-            session_id: a.id.clone(),
+            session_id: id.clone(),
             content: Some(pb::MessageContent {
                 content: Some(pb::message_content::Content::Text(text)),
             }),
@@ -447,7 +450,7 @@ pub async fn send(a: SendArgs) -> Result<i32> {
     };
     let mut f = Follower {
         conn,
-        session_id: a.id.clone(),
+        session_id: id.clone(),
         answerer,
         out,
         include_partial: !a.json,
@@ -460,33 +463,54 @@ pub async fn send(a: SendArgs) -> Result<i32> {
     let outcome = f
         .follow(from, Until::TurnAfter(sent.seq), &mut ctrlc)
         .await?;
-    Ok(super::run::finish(&mut f, &a.id, outcome, started, a.json))
+    Ok(super::run::finish(&mut f, &id, outcome, started, a.json))
 }
 
-/// `ostler interrupt ID`
+/// `ostler interrupt ID`: interrupts a running turn; on an idle session there is nothing
+/// to interrupt, and it says so (exit 0, nothing sent).
 pub async fn interrupt(a: IdArgs) -> Result<i32> {
-    let mut conn = connect(&a.connect).await?;
-    conn.sessions
-        .interrupt(pb::InterruptRequest {
-            session_id: a.id.clone(),
+    let (mut conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
+    let s = conn
+        .sessions
+        .get_session(pb::GetSessionRequest {
+            session_id: id.clone(),
         })
         .await
-        .map_err(|s| status_error("interrupt", s))?;
+        .map_err(|s| status_error("get session", s))?
+        .into_inner();
+    let state = pb::SessionState::try_from(s.state).unwrap_or(pb::SessionState::Unspecified);
+    let busy = matches!(
+        state,
+        pb::SessionState::Running | pb::SessionState::AwaitingPermission
+    );
+    if busy {
+        conn.sessions
+            .interrupt(pb::InterruptRequest {
+                session_id: id.clone(),
+            })
+            .await
+            .map_err(|s| status_error("interrupt", s))?;
+    }
+    let state_name = json::state_name(s.state);
     if a.json {
-        json_line(&json!({"session_id": a.id, "interrupted": true}));
+        json_line(&json!({"session_id": id, "interrupted": busy, "state": state_name}));
+    } else if busy {
+        println!(
+            "interrupt sent to {id}: its {state_name} turn stops (`ostler attach {id}` shows the end)"
+        );
     } else {
-        println!("interrupted {}", a.id);
+        println!("nothing to interrupt: session {id} is {state_name}, no turn is running");
     }
     Ok(0)
 }
 
 /// `ostler stop ID`
 pub async fn stop(a: IdArgs) -> Result<i32> {
-    let mut conn = connect(&a.connect).await?;
+    let (mut conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
     let s = conn
         .sessions
         .stop_session(pb::StopSessionRequest {
-            session_id: a.id.clone(),
+            session_id: id.clone(),
         })
         .await
         .map_err(|s| status_error("stop session", s))?
@@ -499,46 +523,88 @@ pub async fn stop(a: IdArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `ostler resume ID [--fork]`
+/// `ostler resume ID [--fork]`: on a session that is already live, nothing is respawned and
+/// it says so (exit 0).
 pub async fn resume(a: ResumeArgs) -> Result<i32> {
-    let mut conn = connect(&a.connect).await?;
-    let s = conn
+    let (mut conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
+    let r = conn
         .sessions
         .resume_session(pb::ResumeSessionRequest {
-            session_id: a.id.clone(),
+            session_id: id.clone(),
             fork: a.fork,
         })
-        .await
-        .map_err(|s| status_error("resume session", s))?
-        .into_inner();
+        .await;
+    let s = match r {
+        Ok(s) => s.into_inner(),
+        Err(st) if st.code() == tonic::Code::FailedPrecondition => {
+            // Already live? Then there is nothing to resume; anything else is an error.
+            let now = conn
+                .sessions
+                .get_session(pb::GetSessionRequest {
+                    session_id: id.clone(),
+                })
+                .await
+                .map_err(|s| status_error("get session", s))?
+                .into_inner();
+            let live = matches!(
+                pb::SessionState::try_from(now.state),
+                Ok(pb::SessionState::Idle
+                    | pb::SessionState::Running
+                    | pb::SessionState::AwaitingPermission
+                    | pb::SessionState::Starting)
+            );
+            if !live || a.fork {
+                return Err(status_error("resume session", st));
+            }
+            if a.json {
+                let mut v = json::session(&now);
+                v["resumed"] = json!(false);
+                json_line(&v);
+            } else {
+                println!(
+                    "nothing to resume: session {id} is live ({}); its CLI process is running \
+                     — `ostler send {id} …` or `ostler attach {id}`",
+                    json::state_name(now.state)
+                );
+            }
+            return Ok(0);
+        }
+        Err(st) => return Err(status_error("resume session", st)),
+    };
     if a.json {
-        json_line(&json::session(&s));
+        let mut v = json::session(&s);
+        v["resumed"] = json!(true);
+        json_line(&v);
     } else if a.fork {
         println!(
             "forked {} into {} ({})",
-            a.id,
+            id,
             s.id,
             json::state_name(s.state)
         );
     } else {
-        println!("resumed {} ({})", s.id, json::state_name(s.state));
+        println!(
+            "resumed {}: a new CLI process continues the conversation ({})",
+            s.id,
+            json::state_name(s.state)
+        );
     }
     Ok(0)
 }
 
 /// `ostler delete ID`
 pub async fn delete(a: IdArgs) -> Result<i32> {
-    let mut conn = connect(&a.connect).await?;
+    let (mut conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
     conn.sessions
         .delete_session(pb::DeleteSessionRequest {
-            session_id: a.id.clone(),
+            session_id: id.clone(),
         })
         .await
         .map_err(|s| status_error("delete session", s))?;
     if a.json {
-        json_line(&json!({"session_id": a.id, "deleted": true}));
+        json_line(&json!({"session_id": id, "deleted": true}));
     } else {
-        println!("deleted {}", a.id);
+        println!("deleted {id}");
     }
     Ok(0)
 }

@@ -17,8 +17,9 @@ use anyhow::{Context as _, Result, bail};
 /// Address used when nothing is configured.
 pub const DEFAULT_ADDR: &str = crate::config::DEFAULT_ADDR;
 
-/// Connection flags shared by every client command.
+/// Connection flags shared by every client command (shown under their own heading).
 #[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "Connection")]
 pub struct ConnectArgs {
     /// Daemon address: `host:port`, `http://host:port`, `https://host:port` or
     /// `unix:///path/to/socket` [default: from the daemon's config, else 127.0.0.1:7433]
@@ -51,6 +52,7 @@ pub struct ConnectArgs {
     #[arg(long, env = "OSTLER_TLS_DOMAIN", value_name = "NAME")]
     pub tls_domain: Option<String>,
     /// Name sent as `x-ostler-client`; recorded as who answered a prompt
+    /// [default: USER@HOST:TERMINAL, e.g. alice@laptop:pts/3]
     #[arg(long, env = "OSTLER_CLIENT_NAME", value_name = "NAME")]
     pub client_name: Option<String>,
 }
@@ -65,6 +67,8 @@ pub struct Target {
     pub tls_key: Option<PathBuf>,
     pub tls_domain: Option<String>,
     pub client_name: String,
+    /// Which setting the address came from, for messages (`--addr / OSTLER_ADDR`, ...).
+    pub addr_source: String,
 }
 
 /// A parsed daemon address.
@@ -143,11 +147,14 @@ pub struct DaemonSide {
     pub tokens: Vec<String>,
     pub token_file: Option<PathBuf>,
     pub tls_cert: Option<PathBuf>,
+    /// Where the daemon's configuration was read from (for messages).
+    pub source: String,
 }
 
 impl DaemonSide {
-    fn from_config(c: &crate::config::Config) -> Self {
+    fn from_config(c: &crate::config::Config, source: String) -> Self {
         Self {
+            source,
             listen_addr: c.listen.addr.clone(),
             unix_socket: c.listen.unix_socket.clone(),
             tokens: c.auth.tokens.clone(),
@@ -161,6 +168,14 @@ impl DaemonSide {
 pub fn resolve(args: &ConnectArgs) -> Result<Target> {
     let default_missing =
         args.config.is_none() && crate::config::default_config_file().is_none_or(|f| !f.exists());
+    let source = match args
+        .config
+        .clone()
+        .or_else(crate::config::default_config_file)
+    {
+        Some(f) if !default_missing => format!("{} or OSTLER_LISTEN__* variables", f.display()),
+        _ => "OSTLER_LISTEN__* variables".to_owned(),
+    };
     let cfg = if default_missing {
         // No config file at all: the defaults and the daemon's environment variables.
         use figment::providers::{Env, Serialized};
@@ -177,24 +192,35 @@ pub fn resolve(args: &ConnectArgs) -> Result<Target> {
         crate::config::load(args.config.as_deref(), &Default::default())
             .context("reading the daemon's configuration (for its address and token)")?
     };
-    resolve_from(args, &DaemonSide::from_config(&cfg))
+    resolve_from(args, &DaemonSide::from_config(&cfg, source))
 }
 
 /// Resolution from the daemon's side of the configuration (exposed for tests).
 pub fn resolve_from(args: &ConnectArgs, d: &DaemonSide) -> Result<Target> {
-    let endpoint = if let Some(a) = &args.addr {
-        parse_addr(a)?
+    let from_config = |key: &str| {
+        if d.source.is_empty() {
+            format!("{key} of the daemon's configuration")
+        } else {
+            format!("{key} in {}", d.source)
+        }
+    };
+    let (endpoint, addr_source) = if let Some(a) = &args.addr {
+        (parse_addr(a)?, "--addr / OSTLER_ADDR".to_owned())
     } else if let Some(sock) = &d.unix_socket {
-        Endpoint::Unix(sock.clone())
+        (
+            Endpoint::Unix(sock.clone()),
+            from_config("listen.unix_socket"),
+        )
     } else if !d.listen_addr.trim().is_empty() {
         let a = d.listen_addr.trim();
-        if d.tls_cert.is_some() && !a.contains("://") {
+        let e = if d.tls_cert.is_some() && !a.contains("://") {
             parse_addr(&format!("https://{a}"))?
         } else {
             parse_addr(a)?
-        }
+        };
+        (e, from_config("listen.addr"))
     } else {
-        parse_addr(DEFAULT_ADDR)?
+        (parse_addr(DEFAULT_ADDR)?, "the built-in default".to_owned())
     };
     let token = if let Some(t) = &args.token {
         Some(t.trim().to_owned())
@@ -220,6 +246,7 @@ pub fn resolve_from(args: &ConnectArgs, d: &DaemonSide) -> Result<Target> {
         tls_key: args.tls_key.clone(),
         tls_domain: args.tls_domain.clone(),
         client_name: args.client_name.clone().unwrap_or_else(default_client_name),
+        addr_source,
     })
 }
 
@@ -236,13 +263,51 @@ fn read_token(path: &Path) -> Result<String> {
     }
 }
 
-fn default_client_name() -> String {
-    let user = std::env::var("USER").unwrap_or_default();
-    if user.is_empty() {
+/// `USER@HOST:TERMINAL` (`alice@laptop:pts/3`); parts that cannot be found are left out
+/// (`alice@laptop`, `ostler-cli@laptop` without a user). Only header-safe characters.
+pub fn default_client_name() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_default();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_default();
+    // The terminal of stdin, else stderr, else stdout (`/dev/pts/3` -> `pts/3`).
+    let tty = [0, 2, 1].iter().find_map(|fd| {
+        let p = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+        let p = p.to_string_lossy().into_owned();
+        let rest = p.strip_prefix("/dev/")?;
+        (rest.starts_with("pts/") || rest.starts_with("tty")).then(|| rest.to_owned())
+    });
+    client_name_from(&user, &host, tty.as_deref())
+}
+
+/// The default client name from its parts (exposed for tests).
+pub fn client_name_from(user: &str, host: &str, tty: Option<&str>) -> String {
+    let clean = |s: &str| -> String {
+        s.trim()
+            .chars()
+            .filter(|c| c.is_ascii_graphic() && !matches!(c, '@' | ','))
+            .take(64)
+            .collect()
+    };
+    let user = clean(user);
+    let host = clean(host);
+    let mut name = if user.is_empty() {
         "ostler-cli".to_owned()
     } else {
-        format!("ostler-cli:{user}")
+        user
+    };
+    if !host.is_empty() {
+        name.push('@');
+        name.push_str(&host);
     }
+    if let Some(t) = tty.map(clean).filter(|t| !t.is_empty()) {
+        name.push(':');
+        name.push_str(&t);
+    }
+    name
 }
 
 #[cfg(test)]
@@ -330,6 +395,35 @@ mod tests {
         let t = resolve_from(&ConnectArgs::default(), &DaemonSide::default())?;
         assert_eq!(t.endpoint.to_string(), format!("http://{DEFAULT_ADDR}"));
         assert_eq!(t.token, None);
+        assert_eq!(t.addr_source, "the built-in default");
         Ok(())
+    }
+
+    #[test]
+    fn the_address_source_is_named() -> Result<()> {
+        let d = DaemonSide {
+            listen_addr: "127.0.0.1:9000".into(),
+            source: "/etc/ostler/config.toml".into(),
+            ..Default::default()
+        };
+        let t = resolve_from(&ConnectArgs::default(), &d)?;
+        assert_eq!(t.addr_source, "listen.addr in /etc/ostler/config.toml");
+        let args = ConnectArgs {
+            addr: Some("127.0.0.1:1".into()),
+            ..Default::default()
+        };
+        assert_eq!(resolve_from(&args, &d)?.addr_source, "--addr / OSTLER_ADDR");
+        Ok(())
+    }
+
+    #[test]
+    fn client_names_carry_user_host_and_terminal() {
+        assert_eq!(
+            client_name_from("alice", "laptop\n", Some("pts/3")),
+            "alice@laptop:pts/3"
+        );
+        assert_eq!(client_name_from("", "box", None), "ostler-cli@box");
+        assert_eq!(client_name_from("bob", "", None), "bob");
+        assert_eq!(client_name_from("a b", "h\u{7}x", Some("")), "ab@hx");
     }
 }

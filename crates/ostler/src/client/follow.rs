@@ -1,6 +1,7 @@
 //! Following a session: subscribe, show events, answer prompts, handle Ctrl-C, resubscribe
 //! after the last seen `seq` when the stream breaks.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -91,6 +92,50 @@ struct Pending {
     event: Payload,
 }
 
+/// What the event stream yields (`None`: it ended).
+type StreamItem = Option<Result<pb::SessionEvent, tonic::Status>>;
+
+/// Who settled `request_id`, when `ev` is its resolution: `allowed by client:x`, ...
+fn settled_by(ev: &pb::SessionEvent, request_id: &str) -> Option<String> {
+    let (what, by) = match &ev.payload {
+        Some(Payload::PermissionResolved(r)) if r.request_id == request_id => {
+            (json::resolution_name(r.resolution), r.resolved_by.clone())
+        }
+        Some(Payload::QuestionAnswered(a)) if a.request_id == request_id => {
+            (json::resolution_name(a.resolution), a.resolved_by.clone())
+        }
+        _ => return None,
+    };
+    Some(if by.is_empty() {
+        what
+    } else {
+        format!("{what} by {by}")
+    })
+}
+
+/// Reads the stream while a prompt is open, keeping every item for later; resolves with
+/// who settled `request_id` when its resolution arrives (never, once the stream ends).
+async fn watch_settled(
+    stream: &mut tonic::Streaming<pb::SessionEvent>,
+    backlog: &mut VecDeque<StreamItem>,
+    request_id: &str,
+) -> String {
+    loop {
+        let item = stream.next().await;
+        let who = match &item {
+            Some(Ok(ev)) => settled_by(ev, request_id),
+            _ => {
+                backlog.push_back(item);
+                return std::future::pending().await;
+            }
+        };
+        backlog.push_back(item);
+        if let Some(who) = who {
+            return who;
+        }
+    }
+}
+
 impl Follower {
     /// Follow from `after_seq` until `until`.
     pub async fn follow(
@@ -124,6 +169,8 @@ impl Follower {
         let mut retries = 0u32;
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // Events read while a prompt was open, shown and handled before reading on.
+        let mut backlog: VecDeque<StreamItem> = VecDeque::new();
         loop {
             let sub = self
                 .conn
@@ -151,11 +198,16 @@ impl Follower {
                     biased;
                     _ = ctrlc.pressed() => {
                         ctrl_presses += 1;
-                        if let Some(o) = self.on_ctrl_c(ctrl_presses).await? {
+                        if let Some(o) = self.on_ctrl_c(ctrl_presses) {
                             return Ok(o);
                         }
                     }
-                    msg = stream.next() => {
+                    msg = async {
+                        match backlog.pop_front() {
+                            Some(item) => item,
+                            None => stream.next().await,
+                        }
+                    } => {
                         let ev = match msg {
                             Some(Ok(ev)) => ev,
                             Some(Err(s)) => break Some(s),
@@ -216,13 +268,18 @@ impl Follower {
                         if after >= caught_up_at && !pending.is_empty() {
                             let items = std::mem::take(&mut pending);
                             for p in items {
-                                answered.insert(request_id(&p.event));
-                                match self.answer(&p, ctrlc).await? {
+                                let id = request_id(&p.event);
+                                answered.insert(id.clone());
+                                // Settled elsewhere while an earlier prompt was open.
+                                if backlog.iter().any(|i| matches!(i, Some(Ok(ev)) if settled_by(ev, &id).is_some())) {
+                                    continue;
+                                }
+                                match self.answer(&p, ctrlc, &mut stream, &mut backlog).await? {
                                     None => {}
                                     Some(Outcome::Detached) => {
                                         // Ctrl-C at the prompt counts as a press.
                                         ctrl_presses += 1;
-                                        if let Some(o) = self.on_ctrl_c(ctrl_presses).await? {
+                                        if let Some(o) = self.on_ctrl_c(ctrl_presses) {
                                             return Ok(o);
                                         }
                                     }
@@ -296,31 +353,65 @@ impl Follower {
         }
     }
 
-    async fn on_ctrl_c(&mut self, presses: u32) -> Result<Option<Outcome>> {
+    /// First press while a turn runs: send an interrupt (in the background, so that a
+    /// second press detaches at once even when the daemon is slow to answer it). Any other
+    /// press: detach.
+    fn on_ctrl_c(&mut self, presses: u32) -> Option<Outcome> {
         if presses == 1 && self.running {
             self.out
                 .note("interrupting the turn… (Ctrl-C again to detach; the session keeps running)");
             self.interrupted = true;
-            self.conn
-                .sessions
-                .interrupt(pb::InterruptRequest {
-                    session_id: self.session_id.clone(),
-                })
-                .await
-                .map_err(|s| status_error("interrupt", s))?;
-            Ok(None)
+            let mut sessions = self.conn.sessions.clone();
+            let session_id = self.session_id.clone();
+            tokio::spawn(async move {
+                if let Err(s) = sessions
+                    .interrupt(pb::InterruptRequest { session_id })
+                    .await
+                {
+                    super::render::error_line(&format!("{:#}", status_error("interrupt", s)));
+                }
+            });
+            None
         } else {
             self.out.clear();
-            Ok(Some(Outcome::Detached))
+            Some(Outcome::Detached)
+        }
+    }
+
+    /// The prompt for `request_id` was settled by someone else: say so where it was asked.
+    fn settled_elsewhere(&mut self, who: &str) {
+        if let Some(tty) = self.answerer.tty.as_mut() {
+            let st = tty.style;
+            tty.say(&format!(
+                "\n  {}\n",
+                st.yellow(&format!("answered elsewhere: {who}"))
+            ));
+        } else {
+            self.out.note(&format!("answered elsewhere: {who}"));
         }
     }
 
     /// Answer one pending prompt; `Some(outcome)` ends following.
-    async fn answer(&mut self, p: &Pending, ctrlc: &mut CtrlC) -> Result<Option<Outcome>> {
+    /// While asking, the stream is read on (into `backlog`): when another client settles
+    /// the prompt first, it is abandoned and that is said.
+    async fn answer(
+        &mut self,
+        p: &Pending,
+        ctrlc: &mut CtrlC,
+        stream: &mut tonic::Streaming<pb::SessionEvent>,
+        backlog: &mut VecDeque<StreamItem>,
+    ) -> Result<Option<Outcome>> {
         self.out.clear();
         let result = match &p.event {
             Payload::PermissionRequested(r) => {
-                let decision = match self.answerer.permission(r, ctrlc).await? {
+                let asked = tokio::select! {
+                    a = self.answerer.permission(r, ctrlc) => a?,
+                    who = watch_settled(stream, backlog, &r.request_id) => {
+                        self.settled_elsewhere(&who);
+                        return Ok(None);
+                    }
+                };
+                let decision = match asked {
                     Asked::Answer(d) => d,
                     Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
                     Asked::CtrlC => PermissionAnswer::Deny {
@@ -363,7 +454,14 @@ impl Follower {
                     .map(|_| ())
             }
             Payload::QuestionAsked(q) => loop {
-                let answers = match self.answerer.question(q, ctrlc).await? {
+                let asked = tokio::select! {
+                    a = self.answerer.question(q, ctrlc) => a?,
+                    who = watch_settled(stream, backlog, &q.request_id) => {
+                        self.settled_elsewhere(&who);
+                        return Ok(None);
+                    }
+                };
+                let answers = match asked {
                     Asked::Answer(a) => a,
                     Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
                     Asked::CtrlC => return Ok(Some(Outcome::Detached)),

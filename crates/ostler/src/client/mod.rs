@@ -1,5 +1,7 @@
 //! The `ostler` client commands: `run`, `sessions`, `show`, `attach`, `send`, `interrupt`,
-//! `stop`, `resume`, `delete`, `health`.
+//! `stop`, `resume`, `delete`, `health`, `pending`, `approve`, `deny`, `answer`.
+//!
+//! Sessions are named by id, a unique id prefix, or `@last` / `--last` (`ids.rs`).
 //!
 //! Every command talks to a daemon over the public gRPC API (`ostler.v1`) only, with the
 //! generated clients of `ostler-proto`; nothing here reaches into the daemon's crates.
@@ -11,7 +13,9 @@
 pub mod commands;
 pub mod config;
 pub mod follow;
+pub mod ids;
 pub mod json;
+pub mod pending;
 pub mod prompt;
 pub mod render;
 pub mod run;
@@ -62,6 +66,14 @@ pub enum ClientCommand {
     Delete(commands::IdArgs),
     /// Check the daemon's health (standard gRPC health plus daemon details).
     Health(commands::HealthArgs),
+    /// List every pending permission prompt and question across sessions, oldest first.
+    Pending(pending::PendingArgs),
+    /// Allow a pending permission request (by request id or prefix, see `pending`).
+    Approve(pending::ApproveArgs),
+    /// Deny a pending permission request, telling the model why.
+    Deny(pending::DenyArgs),
+    /// Answer a pending question (by request id or prefix, see `pending`).
+    Answer(pending::AnswerQuestionArgs),
 }
 
 /// Runs a client command and exits the process with its exit code.
@@ -83,6 +95,10 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Resume(a) => commands::resume(a).await,
             ClientCommand::Delete(a) => commands::delete(a).await,
             ClientCommand::Health(a) => commands::health(a).await,
+            ClientCommand::Pending(a) => pending::pending(a).await,
+            ClientCommand::Approve(a) => pending::approve(a).await,
+            ClientCommand::Deny(a) => pending::deny(a).await,
+            ClientCommand::Answer(a) => pending::answer(a).await,
         }
     });
     let code = match result {
@@ -170,16 +186,12 @@ pub async fn connect_to(target: &config::Target) -> Result<Conn> {
                 }
                 ep = ep.tls_config(tls).context("TLS configuration")?;
             }
-            ep.connect().await.map_err(|e| {
-                anyhow!(
-                    "cannot reach the ostler daemon at {addr}: {}",
-                    source_chain(&e)
-                )
-            })?
+            ep.connect()
+                .await
+                .map_err(|e| unreachable(target, &source_chain(&e)))?
         }
         config::Endpoint::Unix(path) => {
             let path = path.clone();
-            let shown = addr.clone();
             TonicEndpoint::from_static("http://localhost")
                 .connect_timeout(Duration::from_secs(5))
                 .connect_with_connector(tower::service_fn(move |_: http_uri::Uri| {
@@ -190,14 +202,10 @@ pub async fn connect_to(target: &config::Target) -> Result<Conn> {
                     }
                 }))
                 .await
-                .map_err(|e| {
-                    anyhow!(
-                        "cannot reach the ostler daemon at {shown}: {}",
-                        source_chain(&e)
-                    )
-                })?
+                .map_err(|e| unreachable(target, &source_chain(&e)))?
         }
     };
+    let _ = TARGET.set((addr.clone(), target.addr_source.clone()));
     let token = match &target.token {
         Some(t) => Some(
             MetadataValue::try_from(format!("Bearer {t}"))
@@ -214,6 +222,97 @@ pub async fn connect_to(target: &config::Target) -> Result<Conn> {
         health: HealthClient::new(channel),
         addr,
     })
+}
+
+/// The address and its source, for error messages about calls (set once per process).
+static TARGET: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+
+/// "cannot reach": which address, from which setting, and what to do.
+fn unreachable(target: &config::Target, why: &str) -> anyhow::Error {
+    let addr = &target.endpoint;
+    let what = if why.contains("No such file") || why.contains("os error 2") {
+        "no socket there"
+    } else if why.contains("refused") {
+        "nothing listens there"
+    } else if why.contains("timed out") || why.contains("elapsed") {
+        "no answer within 5 s"
+    } else if is_not_grpc(why) {
+        return not_grpc(&addr.to_string(), &target.addr_source);
+    } else {
+        why
+    };
+    anyhow!(
+        "cannot reach the ostler daemon at {addr} ({what}; detail: {}). The address came from \
+         {}. Start the daemon with `ostler serve`, or point the client at it with --addr / \
+         OSTLER_ADDR (or --config for another daemon configuration)",
+        clip_detail(why),
+        target.addr_source
+    )
+}
+
+/// Signs that the peer answered, but not with gRPC over HTTP/2.
+fn is_not_grpc(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    [
+        "h2 protocol error",
+        "http2 error",
+        "frame with invalid size",
+        "invalid http version",
+        "connection reset",
+        "broken pipe",
+        "invalid content-type",
+        "content-type",
+        "unexpected eof",
+        "http/1",
+        "invalid frame",
+    ]
+    .iter()
+    .any(|p| m.contains(p))
+}
+
+fn not_grpc(addr: &str, source: &str) -> anyhow::Error {
+    anyhow!(
+        "the server at {addr} does not speak gRPC: it is not an ostler daemon (or a proxy in \
+         front of it does not pass HTTP/2 through). The address came from {source}; check \
+         --addr / OSTLER_ADDR, and use https:// when the daemon has TLS"
+    )
+}
+
+/// Whether the server at `addr` (`http://host:port` or `unix:///path`) answers the HTTP/2
+/// connection preface with HTTP/2; `None` when it cannot be told (TLS, unreachable, slow).
+/// Only used to explain a failed call, so blocking with short timeouts is acceptable.
+fn speaks_http2(addr: &str) -> Option<bool> {
+    use std::time::Duration;
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+    fn exchange(mut s: impl std::io::Read + std::io::Write) -> Option<bool> {
+        s.write_all(PREFACE).ok()?;
+        let mut buf = [0u8; 16];
+        let n = s.read(&mut buf).unwrap_or(0);
+        let got = buf.get(..n)?;
+        // An HTTP/2 server starts with a SETTINGS frame (type 4 in the 4th byte).
+        Some(got.len() >= 4 && got.get(3) == Some(&4) && !got.starts_with(b"HTTP/"))
+    }
+    let timeout = Some(Duration::from_secs(2));
+    if let Some(hostport) = addr.strip_prefix("http://") {
+        let sa = std::net::ToSocketAddrs::to_socket_addrs(hostport)
+            .ok()?
+            .next()?;
+        let s = std::net::TcpStream::connect_timeout(&sa, Duration::from_secs(2)).ok()?;
+        s.set_read_timeout(timeout).ok()?;
+        s.set_write_timeout(timeout).ok()?;
+        exchange(s)
+    } else if let Some(path) = addr.strip_prefix("unix://") {
+        let s = std::os::unix::net::UnixStream::connect(path).ok()?;
+        s.set_read_timeout(timeout).ok()?;
+        s.set_write_timeout(timeout).ok()?;
+        exchange(s)
+    } else {
+        None
+    }
+}
+
+fn clip_detail(s: &str) -> String {
+    render::clip(s, 200)
 }
 
 /// `tonic::transport::Error` hides the interesting part in its sources.
@@ -234,14 +333,40 @@ fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// codes a user can act on.
 pub fn status_error(what: &str, s: tonic::Status) -> anyhow::Error {
     let code = code_name(s.code());
+    let (addr, source) = TARGET
+        .get()
+        .cloned()
+        .unwrap_or_else(|| ("the daemon address".into(), "the client's settings".into()));
+    let content_type = s
+        .metadata()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap_or_default().to_owned());
+    let transportish = matches!(
+        s.code(),
+        tonic::Code::Unknown
+            | tonic::Code::Internal
+            | tonic::Code::Cancelled
+            | tonic::Code::Unavailable
+            | tonic::Code::Unimplemented
+    );
+    if transportish
+        && (is_not_grpc(s.message())
+            || content_type
+                .as_deref()
+                .is_some_and(|c| !c.starts_with("application/grpc"))
+            // No answer at all (the connection closed): ask the server what it speaks.
+            || (content_type.is_none() && speaks_http2(&addr) == Some(false)))
+    {
+        return not_grpc(&addr, &source);
+    }
     let hint = match s.code() {
         tonic::Code::Unauthenticated => {
-            " (pass --token or --token-file, or set OSTLER_TOKEN / client.token)"
+            " (pass --token or --token-file, or set OSTLER_TOKEN / client.token)".to_owned()
         }
-        tonic::Code::Unavailable if s.message().contains("connect") => {
-            " (is `ostler serve` running? see --addr)"
-        }
-        _ => "",
+        tonic::Code::Unavailable if s.message().contains("connect") => format!(
+            " (is `ostler serve` running at {addr}? the address came from {source}; see --addr)"
+        ),
+        _ => String::new(),
     };
     anyhow!("{what}: {code}: {}{hint}", s.message())
 }

@@ -153,13 +153,23 @@ impl CtrlC {
     }
 }
 
-/// One line from the terminal, read on a dedicated thread so that a prompt can be
+/// What the terminal reader thread reads next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// A line (cooked mode).
+    Line,
+    /// One key, in raw mode (Ctrl-C arrives as the byte 0x03).
+    Key,
+}
+
+/// One line (or key) from the terminal, read on a dedicated thread so that a prompt can be
 /// abandoned (Ctrl-C) without losing or duplicating the reader.
 pub struct Tty {
     out: std::fs::File,
-    requests: std::sync::mpsc::Sender<()>,
+    requests: std::sync::mpsc::Sender<Read>,
     lines: mpsc::UnboundedReceiver<Option<String>>,
-    outstanding: bool,
+    /// The read the thread is doing (a prompt abandoned meanwhile leaves it running).
+    outstanding: Option<Read>,
     pub style: Style,
 }
 
@@ -174,17 +184,22 @@ impl Tty {
             .write(true)
             .open("/dev/tty")
             .ok()?;
-        let (req_tx, req_rx) = std::sync::mpsc::channel::<()>();
+        let (req_tx, req_rx) = std::sync::mpsc::channel::<Read>();
         let (line_tx, line_rx) = mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("ostler-tty".into())
             .spawn(move || {
                 let mut reader = std::io::BufReader::new(input);
-                while req_rx.recv().is_ok() {
-                    let mut line = String::new();
-                    let got = match reader.read_line(&mut line) {
-                        Ok(0) | Err(_) => None,
-                        Ok(_) => Some(line.trim_end_matches(['\n', '\r']).to_owned()),
+                while let Ok(what) = req_rx.recv() {
+                    let got = match what {
+                        Read::Line => {
+                            let mut line = String::new();
+                            match reader.read_line(&mut line) {
+                                Ok(0) | Err(_) => None,
+                                Ok(_) => Some(line.trim_end_matches(['\n', '\r']).to_owned()),
+                            }
+                        }
+                        Read::Key => read_key(&mut reader),
                     };
                     let eof = got.is_none();
                     if line_tx.send(got).is_err() || eof {
@@ -197,7 +212,7 @@ impl Tty {
             out,
             requests: req_tx,
             lines: line_rx,
-            outstanding: false,
+            outstanding: None,
             style: Style {
                 on: super::render::colour_for(true),
             },
@@ -211,18 +226,72 @@ impl Tty {
 
     /// Print `question` and read one line; `None` on Ctrl-C; error at end of input.
     pub async fn ask(&mut self, question: &str, ctrlc: &mut CtrlC) -> Result<Option<String>> {
+        self.read(question, Read::Line, ctrlc).await
+    }
+
+    /// Print `question` and read one key (no Enter needed); `None` on Ctrl-C.
+    pub async fn key(&mut self, question: &str, ctrlc: &mut CtrlC) -> Result<Option<char>> {
+        let got = self.read(question, Read::Key, ctrlc).await?;
+        let key = got.and_then(|k| k.chars().next());
+        match key {
+            // Raw mode delivers Ctrl-C as a byte, not a signal.
+            Some('\u{3}') | None => {
+                self.say("\n");
+                Ok(None)
+            }
+            Some(k) => {
+                self.say(&format!("{k}\n"));
+                Ok(Some(k))
+            }
+        }
+    }
+
+    async fn read(
+        &mut self,
+        question: &str,
+        what: Read,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Option<String>> {
         self.say(question);
-        if !self.outstanding {
+        // A key read left over from an abandoned prompt (settled by another client): its
+        // key, typed in raw mode without echo, starts this line.
+        let mut prefix = String::new();
+        if what == Read::Line && self.outstanding == Some(Read::Key) {
+            let got = tokio::select! {
+                got = self.lines.recv() => got.flatten(),
+                _ = ctrlc.pressed() => {
+                    self.say("\n");
+                    return Ok(None);
+                }
+            };
+            self.outstanding = None;
+            match got.as_deref() {
+                None => return Err(anyhow!("end of input on the terminal")),
+                Some("\u{3}") => {
+                    self.say("\n");
+                    return Ok(None);
+                }
+                Some("\r" | "\n") => {
+                    self.say("\n");
+                    return Ok(Some(String::new()));
+                }
+                Some(k) => {
+                    self.say(k);
+                    prefix.push_str(k);
+                }
+            }
+        }
+        if self.outstanding.is_none() {
             self.requests
-                .send(())
+                .send(what)
                 .map_err(|_| anyhow!("the terminal is closed"))?;
-            self.outstanding = true;
+            self.outstanding = Some(what);
         }
         tokio::select! {
             line = self.lines.recv() => {
-                self.outstanding = false;
+                self.outstanding = None;
                 match line.flatten() {
-                    Some(l) => Ok(Some(l)),
+                    Some(l) => Ok(Some(prefix + &l)),
                     None => Err(anyhow!("end of input on the terminal")),
                 }
             }
@@ -234,11 +303,29 @@ impl Tty {
     }
 }
 
+/// One key from the terminal in raw mode (restored right after); `None` at end of input.
+/// Bytes already buffered (typed ahead) are used first.
+fn read_key(reader: &mut std::io::BufReader<std::fs::File>) -> Option<String> {
+    use std::io::Read as _;
+    let raw = crossterm::terminal::enable_raw_mode().is_ok();
+    let mut b = [0u8; 1];
+    let got = reader.read(&mut b);
+    if raw {
+        let _ = crossterm::terminal::disable_raw_mode();
+    }
+    match got {
+        Ok(1) => Some(char::from(b[0]).to_string()),
+        _ => None,
+    }
+}
+
 /// Decides prompts from the flags and, when there is one, the terminal.
 pub struct Answerer {
     pub args: AnswerArgs,
     rules: Vec<AllowRule>,
     pub tty: Option<Tty>,
+    /// Permission prompts take one key, no Enter (the chat loop of `ostler run`).
+    pub single_key: bool,
 }
 
 impl Answerer {
@@ -249,7 +336,12 @@ impl Answerer {
             .map(|s| AllowRule::parse(s))
             .collect::<Result<Vec<_>>>()?;
         let tty = if args.no_input { None } else { Tty::open() };
-        Ok(Self { args, rules, tty })
+        Ok(Self {
+            args,
+            rules,
+            tty,
+            single_key: false,
+        })
     }
 
     /// Decide a permission prompt.
@@ -305,7 +397,14 @@ impl Answerer {
         ));
         tty.say(&head);
         loop {
-            let Some(line) = tty.ask("  allow? (y/a/n/d): ", ctrlc).await? else {
+            let line = if self.single_key {
+                tty.key("  allow? (y/a/n/d): ", ctrlc)
+                    .await?
+                    .map(|k| k.to_string())
+            } else {
+                tty.ask("  allow? (y/a/n/d): ", ctrlc).await?
+            };
+            let Some(line) = line else {
                 return Ok(Asked::CtrlC);
             };
             match line.trim().to_ascii_lowercase().as_str() {
@@ -398,10 +497,12 @@ impl Answerer {
             }
             tty.say(&text);
             let n = question.options.len();
+            // Free text only where the daemon takes it whatever its settings: a question
+            // without options (`answers.allow_free_text` is not visible to clients).
             let ask = if question.multi_select {
-                format!("  choose 1-{n}, several separated by commas, or type an answer: ")
+                format!("  choose 1-{n}, several separated by commas: ")
             } else if n > 0 {
-                format!("  choose 1-{n} or type an answer: ")
+                format!("  choose 1-{n}: ")
             } else {
                 "  your answer: ".to_owned()
             };
@@ -414,7 +515,10 @@ impl Answerer {
                         answers.push(a);
                         break;
                     }
-                    None => tty.say("  please choose an option or type an answer\n"),
+                    None if question.multi_select => tty.say(&format!(
+                        "  please type option numbers between 1 and {n}, separated by commas\n"
+                    )),
+                    None => tty.say(&format!("  please type a number between 1 and {n}\n")),
                 }
             }
         }
@@ -422,11 +526,19 @@ impl Answerer {
     }
 }
 
-/// Numbers (1-based, commas for multi-select) pick options; other text is a free answer.
+/// Numbers (1-based, commas for multi-select) pick options; a question without options
+/// takes any text. `None`: not a valid choice (ask again).
 pub fn parse_choice(line: &str, q: &pb::Question) -> Option<pb::QuestionAnswer> {
     let line = line.trim();
     if line.is_empty() {
         return None;
+    }
+    if q.options.is_empty() {
+        return Some(pb::QuestionAnswer {
+            question: q.question.clone(),
+            selected: vec![],
+            other_text: line.to_owned(),
+        });
     }
     let picks: Option<Vec<usize>> = line
         .split(',')
@@ -443,11 +555,7 @@ pub fn parse_choice(line: &str, q: &pb::Question) -> Option<pb::QuestionAnswer> 
             selected: p.iter().map(|i| q.options[i - 1].label.clone()).collect(),
             other_text: String::new(),
         }),
-        _ => Some(pb::QuestionAnswer {
-            question: q.question.clone(),
-            selected: vec![],
-            other_text: line.to_owned(),
-        }),
+        _ => None,
     }
 }
 
@@ -519,15 +627,22 @@ mod tests {
         };
         let a = parse_choice("2", &q);
         assert_eq!(a.map(|a| a.selected), Some(vec!["Blue".to_owned()]));
-        let a = parse_choice("1,2", &q);
-        assert_eq!(
-            a.map(|a| a.other_text),
-            Some("1,2".to_owned()),
-            "single select: text"
+        assert!(
+            parse_choice("1,2", &q).is_none(),
+            "single select: one choice"
         );
-        let a = parse_choice("green please", &q);
-        assert_eq!(a.map(|a| a.other_text), Some("green please".to_owned()));
+        assert!(parse_choice("3", &q).is_none(), "out of range");
+        assert!(
+            parse_choice("green please", &q).is_none(),
+            "no free text where there are options"
+        );
         assert!(parse_choice("  ", &q).is_none());
+        let open = pb::Question {
+            question: "Name?".into(),
+            ..Default::default()
+        };
+        let a = parse_choice("Ada", &open);
+        assert_eq!(a.map(|a| a.other_text), Some("Ada".to_owned()));
         let multi = pb::Question {
             multi_select: true,
             ..q

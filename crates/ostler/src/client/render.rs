@@ -148,12 +148,20 @@ pub fn tokens(n: u64) -> String {
     }
 }
 
-/// The closing summary of a turn.
-pub fn summary(st: Style, t: &pb::TurnCompleted, wall_ms: u128) -> String {
+/// Whether a turn succeeded.
+pub fn is_success(t: &pb::TurnCompleted) -> bool {
+    !t.is_error && t.subtype == "success"
+}
+
+/// The closing summary of a turn. An interrupted turn (the client or another one asked
+/// for it) reads `⏹ interrupted`, without the CLI's `[ede_diagnostic]` lines.
+pub fn summary(st: Style, t: &pb::TurnCompleted, wall_ms: u128, interrupted: bool) -> String {
     let u = t.usage.unwrap_or_default();
-    let ok = !t.is_error && t.subtype == "success";
+    let ok = is_success(t);
     let head = if ok {
         st.green("✓ done")
+    } else if interrupted {
+        st.yellow("⏹ interrupted")
     } else {
         st.red(&format!(
             "✗ {}",
@@ -181,8 +189,14 @@ pub fn summary(st: Style, t: &pb::TurnCompleted, wall_ms: u128) -> String {
     if !t.denied_tools.is_empty() {
         s.push_str(&format!(" · denied: {}", t.denied_tools.join(", ")));
     }
-    if !ok && !t.errors.is_empty() {
-        s.push_str(&format!("\n  {}", t.errors.join("\n  ")));
+    let errors: Vec<&str> = t
+        .errors
+        .iter()
+        .map(String::as_str)
+        .filter(|e| !(interrupted && e.starts_with("[ede_diagnostic]")))
+        .collect();
+    if !ok && !errors.is_empty() {
+        s.push_str(&format!("\n  {}", errors.join("\n  ")));
     }
     s
 }
@@ -221,6 +235,15 @@ pub struct Human {
     pub interactive: bool,
     /// Tool calls of permission requests, by request id.
     requests: std::collections::HashMap<String, String>,
+    /// Print a summary line for every completed turn (attach, show); `run` and `send`
+    /// print theirs at the end instead.
+    pub turn_summaries: bool,
+    /// Notices go to stdout too (`show --events`: the whole log on one stream).
+    pub notes_to_stdout: bool,
+    /// An `interrupted` notice was seen in the current turn.
+    interrupt_seen: bool,
+    /// The last completed turn was interrupted.
+    pub last_turn_interrupted: bool,
 }
 
 impl Human {
@@ -241,11 +264,17 @@ impl Human {
             started_shown: false,
             interactive: false,
             requests: Default::default(),
+            turn_summaries: false,
+            notes_to_stdout: false,
+            interrupt_seen: false,
+            last_turn_interrupted: false,
         }
     }
 
-    pub fn style(&self) -> Style {
-        self.st
+    /// Everything on stdout, styled for stdout (`show --events`).
+    pub fn all_on_stdout(&mut self) {
+        self.notes_to_stdout = true;
+        self.err = self.st;
     }
 
     /// Whether the spinner wants ticks.
@@ -318,6 +347,10 @@ impl Human {
 
     /// Print a notice on stderr (ending a streaming stdout line first).
     pub fn note(&mut self, s: &str) {
+        if self.notes_to_stdout {
+            self.line(s);
+            return;
+        }
         self.clear_spinner();
         if !self.at_line_start {
             println!();
@@ -527,9 +560,15 @@ impl Human {
                 }
                 self.set_activity(Activity::Model);
             }
-            Payload::TurnCompleted(_) => {
+            Payload::TurnCompleted(t) => {
                 self.set_activity(Activity::Idle);
                 self.clear_spinner();
+                self.last_turn_interrupted = self.interrupt_seen && !is_success(t);
+                self.interrupt_seen = false;
+                if self.turn_summaries {
+                    let line = summary(st, t, 0, self.last_turn_interrupted);
+                    self.line(&line);
+                }
             }
             Payload::StateChanged(s) => {
                 if s.to == pb::SessionState::Running as i32 {
@@ -562,6 +601,9 @@ impl Human {
                 }
             }
             Payload::EngineNotice(n) => {
+                if n.code == "interrupted" {
+                    self.interrupt_seen = true;
+                }
                 if !self.verbose && n.code == "session_created" {
                     return;
                 }
@@ -702,7 +744,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = summary(Style { on: false }, &t, 0);
+        let s = summary(Style { on: false }, &t, 0, false);
         assert_eq!(
             s,
             "✓ done · 2 turns · 1.2k in / 56 out tokens · $0.0123 · 3.4s"
@@ -711,11 +753,14 @@ mod tests {
             subtype: "error_during_execution".into(),
             is_error: true,
             num_turns: 1,
+            errors: vec!["[ede_diagnostic] result_type=user".into()],
             ..Default::default()
         };
-        assert!(
-            summary(Style { on: false }, &t, 1500)
-                .starts_with("✗ error_during_execution · 1 turn ·")
-        );
+        let s = summary(Style { on: false }, &t, 1500, false);
+        assert!(s.starts_with("✗ error_during_execution · 1 turn ·"), "{s}");
+        assert!(s.contains("[ede_diagnostic]"), "{s}");
+        let s = summary(Style { on: false }, &t, 1500, true);
+        assert!(s.starts_with("⏹ interrupted · 1 turn ·"), "{s}");
+        assert!(!s.contains("ede_diagnostic"), "{s}");
     }
 }

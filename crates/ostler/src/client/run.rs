@@ -17,7 +17,8 @@ use super::{
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// The prompt; read from stdin when absent or `-`
+    /// The prompt; read from stdin when `-`, or when absent and stdin is not a terminal.
+    /// Absent on a terminal: a chat (prompts one after another, single-key approvals)
     #[arg(value_name = "PROMPT")]
     pub prompt: Option<String>,
     /// Working directory of the session (default: the current directory)
@@ -100,6 +101,9 @@ pub fn read_prompt(arg: Option<&str>) -> Result<String> {
 }
 
 pub async fn run(args: RunArgs) -> Result<i32> {
+    if args.prompt.is_none() && std::io::stdin().is_terminal() && !args.answers.no_input {
+        return chat(args).await;
+    }
     let prompt = read_prompt(args.prompt.as_deref())?;
     let cwd = match &args.cwd {
         Some(d) => d.clone(),
@@ -113,20 +117,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let started = Instant::now();
     let session = conn
         .sessions
-        .create_session(pb::CreateSessionRequest {
-            cwd: cwd.to_string_lossy().into_owned(),
-            model: args.model.clone().unwrap_or_default(),
-            permission_mode: args
-                .permission_mode
-                .unwrap_or(pb::PermissionMode::Unspecified) as i32,
-            labels: args.labels.iter().cloned().collect(),
-            max_turns: args.max_turns,
-            append_system_prompt: args.append_system_prompt.clone().unwrap_or_default(),
-            first_prompt: Some(pb::MessageContent {
-                content: Some(pb::message_content::Content::Text(prompt)),
-            }),
-            ..Default::default()
-        })
+        .create_session(create_request(&args, &cwd, prompt))
         .await
         .map_err(|s| status_error("create session", s))?
         .into_inner();
@@ -167,6 +158,134 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     Ok(code)
 }
 
+fn create_request(
+    args: &RunArgs,
+    cwd: &std::path::Path,
+    prompt: String,
+) -> pb::CreateSessionRequest {
+    pb::CreateSessionRequest {
+        cwd: cwd.to_string_lossy().into_owned(),
+        model: args.model.clone().unwrap_or_default(),
+        permission_mode: args
+            .permission_mode
+            .unwrap_or(pb::PermissionMode::Unspecified) as i32,
+        labels: args.labels.iter().cloned().collect(),
+        max_turns: args.max_turns,
+        append_system_prompt: args.append_system_prompt.clone().unwrap_or_default(),
+        first_prompt: Some(pb::MessageContent {
+            content: Some(pb::message_content::Content::Text(prompt)),
+        }),
+        ..Default::default()
+    }
+}
+
+/// `ostler run` on a terminal without a prompt: read a prompt, stream its turn, repeat.
+/// Permission prompts take a single key. An empty line is ignored; Ctrl-D or `/exit`
+/// ends the chat (the session stays, for `attach` / `send`); Ctrl-C interrupts a running
+/// turn, and at the prompt ends the chat.
+async fn chat(args: RunArgs) -> Result<i32> {
+    let cwd = match &args.cwd {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().context("current directory")?,
+    };
+    let cwd = std::fs::canonicalize(&cwd).with_context(|| format!("--cwd {}", cwd.display()))?;
+    let mut answerer = Answerer::new(args.answers.clone())?;
+    answerer.single_key = true;
+    if answerer.tty.is_none() {
+        bail!("no prompt: pass it as an argument or pipe it on stdin (no terminal to chat on)");
+    }
+    let mut conn = connect(&args.connect).await?;
+    let mut ctrlc = CtrlC::install()?;
+    let err = Style::stderr();
+    eprintln!(
+        "{}",
+        err.dim("ostler chat · Enter sends · Ctrl-C interrupts a turn · Ctrl-D or /exit ends")
+    );
+    let mut follower: Option<Follower> = None;
+    loop {
+        let tty = match follower.as_mut() {
+            Some(f) => f.answerer.tty.as_mut(),
+            None => answerer.tty.as_mut(),
+        };
+        let Some(tty) = tty else { break };
+        let line = match tty.ask(&tty.style.bold("you> "), &mut ctrlc).await {
+            Ok(Some(l)) => l,
+            // Ctrl-C or Ctrl-D at the prompt: the chat ends, the session stays.
+            Ok(None) | Err(_) => break,
+        };
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if text == "/exit" || text == "/quit" {
+            break;
+        }
+        let started = Instant::now();
+        let (f, from, until) = match follower.as_mut() {
+            None => {
+                let session = conn
+                    .sessions
+                    .create_session(create_request(&args, &cwd, text.to_owned()))
+                    .await
+                    .map_err(|s| status_error("create session", s))?
+                    .into_inner();
+                eprintln!("{}", err.dim(&format!("session {}", session.id)));
+                let f = follower.insert(Follower {
+                    conn: conn.clone(),
+                    session_id: session.id.clone(),
+                    answerer: std::mem::replace(
+                        &mut answerer,
+                        Answerer::new(AnswerArgs::default())?,
+                    ),
+                    out: Output::Human(Human::new(true, args.verbose)),
+                    include_partial: true,
+                    running: true,
+                    interrupted: false,
+                    follow_respawns: false,
+                });
+                (f, 0, Until::TurnAfter(0))
+            }
+            Some(f) => {
+                let sent = conn
+                    .sessions
+                    .send_message(pb::SendMessageRequest {
+                        session_id: f.session_id.clone(),
+                        content: Some(pb::MessageContent {
+                            content: Some(pb::message_content::Content::Text(text.to_owned())),
+                        }),
+                        client_message_id: uuid::Uuid::new_v4().to_string(),
+                    })
+                    .await
+                    .map_err(|s| status_error("send message", s))?
+                    .into_inner();
+                f.running = true;
+                f.interrupted = false;
+                (f, sent.seq.saturating_sub(1), Until::TurnAfter(sent.seq))
+            }
+        };
+        let outcome = f.follow(from, until, &mut ctrlc).await?;
+        // Detached (second Ctrl-C), nothing could answer, or the session ended: the chat
+        // ends; a completed (or interrupted) turn goes back to the prompt.
+        let ends = !matches!(outcome, Outcome::Turn(_));
+        let id = f.session_id.clone();
+        let code = finish(f, &id, outcome, started, false);
+        if ends {
+            return Ok(code);
+        }
+    }
+    if let Some(f) = &follower {
+        eprintln!(
+            "{}",
+            err.dim(&format!(
+                "session {} stays; `ostler attach {0}` or `ostler send {0} …` continues it",
+                f.session_id
+            ))
+        );
+    }
+    // Ended by the user: success (each turn's outcome was shown as it ended).
+    Ok(0)
+}
+
 /// Print the outcome; the exit code.
 pub fn finish(
     f: &mut Follower,
@@ -180,21 +299,20 @@ pub fn finish(
     let wall = started.elapsed().as_millis();
     let (code, summary_json) = match &outcome {
         Outcome::Turn(t) => {
-            let ok = !t.is_error && t.subtype == "success";
+            let ok = super::render::is_success(t);
+            let interrupted = !ok
+                && (f.interrupted || matches!(&f.out, Output::Human(h) if h.last_turn_interrupted));
             if !json_mode {
-                eprintln!("{}", summary(err, t, wall));
+                eprintln!("{}", summary(err, t, wall, interrupted));
             }
-            let code = if ok {
-                0
-            } else if f.interrupted {
-                EXIT_INTERRUPTED
+            let (code, outcome) = if ok {
+                (0, "success")
+            } else if interrupted {
+                (EXIT_INTERRUPTED, "interrupted")
             } else {
-                EXIT_FAILED
+                (EXIT_FAILED, "error")
             };
-            (
-                code,
-                json!({"outcome": if ok { "success" } else { "error" }, "turn": json::turn(t)}),
-            )
+            (code, json!({"outcome": outcome, "turn": json::turn(t)}))
         }
         Outcome::Ended(why) => {
             if !json_mode {

@@ -1,0 +1,461 @@
+//! `ostler pending` (every pending permission prompt and question across sessions),
+//! `ostler approve ID`, `ostler deny ID [-m MSG]`, `ostler answer ID CHOICE...`.
+//!
+//! IDs are request ids (or unique prefixes of one) as `pending` shows them.
+
+use anyhow::{Result, anyhow, bail};
+use ostler_proto::v1 as pb;
+use pb::session_event::Payload;
+use serde_json::json;
+
+use super::render::{Style, age, clip, json_line, tool_call};
+use super::run::parse_label;
+use super::{Conn, ConnectArgs, connect, json, status_error};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct PendingArgs {
+    /// Only sessions with this label (repeatable)
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Print one JSON object per pending interaction
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApproveArgs {
+    /// Request id (or a unique prefix), as `ostler pending` shows it
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// Also allow this tool (Bash: this exact command prefix) for the rest of the session
+    #[arg(long)]
+    pub remember: bool,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DenyArgs {
+    /// Request id (or a unique prefix), as `ostler pending` shows it
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// The reason, told to the model
+    #[arg(
+        long,
+        short = 'm',
+        value_name = "MSG",
+        default_value = "The user denied this tool call."
+    )]
+    pub message: String,
+    /// Also stop the running turn
+    #[arg(long)]
+    pub interrupt: bool,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AnswerQuestionArgs {
+    /// Request id (or a unique prefix) of the question, as `ostler pending` shows it
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// One choice per question, in order: an option number (1-based; `1,3` for
+    /// multi-select) or an option's label
+    #[arg(value_name = "CHOICE", required = true)]
+    pub choices: Vec<String>,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+async fn list(conn: &mut Conn, labels: &[(String, String)]) -> Result<Vec<pb::PendingInteraction>> {
+    Ok(conn
+        .sessions
+        .list_pending_interactions(pb::ListPendingInteractionsRequest {
+            labels: labels.iter().cloned().collect(),
+        })
+        .await
+        .map_err(|s| status_error("list pending interactions", s))?
+        .into_inner()
+        .interactions)
+}
+
+/// The pending interaction `raw` names (exact request id or unique prefix).
+pub fn pick<'a>(
+    all: &'a [pb::PendingInteraction],
+    raw: &str,
+) -> Result<&'a pb::PendingInteraction> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        bail!("empty request id");
+    }
+    if let Some(p) = all.iter().find(|p| p.request_id == raw) {
+        return Ok(p);
+    }
+    let m: Vec<&pb::PendingInteraction> = all
+        .iter()
+        .filter(|p| p.request_id.starts_with(raw))
+        .collect();
+    match m.as_slice() {
+        [one] => Ok(one),
+        [] => Err(anyhow!(
+            "nothing pending with request id {:?}: it was answered, withdrawn, or never \
+             existed (`ostler pending` lists what waits)",
+            clip(raw, 80)
+        )),
+        many => Err(anyhow!(
+            "the request id prefix {raw:?} is ambiguous: it matches {} pending requests; type \
+             more of the id:\n{}",
+            many.len(),
+            many.iter()
+                .take(10)
+                .map(|p| format!("  {}  session {}  {}", p.request_id, p.session_id, what(p)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )),
+    }
+}
+
+fn kind(p: &pb::PendingInteraction) -> &'static str {
+    match p.event.as_ref().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::PermissionRequested(_)) => "permission",
+        Some(Payload::QuestionAsked(_)) => "question",
+        _ => "other",
+    }
+}
+
+/// `Bash(touch x)` / the first question.
+fn what(p: &pb::PendingInteraction) -> String {
+    match p.event.as_ref().and_then(|e| e.payload.as_ref()) {
+        Some(Payload::PermissionRequested(r)) => tool_call(&r.tool_name, &r.input_json),
+        Some(Payload::QuestionAsked(q)) => q
+            .questions
+            .iter()
+            .map(|q| q.question.clone())
+            .collect::<Vec<_>>()
+            .join(" / "),
+        _ => String::new(),
+    }
+}
+
+/// `ostler pending`
+pub async fn pending(a: PendingArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    let all = list(&mut conn, &a.labels).await?;
+    if a.json {
+        for p in &all {
+            let mut v = json!({
+                "request_id": p.request_id,
+                "kind": kind(p),
+                "session_id": p.session_id,
+                "cwd": p.cwd,
+            });
+            if let Some(e) = &p.event {
+                v["asked_at_ms"] = json!(e.ts_ms);
+                v["event"] = json::event(e);
+            }
+            json_line(&v);
+        }
+        return Ok(0);
+    }
+    if all.is_empty() {
+        eprintln!("nothing pending");
+        return Ok(0);
+    }
+    let st = Style::stdout();
+    let rows: Vec<[String; 6]> = all
+        .iter()
+        .map(|p| {
+            [
+                p.request_id.clone(),
+                kind(p).to_owned(),
+                p.session_id.chars().take(8).collect(),
+                p.event.as_ref().map(|e| age(e.ts_ms)).unwrap_or_default(),
+                clip(&p.cwd, 40),
+                clip(&what(p), 80),
+            ]
+        })
+        .collect();
+    let head = ["REQUEST", "KIND", "SESSION", "WAITING", "CWD", "WHAT"];
+    let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let fmt = |cells: &[String]| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i + 1 == cells.len() {
+                    c.clone()
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    println!("{}", st.bold(&fmt(&head.map(String::from))));
+    for r in &rows {
+        println!("{}", fmt(r));
+    }
+    eprintln!(
+        "{}",
+        Style::stderr().dim(
+            "answer with `ostler approve ID`, `ostler deny ID -m why`, or `ostler answer ID CHOICE`"
+        )
+    );
+    Ok(0)
+}
+
+/// Settled-by-someone-else and friends read as what they are.
+fn answer_error(what: &str, s: tonic::Status) -> anyhow::Error {
+    if s.code() == tonic::Code::FailedPrecondition {
+        anyhow!("{what}: already settled: {}", s.message())
+    } else {
+        status_error(what, s)
+    }
+}
+
+async fn find_permission(
+    c: &ConnectArgs,
+    raw: &str,
+) -> Result<(Conn, pb::PendingInteraction, pb::PermissionRequested)> {
+    let mut conn = connect(c).await?;
+    let all = list(&mut conn, &[]).await?;
+    let p = pick(&all, raw)?.clone();
+    match p.event.as_ref().and_then(|e| e.payload.clone()) {
+        Some(Payload::PermissionRequested(r)) => Ok((conn, p, r)),
+        _ => bail!(
+            "{} is a question, not a permission request: answer it with `ostler answer {} CHOICE`",
+            p.request_id,
+            p.request_id
+        ),
+    }
+}
+
+/// `ostler approve ID`
+pub async fn approve(a: ApproveArgs) -> Result<i32> {
+    let (mut conn, p, r) = find_permission(&a.connect, &a.id).await?;
+    let input: serde_json::Value = serde_json::from_str(&r.input_json).unwrap_or_default();
+    let remember = if a.remember {
+        vec![super::prompt::remember_rule(&r.tool_name, &input)]
+    } else {
+        vec![]
+    };
+    let resp = conn
+        .sessions
+        .respond_to_permission(pb::RespondToPermissionRequest {
+            session_id: p.session_id.clone(),
+            request_id: p.request_id.clone(),
+            decision: Some(pb::respond_to_permission_request::Decision::Allow(
+                pb::PermissionAllow {
+                    updated_input_json: String::new(),
+                    remember,
+                },
+            )),
+        })
+        .await
+        .map_err(|s| answer_error("approve", s))?
+        .into_inner();
+    let call = tool_call(&r.tool_name, &r.input_json);
+    if a.json {
+        json_line(&json!({
+            "request_id": p.request_id, "session_id": p.session_id, "resolution": "allowed",
+            "seq": resp.seq,
+        }));
+    } else {
+        println!("allowed {call} in session {}", p.session_id);
+    }
+    Ok(0)
+}
+
+/// `ostler deny ID [-m MSG]`
+pub async fn deny(a: DenyArgs) -> Result<i32> {
+    let (mut conn, p, r) = find_permission(&a.connect, &a.id).await?;
+    let resp = conn
+        .sessions
+        .respond_to_permission(pb::RespondToPermissionRequest {
+            session_id: p.session_id.clone(),
+            request_id: p.request_id.clone(),
+            decision: Some(pb::respond_to_permission_request::Decision::Deny(
+                pb::PermissionDeny {
+                    message: a.message.clone(),
+                    interrupt: a.interrupt,
+                },
+            )),
+        })
+        .await
+        .map_err(|s| answer_error("deny", s))?
+        .into_inner();
+    let call = tool_call(&r.tool_name, &r.input_json);
+    if a.json {
+        json_line(&json!({
+            "request_id": p.request_id, "session_id": p.session_id, "resolution": "denied",
+            "seq": resp.seq,
+        }));
+    } else {
+        println!("denied {call} in session {}", p.session_id);
+    }
+    Ok(0)
+}
+
+/// One choice for a question: option numbers (`2`, `1,3`) or an option label
+/// (case-insensitive); free text only for a question without options.
+pub fn choice(q: &pb::Question, raw: &str) -> Result<pb::QuestionAnswer> {
+    if let Some(a) = super::prompt::parse_choice(raw, q) {
+        return Ok(a);
+    }
+    let raw = raw.trim();
+    if let Some(o) = q.options.iter().find(|o| o.label.eq_ignore_ascii_case(raw)) {
+        return Ok(pb::QuestionAnswer {
+            question: q.question.clone(),
+            selected: vec![o.label.clone()],
+            other_text: String::new(),
+        });
+    }
+    let labels: Vec<String> = q
+        .options
+        .iter()
+        .enumerate()
+        .map(|(i, o)| format!("{}) {}", i + 1, o.label))
+        .collect();
+    bail!(
+        "{:?} is not an option of {:?}; choose {}{}",
+        clip(raw, 60),
+        clip(&q.question, 80),
+        labels.join(", "),
+        if q.multi_select {
+            " (several: 1,3)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// `ostler answer ID CHOICE...`
+pub async fn answer(a: AnswerQuestionArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    let all = list(&mut conn, &[]).await?;
+    let p = pick(&all, &a.id)?.clone();
+    let Some(Payload::QuestionAsked(q)) = p.event.as_ref().and_then(|e| e.payload.clone()) else {
+        bail!(
+            "{} is a permission request, not a question: use `ostler approve` or `ostler deny`",
+            p.request_id
+        );
+    };
+    if a.choices.len() != q.questions.len() {
+        bail!(
+            "the request asks {} question(s); give one CHOICE for each, in order:\n{}",
+            q.questions.len(),
+            q.questions
+                .iter()
+                .map(|q| format!("  {}", q.question))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    let answers = q
+        .questions
+        .iter()
+        .zip(&a.choices)
+        .map(|(q, c)| choice(q, c))
+        .collect::<Result<Vec<_>>>()?;
+    let resp = conn
+        .sessions
+        .answer_question(pb::AnswerQuestionRequest {
+            session_id: p.session_id.clone(),
+            request_id: p.request_id.clone(),
+            answers: answers.clone(),
+        })
+        .await
+        .map_err(|s| answer_error("answer", s))?
+        .into_inner();
+    if a.json {
+        json_line(&json!({
+            "request_id": p.request_id, "session_id": p.session_id, "resolution": "answered",
+            "seq": resp.seq,
+            "answers": answers.iter().map(|a| json!({"question": a.question, "selected": a.selected, "other_text": a.other_text})).collect::<Vec<_>>(),
+        }));
+    } else {
+        for x in &answers {
+            let mut chosen = x.selected.join(", ");
+            if !x.other_text.is_empty() {
+                chosen = x.other_text.clone();
+            }
+            println!("{} → {chosen}", clip(&x.question, 60));
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices_by_number_or_label() {
+        let q = pb::Question {
+            question: "DB?".into(),
+            options: vec![
+                pb::QuestionOption {
+                    label: "SQLite".into(),
+                    ..Default::default()
+                },
+                pb::QuestionOption {
+                    label: "PostgreSQL".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            choice(&q, "2").map(|a| a.selected).ok(),
+            Some(vec!["PostgreSQL".into()])
+        );
+        assert_eq!(
+            choice(&q, "sqlite").map(|a| a.selected).ok(),
+            Some(vec!["SQLite".into()])
+        );
+        let e = choice(&q, "MySQL").map(|_| ()).unwrap_err().to_string();
+        assert!(
+            e.contains("1) SQLite") && e.contains("2) PostgreSQL"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn request_ids_by_prefix() {
+        let p = |id: &str| pb::PendingInteraction {
+            request_id: id.into(),
+            ..Default::default()
+        };
+        let all = vec![p("aa11"), p("aa22"), p("bb33")];
+        assert_eq!(
+            pick(&all, "b").map(|p| p.request_id.as_str()).ok(),
+            Some("bb33")
+        );
+        assert_eq!(
+            pick(&all, "aa22").map(|p| p.request_id.as_str()).ok(),
+            Some("aa22")
+        );
+        let e = pick(&all, "aa").map(|_| ()).unwrap_err().to_string();
+        assert!(
+            e.contains("ambiguous") && e.contains("aa11") && e.contains("aa22"),
+            "{e}"
+        );
+        assert!(pick(&all, "zz").is_err());
+    }
+}
