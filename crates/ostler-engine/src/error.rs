@@ -142,6 +142,16 @@ impl From<ostler_supervisor::Error> for Error {
         match e {
             S::Incompatible { .. } | S::Unsupported { .. } => Error::precondition(e.to_string()),
             S::InvalidOptions(m) => Error::invalid("options", m),
+            // The kernel or std refused the arguments themselves (E2BIG, a NUL byte):
+            // retrying cannot help.
+            S::Spawn { ref source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::ArgumentListTooLong | std::io::ErrorKind::InvalidInput
+                ) =>
+            {
+                Error::invalid("options", e.to_string())
+            }
             S::ProcessGone | S::Stdin(_) | S::Spawn { .. } => Error::Unavailable(e.to_string()),
             S::NotPending(m) => Error::precondition(format!("not pending: {m}")),
         }

@@ -537,13 +537,14 @@ impl EventPayload {
     }
 
     /// Decodes a stored payload of `kind` (see [`EventPayload::encode_stored`]); the tagged
-    /// form (`{"kind": ...}`) is accepted too.
+    /// form (`{"kind": ...}`) is accepted too. Any nesting depth the CLI can send reads
+    /// back (`ostler_protocol::from_slice_any_depth`): replay equals live.
     pub fn decode_stored(kind: &str, bytes: &[u8]) -> serde_json::Result<EventPayload> {
         macro_rules! dec {
             ($($v:ident => $k:literal),*) => {
                 match kind {
-                    $($k => serde_json::from_slice(bytes).map(EventPayload::$v),)*
-                    _ => serde_json::from_slice::<EventPayload>(bytes),
+                    $($k => ostler_protocol::from_slice_any_depth(bytes).map(EventPayload::$v),)*
+                    _ => ostler_protocol::from_slice_any_depth::<EventPayload>(bytes),
                 }
             };
         }
@@ -571,8 +572,8 @@ impl EventPayload {
         );
         match r {
             Ok(p) if p.kind() == kind => Ok(p),
-            Ok(p) => serde_json::from_slice::<EventPayload>(bytes).or(Ok(p)),
-            Err(e) => serde_json::from_slice::<EventPayload>(bytes).map_err(|_| e),
+            Ok(p) => ostler_protocol::from_slice_any_depth::<EventPayload>(bytes).or(Ok(p)),
+            Err(e) => ostler_protocol::from_slice_any_depth::<EventPayload>(bytes).map_err(|_| e),
         }
     }
 

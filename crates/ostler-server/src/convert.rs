@@ -1,5 +1,10 @@
 //! Mapping between the engine's domain types and `ostler.v1` messages, plus request
-//! validation (missing ids, bad enums, malformed JSON -> `INVALID_ARGUMENT`).
+//! validation (missing ids, bad enums, malformed JSON, NUL bytes, over-long values, too many
+//! entries -> `INVALID_ARGUMENT` naming the field, before the engine is called).
+//!
+//! Limits ([`limits`]) keep every value the CLI gets on its command line below what the
+//! kernel accepts (`MAX_ARG_STRLEN` per string, `ARG_MAX` in all), so a spawn never fails
+//! with `E2BIG`; echoed input is cut ([`crate::error::shown`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,8 +16,84 @@ use tonic::Status;
 
 // ---------------------------------------------------------------- validation helpers
 
-/// A required string field: non-empty after trimming.
+/// Request limits (documented in docs/api.md, "Limits").
+pub mod limits {
+    /// Ids: `session_id`, `request_id`, `client_message_id`.
+    pub const ID_BYTES: usize = 256;
+    /// `page_token`.
+    pub const PAGE_TOKEN_BYTES: usize = 1024;
+    /// `cwd` (Linux `PATH_MAX`).
+    pub const PATH_BYTES: usize = 4096;
+    /// `model`.
+    pub const MODEL_BYTES: usize = 256;
+    /// `append_system_prompt` (one command-line argument; the kernel's cap is 128 KiB).
+    pub const PROMPT_ARG_BYTES: usize = 100 * 1024;
+    /// Entries of `allowed_tools` / `disallowed_tools`.
+    pub const TOOLS: usize = 256;
+    /// One tool rule of `allowed_tools` / `disallowed_tools`.
+    pub const TOOL_BYTES: usize = 1024;
+    /// Everything a create request puts on the CLI's command line, together.
+    pub const ARGV_TOTAL_BYTES: usize = 256 * 1024;
+    /// Labels of a session.
+    pub const LABELS: usize = 64;
+    /// A label key.
+    pub const LABEL_KEY_BYTES: usize = 128;
+    /// A label value.
+    pub const LABEL_VALUE_BYTES: usize = 1024;
+    /// Label filters of `ListSessions` (each is one SQL condition).
+    pub const LABEL_FILTERS: usize = 32;
+    /// State filters of `ListSessions`.
+    pub const STATE_FILTERS: usize = 16;
+    /// Permission rules in one request (`rules`, `allow.remember`).
+    pub const RULES: usize = 256;
+    /// A rule's tool name.
+    pub const RULE_TOOL_BYTES: usize = 256;
+    /// A rule's pattern.
+    pub const RULE_PATTERN_BYTES: usize = 4096;
+    /// Content blocks of one message.
+    pub const BLOCKS: usize = 1000;
+    /// Answers to one question request, and labels selected per answer.
+    pub const ANSWERS: usize = 64;
+    /// A question, a label selected, a free-text answer, a deny message.
+    pub const TEXT_BYTES: usize = 64 * 1024;
+}
+
+/// A value that is limited in length and may not contain NUL (the CLI gets it on its
+/// command line, or it is an id): `INVALID_ARGUMENT` naming `field` otherwise.
+pub(crate) fn bounded(field: &str, value: &str, max: usize) -> Result<(), Status> {
+    if value.len() > max {
+        return Err(Status::invalid_argument(format!(
+            "{field} is {} bytes long; at most {max} are allowed",
+            value.len()
+        )));
+    }
+    if let Some(i) = value.find('\0') {
+        return Err(Status::invalid_argument(format!(
+            "{field} contains a NUL byte (at byte {i})"
+        )));
+    }
+    Ok(())
+}
+
+/// Too many entries in a repeated field.
+fn count(field: &str, n: usize, max: usize) -> Result<(), Status> {
+    if n > max {
+        return Err(Status::invalid_argument(format!(
+            "{field} has {n} entries; at most {max} are allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// A required id field (`session_id`, `request_id`, ...): non-empty after trimming, at most
+/// [`limits::ID_BYTES`], no NUL.
 pub(crate) fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
+    bounded(field, value, limits::ID_BYTES)?;
+    required_text(field, value)
+}
+
+/// A required field of any length: non-empty after trimming.
+fn required_text<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
     let v = value.trim();
     if v.is_empty() {
         return Err(Status::invalid_argument(format!("{field} is required")));
@@ -25,8 +106,12 @@ fn opt_string(s: String) -> Option<String> {
 }
 
 fn parse_json_object(field: &str, text: &str) -> Result<serde_json::Value, Status> {
-    let v: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| Status::invalid_argument(format!("{field} is not valid JSON: {e}")))?;
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        Status::invalid_argument(format!(
+            "{field} is not valid JSON: {}",
+            crate::error::clip_message(e.to_string())
+        ))
+    })?;
     if !v.is_object() {
         return Err(Status::invalid_argument(format!(
             "{field} must be a JSON object"
@@ -143,6 +228,7 @@ pub(crate) fn message_content(
                     "{field}.blocks has no blocks"
                 )));
             }
+            count(&format!("{field}.blocks"), b.blocks.len(), limits::BLOCKS)?;
             let mut out = Vec::with_capacity(b.blocks.len());
             for (i, block) in b.blocks.into_iter().enumerate() {
                 use pb::input_block::Block;
@@ -154,7 +240,7 @@ pub(crate) fn message_content(
                     Some(Block::Text(t)) => serde_json::json!({"type": "text", "text": t}),
                     Some(Block::Image(img)) => {
                         required(&format!("{f}.image.media_type"), &img.media_type)?;
-                        required(&format!("{f}.image.data_base64"), &img.data_base64)?;
+                        required_text(&format!("{f}.image.data_base64"), &img.data_base64)?;
                         serde_json::json!({
                             "type": "image",
                             "source": {
@@ -195,7 +281,13 @@ pub(crate) fn rule_from_pb(
             )));
         }
     };
-    required(&format!("{field}.tool"), &r.tool)?;
+    bounded(&format!("{field}.tool"), &r.tool, limits::RULE_TOOL_BYTES)?;
+    required_text(&format!("{field}.tool"), &r.tool)?;
+    bounded(
+        &format!("{field}.pattern"),
+        &r.pattern,
+        limits::RULE_PATTERN_BYTES,
+    )?;
     Ok(eng::PermissionRule {
         tool: r.tool.trim().to_owned(),
         pattern: opt_string(r.pattern),
@@ -207,19 +299,41 @@ pub(crate) fn create_session(
     r: pb::CreateSessionRequest,
     client: eng::ClientRef,
 ) -> Result<eng::CreateSession, Status> {
-    let cwd = required("cwd", &r.cwd)?;
+    use crate::error::shown;
+    bounded("cwd", &r.cwd, limits::PATH_BYTES)?;
+    let cwd = required_text("cwd", &r.cwd)?;
     let permission_mode = mode_field("permission_mode", r.permission_mode, true)?;
+    bounded("model", &r.model, limits::MODEL_BYTES)?;
+    if r.model.trim_start().starts_with('-') {
+        return Err(Status::invalid_argument(format!(
+            "model {} is not a model name",
+            shown(&r.model)
+        )));
+    }
+    bounded(
+        "append_system_prompt",
+        &r.append_system_prompt,
+        limits::PROMPT_ARG_BYTES,
+    )?;
+    count("labels", r.labels.len(), limits::LABELS)?;
     let mut labels = BTreeMap::new();
     for (k, v) in r.labels {
         if k.trim().is_empty() {
             return Err(Status::invalid_argument("labels: a label key is empty"));
         }
+        bounded("labels: a key", &k, limits::LABEL_KEY_BYTES)?;
+        bounded(
+            &format!("labels[{}]", shown(&k)),
+            &v,
+            limits::LABEL_VALUE_BYTES,
+        )?;
         labels.insert(k, v);
     }
     let first_prompt = match r.first_prompt {
         Some(p) => Some(message_content("first_prompt", Some(p))?),
         None => None,
     };
+    count("rules", r.rules.len(), limits::RULES)?;
     let rules = r
         .rules
         .into_iter()
@@ -231,13 +345,34 @@ pub(crate) fn create_session(
             "max_turns must be at least 1 (leave it unset for no limit)",
         ));
     }
+    let mut argv_total = r.model.len() + r.append_system_prompt.len();
     for (name, list) in [
         ("allowed_tools", &r.allowed_tools),
         ("disallowed_tools", &r.disallowed_tools),
     ] {
-        if let Some(i) = list.iter().position(|t| t.trim().is_empty()) {
-            return Err(Status::invalid_argument(format!("{name}[{i}] is empty")));
+        count(name, list.len(), limits::TOOLS)?;
+        for (i, t) in list.iter().enumerate() {
+            let f = format!("{name}[{i}]");
+            bounded(&f, t, limits::TOOL_BYTES)?;
+            if t.trim().is_empty() {
+                return Err(Status::invalid_argument(format!("{f} is empty")));
+            }
+            if t.starts_with('-') {
+                return Err(Status::invalid_argument(format!(
+                    "{f} {} is not a tool rule (it would be read as an option)",
+                    shown(t)
+                )));
+            }
+            argv_total += t.len() + 1;
         }
+    }
+    if argv_total > limits::ARGV_TOTAL_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "model, append_system_prompt, allowed_tools and disallowed_tools come to \
+             {argv_total} bytes together; at most {} are allowed (they go on the CLI's \
+             command line)",
+            limits::ARGV_TOTAL_BYTES
+        )));
     }
     Ok(eng::CreateSession {
         cwd: PathBuf::from(cwd),
@@ -255,6 +390,17 @@ pub(crate) fn create_session(
 }
 
 pub(crate) fn list_sessions(r: pb::ListSessionsRequest) -> Result<eng::ListSessions, Status> {
+    count("states", r.states.len(), limits::STATE_FILTERS)?;
+    count("labels", r.labels.len(), limits::LABEL_FILTERS)?;
+    for (k, v) in &r.labels {
+        bounded("labels: a key", k, limits::LABEL_KEY_BYTES)?;
+        bounded(
+            &format!("labels[{}]", crate::error::shown(k)),
+            v,
+            limits::LABEL_VALUE_BYTES,
+        )?;
+    }
+    bounded("page_token", &r.page_token, limits::PAGE_TOKEN_BYTES)?;
     let states = r
         .states
         .iter()
@@ -286,6 +432,7 @@ pub(crate) fn permission_response(
                     &a.updated_input_json,
                 )?)
             };
+            count("allow.remember", a.remember.len(), limits::RULES)?;
             let remember = a
                 .remember
                 .into_iter()
@@ -303,6 +450,7 @@ pub(crate) fn permission_response(
                     "deny.message is required (it is told to the model)",
                 ));
             }
+            bounded("deny.message", &d.message, limits::TEXT_BYTES)?;
             Ok(eng::PermissionResponse::Deny {
                 message: d.message,
                 interrupt: d.interrupt,
@@ -317,10 +465,33 @@ pub(crate) fn answers(a: Vec<pb::QuestionAnswer>) -> Result<Vec<eng::QuestionAns
             "answers is required: one answer per question asked",
         ));
     }
+    count("answers", a.len(), limits::ANSWERS)?;
     a.into_iter()
         .enumerate()
         .map(|(i, a)| {
-            required(&format!("answers[{i}].question"), &a.question)?;
+            bounded(
+                &format!("answers[{i}].question"),
+                &a.question,
+                limits::TEXT_BYTES,
+            )?;
+            required_text(&format!("answers[{i}].question"), &a.question)?;
+            count(
+                &format!("answers[{i}].selected"),
+                a.selected.len(),
+                limits::ANSWERS,
+            )?;
+            for (j, l) in a.selected.iter().enumerate() {
+                bounded(
+                    &format!("answers[{i}].selected[{j}]"),
+                    l,
+                    limits::TEXT_BYTES,
+                )?;
+            }
+            bounded(
+                &format!("answers[{i}].other_text"),
+                &a.other_text,
+                limits::TEXT_BYTES,
+            )?;
             let other_text = (!a.other_text.trim().is_empty()).then_some(a.other_text);
             if a.selected.is_empty() && other_text.is_none() {
                 return Err(Status::invalid_argument(format!(

@@ -3,10 +3,48 @@
 //! `impl From<ostler_engine::Error> for tonic::Status` cannot be written here (both types
 //! are foreign), so the edge type is [`ApiError`]: handlers use `?` on engine results
 //! (`From<ostler_engine::Error> for ApiError`) and tonic gets a `Status` through
-//! `From<ApiError> for Status`. The message is the engine's, written for a person.
+//! `From<ApiError> for Status`. The message is the engine's, written for a person; a long
+//! one (it may quote a client's input) is cut by [`clip_message`].
+//!
+//! [`BadRequestLayer`] turns tonic's INTERNAL for a request body that is not a valid
+//! protobuf message of the RPC into INVALID_ARGUMENT (the client's fault, not ours).
 
+use std::task::{Context, Poll};
+
+use futures::future::{BoxFuture, FutureExt as _};
+use http::{HeaderMap, Request, Response};
 use ostler_engine::{CodeKind, Error};
 use tonic::{Code, Status};
+use tower::{Layer, Service};
+
+/// Characters of client input quoted in an error message.
+pub const ECHO_CHARS: usize = 200;
+
+/// `s` for quoting in an error message: at most [`ECHO_CHARS`] characters, then how much
+/// was left out. Debug-quoted, so control characters and NUL bytes are visible.
+pub fn shown(s: &str) -> String {
+    let mut it = s.char_indices();
+    match it.nth(ECHO_CHARS) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes in all)", &s[..cut], s.len()),
+    }
+}
+
+/// A message longer than ~300 characters keeps its first [`ECHO_CHARS`] and its last 80
+/// characters: an engine message that quotes a long input stays readable and small.
+pub fn clip_message(m: String) -> String {
+    const TAIL: usize = 80;
+    let n = m.chars().count();
+    if n <= ECHO_CHARS + TAIL + 40 {
+        return m;
+    }
+    let head: String = m.chars().take(ECHO_CHARS).collect();
+    let tail: String = m.chars().skip(n - TAIL).collect();
+    format!(
+        "{head}... [{} characters cut] ...{tail}",
+        n - ECHO_CHARS - TAIL
+    )
+}
 
 /// An engine error on its way to the client.
 #[derive(Debug)]
@@ -50,10 +88,81 @@ pub fn status_of(e: &Error) -> Status {
     {
         message.push_str(&format!(" (decided by {by})"));
     }
+    let message = clip_message(message);
     if code == Code::Internal {
-        tracing::error!(error = %e, "internal error returned to a client");
+        tracing::error!(error = %message, "internal error returned to a client");
     }
     Status::new(code, message)
+}
+
+/// Tower layer: a request that tonic could not decode (not a protobuf message of the RPC's
+/// request type, or no message at all) gets INVALID_ARGUMENT instead of tonic's INTERNAL.
+/// Such errors are answered before any handler runs, as trailers-only responses, so the
+/// status is in the response headers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BadRequestLayer;
+
+impl<S> Layer<S> for BadRequestLayer {
+    type Service = BadRequestService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BadRequestService { inner }
+    }
+}
+
+/// The service produced by [`BadRequestLayer`].
+#[derive(Clone, Debug)]
+pub struct BadRequestService<S> {
+    inner: S,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for BadRequestService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let fut = self.inner.call(req);
+        async move {
+            let mut res = fut.await?;
+            reclassify_decode_error(res.headers_mut());
+            Ok(res)
+        }
+        .boxed()
+    }
+}
+
+/// prost's `DecodeError` text, as tonic's codec puts it in the status.
+const PROST_DECODE: &str = "failed to decode Protobuf message: ";
+
+fn reclassify_decode_error(h: &mut HeaderMap) {
+    if h.get(Status::GRPC_STATUS).map(|v| v.as_bytes()) != Some(b"13") {
+        return;
+    }
+    let Some(st) = Status::from_header_map(h) else {
+        return;
+    };
+    let message = if let Some(why) = st.message().strip_prefix(PROST_DECODE) {
+        format!(
+            "the request is not a valid protobuf message for this RPC ({}); check that \
+             client and daemon use the same ostler.v1 protos",
+            clip_message(why.to_owned())
+        )
+    } else if st.message() == "Missing request message." {
+        "the request carries no message".to_owned()
+    } else {
+        return;
+    };
+    h.remove(Status::GRPC_STATUS_DETAILS);
+    let _ = Status::invalid_argument(message).add_header(h);
 }
 
 #[cfg(test)]
@@ -103,6 +212,45 @@ mod tests {
             let s: Status = ApiError::from(e).into();
             assert_eq!(s.code(), code, "{s:?}");
         }
+    }
+
+    #[test]
+    fn long_messages_and_echoes_are_cut() {
+        let huge = "x".repeat(1 << 20);
+        let s = status_of(&Error::NotFound {
+            what: format!("session \"{huge}\""),
+        });
+        assert!(s.message().len() < 400, "{}", s.message().len());
+        assert!(s.message().starts_with("session \"xxx"), "{}", s.message());
+        let short = shown("abc");
+        assert_eq!(short, "\"abc\"");
+        let cut = shown(&"é".repeat(1000));
+        assert!(cut.contains("2000 bytes in all"), "{cut}");
+        assert!(cut.chars().count() < 250, "{cut}");
+        assert_eq!(clip_message("short".into()), "short");
+    }
+
+    #[test]
+    fn decode_errors_become_invalid_argument() {
+        let mut h = HeaderMap::new();
+        Status::internal(
+            "failed to decode Protobuf message: SessionRequest.cwd: invalid wire type",
+        )
+        .add_header(&mut h)
+        .unwrap();
+        reclassify_decode_error(&mut h);
+        let st = Status::from_header_map(&h).unwrap();
+        assert_eq!(st.code(), Code::InvalidArgument);
+        assert!(
+            st.message().contains("SessionRequest.cwd"),
+            "{}",
+            st.message()
+        );
+
+        let mut h = HeaderMap::new();
+        Status::internal("disk on fire").add_header(&mut h).unwrap();
+        reclassify_decode_error(&mut h);
+        assert_eq!(Status::from_header_map(&h).unwrap().code(), Code::Internal);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - `grpc.health.v1.Health` (tonic-health), kept in line with the engine's store status,
 //!   and server reflection (tonic-reflection, v1 and v1alpha).
 //! - [`auth::AuthLayer`]: bearer tokens checked in a tower layer (health exempt).
+//! - [`error::BadRequestLayer`]: an undecodable request is INVALID_ARGUMENT, not INTERNAL.
 //! - [`Server::run`]: serves on already-bound listeners (TCP, optionally TLS; Unix socket)
 //!   until a [`CancellationToken`] fires; then health turns NOT_SERVING, every subscriber
 //!   stream ends with `UNAVAILABLE`, and accepting stops.
@@ -204,6 +205,7 @@ impl Server {
                     let fut = builder
                         .tcp_nodelay(true)
                         .layer(auth.clone())
+                        .layer(error::BadRequestLayer)
                         .add_routes(routes)
                         .serve_with_incoming_shutdown(incoming, signal);
                     tasks.spawn(finish(name, fut));
@@ -212,6 +214,7 @@ impl Server {
                     let incoming = UnixListenerStream::new(listener);
                     let fut = builder
                         .layer(auth.clone())
+                        .layer(error::BadRequestLayer)
                         .add_routes(routes)
                         .serve_with_incoming_shutdown(incoming, signal);
                     tasks.spawn(finish(name, fut));

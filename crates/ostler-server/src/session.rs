@@ -121,6 +121,11 @@ impl SessionService for SessionSvc {
         let r = req.into_inner();
         let id = session_id(&r.session_id)?;
         let content = convert::message_content("content", r.content)?;
+        convert::bounded(
+            "client_message_id",
+            &r.client_message_id,
+            convert::limits::ID_BYTES,
+        )?;
         let client_message_id =
             (!r.client_message_id.trim().is_empty()).then(|| r.client_message_id.trim().to_owned());
         in_session("SendMessage", id, async {
@@ -269,6 +274,7 @@ impl SessionService for SessionSvc {
     async fn set_model(&self, req: Request<pb::SetModelRequest>) -> Res<pb::SetModelResponse> {
         let r = req.into_inner();
         let id = session_id(&r.session_id)?;
+        convert::bounded("model", &r.model, convert::limits::MODEL_BYTES)?;
         let model = (!r.model.trim().is_empty()).then(|| r.model.trim().to_owned());
         in_session("SetModel", id, async {
             self.engine.set_model(id, model).await?;

@@ -26,6 +26,10 @@
 //! [sessions]
 //! max_live = 256
 //! allowed_roots = ["/home/me/src"]  # empty: any existing directory
+//! env_allow = ["MYCO_*", "EXTRA"] # more inherited variables passed to sessions
+//!
+//! [sessions.env]                  # set for every session (names case-sensitive)
+//! GIT_AUTHOR_NAME = "ostler"      # also OSTLER_SESSIONS__ENV__GIT_AUTHOR_NAME=...
 //!
 //! [permissions]                   # evaluated before clients are asked; deny wins
 //! allow = ["Read", "Bash(git status)", "Edit(src/**)"]
@@ -39,6 +43,7 @@
 //! filter = "info"                  # tracing env-filter syntax; RUST_LOG wins
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -145,7 +150,37 @@ pub struct SessionsConfig {
     /// Respawn sessions that were live at the last stop, instead of leaving them resumable.
     pub respawn_on_start: bool,
     pub stop_timeout_secs: u64,
+    /// More inherited variables passed to sessions (names or `PREFIX*`), on top of the
+    /// supervisor's default allowlist (credentials, the CLI's documented variables, ...).
+    pub env_allow: Vec<String>,
+    /// Variables set for every session (they win over inherited ones).
+    pub env: SessionEnv,
 }
+
+/// `[sessions.env]`: values may be secrets, so `Debug` shows the names only.
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct SessionEnv(pub BTreeMap<String, String>);
+
+impl fmt::Debug for SessionEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|k| (k, format_args!("<redacted>"))))
+            .finish()
+    }
+}
+
+/// Environment variables read as `[sessions.env]` entries, names kept as written:
+/// `OSTLER_SESSIONS__ENV__GIT_AUTHOR_NAME=x` sets `GIT_AUTHOR_NAME=x` (figment's `Env`
+/// provider would lowercase the name and parse the value).
+const SESSION_ENV_PREFIX: &str = "OSTLER_SESSIONS__ENV__";
+
+/// Most variables in `[sessions.env]`.
+const MAX_SESSION_ENV: usize = 256;
+/// Most bytes of one `NAME=VALUE` (Linux refuses a longer string at exec: `MAX_ARG_STRLEN`).
+const MAX_SESSION_ENV_ENTRY: usize = 128 * 1024 - 1;
+/// Most bytes of `[sessions.env]` altogether (argv + environment share the kernel's limit).
+const MAX_SESSION_ENV_TOTAL: usize = 256 * 1024;
 
 impl Default for SessionsConfig {
     fn default() -> Self {
@@ -156,6 +191,8 @@ impl Default for SessionsConfig {
             allow_free_text_answers: false,
             respawn_on_start: false,
             stop_timeout_secs: 5,
+            env_allow: Vec::new(),
+            env: SessionEnv::default(),
         }
     }
 }
@@ -220,6 +257,8 @@ pub struct Overrides {
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
     pub no_probe: bool,
+    /// `--session-env NAME=VALUE` (repeatable): `[sessions.env]` entries.
+    pub session_env: Vec<(String, String)>,
 }
 
 impl Overrides {
@@ -280,6 +319,11 @@ impl Overrides {
         }
         Value::Object(root)
     }
+
+    /// The `--session-env` entries, merged into `[sessions.env]` (not replacing it).
+    fn session_env_value(&self) -> BTreeMap<String, String> {
+        self.session_env.iter().cloned().collect()
+    }
 }
 
 /// The platform directories (`~/.config/ostler`, `~/.local/share/ostler` on Linux).
@@ -312,12 +356,42 @@ pub fn load(explicit_file: Option<&Path>, overrides: &Overrides) -> Result<Confi
     }
     fig = fig
         .merge(Env::prefixed("OSTLER_").split("__").filter(|k| {
-            let first = k.as_str().split('.').next().unwrap_or_default();
+            let k = k.as_str();
+            let first = k.split('.').next().unwrap_or_default();
             SECTIONS.iter().any(|s| first.eq_ignore_ascii_case(s))
+                && !k
+                    .get(.."sessions.env.".len())
+                    .is_some_and(|p| p.eq_ignore_ascii_case("sessions.env."))
         }))
-        .merge(Serialized::defaults(overrides.to_value()));
+        .merge(Serialized::default(
+            "sessions.env",
+            session_env_from(std::env::vars_os()),
+        ))
+        .merge(Serialized::defaults(overrides.to_value()))
+        .merge(Serialized::default(
+            "sessions.env",
+            overrides.session_env_value(),
+        ));
     fig.extract::<Config>()
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+}
+
+/// `[sessions.env]` entries from `OSTLER_SESSIONS__ENV__NAME=VALUE` variables (prefix
+/// matched case-insensitively, the name kept as written; not valid UTF-8: skipped here and
+/// never passed).
+fn session_env_from(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> BTreeMap<String, String> {
+    vars.into_iter()
+        .filter_map(|(k, v)| {
+            let (k, v) = (k.into_string().ok()?, v.into_string().ok()?);
+            let name = k
+                .get(..SESSION_ENV_PREFIX.len())
+                .filter(|p| p.eq_ignore_ascii_case(SESSION_ENV_PREFIX))
+                .map(|_| k[SESSION_ENV_PREFIX.len()..].to_owned())?;
+            Some((name, v))
+        })
+        .collect()
 }
 
 /// A validated configuration, ready to use.
@@ -332,6 +406,10 @@ pub struct Validated {
     pub json_logs: bool,
     /// `permissions.allow` and `permissions.deny`, parsed.
     pub rules: Vec<ostler_engine::PermissionRule>,
+    /// The supervisor's default allowlist plus `sessions.env_allow`.
+    pub env_allowlist: Vec<String>,
+    /// `[sessions.env]`, checked (values never logged).
+    pub session_env: SessionEnv,
 }
 
 impl Config {
@@ -456,7 +534,11 @@ impl Config {
                 rules.push(rule);
             }
         }
+        let env_allowlist = self.validate_env_allow()?;
+        self.validate_session_env()?;
         Ok(Validated {
+            env_allowlist,
+            session_env: self.sessions.env.clone(),
             tcp,
             unix_socket: self.listen.unix_socket.clone(),
             tokens,
@@ -465,6 +547,60 @@ impl Config {
             json_logs,
             rules,
         })
+    }
+}
+
+impl Config {
+    fn validate_env_allow(&self) -> Result<Vec<String>> {
+        let mut list: Vec<String> = ostler_supervisor::env::DEFAULT_ENV_ALLOWLIST
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        for (i, p) in self.sessions.env_allow.iter().enumerate() {
+            ostler_supervisor::env::validate_pattern(p).map_err(|e| {
+                anyhow::anyhow!(
+                    "sessions.env_allow[{i}]: {e} (write a name like \"EXTRA_VAR\" or a \
+                     prefix like \"MYCO_*\")"
+                )
+            })?;
+            if !list.contains(p) {
+                list.push(p.clone());
+            }
+        }
+        Ok(list)
+    }
+
+    fn validate_session_env(&self) -> Result<()> {
+        let env = &self.sessions.env.0;
+        if env.len() > MAX_SESSION_ENV {
+            bail!(
+                "sessions.env: {} variables; at most {MAX_SESSION_ENV} are allowed",
+                env.len()
+            );
+        }
+        let mut total = 0usize;
+        for (name, value) in env {
+            let shown: String = name.chars().take(64).collect();
+            ostler_supervisor::env::validate_name(name)
+                .map_err(|e| anyhow::anyhow!("sessions.env.{shown}: the name {e}"))?;
+            if value.contains('\0') {
+                bail!("sessions.env.{shown}: the value contains a NUL byte");
+            }
+            let entry = name.len() + 1 + value.len();
+            if entry > MAX_SESSION_ENV_ENTRY {
+                bail!(
+                    "sessions.env.{shown}: {entry} bytes; one variable may have at most \
+                     {MAX_SESSION_ENV_ENTRY} bytes (the kernel refuses longer ones)"
+                );
+            }
+            total += entry + 1;
+        }
+        if total > MAX_SESSION_ENV_TOTAL {
+            bail!(
+                "sessions.env: {total} bytes in all; at most {MAX_SESSION_ENV_TOTAL} are allowed"
+            );
+        }
+        Ok(())
     }
 }
 
@@ -627,6 +763,108 @@ mod tests {
             f(&mut c);
             let err = c.validate().unwrap_err().to_string();
             assert!(err.contains(key), "expected {key} in {err}");
+        }
+    }
+
+    #[test]
+    fn session_env_layers_and_allowlist() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            dir.path(),
+            "c.toml",
+            "[store]\npath = \"/tmp/x.db\"\n[sessions]\nenv_allow = [\"MYCO_*\"]\n\
+             [sessions.env]\nGIT_AUTHOR_NAME = \"toml\"\nMixed_Case = \"toml\"\n",
+        );
+        let o = Overrides {
+            session_env: vec![("GIT_AUTHOR_NAME".into(), "flag".into())],
+            ..Default::default()
+        };
+        let c = load(Some(&f), &o).unwrap();
+        let v = c.validate().unwrap();
+        assert_eq!(
+            v.session_env.0.get("GIT_AUTHOR_NAME").map(String::as_str),
+            Some("flag"),
+            "flags win over the file"
+        );
+        assert_eq!(
+            v.session_env.0.get("Mixed_Case").map(String::as_str),
+            Some("toml"),
+            "names keep their case"
+        );
+        assert!(v.env_allowlist.iter().any(|p| p == "MYCO_*"));
+        assert!(
+            v.env_allowlist
+                .iter()
+                .any(|p| p == "CLAUDE_CODE_OAUTH_TOKEN"),
+            "the defaults stay"
+        );
+        let dbg = format!("{c:?} {v:?}");
+        assert!(
+            !dbg.contains("toml\"") && !dbg.contains("\"flag"),
+            "values are redacted in Debug: {dbg}"
+        );
+
+        let from_env = session_env_from(
+            [
+                ("OSTLER_SESSIONS__ENV__GIT_EMAIL", "a@b"),
+                ("ostler_sessions__env__Lower", "x"),
+                ("OSTLER_LISTEN__ADDR", "127.0.0.1:1"),
+                ("GIT_EMAIL", "not ours"),
+            ]
+            .map(|(k, v)| (k.into(), v.into())),
+        );
+        assert_eq!(from_env.len(), 2, "{from_env:?}");
+        assert_eq!(from_env["GIT_EMAIL"], "a@b");
+        assert_eq!(from_env["Lower"], "x");
+    }
+
+    #[test]
+    fn session_env_bad_entries_name_their_key() {
+        let base = || {
+            let mut c = Config::default();
+            c.store.path = Some("/tmp/x.db".into());
+            c
+        };
+        type Edit = Box<dyn Fn(&mut Config)>;
+        let set = |k: &str, v: &str| -> Edit {
+            let (k, v) = (k.to_owned(), v.to_owned());
+            Box::new(move |c: &mut Config| {
+                c.sessions.env.0.insert(k.clone(), v.clone());
+            })
+        };
+        let cases: Vec<(Edit, &str)> = vec![
+            (
+                set("OSTLER_AUTH__TOKENS", "x"),
+                "sessions.env.OSTLER_AUTH__TOKENS",
+            ),
+            (set("BAD-NAME", "x"), "sessions.env.BAD-NAME"),
+            (set("1X", "x"), "sessions.env.1X"),
+            (set("CLAUDECODE", "1"), "sessions.env.CLAUDECODE"),
+            (set("NUL", "a\0b"), "NUL byte"),
+            (set("BIG", &"x".repeat(200 * 1024)), "sessions.env.BIG"),
+            (
+                Box::new(|c| {
+                    for i in 0..300 {
+                        c.sessions.env.0.insert(format!("V{i}"), "1".into());
+                    }
+                }),
+                "at most 256",
+            ),
+            (
+                Box::new(|c| c.sessions.env_allow = vec!["OSTLER_*".into()]),
+                "sessions.env_allow[0]",
+            ),
+            (
+                Box::new(|c| c.sessions.env_allow = vec!["*".into()]),
+                "sessions.env_allow[0]",
+            ),
+        ];
+        for (f, key) in cases {
+            let mut c = base();
+            f(&mut c);
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(key), "expected {key} in {err}");
+            assert!(err.len() < 400, "the message stays short: {err}");
         }
     }
 }

@@ -66,6 +66,17 @@ pub struct ServeArgs {
     /// Skip probing the CLI's flags at start (faster; the compatibility matrix decides).
     #[arg(long)]
     no_probe: bool,
+    /// Set a variable for every session (repeatable; adds to `[sessions.env]`). Prefer the
+    /// config file for secrets: command lines are visible to other users.
+    #[arg(long = "session-env", value_name = "NAME=VALUE", value_parser = parse_session_env)]
+    session_env: Vec<(String, String)>,
+}
+
+fn parse_session_env(s: &str) -> std::result::Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err("expected NAME=VALUE".to_owned()),
+    }
 }
 
 impl ServeArgs {
@@ -84,6 +95,7 @@ impl ServeArgs {
             tls_key: self.tls_key.clone(),
             tls_client_ca: self.tls_client_ca.clone(),
             no_probe: self.no_probe,
+            session_env: self.session_env.clone(),
         }
     }
 }
@@ -231,8 +243,15 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         supervisor: ostler_supervisor::SupervisorOptions {
             stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
             process_tag,
+            env_allowlist: valid.env_allowlist.clone(),
             ..Default::default()
         },
+        spawn_env: valid
+            .session_env
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         ..Default::default()
     };
     let engine = ostler_engine::Engine::start(engine_opts, store, installation)
