@@ -67,9 +67,13 @@ fn parse_opts() -> Result<Opts> {
             ),
         }
     }
+    // Absolute: the fake runs in other working directories.
+    let abs = |p: PathBuf, what: &str| {
+        std::fs::canonicalize(&p).with_context(|| format!("{what} {}", p.display()))
+    };
     Ok(Opts {
-        ostler: ostler.context("--ostler PATH is required")?,
-        fake: fake.context("--fake PATH is required")?,
+        ostler: abs(ostler.context("--ostler PATH is required")?, "--ostler")?,
+        fake: abs(fake.context("--fake PATH is required")?, "--fake")?,
         quick,
         only,
         sync,
@@ -167,7 +171,7 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
         }
         drop(c);
         let store = d.store.clone();
-        d.stop()?;
+        let _dir = d.stop()?;
         if o.wants("e") {
             let s = store_sizes(&store)?;
             let line = base.line_bytes as f64;
@@ -325,7 +329,8 @@ struct Daemon {
     child: Child,
     addr: String,
     store: PathBuf,
-    dir: tempfile::TempDir,
+    /// Handed back by [`Daemon::stop`] so that the store can be read afterwards.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Daemon {
@@ -362,7 +367,7 @@ impl Daemon {
             child,
             addr: String::new(),
             store,
-            dir,
+            dir: Some(dir),
         };
         let t = Instant::now();
         loop {
@@ -386,8 +391,12 @@ impl Daemon {
         }
     }
 
+    fn path(&self) -> &Path {
+        self.store.parent().unwrap_or(Path::new("/"))
+    }
+
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+        std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default()
     }
 
     async fn client(&self) -> Result<Client> {
@@ -407,8 +416,8 @@ impl Daemon {
             .and_then(|v| v.trim().parse().ok())
     }
 
-    /// SIGTERM (graceful: final checkpoint), then wait.
-    fn stop(mut self) -> Result<()> {
+    /// SIGTERM (graceful: final checkpoint), then wait; returns the directory of the store.
+    fn stop(mut self) -> Result<Option<tempfile::TempDir>> {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -421,7 +430,7 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(())
+        Ok(self.dir.take())
     }
 }
 
@@ -437,7 +446,7 @@ impl Drop for Daemon {
 async fn create(c: &mut Client, d: &Daemon) -> Result<String> {
     let s = c
         .create_session(CreateSessionRequest {
-            cwd: d.dir.path().to_string_lossy().into_owned(),
+            cwd: d.path().to_string_lossy().into_owned(),
             ..Default::default()
         })
         .await?
@@ -704,7 +713,7 @@ async fn first_event(c: &mut Client, d: &Daemon, reps: usize) -> Result<FirstEve
         let t = Instant::now();
         let sess = c
             .create_session(CreateSessionRequest {
-                cwd: d.dir.path().to_string_lossy().into_owned(),
+                cwd: d.path().to_string_lossy().into_owned(),
                 first_prompt: Some(MessageContent {
                     content: Some(message_content::Content::Text("hello".into())),
                 }),
