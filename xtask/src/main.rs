@@ -7,6 +7,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod compat;
 mod contracts_record;
 mod dev;
@@ -25,6 +26,9 @@ enum Cmd {
     Test(dev::TestArgs),
     /// Install the newest pinned Claude Code release and run the daemon with it.
     Daemon(dev::DaemonArgs),
+    /// End-to-end benchmarks (daemon + fake CLI + tonic client, ratios to same-run
+    /// baselines), then the crates' criterion benches (docs/performance.md).
+    Bench(bench::BenchArgs),
     /// The Claude Code compatibility matrix (measured evidence -> embedded matrix + docs).
     Compat {
         #[command(subcommand)]
@@ -63,6 +67,7 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Test(a) => dev::test(a),
         Cmd::Daemon(a) => dev::daemon(a),
+        Cmd::Bench(a) => bench::bench(a),
         Cmd::Compat { cmd } => match cmd {
             CompatCmd::Probe(a) => compat::probe(a),
             CompatCmd::Generate(a) => compat::generate(a),

@@ -7,7 +7,8 @@
 //! - [`cli`]: running the real CLI hermetically;
 //! - [`record`]: the scenario driver that writes the contract corpus
 //!   (`contracts/claude-code/<release>/<scenario>.ndjson`);
-//! - [`contract`]: wire-shape extraction and comparison for the live contract check.
+//! - [`contract`]: wire-shape extraction and comparison for the live contract check;
+//! - [`fake_claude`]: `ostler-fake-claude`, a fast fake of the CLI for tests and benchmarks.
 #![allow(clippy::disallowed_methods)] // test support: launches the real CLI and npm
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 pub mod cli;
 pub mod contract;
 pub mod corpus;
+pub mod fake_claude;
 pub mod normalize;
 pub mod record;
 pub mod releases;

@@ -1,0 +1,900 @@
+//! `ostler-bench`: end-to-end benchmarks of the real daemon (`ostler serve` on a temporary
+//! store, sessions running `ostler-fake-claude`) measured from a Rust tonic client on
+//! loopback, each printed next to baselines measured in the same run. Run it through
+//! `cargo xtask bench [--quick]`, which builds the binaries in release first; see
+//! docs/performance.md for what each row means.
+//!
+//! Usage: `ostler-bench --ostler PATH --fake PATH [--quick] [--only a,c,...] [--sync normal|full]`
+
+#![allow(clippy::disallowed_methods)] // starts the daemon and the fake CLI
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use ostler_proto::v1::session_event::Payload;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use ostler_proto::v1::{
+    CreateSessionRequest, MessageContent, SendMessageRequest, SessionEvent, SubscribeRequest,
+    message_content,
+};
+use tonic::transport::Channel;
+
+type Client = SessionServiceClient<Channel>;
+type Stream = tonic::Streaming<SessionEvent>;
+
+/// A guard against hangs (not a measurement).
+const GUARD: Duration = Duration::from_secs(600);
+
+struct Opts {
+    ostler: PathBuf,
+    fake: PathBuf,
+    quick: bool,
+    only: Option<Vec<String>>,
+    sync: String,
+}
+
+impl Opts {
+    fn wants(&self, item: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|x| x == item))
+    }
+}
+
+fn parse_opts() -> Result<Opts> {
+    let mut ostler = None;
+    let mut fake = None;
+    let mut quick = false;
+    let mut only = None;
+    let mut sync = "normal".to_string();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--ostler" => ostler = args.next().map(PathBuf::from),
+            "--fake" => fake = args.next().map(PathBuf::from),
+            "--quick" => quick = true,
+            "--only" => {
+                only = args
+                    .next()
+                    .map(|s| s.split(',').map(str::to_string).collect())
+            }
+            "--sync" => sync = args.next().context("--sync needs normal or full")?,
+            other => bail!(
+                "unknown argument {other:?}; usage: ostler-bench --ostler PATH --fake PATH [--quick] [--only a,b,...] [--sync normal|full]"
+            ),
+        }
+    }
+    // Absolute: the fake runs in other working directories.
+    let abs = |p: PathBuf, what: &str| {
+        std::fs::canonicalize(&p).with_context(|| format!("{what} {}", p.display()))
+    };
+    Ok(Opts {
+        ostler: abs(ostler.context("--ostler PATH is required")?, "--ostler")?,
+        fake: abs(fake.context("--fake PATH is required")?, "--fake")?,
+        quick,
+        only,
+        sync,
+    })
+}
+
+/// One line of the result table.
+struct Row {
+    item: &'static str,
+    what: String,
+    value: String,
+    baseline: String,
+    ratio: String,
+}
+
+fn row(item: &'static str, what: &str, value: String, baseline: String, ratio: String) -> Row {
+    println!("[{item}] {what}: {value} | {baseline} | {ratio}");
+    Row {
+        item,
+        what: what.to_string(),
+        value,
+        baseline,
+        ratio,
+    }
+}
+
+fn main() -> Result<()> {
+    let opts = parse_opts()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let rows = rt.block_on(run(&opts))?;
+    println!();
+    println!(
+        "ostler-bench ({}, synchronous={}); ratios are within this one run",
+        if opts.quick { "quick" } else { "full" },
+        opts.sync
+    );
+    println!("| item | measurement | ostler | baseline (same run) | ratio |");
+    println!("| --- | --- | ---: | ---: | ---: |");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            r.item, r.what, r.value, r.baseline, r.ratio
+        );
+    }
+    Ok(())
+}
+
+async fn run(o: &Opts) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let n: u64 = if o.quick { 20_000 } else { 100_000 };
+    if o.wants("a") || o.wants("b") || o.wants("e") {
+        let base = baselines(o, n)?;
+        let d = Daemon::start(o).await?;
+        let mut c = d.client().await?;
+        let io_before = d.write_bytes();
+        let (events, secs) = firehose(&mut c, &d, n).await?;
+        let io_after = d.write_bytes();
+        let rate = events as f64 / secs;
+        if o.wants("a") {
+            rows.push(row(
+                "a",
+                &format!("firehose 1 session, {n} lines, events/s to the client"),
+                fmt_rate(rate),
+                format!("serde_json Value loop {}", fmt_rate(base.parse_rate)),
+                format!("{:.2}x", rate / base.parse_rate),
+            ));
+            rows.push(row(
+                "a",
+                "same vs a pipe read of the fake's output",
+                fmt_rate(rate),
+                format!("pipe {}", fmt_rate(base.pipe_rate)),
+                format!("{:.2}x", rate / base.pipe_rate),
+            ));
+            rows.push(row(
+                "a",
+                "same vs a bare SQLite insert loop (256 rows/txn, WAL, NORMAL)",
+                fmt_rate(rate),
+                format!("insert {}", fmt_rate(base.insert_rate)),
+                format!("{:.2}x", rate / base.insert_rate),
+            ));
+        }
+        if o.wants("b") {
+            let per = n / 4;
+            let (total, secs) = concurrent_firehose(&mut c, &d, 16, per).await?;
+            let rate16 = total as f64 / secs;
+            rows.push(row(
+                "b",
+                &format!("16 sessions x {per} lines, total events/s"),
+                fmt_rate(rate16),
+                format!("1 session {}", fmt_rate(rate)),
+                format!("{:.2}x", rate16 / rate),
+            ));
+        }
+        drop(c);
+        let store = d.store.clone();
+        let _dir = d.stop()?;
+        if o.wants("e") {
+            let s = store_sizes(&store)?;
+            let line = base.line_bytes as f64;
+            rows.push(row(
+                "e",
+                "database bytes per stored event (file after shutdown / events)",
+                format!("{:.0} B", s.file_bytes as f64 / s.events as f64),
+                format!("CLI line {line:.0} B"),
+                format!("{:.2}x", s.file_bytes as f64 / s.events as f64 / line),
+            ));
+            rows.push(row(
+                "e",
+                "column bytes per stored event (sum of all columns)",
+                format!("{:.0} B", s.column_bytes as f64 / s.events as f64),
+                format!("CLI line {line:.0} B"),
+                format!("{:.2}x", s.column_bytes as f64 / s.events as f64 / line),
+            ));
+            if let (Some(b), Some(a)) = (io_before, io_after)
+                && a > b
+            {
+                let per = (a - b) as f64 / events as f64;
+                rows.push(row(
+                    "e",
+                    "daemon write_bytes per event during the firehose (WAL + checkpoints)",
+                    format!("{per:.0} B"),
+                    format!("CLI line {line:.0} B"),
+                    format!("{:.2}x", per / line),
+                ));
+            }
+        }
+    }
+    if o.wants("c") {
+        let per_session: u64 = if o.quick { 100 } else { 300 };
+        let d = Daemon::start(o).await?;
+        let c = d.client().await?;
+        let l = latency(&c, &d, 100, 10, per_session).await?;
+        rows.push(row(
+            "c",
+            &format!(
+                "latency CLI write -> client, 1k events/s over 100 sessions, {} events",
+                l.samples
+            ),
+            format!(
+                "p50 {} p99 {} max {}",
+                fmt_us(l.p50),
+                fmt_us(l.p99),
+                fmt_us(l.max)
+            ),
+            "targets p50 150 µs, p99 2 ms, max 10 ms".to_string(),
+            format!(
+                "{} spikes > 5 ms in {} bursts, median burst interval {}",
+                l.spikes,
+                l.bursts,
+                l.burst_interval_ms
+                    .map(|m| format!("{m:.0} ms"))
+                    .unwrap_or_else(|| "-".into())
+            ),
+        ));
+        d.stop()?;
+    }
+    if o.wants("d") {
+        let np: u64 = if o.quick { 20_000 } else { 100_000 };
+        let d = Daemon::start(o).await?;
+        let mut c = d.client().await?;
+        let got = partials(&mut c, &d, np).await?;
+        rows.push(row(
+            "d",
+            &format!("partial deltas delivered to a client that keeps up, {np} sent"),
+            format!("{got}"),
+            format!("{np} sent"),
+            format!("{:.2}", got as f64 / np as f64),
+        ));
+        d.stop()?;
+    }
+    if o.wants("f") {
+        let d = Daemon::start(o).await?;
+        let mut c = d.client().await?;
+        let sid = create(&mut c, &d).await?;
+        let mut total = 0u64;
+        let sizes: &[u64] = if o.quick {
+            &[100_000]
+        } else {
+            &[100_000, 1_000_000]
+        };
+        for &size in sizes {
+            let mut s = subscribe(&mut c, &sid, false, true).await?;
+            send(&mut c, &sid, &format!("fake:firehose {}", size - total)).await?;
+            until_turn_end(&mut s, |_| {}).await?;
+            drop(s);
+            total = size;
+            let t = Instant::now();
+            let replayed = replay(&mut c, &sid).await?;
+            let secs = t.elapsed().as_secs_f64();
+            let (rows_read, base) = sqlite_read_loop(&d.store)?;
+            rows.push(row(
+                "f",
+                &format!("replay of {replayed} stored events through Subscribe"),
+                format!("{secs:.3} s"),
+                format!("bare SQLite read of {rows_read} rows {base:.3} s"),
+                format!("{:.2}x the time", secs / base),
+            ));
+        }
+        d.stop()?;
+    }
+    if o.wants("g") {
+        let d = Daemon::start(o).await?;
+        let mut c = d.client().await?;
+        let g = first_event(&mut c, &d, if o.quick { 10 } else { 30 }).await?;
+        rows.push(row(
+            "g",
+            "SendMessage -> first CLI event, live idle session (p50 / max)",
+            format!("{} / {}", fmt_us(g.live_p50), fmt_us(g.live_max)),
+            format!("-> its UserMessage event {}", fmt_us(g.user_p50)),
+            "baseline for suspend/resume".into(),
+        ));
+        rows.push(row(
+            "g",
+            "CreateSession with first prompt -> first CLI event (process start included, p50)",
+            fmt_us(g.spawn_p50),
+            format!("live session {}", fmt_us(g.live_p50)),
+            format!("{:.1}x", g.spawn_p50 as f64 / g.live_p50.max(1) as f64),
+        ));
+        d.stop()?;
+    }
+    Ok(rows)
+}
+
+fn fmt_rate(r: f64) -> String {
+    if r >= 10_000.0 {
+        format!("{:.1}k/s", r / 1000.0)
+    } else {
+        format!("{r:.0}/s")
+    }
+}
+
+fn fmt_us(ns: u64) -> String {
+    if ns >= 10_000_000 {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else if ns >= 1_000_000 {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    } else {
+        format!("{} µs", ns / 1000)
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The daemon under test, on a temporary store.
+struct Daemon {
+    child: Child,
+    addr: String,
+    store: PathBuf,
+    /// Handed back by [`Daemon::stop`] so that the store can be read afterwards.
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Daemon {
+    async fn start(o: &Opts) -> Result<Daemon> {
+        let dir = tempfile::Builder::new().prefix("ostler-bench-").tempdir()?;
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, format!("[store]\nsynchronous = \"{}\"\n", o.sync))?;
+        let store = dir.path().join("ostler.db");
+        let ready = dir.path().join("ready");
+        let log = std::fs::File::create(dir.path().join("daemon.log"))?;
+        let child = Command::new(&o.ostler)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+            .arg("--store")
+            .arg(&store)
+            .arg("--claude")
+            .arg(&o.fake)
+            .arg("--ready-file")
+            .arg(&ready)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", dir.path())
+            .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .env("XDG_DATA_HOME", dir.path().join("data"))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {}", o.ostler.display()))?;
+        let mut d = Daemon {
+            child,
+            addr: String::new(),
+            store,
+            dir: Some(dir),
+        };
+        let t = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&ready)
+                && let Some(a) = text.lines().find_map(|l| l.strip_prefix("tcp://"))
+            {
+                d.addr = a.to_string();
+                return Ok(d);
+            }
+            if let Some(status) = d.child.try_wait()? {
+                bail!(
+                    "the daemon exited ({status}) before it was ready:\n{}",
+                    d.log()
+                );
+            }
+            if t.elapsed() > Duration::from_secs(120) {
+                bail!("the daemon did not become ready:\n{}", d.log());
+            }
+            // Polling a file the daemon writes once: no event to wait on across processes.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.store.parent().unwrap_or(Path::new("/"))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    async fn client(&self) -> Result<Client> {
+        let ch = Channel::from_shared(format!("http://{}", self.addr))?
+            .connect()
+            .await?;
+        Ok(SessionServiceClient::new(ch)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20))
+    }
+
+    /// `write_bytes` of the daemon process (bytes it caused to be sent to storage).
+    fn write_bytes(&self) -> Option<u64> {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.child.id())).ok()?;
+        io.lines()
+            .find_map(|l| l.strip_prefix("write_bytes: "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// SIGTERM (graceful: final checkpoint), then wait; returns the directory of the store.
+    fn stop(mut self) -> Result<Option<tempfile::TempDir>> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let t = Instant::now();
+        while self.child.try_wait()?.is_none() {
+            if t.elapsed() > Duration::from_secs(60) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("the daemon did not stop on SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(self.dir.take())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+async fn create(c: &mut Client, d: &Daemon) -> Result<String> {
+    let s = c
+        .create_session(CreateSessionRequest {
+            cwd: d.path().to_string_lossy().into_owned(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(s.id)
+}
+
+async fn subscribe(c: &mut Client, sid: &str, partial: bool, follow: bool) -> Result<Stream> {
+    Ok(c.subscribe(SubscribeRequest {
+        session_id: sid.to_string(),
+        after_seq: 0,
+        include_partial: partial,
+        follow,
+    })
+    .await?
+    .into_inner())
+}
+
+async fn send(c: &mut Client, sid: &str, text: &str) -> Result<()> {
+    c.send_message(SendMessageRequest {
+        session_id: sid.to_string(),
+        content: Some(MessageContent {
+            content: Some(message_content::Content::Text(text.to_string())),
+        }),
+        client_message_id: String::new(),
+    })
+    .await?;
+    Ok(())
+}
+
+/// Reads until the next `TurnCompleted`, calling `f` on every event; returns the count of
+/// events seen after the `UserMessage` that started the turn.
+async fn until_turn_end(s: &mut Stream, mut f: impl FnMut(&SessionEvent)) -> Result<u64> {
+    let mut n = 0u64;
+    let mut started = false;
+    loop {
+        let ev = tokio::time::timeout(GUARD, s.message())
+            .await
+            .context("no event for 10 minutes")??
+            .context("the stream ended before the turn did")?;
+        match &ev.payload {
+            Some(Payload::UserMessage(_)) if !started => {
+                started = true;
+                continue;
+            }
+            Some(Payload::ProcessExited(p)) => bail!("the CLI exited: {p:?}"),
+            _ => {}
+        }
+        if !started {
+            continue;
+        }
+        n += 1;
+        f(&ev);
+        if matches!(ev.payload, Some(Payload::TurnCompleted(_))) {
+            return Ok(n);
+        }
+    }
+}
+
+/// One session, `n` firehose lines: (events received, seconds from SendMessage to the
+/// turn's end).
+async fn firehose(c: &mut Client, d: &Daemon, n: u64) -> Result<(u64, f64)> {
+    let sid = create(c, d).await?;
+    let mut s = subscribe(c, &sid, false, true).await?;
+    // Warm-up turn: the process is up and the subscription live.
+    send(c, &sid, "hello").await?;
+    until_turn_end(&mut s, |_| {}).await?;
+    let t = Instant::now();
+    send(c, &sid, &format!("fake:firehose {n}")).await?;
+    let events = until_turn_end(&mut s, |_| {}).await?;
+    Ok((events, t.elapsed().as_secs_f64()))
+}
+
+async fn concurrent_firehose(
+    c: &mut Client,
+    d: &Daemon,
+    sessions: usize,
+    per: u64,
+) -> Result<(u64, f64)> {
+    let mut subs = Vec::new();
+    for _ in 0..sessions {
+        let sid = create(c, d).await?;
+        let mut s = subscribe(c, &sid, false, true).await?;
+        send(c, &sid, "hello").await?;
+        until_turn_end(&mut s, |_| {}).await?;
+        subs.push((sid, s));
+    }
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for (sid, mut s) in subs {
+        let mut c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            send(&mut c, &sid, &format!("fake:firehose {per}")).await?;
+            until_turn_end(&mut s, |_| {}).await
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok((total, t.elapsed().as_secs_f64()))
+}
+
+struct Latency {
+    samples: usize,
+    p50: u64,
+    p99: u64,
+    max: u64,
+    spikes: usize,
+    bursts: usize,
+    burst_interval_ms: Option<f64>,
+}
+
+/// `sessions` sessions, each `fake:paced rate lines`, started evenly over one period.
+async fn latency(
+    c: &Client,
+    d: &Daemon,
+    sessions: usize,
+    rate: u64,
+    lines: u64,
+) -> Result<Latency> {
+    let mut c0 = c.clone();
+    let mut subs = Vec::new();
+    for _ in 0..sessions {
+        let sid = create(&mut c0, d).await?;
+        let mut s = subscribe(&mut c0, &sid, false, true).await?;
+        send(&mut c0, &sid, "hello").await?;
+        until_turn_end(&mut s, |_| {}).await?;
+        subs.push((sid, s));
+    }
+    let start = Instant::now();
+    let period = Duration::from_nanos(1_000_000_000 / rate);
+    let mut tasks = Vec::new();
+    for (i, (sid, mut s)) in subs.into_iter().enumerate() {
+        let mut c = c.clone();
+        let at =
+            start + period * u32::try_from(i).unwrap_or(0) / u32::try_from(sessions).unwrap_or(1);
+        tasks.push(tokio::spawn(async move {
+            // Spread the sessions' lines evenly over the period (pacing, not synchronisation).
+            tokio::time::sleep_until(at.into()).await;
+            send(&mut c, &sid, &format!("fake:paced {rate} {lines}")).await?;
+            let mut got: Vec<(u64, u64)> = Vec::new();
+            until_turn_end(&mut s, |ev| {
+                let now = now_ns();
+                if let Some(Payload::AssistantBlock(b)) = &ev.payload
+                    && let Some(ostler_proto::v1::assistant_block::Block::Text(t)) = &b.block
+                    && let Some(sent) = t
+                        .text
+                        .split("sent_ns=")
+                        .nth(1)
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                {
+                    got.push((now, now.saturating_sub(sent)));
+                }
+            })
+            .await?;
+            anyhow::Ok(got)
+        }));
+    }
+    let mut all: Vec<(u64, u64)> = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    if all.is_empty() {
+        bail!("no paced events received");
+    }
+    let mut lat: Vec<u64> = all.iter().map(|x| x.1).collect();
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+    // Bursts: latencies over 5 ms, grouped when less than 100 ms apart.
+    let mut spikes: Vec<u64> = all
+        .iter()
+        .filter(|x| x.1 > 5_000_000)
+        .map(|x| x.0)
+        .collect();
+    spikes.sort_unstable();
+    let mut bursts: Vec<u64> = Vec::new();
+    for t in &spikes {
+        if bursts.last().is_none_or(|b| t - b > 100_000_000) {
+            bursts.push(*t);
+        }
+    }
+    let mut gaps: Vec<f64> = bursts
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / 1e6)
+        .collect();
+    gaps.sort_by(f64::total_cmp);
+    Ok(Latency {
+        samples: lat.len(),
+        p50: pct(0.50),
+        p99: pct(0.99),
+        max: *lat.last().unwrap_or(&0),
+        spikes: spikes.len(),
+        bursts: bursts.len(),
+        burst_interval_ms: gaps.get(gaps.len() / 2).copied(),
+    })
+}
+
+async fn partials(c: &mut Client, d: &Daemon, n: u64) -> Result<u64> {
+    let sid = create(c, d).await?;
+    let mut s = subscribe(c, &sid, true, true).await?;
+    send(c, &sid, "hello").await?;
+    until_turn_end(&mut s, |_| {}).await?;
+    send(c, &sid, &format!("fake:partials {n}")).await?;
+    let mut got = 0u64;
+    until_turn_end(&mut s, |ev| {
+        if matches!(ev.payload, Some(Payload::PartialDelta(_))) {
+            got += 1;
+        }
+    })
+    .await?;
+    Ok(got)
+}
+
+async fn replay(c: &mut Client, sid: &str) -> Result<u64> {
+    let mut s = subscribe(c, sid, false, false).await?;
+    let mut n = 0;
+    while let Some(_ev) = tokio::time::timeout(GUARD, s.message())
+        .await
+        .context("replay stalled")??
+    {
+        n += 1;
+    }
+    Ok(n)
+}
+
+struct FirstEvent {
+    live_p50: u64,
+    live_max: u64,
+    user_p50: u64,
+    spawn_p50: u64,
+}
+
+async fn first_event(c: &mut Client, d: &Daemon, reps: usize) -> Result<FirstEvent> {
+    let sid = create(c, d).await?;
+    let mut s = subscribe(c, &sid, false, true).await?;
+    send(c, &sid, "hello").await?;
+    until_turn_end(&mut s, |_| {}).await?;
+    let mut live = Vec::new();
+    let mut user = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        send(c, &sid, "hello").await?;
+        let mut first_user = None;
+        let mut first_cli = None;
+        loop {
+            let ev = s.message().await?.context("stream ended")?;
+            match ev.payload {
+                Some(Payload::UserMessage(_)) => {
+                    first_user.get_or_insert(t.elapsed());
+                }
+                Some(Payload::TurnCompleted(_)) => break,
+                Some(_) if first_user.is_some() => {
+                    first_cli.get_or_insert(t.elapsed());
+                }
+                _ => {}
+            }
+        }
+        user.push(first_user.context("no UserMessage")?.as_nanos() as u64);
+        live.push(first_cli.context("no CLI event")?.as_nanos() as u64);
+    }
+    let mut spawn = Vec::new();
+    for _ in 0..reps.min(10) {
+        let t = Instant::now();
+        let sess = c
+            .create_session(CreateSessionRequest {
+                cwd: d.path().to_string_lossy().into_owned(),
+                first_prompt: Some(MessageContent {
+                    content: Some(message_content::Content::Text("hello".into())),
+                }),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let mut s = subscribe(c, &sess.id, false, true).await?;
+        let mut seen_user = false;
+        loop {
+            let ev = s.message().await?.context("stream ended")?;
+            match ev.payload {
+                Some(Payload::UserMessage(_)) => seen_user = true,
+                Some(Payload::SessionStarted(_)) | Some(Payload::AssistantBlock(_))
+                    if seen_user =>
+                {
+                    spawn.push(t.elapsed().as_nanos() as u64);
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    let med = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    Ok(FirstEvent {
+        live_p50: med(&mut live),
+        live_max: *live.iter().max().unwrap_or(&0),
+        user_p50: med(&mut user),
+        spawn_p50: med(&mut spawn),
+    })
+}
+
+/// Same-run baselines over the fake's own firehose output.
+struct Baselines {
+    pipe_rate: f64,
+    parse_rate: f64,
+    insert_rate: f64,
+    /// Average size of one firehose line (with its newline).
+    line_bytes: u64,
+}
+
+fn baselines(o: &Opts, n: u64) -> Result<Baselines> {
+    let home = tempfile::Builder::new()
+        .prefix("ostler-bench-pipe-")
+        .tempdir()?;
+    let mut child = Command::new(&o.fake)
+        .args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--permission-prompt-tool",
+            "stdio",
+        ])
+        .current_dir(home.path())
+        .env_clear()
+        .env("HOME", home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start the fake CLI")?;
+    let t = Instant::now();
+    {
+        let mut stdin = child.stdin.take().context("stdin")?;
+        let msg = serde_json::json!({"type": "user", "message": {"role": "user",
+            "content": format!("fake:firehose {n}")}, "parent_tool_use_id": null, "session_id": ""});
+        writeln!(stdin, "{msg}")?;
+    }
+    let mut bytes = Vec::new();
+    child
+        .stdout
+        .take()
+        .context("stdout")?
+        .read_to_end(&mut bytes)?;
+    let pipe_secs = t.elapsed().as_secs_f64();
+    child.wait()?;
+    let lines: Vec<&[u8]> = bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    // init, status, body, result
+    if lines.len() as u64 != n + 3 {
+        bail!("the fake wrote {} lines for {n}", lines.len());
+    }
+    let body = &lines[2..lines.len() - 1];
+    let body_bytes: u64 = body.iter().map(|l| l.len() as u64 + 1).sum();
+    let t = Instant::now();
+    let mut count = 0u64;
+    for l in body {
+        let v: serde_json::Value = serde_json::from_slice(l)?;
+        if v.get("type").is_some() {
+            count += 1;
+        }
+    }
+    let parse_secs = t.elapsed().as_secs_f64();
+    debug_assert_eq!(count, n);
+    let insert_rate = insert_loop(home.path(), body)?;
+    Ok(Baselines {
+        pipe_rate: n as f64 / pipe_secs,
+        parse_rate: n as f64 / parse_secs,
+        insert_rate,
+        line_bytes: body_bytes / n.max(1),
+    })
+}
+
+/// A bare SQLite insert loop: the lines as BLOBs, 256 rows per transaction.
+fn insert_loop(dir: &Path, lines: &[&[u8]]) -> Result<f64> {
+    let conn = rusqlite::Connection::open(dir.join("insert.db"))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.execute_batch(
+        "CREATE TABLE e (s INTEGER NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY (s, seq)) WITHOUT ROWID;",
+    )?;
+    let t = Instant::now();
+    for (chunk_no, chunk) in lines.chunks(256).enumerate() {
+        let tx = conn.unchecked_transaction()?;
+        {
+            let mut st = tx.prepare_cached("INSERT INTO e (s, seq, line) VALUES (1, ?1, ?2)")?;
+            for (i, l) in chunk.iter().enumerate() {
+                st.execute(rusqlite::params![(chunk_no * 256 + i) as i64, l])?;
+            }
+        }
+        tx.commit()?;
+    }
+    Ok(lines.len() as f64 / t.elapsed().as_secs_f64())
+}
+
+struct Sizes {
+    events: u64,
+    file_bytes: u64,
+    column_bytes: u64,
+}
+
+/// Sizes of a store after the daemon stopped (its WAL checkpointed).
+fn store_sizes(store: &Path) -> Result<Sizes> {
+    let file_bytes = std::fs::metadata(store)?.len()
+        + std::fs::metadata(store.with_extension("db-wal"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+    let conn =
+        rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let events: u64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+    let (_, column_bytes) = read_all_events(&conn)?;
+    Ok(Sizes {
+        events: events.max(1),
+        file_bytes,
+        column_bytes,
+    })
+}
+
+/// Reads every column of every row of `events` (whatever the schema); (rows, bytes).
+fn read_all_events(conn: &rusqlite::Connection) -> Result<(u64, u64)> {
+    let mut st = conn.prepare("SELECT * FROM events")?;
+    let cols = st.column_count();
+    let mut rows = st.query([])?;
+    let (mut n, mut bytes) = (0u64, 0u64);
+    while let Some(r) = rows.next()? {
+        n += 1;
+        for i in 0..cols {
+            bytes += match r.get_ref(i)? {
+                rusqlite::types::ValueRef::Blob(b) => b.len() as u64,
+                rusqlite::types::ValueRef::Text(t) => t.len() as u64,
+                rusqlite::types::ValueRef::Null => 0,
+                _ => 8,
+            };
+        }
+    }
+    Ok((n, bytes))
+}
+
+/// The baseline of item f: a bare read loop over all stored events (a second connection
+/// while the daemon runs, as a client of the file).
+fn sqlite_read_loop(store: &Path) -> Result<(u64, f64)> {
+    let conn =
+        rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let t = Instant::now();
+    let (n, _) = read_all_events(&conn)?;
+    Ok((n, t.elapsed().as_secs_f64()))
+}

@@ -1,0 +1,102 @@
+//! `cargo xtask bench [--quick]`: the end-to-end benchmarks of issue 13 (the real daemon with
+//! the test kit's fake CLI, measured from a tonic client next to same-run baselines; the
+//! harness is `crates/ostler-bench`), then the criterion benches of the crates unless
+//! `--no-criterion`. Results: docs/performance.md.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Smaller sizes (20k-line firehose, no 1M replay, 10 s latency run).
+    #[arg(long)]
+    pub quick: bool,
+    /// Only these items (comma-separated letters a-g of docs/performance.md).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// `store.synchronous` of the daemon under test (`normal` or `full`).
+    #[arg(long, default_value = "normal")]
+    pub sync: String,
+    /// Skip the criterion benches of the crates.
+    #[arg(long)]
+    pub no_criterion: bool,
+}
+
+fn root() -> PathBuf {
+    ostler_testkit::workspace_root()
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn status(step: &str, mut cmd: Command) -> Result<()> {
+    eprintln!("==> {step}");
+    let st = cmd
+        .status()
+        .with_context(|| format!("{step}: cannot start"))?;
+    if !st.success() {
+        bail!("{step} failed ({st})");
+    }
+    Ok(())
+}
+
+pub fn bench(a: BenchArgs) -> Result<()> {
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "ostler",
+        "--bin",
+        "ostler",
+        "-p",
+        "ostler-testkit",
+        "--bin",
+        "ostler-fake-claude",
+        "-p",
+        "ostler-bench",
+        "--bin",
+        "ostler-bench",
+    ]);
+    status(
+        "build the daemon, the fake CLI and the harness (release)",
+        build,
+    )?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+        .join("release");
+    let mut run = Command::new(target.join("ostler-bench"));
+    run.arg("--ostler")
+        .arg(target.join("ostler"))
+        .arg("--fake")
+        .arg(target.join("ostler-fake-claude"))
+        .args(["--sync", &a.sync]);
+    if a.quick {
+        run.arg("--quick");
+    }
+    if let Some(o) = &a.only {
+        run.args(["--only", o]);
+    }
+    status("end-to-end benchmarks (ostler-bench)", run)?;
+    if !a.no_criterion {
+        for (pkg, bench) in [
+            ("ostler-protocol", "decode"),
+            ("ostler-store", "store"),
+            ("ostler-engine", "engine"),
+        ] {
+            let mut c = cargo();
+            c.args(["bench", "-p", pkg, "--bench", bench]);
+            if a.quick {
+                c.args(["--", "--quick"]);
+            }
+            status(&format!("criterion: {pkg} {bench}"), c)?;
+        }
+    }
+    Ok(())
+}
