@@ -1,0 +1,295 @@
+//! gRPC helpers for the daemon tests (`tests/daemon_*.rs`): the fake model's script, the
+//! generated tonic clients, reading a session's event stream.
+#![allow(clippy::unwrap_used)] // test helpers: a failure should panic with the error
+
+use std::path::Path;
+
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::daemon_service_client::DaemonServiceClient;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use tonic::transport::Channel;
+
+use super::{Daemon, guard};
+
+/// The fake model's script shared by the daemon tests.
+pub const SCENARIO: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "model switched"
+when = { last_user_text_contains = "Which model", model_contains = "opus-test", stream = true }
+blocks = [{ type = "text", text = "Answer from opus-test." }]
+
+# Rules that must win when a release merges an interrupted prompt into the next one.
+[[model]]
+name = "still there"
+when = { last_user_text_contains = "Are you still there", stream = true }
+blocks = [{ type = "text", text = "Yes, still here." }]
+
+[[model]]
+name = "recall"
+when = { last_user_text_contains = "What was the word", messages_contain = "Remember the word PINEAPPLE", stream = true }
+blocks = [{ type = "text", text = "The word was PINEAPPLE." }]
+
+[[model]]
+name = "touch"
+when = { last_user_text_contains = "Create the file allowed.txt", stream = true }
+blocks = [
+  { type = "text", text = "I will create the file." },
+  { type = "tool_use", id = "toolu_touch_1", name = "Bash", input = { command = "touch allowed.txt", description = "Create allowed.txt" } },
+]
+
+[[model]]
+name = "after touch"
+when = { tool_result_for = "toolu_touch_1", stream = true }
+blocks = [{ type = "text", text = "Created allowed.txt." }]
+
+[[model]]
+name = "ask"
+when = { last_user_text_contains = "Ask me which database", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_ask_1", name = "AskUserQuestion", input = { questions = [
+    { question = "Which database should I use?", header = "Database", multiSelect = false, options = [
+      { label = "SQLite", description = "Embedded, one file" },
+      { label = "PostgreSQL", description = "A server" },
+    ] },
+  ] } },
+]
+
+[[model]]
+name = "after ask"
+when = { tool_result_for = "toolu_ask_1", stream = true }
+blocks = [{ type = "text", text = "Thanks, I will use your choice." }]
+
+[[model]]
+name = "slow story"
+when = { last_user_text_contains = "Tell me a long story", stream = true }
+chunks = 60
+delay_ms = 100
+blocks = [{ type = "text", text = "Once upon a time there was a daemon that kept many sessions alive, and every one of them streamed its answers slowly, delta after delta, until someone pressed stop." }]
+
+[[model]]
+name = "remember"
+when = { last_user_text_contains = "Remember the word", stream = true }
+chunks = 3
+blocks = [{ type = "text", text = "I will remember PINEAPPLE." }]
+
+[[model]]
+name = "large"
+when = { last_user_text_contains = "Give me a large answer", stream = true }
+chunks = 20
+blocks = [{ type = "text", text = "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ\n", repeat = 6000 }]
+
+[[model]]
+name = "hello"
+when = { last_user_text_contains = "Say hello", stream = true }
+blocks = [{ type = "text", text = "Hello from the fake model!" }]
+"#;
+
+impl Daemon {
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    pub async fn sessions(&self) -> SessionServiceClient<Channel> {
+        SessionServiceClient::new(self.channel().await).max_decoding_message_size(64 << 20)
+    }
+
+    pub async fn daemon_client(&self) -> DaemonServiceClient<Channel> {
+        DaemonServiceClient::new(self.channel().await)
+    }
+}
+
+/// A request carrying the `x-ostler-client` header.
+pub fn as_client<T>(client: &str, msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("x-ostler-client", client.parse().unwrap());
+    r
+}
+
+pub fn text(t: &str) -> Option<pb::MessageContent> {
+    Some(pb::MessageContent {
+        content: Some(pb::message_content::Content::Text(t.to_owned())),
+    })
+}
+
+pub type Events = tonic::Streaming<pb::SessionEvent>;
+
+/// Every stored event of a session, from seq 1, without following live.
+pub async fn history(
+    c: &mut SessionServiceClient<Channel>,
+    session_id: &str,
+) -> Vec<pb::SessionEvent> {
+    let mut replay = c
+        .subscribe(pb::SubscribeRequest {
+            session_id: session_id.to_owned(),
+            after_seq: 0,
+            include_partial: false,
+            follow: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    while let Some(e) = replay.message().await.unwrap() {
+        events.push(e);
+    }
+    events
+}
+
+pub async fn subscribe(
+    c: &mut SessionServiceClient<Channel>,
+    session_id: &str,
+    after_seq: u64,
+    include_partial: bool,
+) -> Events {
+    c.subscribe(pb::SubscribeRequest {
+        session_id: session_id.to_owned(),
+        after_seq,
+        include_partial,
+        follow: true,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+/// Reads events until `stop` says so (the matching event is included).
+pub async fn read_until(
+    events: &mut Events,
+    seen: &mut Vec<pb::SessionEvent>,
+    what: &str,
+    mut stop: impl FnMut(&pb::SessionEvent) -> bool,
+) -> pb::SessionEvent {
+    let fut = async {
+        loop {
+            let ev = events
+                .message()
+                .await
+                .unwrap_or_else(|e| panic!("stream failed waiting for {what}: {e}"))
+                .unwrap_or_else(|| panic!("stream ended waiting for {what}"));
+            seen.push(ev.clone());
+            if stop(&ev) {
+                return ev;
+            }
+        }
+    };
+    match tokio::time::timeout(guard(), fut).await {
+        Ok(ev) => ev,
+        Err(_) => panic!(
+            "timed out waiting for {what}; saw {:#?}",
+            seen.iter().map(describe).collect::<Vec<_>>()
+        ),
+    }
+}
+
+pub fn describe(e: &pb::SessionEvent) -> String {
+    use pb::session_event::Payload as P;
+    let kind = match &e.payload {
+        Some(P::SessionStarted(_)) => "session_started".to_owned(),
+        Some(P::UserMessage(u)) => format!("user_message({:?})", u.text),
+        Some(P::AssistantBlock(b)) => {
+            format!("assistant_block({:?})", b.block.as_ref().map(block_kind))
+        }
+        Some(P::ToolResult(_)) => "tool_result".to_owned(),
+        Some(P::PermissionRequested(p)) => format!("permission_requested({})", p.tool_name),
+        Some(P::PermissionResolved(r)) => format!("permission_resolved({:?})", r.resolution()),
+        Some(P::QuestionAsked(_)) => "question_asked".to_owned(),
+        Some(P::QuestionAnswered(_)) => "question_answered".to_owned(),
+        Some(P::TurnCompleted(t)) => format!("turn_completed({})", t.subtype),
+        Some(P::StateChanged(s)) => format!("state_changed({:?}->{:?})", s.from(), s.to()),
+        Some(P::SystemNotice(n)) => format!("system_notice({}/{})", n.source_type, n.subtype),
+        Some(P::ProcessExited(x)) => format!(
+            "process_exited({:?}, {:?}, stderr: {})",
+            x.exit_code, x.reason, x.stderr_tail
+        ),
+        Some(P::Diagnostic(d)) => format!("diagnostic({})", d.code),
+        Some(P::Unknown(u)) => format!("unknown({})", u.message_type),
+        Some(P::PartialDelta(_)) => "partial_delta".to_owned(),
+        Some(P::EngineNotice(n)) => format!("engine_notice({})", n.code),
+        None => "none".to_owned(),
+    };
+    format!("#{} {kind}", e.seq)
+}
+
+fn block_kind(b: &pb::assistant_block::Block) -> String {
+    use pb::assistant_block::Block as B;
+    match b {
+        B::Text(t) => format!("text {:?}", t.text.chars().take(40).collect::<String>()),
+        B::Thinking(_) => "thinking".into(),
+        B::ToolUse(t) => format!("tool_use {}", t.name),
+        B::RedactedThinking(_) => "redacted".into(),
+        B::Other(o) => o.block_type.clone(),
+    }
+}
+
+pub fn is_turn_completed(e: &pb::SessionEvent) -> bool {
+    matches!(
+        e.payload,
+        Some(pb::session_event::Payload::TurnCompleted(_))
+    )
+}
+
+pub fn assistant_text(e: &pb::SessionEvent) -> Option<&str> {
+    match &e.payload {
+        Some(pb::session_event::Payload::AssistantBlock(b)) => match &b.block {
+            Some(pb::assistant_block::Block::Text(t)) => Some(&t.text),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Stored seqs of a list of events (partials excluded), checking they are consecutive.
+pub fn assert_gap_free(events: &[pb::SessionEvent], from: u64) -> Vec<u64> {
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter(|e| e.seq != 0 && !e.redelivered)
+        .map(|e| e.seq)
+        .collect();
+    for (i, s) in seqs.iter().enumerate() {
+        assert_eq!(
+            *s,
+            from + i as u64,
+            "seqs must be consecutive from {from}: {seqs:?}"
+        );
+    }
+    seqs
+}
+
+pub async fn create_session(
+    c: &mut SessionServiceClient<Channel>,
+    work: &Path,
+    client: &str,
+) -> pb::Session {
+    c.create_session(as_client(
+        client,
+        pb::CreateSessionRequest {
+            cwd: work.display().to_string(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+pub async fn send(c: &mut SessionServiceClient<Channel>, session_id: &str, t: &str) -> u64 {
+    c.send_message(as_client(
+        "sender",
+        pb::SendMessageRequest {
+            session_id: session_id.to_owned(),
+            content: text(t),
+            client_message_id: String::new(),
+        },
+    ))
+    .await
+    .unwrap()
+    .into_inner()
+    .seq
+}
