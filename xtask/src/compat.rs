@@ -168,19 +168,7 @@ async fn permission_probe(binary: &Path) -> Result<(bool, String, Vec<String>)> 
     let scenario = ostler_testkit::Scenario::from_toml("compat-probe", PROBE_SCENARIO)?;
     let server = ostler_testkit::FakeModelServer::start(scenario).await?;
     let herm = ostler_testkit::cli::Hermetic::new()?;
-    let args: Vec<String> = [
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--permission-prompt-tool",
-        "stdio",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = ostler_protocol::argv::StreamJsonArgs::session().into_args();
     let mut child = herm
         .command(binary, &args, &server.url(), &BTreeMap::new())
         .spawn()?;

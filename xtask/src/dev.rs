@@ -169,8 +169,7 @@ pub fn daemon(a: DaemonArgs) -> Result<()> {
             .map(|r| r.version.clone())
             .context("contracts/releases.toml pins no release")?,
     };
-    let cache = ostler_testkit::releases::default_cache_dir();
-    let bin = ostler_testkit::releases::ensure(&release, &cache)
+    let bin = ostler_testkit::releases::installed(&release)
         .with_context(|| format!("installing Claude Code {release}"))?;
     let mut c = cargo();
     c.args([

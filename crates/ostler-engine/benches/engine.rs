@@ -44,7 +44,7 @@ fn setup(rt: &tokio::runtime::Runtime) -> (tempfile::TempDir, Store, Engine) {
             .create_session(NewSession {
                 id: "s".into(),
                 cwd: "/".into(),
-                state: "stopped".into(),
+                state: ostler_store::SessionState::Stopped,
                 labels: BTreeMap::new(),
                 ..Default::default()
             })

@@ -260,7 +260,7 @@ impl Actor {
         }))
         .await;
         let patch = SessionPatch {
-            state: Some(to.as_str().to_owned()),
+            state: Some(to),
             updated_ms: now_ms(),
             ..Default::default()
         };

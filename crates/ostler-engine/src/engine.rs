@@ -310,7 +310,7 @@ impl Engine {
         loop {
             let store = engine.shared.store.clone();
             let filter = SessionFilter {
-                states: LIVE_STATES.iter().map(|s| s.as_str().to_owned()).collect(),
+                states: LIVE_STATES.to_vec(),
                 ..Default::default()
             };
             let t = token.clone();
@@ -337,7 +337,7 @@ impl Engine {
 
     async fn mark_resumable(&self, rec: &SessionRecord) -> Result<()> {
         let entry = self.entry_for(&rec.id);
-        let from = rec.state.parse().unwrap_or(SessionState::Running);
+        let from = rec.state;
         let decision = Decision {
             state: InteractionState::Cancelled,
             decided_by: "engine".into(),
@@ -376,7 +376,7 @@ impl Engine {
             .update_session(
                 &rec.id,
                 SessionPatch {
-                    state: Some(SessionState::Resumable.as_str().into()),
+                    state: Some(SessionState::Resumable),
                     updated_ms: now_ms(),
                     ..Default::default()
                 },
@@ -432,7 +432,7 @@ impl Engine {
             .as_ref()
             .and_then(|e| lock(&e.last_stderr).clone())
             .unwrap_or_default();
-        let state = live_state.unwrap_or_else(|| rec.state.parse().unwrap_or(SessionState::Exited));
+        let state = live_state.unwrap_or(rec.state);
         SessionInfo {
             claude_session_id: rec.claude_session_id,
             cwd: PathBuf::from(rec.cwd),
@@ -558,7 +558,7 @@ impl Engine {
                 model: req.model.clone(),
                 permission_mode: req.permission_mode.clone(),
                 cli_release: Some(self.shared.installation.version.to_string()),
-                state: SessionState::Starting.as_str().into(),
+                state: SessionState::Starting,
                 labels: req.labels.clone(),
                 created_ms: created,
             })
@@ -676,7 +676,7 @@ impl Engine {
                     .update_session(
                         &entry.id,
                         SessionPatch {
-                            state: Some(SessionState::Exited.as_str().into()),
+                            state: Some(SessionState::Exited),
                             exit: Some(ostler_store::ExitInfo {
                                 code: None,
                                 signal: None,
@@ -727,7 +727,7 @@ impl Engine {
     /// `ListSessions` (oldest first).
     pub async fn list_sessions(&self, req: ListSessions) -> Result<SessionPage> {
         let filter = SessionFilter {
-            states: req.states.iter().map(|s| s.as_str().to_owned()).collect(),
+            states: req.states.clone(),
             labels: req.labels.clone(),
             ..Default::default()
         };
@@ -1016,7 +1016,7 @@ impl Engine {
             )));
         }
         let rec = self.record(session_id).await?;
-        let state: SessionState = rec.state.parse().unwrap_or(SessionState::Exited);
+        let state: SessionState = rec.state;
         if state.is_live() {
             // Live in the store but no actor here: the daemon is restarting it right now.
             return Err(Error::precondition(format!(

@@ -236,7 +236,7 @@ mod tests {
             .create_session(NewSession {
                 id: "s".into(),
                 cwd: "/".into(),
-                state: "idle".into(),
+                state: ostler_store::SessionState::Idle,
                 labels: BTreeMap::new(),
                 ..Default::default()
             })
@@ -326,7 +326,7 @@ mod tests {
             .create_session(NewSession {
                 id: "s".into(),
                 cwd: "/".into(),
-                state: "idle".into(),
+                state: ostler_store::SessionState::Idle,
                 ..Default::default()
             })
             .await

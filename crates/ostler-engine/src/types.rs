@@ -1,91 +1,16 @@
 //! The engine's domain types: sessions, events, requests. No tonic, no protobuf.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use ostler_protocol as proto;
 
-use crate::error::Error;
 use crate::permission::PermissionRule;
 
-/// Where a session stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SessionState {
-    /// The CLI process is being spawned; no `system/init` seen yet.
-    Starting,
-    /// Alive, waiting for input (no turn running).
-    Idle,
-    /// Alive, a turn is running.
-    Running,
-    /// Alive, a turn is blocked on at least one pending permission request or question.
-    AwaitingPermission,
-    /// Stopped on request (graceful stop). Resumable.
-    Stopped,
-    /// The CLI process ended on its own (crash, non-zero exit, killed). Resumable.
-    Exited,
-    /// The session was live when the daemon last stopped or died; it was not respawned.
-    /// Resumable.
-    Resumable,
-}
-
-impl SessionState {
-    /// Every state.
-    pub const ALL: [SessionState; 7] = [
-        SessionState::Starting,
-        SessionState::Idle,
-        SessionState::Running,
-        SessionState::AwaitingPermission,
-        SessionState::Stopped,
-        SessionState::Exited,
-        SessionState::Resumable,
-    ];
-
-    /// The stored (and displayed) name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionState::Starting => "starting",
-            SessionState::Idle => "idle",
-            SessionState::Running => "running",
-            SessionState::AwaitingPermission => "awaiting_permission",
-            SessionState::Stopped => "stopped",
-            SessionState::Exited => "exited",
-            SessionState::Resumable => "resumable",
-        }
-    }
-
-    /// True while a CLI process backs the session.
-    pub fn is_live(self) -> bool {
-        matches!(
-            self,
-            SessionState::Starting
-                | SessionState::Idle
-                | SessionState::Running
-                | SessionState::AwaitingPermission
-        )
-    }
-}
-
-impl fmt::Display for SessionState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SessionState {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        SessionState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| Error::invalid("state", format!("unknown session state {s:?}")))
-    }
-}
+pub use ostler_store::{InteractionKind, SessionState, UsageTotals};
 
 /// How a session's CLI process ended.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -104,16 +29,6 @@ pub struct ExitStatus {
     pub stderr_tail: String,
     /// When (epoch milliseconds).
     pub at_ms: i64,
-}
-
-/// Token usage and cost.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct UsageTotals {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_creation_input_tokens: u64,
-    pub cache_read_input_tokens: u64,
-    pub cost_usd: f64,
 }
 
 /// A session as clients see it.
@@ -391,14 +306,6 @@ pub struct InteractionResolved {
     pub decided_by: String,
 }
 
-/// Permission request or question.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InteractionKind {
-    Permission,
-    Question,
-}
-
 /// A user message ostler sent to the CLI.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UserMessageSent {
@@ -637,18 +544,6 @@ pub struct HealthReport {
     /// Live sessions / the configured maximum.
     pub live_sessions: u64,
     pub max_live_sessions: u64,
-}
-
-impl PartialOrd for SessionState {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for SessionState {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (*self as u8).cmp(&(*other as u8))
-    }
 }
 
 #[cfg(test)]

@@ -371,7 +371,7 @@ async fn limits_and_errors() {
     .await;
     env.engine.delete_session(&b.id).await.expect("delete");
     // A follower of a deleted session sees its stream end.
-    let end = tokio::time::timeout(TIMEOUT, async {
+    let end = tokio::time::timeout(timeout(), async {
         loop {
             match follower.next().await {
                 None => return,

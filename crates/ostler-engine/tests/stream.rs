@@ -14,7 +14,7 @@ async fn persisted_before_published(version: &'static str) {
 
     // Every event a subscriber receives is already in the store when it arrives.
     let mut got_a = Vec::new();
-    let r = tokio::time::timeout(TIMEOUT, async {
+    let r = tokio::time::timeout(timeout(), async {
         loop {
             let ev = a.next().await.expect("open").expect("event");
             let seq = ev.seq.expect("stored events only");
@@ -180,7 +180,7 @@ async fn lagging_subscriber_continues_from_the_store() {
 
     // Now the slow one reads everything.
     while slow_seen.last().and_then(|e| e.seq) != Some(last) {
-        let ev = tokio::time::timeout(TIMEOUT, slow.next())
+        let ev = tokio::time::timeout(timeout(), slow.next())
             .await
             .expect("slow subscriber stalled")
             .expect("open")

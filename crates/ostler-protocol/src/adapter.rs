@@ -192,10 +192,7 @@ pub fn select(release: Option<&Version>) -> &'static AdapterInfo {
 /// Parse a release string as printed by `claude --version` (`2.1.330 (Claude Code)`,
 /// `claude v1.0.22 (anthropic-2024-12-01)`) or a plain version (`2.1.330`).
 pub fn parse_release(text: &str) -> Option<Version> {
-    text.split_whitespace().find_map(|word| {
-        let w = word.trim_start_matches('v');
-        Version::parse(w).ok()
-    })
+    crate::version::parse(text).ok().map(|v| v.version)
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! ostler-protocol: the Claude Code CLI's NDJSON dialects, translated into one canonical
 //! event model. No I/O: bytes in, events out; commands in, bytes out.
 //!
+//! - [`argv`]: the stream-json command line ([`argv::StreamJsonArgs`]).
+//! - [`version`]: `claude --version` parsing ([`version::parse`]).
 //! - [`framing`]: bytes -> lines (byte-level `\n` split, `\r\n` tolerated, per-line cap).
 //! - [`model`]: the canonical event model (the daemon's language).
 //! - [`decode`]: a stateful per-session [`decode::Decoder`] using the versioned adapter
@@ -15,6 +17,7 @@
 //! an adapter is selected from the CLI release.
 
 pub mod adapter;
+pub mod argv;
 pub mod contract;
 pub mod decode;
 pub mod framing;
@@ -25,6 +28,7 @@ mod rawjson;
 pub mod recording;
 mod scan;
 pub mod transcript;
+pub mod version;
 mod wire;
 
 pub use decode::{DecodedLine, Decoder};

@@ -79,7 +79,7 @@ async fn channel(addr: std::net::SocketAddr) -> Channel {
 
 async fn wait_serving(ch: Channel) {
     let mut health = HealthClient::new(ch);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + ostler_testkit::timeouts::secs(10);
     loop {
         let r = health
             .check(tonic_health::pb::HealthCheckRequest {
@@ -190,7 +190,7 @@ async fn health_serving_details_and_reflection() {
     let first = watch.message().await.unwrap().unwrap();
     assert_eq!(first.status(), ServingStatus::Serving);
     h.shutdown.cancel();
-    let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
+    let next = tokio::time::timeout(ostler_testkit::timeouts::secs(5), watch.message())
         .await
         .expect("watch answers on shutdown");
     let m = next
@@ -199,7 +199,7 @@ async fn health_serving_details_and_reflection() {
     assert_eq!(m.status(), ServingStatus::NotServing);
     // An open Watch keeps its connection busy until the drain timeout; hang up.
     drop(watch);
-    tokio::time::timeout(Duration::from_secs(10), h.server)
+    tokio::time::timeout(ostler_testkit::timeouts::secs(10), h.server)
         .await
         .expect("server stops after shutdown")
         .unwrap()

@@ -1,8 +1,6 @@
 //! TLS (rustls) with a certificate generated at test time.
 #![allow(clippy::unwrap_used)] // test code
 
-use std::time::Duration;
-
 use ostler_engine::{Engine, EngineOptions};
 use ostler_proto::v1 as pb;
 use ostler_proto::v1::daemon_service_client::DaemonServiceClient;
@@ -64,7 +62,7 @@ async fn serves_tls_and_refuses_plaintext() {
     // A plaintext HTTP/2 client gets nowhere.
     let plain = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
-        .timeout(Duration::from_secs(5))
+        .timeout(ostler_testkit::timeouts::secs(5))
         .connect()
         .await;
     if let Ok(ch) = plain {
@@ -77,7 +75,7 @@ async fn serves_tls_and_refuses_plaintext() {
         );
     }
     shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), server)
+    tokio::time::timeout(ostler_testkit::timeouts::secs(10), server)
         .await
         .unwrap()
         .unwrap()
@@ -172,7 +170,7 @@ async fn client_certificates_are_required_when_configured() {
     .unwrap();
 
     shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), task)
+    tokio::time::timeout(ostler_testkit::timeouts::secs(10), task)
         .await
         .unwrap()
         .unwrap()

@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use ostler_store::{NewEvent, NewSession, Store, StoreOptions, Synchronous};
+use ostler_store::{NewEvent, NewSession, SessionState, Store, StoreOptions, Synchronous};
 
 const PRODUCERS: usize = 16;
 const APPENDS_PER_PRODUCER: usize = 125;
@@ -47,7 +47,7 @@ fn session(id: &str) -> NewSession {
     NewSession {
         id: id.into(),
         cwd: "/bench".into(),
-        state: "running".into(),
+        state: SessionState::Running,
         ..Default::default()
     }
 }

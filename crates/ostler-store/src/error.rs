@@ -142,3 +142,8 @@ impl From<rusqlite::types::FromSqlError> for Error {
         Error::InvalidData(e.to_string())
     }
 }
+
+/// The error for an unknown session id.
+pub(crate) fn not_found_session(id: &str) -> Error {
+    Error::not_found(format!("session {id:?}"))
+}

@@ -4,8 +4,11 @@
 //! log, pending and decided interactions (permission requests and questions), and usage.
 //! See `README.md` in this crate for the design and the durability promise.
 
+mod connection;
 mod error;
 pub mod migrate;
+mod ops;
+mod read;
 mod rows;
 mod store;
 mod types;

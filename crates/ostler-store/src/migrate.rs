@@ -118,7 +118,8 @@ mod tests {
         let path = dir.path().join("old.db");
         {
             let mut conn =
-                crate::store::open_write_connection(&path, &StoreOptions::default()).expect("open");
+                crate::connection::open_write_connection(&path, &StoreOptions::default())
+                    .expect("open");
             migrate_to(&mut conn, &path, 1).expect("schema v1");
             assert_eq!(current_version(&conn).expect("version"), 1);
             conn.execute_batch(

@@ -17,6 +17,11 @@ pub(crate) fn u64_from_sql(v: i64, what: &str) -> Result<u64> {
     u64::try_from(v).map_err(|_| Error::InvalidData(format!("negative {what}: {v}")))
 }
 
+/// Converts a stored seq.
+pub(crate) fn seq_from_sql(v: i64) -> Result<u64> {
+    u64_from_sql(v, "seq")
+}
+
 /// Converts a caller's unsigned value into an SQLite INTEGER.
 pub(crate) fn u64_to_sql(v: u64, what: &str) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} too large: {v}")))
@@ -72,7 +77,7 @@ pub(crate) fn session_from_row(row: &Row<'_>) -> Result<(i64, SessionRecord)> {
         model: row.get(4)?,
         permission_mode: row.get(5)?,
         cli_release: row.get(6)?,
-        state: row.get(7)?,
+        state: row.get_ref(7)?.as_str()?.parse()?,
         labels: BTreeMap::new(),
         created_ms: row.get(8)?,
         updated_ms: row.get(9)?,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
@@ -137,8 +138,8 @@ pub struct NewSession {
     pub permission_mode: Option<String>,
     /// The CLI release the session runs.
     pub cli_release: Option<String>,
-    /// The initial state (the engine's vocabulary; opaque to the store).
-    pub state: String,
+    /// The initial state.
+    pub state: SessionState,
     /// Labels (key → value).
     pub labels: BTreeMap<String, String>,
     /// Creation time (epoch milliseconds); also the initial `updated_ms`.
@@ -157,7 +158,7 @@ pub struct SessionPatch {
     /// New CLI release.
     pub cli_release: Option<String>,
     /// New state.
-    pub state: Option<String>,
+    pub state: Option<SessionState>,
     /// Replaces all labels.
     pub labels: Option<BTreeMap<String, String>>,
     /// Records how the process ended.
@@ -167,7 +168,7 @@ pub struct SessionPatch {
 }
 
 /// Usage totals (tokens and cost), per turn or summed over a session.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct UsageTotals {
     /// Input tokens.
     pub input_tokens: u64,
@@ -196,8 +197,8 @@ pub struct SessionRecord {
     pub permission_mode: Option<String>,
     /// CLI release.
     pub cli_release: Option<String>,
-    /// State (the engine's vocabulary).
-    pub state: String,
+    /// State.
+    pub state: SessionState,
     /// Labels.
     pub labels: BTreeMap<String, String>,
     /// Creation time (epoch milliseconds).
@@ -218,7 +219,7 @@ pub struct SessionRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SessionFilter {
     /// Sessions in any of these states.
-    pub states: Vec<String>,
+    pub states: Vec<SessionState>,
     /// Sessions carrying all of these labels (key = value).
     pub labels: Vec<(String, String)>,
     /// Created at or after this time (epoch milliseconds).
@@ -236,8 +237,59 @@ pub struct SessionPage {
     pub next_page_token: Option<String>,
 }
 
+/// Where a session stands: the one definition of the vocabulary stored in the `state`
+/// column, used by the engine and (mapped) by the API.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// The CLI process is being spawned; no `system/init` seen yet. (The state a new
+    /// session starts in.)
+    #[default]
+    Starting,
+    /// Alive, waiting for input (no turn running).
+    Idle,
+    /// Alive, a turn is running.
+    Running,
+    /// Alive, a turn is blocked on at least one pending permission request or question.
+    AwaitingPermission,
+    /// Stopped on request (graceful stop). Resumable.
+    Stopped,
+    /// The CLI process ended on its own (crash, non-zero exit, killed). Resumable.
+    Exited,
+    /// The session was live when the daemon last stopped or died; it was not respawned.
+    /// Resumable.
+    Resumable,
+}
+
+impl SessionState {
+    /// Every state.
+    pub const ALL: [SessionState; 7] = [
+        SessionState::Starting,
+        SessionState::Idle,
+        SessionState::Running,
+        SessionState::AwaitingPermission,
+        SessionState::Stopped,
+        SessionState::Exited,
+        SessionState::Resumable,
+    ];
+
+    /// True while a CLI process backs the session.
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            SessionState::Starting
+                | SessionState::Idle
+                | SessionState::Running
+                | SessionState::AwaitingPermission
+        )
+    }
+}
+
 /// What kind of interaction a session raised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum InteractionKind {
     /// A tool permission request (`can_use_tool`).
     Permission,
@@ -289,6 +341,15 @@ macro_rules! str_enum {
     };
 }
 
+str_enum!(SessionState {
+    Starting => "starting",
+    Idle => "idle",
+    Running => "running",
+    AwaitingPermission => "awaiting_permission",
+    Stopped => "stopped",
+    Exited => "exited",
+    Resumable => "resumable",
+});
 str_enum!(InteractionKind { Permission => "permission", Question => "question" });
 str_enum!(InteractionState {
     Pending => "pending",

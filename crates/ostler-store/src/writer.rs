@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, not_found_session};
+use crate::rows::seq_from_sql;
 
 /// Completes one command once the fate of its transaction is known: `None` = committed.
 pub(crate) type Completion = Box<dyn FnOnce(Option<&Arc<rusqlite::Error>>) + Send>;
@@ -93,7 +94,7 @@ impl Ctx<'_> {
         let (pk, last) = found.ok_or_else(|| not_found_session(session_id))?;
         let slot = Slot {
             pk,
-            last_seq: crate::store::seq_from_sql(last)?,
+            last_seq: seq_from_sql(last)?,
         };
         // Committed data: safe to remember beyond this command.
         self.overlay.insert(session_id.to_owned(), Some(slot));
@@ -146,10 +147,6 @@ impl Ctx<'_> {
 /// few transaction-control statements for every request).
 fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
-}
-
-pub(crate) fn not_found_session(id: &str) -> Error {
-    Error::not_found(format!("session {id:?}"))
 }
 
 /// WAL size (frames = pages) at which the checkpointer is asked to run; the same figure as

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use ostler_store::{Error, NewEvent, NewSession, Store, StoreOptions};
+use ostler_store::{Error, NewEvent, NewSession, SessionState, Store, StoreOptions};
 
 const CHILD_ENV: &str = "OSTLER_STORE_CRASH_CHILD";
 const TEST_NAME: &str = "crash_recovery_after_sigkill";
@@ -91,7 +91,7 @@ fn child(db: &Path) -> ! {
         let s = NewSession {
             id: session_id(i),
             cwd: "/crash".into(),
-            state: "running".into(),
+            state: SessionState::Running,
             created_ms: i as i64,
             ..Default::default()
         };
@@ -183,7 +183,7 @@ fn crash_recovery_after_sigkill() {
         });
         // Wait (on the pipe, not a timer) until the child is appending.
         let first = rx
-            .recv_timeout(Duration::from_secs(20))
+            .recv_timeout(ostler_testkit::timeouts::secs(20))
             .expect("child never became ready");
         assert_eq!(first, "ready");
         // The random moment: 0..250 ms into the appending.

@@ -381,7 +381,7 @@ fn sessions_are_created_updated_and_read_back() {
 
     let got = store.get_session("s1").unwrap();
     assert_eq!(got.cwd, "/work/project");
-    assert_eq!(got.state, "running");
+    assert_eq!(got.state, SessionState::Running);
     assert_eq!(got.created_ms, 100);
     assert_eq!(got.updated_ms, 100);
     assert_eq!(got.labels.get("team").map(String::as_str), Some("infra"));
@@ -394,7 +394,7 @@ fn sessions_are_created_updated_and_read_back() {
             SessionPatch {
                 claude_session_id: Some("c-123".into()),
                 model: Some("claude-opus-4-1".into()),
-                state: Some("exited".into()),
+                state: Some(SessionState::Exited),
                 labels: Some(BTreeMap::from([("env".to_string(), "ci".to_string())])),
                 exit: Some(ExitInfo {
                     code: Some(0),
@@ -415,7 +415,7 @@ fn sessions_are_created_updated_and_read_back() {
     assert_eq!(got.claude_session_id.as_deref(), Some("c-123"));
     assert_eq!(got.model.as_deref(), Some("claude-opus-4-1"));
     assert_eq!(got.permission_mode.as_deref(), Some("default"), "untouched");
-    assert_eq!(got.state, "exited");
+    assert_eq!(got.state, SessionState::Exited);
     assert_eq!(got.updated_ms, 150);
     assert_eq!(
         got.labels,
@@ -439,15 +439,55 @@ fn sessions_are_created_updated_and_read_back() {
 }
 
 #[test]
+fn session_states_are_stored_by_name_and_an_unknown_name_is_invalid_data() {
+    for state in SessionState::ALL {
+        assert_eq!(state.as_str().parse::<SessionState>().unwrap(), state);
+        assert_eq!(state.to_string(), state.as_str());
+    }
+    assert!(matches!(
+        "sleeping".parse::<SessionState>(),
+        Err(Error::InvalidData(_))
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    for (i, state) in SessionState::ALL.into_iter().enumerate() {
+        let mut s = new_session(&format!("s{i}"), 1000 + i as i64);
+        s.state = state;
+        store.create_session(s).wait().unwrap();
+        assert_eq!(store.get_session(&format!("s{i}")).unwrap().state, state);
+    }
+    // The column holds the names.
+    let conn = raw_conn(&path);
+    let names: Vec<String> = conn
+        .prepare("SELECT state FROM sessions ORDER BY created_ms")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let want: Vec<&str> = SessionState::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(names, want);
+    // A name this build does not know is reported, not guessed.
+    conn.execute("UPDATE sessions SET state = 'sleeping' WHERE id = 's0'", [])
+        .unwrap();
+    match store.get_session("s0") {
+        Err(Error::InvalidData(m)) => assert!(m.contains("sleeping"), "{m}"),
+        other => panic!("expected InvalidData, got {other:?}"),
+    }
+    assert!(store.get_session("s1").is_ok());
+}
+
+#[test]
 fn sessions_are_listed_filtered_and_paged() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&db_path(&dir));
     for i in 0..10i64 {
         let mut s = new_session(&format!("s{i:02}"), 1000 + i);
         s.state = if i % 2 == 0 {
-            "running".into()
+            SessionState::Running
         } else {
-            "exited".into()
+            SessionState::Exited
         };
         s.labels.insert(
             "parity".into(),
@@ -488,7 +528,7 @@ fn sessions_are_listed_filtered_and_paged() {
     assert_eq!(all, (0..10).map(|i| format!("s{i:02}")).collect::<Vec<_>>());
 
     let by_state = SessionFilter {
-        states: vec!["exited".into()],
+        states: vec![SessionState::Exited],
         ..Default::default()
     };
     assert_eq!(
@@ -513,7 +553,7 @@ fn sessions_are_listed_filtered_and_paged() {
     let by_time = SessionFilter {
         created_from_ms: Some(1003),
         created_before_ms: Some(1006),
-        states: vec!["running".into(), "exited".into()],
+        states: vec![SessionState::Running, SessionState::Exited],
         ..Default::default()
     };
     assert_eq!(

@@ -31,8 +31,9 @@ use thiserror::Error;
 use tokio::io::AsyncReadExt;
 
 use crate::compat::{self, CompatLevel, Flag, FlagProbe, SdkUrl};
-use crate::version::{self, ClaudeVersion};
 use crate::{Capabilities, Degradation};
+use ostler_protocol::argv::StreamJsonArgs;
+use ostler_protocol::version::{self, ClaudeVersion};
 
 /// How to find and check the binary.
 #[derive(Debug, Clone)]
@@ -356,7 +357,7 @@ pub async fn read_version(path: &Path, timeout: Duration) -> Result<ClaudeVersio
             stderr: tail(&cap.stderr, 500),
         });
     }
-    version::parse_version_output(&cap.stdout).map_err(|source| DiscoverError::BadVersion {
+    version::parse(&cap.stdout).map_err(|source| DiscoverError::BadVersion {
         path: path.to_path_buf(),
         source,
     })
@@ -414,19 +415,13 @@ pub async fn probe_flags(path: &Path, timeout: Duration) -> Result<FlagProbe, Pr
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
         ("DISABLE_AUTOUPDATER", "1"),
     ];
-    let base = [
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-    ];
+    let base_args = StreamJsonArgs::base();
+    let base = base_args.as_slice();
     let run = |flags: Vec<Flag>| {
         let env = env.clone();
         let home = home.path().to_path_buf();
         async move {
-            let mut args: Vec<&str> = base.to_vec();
+            let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
             for f in &flags {
                 args.push(f.as_arg());
                 if let Some(v) = f.probe_value() {

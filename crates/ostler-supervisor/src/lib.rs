@@ -17,14 +17,15 @@ pub mod discover;
 pub mod env;
 pub mod proctree;
 pub mod session;
-pub mod version;
 
 pub use compat::{
     Assessment, Capabilities, CapabilitySource, CompatLevel, Degradation, Flag, FlagProbe, SdkUrl,
 };
 pub use discover::{DiscoverError, DiscoverOptions, Installation, discover};
+pub use ostler_protocol::version::{
+    ClaudeVersion, VersionParseError, parse as parse_version_output,
+};
 pub use session::{
     ControlError, Error, ExitInfo, NO_DECISION, ProcessEvent, Responder, Result, SessionProcess,
     SpawnOptions, SupervisorOptions,
 };
-pub use version::{ClaudeVersion, parse_version_output};

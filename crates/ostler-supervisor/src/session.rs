@@ -425,42 +425,26 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
             message: inst.message.clone(),
         });
     }
-    let mut a: Vec<String> = [
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--permission-prompt-tool",
-        "stdio",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    use ostler_protocol::argv::{
+        FORK_SESSION, INCLUDE_PARTIAL_MESSAGES, MAX_TURNS, StreamJsonArgs,
+    };
+    let mut a = StreamJsonArgs::session();
     if opts.include_partial_messages {
         if caps.include_partial_messages {
-            a.push("--include-partial-messages".into());
+            a.flag(INCLUDE_PARTIAL_MESSAGES);
         } else {
             tracing::warn!(session = %opts.log_id, version = %inst.version, "--include-partial-messages not supported: running without it (no token streaming)");
         }
     }
-    if let Some(m) = &opts.model {
-        a.push("--model".into());
-        a.push(m.clone());
-    }
-    if let Some(m) = &opts.permission_mode {
-        a.push("--permission-mode".into());
-        a.push(m.clone());
-    }
-    if let Some(p) = &opts.append_system_prompt {
-        a.push("--append-system-prompt".into());
-        a.push(p.clone());
-    }
+    a.option_if("--model", opts.model.as_deref())
+        .option_if("--permission-mode", opts.permission_mode.as_deref())
+        .option_if(
+            "--append-system-prompt",
+            opts.append_system_prompt.as_deref(),
+        );
     if let Some(n) = opts.max_turns {
         if caps.max_turns {
-            a.push("--max-turns".into());
-            a.push(n.to_string());
+            a.option(MAX_TURNS, n.to_string());
         } else {
             tracing::warn!(session = %opts.log_id, version = %inst.version, "--max-turns not supported: running without a turn limit");
         }
@@ -471,8 +455,7 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
                 "bad session id to resume: {r:?}"
             )));
         }
-        a.push("--resume".into());
-        a.push(r.clone());
+        a.option("--resume", r.as_str());
     }
     if opts.fork_session {
         if opts.resume.is_none() {
@@ -480,28 +463,24 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
         }
         if !caps.fork_session {
             return Err(Error::Unsupported {
-                flag: "--fork-session",
+                flag: FORK_SESSION,
                 version: inst.version.clone(),
             });
         }
-        a.push("--fork-session".into());
+        a.flag(FORK_SESSION);
     }
-    // Variadic flags last-but-one-by-one: each takes exactly the values that follow it up
-    // to the next option, so they go after every other option with a value.
+    // Variadic flags last: each takes exactly the values that follow it up to the next
+    // option, so they go after every other option with a value.
     for (flag, tools) in [
         ("--allowedTools", &opts.allowed_tools),
         ("--disallowedTools", &opts.disallowed_tools),
     ] {
-        if tools.is_empty() {
-            continue;
-        }
         if let Some(bad) = tools.iter().find(|t| t.is_empty() || t.starts_with('-')) {
             return Err(Error::InvalidOptions(format!("bad tool rule {bad:?}")));
         }
-        a.push(flag.into());
-        a.extend(tools.iter().cloned());
+        a.values(flag, tools);
     }
-    Ok(a)
+    Ok(a.into_args())
 }
 
 impl SessionProcess {

@@ -20,7 +20,7 @@ fn opts(path: PathBuf) -> DiscoverOptions {
     DiscoverOptions {
         claude_path: Some(path),
         probe_flags: false,
-        version_timeout: Duration::from_secs(5),
+        version_timeout: ostler_testkit::timeouts::secs(5),
         ..DiscoverOptions::default()
     }
 }
@@ -87,10 +87,14 @@ async fn hanging_binary_times_out_with_78_and_is_killed() {
         &format!("sleep 300 &\necho $! > {}\nwait", marker.display()),
     );
     let mut o = opts(p);
-    o.version_timeout = Duration::from_millis(500);
+    o.version_timeout = ostler_testkit::timeouts::millis(500);
     let t = Instant::now();
     let e = discover(&o).await.unwrap_err();
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < ostler_testkit::timeouts::secs(5),
+        "{:?}",
+        t.elapsed()
+    );
     assert!(matches!(e, DiscoverError::Timeout { .. }), "{e:?}");
     assert_eq!(e.exit_code(), 78);
     let pid: i32 = std::fs::read_to_string(&marker)
@@ -100,7 +104,7 @@ async fn hanging_binary_times_out_with_78_and_is_killed() {
         .unwrap();
     // The grandchild `sleep` was killed with the group (it may linger as a zombie of the
     // reaped shell for a moment, then init reaps it): wait for it to go.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + ostler_testkit::timeouts::secs(5);
     loop {
         let gone = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(_) => true,

@@ -85,7 +85,7 @@ fn session_process_dies_with_the_daemon() {
         .unwrap();
     // SIGKILL is sent by the kernel when the daemon exits; the orphan is then reaped by
     // init. Watch /proc for that (there is no event to await across processes).
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + ostler_testkit::timeouts::secs(10);
     while alive(pid) {
         assert!(
             Instant::now() < deadline,

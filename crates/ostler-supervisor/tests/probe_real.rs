@@ -4,14 +4,14 @@
 
 mod common;
 
-use std::time::Duration;
-
 use ostler_supervisor::compat::{self, Flag, SdkUrl};
 use ostler_supervisor::discover::probe_flags;
 
 async fn check(version: &'static str) {
     let path = common::release(version).await;
-    let probe = probe_flags(&path, Duration::from_secs(60)).await.unwrap();
+    let probe = probe_flags(&path, ostler_testkit::timeouts::secs(60))
+        .await
+        .unwrap();
     let row = compat::matrix()
         .tested
         .iter()
@@ -44,7 +44,9 @@ async fn probe_matches_matrix_across_boundaries() {
 #[tokio::test]
 async fn sdk_url_is_refused_for_loopback_on_recent_releases() {
     let path = common::release("2.1.330").await;
-    let probe = probe_flags(&path, Duration::from_secs(60)).await.unwrap();
+    let probe = probe_flags(&path, ostler_testkit::timeouts::secs(60))
+        .await
+        .unwrap();
     assert_eq!(probe.sdk_url, SdkUrl::AnthropicOnly);
     assert!(probe.accepted.values().all(|ok| *ok), "{probe:?}");
 }

@@ -14,7 +14,9 @@ use ostler_supervisor::{
 };
 use tokio::sync::mpsc;
 
-const GUARD: Duration = Duration::from_secs(30);
+fn guard() -> Duration {
+    ostler_testkit::timeouts::guard()
+}
 
 fn fake(dir: &Path, body: &str) -> Installation {
     let p = dir.join("claude");
@@ -33,15 +35,15 @@ fn spawn_opts(cwd: &Path) -> SpawnOptions {
 
 fn sup() -> SupervisorOptions {
     SupervisorOptions {
-        stop_grace: Duration::from_secs(5),
-        term_grace: Duration::from_secs(5),
+        stop_grace: ostler_testkit::timeouts::secs(5),
+        term_grace: ostler_testkit::timeouts::secs(5),
         stall_after: None,
         ..SupervisorOptions::default()
     }
 }
 
 async fn next(rx: &mut mpsc::Receiver<ProcessEvent>) -> ProcessEvent {
-    tokio::time::timeout(GUARD, rx.recv())
+    tokio::time::timeout(guard(), rx.recv())
         .await
         .expect("no event within the guard")
         .expect("channel closed before Exited")

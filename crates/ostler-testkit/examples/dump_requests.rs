@@ -14,7 +14,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         Scenario::load(&scenario::scenarios_dir(), &name)?
     };
-    let bin = releases::ensure(&rel, &releases::default_cache_dir())?;
+    let bin = releases::installed(&rel)?;
     let rec = record(&s, &RecordOptions::new(rel, bin)).await?;
     for r in &rec.requests {
         let b = r.body.as_ref();

@@ -75,47 +75,29 @@ pub struct CliInvocation {
 /// The argument list for an invocation, dropping flags the release lacks. Returns
 /// `(args, unsupported flags that were left out)`.
 pub fn args_for(inv: &CliInvocation, f: CliFeatures) -> (Vec<String>, Vec<String>) {
-    let mut args: Vec<String> = [
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--permission-prompt-tool",
-        "stdio",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    use ostler_protocol::argv::{FORK_SESSION, INCLUDE_PARTIAL_MESSAGES, StreamJsonArgs};
+    let mut args = StreamJsonArgs::session();
     let mut omitted = Vec::new();
     if inv.partial_messages {
         if f.include_partial_messages {
-            args.push("--include-partial-messages".into());
+            args.flag(INCLUDE_PARTIAL_MESSAGES);
         } else {
-            omitted.push("--include-partial-messages".into());
+            omitted.push(INCLUDE_PARTIAL_MESSAGES.into());
         }
     }
-    if let Some(m) = &inv.model {
-        args.push("--model".into());
-        args.push(m.clone());
-    }
-    if let Some(m) = &inv.permission_mode {
-        args.push("--permission-mode".into());
-        args.push(m.clone());
-    }
+    args.option_if("--model", inv.model.as_deref())
+        .option_if("--permission-mode", inv.permission_mode.as_deref());
     if let Some(r) = &inv.resume {
-        args.push("--resume".into());
-        args.push(r.clone());
+        args.option("--resume", r.as_str());
         if inv.fork_session {
             if f.fork_session {
-                args.push("--fork-session".into());
+                args.flag(FORK_SESSION);
             } else {
-                omitted.push("--fork-session".into());
+                omitted.push(FORK_SESSION.into());
             }
         }
     }
-    (args, omitted)
+    (args.into_args(), omitted)
 }
 
 /// A hermetic environment: fresh HOME and cwd under one temp root.

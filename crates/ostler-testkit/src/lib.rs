@@ -3,12 +3,14 @@
 //! - [`server::FakeModelServer`]: a loopback server speaking enough of the Anthropic
 //!   Messages API for the real Claude Code CLI, driven by [`scenario::Scenario`] files;
 //! - [`releases`]: the pinned CLI releases (`contracts/releases.toml`) and their npm
-//!   installation into a cache;
+//!   installation into a cache ([`releases::installed`]: how every test finds a release);
 //! - [`cli`]: running the real CLI hermetically;
 //! - [`record`]: the scenario driver that writes the contract corpus
 //!   (`contracts/claude-code/<release>/<scenario>.ndjson`);
 //! - [`contract`]: wire-shape extraction and comparison for the live contract check;
 //! - [`fake_claude`]: `ostler-fake-claude`, a fast fake of the CLI for tests and benchmarks.
+//! - [`timeouts`]: every test timeout, derived from one scale factor
+//!   (`OSTLER_TEST_TIMEOUT_SCALE`).
 #![allow(clippy::disallowed_methods)] // test support: launches the real CLI and npm
 
 use std::path::{Path, PathBuf};
@@ -22,6 +24,7 @@ pub mod record;
 pub mod releases;
 pub mod scenario;
 pub mod server;
+pub mod timeouts;
 
 pub use record::{RecordOptions, Recording, record};
 pub use scenario::Scenario;

@@ -40,7 +40,8 @@ pub struct RecordOptions {
     pub release: String,
     /// The `claude` binary.
     pub binary: PathBuf,
-    /// Longest wait for any awaited message (default 90 s, env `OSTLER_AWAIT_TIMEOUT_SECS`).
+    /// Longest wait for any awaited message (default 90 s scaled by
+    /// [`crate::timeouts::scale`], env `OSTLER_AWAIT_TIMEOUT_SECS` unscaled).
     pub await_timeout: Duration,
 }
 
@@ -52,7 +53,7 @@ impl RecordOptions {
             await_timeout: std::env::var("OSTLER_AWAIT_TIMEOUT_SECS")
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .map_or(Duration::from_secs(90), Duration::from_secs),
+                .map_or_else(|| crate::timeouts::secs(90), Duration::from_secs),
         }
     }
 }

@@ -76,6 +76,12 @@ pub fn default_cache_dir() -> PathBuf {
     }
 }
 
+/// The `claude` binary of `version` from the cache ([`default_cache_dir`]), installed there
+/// with npm when missing: the one way tests, examples and xtask find a CLI release.
+pub fn installed(version: &str) -> Result<PathBuf> {
+    ensure(version, &default_cache_dir())
+}
+
 /// Where `ensure` puts the binary of `version`.
 pub fn binary_path(version: &str, cache_dir: &Path) -> PathBuf {
     cache_dir
@@ -83,14 +89,6 @@ pub fn binary_path(version: &str, cache_dir: &Path) -> PathBuf {
         .join("node_modules")
         .join(".bin")
         .join("claude")
-}
-
-/// Parse `claude --version` output: `2.1.330 (Claude Code)` or
-/// `claude v1.0.22 (anthropic-2024-12-01)`.
-pub fn parse_version_output(out: &str) -> Option<semver::Version> {
-    out.split_whitespace()
-        .map(|w| w.trim_start_matches('v'))
-        .find_map(|w| semver::Version::parse(w).ok())
 }
 
 /// Run `claude --version` and return the version it reports.
@@ -102,15 +100,17 @@ pub fn installed_version(binary: &Path) -> Result<semver::Version> {
         .output()
         .map_err(|e| Error::io(binary, e))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    parse_version_output(&text).ok_or_else(|| Error::Release {
-        version: "?".into(),
-        message: format!(
-            "{} --version printed {:?} (status {})",
-            binary.display(),
-            text.trim(),
-            out.status
-        ),
-    })
+    ostler_protocol::version::parse(&text)
+        .map(|v| v.version)
+        .map_err(|_| Error::Release {
+            version: "?".into(),
+            message: format!(
+                "{} --version printed {:?} (status {})",
+                binary.display(),
+                text.trim(),
+                out.status
+            ),
+        })
 }
 
 fn verify(version: &str, binary: &Path) -> Result<()> {
@@ -180,19 +180,6 @@ pub fn ensure(version: &str, cache_dir: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn version_output_shapes() {
-        assert_eq!(
-            parse_version_output("2.1.330 (Claude Code)\n"),
-            Some(semver::Version::new(2, 1, 330))
-        );
-        assert_eq!(
-            parse_version_output("claude v1.0.22 (anthropic-2024-12-01)"),
-            Some(semver::Version::new(1, 0, 22))
-        );
-        assert_eq!(parse_version_output("garbage"), None);
-    }
 
     #[test]
     fn pinned_file_lists_required_releases() {

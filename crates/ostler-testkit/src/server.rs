@@ -55,7 +55,7 @@ struct Shared {
     signal_notify: Notify,
 }
 
-/// Longest time an answer is held by `hold_until`.
+/// Longest time an answer is held by `hold_until` (before the timeout scale).
 const HOLD_LIMIT: Duration = Duration::from_secs(60);
 
 /// A running fake model server; shuts down when dropped.
@@ -316,9 +316,9 @@ async fn handle(
     }
 }
 
-/// Wait until `name` was signalled (at most [`HOLD_LIMIT`]).
+/// Wait until `name` was signalled (at most [`HOLD_LIMIT`], scaled).
 async fn wait_signal(shared: &Shared, name: &str) {
-    let deadline = tokio::time::Instant::now() + HOLD_LIMIT;
+    let deadline = tokio::time::Instant::now() + crate::timeouts::scaled(HOLD_LIMIT);
     loop {
         let notified = shared.signal_notify.notified();
         if lock(&shared.signals).contains(name) {

@@ -14,9 +14,8 @@ async fn recording_twice_is_byte_identical() {
         .max()
         .expect("at least one pinned release")
         .to_string();
-    let cache = releases::default_cache_dir();
     let r = release.clone();
-    let binary = tokio::task::spawn_blocking(move || releases::ensure(&r, &cache))
+    let binary = tokio::task::spawn_blocking(move || releases::installed(&r))
         .await
         .expect("join")
         .expect("install release");

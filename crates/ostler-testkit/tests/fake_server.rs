@@ -343,7 +343,7 @@ async fn held_answers_wait_for_the_signal() {
         tokio::spawn(async move { post(&s, "/v1/messages", &request("hold me", false)).await });
     // the request is logged before the answer is held: the answer cannot have come yet
     server
-        .wait_for_requests(1, std::time::Duration::from_secs(30))
+        .wait_for_requests(1, ostler_testkit::timeouts::secs(30))
         .await;
     assert!(!held.is_finished(), "answered before the signal");
     server.signal("go");
@@ -355,7 +355,7 @@ async fn held_answers_wait_for_the_signal() {
     let paused =
         tokio::spawn(async move { post(&s, "/v1/messages", &request("pause me", true)).await });
     server
-        .wait_for_requests(2, std::time::Duration::from_secs(30))
+        .wait_for_requests(2, ostler_testkit::timeouts::secs(30))
         .await;
     assert!(
         !paused.is_finished(),

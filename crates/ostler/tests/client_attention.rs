@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Daemon, Pty, describe, json_lines, scenario_text};
+use common::client::{Pty, Served as Daemon, describe, json_lines, scenario_text};
 use serde_json::Value;
 
 fn ok_json(d: &Daemon, args: &[&str]) -> Vec<Value> {

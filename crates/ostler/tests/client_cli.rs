@@ -10,7 +10,8 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
 
-use common::{OSTLER, describe, wait_output};
+use common::client::describe;
+use common::{OSTLER, wait_output};
 
 /// `ostler ARGS` with a clean environment and a private HOME (no config file).
 fn ostler(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -172,7 +173,7 @@ fn a_server_that_does_not_speak_grpc_gets_a_clear_message() {
 
 #[test]
 fn doctor_json() {
-    let claude = common::claude_binary();
+    let claude = common::claude_binary(common::NEW);
     let claude_s = claude.display().to_string();
     let out = ostler(
         &["doctor", "--json", "--no-probe", "--claude", &claude_s],
@@ -181,7 +182,7 @@ fn doctor_json() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", describe(&out)));
-    assert_eq!(v["installation"]["release"], common::RELEASE);
+    assert_eq!(v["installation"]["release"], common::NEW);
     assert_eq!(v["installation"]["binary"], claude_s.as_str());
     assert_eq!(v["would_start"], true);
     assert_eq!(v["exit_code"], 0);

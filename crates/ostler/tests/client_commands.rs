@@ -5,10 +5,10 @@
 
 mod common;
 
-use common::{Daemon, Pty, describe, json_lines, scenario_text};
+use common::client::{Pty, Served, describe, json_lines, scenario_text};
 use serde_json::Value;
 
-fn model_saw(d: &Daemon, text: &str) -> bool {
+fn model_saw(d: &Served, text: &str) -> bool {
     d.fake.requests().iter().any(|r| {
         r.body
             .as_ref()
@@ -16,7 +16,7 @@ fn model_saw(d: &Daemon, text: &str) -> bool {
     })
 }
 
-fn ok_json(d: &Daemon, args: &[&str]) -> Vec<Value> {
+fn ok_json(d: &Served, args: &[&str]) -> Vec<Value> {
     let out = d.client(args, None);
     assert_eq!(
         out.status.code(),
@@ -29,7 +29,7 @@ fn ok_json(d: &Daemon, args: &[&str]) -> Vec<Value> {
 
 #[test]
 fn session_lifecycle_through_the_commands() {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let ev = ok_json(&d, &["run", "--json", "Say hello"]);
     let id = ev[0]["session"]["id"].as_str().expect("id").to_owned();
 
@@ -149,7 +149,7 @@ fn session_lifecycle_through_the_commands() {
 
 #[test]
 fn questions_by_typing_and_by_flag() {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let mut t = Pty::spawn(&d, &["run", "Ask me which database to use"], false);
     t.expect("Which database should I use?");
     t.expect("2) PostgreSQL");
@@ -189,7 +189,7 @@ fn questions_by_typing_and_by_flag() {
 
 #[test]
 fn attach_answers_a_pending_prompt_by_typing() {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     // Leave a prompt pending (no terminal, no flags), then attach on a terminal.
     let out = d.client(&["run", "Create the file please"], None);
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
@@ -245,7 +245,7 @@ fn health_tokens_unix_socket_and_unreachable() {
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, "# clients\nsecret-token-1\n").expect("tokens");
     let sock = dir.path().join("ostler.sock");
-    let d = Daemon::start_with(
+    let d = Served::start_with(
         &scenario_text(),
         &[
             "--token-file",
@@ -325,7 +325,7 @@ fn health_tokens_unix_socket_and_unreachable() {
 fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
     use std::io::BufRead as _;
     use std::process::{Command, Stdio};
-    let mut d = Daemon::start(&scenario_text());
+    let mut d = Served::start(&scenario_text());
     let ev = ok_json(&d, &["run", "--json", "Say hello"]);
     let id = ev[0]["session"]["id"].as_str().expect("id").to_owned();
 
@@ -352,7 +352,7 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
     // Attached once the replay has delivered the first turn's result.
     loop {
         let line = rx
-            .recv_timeout(common::GUARD)
+            .recv_timeout(common::guard())
             .expect("attach replays the history");
         let done = line.contains("\"type\":\"turn_completed\"");
         lines.push(line);
@@ -366,7 +366,7 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
     let sent = ok_json(&d, &["send", &id, "--json", "--no-wait", "Say hello again"]);
     let sent_seq = sent[0]["seq"].as_u64().expect("seq");
     // attach reconnects by itself and ends after the new turn.
-    while let Ok(line) = rx.recv_timeout(common::GUARD) {
+    while let Ok(line) = rx.recv_timeout(common::guard()) {
         lines.push(line);
     }
     let out = common::wait_output(child);
@@ -399,7 +399,7 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
 fn interrupt_command_ends_a_running_turn() {
     use std::io::BufRead as _;
     use std::process::{Command, Stdio};
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let mut run = Command::new(common::OSTLER)
         .args(["run", "--json", "Tell a long story"])
         .env_clear()
@@ -452,7 +452,7 @@ fn client_finds_the_daemon_through_the_daemons_config_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, "cfg-token\n").expect("tokens");
-    let d = Daemon::start_with(
+    let d = Served::start_with(
         &scenario_text(),
         &["--token-file", tokens.to_str().expect("path")],
     );

@@ -10,10 +10,11 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{Daemon, scenario_text, wait_output};
+use common::client::{Served, scenario_text};
+use common::wait_output;
 
 fn run_example(lang: &str) {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let cwd = d.work.join(lang);
     std::fs::create_dir_all(&cwd).expect("example cwd");
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))

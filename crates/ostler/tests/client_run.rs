@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Daemon, Pty, describe, json_lines, scenario_text};
+use common::client::{Pty, Served, describe, json_lines, scenario_text};
 use serde_json::Value;
 
 /// This machine's host name, as the client names itself by default (`USER@HOST[:TTY]`).
@@ -21,7 +21,7 @@ fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
 }
 
 /// Whether a tool_result in any model request carries `text`.
-fn model_saw(d: &Daemon, text: &str) -> bool {
+fn model_saw(d: &Served, text: &str) -> bool {
     d.fake.requests().iter().any(|r| {
         r.body
             .as_ref()
@@ -31,7 +31,7 @@ fn model_saw(d: &Daemon, text: &str) -> bool {
 
 #[test]
 fn interactive_allow_once_by_typing() {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let mut t = Pty::spawn(&d, &["run", "Create the file please"], false);
     t.expect("? Allow Bash(touch created.txt)");
     t.expect("allow? (y/a/n/d): ");
@@ -59,7 +59,7 @@ fn interactive_allow_once_by_typing() {
 
 #[test]
 fn interactive_deny_with_reason_reaches_the_model() {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let mut t = Pty::spawn(&d, &["run", "Create the file please"], true);
     t.expect("allow? (y/a/n/d): ");
     t.type_text("n\r");
@@ -87,7 +87,7 @@ fn interactive_deny_with_reason_reaches_the_model() {
 
 #[test]
 fn interactive_allow_for_session_remembers() {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let mut t = Pty::spawn(&d, &["run", "--json", "Create the file please"], false);
     t.expect("allow? (y/a/n/d): ");
     t.type_text("a\r");
@@ -105,7 +105,7 @@ fn interactive_allow_for_session_remembers() {
 
 #[test]
 fn flags_allow_tools_without_a_terminal_json() {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let out = d.client(
         &[
             "run",
@@ -155,7 +155,7 @@ fn flags_allow_tools_without_a_terminal_json() {
 
 #[test]
 fn flags_deny_all_and_unanswerable_prompt() {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let out = d.client(
         &[
             "run",
@@ -235,7 +235,7 @@ when = { last_user_text_contains = "Break please" }
 error = { status = 400, kind = "invalid_request_error", message = "this request is broken" }
 "#
     );
-    let d = Daemon::start(&scenario);
+    let d = Served::start(&scenario);
     let out = d.client(&["run", "--json"], Some("Say hello\n"));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let ev = json_lines(&out.stdout);
@@ -275,7 +275,7 @@ error = { status = 400, kind = "invalid_request_error", message = "this request 
 
 #[test]
 fn ctrl_c_interrupts_then_detaches_without_killing_the_session() {
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     // First Ctrl-C interrupts the turn: the run ends non-zero (130), the session lives on.
     let mut t = Pty::spawn(&d, &["run", "Tell a long story"], false);
     // A progress line while the model works (on the terminal's stderr).
@@ -335,7 +335,7 @@ fn has_sgr(s: &str) -> bool {
 #[test]
 fn no_colour_without_a_terminal_even_without_no_color() {
     use std::process::{Command, Stdio};
-    let d = Daemon::start(&scenario_text());
+    let d = Served::start(&scenario_text());
     let child = Command::new(common::OSTLER)
         .args(["run", "--allow-tools", "Bash", "Create the file please"])
         .env_clear()

@@ -2,11 +2,11 @@
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 #![allow(clippy::disallowed_methods)] // runs the ostler binary under test
 
-mod daemon_harness;
+mod common;
 
 use std::process::{Command, Stdio};
 
-use daemon_harness::*;
+use common::*;
 use ostler_proto::v1 as pb;
 use tonic::Code;
 

@@ -4,9 +4,10 @@
 //! reflection.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
-mod daemon_harness;
+mod common;
 
-use daemon_harness::*;
+use common::grpc::*;
+use common::*;
 use ostler_proto::v1 as pb;
 use pb::session_event::Payload as P;
 
@@ -530,7 +531,7 @@ async fn sigterm_tells_subscribers_and_keeps_history() {
     assert_eq!(status.code(), Some(0), "{}", daemon.log_text());
     // The subscriber was told, not cut off silently: UNAVAILABLE (after any events that
     // the shutdown itself produced).
-    let told = tokio::time::timeout(GUARD, async {
+    let told = tokio::time::timeout(guard(), async {
         loop {
             match events.message().await {
                 Ok(Some(e)) => seen.push(e),

@@ -2,9 +2,10 @@
 //! Claude Code CLI (1.0.128 and 2.1.330) against the fake model server, real gRPC clients.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
-mod daemon_harness;
+mod common;
 
-use daemon_harness::*;
+use common::grpc::*;
+use common::*;
 use ostler_proto::v1 as pb;
 use pb::session_event::Payload as P;
 use tonic::Code;

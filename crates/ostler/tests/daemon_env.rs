@@ -6,12 +6,13 @@
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 #![allow(clippy::disallowed_methods)] // the test runs the daemon binary itself
 
-mod daemon_harness;
+mod common;
 
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use daemon_harness::*;
+use common::grpc::*;
+use common::*;
 use ostler_proto::v1 as pb;
 
 /// Processes whose parent is `ppid`.

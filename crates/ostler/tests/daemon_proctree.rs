@@ -3,9 +3,10 @@
 //! followed by a restart on the same store. Real CLI, real daemon process.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
-mod daemon_harness;
+mod common;
 
-use daemon_harness::*;
+use common::grpc::*;
+use common::*;
 use ostler_proto::v1 as pb;
 use ostler_proto::v1::session_service_client::SessionServiceClient;
 use ostler_supervisor::proctree;
@@ -58,7 +59,7 @@ async fn start_sleeper(c: &mut SessionServiceClient<Channel>, world: &World) -> 
 }
 
 async fn assert_ends(pid: u32, what: &str) {
-    tokio::time::timeout(GUARD, proctree::wait_terminated(pid))
+    tokio::time::timeout(guard(), proctree::wait_terminated(pid))
         .await
         .unwrap_or_else(|_| panic!("{what}: the sleeper ({pid}) survived"))
         .unwrap();

@@ -14,20 +14,13 @@ use ostler_testkit::{FakeModelServer, Scenario};
 pub const NEW: &str = "2.1.330";
 pub const OLD: &str = "1.0.128";
 
-/// Failure guard for awaits (never used to synchronise).
-pub const TIMEOUT: Duration = Duration::from_secs(60);
+/// Failure guard for awaits (never used to synchronise): the test kit's scaled guard.
+pub fn timeout() -> Duration {
+    ostler_testkit::timeouts::guard()
+}
 
 pub fn binary(version: &str) -> PathBuf {
-    // Releases pre-installed on this machine; else the testkit installs into its cache.
-    let pre = PathBuf::from("/tmp/cc");
-    let cache = if std::env::var_os("OSTLER_CLAUDE_CACHE").is_none()
-        && ostler_testkit::releases::binary_path(version, &pre).exists()
-    {
-        pre
-    } else {
-        ostler_testkit::releases::default_cache_dir()
-    };
-    ostler_testkit::releases::ensure(version, &cache).expect("CLI release")
+    ostler_testkit::releases::installed(version).expect("CLI release")
 }
 
 pub fn installation(version: &str) -> Installation {
@@ -93,7 +86,9 @@ impl Env {
             allowed_roots: vec![base.clone()],
             ..Default::default()
         };
-        opts.supervisor.stop_grace = Duration::from_secs(3);
+        opts.supervisor.stop_grace = ostler_testkit::timeouts::secs(3);
+        opts.supervisor.control_timeout =
+            ostler_testkit::timeouts::scaled(opts.supervisor.control_timeout);
         tweak(&mut opts);
         let engine = Engine::start(opts.clone(), store.clone(), installation(version))
             .await
@@ -211,7 +206,7 @@ pub async fn until(
     mut pred: impl FnMut(&EngineEvent) -> bool,
 ) -> (Arc<EngineEvent>, Vec<Arc<EngineEvent>>) {
     let mut seen = Vec::new();
-    let r = tokio::time::timeout(TIMEOUT, async {
+    let r = tokio::time::timeout(timeout(), async {
         loop {
             match sub.next().await {
                 Some(Ok(ev)) => {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ostler_store::{NewEvent, NewSession, Store, StoreOptions};
+use ostler_store::{NewEvent, NewSession, SessionState, Store, StoreOptions};
 
 pub fn db_path(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().join("ostler.db")
@@ -21,7 +21,7 @@ pub fn new_session(id: &str, created_ms: i64) -> NewSession {
         model: Some("claude-sonnet-4-5".to_owned()),
         permission_mode: Some("default".to_owned()),
         cli_release: Some("2.1.0".to_owned()),
-        state: "running".to_owned(),
+        state: SessionState::Running,
         labels: BTreeMap::new(),
         created_ms,
     }

@@ -17,7 +17,9 @@ use ostler_testkit::{FakeModelServer, Scenario};
 use tokio::sync::mpsc;
 
 /// Generous guard against a wedged test; never used to wait for something to happen.
-pub const GUARD: Duration = Duration::from_secs(90);
+pub fn guard() -> Duration {
+    ostler_testkit::timeouts::guard()
+}
 
 pub const SCENARIO: &str = r#"
 description = "supervisor integration tests"
@@ -60,12 +62,10 @@ pub struct Env {
 /// The pinned release `version`, installed with the test kit's installer if needed.
 pub async fn release(version: &str) -> PathBuf {
     let v = version.to_string();
-    tokio::task::spawn_blocking(move || {
-        ostler_testkit::releases::ensure(&v, &ostler_testkit::releases::default_cache_dir())
-    })
-    .await
-    .expect("installer task")
-    .expect("install release")
+    tokio::task::spawn_blocking(move || ostler_testkit::releases::installed(&v))
+        .await
+        .expect("installer task")
+        .expect("install release")
 }
 
 pub async fn setup(version: &str) -> Env {
@@ -107,8 +107,8 @@ impl Env {
 
     pub fn supervisor_options(&self) -> SupervisorOptions {
         SupervisorOptions {
-            stop_grace: Duration::from_secs(10),
-            control_timeout: Duration::from_secs(8),
+            stop_grace: ostler_testkit::timeouts::secs(10),
+            control_timeout: ostler_testkit::timeouts::secs(8),
             ..SupervisorOptions::default()
         }
     }
@@ -116,7 +116,7 @@ impl Env {
 
 /// The next event, failing the test if none arrives within the guard.
 pub async fn next(rx: &mut mpsc::Receiver<ProcessEvent>) -> ProcessEvent {
-    tokio::time::timeout(GUARD, rx.recv())
+    tokio::time::timeout(guard(), rx.recv())
         .await
         .expect("no event within the guard time")
         .expect("event channel closed before Exited")

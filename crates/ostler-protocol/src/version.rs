@@ -1,4 +1,5 @@
-//! Parsing `claude --version` output.
+//! Parsing `claude --version` output (the one parser: the supervisor's discovery, the test
+//! kit's release installer and [`crate::adapter::parse_release`] all use it).
 //!
 //! Two shapes are known:
 //! - `2.1.330 (Claude Code)` (every release from 1.0.x to 2.1.x seen here);
@@ -28,7 +29,7 @@ pub struct VersionParseError {
 }
 
 /// Parse the output of `claude --version`.
-pub fn parse_version_output(output: &str) -> Result<ClaudeVersion, VersionParseError> {
+pub fn parse(output: &str) -> Result<ClaudeVersion, VersionParseError> {
     output
         .lines()
         .find_map(parse_line)
@@ -89,7 +90,7 @@ mod tests {
 
     #[test]
     fn current_shape() {
-        let v = parse_version_output("2.1.330 (Claude Code)\n").unwrap();
+        let v = parse("2.1.330 (Claude Code)\n").unwrap();
         assert_eq!(v.version, semver::Version::new(2, 1, 330));
         assert_eq!(v.api_date, None);
         assert_eq!(v.label.as_deref(), Some("Claude Code"));
@@ -97,20 +98,20 @@ mod tests {
 
     #[test]
     fn old_shape_keeps_api_date() {
-        let v = parse_version_output("claude v1.0.22 (anthropic-2024-12-01)").unwrap();
+        let v = parse("claude v1.0.22 (anthropic-2024-12-01)").unwrap();
         assert_eq!(v.version, semver::Version::new(1, 0, 22));
         assert_eq!(v.api_date.as_deref(), Some("2024-12-01"));
     }
 
     #[test]
     fn banner_lines_before_version_are_skipped() {
-        let v = parse_version_output("Warning: something\n\n1.0.128 (Claude Code)\n").unwrap();
+        let v = parse("Warning: something\n\n1.0.128 (Claude Code)\n").unwrap();
         assert_eq!(v.version, semver::Version::new(1, 0, 128));
     }
 
     #[test]
     fn bare_version_and_prerelease() {
-        let v = parse_version_output("2.2.0-beta.1").unwrap();
+        let v = parse("2.2.0-beta.1").unwrap();
         assert_eq!(v.version, semver::Version::parse("2.2.0-beta.1").unwrap());
     }
 
@@ -124,14 +125,14 @@ mod tests {
             "claude 1.0.0 Claude Code",
             "vv1.0.0",
         ] {
-            let e = parse_version_output(s).unwrap_err();
+            let e = parse(s).unwrap_err();
             assert!(s.starts_with(&e.excerpt), "{s:?} -> {e:?}");
         }
     }
 
     #[test]
     fn malformed_date_is_not_an_api_date() {
-        let v = parse_version_output("claude v1.0.22 (anthropic-2024-1-01)").unwrap();
+        let v = parse("claude v1.0.22 (anthropic-2024-1-01)").unwrap();
         assert_eq!(v.api_date, None);
     }
 }

@@ -1,35 +1,15 @@
-//! Harness for the daemon's gRPC-level end-to-end tests (`tests/daemon_*.rs`): the real
-//! `ostler serve` binary as a child process (so it can be SIGKILLed and restarted on the
-//! same store), the real Claude Code CLI (pinned releases), the in-process fake model
-//! server, and the generated tonic clients.
-//!
-//! Readiness is an event: the daemon's "ostler daemon ready" log line, read from its
-//! stderr as it is written; the address comes from `--ready-file`.
-#![allow(dead_code)]
-#![allow(clippy::disallowed_methods)] // tests spawn the ostler binary under test (and kill(1))
+//! gRPC helpers for the daemon tests (`tests/daemon_*.rs`): the fake model's script, the
+//! generated tonic clients, reading a session's event stream.
 #![allow(clippy::unwrap_used)] // test helpers: a failure should panic with the error
 
-use std::io::{BufRead as _, BufReader};
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
+use std::path::Path;
 
 use ostler_proto::v1 as pb;
 use ostler_proto::v1::daemon_service_client::DaemonServiceClient;
 use ostler_proto::v1::session_service_client::SessionServiceClient;
-use ostler_testkit::{FakeModelServer, Scenario};
 use tonic::transport::Channel;
 
-pub const OSTLER: &str = env!("CARGO_BIN_EXE_ostler");
-
-/// The pinned releases the acceptance tests run against.
-pub const OLD: &str = "1.0.128";
-pub const NEW: &str = "2.1.330";
-
-/// Guard against a wedged test; never used to wait for something to happen.
-pub const GUARD: Duration = Duration::from_secs(90);
+use super::{Daemon, guard};
 
 /// The fake model's script shared by the daemon tests.
 pub const SCENARIO: &str = r#"
@@ -119,156 +99,7 @@ when = { last_user_text_contains = "Say hello", stream = true }
 blocks = [{ type = "text", text = "Hello from the fake model!" }]
 "#;
 
-/// The `claude` binary of a pinned release: `$OSTLER_CLAUDE_CACHE`, the machine's
-/// pre-installed `/tmp/cc`, or the test kit's cache (installed with npm when missing).
-pub fn claude_binary(version: &str) -> PathBuf {
-    let candidates: Vec<PathBuf> = match std::env::var_os("OSTLER_CLAUDE_CACHE") {
-        Some(v) if !v.is_empty() => vec![PathBuf::from(v)],
-        _ => vec![
-            PathBuf::from("/tmp/cc"),
-            ostler_testkit::releases::default_cache_dir(),
-        ],
-    };
-    for c in &candidates {
-        if ostler_testkit::releases::binary_path(version, c).exists()
-            && let Ok(p) = ostler_testkit::releases::ensure(version, c)
-        {
-            return p;
-        }
-    }
-    let last = candidates.last().cloned().unwrap_or_default();
-    ostler_testkit::releases::ensure(version, &last)
-        .unwrap_or_else(|e| panic!("installing Claude Code {version}: {e}"))
-}
-
-/// Everything that outlives one daemon process: directories, the store, the fake model.
-pub struct World {
-    pub release: String,
-    pub claude: PathBuf,
-    pub fake: FakeModelServer,
-    pub dir: tempfile::TempDir,
-    pub home: PathBuf,
-    pub work: PathBuf,
-    pub store: PathBuf,
-}
-
-impl World {
-    pub async fn new(release: &str) -> Self {
-        let claude = tokio::task::spawn_blocking({
-            let r = release.to_owned();
-            move || claude_binary(&r)
-        })
-        .await
-        .unwrap();
-        let scenario = Scenario::from_toml("daemon_e2e", SCENARIO).expect("scenario");
-        let fake = FakeModelServer::start(scenario).await.expect("fake model");
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        let work = dir.path().join("work");
-        std::fs::create_dir_all(&home).unwrap();
-        std::fs::create_dir_all(&work).unwrap();
-        let work = std::fs::canonicalize(&work).unwrap();
-        let store = dir.path().join("data").join("ostler.db");
-        Self {
-            release: release.to_owned(),
-            claude,
-            fake,
-            dir,
-            home,
-            work,
-            store,
-        }
-    }
-
-    /// Start a daemon on this world's store.
-    pub async fn daemon(&self, extra: &[&str]) -> Daemon {
-        let ready = self.dir.path().join(format!(
-            "ready-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        let mut cmd = Command::new(OSTLER);
-        cmd.arg("serve")
-            .arg("--config")
-            .arg(self.dir.path().join("no-config.toml"))
-            .args(if extra.contains(&"--listen") {
-                &["--no-probe"][..]
-            } else {
-                &["--listen", "127.0.0.1:0", "--no-probe"][..]
-            })
-            .arg("--ready-file")
-            .arg(&ready)
-            .arg("--store")
-            .arg(&self.store)
-            .arg("--claude")
-            .arg(&self.claude)
-            .arg("--allowed-root")
-            .arg(&self.work)
-            .args(extra);
-        if let Ok(f) = std::env::var("OSTLER_TEST_LOG_FORMAT") {
-            cmd.args(["--log-format", &f]);
-        }
-        std::fs::write(self.dir.path().join("no-config.toml"), "").unwrap();
-        Daemon::spawn(cmd, self, ready).await
-    }
-}
-
-/// A running `ostler serve`.
-pub struct Daemon {
-    child: Option<Child>,
-    pub addr: SocketAddr,
-    pub log: Arc<Mutex<Vec<String>>>,
-}
-
 impl Daemon {
-    /// Start `cmd` (an `ostler serve` command line) in `world`'s environment and wait until it
-    /// is ready; `ready` is the command's `--ready-file`.
-    pub async fn spawn(mut cmd: Command, world: &World, ready: PathBuf) -> Self {
-        cmd.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &world.home)
-            .env("ANTHROPIC_BASE_URL", world.fake.url())
-            .env("ANTHROPIC_API_KEY", "test-key")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("RUST_LOG", "info,ostler_engine=debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn ostler serve");
-        let (log, lines) = collect_stderr(&mut child);
-        let ready_line = tokio::task::spawn_blocking(move || {
-            while let Ok(l) = lines.recv_timeout(GUARD) {
-                if l.contains("ostler daemon ready") {
-                    return true;
-                }
-            }
-            false
-        })
-        .await
-        .unwrap();
-        if !ready_line {
-            let _ = child.kill();
-            panic!(
-                "daemon never became ready:\n{}",
-                log.lock().unwrap().join("\n")
-            );
-        }
-        let text = std::fs::read_to_string(&ready).expect("ready file written before the log line");
-        let addr = text
-            .lines()
-            .find_map(|l| l.strip_prefix("tcp://"))
-            .expect("a tcp listener in the ready file")
-            .parse()
-            .unwrap();
-        Self {
-            child: Some(child),
-            addr,
-            log,
-        }
-    }
-
     pub async fn channel(&self) -> Channel {
         Channel::from_shared(format!("http://{}", self.addr))
             .unwrap()
@@ -284,64 +115,6 @@ impl Daemon {
     pub async fn daemon_client(&self) -> DaemonServiceClient<Channel> {
         DaemonServiceClient::new(self.channel().await)
     }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or_default()
-    }
-
-    /// SIGKILL, no chance to clean up.
-    pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
-    }
-
-    /// SIGTERM and wait for the exit.
-    pub async fn terminate(&mut self) -> ExitStatus {
-        let mut c = self.child.take().expect("running");
-        let st = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        tokio::task::spawn_blocking(move || c.wait().unwrap())
-            .await
-            .unwrap()
-    }
-
-    pub fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        // Debugging aid: OSTLER_TEST_DUMP_LOG=1 prints the daemon's log.
-        if std::env::var_os("OSTLER_TEST_DUMP_LOG").is_some() {
-            eprintln!("--- daemon log\n{}", self.log_text());
-        }
-    }
-}
-
-/// Forward a child's stderr lines into a shared log and a channel.
-pub fn collect_stderr(child: &mut Child) -> (Arc<Mutex<Vec<String>>>, mpsc::Receiver<String>) {
-    let stderr = child.stderr.take().expect("piped stderr");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = mpsc::channel();
-    let l2 = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line.clone());
-            l2.lock().unwrap().push(line);
-        }
-    });
-    (log, rx)
 }
 
 /// A request carrying the `x-ostler-client` header.
@@ -419,7 +192,7 @@ pub async fn read_until(
             }
         }
     };
-    match tokio::time::timeout(GUARD, fut).await {
+    match tokio::time::timeout(guard(), fut).await {
         Ok(ev) => ev,
         Err(_) => panic!(
             "timed out waiting for {what}; saw {:#?}",

@@ -1,0 +1,335 @@
+//! The write operations, each run by the writer thread inside its own savepoint of the
+//! current group transaction (see `writer.rs`). `Store`'s write methods queue them.
+
+use rusqlite::{Connection, params};
+
+use crate::error::{Error, Result};
+use crate::rows::{self, u64_from_sql, u64_to_sql};
+use crate::types::*;
+use crate::writer::{Ctx, Slot};
+
+pub(crate) fn append_op(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    events: &[NewEvent],
+) -> Result<Vec<u64>> {
+    let slot = ctx.slot(session_id)?;
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let conn = ctx.conn;
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO events (session_pk, seq, kind, payload, raw, ts_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut seqs = Vec::with_capacity(events.len());
+    let mut seq = slot.last_seq;
+    for ev in events {
+        seq += 1;
+        stmt.execute(params![
+            slot.pk,
+            u64_to_sql(seq, "seq")?,
+            &*ev.kind,
+            &ev.payload[..],
+            ev.raw.as_deref(),
+            ev.ts_ms
+        ])?;
+        seqs.push(seq);
+    }
+    ctx.set_slot(
+        session_id,
+        Some(Slot {
+            pk: slot.pk,
+            last_seq: seq,
+        }),
+    );
+    Ok(seqs)
+}
+
+pub(crate) fn insert_labels(
+    conn: &Connection,
+    pk: i64,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO session_labels (session_pk, key, value) VALUES (?1, ?2, ?3)",
+    )?;
+    for (k, v) in labels {
+        stmt.execute(params![pk, k, v])?;
+    }
+    Ok(())
+}
+
+pub(crate) fn create_session_op(ctx: &mut Ctx<'_>, s: &NewSession) -> Result<()> {
+    if s.id.is_empty() {
+        return Err(Error::InvalidArgument(
+            "session id must not be empty".into(),
+        ));
+    }
+    match ctx.slot(&s.id) {
+        Ok(_) => {
+            return Err(Error::AlreadyExists {
+                what: format!("session {:?}", s.id),
+            });
+        }
+        Err(Error::NotFound { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let conn = ctx.conn;
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, claude_session_id, cwd, model, permission_mode, cli_release,
+                               state, created_ms, updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+    )?
+    .execute(params![
+        s.id,
+        s.claude_session_id,
+        s.cwd,
+        s.model,
+        s.permission_mode,
+        s.cli_release,
+        s.state.as_str(),
+        s.created_ms
+    ])?;
+    let pk = conn.last_insert_rowid();
+    insert_labels(conn, pk, &s.labels)?;
+    ctx.set_slot(&s.id, Some(Slot { pk, last_seq: 0 }));
+    Ok(())
+}
+
+pub(crate) fn update_session_op(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    p: &SessionPatch,
+) -> Result<()> {
+    let slot = ctx.slot(session_id)?;
+    let conn = ctx.conn;
+    conn.prepare_cached(
+        "UPDATE sessions SET
+            claude_session_id = COALESCE(?2, claude_session_id),
+            model = COALESCE(?3, model),
+            permission_mode = COALESCE(?4, permission_mode),
+            cli_release = COALESCE(?5, cli_release),
+            state = COALESCE(?6, state),
+            updated_ms = ?7
+         WHERE pk = ?1",
+    )?
+    .execute(params![
+        slot.pk,
+        p.claude_session_id,
+        p.model,
+        p.permission_mode,
+        p.cli_release,
+        p.state.map(SessionState::as_str),
+        p.updated_ms
+    ])?;
+    if let Some(exit) = &p.exit {
+        conn.prepare_cached(
+            "UPDATE sessions SET exit_code = ?2, exit_signal = ?3, exit_reason = ?4, exited_ms = ?5
+             WHERE pk = ?1",
+        )?
+        .execute(params![
+            slot.pk,
+            exit.code,
+            exit.signal,
+            exit.reason,
+            exit.at_ms
+        ])?;
+    }
+    if let Some(labels) = &p.labels {
+        conn.prepare_cached("DELETE FROM session_labels WHERE session_pk = ?1")?
+            .execute([slot.pk])?;
+        insert_labels(conn, slot.pk, labels)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn delete_session_op(ctx: &mut Ctx<'_>, session_id: &str) -> Result<()> {
+    let slot = ctx.slot(session_id)?;
+    let conn = ctx.conn;
+    // Events, labels, interactions and usage go with it (ON DELETE CASCADE).
+    conn.prepare_cached("DELETE FROM sessions WHERE pk = ?1")?
+        .execute([slot.pk])?;
+    // Hand the freed pages back: with auto_vacuum=INCREMENTAL this moves pages and
+    // truncates the database (in the WAL; the file shrinks at the next checkpoint).
+    let mut vacuum = conn.prepare("PRAGMA incremental_vacuum")?;
+    let mut rows = vacuum.query([])?;
+    while rows.next()?.is_some() {}
+    drop(rows);
+    ctx.set_slot(session_id, None);
+    Ok(())
+}
+
+pub(crate) fn upsert_interaction_op(ctx: &mut Ctx<'_>, i: &NewInteraction) -> Result<Interaction> {
+    let slot = ctx.slot(&i.session_id)?;
+    let conn = ctx.conn;
+    let event_seq = i
+        .event_seq
+        .map(|s| u64_to_sql(s, "event_seq"))
+        .transpose()?;
+    conn.prepare_cached(
+        "INSERT INTO interactions (session_pk, request_id, kind, tool_name, input, suggestions,
+                                   event_seq, state, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8)
+         ON CONFLICT (session_pk, request_id) DO UPDATE SET
+            kind = excluded.kind,
+            tool_name = excluded.tool_name,
+            input = excluded.input,
+            suggestions = excluded.suggestions,
+            event_seq = COALESCE(excluded.event_seq, event_seq)
+         WHERE state = 'pending'",
+    )?
+    .execute(params![
+        slot.pk,
+        i.request_id,
+        i.kind.as_str(),
+        i.tool_name,
+        &i.input[..],
+        i.suggestions.as_deref(),
+        event_seq,
+        i.created_ms
+    ])?;
+    rows::interaction(conn, slot.pk, &i.request_id)?
+        .ok_or_else(|| Error::InvalidData("interaction vanished after insert".into()))
+}
+
+pub(crate) fn decide_op(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    request_id: &str,
+    d: &Decision,
+) -> Result<DecideOutcome> {
+    if !d.state.is_final() {
+        return Err(Error::InvalidArgument(
+            "a decision must be a final state".into(),
+        ));
+    }
+    let slot = ctx.slot(session_id)?;
+    let conn = ctx.conn;
+    let changed = conn
+        .prepare_cached(
+            "UPDATE interactions SET state = ?3, decided_by = ?4, decided_ms = ?5, response = ?6
+             WHERE session_pk = ?1 AND request_id = ?2 AND state = 'pending'",
+        )?
+        .execute(params![
+            slot.pk,
+            request_id,
+            d.state.as_str(),
+            d.decided_by,
+            d.decided_ms,
+            d.response.as_deref()
+        ])?;
+    let stored = rows::interaction(conn, slot.pk, request_id)?.ok_or_else(|| {
+        Error::not_found(format!(
+            "interaction {request_id:?} of session {session_id:?}"
+        ))
+    })?;
+    Ok(if changed == 1 {
+        DecideOutcome::Decided(stored)
+    } else {
+        DecideOutcome::AlreadyDecided(stored)
+    })
+}
+
+pub(crate) fn close_pending_op(
+    ctx: &mut Ctx<'_>,
+    session_id: Option<&str>,
+    d: &Decision,
+) -> Result<Vec<Interaction>> {
+    if !matches!(
+        d.state,
+        InteractionState::Expired | InteractionState::Cancelled
+    ) {
+        return Err(Error::InvalidArgument(
+            "pending interactions can only be closed as expired or cancelled".into(),
+        ));
+    }
+    let pk = session_id
+        .map(|id| ctx.slot(id).map(|s| s.pk))
+        .transpose()?;
+    let conn = ctx.conn;
+    let pending = rows::pending_interactions(conn, pk)?;
+    let mut stmt = conn.prepare_cached(
+        "UPDATE interactions SET state = ?2, decided_by = ?3, decided_ms = ?4, response = ?5
+         WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?1) AND request_id = ?6
+           AND state = 'pending'",
+    )?;
+    let mut closed = Vec::with_capacity(pending.len());
+    for mut i in pending {
+        stmt.execute(params![
+            i.session_id,
+            d.state.as_str(),
+            d.decided_by,
+            d.decided_ms,
+            d.response.as_deref(),
+            i.request_id
+        ])?;
+        i.state = d.state;
+        i.decided_by = Some(d.decided_by.clone());
+        i.decided_ms = Some(d.decided_ms);
+        i.response = d.response.clone();
+        closed.push(i);
+    }
+    Ok(closed)
+}
+
+pub(crate) fn record_turn_op(ctx: &mut Ctx<'_>, session_id: &str, t: &TurnUsage) -> Result<u64> {
+    let slot = ctx.slot(session_id)?;
+    let conn = ctx.conn;
+    let turns: i64 = conn
+        .prepare_cached("SELECT turns FROM sessions WHERE pk = ?1")?
+        .query_row([slot.pk], |r| r.get(0))?;
+    let turn = u64_from_sql(turns, "turn count")? + 1;
+    let u = &t.usage;
+    let input = u64_to_sql(u.input_tokens, "input_tokens")?;
+    let output = u64_to_sql(u.output_tokens, "output_tokens")?;
+    let cache_creation = u64_to_sql(u.cache_creation_input_tokens, "cache_creation_input_tokens")?;
+    let cache_read = u64_to_sql(u.cache_read_input_tokens, "cache_read_input_tokens")?;
+    if !u.cost_usd.is_finite() {
+        return Err(Error::InvalidArgument(format!(
+            "cost_usd is not finite: {}",
+            u.cost_usd
+        )));
+    }
+    conn.prepare_cached(
+        "INSERT INTO turn_usage (session_pk, turn, event_seq, model, input_tokens, output_tokens,
+                                 cache_creation_input_tokens, cache_read_input_tokens, cost_usd,
+                                 duration_ms, ts_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        slot.pk,
+        u64_to_sql(turn, "turn")?,
+        t.event_seq
+            .map(|s| u64_to_sql(s, "event_seq"))
+            .transpose()?,
+        t.model,
+        input,
+        output,
+        cache_creation,
+        cache_read,
+        u.cost_usd,
+        t.duration_ms
+            .map(|d| u64_to_sql(d, "duration_ms"))
+            .transpose()?,
+        t.ts_ms
+    ])?;
+    conn.prepare_cached(
+        "UPDATE sessions SET turns = turns + 1,
+            input_tokens = input_tokens + ?2,
+            output_tokens = output_tokens + ?3,
+            cache_creation_input_tokens = cache_creation_input_tokens + ?4,
+            cache_read_input_tokens = cache_read_input_tokens + ?5,
+            cost_usd = cost_usd + ?6
+         WHERE pk = ?1",
+    )?
+    .execute(params![
+        slot.pk,
+        input,
+        output,
+        cache_creation,
+        cache_read,
+        u.cost_usd
+    ])?;
+    Ok(turn)
+}
