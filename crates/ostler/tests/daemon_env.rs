@@ -109,8 +109,15 @@ async fn session_environment_passes_credentials_and_config_and_scrubs_the_rest()
     ] {
         assert_eq!(get(gone), None, "{gone} reached the session");
     }
+    // The daemon's own variables never pass; the one OSTLER_ variable a session has is the
+    // process-tree mark the daemon sets itself (not inherited, not a secret).
     assert!(
-        !env.keys().any(|k| k.starts_with("OSTLER_")),
+        get(ostler_supervisor::proctree::MARK_VAR).is_some_and(|m| m.contains('/')),
+        "every session process carries its process-tree mark"
+    );
+    assert!(
+        !env.keys()
+            .any(|k| k.starts_with("OSTLER_") && k != ostler_supervisor::proctree::MARK_VAR),
         "OSTLER_* reached the session: {:?}",
         env.keys().collect::<Vec<_>>()
     );
