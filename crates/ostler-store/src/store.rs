@@ -341,6 +341,20 @@ impl Store {
         self.submit(move |ctx| decide_op(ctx, &sid, &rid, &decision))
     }
 
+    /// Appends events to a session's log together with the writes that belong to them (a
+    /// decision and its resolution event, a request event and its pending interaction, a
+    /// state event and the session's state): one transaction, so a crash never leaves one
+    /// without the other. A decision that lost (already decided) writes nothing.
+    pub fn append_with(
+        &self,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        with: WithEvents,
+    ) -> Ticket<AppendedWith> {
+        let sid = session_id.to_owned();
+        self.submit(move |ctx| append_with_op(ctx, &sid, &events, &with))
+    }
+
     /// Closes every pending interaction of one session (or of all sessions, with `None`) as
     /// `Expired` or `Cancelled`, e.g. when a session ends or at daemon start. Resolves to
     /// the interactions closed.
@@ -391,6 +405,16 @@ impl Store {
                 return Err(not_found_session(session_id));
             }
             Ok(events)
+        })
+    }
+
+    /// A cheap read that shows whether the store answers (for health checks).
+    pub fn probe(&self) -> Result<()> {
+        self.inner.readers.with(|conn| {
+            let mut stmt = conn.prepare_cached("SELECT 1 FROM sessions LIMIT 1")?;
+            let mut rows = stmt.query([])?;
+            rows.next()?;
+            Ok(())
         })
     }
 
@@ -828,6 +852,36 @@ fn decide_op(
     } else {
         DecideOutcome::AlreadyDecided(stored)
     })
+}
+
+fn append_with_op(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    events: &[NewEvent],
+    with: &WithEvents,
+) -> Result<AppendedWith> {
+    let decided = match &with.decide {
+        Some((request_id, d)) => match decide_op(ctx, session_id, request_id, d)? {
+            lost @ DecideOutcome::AlreadyDecided(_) => {
+                return Ok(AppendedWith {
+                    seqs: Vec::new(),
+                    decided: Some(lost),
+                });
+            }
+            won => Some(won),
+        },
+        None => None,
+    };
+    let seqs = append_op(ctx, session_id, events)?;
+    if let Some((interaction, index)) = &with.interaction {
+        let mut i = interaction.clone();
+        i.event_seq = seqs.get(*index).copied().or(i.event_seq);
+        upsert_interaction_op(ctx, &i)?;
+    }
+    if let Some(patch) = &with.patch {
+        update_session_op(ctx, session_id, patch)?;
+    }
+    Ok(AppendedWith { seqs, decided })
 }
 
 fn close_pending_op(
