@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::actor::{Actor, Command};
+use crate::blocking::blocking;
+use crate::counts::StateCounts;
 use crate::error::{Error, Result};
 use crate::hub::{Hub, Item, now_ms};
 use crate::permission::PermissionRule;
@@ -104,6 +106,8 @@ pub(crate) struct EngineShared {
     roots: Vec<PathBuf>,
     registry: Mutex<HashMap<String, Arc<SessionEntry>>>,
     live: AtomicUsize,
+    /// Sessions per stored state (for health).
+    pub counts: StateCounts,
     shutting_down: std::sync::atomic::AtomicBool,
     /// Becomes `true` when the last [`Engine`] handle is dropped.
     gone: tokio::sync::watch::Receiver<bool>,
@@ -248,15 +252,6 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> ostler_store::Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::internal(format!("store task: {e}")))?
-        .map_err(Error::from)
-}
-
 fn canonical_dir(field: &str, p: &Path) -> Result<PathBuf> {
     let c = std::fs::canonicalize(p)
         .map_err(|e| Error::invalid(field, format!("{}: {e}", p.display())))?;
@@ -287,10 +282,14 @@ impl Engine {
         store: Store,
         installation: Installation,
     ) -> Result<Engine> {
-        let mut roots = Vec::new();
-        for r in &opts.allowed_roots {
-            roots.push(canonical_dir("allowed_roots", r)?);
-        }
+        let allowed = opts.allowed_roots.clone();
+        let roots = blocking(move || {
+            allowed
+                .iter()
+                .map(|r| canonical_dir("allowed_roots", r))
+                .collect::<Result<Vec<_>>>()
+        })
+        .await?;
         let (gone_tx, gone) = tokio::sync::watch::channel(false);
         let engine = Engine {
             shared: Arc::new(EngineShared {
@@ -300,22 +299,30 @@ impl Engine {
                 roots,
                 registry: Mutex::new(HashMap::new()),
                 live: AtomicUsize::new(0),
+                counts: StateCounts::default(),
                 shutting_down: std::sync::atomic::AtomicBool::new(false),
                 gone,
             }),
             _alive: Arc::new(Alive(gone_tx)),
         };
+        // The one listing of every stored session: counts per state (kept up to date from
+        // here on by the writes of states) and the sessions left live.
         let mut stale = Vec::new();
         let mut token: Option<String> = None;
         loop {
             let store = engine.shared.store.clone();
-            let filter = SessionFilter {
-                states: LIVE_STATES.iter().map(|s| s.as_str().to_owned()).collect(),
-                ..Default::default()
-            };
             let t = token.clone();
-            let page = blocking(move || store.list_sessions(&filter, t.as_deref(), 500)).await?;
-            stale.extend(page.sessions);
+            let page = blocking(move || {
+                store.list_sessions(&SessionFilter::default(), t.as_deref(), 1000)
+            })
+            .await?;
+            for rec in page.sessions {
+                let state = stored_state(&rec.state);
+                engine.shared.counts.moved(None, Some(state));
+                if LIVE_STATES.contains(&state) {
+                    stale.push(rec);
+                }
+            }
             token = page.next_page_token;
             if token.is_none() {
                 break;
@@ -382,6 +389,10 @@ impl Engine {
                 },
             )
             .await?;
+        self.shared.counts.moved(
+            Some(stored_state(&rec.state)),
+            Some(SessionState::Resumable),
+        );
         Ok(())
     }
 
@@ -464,7 +475,7 @@ impl Engine {
         }
     }
 
-    fn validate_cwd(&self, cwd: &Path) -> Result<PathBuf> {
+    async fn validate_cwd(&self, cwd: &Path) -> Result<PathBuf> {
         if cwd.as_os_str().is_empty() {
             return Err(Error::invalid("cwd", "the working directory is required"));
         }
@@ -474,7 +485,8 @@ impl Engine {
                 format!("{} is not an absolute path", cwd.display()),
             ));
         }
-        let c = canonical_dir("cwd", cwd)?;
+        let owned = cwd.to_path_buf();
+        let c = blocking(move || canonical_dir("cwd", &owned)).await?;
         if !self.shared.roots.is_empty() && !self.shared.roots.iter().any(|r| c.starts_with(r)) {
             let roots: Vec<String> = self
                 .shared
@@ -513,7 +525,7 @@ impl Engine {
 
     /// `CreateSession`: validates, records, spawns the CLI, sends `first_prompt`.
     pub async fn create_session(&self, req: CreateSession) -> Result<SessionInfo> {
-        let cwd = self.validate_cwd(&req.cwd)?;
+        let cwd = self.validate_cwd(&req.cwd).await?;
         if let Some(m) = &req.permission_mode
             && !KNOWN_MODES.contains(&m.as_str())
         {
@@ -563,6 +575,7 @@ impl Engine {
                 created_ms: created,
             })
             .await?;
+        self.shared.counts.moved(None, Some(SessionState::Starting));
         let entry = self.entry_for(&id);
         let _life = entry.lifecycle.lock().await;
         let spec = SessionSpec {
@@ -670,7 +683,7 @@ impl Engine {
                         })),
                     ])
                     .await;
-                let _ = self
+                let exited = self
                     .shared
                     .store
                     .update_session(
@@ -688,6 +701,11 @@ impl Engine {
                         },
                     )
                     .await;
+                if exited.is_ok() {
+                    self.shared
+                        .counts
+                        .moved(Some(from), Some(SessionState::Exited));
+                }
                 return Err(err);
             }
         };
@@ -1030,7 +1048,8 @@ impl Engine {
             .map(|m| m.spec.clone())
             .unwrap_or_default();
         let cwd = PathBuf::from(&rec.cwd);
-        if !cwd.is_dir() {
+        let dir = cwd.clone();
+        if !blocking(move || Ok::<_, Error>(dir.is_dir())).await? {
             return Err(Error::precondition(format!(
                 "the session's directory {} no longer exists",
                 cwd.display()
@@ -1151,7 +1170,9 @@ impl Engine {
             let mut done = actor.done.clone();
             let _ = done.wait_for(|d| *d).await;
         }
+        let state = self.record(session_id).await?.state;
         self.shared.store.delete_session(session_id).await?;
+        self.shared.counts.moved(Some(stored_state(&state)), None);
         lock(&self.shared.registry).remove(session_id);
         Ok(())
     }
@@ -1171,42 +1192,19 @@ impl Engine {
             .ok_or_else(|| Error::internal("a stored notice has no seq"))
     }
 
-    /// Health details.
+    /// Health details: in-memory counts and a cheap store probe (no listing: the cost does
+    /// not grow with the stored sessions).
     pub async fn health(&self) -> Result<HealthReport> {
-        let mut by_state: BTreeMap<SessionState, u64> =
-            SessionState::ALL.iter().map(|s| (*s, 0)).collect();
-        let mut token: Option<String> = None;
-        let mut store_status = Ok(());
-        loop {
-            let store = self.shared.store.clone();
-            let t = token.clone();
-            match blocking(move || {
-                store.list_sessions(&SessionFilter::default(), t.as_deref(), 1000)
-            })
+        let store = self.shared.store.clone();
+        let store_status = blocking(move || store.probe())
             .await
-            {
-                Ok(page) => {
-                    for r in page.sessions {
-                        let s = self.info(r).state;
-                        *by_state.entry(s).or_default() += 1;
-                    }
-                    token = page.next_page_token;
-                    if token.is_none() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    store_status = Err(e.to_string());
-                    break;
-                }
-            }
-        }
+            .map_err(|e| e.to_string());
         let pending = lock(&self.shared.registry)
             .values()
             .map(|e| lock(&e.pending).len() as u64)
             .sum();
         Ok(HealthReport {
-            sessions_by_state: by_state,
+            sessions_by_state: self.shared.counts.snapshot(),
             pending_interactions: pending,
             store: store_status,
             live_sessions: self.shared.live.load(Ordering::SeqCst) as u64,
@@ -1225,6 +1223,12 @@ impl Engine {
 }
 
 pub(crate) const SESSION_CREATED: &str = "session_created";
+
+/// A stored state column as a state (an unreadable one counts as `exited`, as `GetSession`
+/// reports it).
+pub(crate) fn stored_state(s: &str) -> SessionState {
+    s.parse().unwrap_or(SessionState::Exited)
+}
 
 /// A reserved live-session slot, released when dropped.
 pub(crate) struct SlotGuard {

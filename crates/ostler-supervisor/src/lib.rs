@@ -24,6 +24,6 @@ pub use compat::{
 pub use discover::{DiscoverError, DiscoverOptions, Installation, discover};
 pub use session::{
     ControlError, Error, ExitInfo, NO_DECISION, ProcessEvent, Responder, Result, SessionProcess,
-    SpawnOptions, SupervisorOptions,
+    SpawnOptions, SupervisorOptions, WriteAck,
 };
 pub use version::{ClaudeVersion, parse_version_output};
