@@ -104,46 +104,48 @@ pub(crate) struct Actor {
     process_cost_usd: f64,
 }
 
+/// What an actor starts with.
+pub(crate) struct ActorOptions {
+    pub shared: Arc<EngineShared>,
+    pub entry: Arc<SessionEntry>,
+    pub process: SessionProcess,
+    pub events: mpsc::Receiver<ProcessEvent>,
+    pub cwd: PathBuf,
+    /// The session's state before this process (its stored state).
+    pub state: SessionState,
+    pub claude_session_id: Option<String>,
+    pub model: Option<String>,
+}
+
 impl Actor {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        shared: Arc<EngineShared>,
-        entry: Arc<SessionEntry>,
-        process: SessionProcess,
-        events: mpsc::Receiver<ProcessEvent>,
-        cmds: mpsc::Receiver<Command>,
-        self_tx: mpsc::WeakSender<Command>,
-        cwd: PathBuf,
-        state: SessionState,
-        claude_session_id: Option<String>,
-    ) -> Self {
-        Self {
-            shared,
-            entry,
-            process,
-            events,
+    /// Creates the actor with its own command channel; [`Actor::run`] serves it. Returns the
+    /// actor and the sender the engine keeps.
+    pub(crate) fn new(o: ActorOptions) -> (Self, mpsc::Sender<Command>) {
+        let (tx, cmds) = mpsc::channel(64);
+        let actor = Self {
+            shared: o.shared,
+            entry: o.entry,
+            process: o.process,
+            events: o.events,
             cmds,
-            self_tx,
-            cwd,
-            state,
+            self_tx: tx.downgrade(),
+            cwd: o.cwd,
+            state: o.state,
             pending: HashMap::new(),
             control_raw: None,
             turns_outstanding: 0,
-            claude_session_id,
+            claude_session_id: o.claude_session_id,
             stop_waiters: Vec::new(),
             stop_requested: false,
             shutdown: false,
-            last_model: None,
+            last_model: o.model,
             process_cost_usd: 0.0,
-        }
+        };
+        (actor, tx)
     }
 
     fn sid(&self) -> &str {
         &self.entry.id
-    }
-
-    pub(crate) fn set_model(&mut self, model: Option<String>) {
-        self.last_model = model;
     }
 
     /// The process is up: the session is idle (waiting for its first message).

@@ -14,7 +14,7 @@ use ostler_supervisor::{Installation, SessionProcess, SpawnOptions, SupervisorOp
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::actor::{Actor, Command};
+use crate::actor::{Actor, ActorOptions, Command};
 use crate::blocking::blocking;
 use crate::counts::StateCounts;
 use crate::error::{Error, Result};
@@ -598,19 +598,17 @@ impl Engine {
                 data: serde_json::to_value(&spec).ok(),
             }))
             .await?;
-        self.spawn_actor(
-            &entry,
-            &cwd,
-            req.model.clone(),
-            req.permission_mode.clone(),
-            &spec,
-            None,
-            false,
-            None,
-            SessionState::Starting,
-            slot,
-        )
-        .await?;
+        let launch = Launch {
+            cwd: &cwd,
+            model: req.model.clone(),
+            permission_mode: req.permission_mode.clone(),
+            spec: &spec,
+            resume: None,
+            fork: false,
+            claude_session_id: None,
+            from: SessionState::Starting,
+        };
+        self.spawn_actor(&entry, launch, slot).await?;
         if let Some(content) = req.first_prompt {
             self.send_message(
                 &id,
@@ -626,20 +624,22 @@ impl Engine {
         self.get_session(&id).await
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn spawn_actor(
         &self,
         entry: &Arc<SessionEntry>,
-        cwd: &Path,
-        model: Option<String>,
-        permission_mode: Option<String>,
-        spec: &SessionSpec,
-        resume: Option<String>,
-        fork: bool,
-        claude_session_id: Option<String>,
-        from: SessionState,
+        launch: Launch<'_>,
         slot: SlotGuard,
     ) -> Result<()> {
+        let Launch {
+            cwd,
+            model,
+            permission_mode,
+            spec,
+            resume,
+            fork,
+            from,
+            ..
+        } = launch;
         let opts = SpawnOptions {
             cwd: cwd.to_path_buf(),
             model: model.clone(),
@@ -709,20 +709,17 @@ impl Engine {
                 return Err(err);
             }
         };
-        let (tx, rx) = mpsc::channel(64);
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
-        let mut actor = Actor::new(
-            self.shared.clone(),
-            entry.clone(),
-            process.clone(),
+        let (mut actor, tx) = Actor::new(ActorOptions {
+            shared: self.shared.clone(),
+            entry: entry.clone(),
+            process: process.clone(),
             events,
-            rx,
-            tx.downgrade(),
-            cwd.to_path_buf(),
-            from,
-            claude_session_id,
-        );
-        actor.set_model(model);
+            cwd: cwd.to_path_buf(),
+            state: from,
+            claude_session_id: launch.claude_session_id,
+            model,
+        });
         *lock(&entry.pending) = BTreeMap::new();
         entry.set_state(from);
         *lock(&entry.actor) = Some(ActorHandle { tx, done: done_rx });
@@ -1075,19 +1072,17 @@ impl Engine {
             }))
             .await?;
         let model = rec.model.clone().filter(|m| m != "default");
-        self.spawn_actor(
-            &entry,
-            &cwd,
+        let launch = Launch {
+            cwd: &cwd,
             model,
-            rec.permission_mode.clone(),
-            &spec,
-            resume.clone(),
+            permission_mode: rec.permission_mode.clone(),
+            spec: &spec,
+            resume: resume.clone(),
             fork,
-            if fork { None } else { resume },
-            state,
-            slot,
-        )
-        .await?;
+            claude_session_id: if fork { None } else { resume },
+            from: state,
+        };
+        self.spawn_actor(&entry, launch, slot).await?;
         drop(_life);
         self.get_session(session_id).await
     }
@@ -1228,6 +1223,21 @@ pub(crate) const SESSION_CREATED: &str = "session_created";
 /// reports it).
 pub(crate) fn stored_state(s: &str) -> SessionState {
     s.parse().unwrap_or(SessionState::Exited)
+}
+
+/// How to start a session's CLI process and actor.
+struct Launch<'a> {
+    cwd: &'a Path,
+    model: Option<String>,
+    permission_mode: Option<String>,
+    spec: &'a SessionSpec,
+    /// `--resume` this CLI session.
+    resume: Option<String>,
+    fork: bool,
+    /// The CLI session the actor starts with (none for a fork: the CLI assigns one).
+    claude_session_id: Option<String>,
+    /// The session's state before this process.
+    from: SessionState,
 }
 
 /// A reserved live-session slot, released when dropped.
