@@ -13,7 +13,7 @@ use ostler_protocol as proto;
 use ostler_protocol::outbound::{OutRequest, ResponseBody, UserContent};
 use ostler_protocol::{CanUseTool, CliRequest, Event};
 use ostler_store::{
-    DecideOutcome, Decision, InteractionState, NewInteraction, SessionPatch, TurnUsage,
+    DecideOutcome, Decision, InteractionState, NewInteraction, SessionPatch, TurnUsage, WithEvents,
 };
 use ostler_supervisor::{ControlError, ExitInfo, ProcessEvent, Responder, SessionProcess};
 use serde_json::Value;
@@ -23,6 +23,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::blocking::blocking;
 use crate::engine::{EngineShared, SessionEntry};
 use crate::error::{Error, Result};
 use crate::hub::{Item, now_ms};
@@ -58,6 +59,12 @@ pub(crate) enum Command {
         request: OutRequest,
         result: std::result::Result<(), ControlError>,
         reply: oneshot::Sender<Result<()>>,
+    },
+    /// A user message queued for stdin has been written (or the write failed).
+    SendWritten {
+        seq: u64,
+        result: ostler_supervisor::Result<()>,
+        reply: oneshot::Sender<Result<SendOutcome>>,
     },
     /// Graceful stop; replies once the process has exited.
     Stop {
@@ -97,46 +104,48 @@ pub(crate) struct Actor {
     process_cost_usd: f64,
 }
 
+/// What an actor starts with.
+pub(crate) struct ActorOptions {
+    pub shared: Arc<EngineShared>,
+    pub entry: Arc<SessionEntry>,
+    pub process: SessionProcess,
+    pub events: mpsc::Receiver<ProcessEvent>,
+    pub cwd: PathBuf,
+    /// The session's state before this process (its stored state).
+    pub state: SessionState,
+    pub claude_session_id: Option<String>,
+    pub model: Option<String>,
+}
+
 impl Actor {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        shared: Arc<EngineShared>,
-        entry: Arc<SessionEntry>,
-        process: SessionProcess,
-        events: mpsc::Receiver<ProcessEvent>,
-        cmds: mpsc::Receiver<Command>,
-        self_tx: mpsc::WeakSender<Command>,
-        cwd: PathBuf,
-        state: SessionState,
-        claude_session_id: Option<String>,
-    ) -> Self {
-        Self {
-            shared,
-            entry,
-            process,
-            events,
+    /// Creates the actor with its own command channel; [`Actor::run`] serves it. Returns the
+    /// actor and the sender the engine keeps.
+    pub(crate) fn new(o: ActorOptions) -> (Self, mpsc::Sender<Command>) {
+        let (tx, cmds) = mpsc::channel(64);
+        let actor = Self {
+            shared: o.shared,
+            entry: o.entry,
+            process: o.process,
+            events: o.events,
             cmds,
-            self_tx,
-            cwd,
-            state,
+            self_tx: tx.downgrade(),
+            cwd: o.cwd,
+            state: o.state,
             pending: HashMap::new(),
             control_raw: None,
             turns_outstanding: 0,
-            claude_session_id,
+            claude_session_id: o.claude_session_id,
             stop_waiters: Vec::new(),
             stop_requested: false,
             shutdown: false,
-            last_model: None,
+            last_model: o.model,
             process_cost_usd: 0.0,
-        }
+        };
+        (actor, tx)
     }
 
     fn sid(&self) -> &str {
         &self.entry.id
-    }
-
-    pub(crate) fn set_model(&mut self, model: Option<String>) {
-        self.last_model = model;
     }
 
     /// The process is up: the session is idle (waiting for its first message).
@@ -253,19 +262,24 @@ impl Actor {
         let from = self.state;
         self.state = to;
         self.entry.set_state(to);
-        self.emit_logged(EventPayload::StateChanged(StateChanged {
-            from,
-            to,
-            reason,
-        }))
-        .await;
+        // The event and the session's state column commit together.
         let patch = SessionPatch {
             state: Some(to),
             updated_ms: now_ms(),
             ..Default::default()
         };
-        if let Err(e) = self.shared.store.update_session(self.sid(), patch).await {
-            tracing::error!(session = %self.sid(), error = %e, "cannot record state");
+        let item = Item::new(EventPayload::StateChanged(StateChanged {
+            from,
+            to,
+            reason,
+        }));
+        let with = WithEvents {
+            patch: Some(patch),
+            ..Default::default()
+        };
+        match self.entry.hub.emit_with(vec![item], with).await {
+            Ok(_) => self.shared.counts.moved(Some(from), Some(to)),
+            Err(e) => tracing::error!(session = %self.sid(), error = %e, "cannot record state"),
         }
     }
 
@@ -576,26 +590,7 @@ impl Actor {
             }
             (p, _) => p,
         };
-        let guard = self.entry.hub.lock().await;
-        let event = match guard
-            .persist(vec![Item {
-                payload,
-                raw,
-                ts_ms: now_ms(),
-            }])
-            .await
-        {
-            Ok(mut v) => match v.pop() {
-                Some(e) => e,
-                None => return,
-            },
-            Err(e) => {
-                // Not recorded: do not ask anyone (nobody could answer durably); the dropped
-                // responder denies with the supervisor's "no decision" message.
-                tracing::error!(session = %self.sid(), error = %e, "cannot record permission request");
-                return;
-            }
-        };
+        // The request event and the pending interaction commit together.
         let ni = NewInteraction {
             session_id: self.sid().to_owned(),
             request_id: request_id.clone(),
@@ -609,12 +604,32 @@ impl Actor {
                 .permission_suggestions
                 .as_ref()
                 .map(|s| Bytes::from(s.get().to_owned())),
-            event_seq: event.seq,
+            event_seq: None,
             created_ms: now_ms(),
         };
-        if let Err(e) = self.shared.store.upsert_interaction(ni).await {
-            tracing::error!(session = %self.sid(), error = %e, "cannot record interaction");
-        }
+        let with = WithEvents {
+            interaction: Some((ni, 0)),
+            ..Default::default()
+        };
+        let entry = self.entry.clone();
+        let guard = entry.hub.lock().await;
+        let item = Item {
+            payload,
+            raw,
+            ts_ms: now_ms(),
+        };
+        let event = match guard.persist_with(vec![item], Some(with)).await {
+            Ok((mut v, _)) => match v.pop() {
+                Some(e) => e,
+                None => return,
+            },
+            Err(e) => {
+                // Not recorded: do not ask anyone (nobody could answer durably); the dropped
+                // responder denies with the supervisor's "no decision" message.
+                tracing::error!(session = %self.sid(), error = %e, "cannot record permission request");
+                return;
+            }
+        };
         let pending = Pending {
             kind,
             request: c,
@@ -684,7 +699,7 @@ impl Actor {
         body: ResponseBody,
     ) -> Result<Decided> {
         let Some(p) = self.pending.get(request_id) else {
-            return Err(self.not_pending(request_id));
+            return Err(self.not_pending(request_id).await);
         };
         let kind = p.kind;
         let state = match &resolution {
@@ -700,38 +715,39 @@ impl Actor {
             response: Some(Bytes::from(response_json(&body).to_string())),
             decided_ms: now_ms(),
         };
-        match self
-            .shared
-            .store
-            .decide_interaction(self.sid(), request_id, decision)
-            .await?
-        {
-            DecideOutcome::Decided(_) => {}
-            DecideOutcome::AlreadyDecided(i) => {
-                // Someone decided durably first (cannot happen within one actor, which
-                // serialises decisions, but the store is the authority).
-                self.remove_pending(request_id);
-                return Err(decided_error(request_id, &i));
-            }
-        }
-        let Some(p) = self.remove_pending(request_id) else {
-            return Err(self.not_pending(request_id));
-        };
-        self.entry.set_state(self.live_state());
         let resolved = InteractionResolved {
             request_id: request_id.to_owned(),
             kind,
             resolution,
             decided_by: decided_by.to_owned(),
         };
-        let event = self
-            .emit(EventPayload::InteractionResolved(resolved.clone()))
-            .await?;
-        if let Err(e) = p.responder.respond(body) {
+        // The decision and its resolution event commit in one transaction.
+        let with = WithEvents {
+            decide: Some((request_id.to_owned(), decision)),
+            ..Default::default()
+        };
+        let entry = self.entry.clone();
+        let guard = entry.hub.lock().await;
+        let item = Item::new(EventPayload::InteractionResolved(resolved.clone()));
+        let (events, outcome) = guard.persist_with(vec![item], Some(with)).await?;
+        if let Some(DecideOutcome::AlreadyDecided(i)) = outcome {
+            // Someone decided durably first (cannot happen within one actor, which
+            // serialises decisions, but the store is the authority).
+            drop(guard);
+            self.remove_pending(request_id);
+            return Err(decided_error(request_id, &i));
+        }
+        let p = self.remove_pending(request_id);
+        self.entry.set_state(self.live_state());
+        guard.publish(&events);
+        drop(guard);
+        if let Some(p) = p
+            && let Err(e) = p.responder.respond(body)
+        {
             tracing::warn!(session = %self.sid(), request_id, error = %e, "the CLI no longer waits for this decision");
         }
         Ok(Decided {
-            seq: event.seq.unwrap_or_default(),
+            seq: events.first().and_then(|e| e.seq).unwrap_or_default(),
             resolved,
         })
     }
@@ -742,8 +758,10 @@ impl Actor {
         p
     }
 
-    fn not_pending(&self, request_id: &str) -> Error {
-        match self.shared.store.interaction(self.sid(), request_id) {
+    async fn not_pending(&self, request_id: &str) -> Error {
+        let store = self.shared.store.clone();
+        let (sid, rid) = (self.sid().to_owned(), request_id.to_owned());
+        match blocking(move || store.interaction(&sid, &rid)).await {
             Ok(i) if i.state.is_final() => decided_error(request_id, &i),
             Ok(_) => Error::precondition(format!(
                 "request {request_id:?} of session {:?} is no longer awaited by the CLI",
@@ -802,21 +820,26 @@ impl Actor {
                     response: None,
                     decided_ms: now_ms(),
                 };
-                if let Err(e) = self
-                    .shared
-                    .store
-                    .decide_interaction(self.sid(), request_id, decision)
-                    .await
-                {
-                    tracing::error!(session = %self.sid(), error = %e, "cannot record cancellation");
-                }
-                self.emit_logged(EventPayload::InteractionResolved(InteractionResolved {
+                // The cancellation and its resolution event commit in one transaction.
+                let item = Item::new(EventPayload::InteractionResolved(InteractionResolved {
                     request_id: request_id.to_owned(),
                     kind: p.kind,
                     resolution,
                     decided_by: by.to_owned(),
-                }))
-                .await;
+                }));
+                let with = WithEvents {
+                    decide: Some((request_id.to_owned(), decision)),
+                    ..Default::default()
+                };
+                match self.entry.hub.emit_with(vec![item], with).await {
+                    Ok((_, Some(DecideOutcome::AlreadyDecided(_)))) => {
+                        tracing::debug!(session = %self.sid(), request_id, "already decided; not cancelled");
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(session = %self.sid(), error = %e, "cannot record cancellation");
+                    }
+                }
                 drop(p.responder);
             }
         }
@@ -858,8 +881,9 @@ impl Actor {
 
     async fn command(&mut self, cmd: Command) {
         match cmd {
-            Command::Send { msg, reply } => {
-                let r = self.send(msg).await;
+            Command::Send { msg, reply } => self.send(msg, reply).await,
+            Command::SendWritten { seq, result, reply } => {
+                let r = self.send_written(seq, result, true).await;
                 let _ = reply.send(r);
             }
             Command::Respond {
@@ -927,28 +951,40 @@ impl Actor {
         }
     }
 
-    async fn send(&mut self, msg: SendMessage) -> Result<SendOutcome> {
+    /// Records the message, queues it for stdin and replies once it is written. The write
+    /// is awaited in its own task: the CLI may stop reading stdin until its stdout is
+    /// drained, so the actor keeps draining it meanwhile.
+    async fn send(&mut self, msg: SendMessage, reply: oneshot::Sender<Result<SendOutcome>>) {
         if self.stop_requested {
-            return Err(Error::precondition(format!(
+            let _ = reply.send(Err(Error::precondition(format!(
                 "session {:?} is stopping",
                 self.sid()
-            )));
+            ))));
+            return;
         }
         if let Some(id) = &msg.client_message_id
             && let Some(seq) = self.entry.message_seq(id)
         {
-            return Ok(SendOutcome {
+            let _ = reply.send(Ok(SendOutcome {
                 seq,
                 duplicate: true,
-            });
+            }));
+            return;
         }
-        let event = self
+        let event = match self
             .emit(EventPayload::UserMessageSent(UserMessageSent {
                 content: msg.content.clone(),
                 client_message_id: msg.client_message_id.clone(),
                 sent_by: msg.client.label(),
             }))
-            .await?;
+            .await
+        {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
         let seq = event.seq.unwrap_or_default();
         if let Some(id) = msg.client_message_id {
             self.entry.remember_message(id, seq);
@@ -957,7 +993,32 @@ impl Actor {
             MessageContent::Text(t) => UserContent::Text(t),
             MessageContent::Blocks(b) => UserContent::Blocks(b),
         };
-        if let Err(e) = self.process.send_user(content).await {
+        let ack = match self.process.queue_user(content) {
+            Ok(ack) => ack,
+            Err(e) => {
+                let r = self.send_written(seq, Err(e), false).await;
+                let _ = reply.send(r);
+                return;
+            }
+        };
+        self.turns_outstanding += 1;
+        self.settle_state(Some("user message".into())).await;
+        let tx = self.self_tx.clone();
+        tokio::spawn(async move {
+            let result = ack.written().await;
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx.send(Command::SendWritten { seq, result, reply }).await;
+            }
+        });
+    }
+
+    async fn send_written(
+        &mut self,
+        seq: u64,
+        result: ostler_supervisor::Result<()>,
+        counted: bool,
+    ) -> Result<SendOutcome> {
+        if let Err(e) = result {
             self.emit_logged(EventPayload::EngineNotice(EngineNotice {
                 code: "delivery_failed".into(),
                 message: format!(
@@ -966,13 +1027,15 @@ impl Actor {
                 data: None,
             }))
             .await;
+            if counted && self.turns_outstanding > 0 {
+                self.turns_outstanding -= 1;
+                self.settle_state(None).await;
+            }
             return Err(Error::Unavailable(format!(
                 "the CLI of session {:?} did not take the message: {e}",
                 self.sid()
             )));
         }
-        self.turns_outstanding += 1;
-        self.settle_state(Some("user message".into())).await;
         Ok(SendOutcome {
             seq,
             duplicate: false,
@@ -986,7 +1049,7 @@ impl Actor {
         client: &ClientRef,
     ) -> Result<Decided> {
         let Some(p) = self.pending.get(request_id) else {
-            return Err(self.not_pending(request_id));
+            return Err(self.not_pending(request_id).await);
         };
         let by = client.label();
         match response {
@@ -1067,7 +1130,7 @@ impl Actor {
         client: &ClientRef,
     ) -> Result<Decided> {
         let Some(p) = self.pending.get(request_id) else {
-            return Err(self.not_pending(request_id));
+            return Err(self.not_pending(request_id).await);
         };
         if p.kind != InteractionKind::Question {
             return Err(Error::precondition(format!(
@@ -1188,10 +1251,6 @@ impl Actor {
             .last_stderr
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(info.stderr_tail.clone());
-        self.emit_logged(EventPayload::ProcessExited(ProcessExited {
-            status: status.clone(),
-        }))
-        .await;
         let to = if self.shutdown {
             SessionState::Resumable
         } else if self.stop_requested {
@@ -1209,7 +1268,13 @@ impl Actor {
             updated_ms: now_ms(),
             ..Default::default()
         };
-        if let Err(e) = self.shared.store.update_session(self.sid(), patch).await {
+        // The exit event and the session's exit columns commit together.
+        let item = Item::new(EventPayload::ProcessExited(ProcessExited { status }));
+        let with = WithEvents {
+            patch: Some(patch),
+            ..Default::default()
+        };
+        if let Err(e) = self.entry.hub.emit_with(vec![item], with).await {
             tracing::error!(session = %self.sid(), error = %e, "cannot record the exit");
         }
         self.set_state(to, Some(reason)).await;

@@ -14,7 +14,9 @@ use ostler_supervisor::{Installation, SessionProcess, SpawnOptions, SupervisorOp
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::actor::{Actor, Command};
+use crate::actor::{Actor, ActorOptions, Command};
+use crate::blocking::blocking;
+use crate::counts::StateCounts;
 use crate::error::{Error, Result};
 use crate::hub::{Hub, Item, now_ms};
 use crate::permission::PermissionRule;
@@ -104,6 +106,8 @@ pub(crate) struct EngineShared {
     roots: Vec<PathBuf>,
     registry: Mutex<HashMap<String, Arc<SessionEntry>>>,
     live: AtomicUsize,
+    /// Sessions per stored state (for health).
+    pub counts: StateCounts,
     shutting_down: std::sync::atomic::AtomicBool,
     /// Becomes `true` when the last [`Engine`] handle is dropped.
     gone: tokio::sync::watch::Receiver<bool>,
@@ -248,15 +252,6 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> ostler_store::Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::internal(format!("store task: {e}")))?
-        .map_err(Error::from)
-}
-
 fn canonical_dir(field: &str, p: &Path) -> Result<PathBuf> {
     let c = std::fs::canonicalize(p)
         .map_err(|e| Error::invalid(field, format!("{}: {e}", p.display())))?;
@@ -287,10 +282,14 @@ impl Engine {
         store: Store,
         installation: Installation,
     ) -> Result<Engine> {
-        let mut roots = Vec::new();
-        for r in &opts.allowed_roots {
-            roots.push(canonical_dir("allowed_roots", r)?);
-        }
+        let allowed = opts.allowed_roots.clone();
+        let roots = blocking(move || {
+            allowed
+                .iter()
+                .map(|r| canonical_dir("allowed_roots", r))
+                .collect::<Result<Vec<_>>>()
+        })
+        .await?;
         let (gone_tx, gone) = tokio::sync::watch::channel(false);
         let engine = Engine {
             shared: Arc::new(EngineShared {
@@ -300,22 +299,30 @@ impl Engine {
                 roots,
                 registry: Mutex::new(HashMap::new()),
                 live: AtomicUsize::new(0),
+                counts: StateCounts::default(),
                 shutting_down: std::sync::atomic::AtomicBool::new(false),
                 gone,
             }),
             _alive: Arc::new(Alive(gone_tx)),
         };
+        // The one listing of every stored session: counts per state (kept up to date from
+        // here on by the writes of states) and the sessions left live.
         let mut stale = Vec::new();
         let mut token: Option<String> = None;
         loop {
             let store = engine.shared.store.clone();
-            let filter = SessionFilter {
-                states: LIVE_STATES.to_vec(),
-                ..Default::default()
-            };
             let t = token.clone();
-            let page = blocking(move || store.list_sessions(&filter, t.as_deref(), 500)).await?;
-            stale.extend(page.sessions);
+            let page = blocking(move || {
+                store.list_sessions(&SessionFilter::default(), t.as_deref(), 1000)
+            })
+            .await?;
+            for rec in page.sessions {
+                let state = rec.state;
+                engine.shared.counts.moved(None, Some(state));
+                if LIVE_STATES.contains(&state) {
+                    stale.push(rec);
+                }
+            }
             token = page.next_page_token;
             if token.is_none() {
                 break;
@@ -382,6 +389,9 @@ impl Engine {
                 },
             )
             .await?;
+        self.shared
+            .counts
+            .moved(Some(rec.state), Some(SessionState::Resumable));
         Ok(())
     }
 
@@ -464,7 +474,7 @@ impl Engine {
         }
     }
 
-    fn validate_cwd(&self, cwd: &Path) -> Result<PathBuf> {
+    async fn validate_cwd(&self, cwd: &Path) -> Result<PathBuf> {
         if cwd.as_os_str().is_empty() {
             return Err(Error::invalid("cwd", "the working directory is required"));
         }
@@ -474,7 +484,8 @@ impl Engine {
                 format!("{} is not an absolute path", cwd.display()),
             ));
         }
-        let c = canonical_dir("cwd", cwd)?;
+        let owned = cwd.to_path_buf();
+        let c = blocking(move || canonical_dir("cwd", &owned)).await?;
         if !self.shared.roots.is_empty() && !self.shared.roots.iter().any(|r| c.starts_with(r)) {
             let roots: Vec<String> = self
                 .shared
@@ -513,7 +524,7 @@ impl Engine {
 
     /// `CreateSession`: validates, records, spawns the CLI, sends `first_prompt`.
     pub async fn create_session(&self, req: CreateSession) -> Result<SessionInfo> {
-        let cwd = self.validate_cwd(&req.cwd)?;
+        let cwd = self.validate_cwd(&req.cwd).await?;
         if let Some(m) = &req.permission_mode
             && !KNOWN_MODES.contains(&m.as_str())
         {
@@ -563,6 +574,7 @@ impl Engine {
                 created_ms: created,
             })
             .await?;
+        self.shared.counts.moved(None, Some(SessionState::Starting));
         let entry = self.entry_for(&id);
         let _life = entry.lifecycle.lock().await;
         let spec = SessionSpec {
@@ -585,19 +597,17 @@ impl Engine {
                 data: serde_json::to_value(&spec).ok(),
             }))
             .await?;
-        self.spawn_actor(
-            &entry,
-            &cwd,
-            req.model.clone(),
-            req.permission_mode.clone(),
-            &spec,
-            None,
-            false,
-            None,
-            SessionState::Starting,
-            slot,
-        )
-        .await?;
+        let launch = Launch {
+            cwd: &cwd,
+            model: req.model.clone(),
+            permission_mode: req.permission_mode.clone(),
+            spec: &spec,
+            resume: None,
+            fork: false,
+            claude_session_id: None,
+            from: SessionState::Starting,
+        };
+        self.spawn_actor(&entry, launch, slot).await?;
         if let Some(content) = req.first_prompt {
             self.send_message(
                 &id,
@@ -613,20 +623,22 @@ impl Engine {
         self.get_session(&id).await
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn spawn_actor(
         &self,
         entry: &Arc<SessionEntry>,
-        cwd: &Path,
-        model: Option<String>,
-        permission_mode: Option<String>,
-        spec: &SessionSpec,
-        resume: Option<String>,
-        fork: bool,
-        claude_session_id: Option<String>,
-        from: SessionState,
+        launch: Launch<'_>,
         slot: SlotGuard,
     ) -> Result<()> {
+        let Launch {
+            cwd,
+            model,
+            permission_mode,
+            spec,
+            resume,
+            fork,
+            from,
+            ..
+        } = launch;
         let opts = SpawnOptions {
             cwd: cwd.to_path_buf(),
             model: model.clone(),
@@ -670,7 +682,7 @@ impl Engine {
                         })),
                     ])
                     .await;
-                let _ = self
+                let exited = self
                     .shared
                     .store
                     .update_session(
@@ -688,23 +700,25 @@ impl Engine {
                         },
                     )
                     .await;
+                if exited.is_ok() {
+                    self.shared
+                        .counts
+                        .moved(Some(from), Some(SessionState::Exited));
+                }
                 return Err(err);
             }
         };
-        let (tx, rx) = mpsc::channel(64);
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
-        let mut actor = Actor::new(
-            self.shared.clone(),
-            entry.clone(),
-            process.clone(),
+        let (mut actor, tx) = Actor::new(ActorOptions {
+            shared: self.shared.clone(),
+            entry: entry.clone(),
+            process: process.clone(),
             events,
-            rx,
-            tx.downgrade(),
-            cwd.to_path_buf(),
-            from,
-            claude_session_id,
-        );
-        actor.set_model(model);
+            cwd: cwd.to_path_buf(),
+            state: from,
+            claude_session_id: launch.claude_session_id,
+            model,
+        });
         *lock(&entry.pending) = BTreeMap::new();
         entry.set_state(from);
         *lock(&entry.actor) = Some(ActorHandle { tx, done: done_rx });
@@ -1030,7 +1044,8 @@ impl Engine {
             .map(|m| m.spec.clone())
             .unwrap_or_default();
         let cwd = PathBuf::from(&rec.cwd);
-        if !cwd.is_dir() {
+        let dir = cwd.clone();
+        if !blocking(move || Ok::<_, Error>(dir.is_dir())).await? {
             return Err(Error::precondition(format!(
                 "the session's directory {} no longer exists",
                 cwd.display()
@@ -1056,19 +1071,17 @@ impl Engine {
             }))
             .await?;
         let model = rec.model.clone().filter(|m| m != "default");
-        self.spawn_actor(
-            &entry,
-            &cwd,
+        let launch = Launch {
+            cwd: &cwd,
             model,
-            rec.permission_mode.clone(),
-            &spec,
-            resume.clone(),
+            permission_mode: rec.permission_mode.clone(),
+            spec: &spec,
+            resume: resume.clone(),
             fork,
-            if fork { None } else { resume },
-            state,
-            slot,
-        )
-        .await?;
+            claude_session_id: if fork { None } else { resume },
+            from: state,
+        };
+        self.spawn_actor(&entry, launch, slot).await?;
         drop(_life);
         self.get_session(session_id).await
     }
@@ -1151,7 +1164,9 @@ impl Engine {
             let mut done = actor.done.clone();
             let _ = done.wait_for(|d| *d).await;
         }
+        let state = self.record(session_id).await?.state;
         self.shared.store.delete_session(session_id).await?;
+        self.shared.counts.moved(Some(state), None);
         lock(&self.shared.registry).remove(session_id);
         Ok(())
     }
@@ -1171,42 +1186,19 @@ impl Engine {
             .ok_or_else(|| Error::internal("a stored notice has no seq"))
     }
 
-    /// Health details.
+    /// Health details: in-memory counts and a cheap store probe (no listing: the cost does
+    /// not grow with the stored sessions).
     pub async fn health(&self) -> Result<HealthReport> {
-        let mut by_state: BTreeMap<SessionState, u64> =
-            SessionState::ALL.iter().map(|s| (*s, 0)).collect();
-        let mut token: Option<String> = None;
-        let mut store_status = Ok(());
-        loop {
-            let store = self.shared.store.clone();
-            let t = token.clone();
-            match blocking(move || {
-                store.list_sessions(&SessionFilter::default(), t.as_deref(), 1000)
-            })
+        let store = self.shared.store.clone();
+        let store_status = blocking(move || store.probe())
             .await
-            {
-                Ok(page) => {
-                    for r in page.sessions {
-                        let s = self.info(r).state;
-                        *by_state.entry(s).or_default() += 1;
-                    }
-                    token = page.next_page_token;
-                    if token.is_none() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    store_status = Err(e.to_string());
-                    break;
-                }
-            }
-        }
+            .map_err(|e| e.to_string());
         let pending = lock(&self.shared.registry)
             .values()
             .map(|e| lock(&e.pending).len() as u64)
             .sum();
         Ok(HealthReport {
-            sessions_by_state: by_state,
+            sessions_by_state: self.shared.counts.snapshot(),
             pending_interactions: pending,
             store: store_status,
             live_sessions: self.shared.live.load(Ordering::SeqCst) as u64,
@@ -1225,6 +1217,21 @@ impl Engine {
 }
 
 pub(crate) const SESSION_CREATED: &str = "session_created";
+
+/// How to start a session's CLI process and actor.
+struct Launch<'a> {
+    cwd: &'a Path,
+    model: Option<String>,
+    permission_mode: Option<String>,
+    spec: &'a SessionSpec,
+    /// `--resume` this CLI session.
+    resume: Option<String>,
+    fork: bool,
+    /// The CLI session the actor starts with (none for a fork: the CLI assigns one).
+    claude_session_id: Option<String>,
+    /// The session's state before this process.
+    from: SessionState,
+}
 
 /// A reserved live-session slot, released when dropped.
 pub(crate) struct SlotGuard {

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ostler_store::{NewEvent, Store, StoredEvent};
+use ostler_store::{DecideOutcome, NewEvent, Store, StoredEvent, WithEvents};
 use tokio::sync::{Mutex, MutexGuard, broadcast};
 
 use crate::error::Result;
@@ -81,6 +81,19 @@ impl Hub {
         Ok(events)
     }
 
+    /// [`Hub::emit`] with the writes that commit in the same transaction (see
+    /// [`WriteGuard::persist_with`]).
+    pub async fn emit_with(
+        &self,
+        items: Vec<Item>,
+        with: WithEvents,
+    ) -> Result<(Vec<Arc<EngineEvent>>, Option<DecideOutcome>)> {
+        let guard = self.lock().await;
+        let (events, decided) = guard.persist_with(items, Some(with)).await?;
+        guard.publish(&events);
+        Ok((events, decided))
+    }
+
     /// [`Hub::emit`] for one item; returns its event.
     pub async fn emit_one(&self, payload: EventPayload) -> Result<Arc<EngineEvent>> {
         let mut v = self.emit(vec![Item::new(payload)]).await?;
@@ -104,6 +117,17 @@ impl WriteGuard<'_> {
     /// Appends the stored items (live-only ones are not stored) and waits for the commit.
     /// The returned events are in item order; live-only ones have `seq: None`.
     pub async fn persist(&self, items: Vec<Item>) -> Result<Vec<Arc<EngineEvent>>> {
+        Ok(self.persist_with(items, None).await?.0)
+    }
+
+    /// [`WriteGuard::persist`] with the writes that must commit in the same transaction
+    /// (see [`Store::append_with`]; an interaction's event index counts stored items only).
+    /// When `with` holds a decision that lost, nothing is written and no event is returned.
+    pub async fn persist_with(
+        &self,
+        items: Vec<Item>,
+        with: Option<WithEvents>,
+    ) -> Result<(Vec<Arc<EngineEvent>>, Option<DecideOutcome>)> {
         let hub = self.hub;
         let mut rows = Vec::new();
         for it in items.iter().filter(|i| !i.payload.is_live_only()) {
@@ -114,12 +138,18 @@ impl WriteGuard<'_> {
                 ts_ms: it.ts_ms,
             });
         }
-        let mut seqs = if rows.is_empty() {
-            Vec::new()
-        } else {
-            hub.store.append(&hub.session_id, rows).await?
-        }
-        .into_iter();
+        let (seqs, decided) = match with {
+            Some(with) => {
+                let r = hub.store.append_with(&hub.session_id, rows, with).await?;
+                if let Some(DecideOutcome::AlreadyDecided(_)) = &r.decided {
+                    return Ok((Vec::new(), r.decided));
+                }
+                (r.seqs, r.decided)
+            }
+            None if rows.is_empty() => (Vec::new(), None),
+            None => (hub.store.append(&hub.session_id, rows).await?, None),
+        };
+        let mut seqs = seqs.into_iter();
         let mut out = Vec::with_capacity(items.len());
         for it in items {
             let seq = if it.payload.is_live_only() {
@@ -131,7 +161,7 @@ impl WriteGuard<'_> {
             };
             out.push(Arc::new(hub.event(seq, it.ts_ms, it.payload)));
         }
-        Ok(out)
+        Ok((out, decided))
     }
 
     /// Publishes already persisted events to live subscribers (nobody listening is fine).

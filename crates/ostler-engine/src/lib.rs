@@ -18,6 +18,8 @@ pub mod permission;
 pub mod types;
 
 mod actor;
+mod blocking;
+mod counts;
 mod engine;
 mod hub;
 mod subscribe;

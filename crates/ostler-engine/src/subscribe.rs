@@ -13,6 +13,7 @@ use std::sync::Arc;
 use ostler_store::Store;
 use tokio::sync::broadcast::{self, error::RecvError};
 
+use crate::blocking::blocking;
 use crate::error::{Error, Result};
 use crate::hub::{Hub, decode_stored};
 use crate::types::EngineEvent;
@@ -106,15 +107,14 @@ impl Subscription {
         self.store_reads += 1;
         // Read and decode on a blocking thread: replay is CPU work that should not hold a
         // runtime worker.
-        let page = tokio::task::spawn_blocking(move || {
+        let page = blocking(move || {
             store.events_after(&sid, after, limit).map(|page| {
                 page.iter()
                     .map(|ev| (ev.seq, Arc::new(decode_stored(ev))))
                     .collect::<Vec<_>>()
             })
         })
-        .await
-        .map_err(|e| Error::internal(format!("replay task: {e}")))??;
+        .await?;
         let n = page.len();
         for (seq, ev) in page {
             // The store returns a gap-free run starting at after + 1.

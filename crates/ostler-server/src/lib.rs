@@ -84,8 +84,6 @@ pub struct ServerOptions {
     pub tls: Option<TlsOptions>,
     /// How often the health service re-checks the engine's store.
     pub health_interval: Duration,
-    /// Events buffered per subscriber between the engine and the network.
-    pub subscriber_buffer: usize,
     /// How long to wait for open calls after shutdown began before giving up on them.
     pub drain_timeout: Duration,
 }
@@ -96,7 +94,6 @@ impl Default for ServerOptions {
             tokens: Vec::new(),
             tls: None,
             health_interval: Duration::from_secs(1),
-            subscriber_buffer: 256,
             drain_timeout: Duration::from_secs(5),
         }
     }
@@ -156,7 +153,7 @@ impl Server {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?;
 
-        let session = SessionSvc::new(engine.clone(), shutdown.clone(), opts.subscriber_buffer);
+        let session = SessionSvc::new(engine.clone(), shutdown.clone());
         let daemon = DaemonSvc::new(engine.clone(), info, shutdown.clone());
         let routes = Routes::new(health_svc)
             .add_service(reflection_v1)

@@ -2,12 +2,11 @@
 
 use std::pin::Pin;
 
+use futures::StreamExt as _;
 use ostler_engine as eng;
 use ostler_proto::v1 as pb;
 use ostler_proto::v1::session_service_server::SessionService;
-use tokio::sync::mpsc;
 use tokio_stream::Stream;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
@@ -23,17 +22,11 @@ pub const CLIENT_HEADER: &str = "x-ostler-client";
 pub struct SessionSvc {
     engine: eng::Engine,
     shutdown: CancellationToken,
-    /// Events buffered per subscriber between the engine and the HTTP/2 stream.
-    subscriber_buffer: usize,
 }
 
 impl SessionSvc {
-    pub fn new(engine: eng::Engine, shutdown: CancellationToken, subscriber_buffer: usize) -> Self {
-        Self {
-            engine,
-            shutdown,
-            subscriber_buffer: subscriber_buffer.max(1),
-        }
+    pub fn new(engine: eng::Engine, shutdown: CancellationToken) -> Self {
+        Self { engine, shutdown }
     }
 }
 
@@ -154,7 +147,7 @@ impl SessionService for SessionSvc {
         let r = req.into_inner();
         let id = session_id(&r.session_id)?.to_owned();
         let span = tracing::info_span!("subscribe", session_id = %id, after_seq = r.after_seq);
-        let mut sub = self
+        let sub = self
             .engine
             .subscribe(eng::SubscribeRequest {
                 session_id: id.clone(),
@@ -165,56 +158,38 @@ impl SessionService for SessionSvc {
             .instrument(span.clone())
             .await
             .map_err(ApiError::from)?;
-        let (tx, rx) = mpsc::channel::<Result<pb::SessionEvent, Status>>(self.subscriber_buffer);
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(
-            async move {
-                tracing::debug!("subscriber attached");
-                loop {
-                    let next = tokio::select! {
-                        biased;
-                        () = shutdown.cancelled() => {
-                            let _ = tx
-                                .send(Err(Status::unavailable(
-                                    "the ostler daemon is shutting down; resubscribe with \
-                                     after_seq set to the last seq you received",
-                                )))
-                                .await;
-                            break;
-                        }
-                        () = tx.closed() => break,
-                        next = sub.next() => next,
-                    };
-                    let item = match next {
-                        None => break,
-                        Some(Err(e)) => Err(Status::from(ApiError::from(e))),
-                        Some(Ok(ev)) => match convert::event_to_pb(&ev) {
-                            Some(p) => Ok(p),
-                            None => continue,
-                        },
-                    };
-                    let end = item.is_err();
-                    // Waits while this client's buffer is full: only this subscriber slows
-                    // down; the engine serves it from the store once it falls behind.
-                    tokio::select! {
-                        biased;
-                        () = shutdown.cancelled() => {
-                            let _ = tx.try_send(Err(Status::unavailable(
-                                "the ostler daemon is shutting down",
-                            )));
-                            break;
-                        }
-                        sent = tx.send(item) => if sent.is_err() { break },
+        // The subscription itself is the stream: tonic polls it only while this client's
+        // HTTP/2 window has room, so a slow client slows only itself (its subscription lags
+        // behind the live buffer and continues from the store). Shutdown ends it with
+        // UNAVAILABLE.
+        tracing::debug!(parent: &span, "subscriber attached");
+        let state = Some((Box::pin(sub.into_stream()), self.shutdown.clone()));
+        let stream = futures::stream::unfold(state, |state| async move {
+            let (mut events, shutdown) = state?;
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => {
+                        let e = Status::unavailable(
+                            "the ostler daemon is shutting down; resubscribe with after_seq \
+                             set to the last seq you received",
+                        );
+                        return Some((Err(e), None));
                     }
-                    if end {
-                        break;
+                    next = events.next() => next,
+                };
+                match next {
+                    None => return None,
+                    Some(Err(e)) => return Some((Err(Status::from(ApiError::from(e))), None)),
+                    Some(Ok(ev)) => {
+                        if let Some(p) = convert::event_to_pb(&ev) {
+                            return Some((Ok(p), Some((events, shutdown))));
+                        }
                     }
                 }
-                tracing::debug!("subscriber detached");
             }
-            .instrument(span),
-        );
-        ok(Box::pin(ReceiverStream::new(rx)))
+        });
+        ok(Box::pin(stream))
     }
 
     async fn respond_to_permission(

@@ -231,6 +231,38 @@ pub(crate) fn decide_op(
     })
 }
 
+/// Events plus the writes that belong to them, in one transaction (see
+/// [`crate::Store::append_with`]).
+pub(crate) fn append_with_op(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    events: &[NewEvent],
+    with: &WithEvents,
+) -> Result<AppendedWith> {
+    let decided = match &with.decide {
+        Some((request_id, d)) => match decide_op(ctx, session_id, request_id, d)? {
+            lost @ DecideOutcome::AlreadyDecided(_) => {
+                return Ok(AppendedWith {
+                    seqs: Vec::new(),
+                    decided: Some(lost),
+                });
+            }
+            won => Some(won),
+        },
+        None => None,
+    };
+    let seqs = append_op(ctx, session_id, events)?;
+    if let Some((interaction, index)) = &with.interaction {
+        let mut i = interaction.clone();
+        i.event_seq = seqs.get(*index).copied().or(i.event_seq);
+        upsert_interaction_op(ctx, &i)?;
+    }
+    if let Some(patch) = &with.patch {
+        update_session_op(ctx, session_id, patch)?;
+    }
+    Ok(AppendedWith { seqs, decided })
+}
+
 pub(crate) fn close_pending_op(
     ctx: &mut Ctx<'_>,
     session_id: Option<&str>,

@@ -257,6 +257,20 @@ impl Store {
         self.submit(move |ctx| ops::decide_op(ctx, &sid, &rid, &decision))
     }
 
+    /// Appends events to a session's log together with the writes that belong to them (a
+    /// decision and its resolution event, a request event and its pending interaction, a
+    /// state event and the session's state): one transaction, so a crash never leaves one
+    /// without the other. A decision that lost (already decided) writes nothing.
+    pub fn append_with(
+        &self,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        with: WithEvents,
+    ) -> Ticket<AppendedWith> {
+        let sid = session_id.to_owned();
+        self.submit(move |ctx| ops::append_with_op(ctx, &sid, &events, &with))
+    }
+
     /// Closes every pending interaction of one session (or of all sessions, with `None`) as
     /// `Expired` or `Cancelled`, e.g. when a session ends or at daemon start. Resolves to
     /// the interactions closed.
@@ -304,6 +318,16 @@ impl Store {
         self.inner
             .readers
             .events_after(session_id, after_seq, limit)
+    }
+
+    /// A cheap read that shows whether the store answers (for health checks).
+    pub fn probe(&self) -> Result<()> {
+        self.inner.readers.with(|conn| {
+            let mut stmt = conn.prepare_cached("SELECT 1 FROM sessions LIMIT 1")?;
+            let mut rows = stmt.query([])?;
+            rows.next()?;
+            Ok(())
+        })
     }
 
     /// The seq of a session's last committed event (0 if none).

@@ -472,3 +472,26 @@ pub struct SessionUsage {
     /// Each turn, in order.
     pub turns: Vec<StoredTurnUsage>,
 }
+
+/// Writes that commit in one transaction with a session's events (see
+/// [`crate::Store::append_with`]): all of them or none.
+#[derive(Debug, Clone, Default)]
+pub struct WithEvents {
+    /// Decide this interaction (request id, decision) first. When it was already decided,
+    /// nothing at all is written and [`AppendedWith::decided`] says who decided.
+    pub decide: Option<(String, Decision)>,
+    /// Record this interaction as pending, its `event_seq` set to the seq of the stored
+    /// event at this index of the appended events.
+    pub interaction: Option<(NewInteraction, usize)>,
+    /// Change the session.
+    pub patch: Option<SessionPatch>,
+}
+
+/// The result of [`crate::Store::append_with`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendedWith {
+    /// Seqs of the appended events (empty when the decision lost).
+    pub seqs: Vec<u64>,
+    /// The decision's outcome, when one was asked for.
+    pub decided: Option<DecideOutcome>,
+}

@@ -27,5 +27,5 @@ pub use ostler_protocol::version::{
 };
 pub use session::{
     ControlError, Error, ExitInfo, NO_DECISION, ProcessEvent, Responder, Result, SessionProcess,
-    SpawnOptions, SupervisorOptions,
+    SpawnOptions, SupervisorOptions, WriteAck,
 };

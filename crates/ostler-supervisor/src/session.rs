@@ -263,6 +263,22 @@ impl Drop for Responder {
     }
 }
 
+/// Resolves once a queued stdin write is done (see [`SessionProcess::queue_user`]).
+#[derive(Debug)]
+#[must_use = "the write happens anyway; the ack tells whether it succeeded"]
+pub struct WriteAck(oneshot::Receiver<std::result::Result<(), String>>);
+
+impl WriteAck {
+    /// Waits until the line is written to stdin (or the write failed).
+    pub async fn written(self) -> Result<()> {
+        match self.0.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::Stdin(e)),
+            Err(_) => Err(Error::ProcessGone),
+        }
+    }
+}
+
 enum WriteCmd {
     Line(Vec<u8>, Option<oneshot::Sender<Result<(), String>>>),
     Close,
@@ -334,6 +350,11 @@ impl Shared {
     }
 
     async fn write(&self, line: Vec<u8>) -> Result<()> {
+        self.queue(line)?.written().await
+    }
+
+    /// Queues `line` for stdin (in order with every other write) without waiting for it.
+    fn queue(&self, line: Vec<u8>) -> Result<WriteAck> {
         if self.exited() {
             return Err(Error::ProcessGone);
         }
@@ -341,11 +362,7 @@ impl Shared {
         self.writer
             .send(WriteCmd::Line(line, Some(tx)))
             .map_err(|_| Error::ProcessGone)?;
-        match rx.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::Stdin(e)),
-            Err(_) => Err(Error::ProcessGone),
-        }
+        Ok(WriteAck(rx))
     }
 
     fn kill_group(&self, sig: Signal) {
@@ -651,6 +668,24 @@ impl SessionProcess {
         self.shared.turn_running.store(true, Ordering::SeqCst);
         self.shared.touch();
         self.shared.write(line).await
+    }
+
+    /// Queues a user message (starts a turn) for stdin and returns at once: the message is
+    /// ordered with every write queued before and after it, and [`WriteAck::written`]
+    /// resolves once it is written. For an owner that must keep draining the process's
+    /// events while a large message is written (the CLI may not read stdin while its
+    /// stdout is full).
+    pub fn queue_user(&self, content: UserContent) -> Result<WriteAck> {
+        let session_id = self.session_id().unwrap_or_default();
+        let line = Outbound::User {
+            content,
+            parent_tool_use_id: None,
+            session_id,
+        }
+        .to_line();
+        self.shared.turn_running.store(true, Ordering::SeqCst);
+        self.shared.touch();
+        self.shared.queue(line)
     }
 
     /// Send any outbound message as is (ordered with everything else).

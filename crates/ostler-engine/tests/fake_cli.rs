@@ -1,0 +1,414 @@
+//! The engine against fake CLIs (shell scripts speaking just enough stream-json): the
+//! cases a real CLI cannot be made to hit on demand. Fast: no node start-up.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ostler_engine::*;
+use ostler_store::{Store, StoreOptions};
+use ostler_supervisor::Installation;
+
+/// Failure guard for awaits (never used to synchronise).
+fn guard() -> Duration {
+    ostler_testkit::timeouts::guard()
+}
+
+struct Fake {
+    _dir: tempfile::TempDir,
+    cwd: PathBuf,
+    store: Store,
+    engine: Engine,
+}
+
+fn fake_cli(dir: &Path, body: &str) -> Installation {
+    let p = dir.join("claude");
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Installation::assume(p, semver::Version::new(2, 1, 330), None)
+}
+
+impl Fake {
+    async fn start(body: &str) -> Fake {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let cwd = base.join("work");
+        std::fs::create_dir_all(&cwd).unwrap();
+        let store = Store::open(base.join("ostler.db"), StoreOptions::default()).unwrap();
+        let mut opts = EngineOptions::default();
+        opts.supervisor.stop_grace = Duration::from_secs(3);
+        opts.supervisor.stall_after = None;
+        let engine = Engine::start(opts, store.clone(), fake_cli(&base, body))
+            .await
+            .unwrap();
+        Fake {
+            _dir: dir,
+            cwd,
+            store,
+            engine,
+        }
+    }
+
+    async fn session(&self, first_prompt: Option<&str>) -> SessionInfo {
+        tokio::time::timeout(
+            guard(),
+            self.engine.create_session(CreateSession {
+                cwd: self.cwd.clone(),
+                first_prompt: first_prompt.map(|p| MessageContent::Text(p.into())),
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+    }
+
+    async fn follow(&self, id: &str) -> Subscription {
+        self.engine
+            .subscribe(SubscribeRequest {
+                session_id: id.into(),
+                after_seq: 0,
+                include_partials: false,
+                follow: true,
+            })
+            .await
+            .unwrap()
+    }
+}
+
+async fn until(sub: &mut Subscription, pred: impl Fn(&EngineEvent) -> bool) -> Arc<EngineEvent> {
+    tokio::time::timeout(guard(), async {
+        loop {
+            let ev = sub.next().await.expect("stream open").expect("event");
+            if pred(&ev) {
+                return ev;
+            }
+        }
+    })
+    .await
+    .expect("event within the guard")
+}
+
+/// A CLI that does not read stdin while its stdout is full (the real one is single-threaded
+/// in the same way while it streams a long answer) must not hang its session when a
+/// multi-megabyte message is written to it mid-turn: the actor keeps draining stdout while
+/// the write is in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_message_mid_turn_does_not_deadlock_stdin_against_stdout() {
+    // Reads the first message; on the second, takes its first KiB, then writes ~24 MB to
+    // stdout before reading the rest (far beyond the pipe and the event buffer), then
+    // reports how many bytes the rest had and ends the turn.
+    let fake = Fake::start(
+        r#"
+IFS= read -r first
+echo '{"type":"system","subtype":"init","session_id":"fake-1","model":"fake-model","cwd":"/","tools":[]}'
+dd bs=1024 count=1 of=/dev/null 2>/dev/null
+pad=$(head -c 8000 /dev/zero | tr '\0' x)
+i=0
+while [ $i -lt 3000 ]; do
+  echo "{\"type\":\"keep_alive\",\"pad\":\"$pad\"}"
+  i=$((i+1))
+done
+rest=$(head -n 1 | wc -c)
+echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"duration_ms\":1,\"num_turns\":1,\"result\":\"rest $rest\",\"session_id\":\"fake-1\"}"
+cat > /dev/null
+"#,
+    )
+    .await;
+    let s = fake.session(Some("start a long answer")).await;
+    let mut sub = fake.follow(&s.id).await;
+    until(&mut sub, |e| {
+        matches!(e.payload, EventPayload::SessionStarted(_))
+    })
+    .await;
+    let big = "y".repeat(4 * 1024 * 1024);
+    let sent = tokio::time::timeout(
+        guard(),
+        fake.engine.send_message(
+            &s.id,
+            SendMessage {
+                content: MessageContent::Text(big),
+                client_message_id: None,
+                client: ClientRef::default(),
+            },
+        ),
+    )
+    .await
+    .expect("the message was not written: stdin and stdout deadlocked")
+    .unwrap();
+    assert!(!sent.duplicate);
+    let end = until(&mut sub, |e| {
+        matches!(e.payload, EventPayload::TurnCompleted(_))
+    })
+    .await;
+    let EventPayload::TurnCompleted(r) = &end.payload else {
+        unreachable!()
+    };
+    let rest: usize = r
+        .result
+        .as_deref()
+        .and_then(|t| t.strip_prefix("rest "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("unexpected result {r:?}"));
+    assert!(rest > 4 * 1024 * 1024 - 1024, "the CLI read {rest} bytes");
+    let info = fake.engine.get_session(&s.id).await.unwrap();
+    assert_eq!(info.state, SessionState::Idle);
+    fake.engine.shutdown().await;
+    drop(fake.store);
+}
+
+/// A CLI that asks for permission on every user message and ends the turn once answered.
+const ASKS_EVERY_TURN: &str = r#"
+k=0
+while IFS= read -r line; do
+  case "$line" in
+    *'"type":"user"'*)
+      k=$((k+1))
+      echo "{\"type\":\"control_request\",\"request_id\":\"req-$k\",\"request\":{\"subtype\":\"can_use_tool\",\"tool_name\":\"Bash\",\"input\":{\"command\":\"echo $k\"},\"tool_use_id\":\"toolu_$k\"}}"
+      ;;
+    *'"type":"control_response"'*)
+      echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"duration_ms\":1,\"num_turns\":1,\"result\":\"done $k\",\"session_id\":\"fake-2\"}"
+      ;;
+  esac
+done
+"#;
+
+/// A decision and its `interaction_resolved` event commit in one transaction: a reader of
+/// the store (or a daemon that crashed at any moment) never finds a decided interaction
+/// without its resolution in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_never_exists_without_its_resolution_event() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let fake = Fake::start(ASKS_EVERY_TURN).await;
+    let s = fake.session(None).await;
+    let mut sub = fake.follow(&s.id).await;
+    let current = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Polls the store as fast as it can: the decided interaction of the current request,
+    // then the log after its request event.
+    let poller = {
+        let (store, sid) = (fake.store.clone(), s.id.clone());
+        let (current, stop) = (current.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut checks, mut torn) = (0u64, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                let k = current.load(Ordering::Relaxed);
+                if k == 0 {
+                    std::thread::yield_now();
+                    continue;
+                }
+                let rid = format!("req-{k}");
+                let Ok(i) = store.interaction(&sid, &rid) else {
+                    continue;
+                };
+                if !i.state.is_final() {
+                    continue;
+                }
+                let after = i.event_seq.unwrap_or(0);
+                let events = store.events_after(&sid, after, 64).unwrap();
+                checks += 1;
+                let resolved = events.iter().any(|e| {
+                    &*e.kind == "interaction_resolved"
+                        && std::str::from_utf8(&e.payload).is_ok_and(|p| p.contains(&rid))
+                });
+                if !resolved {
+                    torn.push(rid);
+                }
+            }
+            (checks, torn)
+        })
+    };
+    for k in 1..=40u64 {
+        fake.engine
+            .send_message(
+                &s.id,
+                SendMessage {
+                    content: MessageContent::Text(format!("turn {k}")),
+                    client_message_id: None,
+                    client: ClientRef::default(),
+                },
+            )
+            .await
+            .unwrap();
+        let asked = until(&mut sub, |e| {
+            matches!(e.payload, EventPayload::PermissionRequested(_))
+        })
+        .await;
+        let EventPayload::PermissionRequested(p) = &asked.payload else {
+            unreachable!()
+        };
+        assert_eq!(p.request_id, format!("req-{k}"));
+        current.store(k, Ordering::Relaxed);
+        fake.engine
+            .respond_permission(
+                &s.id,
+                &p.request_id,
+                PermissionResponse::Allow {
+                    updated_input: None,
+                    remember: Vec::new(),
+                },
+                ClientRef::default(),
+            )
+            .await
+            .unwrap();
+        until(&mut sub, |e| {
+            matches!(e.payload, EventPayload::TurnCompleted(_))
+        })
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (checks, torn) = poller.join().unwrap();
+    assert!(checks > 0, "the poller never saw a decision");
+    assert!(
+        torn.is_empty(),
+        "decided without a resolution event in the log: {torn:?}"
+    );
+    fake.engine.shutdown().await;
+}
+
+/// Stores `n` sessions in `state` directly (as an earlier daemon run would have left them).
+async fn stored_sessions(store: &Store, cwd: &Path, state: SessionState, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut tickets = Vec::new();
+    for _ in 0..n {
+        let id = uuid::Uuid::now_v7().to_string();
+        tickets.push(store.create_session(ostler_store::NewSession {
+            id: id.clone(),
+            cwd: cwd.display().to_string(),
+            state,
+            created_ms: 1,
+            ..Default::default()
+        }));
+        ids.push(id);
+    }
+    for t in tickets {
+        t.await.unwrap();
+    }
+    ids
+}
+
+/// Sessions per stored state, counted the slow way: listing every stored session.
+fn listed_counts(store: &Store) -> std::collections::BTreeMap<SessionState, u64> {
+    let mut by: std::collections::BTreeMap<SessionState, u64> =
+        SessionState::ALL.iter().map(|s| (*s, 0)).collect();
+    let mut token: Option<String> = None;
+    loop {
+        let page = store
+            .list_sessions(&Default::default(), token.as_deref(), 1000)
+            .unwrap();
+        for r in page.sessions {
+            *by.entry(r.state).or_default() += 1;
+        }
+        token = page.next_page_token;
+        if token.is_none() {
+            return by;
+        }
+    }
+}
+
+async fn assert_counts(engine: &Engine, store: &Store, step: &str) {
+    let health = engine.health().await.unwrap();
+    assert!(health.store.is_ok(), "{step}: {:?}", health.store);
+    let store = store.clone();
+    let listed = tokio::task::spawn_blocking(move || listed_counts(&store))
+        .await
+        .unwrap();
+    assert_eq!(health.sessions_by_state, listed, "after {step}");
+}
+
+/// Health's per-state counts (kept in memory) agree with the store after every kind of
+/// state change: start (stale live sessions become resumable), create, stop, resume,
+/// delete (live and stored), and a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_counts_follow_every_state_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let cwd = base.join("work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let store = Store::open(base.join("ostler.db"), StoreOptions::default()).unwrap();
+    let stopped = stored_sessions(&store, &cwd, SessionState::Stopped, 20).await;
+    stored_sessions(&store, &cwd, SessionState::Running, 3).await;
+    stored_sessions(&store, &cwd, SessionState::Exited, 5).await;
+    let inst = fake_cli(&base, "cat > /dev/null");
+    let mut opts = EngineOptions::default();
+    opts.supervisor.stop_grace = Duration::from_secs(3);
+    opts.supervisor.stall_after = None;
+    let engine = Engine::start(opts.clone(), store.clone(), inst.clone())
+        .await
+        .unwrap();
+    assert_counts(&engine, &store, "start").await;
+    assert_eq!(
+        engine.health().await.unwrap().sessions_by_state[&SessionState::Resumable],
+        3
+    );
+    let create = || {
+        engine.create_session(CreateSession {
+            cwd: cwd.clone(),
+            ..Default::default()
+        })
+    };
+    let a = create().await.unwrap();
+    let b = create().await.unwrap();
+    let c = create().await.unwrap();
+    assert_counts(&engine, &store, "create").await;
+    engine.stop_session(&a.id).await.unwrap();
+    assert_counts(&engine, &store, "stop").await;
+    engine.delete_session(&b.id).await.unwrap();
+    assert_counts(&engine, &store, "delete of a live session").await;
+    engine.delete_session(&stopped[0]).await.unwrap();
+    assert_counts(&engine, &store, "delete of a stored session").await;
+    engine.resume_session(&stopped[1], false).await.unwrap();
+    assert_counts(&engine, &store, "resume").await;
+    engine.resume_session(&a.id, false).await.unwrap();
+    assert_counts(&engine, &store, "resume of a stopped one").await;
+    // The daemon dies (no shutdown): the next start finds c, a and stopped[1] live.
+    drop(engine);
+    let _ = c;
+    let engine = Engine::start(opts.clone(), store.clone(), inst.clone())
+        .await
+        .unwrap();
+    assert_counts(&engine, &store, "restart").await;
+    engine.shutdown().await;
+    assert_counts(&engine, &store, "shutdown").await;
+}
+
+/// Health does not list the stored sessions: with thousands stored, answering it many
+/// times costs less than listing them once (it used to list them on every call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_cost_does_not_grow_with_stored_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let store = Store::open(base.join("ostler.db"), StoreOptions::default()).unwrap();
+    stored_sessions(&store, &base, SessionState::Stopped, 5000).await;
+    let engine = Engine::start(
+        EngineOptions::default(),
+        store.clone(),
+        fake_cli(&base, "cat > /dev/null"),
+    )
+    .await
+    .unwrap();
+    // Warm both paths once.
+    engine.health().await.unwrap();
+    let s = store.clone();
+    tokio::task::spawn_blocking(move || listed_counts(&s))
+        .await
+        .unwrap();
+    let t = std::time::Instant::now();
+    let s = store.clone();
+    let listed = tokio::task::spawn_blocking(move || listed_counts(&s))
+        .await
+        .unwrap();
+    let one_listing = t.elapsed();
+    let t = std::time::Instant::now();
+    for _ in 0..20 {
+        let h = engine.health().await.unwrap();
+        assert_eq!(h.sessions_by_state, listed);
+    }
+    let twenty_health = t.elapsed();
+    assert!(
+        twenty_health < one_listing,
+        "20 health calls took {twenty_health:?}, one listing of 5,000 sessions {one_listing:?}"
+    );
+}
