@@ -308,7 +308,7 @@ impl Actor {
         let keep_raw = self.shared.opts.store_raw_lines;
         let mut turns = self.turns_outstanding;
         for line in &lines {
-            let mut raw = keep_raw.then(|| line.raw.clone());
+            let mut raw = keep_raw.then(|| line.raw.clone()).filter(|r| !r.is_empty());
             for ev in &line.events {
                 let payload = match ev {
                     Event::SessionStarted(s) => {

@@ -45,9 +45,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use ostler_protocol::junk::{JunkCoalescer, JunkOptions};
 use ostler_protocol::model::{CliRequest, ControlOutcome, RawJson};
 use ostler_protocol::outbound::{OutRequest, ResponseBody, UserContent};
-use ostler_protocol::{DecodedLine, Decoder, Event, Frame, FramerOptions, LineFramer, Outbound};
+use ostler_protocol::{
+    DecodedLine, Decoder, Diagnostic, DiagnosticCode, Event, Frame, FramerOptions, LineFramer,
+    Outbound,
+};
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -959,6 +963,7 @@ async fn reader_task(
     });
     let mut buf = vec![0u8; 64 * 1024];
     let mut frames: Vec<Frame> = Vec::new();
+    let mut junk = JunkCoalescer::new(JunkOptions::default());
     let mut exit_rx = shared.exit_rx.clone();
     let mut owner_gone = false;
     // After the process exits, keep reading what is buffered for at most this long (an
@@ -978,7 +983,7 @@ async fn reader_task(
         };
         shared.touch();
         framer.push(&buf[..n], &mut frames);
-        if !owner_gone && !deliver(&shared, &events, &mut decoder, &mut frames).await {
+        if !owner_gone && !deliver(&shared, &events, &mut decoder, &mut junk, &mut frames).await {
             owner_gone = true;
             tracing::warn!(session = %shared.log_id, "event receiver dropped: killing the session process");
             shared.requested.store(true, Ordering::SeqCst);
@@ -988,7 +993,10 @@ async fn reader_task(
     }
     framer.finish(&mut frames);
     if !owner_gone {
-        deliver(&shared, &events, &mut decoder, &mut frames).await;
+        deliver(&shared, &events, &mut decoder, &mut junk, &mut frames).await;
+        if let Some(summary) = junk.finish() {
+            send_junk_summary(&events, summary).await;
+        }
     }
     let mut exit_rx = shared.exit_rx.clone();
     let info = match exit_rx.wait_for(|e| e.is_some()).await {
@@ -1013,10 +1021,39 @@ async fn deliver(
     shared: &Arc<Shared>,
     events: &mpsc::Sender<ProcessEvent>,
     decoder: &mut Decoder,
+    junk: &mut JunkCoalescer,
     frames: &mut Vec<Frame>,
 ) -> bool {
     for frame in frames.drain(..) {
-        let line = Arc::new(decoder.decode(frame));
+        let mut line = decoder.decode(frame);
+        // Non-JSON output is coalesced: a few lines per window pass, the rest become one
+        // summary diagnostic (a CLI must not fill the store with junk).
+        let now = Instant::now();
+        let is_junk = matches!(
+            line.events.as_slice(),
+            [Event::Diagnostic(d)] if d.code == DiagnosticCode::NotJson
+        );
+        let (summary, pass) = if is_junk {
+            let Some(Event::Diagnostic(d)) = line.events.pop() else {
+                unreachable!("matched above")
+            };
+            let v = junk.junk(d, now);
+            (v.summary, v.line)
+        } else {
+            (junk.poll(now), None)
+        };
+        if let Some(summary) = summary
+            && !send_junk_summary(events, summary).await
+        {
+            return false;
+        }
+        if is_junk {
+            match pass {
+                Some(d) => line.events.push(Event::Diagnostic(d)),
+                None => continue,
+            }
+        }
+        let line = Arc::new(line);
         let mut extra = Vec::new();
         for ev in &line.events {
             match ev {
@@ -1065,6 +1102,18 @@ async fn deliver(
         }
     }
     true
+}
+
+/// A coalesced-junk summary as a line of its own (no raw bytes: it stands for many lines).
+async fn send_junk_summary(events: &mpsc::Sender<ProcessEvent>, d: Diagnostic) -> bool {
+    let line = DecodedLine {
+        raw: bytes::Bytes::new(),
+        events: vec![Event::Diagnostic(d)],
+    };
+    events
+        .send(ProcessEvent::Line(Arc::new(line)))
+        .await
+        .is_ok()
 }
 
 async fn watchdog_task(shared: Arc<Shared>, events: mpsc::Sender<ProcessEvent>, after: Duration) {

@@ -448,3 +448,53 @@ async fn bad_spawn_options_are_typed_errors() {
         "{e:?}"
     );
 }
+
+/// A CLI that writes 100,000 non-JSON lines cannot turn them into 100,000 events: a few
+/// pass, the rest arrive as summaries that count them; JSON lines after the junk still come.
+#[tokio::test]
+async fn junk_output_is_coalesced_not_delivered_line_by_line() {
+    let d = tempfile::tempdir().unwrap();
+    let inst = fake(
+        d.path(),
+        r#"yes x | head -n 100000
+echo '{"type":"system","subtype":"init","session_id":"s1","tools":[],"model":"m","cwd":"/"}'
+cat > /dev/null"#,
+    );
+    let (proc, mut rx) = SessionProcess::spawn(&inst, spawn_opts(d.path()), sup())
+        .await
+        .unwrap();
+    let mut diagnostics = 0u64;
+    let mut counted = 0u64;
+    loop {
+        match next(&mut rx).await {
+            ProcessEvent::Line(l) => {
+                for e in &l.events {
+                    match e {
+                        Event::Diagnostic(d) => {
+                            diagnostics += 1;
+                            if let Some(n) = d
+                                .message
+                                .split_whitespace()
+                                .next()
+                                .and_then(|n| n.parse::<u64>().ok())
+                            {
+                                counted += n;
+                            } else {
+                                counted += 1;
+                            }
+                        }
+                        Event::SessionStarted(_) => {
+                            assert!(diagnostics <= 200, "{diagnostics} junk events delivered");
+                            assert_eq!(counted, 100_000, "every junk line is accounted for");
+                            proc.stop().await;
+                            return;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            ProcessEvent::Exited(e) => panic!("exited before the init line: {e:?}"),
+            _ => {}
+        }
+    }
+}
