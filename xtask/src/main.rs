@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod compat;
 mod contracts_record;
 mod dev;
+mod fuzz;
 mod goldens;
 
 #[derive(Parser)]
@@ -23,6 +24,8 @@ struct Cli {
 enum Cmd {
     /// Run the whole test suite as CI does (installs the pinned CLI releases first).
     Test(dev::TestArgs),
+    /// Time-bounded property fuzzing (framer/decoder, stored codec, rules, gRPC requests).
+    Fuzz(fuzz::FuzzArgs),
     /// Install the newest pinned Claude Code release and run the daemon with it.
     Daemon(dev::DaemonArgs),
     /// The Claude Code compatibility matrix (measured evidence -> embedded matrix + docs).
@@ -63,6 +66,7 @@ fn main() -> Result<()> {
     match cli.cmd {
         Cmd::Test(a) => dev::test(a),
         Cmd::Daemon(a) => dev::daemon(a),
+        Cmd::Fuzz(a) => fuzz::fuzz(a),
         Cmd::Compat { cmd } => match cmd {
             CompatCmd::Probe(a) => compat::probe(a),
             CompatCmd::Generate(a) => compat::generate(a),
