@@ -135,6 +135,13 @@ pub fn test(a: TestArgs) -> Result<()> {
         run(&format!("cargo xtask {}", check.join(" ")), c)?;
     }
 
+    eprintln!("==> cargo xtask fuzz --secs 60");
+    crate::fuzz::fuzz(crate::fuzz::FuzzArgs {
+        secs: 60,
+        target: Vec::new(),
+        seed: None,
+    })?;
+
     let mut t = cargo();
     if have("cargo-nextest", "--version") {
         t.args(["nextest", "run", "--workspace", "--no-fail-fast"]);

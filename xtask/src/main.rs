@@ -11,6 +11,7 @@ mod bench;
 mod compat;
 mod contracts_record;
 mod dev;
+mod fuzz;
 mod goldens;
 
 #[derive(Parser)]
@@ -24,6 +25,8 @@ struct Cli {
 enum Cmd {
     /// Run the whole test suite as CI does (installs the pinned CLI releases first).
     Test(dev::TestArgs),
+    /// Time-bounded property fuzzing (framer/decoder, stored codec, rules, gRPC requests).
+    Fuzz(fuzz::FuzzArgs),
     /// Install the newest pinned Claude Code release and run the daemon with it.
     Daemon(dev::DaemonArgs),
     /// End-to-end benchmarks (daemon + fake CLI + tonic client, ratios to same-run
@@ -68,6 +71,7 @@ fn main() -> Result<()> {
         Cmd::Test(a) => dev::test(a),
         Cmd::Daemon(a) => dev::daemon(a),
         Cmd::Bench(a) => bench::bench(a),
+        Cmd::Fuzz(a) => fuzz::fuzz(a),
         Cmd::Compat { cmd } => match cmd {
             CompatCmd::Probe(a) => compat::probe(a),
             CompatCmd::Generate(a) => compat::generate(a),

@@ -15,6 +15,8 @@ pub mod auth;
 mod convert;
 mod daemon;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod session;
 
 use std::future::Future;
