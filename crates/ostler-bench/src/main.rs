@@ -763,16 +763,7 @@ fn baselines(o: &Opts, n: u64) -> Result<Baselines> {
         .prefix("ostler-bench-pipe-")
         .tempdir()?;
     let mut child = Command::new(&o.fake)
-        .args([
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--permission-prompt-tool",
-            "stdio",
-        ])
+        .args(ostler_protocol::argv::StreamJsonArgs::session().into_args())
         .current_dir(home.path())
         .env_clear()
         .env("HOME", home.path())

@@ -38,7 +38,7 @@ impl Fake {
         std::fs::create_dir_all(&cwd).unwrap();
         let store = Store::open(base.join("ostler.db"), StoreOptions::default()).unwrap();
         let mut opts = EngineOptions::default();
-        opts.supervisor.stop_grace = Duration::from_secs(3);
+        opts.supervisor.stop_grace = ostler_testkit::timeouts::secs(3);
         opts.supervisor.stall_after = None;
         let engine = Engine::start(opts, store.clone(), fake_cli(&base, body))
             .await
@@ -333,7 +333,7 @@ async fn health_counts_follow_every_state_change() {
     stored_sessions(&store, &cwd, SessionState::Exited, 5).await;
     let inst = fake_cli(&base, "cat > /dev/null");
     let mut opts = EngineOptions::default();
-    opts.supervisor.stop_grace = Duration::from_secs(3);
+    opts.supervisor.stop_grace = ostler_testkit::timeouts::secs(3);
     opts.supervisor.stall_after = None;
     let engine = Engine::start(opts.clone(), store.clone(), inst.clone())
         .await

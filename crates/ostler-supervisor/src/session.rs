@@ -662,16 +662,7 @@ impl SessionProcess {
 
     /// Send a user message (starts a turn). Returns once it is written to stdin.
     pub async fn send_user(&self, content: UserContent) -> Result<()> {
-        let session_id = self.session_id().unwrap_or_default();
-        let line = Outbound::User {
-            content,
-            parent_tool_use_id: None,
-            session_id,
-        }
-        .to_line();
-        self.shared.turn_running.store(true, Ordering::SeqCst);
-        self.shared.touch();
-        self.shared.write(line).await
+        self.queue_user(content)?.written().await
     }
 
     /// Queues a user message (starts a turn) for stdin and returns at once: the message is

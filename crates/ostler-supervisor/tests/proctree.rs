@@ -15,7 +15,9 @@ use ostler_supervisor::{
 };
 use tokio::sync::mpsc;
 
-const GUARD: Duration = Duration::from_secs(60);
+fn guard() -> Duration {
+    ostler_testkit::timeouts::guard()
+}
 
 /// A fake CLI that starts `sleep 300` in a session of its own (as a tool would with
 /// `setsid`), writes the sleeper's pid to `sleeper.pid`, announces itself with a
@@ -37,8 +39,8 @@ echo '{{"type":"system","subtype":"init","session_id":"s1","tools":[],"model":"m
 
 fn sup() -> SupervisorOptions {
     SupervisorOptions {
-        stop_grace: Duration::from_secs(5),
-        term_grace: Duration::from_secs(5),
+        stop_grace: ostler_testkit::timeouts::secs(5),
+        term_grace: ostler_testkit::timeouts::secs(5),
         stall_after: None,
         process_tag: format!("test-{}", std::process::id()),
         ..SupervisorOptions::default()
@@ -56,7 +58,7 @@ async fn start(dir: &Path, tail: &str) -> (SessionProcess, mpsc::Receiver<Proces
     };
     let (proc, mut rx) = SessionProcess::spawn(&inst, opts, sup()).await.unwrap();
     loop {
-        let ev = tokio::time::timeout(GUARD, rx.recv())
+        let ev = tokio::time::timeout(guard(), rx.recv())
             .await
             .expect("no init within the guard")
             .expect("exited before init");
@@ -84,7 +86,7 @@ async fn start(dir: &Path, tail: &str) -> (SessionProcess, mpsc::Receiver<Proces
 }
 
 async fn assert_ends(pid: u32, what: &str) {
-    tokio::time::timeout(GUARD, proctree::wait_terminated(pid))
+    tokio::time::timeout(guard(), proctree::wait_terminated(pid))
         .await
         .unwrap_or_else(|_| panic!("{what}: the sleeper ({pid}) survived"))
         .unwrap();
@@ -92,7 +94,10 @@ async fn assert_ends(pid: u32, what: &str) {
 
 async fn exited(rx: &mut mpsc::Receiver<ProcessEvent>) {
     loop {
-        match tokio::time::timeout(GUARD, rx.recv()).await.expect("guard") {
+        match tokio::time::timeout(guard(), rx.recv())
+            .await
+            .expect("guard")
+        {
             Some(ProcessEvent::Exited(_)) | None => return,
             Some(_) => {}
         }

@@ -15,18 +15,14 @@ use serde_json::{Value, json};
 
 const FAKE: &str = env!("CARGO_BIN_EXE_ostler-fake-claude");
 /// A guard against a hang, not a measurement: the machine may be busy.
-const GUARD: Duration = Duration::from_secs(60);
+fn guard() -> Duration {
+    ostler_testkit::timeouts::guard()
+}
 
-const SESSION_ARGS: &[&str] = &[
-    "-p",
-    "--input-format",
-    "stream-json",
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--permission-prompt-tool",
-    "stdio",
-];
+/// The stream-json argv of a session, as the supervisor writes it.
+fn session_args() -> Vec<String> {
+    ostler_protocol::argv::StreamJsonArgs::session().into_args()
+}
 
 struct Fake {
     child: Child,
@@ -37,7 +33,7 @@ struct Fake {
 impl Fake {
     fn start(home: &Path, extra: &[&str]) -> Fake {
         let mut child = Command::new(FAKE)
-            .args(SESSION_ARGS)
+            .args(session_args())
             .args(extra)
             .current_dir(home)
             .env_clear()
@@ -84,7 +80,7 @@ impl Fake {
 
     fn next(&self) -> String {
         self.lines
-            .recv_timeout(GUARD)
+            .recv_timeout(guard())
             .expect("the fake wrote nothing (or exited)")
     }
 
@@ -168,7 +164,7 @@ fn version_is_2_1_330() {
 #[test]
 fn unknown_options_are_named() {
     let out = Command::new(FAKE)
-        .args(SESSION_ARGS)
+        .args(session_args())
         .arg("--no-such-flag")
         .stdin(Stdio::null())
         .output()
@@ -437,7 +433,7 @@ fn resume_continues_and_a_missing_transcript_fails() {
     assert_eq!(f.close(), 0);
 
     let out = Command::new(FAKE)
-        .args(SESSION_ARGS)
+        .args(session_args())
         .args(["--resume", "00000000-0000-4000-8000-00000000dead"])
         .current_dir(home.path())
         .env_clear()
@@ -459,7 +455,7 @@ fn exit_mode_and_stdin_eof() {
     let home = tempfile::tempdir().expect("tempdir");
     // stdin at EOF without a message: exit 0 (what the flag probe relies on).
     let out = Command::new(FAKE)
-        .args(SESSION_ARGS)
+        .args(session_args())
         .current_dir(home.path())
         .env_clear()
         .env("HOME", home.path())

@@ -202,29 +202,9 @@ pub async fn sessions(a: SessionsArgs) -> Result<i32> {
         })
         .collect();
     let head = ["ID", "STATE", "ACTIVE", "TURNS", "TOKENS", "COST", "CWD"];
-    let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
-    for r in &rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.chars().count());
-        }
-    }
-    let fmt_row = |cells: &[String]| -> String {
-        cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                if i + 1 == cells.len() {
-                    c.clone()
-                } else {
-                    format!("{c:<w$}", w = widths[i])
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("  ")
-    };
-    println!("{}", st.bold(&fmt_row(&head.map(String::from))));
-    for (r, s) in rows.iter().zip(&all) {
-        let line = fmt_row(r);
+    let (head_line, lines) = table(&head, &rows);
+    println!("{}", st.bold(&head_line));
+    for (line, s) in lines.into_iter().zip(&all) {
         let line = match pb::SessionState::try_from(s.state) {
             Ok(pb::SessionState::Running) => st.green(&line),
             Ok(pb::SessionState::AwaitingPermission) => st.yellow(&line),
@@ -235,6 +215,38 @@ pub async fn sessions(a: SessionsArgs) -> Result<i32> {
         println!("{line}");
     }
     Ok(0)
+}
+
+/// A plain-text table: every column but the last padded to its widest cell, two spaces
+/// between columns. Returns the heading line and one line per row.
+pub(crate) fn table<R: AsRef<[String]>>(head: &[&str], rows: &[R]) -> (String, Vec<String>) {
+    let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.as_ref().iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>, n: usize| {
+        cells
+            .enumerate()
+            .map(|(i, c)| {
+                if i + 1 == n {
+                    c.to_owned()
+                } else {
+                    format!("{c:<w$}", w = widths.get(i).copied().unwrap_or(0))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    let head_line = line(&mut head.iter().copied(), head.len());
+    let lines = rows
+        .iter()
+        .map(|r| line(&mut r.as_ref().iter().map(String::as_str), r.as_ref().len()))
+        .collect();
+    (head_line, lines)
 }
 
 fn print_session(s: &pb::Session) {

@@ -187,29 +187,10 @@ pub async fn pending(a: PendingArgs) -> Result<i32> {
         })
         .collect();
     let head = ["REQUEST", "KIND", "SESSION", "WAITING", "CWD", "WHAT"];
-    let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
-    for r in &rows {
-        for (i, c) in r.iter().enumerate() {
-            widths[i] = widths[i].max(c.chars().count());
-        }
-    }
-    let fmt = |cells: &[String]| {
-        cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                if i + 1 == cells.len() {
-                    c.clone()
-                } else {
-                    format!("{c:<w$}", w = widths[i])
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("  ")
-    };
-    println!("{}", st.bold(&fmt(&head.map(String::from))));
-    for r in &rows {
-        println!("{}", fmt(r));
+    let (head_line, lines) = super::commands::table(&head, &rows);
+    println!("{}", st.bold(&head_line));
+    for l in lines {
+        println!("{l}");
     }
     eprintln!(
         "{}",
