@@ -7,64 +7,32 @@
 
 use std::path::PathBuf;
 
-use ostler_engine::{Engine, EngineOptions};
+use ostler_engine::EngineOptions;
 use ostler_proto::v1 as pb;
 use ostler_proto::v1::session_service_client::SessionServiceClient;
-use ostler_server::{ClaudeCodeInfo, Compatibility, DaemonInfo, Listener, Server, ServerOptions};
-use tokio_util::sync::CancellationToken;
+use ostler_server::ServerOptions;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
+
+mod common;
 
 struct Harness {
     client: SessionServiceClient<Channel>,
     channel: Channel,
-    shutdown: CancellationToken,
-    dir: tempfile::TempDir,
+    server: common::Harness,
 }
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        self.shutdown.cancel();
+        self.server.shutdown.cancel();
     }
 }
 
 /// A server whose engine would run `claude` (a path that need not exist: a request that
 /// reaches the spawn fails there, which is what these tests must never see).
 async fn start(claude: PathBuf, engine_opts: EngineOptions) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let store =
-        ostler_store::Store::open(dir.path().join("ostler.db"), Default::default()).unwrap();
-    let installation = ostler_supervisor::Installation::assume(
-        claude.clone(),
-        semver::Version::new(2, 1, 330),
-        None,
-    );
-    let engine = Engine::start(engine_opts, store, installation)
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let info = DaemonInfo::new(
-        "9.9.9",
-        dir.path().join("ostler.db").display().to_string(),
-        ClaudeCodeInfo {
-            version: "2.1.330".into(),
-            api_date: None,
-            level: Compatibility::FullyCompatible,
-            message: "Claude Code 2.1.330 (tested)".into(),
-            binary_path: claude.display().to_string(),
-            capabilities: vec![],
-        },
-    );
-    let shutdown = CancellationToken::new();
-    tokio::spawn(Server::run(
-        ServerOptions::default(),
-        engine,
-        info,
-        vec![Listener::Tcp(listener)],
-        shutdown.clone(),
-    ));
-    let channel = Channel::from_shared(format!("http://{addr}"))
+    let server = common::start_with(ServerOptions::default(), engine_opts, claude).await;
+    let channel = Channel::from_shared(format!("http://{}", server.addr))
         .unwrap()
         .connect()
         .await
@@ -72,13 +40,12 @@ async fn start(claude: PathBuf, engine_opts: EngineOptions) -> Harness {
     Harness {
         client: SessionServiceClient::new(channel.clone()),
         channel,
-        shutdown,
-        dir,
+        server,
     }
 }
 
 fn cwd(h: &Harness) -> String {
-    h.dir.path().display().to_string()
+    h.server.dir.path().display().to_string()
 }
 
 /// INVALID_ARGUMENT whose message names `field` and stays short.

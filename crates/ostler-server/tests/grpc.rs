@@ -7,66 +7,22 @@
 
 use std::time::Duration;
 
-use ostler_engine::{Engine, EngineOptions};
+use ostler_engine::EngineOptions;
 use ostler_proto::v1 as pb;
 use ostler_proto::v1::daemon_service_client::DaemonServiceClient;
 use ostler_proto::v1::session_service_client::SessionServiceClient;
-use ostler_server::{
-    ClaudeCodeInfo, Compatibility, DaemonInfo, Listener, Server, ServerOptions, Token,
-};
-use tokio_util::sync::CancellationToken;
+use ostler_server::{ServerOptions, Token};
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-struct Harness {
-    addr: std::net::SocketAddr,
-    shutdown: CancellationToken,
-    server: tokio::task::JoinHandle<ostler_server::Result<()>>,
-    _dir: tempfile::TempDir,
-}
+mod common;
+
+use common::{Harness, start_with};
 
 async fn start(opts: ServerOptions, engine_opts: EngineOptions) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let store =
-        ostler_store::Store::open(dir.path().join("ostler.db"), Default::default()).unwrap();
-    let installation = ostler_supervisor::Installation::assume(
-        "/nonexistent/claude".into(),
-        semver::Version::new(2, 1, 330),
-        None,
-    );
-    let engine = Engine::start(engine_opts, store, installation)
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let info = DaemonInfo::new(
-        "9.9.9",
-        dir.path().join("ostler.db").display().to_string(),
-        ClaudeCodeInfo {
-            version: "2.1.330".into(),
-            api_date: None,
-            level: Compatibility::FullyCompatible,
-            message: "Claude Code 2.1.330 (tested)".into(),
-            binary_path: "/nonexistent/claude".into(),
-            capabilities: vec![],
-        },
-    );
-    let shutdown = CancellationToken::new();
-    let server = tokio::spawn(Server::run(
-        opts,
-        engine,
-        info,
-        vec![Listener::Tcp(listener)],
-        shutdown.clone(),
-    ));
-    Harness {
-        addr,
-        shutdown,
-        server,
-        _dir: dir,
-    }
+    start_with(opts, engine_opts, "/nonexistent/claude".into()).await
 }
 
 async fn channel(addr: std::net::SocketAddr) -> Channel {

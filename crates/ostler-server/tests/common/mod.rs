@@ -1,0 +1,63 @@
+//! The in-process server harness shared by this crate's gRPC tests.
+#![allow(dead_code)] // each test binary uses its own part of the harness
+
+use std::path::PathBuf;
+
+use ostler_engine::{Engine, EngineOptions};
+use ostler_server::{ClaudeCodeInfo, Compatibility, DaemonInfo, Listener, Server, ServerOptions};
+use tokio_util::sync::CancellationToken;
+
+/// A real engine on a temporary store behind the real tonic server on a loopback port.
+pub struct Harness {
+    pub addr: std::net::SocketAddr,
+    pub shutdown: CancellationToken,
+    pub server: tokio::task::JoinHandle<ostler_server::Result<()>>,
+    pub dir: tempfile::TempDir,
+}
+
+/// Starts a server whose engine would run `claude` (a path that need not exist).
+pub async fn start_with(
+    opts: ServerOptions,
+    engine_opts: EngineOptions,
+    claude: PathBuf,
+) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        ostler_store::Store::open(dir.path().join("ostler.db"), Default::default()).unwrap();
+    let installation = ostler_supervisor::Installation::assume(
+        claude.clone(),
+        semver::Version::new(2, 1, 330),
+        None,
+    );
+    let engine = Engine::start(engine_opts, store, installation)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let info = DaemonInfo::new(
+        "9.9.9",
+        dir.path().join("ostler.db").display().to_string(),
+        ClaudeCodeInfo {
+            version: "2.1.330".into(),
+            api_date: None,
+            level: Compatibility::FullyCompatible,
+            message: "Claude Code 2.1.330 (tested)".into(),
+            binary_path: claude.display().to_string(),
+            capabilities: vec![],
+        },
+    );
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(Server::run(
+        opts,
+        engine,
+        info,
+        vec![Listener::Tcp(listener)],
+        shutdown.clone(),
+    ));
+    Harness {
+        addr,
+        shutdown,
+        server,
+        dir,
+    }
+}
