@@ -11,25 +11,6 @@ mod common;
 use common::client::{Pty, Served as Daemon, describe, json_lines, scenario_text};
 use serde_json::Value;
 
-fn ok_json(d: &Daemon, args: &[&str]) -> Vec<Value> {
-    let out = d.client(args, None);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "ostler {args:?}: {}",
-        describe(&out)
-    );
-    json_lines(&out.stdout)
-}
-
-fn model_saw(d: &Daemon, text: &str) -> bool {
-    d.fake.requests().iter().any(|r| {
-        r.body
-            .as_ref()
-            .is_some_and(|b| b["messages"].to_string().contains(text))
-    })
-}
-
 /// Start a turn that stops at a prompt nobody can answer here (exit 3); the session id.
 fn leave_pending(d: &Daemon, prompt: &str) -> String {
     let out = d.client(&["run", "--json", prompt], None);
@@ -42,10 +23,7 @@ fn leave_pending(d: &Daemon, prompt: &str) -> String {
 
 /// Wait for the first turn of `id` to complete (it was already running or will).
 fn first_turn(d: &Daemon, id: &str) -> Vec<Value> {
-    ok_json(
-        d,
-        &["attach", id, "--json", "--after-seq", "0", "--until-turn"],
-    )
+    d.ok_json(&["attach", id, "--json", "--after-seq", "0", "--until-turn"])
 }
 
 #[test]
@@ -55,7 +33,7 @@ fn pending_approve_deny_and_answer_by_request_id() {
     let s2 = leave_pending(&d, "Ask me which database to use");
 
     // Oldest first, with the session and its cwd.
-    let p = ok_json(&d, &["pending", "--json"]);
+    let p = d.ok_json(&["pending", "--json"]);
     assert_eq!(p.len(), 2, "{p:?}");
     assert_eq!(p[0]["session_id"], s1.as_str());
     assert_eq!(p[0]["kind"], "permission");
@@ -98,7 +76,7 @@ fn pending_approve_deny_and_answer_by_request_id() {
 
     // Approve by a prefix of the request id; the turn goes on and the tool runs.
     let prefix: String = perm.chars().take(8).collect();
-    let a = ok_json(&d, &["approve", &prefix, "--json"]);
+    let a = d.ok_json(&["approve", &prefix, "--json"]);
     assert_eq!(a[0]["resolution"], "allowed");
     assert_eq!(a[0]["request_id"], perm.as_str());
     let ev = first_turn(&d, &s1);
@@ -110,13 +88,13 @@ fn pending_approve_deny_and_answer_by_request_id() {
     assert!(d.work.join("created.txt").exists());
 
     // Answer the question by label.
-    let a = ok_json(&d, &["answer", &question, "postgresql", "--json"]);
+    let a = d.ok_json(&["answer", &question, "postgresql", "--json"]);
     assert_eq!(a[0]["answers"][0]["selected"][0], "PostgreSQL");
     first_turn(&d, &s2);
-    assert!(model_saw(&d, "PostgreSQL"));
+    assert!(d.model_saw("PostgreSQL"));
 
     // Nothing left; a settled id is not found, with a hint.
-    assert!(ok_json(&d, &["pending", "--json"]).is_empty());
+    assert!(d.ok_json(&["pending", "--json"]).is_empty());
     let out = d.client(&["approve", &perm], None);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -128,44 +106,44 @@ fn pending_approve_deny_and_answer_by_request_id() {
     // Deny with a message: it reaches the model.
     std::fs::remove_file(d.work.join("created.txt")).expect("rm");
     let s3 = leave_pending(&d, "Create the file please");
-    let p = ok_json(&d, &["pending", "--json"]);
+    let p = d.ok_json(&["pending", "--json"]);
     assert_eq!(p.len(), 1);
     let id = p[0]["request_id"].as_str().expect("id").to_owned();
     let out = d.client(&["deny", &id, "-m", "not on a Sunday"], None);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("denied Bash(touch created.txt)"));
     first_turn(&d, &s3);
-    assert!(model_saw(&d, "not on a Sunday"));
+    assert!(d.model_saw("not on a Sunday"));
     assert!(!d.work.join("created.txt").exists());
 }
 
 #[test]
 fn ids_by_prefix_and_last_newest_first_and_honest_interrupt_and_resume() {
     let d = Daemon::start(&scenario_text());
-    let first = ok_json(&d, &["run", "--json", "Say hello"])[0]["session"]["id"]
+    let first = d.ok_json(&["run", "--json", "Say hello"])[0]["session"]["id"]
         .as_str()
         .expect("id")
         .to_owned();
-    let second = ok_json(&d, &["run", "--json", "Say hello"])[0]["session"]["id"]
+    let second = d.ok_json(&["run", "--json", "Say hello"])[0]["session"]["id"]
         .as_str()
         .expect("id")
         .to_owned();
 
     // Newest first; --limit keeps the newest.
-    let list = ok_json(&d, &["sessions", "--json"]);
+    let list = d.ok_json(&["sessions", "--json"]);
     let ids: Vec<&str> = list.iter().filter_map(|s| s["id"].as_str()).collect();
     assert_eq!(ids, [second.as_str(), first.as_str()]);
-    let list = ok_json(&d, &["sessions", "--json", "--limit", "1"]);
+    let list = d.ok_json(&["sessions", "--json", "--limit", "1"]);
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["id"], second.as_str());
 
     // @last, --last and a unique prefix (long enough to be unique between two uuids).
     assert_eq!(
-        ok_json(&d, &["show", "@last", "--json"])[0]["id"],
+        d.ok_json(&["show", "@last", "--json"])[0]["id"],
         second.as_str()
     );
     assert_eq!(
-        ok_json(&d, &["show", "--last", "--json"])[0]["id"],
+        d.ok_json(&["show", "--last", "--json"])[0]["id"],
         second.as_str()
     );
     let common = first
@@ -175,10 +153,10 @@ fn ids_by_prefix_and_last_newest_first_and_honest_interrupt_and_resume() {
         .count();
     let prefix: String = first.chars().take(common + 1).collect();
     assert_eq!(
-        ok_json(&d, &["show", &prefix, "--json"])[0]["id"],
+        d.ok_json(&["show", &prefix, "--json"])[0]["id"],
         first.as_str()
     );
-    let ev = ok_json(&d, &["send", "--last", "--json", "Say hello again"]);
+    let ev = d.ok_json(&["send", "--last", "--json", "Say hello again"]);
     assert!(
         ev.iter()
             .all(|e| e["session_id"].as_str().is_none_or(|s| s == second))
@@ -200,7 +178,7 @@ fn ids_by_prefix_and_last_newest_first_and_honest_interrupt_and_resume() {
         said.contains("nothing to interrupt") && said.contains("idle"),
         "{said}"
     );
-    let v = ok_json(&d, &["interrupt", &first, "--json"]);
+    let v = d.ok_json(&["interrupt", &first, "--json"]);
     assert_eq!(v[0]["interrupted"], false);
     assert_eq!(v[0]["state"], "idle");
 
@@ -212,11 +190,11 @@ fn ids_by_prefix_and_last_newest_first_and_honest_interrupt_and_resume() {
         said.contains("nothing to resume") && said.contains("live"),
         "{said}"
     );
-    let v = ok_json(&d, &["resume", &first, "--json"]);
+    let v = d.ok_json(&["resume", &first, "--json"]);
     assert_eq!(v[0]["resumed"], false);
     // And on a stopped one it resumes.
-    ok_json(&d, &["stop", &first, "--json"]);
-    let v = ok_json(&d, &["resume", &first, "--json"]);
+    d.ok_json(&["stop", &first, "--json"]);
+    let v = d.ok_json(&["resume", &first, "--json"]);
     assert_eq!(v[0]["resumed"], true);
 }
 
@@ -282,10 +260,7 @@ fn ctrl_c_in_attach_interrupts_then_detaches_and_the_turn_reads_interrupted() {
     assert!(!t.seen.contains("error_during_execution"), "{}", t.seen);
 
     // attach: the first Ctrl-C interrupts the running turn, the second detaches.
-    let sent = ok_json(
-        &d,
-        &["send", "@last", "--json", "--no-wait", "Tell a long story"],
-    );
+    let sent = d.ok_json(&["send", "@last", "--json", "--no-wait", "Tell a long story"]);
     assert!(sent[0]["seq"].as_u64().is_some());
     let after = (sent[0]["seq"].as_u64().unwrap_or(1) - 1).to_string();
     let mut a = Pty::spawn(&d, &["attach", "@last", "--after-seq", &after], false);
@@ -320,7 +295,7 @@ fn run_without_a_prompt_on_a_terminal_is_a_chat_with_single_key_approvals() {
     t.expect("stays");
     assert_eq!(t.wait(), 0, "{}", t.seen);
     assert!(d.work.join("created.txt").exists());
-    let list = ok_json(&d, &["sessions", "--json"]);
+    let list = d.ok_json(&["sessions", "--json"]);
     assert_eq!(list.len(), 1, "{list:?}");
     assert_eq!(list[0]["turns"], 2);
     assert_eq!(list[0]["state"], "idle");

@@ -8,33 +8,14 @@ mod common;
 use common::client::{Pty, Served, describe, json_lines, scenario_text};
 use serde_json::Value;
 
-fn model_saw(d: &Served, text: &str) -> bool {
-    d.fake.requests().iter().any(|r| {
-        r.body
-            .as_ref()
-            .is_some_and(|b| b["messages"].to_string().contains(text))
-    })
-}
-
-fn ok_json(d: &Served, args: &[&str]) -> Vec<Value> {
-    let out = d.client(args, None);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "ostler {args:?}: {}",
-        describe(&out)
-    );
-    json_lines(&out.stdout)
-}
-
 #[test]
 fn session_lifecycle_through_the_commands() {
     let d = Served::start(&scenario_text());
-    let ev = ok_json(&d, &["run", "--json", "Say hello"]);
+    let ev = d.ok_json(&["run", "--json", "Say hello"]);
     let id = ev[0]["session"]["id"].as_str().expect("id").to_owned();
 
     // sessions: JSON and the table.
-    let list = ok_json(&d, &["sessions", "--json"]);
+    let list = d.ok_json(&["sessions", "--json"]);
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["id"], id.as_str());
     assert_eq!(list[0]["state"], "idle");
@@ -45,13 +26,16 @@ fn session_lifecycle_through_the_commands() {
         table.starts_with("ID") && table.contains("STATE") && table.contains(&id),
         "{table}"
     );
-    assert!(ok_json(&d, &["sessions", "--json", "--state", "stopped"]).is_empty());
+    assert!(
+        d.ok_json(&["sessions", "--json", "--state", "stopped"])
+            .is_empty()
+    );
 
     // show: the session, and its stored log with gap-free seqs from 1.
-    let shown = ok_json(&d, &["show", &id, "--json"]);
+    let shown = d.ok_json(&["show", &id, "--json"]);
     assert_eq!(shown[0]["cli_version"], "2.1.330");
     let last_seq = shown[0]["last_seq"].as_u64().expect("last_seq");
-    let log = ok_json(&d, &["show", &id, "--events", "--json"]);
+    let log = d.ok_json(&["show", &id, "--events", "--json"]);
     let seqs: Vec<u64> = log[1..]
         .iter()
         .map(|e| e["seq"].as_u64().unwrap_or(0))
@@ -65,7 +49,7 @@ fn session_lifecycle_through_the_commands() {
     );
 
     // send: streams the turn it starts; idempotent with a message id.
-    let ev = ok_json(&d, &["send", &id, "--json", "Say hello again"]);
+    let ev = d.ok_json(&["send", &id, "--json", "Say hello again"]);
     let done: Vec<&Value> = ev
         .iter()
         .filter(|e| e["type"] == "turn_completed")
@@ -76,36 +60,30 @@ fn session_lifecycle_through_the_commands() {
             .all(|e| e["seq"].as_u64().is_none_or(|s| s == 0 || s > last_seq)
                 || e["type"] == "run_summary")
     );
-    let a = ok_json(
-        &d,
-        &[
-            "send",
-            &id,
-            "--json",
-            "--no-wait",
-            "--message-id",
-            "m-1",
-            "Say hello once",
-        ],
-    );
-    let b = ok_json(
-        &d,
-        &[
-            "send",
-            &id,
-            "--json",
-            "--no-wait",
-            "--message-id",
-            "m-1",
-            "Say hello once",
-        ],
-    );
+    let a = d.ok_json(&[
+        "send",
+        &id,
+        "--json",
+        "--no-wait",
+        "--message-id",
+        "m-1",
+        "Say hello once",
+    ]);
+    let b = d.ok_json(&[
+        "send",
+        &id,
+        "--json",
+        "--no-wait",
+        "--message-id",
+        "m-1",
+        "Say hello once",
+    ]);
     assert_eq!(a[0]["duplicate"], false);
     assert_eq!(b[0]["duplicate"], true);
     assert_eq!(a[0]["seq"], b[0]["seq"]);
 
     // stop -> resume continues the same session; fork branches a new one.
-    let stopped = ok_json(&d, &["stop", &id, "--json"]);
+    let stopped = d.ok_json(&["stop", &id, "--json"]);
     assert_eq!(stopped[0]["state"], "stopped");
     let out = d.client(&["send", &id, "Say hello"], None);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
@@ -114,15 +92,15 @@ fn session_lifecycle_through_the_commands() {
         "{}",
         describe(&out)
     );
-    let resumed = ok_json(&d, &["resume", &id, "--json"]);
+    let resumed = d.ok_json(&["resume", &id, "--json"]);
     assert_eq!(resumed[0]["id"], id.as_str());
-    let ev = ok_json(&d, &["send", &id, "--json", "Say hello after resume"]);
+    let ev = d.ok_json(&["send", &id, "--json", "Say hello after resume"]);
     assert!(
         ev.iter()
             .any(|e| e["type"] == "turn_completed" && e["subtype"] == "success")
     );
-    ok_json(&d, &["stop", &id, "--json"]);
-    let forked = ok_json(&d, &["resume", &id, "--fork", "--json"]);
+    d.ok_json(&["stop", &id, "--json"]);
+    let forked = d.ok_json(&["resume", &id, "--fork", "--json"]);
     let fork_id = forked[0]["id"].as_str().expect("fork id").to_owned();
     assert!(
         matches!(forked[0]["state"].as_str(), Some("idle" | "starting")),
@@ -133,7 +111,7 @@ fn session_lifecycle_through_the_commands() {
     let sessions_after_delete = usize::from(fork_id != id);
 
     // delete: gone, and a clear NOT_FOUND afterwards.
-    ok_json(&d, &["delete", &id, "--json"]);
+    d.ok_json(&["delete", &id, "--json"]);
     let out = d.client(&["show", &id], None);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -142,7 +120,7 @@ fn session_lifecycle_through_the_commands() {
         describe(&out)
     );
     assert_eq!(
-        ok_json(&d, &["sessions", "--json"]).len(),
+        d.ok_json(&["sessions", "--json"]).len(),
         sessions_after_delete
     );
 }
@@ -163,17 +141,14 @@ fn questions_by_typing_and_by_flag() {
     t.type_text("2\r");
     t.expect("Thanks, I will use your choice.");
     assert_eq!(t.wait(), 0, "{}", t.seen);
-    assert!(model_saw(&d, "PostgreSQL"));
+    assert!(d.model_saw("PostgreSQL"));
 
-    let ev = ok_json(
-        &d,
-        &[
-            "run",
-            "--json",
-            "--answer-first",
-            "Ask me which database to use",
-        ],
-    );
+    let ev = d.ok_json(&[
+        "run",
+        "--json",
+        "--answer-first",
+        "Ask me which database to use",
+    ]);
     let answered: Vec<&Value> = ev
         .iter()
         .filter(|e| e["type"] == "question_answered")
@@ -210,23 +185,20 @@ fn attach_answers_a_pending_prompt_by_typing() {
 
     // --after-seq N replays only what follows N; with --until-turn it ends at the first
     // turn after N, even when that turn completed before attach started.
-    let last = ok_json(&d, &["show", &id, "--json"])[0]["last_seq"]
+    let last = d.ok_json(&["show", &id, "--json"])[0]["last_seq"]
         .as_u64()
         .expect("seq");
-    let sent = ok_json(&d, &["send", &id, "--json", "--no-wait", "Say hello"]);
+    let sent = d.ok_json(&["send", &id, "--json", "--no-wait", "Say hello"]);
     assert!(sent[0]["seq"].as_u64().is_some_and(|s| s > last));
     let after = last.to_string();
-    let ev = ok_json(
-        &d,
-        &[
-            "attach",
-            &id,
-            "--json",
-            "--after-seq",
-            &after,
-            "--until-turn",
-        ],
-    );
+    let ev = d.ok_json(&[
+        "attach",
+        &id,
+        "--json",
+        "--after-seq",
+        &after,
+        "--until-turn",
+    ]);
     let stored: Vec<u64> = ev
         .iter()
         .filter_map(|e| e["seq"].as_u64())
@@ -276,16 +248,13 @@ fn health_tokens_unix_socket_and_unreachable() {
     );
 
     // The token from a flag, a file, or the environment.
-    ok_json(&d, &["sessions", "--json", "--token", "secret-token-1"]);
-    ok_json(
-        &d,
-        &[
-            "sessions",
-            "--json",
-            "--token-file",
-            tokens.to_str().expect("path"),
-        ],
-    );
+    d.ok_json(&["sessions", "--json", "--token", "secret-token-1"]);
+    d.ok_json(&[
+        "sessions",
+        "--json",
+        "--token-file",
+        tokens.to_str().expect("path"),
+    ]);
     let out = d.client(&["health", "--json", "--token", "secret-token-1"], None);
     let h = &json_lines(&out.stdout)[0];
     assert_eq!(h["details"]["claude_code"]["version"], "2.1.330", "{h}");
@@ -293,18 +262,15 @@ fn health_tokens_unix_socket_and_unreachable() {
 
     // Over the Unix socket.
     let addr = format!("unix://{}", sock.display());
-    let ev = ok_json(
-        &d,
-        &[
-            "run",
-            "--json",
-            "--addr",
-            &addr,
-            "--token",
-            "secret-token-1",
-            "Say hello",
-        ],
-    );
+    let ev = d.ok_json(&[
+        "run",
+        "--json",
+        "--addr",
+        &addr,
+        "--token",
+        "secret-token-1",
+        "Say hello",
+    ]);
     assert_eq!(
         ev.last().map(|v| v["exit_code"].clone()),
         Some(Value::from(0))
@@ -326,7 +292,7 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
     use std::io::BufRead as _;
     use std::process::{Command, Stdio};
     let mut d = Served::start(&scenario_text());
-    let ev = ok_json(&d, &["run", "--json", "Say hello"]);
+    let ev = d.ok_json(&["run", "--json", "Say hello"]);
     let id = ev[0]["session"]["id"].as_str().expect("id").to_owned();
 
     let mut child = Command::new(common::OSTLER)
@@ -363,7 +329,7 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
     // The daemon dies; a new one on the same address and store respawns the session.
     d.kill9();
     d.restart(&[("OSTLER_SESSIONS__RESPAWN_ON_START", "true")]);
-    let sent = ok_json(&d, &["send", &id, "--json", "--no-wait", "Say hello again"]);
+    let sent = d.ok_json(&["send", &id, "--json", "--no-wait", "Say hello again"]);
     let sent_seq = sent[0]["seq"].as_u64().expect("seq");
     // attach reconnects by itself and ends after the new turn.
     while let Ok(line) = rx.recv_timeout(common::guard()) {
@@ -421,7 +387,7 @@ fn interrupt_command_ends_a_running_turn() {
             break v["session_id"].as_str().expect("id").to_owned();
         }
     };
-    ok_json(&d, &["interrupt", &id, "--json"]);
+    d.ok_json(&["interrupt", &id, "--json"]);
     let rest: Vec<Value> = lines
         .map_while(Result::ok)
         .map(|l| serde_json::from_str(&l).expect("json"))
@@ -439,7 +405,7 @@ fn interrupt_command_ends_a_running_turn() {
     assert_eq!(done.len(), 1, "{rest:?}");
     assert_eq!(done[0]["subtype"], "error_during_execution");
     // The session lives on and takes the next message.
-    let ev = ok_json(&d, &["send", &id, "--json", "Say hello"]);
+    let ev = d.ok_json(&["send", &id, "--json", "Say hello"]);
     assert!(
         ev.iter()
             .any(|e| e["type"] == "turn_completed" && e["subtype"] == "success")

@@ -20,15 +20,6 @@ fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == t).collect()
 }
 
-/// Whether a tool_result in any model request carries `text`.
-fn model_saw(d: &Served, text: &str) -> bool {
-    d.fake.requests().iter().any(|r| {
-        r.body
-            .as_ref()
-            .is_some_and(|b| b["messages"].to_string().contains(text))
-    })
-}
-
 #[test]
 fn interactive_allow_once_by_typing() {
     let d = Served::start(&scenario_text());
@@ -77,7 +68,7 @@ fn interactive_deny_with_reason_reaches_the_model() {
         "the denied tool did not run"
     );
     assert!(
-        model_saw(&d, "not on a Sunday"),
+        d.model_saw("not on a Sunday"),
         "the deny message reached the model"
     );
     assert!(t.seen.contains("denied: Bash"), "{}", t.seen);
@@ -182,7 +173,7 @@ fn flags_deny_all_and_unanswerable_prompt() {
         describe(&out)
     );
     assert!(!d.work.join("created.txt").exists());
-    assert!(model_saw(&d, "scripts may not touch"));
+    assert!(d.model_saw("scripts may not touch"));
 
     // No terminal, no flag that decides: a clear error, exit 3, the prompt left pending.
     let out = d.client(&["run", "Create the file please"], None);

@@ -93,6 +93,27 @@ impl Served {
     }
 
     /// `ostler ARGS` without a terminal, stdin from `stdin`.
+    /// Runs `ostler ARGS`, asserts exit code 0 and returns its JSON lines.
+    pub fn ok_json(&self, args: &[&str]) -> Vec<serde_json::Value> {
+        let out = self.client(args, None);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "ostler {args:?}: {}",
+            describe(&out)
+        );
+        json_lines(&out.stdout)
+    }
+
+    /// Whether any request to the fake model carried `text` in its messages.
+    pub fn model_saw(&self, text: &str) -> bool {
+        self.fake.requests().iter().any(|r| {
+            r.body
+                .as_ref()
+                .is_some_and(|b| b["messages"].to_string().contains(text))
+        })
+    }
+
     pub fn client(&self, args: &[&str], stdin: Option<&str>) -> Output {
         let mut cmd = Command::new(OSTLER);
         cmd.args(args)
