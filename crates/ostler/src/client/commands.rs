@@ -304,14 +304,7 @@ fn print_session(s: &pb::Session) {
 /// `ostler show ID`
 pub async fn show(a: ShowArgs) -> Result<i32> {
     let (mut conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
-    let s = conn
-        .sessions
-        .get_session(pb::GetSessionRequest {
-            session_id: id.clone(),
-        })
-        .await
-        .map_err(|s| status_error("get session", s))?
-        .into_inner();
+    let s = conn.session(&id).await?;
     if a.json {
         json_line(&json::session(&s));
     } else {
@@ -386,15 +379,7 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
         (true, Some(n)) => Until::TurnAfter(n),
         (true, None) => {
             // The next turn to complete after what is stored now.
-            let s = f
-                .conn
-                .sessions
-                .get_session(pb::GetSessionRequest {
-                    session_id: id.clone(),
-                })
-                .await
-                .map_err(|s| status_error("get session", s))?
-                .into_inner();
+            let s = f.conn.session(&id).await?;
             Until::TurnAfter(s.last_seq)
         }
     };
@@ -482,14 +467,7 @@ pub async fn send(a: SendArgs) -> Result<i32> {
 /// to interrupt, and it says so (exit 0, nothing sent).
 pub async fn interrupt(a: IdArgs) -> Result<i32> {
     let (mut conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
-    let s = conn
-        .sessions
-        .get_session(pb::GetSessionRequest {
-            session_id: id.clone(),
-        })
-        .await
-        .map_err(|s| status_error("get session", s))?
-        .into_inner();
+    let s = conn.session(&id).await?;
     let state = pb::SessionState::try_from(s.state).unwrap_or(pb::SessionState::Unspecified);
     let busy = matches!(
         state,
@@ -550,14 +528,7 @@ pub async fn resume(a: ResumeArgs) -> Result<i32> {
         Ok(s) => s.into_inner(),
         Err(st) if st.code() == tonic::Code::FailedPrecondition => {
             // Already live? Then there is nothing to resume; anything else is an error.
-            let now = conn
-                .sessions
-                .get_session(pb::GetSessionRequest {
-                    session_id: id.clone(),
-                })
-                .await
-                .map_err(|s| status_error("get session", s))?
-                .into_inner();
+            let now = conn.session(&id).await?;
             let live = matches!(
                 pb::SessionState::try_from(now.state),
                 Ok(pb::SessionState::Idle

@@ -150,15 +150,7 @@ impl Follower {
         }
         // Everything up to here is history: prompts in it are answered only once we know
         // they are still pending (their resolution would come before this seq).
-        let session = self
-            .conn
-            .sessions
-            .get_session(pb::GetSessionRequest {
-                session_id: self.session_id.clone(),
-            })
-            .await
-            .map_err(|s| status_error("get session", s))?
-            .into_inner();
+        let session = self.conn.session(&self.session_id).await?;
         let caught_up_at = session.last_seq;
         let state = session.state;
         self.running |= state == pb::SessionState::Running as i32

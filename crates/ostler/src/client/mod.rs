@@ -149,6 +149,20 @@ pub struct Conn {
     pub addr: String,
 }
 
+impl Conn {
+    /// `GetSession`, with the client's error wording.
+    pub async fn session(&mut self, id: &str) -> Result<ostler_proto::v1::Session> {
+        Ok(self
+            .sessions
+            .get_session(ostler_proto::v1::GetSessionRequest {
+                session_id: id.to_owned(),
+            })
+            .await
+            .map_err(|s| status_error("get session", s))?
+            .into_inner())
+    }
+}
+
 /// Connect to the daemon the flags/config/env point at.
 pub async fn connect(args: &ConnectArgs) -> Result<Conn> {
     let target = config::resolve(args)?;
