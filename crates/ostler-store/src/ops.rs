@@ -3,6 +3,7 @@
 
 use rusqlite::{Connection, params};
 
+use crate::codec::EncodedEvent;
 use crate::error::{Error, Result};
 use crate::rows::{self, u64_from_sql, u64_to_sql};
 use crate::types::*;
@@ -11,7 +12,7 @@ use crate::writer::{Ctx, Slot};
 pub(crate) fn append_op(
     ctx: &mut Ctx<'_>,
     session_id: &str,
-    events: &[NewEvent],
+    events: &[EncodedEvent],
 ) -> Result<Vec<u64>> {
     let slot = ctx.slot(session_id)?;
     if events.is_empty() {
@@ -19,20 +20,19 @@ pub(crate) fn append_op(
     }
     let conn = ctx.conn;
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO events (session_pk, seq, kind, payload, raw, ts_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     let mut seqs = Vec::with_capacity(events.len());
     let mut seq = slot.last_seq;
     for ev in events {
         seq += 1;
         stmt.execute(params![
-            slot.pk,
-            u64_to_sql(seq, "seq")?,
+            rows::event_key(slot.pk, seq)?,
             &*ev.kind,
+            ev.ts_ms,
+            ev.codec,
             &ev.payload[..],
-            ev.raw.as_deref(),
-            ev.ts_ms
+            ev.raw.as_deref()
         ])?;
         seqs.push(seq);
     }
@@ -92,6 +92,13 @@ pub(crate) fn create_session_op(ctx: &mut Ctx<'_>, s: &NewSession) -> Result<()>
         s.created_ms
     ])?;
     let pk = conn.last_insert_rowid();
+    if pk > rows::MAX_SESSION_PK {
+        // Session keys are the upper half of event keys (see `rows::event_key`).
+        return Err(Error::InvalidArgument(format!(
+            "the store has used all {} session keys; start a new database",
+            rows::MAX_SESSION_PK
+        )));
+    }
     insert_labels(conn, pk, &s.labels)?;
     ctx.set_slot(&s.id, Some(Slot { pk, last_seq: 0 }));
     Ok(())
@@ -147,7 +154,13 @@ pub(crate) fn update_session_op(
 pub(crate) fn delete_session_op(ctx: &mut Ctx<'_>, session_id: &str) -> Result<()> {
     let slot = ctx.slot(session_id)?;
     let conn = ctx.conn;
-    // Events, labels, interactions and usage go with it (ON DELETE CASCADE).
+    // The session's events are one key range (see `rows::event_key`).
+    conn.prepare_cached("DELETE FROM events WHERE id BETWEEN ?1 AND ?2")?
+        .execute([
+            rows::event_key(slot.pk, 0)?,
+            rows::event_key(slot.pk, rows::MAX_SEQ)?,
+        ])?;
+    // Labels, interactions and usage go with it (ON DELETE CASCADE).
     conn.prepare_cached("DELETE FROM sessions WHERE pk = ?1")?
         .execute([slot.pk])?;
     // Hand the freed pages back: with auto_vacuum=INCREMENTAL this moves pages and
@@ -236,7 +249,7 @@ pub(crate) fn decide_op(
 pub(crate) fn append_with_op(
     ctx: &mut Ctx<'_>,
     session_id: &str,
-    events: &[NewEvent],
+    events: &[EncodedEvent],
     with: &WithEvents,
 ) -> Result<AppendedWith> {
     let decided = match &with.decide {
