@@ -11,6 +11,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -197,6 +198,9 @@ struct Progress {
 pub(crate) struct Checkpointer {
     tx: SyncSender<()>,
     lock: Arc<Mutex<()>>,
+    /// Set while the writer waits for `lock` (at the hard bound): the checkpointer then
+    /// starts no new pass, so that the writer is not starved by passes back to back.
+    writer_waiting: Arc<AtomicBool>,
     progress: Arc<(Mutex<Progress>, Condvar)>,
 }
 
@@ -267,7 +271,9 @@ impl CheckpointNudge {
     /// rest (the writer is not committing meanwhile, so this one completes unless a reader
     /// still uses old frames).
     fn at_hard_bound(&mut self, conn: &Connection, path: &Path) {
+        self.shared.writer_waiting.store(true, Ordering::SeqCst);
         let _guard = self.shared.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.writer_waiting.store(false, Ordering::SeqCst);
         match checkpoint(conn) {
             Ok(complete) => {
                 tracing::debug!(
@@ -306,8 +312,9 @@ fn checkpoint_counts(conn: &Connection) -> rusqlite::Result<(bool, u64)> {
 
 /// Starts the checkpointer thread on its own connection `conn`: on each nudge, `PASSIVE`
 /// checkpoints alongside the writer and the readers (blocking neither), pass after pass while
-/// [`CHASE_MIN_FRAMES`] or more are left. It stops when every [`Checkpointer`] handle (the
-/// writer's and the store's) is gone.
+/// [`CHASE_MIN_FRAMES`] or more are left, then one more for the short rest (which completes,
+/// and lets the WAL restart, if no commit lands meanwhile). It stops when every
+/// [`Checkpointer`] handle (the writer's and the store's) is gone.
 pub(crate) fn spawn_checkpointer(
     conn: Connection,
     path: PathBuf,
@@ -316,15 +323,19 @@ pub(crate) fn spawn_checkpointer(
     let shared = Checkpointer {
         tx,
         lock: Arc::new(Mutex::new(())),
+        writer_waiting: Arc::new(AtomicBool::new(false)),
         progress: Arc::new((Mutex::new(Progress::default()), Condvar::new())),
     };
     let lock = Arc::clone(&shared.lock);
+    let writer_waiting = Arc::clone(&shared.writer_waiting);
     let progress = Arc::clone(&shared.progress);
     let handle = std::thread::Builder::new()
         .name("ostler-store-checkpoint".into())
         .spawn(move || {
             while rx.recv().is_ok() {
-                loop {
+                let mut tail_pass_done = false;
+                // The writer checkpointing at the hard bound does this nudge's work.
+                while !writer_waiting.load(Ordering::SeqCst) {
                     let result = {
                         let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
                         checkpoint_counts(&conn)
@@ -343,10 +354,13 @@ pub(crate) fn spawn_checkpointer(
                         p.complete = complete;
                     }
                     cv.notify_all();
-                    if complete || left < CHASE_MIN_FRAMES {
+                    if complete || left == 0 || (left < CHASE_MIN_FRAMES && tail_pass_done) {
                         break;
                     }
+                    tail_pass_done = left < CHASE_MIN_FRAMES;
                 }
+                // Whoever waits in `caught_up` re-nudges if this nudge was left to the writer.
+                progress.1.notify_all();
             }
         })?;
     let nudge = CheckpointNudge {
