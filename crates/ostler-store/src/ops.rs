@@ -20,14 +20,16 @@ pub(crate) fn append_op(
     }
     let conn = ctx.conn;
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO events (session_pk, seq, kind, ts_ms, codec, payload, raw)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
     let mut seqs = Vec::with_capacity(events.len());
     let mut seq = slot.last_seq;
     for ev in events {
         seq += 1;
         stmt.execute(params![
-            rows::event_key(slot.pk, seq)?,
+            slot.pk,
+            u64_to_sql(seq, "seq")?,
             &*ev.kind,
             ev.ts_ms,
             ev.codec,
@@ -92,13 +94,6 @@ pub(crate) fn create_session_op(ctx: &mut Ctx<'_>, s: &NewSession) -> Result<()>
         s.created_ms
     ])?;
     let pk = conn.last_insert_rowid();
-    if pk > rows::MAX_SESSION_PK {
-        // Session keys are the upper half of event keys (see `rows::event_key`).
-        return Err(Error::InvalidArgument(format!(
-            "the store has used all {} session keys; start a new database",
-            rows::MAX_SESSION_PK
-        )));
-    }
     insert_labels(conn, pk, &s.labels)?;
     ctx.set_slot(&s.id, Some(Slot { pk, last_seq: 0 }));
     Ok(())
@@ -154,13 +149,7 @@ pub(crate) fn update_session_op(
 pub(crate) fn delete_session_op(ctx: &mut Ctx<'_>, session_id: &str) -> Result<()> {
     let slot = ctx.slot(session_id)?;
     let conn = ctx.conn;
-    // The session's events are one key range (see `rows::event_key`).
-    conn.prepare_cached("DELETE FROM events WHERE id BETWEEN ?1 AND ?2")?
-        .execute([
-            rows::event_key(slot.pk, 0)?,
-            rows::event_key(slot.pk, rows::MAX_SEQ)?,
-        ])?;
-    // Labels, interactions and usage go with it (ON DELETE CASCADE).
+    // Events, labels, interactions and usage go with it (ON DELETE CASCADE).
     conn.prepare_cached("DELETE FROM sessions WHERE pk = ?1")?
         .execute([slot.pk])?;
     // Hand the freed pages back: with auto_vacuum=INCREMENTAL this moves pages and

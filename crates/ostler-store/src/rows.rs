@@ -54,13 +54,10 @@ fn opt_blob(row: &Row<'_>, idx: usize) -> Result<Option<Bytes>> {
 
 // ---------------------------------------------------------------- sessions
 
-/// The last seq of the session row aliased `s` (0 if none): the session's events are the
-/// key range `pk << 32 ..= (pk << 32) + u32::MAX` (see [`event_key`]).
+/// The last seq of the session row aliased `s` (0 if none).
 macro_rules! last_seq_of_s {
     () => {
-        "COALESCE((SELECT e.id FROM events e \
-         WHERE e.id BETWEEN s.pk << 32 AND (s.pk << 32) + 4294967295 \
-         ORDER BY e.id DESC LIMIT 1) - (s.pk << 32), 0)"
+        "(SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_pk = s.pk)"
     };
 }
 
@@ -74,26 +71,6 @@ pub(crate) const SESSION_COLUMNS: &str = concat!(
     s.cache_creation_input_tokens, s.cache_read_input_tokens, s.cost_usd, ",
     last_seq_of_s!()
 );
-
-/// The largest session key: keys are shifted into the upper half of an event's row key.
-pub(crate) const MAX_SESSION_PK: i64 = i32::MAX as i64;
-/// The largest seq of a session (the lower half of an event's row key).
-pub(crate) const MAX_SEQ: u64 = u32::MAX as u64;
-
-/// The row key of event `seq` of session `pk`: `(pk << 32) + seq`. A session's log is one
-/// contiguous key range of the `events` b-tree (migration 0003).
-pub(crate) fn event_key(pk: i64, seq: u64) -> Result<i64> {
-    if !(0..=MAX_SESSION_PK).contains(&pk) {
-        return Err(Error::InvalidData(format!("session key {pk} out of range")));
-    }
-    if seq > MAX_SEQ {
-        return Err(Error::InvalidArgument(format!(
-            "a session holds at most {MAX_SEQ} events; this append would make it {seq}"
-        )));
-    }
-    // Both halves checked above: no overflow.
-    Ok((pk << 32) + seq as i64)
-}
 
 /// Maps a row selected with [`SESSION_COLUMNS`] (labels left empty) and returns its pk.
 pub(crate) fn session_from_row(row: &Row<'_>) -> Result<(i64, SessionRecord)> {
@@ -172,15 +149,11 @@ pub(crate) fn events_after(
     limit: usize,
 ) -> Result<Vec<StoredEvent>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    // Nothing is stored past MAX_SEQ.
-    let after = u64_to_sql(after_seq.min(MAX_SEQ), "after_seq")?;
-    // One range of the events b-tree (see `event_key`).
+    let after = u64_to_sql(after_seq, "after_seq")?;
     let mut stmt = conn.prepare_cached(
-        "SELECT e.id - (s.pk << 32), e.kind, e.payload, e.raw, e.ts_ms, e.codec
-         FROM sessions s JOIN events e
-           ON e.id > (s.pk << 32) + ?2 AND e.id <= (s.pk << 32) + 4294967295
-         WHERE s.id = ?1
-         ORDER BY e.id LIMIT ?3",
+        "SELECT seq, kind, payload, raw, ts_ms, codec FROM events
+         WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?1) AND seq > ?2
+         ORDER BY seq LIMIT ?3",
     )?;
     let mut rows = stmt.query(params![session_id, after, limit])?;
     let sid: Arc<str> = Arc::from(session_id);
