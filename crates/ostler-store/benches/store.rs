@@ -7,7 +7,9 @@
 //! - `append_16_sessions/*`: 16 producer threads (16 busy sessions), each appending one event
 //!   at a time and waiting for its commit before the next; group vs per-append.
 //! - `append_latency/single_event_normal`: one append on an idle store, until committed.
-//! - `read/100k_events`: reading all 100,000 events of one session in pages of 1,000.
+//! - `read/100k_events`, `read/1m_events` (not with `--quick`): reading all events of one
+//!   session in pages of 1,000 (replay through the store's read path); the setup prints the
+//!   database bytes per stored event next to the raw line's size.
 //!
 //! Numbers and ratios are recorded in docs/performance.md ("## Store (ostler-store)").
 
@@ -164,9 +166,12 @@ fn bench_latency(c: &mut Criterion) {
     group.finish();
 }
 
-fn bench_read(c: &mut Criterion) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(dir.path().join("read.db"), StoreOptions::default()).expect("open");
+/// A store holding `events` events of session `big` (with another session's events
+/// interleaved, as in a busy daemon), checkpointed. Prints the database bytes per stored
+/// event next to the raw line's size (one copy per event, issue 13).
+fn filled_store(dir: &tempfile::TempDir, events: u64) -> Store {
+    let path = dir.path().join("read.db");
+    let store = Store::open(&path, StoreOptions::default()).expect("open");
     store
         .create_session(session("big"))
         .wait()
@@ -176,35 +181,81 @@ fn bench_read(c: &mut Criterion) {
         .wait()
         .expect("session");
     let mut n = 0;
-    while n < READ_EVENTS {
-        let events = (n..n + 1000).map(event).collect();
-        store.append_blocking("big", events).expect("append");
-        // Another session's events interleaved, as in a busy daemon.
-        store
-            .append_blocking("other", (0..100).map(event).collect())
-            .expect("append");
+    let mut raw_bytes = 0u64;
+    let mut tickets = Vec::new();
+    while n < events {
+        let batch: Vec<NewEvent> = (n..n + 1000).map(event).collect();
+        raw_bytes += batch
+            .iter()
+            .map(|e| e.raw.as_ref().map_or(0, |r| r.len() as u64))
+            .sum::<u64>();
+        tickets.push(store.append("big", batch));
+        tickets.push(store.append("other", (0..100).map(event).collect()));
+        // Keep a bounded number of appends in flight.
+        if tickets.len() >= 16 {
+            for t in tickets.drain(..) {
+                t.wait().expect("append");
+            }
+        }
         n += 1000;
     }
-    let mut group = c.benchmark_group("read");
-    group.throughput(Throughput::Elements(READ_EVENTS));
-    group.sample_size(10);
-    group.warm_up_time(Duration::from_secs(1));
-    group.measurement_time(Duration::from_secs(5));
-    group.bench_function("100k_events", |b| {
-        b.iter(|| {
-            let mut after = 0;
-            let mut bytes = 0usize;
-            loop {
-                let page = store.events_after("big", after, 1000).expect("read");
-                let Some(last) = page.last() else { break };
-                after = last.seq;
-                bytes += page.iter().map(|e| e.payload.len()).sum::<usize>();
-            }
-            assert_eq!(after, READ_EVENTS);
-            black_box(bytes)
-        });
-    });
-    group.finish();
+    for t in tickets {
+        t.wait().expect("append");
+    }
+    store.wait_checkpointed(Duration::from_secs(600));
+    let file = std::fs::metadata(&path).map_or(0, |m| m.len())
+        + std::fs::metadata(path.with_extension("db-wal")).map_or(0, |m| m.len());
+    let stored = events + events / 10;
+    let line = raw_bytes as f64 / events as f64;
+    eprintln!(
+        "store of {stored} events: {:.0} B per event on disk, raw line {line:.0} B ({:.2}x), payload {} B",
+        file as f64 / stored as f64,
+        file as f64 / stored as f64 / line,
+        payload(1).len()
+    );
+    store
+}
+
+fn read_all(store: &Store, expected: u64) -> usize {
+    let mut after = 0;
+    let mut bytes = 0usize;
+    loop {
+        let page = store.events_after("big", after, 1000).expect("read");
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        bytes += page.iter().map(|e| e.payload.len()).sum::<usize>();
+    }
+    assert_eq!(after, expected);
+    bytes
+}
+
+/// Replay through the store's read path: every event of one session, in pages of 1,000
+/// (`events_after`), payloads rebuilt and copied out. 1M only without `--quick`.
+fn bench_read(c: &mut Criterion) {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let sizes: &[(&str, u64)] = if quick {
+        &[("100k_events", READ_EVENTS)]
+    } else {
+        &[
+            ("100k_events", READ_EVENTS),
+            ("1m_events", 10 * READ_EVENTS),
+        ]
+    };
+    for &(name, events) in sizes {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = filled_store(&dir, events);
+        let mut group = c.benchmark_group("read");
+        group.throughput(Throughput::Elements(events));
+        group.sample_size(10);
+        group.warm_up_time(Duration::from_secs(1));
+        group.measurement_time(Duration::from_secs(if events > READ_EVENTS {
+            30
+        } else {
+            5
+        }));
+        group.bench_function(name, |b| b.iter(|| black_box(read_all(&store, events))));
+        group.finish();
+    }
 }
 
 criterion_group!(

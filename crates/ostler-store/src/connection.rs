@@ -42,6 +42,7 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
     conn.busy_timeout(opts.busy_timeout).map_err(oe)?;
     // The writer reuses a couple of dozen statements; keep all of them prepared.
     conn.set_prepared_statement_cache_capacity(64);
+    register_delta_function(&conn).map_err(oe)?;
     // The first read of the schema is where SQLite notices a file that is not a database.
     let tables: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
@@ -63,9 +64,12 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
     }
     conn.pragma_update(None, "synchronous", opts.synchronous.pragma_value())
         .map_err(oe)?;
-    // After a checkpoint, truncate a WAL that grew large (e.g. while a long read pinned an
-    // old snapshot) instead of keeping its high-water size forever.
-    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
+    // When the WAL restarts, truncate it to its hard bound if it grew past (e.g. while a long
+    // read pinned an old snapshot) instead of keeping its high-water size forever.
+    let page_size: i64 = conn
+        .pragma_query_value(None, "page_size", |r| r.get(0))
+        .map_err(oe)?;
+    conn.pragma_update(None, "journal_size_limit", wal_bound_bytes(page_size))
         .map_err(oe)?;
     conn.pragma_update(None, "foreign_keys", true).map_err(oe)?;
     let fk: bool = conn
@@ -78,4 +82,36 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
         });
     }
     Ok(conn)
+}
+
+/// `ostler_delta(payload, raw)`: the payload as a delta against the raw line (see
+/// `codec.rs`), or NULL when that would not be smaller; used by migration 0003.
+fn register_delta_function(conn: &Connection) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    use rusqlite::types::{Value, ValueRef};
+    conn.create_scalar_function(
+        "ostler_delta",
+        2,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            fn bytes(v: ValueRef<'_>) -> Option<&[u8]> {
+                match v {
+                    ValueRef::Blob(b) | ValueRef::Text(b) => Some(b),
+                    _ => None,
+                }
+            }
+            let delta = bytes(ctx.get_raw(0))
+                .and_then(|payload| crate::codec::encode(payload, bytes(ctx.get_raw(1))).1);
+            Ok(delta.map_or(Value::Null, Value::Blob))
+        },
+    )
+}
+
+/// The WAL file's size at the writer's hard bound (`WAL_HARD_LIMIT_FRAMES` frames of
+/// `page_size` bytes plus their 24-byte headers, and the 32-byte file header).
+pub(crate) fn wal_bound_bytes(page_size: i64) -> i64 {
+    let frames = i64::try_from(crate::writer::WAL_HARD_LIMIT_FRAMES).unwrap_or(i64::MAX);
+    frames
+        .saturating_mul(page_size.saturating_add(24))
+        .saturating_add(32)
 }

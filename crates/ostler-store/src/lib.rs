@@ -4,6 +4,7 @@
 //! log, pending and decided interactions (permission requests and questions), and usage.
 //! See `README.md` in this crate for the design and the durability promise.
 
+mod codec;
 mod connection;
 mod error;
 pub mod migrate;
@@ -18,3 +19,8 @@ pub use error::{Error, Result};
 pub use migrate::SCHEMA_VERSION;
 pub use store::{Store, Ticket};
 pub use types::*;
+
+/// The WAL's hard bound, in frames (pages): past it the writer checkpoints itself before
+/// the next group, so the WAL restarts; below it checkpoints run on the checkpointer thread
+/// only. See `README.md`, "Checkpoints".
+pub const WAL_BOUND_FRAMES: u64 = writer::WAL_HARD_LIMIT_FRAMES;

@@ -34,6 +34,7 @@ macro_rules! migration {
 pub const MIGRATIONS: &[Migration] = &[
     migration!(1, "0001_initial.sql"),
     migration!(2, "0002_usage.sql"),
+    migration!(3, "0003_events_one_copy.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).
@@ -199,5 +200,101 @@ mod tests {
         // Reopening a current database applies nothing and changes nothing.
         let store = crate::Store::open(&path, StoreOptions::default()).expect("reopen");
         assert_eq!(store.last_seq("old").expect("seq"), 3);
+    }
+
+    /// Events written with the schema before 0003 (payload and raw line both verbatim) read
+    /// back byte for byte after the migration, now stored once (payload as a delta against
+    /// the raw line where that is smaller), and the log continues without a gap.
+    #[test]
+    fn events_of_schema_2_read_back_identical_after_the_one_copy_migration() {
+        use crate::types::*;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v2.db");
+        let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+        let mut expected: Vec<(String, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        for i in 0..300u32 {
+            let text = format!(
+                "answer {i}: {}",
+                "tool output line\n".repeat(i as usize % 40)
+            );
+            let raw = format!(
+                r#"{{"type":"assistant","message":{{"id":"m{i}","content":[{{"type":"text","text":"{text}"}}]}},"deep":{deep}}}"#
+            );
+            let payload = format!(r#"{{"message_id":"m{i}","text":"{text}","deep":{deep}}}"#);
+            let (kind, raw) = match i % 5 {
+                0 => ("engine_notice", None),
+                1 => ("unknown", Some(vec![0xff, 0xfe, b'x', i as u8])),
+                _ => ("assistant_block", Some(raw.into_bytes())),
+            };
+            expected.push((kind.to_owned(), payload.into_bytes(), raw));
+        }
+        let old_columns;
+        {
+            let mut conn =
+                crate::connection::open_write_connection(&path, &StoreOptions::default())
+                    .expect("open");
+            migrate_to(&mut conn, &path, 2).expect("schema v2");
+            conn.execute_batch(
+                "INSERT INTO sessions (pk, id, cwd, state, created_ms, updated_ms)
+                 VALUES (1, 'a', '/w', 'idle', 1, 1), (2, 'b', '/w', 'idle', 1, 1);",
+            )
+            .expect("sessions");
+            let mut st = conn
+                .prepare("INSERT INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+                .expect("insert");
+            for (n, (kind, payload, raw)) in expected.iter().enumerate() {
+                // Two sessions, interleaved.
+                let (pk, seq) = ((n % 2) as i64 + 1, (n / 2) as i64 + 1);
+                st.execute(rusqlite::params![pk, seq, kind, payload, raw, n as i64])
+                    .expect("row");
+            }
+            drop(st);
+            old_columns = conn
+                .query_row(
+                    "SELECT sum(length(payload)) + sum(coalesce(length(raw), 0)) FROM events",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+                .expect("sizes");
+        }
+
+        let store = crate::Store::open(&path, StoreOptions::default()).expect("migrating open");
+        for (sid, parity) in [("a", 0), ("b", 1)] {
+            let events = store.events_after(sid, 0, 1000).expect("events");
+            let want: Vec<_> = expected
+                .iter()
+                .enumerate()
+                .filter(|(n, _)| n % 2 == parity)
+                .collect();
+            assert_eq!(events.len(), want.len());
+            for (ev, (n, (kind, payload, raw))) in events.iter().zip(want) {
+                assert_eq!(ev.seq, (n / 2) as u64 + 1);
+                assert_eq!(&*ev.kind, kind);
+                assert_eq!(&ev.payload[..], &payload[..], "payload of event {n}");
+                assert_eq!(ev.raw.as_deref(), raw.as_deref(), "raw of event {n}");
+                assert_eq!(ev.ts_ms, n as i64);
+            }
+            assert_eq!(store.last_seq(sid).expect("seq"), 150);
+        }
+        let conn = rusqlite::Connection::open(&path).expect("raw");
+        let (deltas, new_columns): (i64, i64) = conn
+            .query_row(
+                "SELECT sum(codec), sum(length(payload)) + sum(coalesce(length(raw), 0)) FROM events",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("sizes");
+        assert_eq!(
+            deltas, 180,
+            "the events with a matching raw line are deltas"
+        );
+        assert!(
+            new_columns * 10 < old_columns * 7,
+            "{old_columns} -> {new_columns} bytes"
+        );
+        let seqs = store
+            .append_blocking("a", vec![NewEvent::new("user", b"{}".to_vec(), 30)])
+            .expect("append");
+        assert_eq!(seqs, vec![151]);
     }
 }

@@ -3,6 +3,7 @@
 
 use rusqlite::{Connection, params};
 
+use crate::codec::EncodedEvent;
 use crate::error::{Error, Result};
 use crate::rows::{self, u64_from_sql, u64_to_sql};
 use crate::types::*;
@@ -11,7 +12,7 @@ use crate::writer::{Ctx, Slot};
 pub(crate) fn append_op(
     ctx: &mut Ctx<'_>,
     session_id: &str,
-    events: &[NewEvent],
+    events: &[EncodedEvent],
 ) -> Result<Vec<u64>> {
     let slot = ctx.slot(session_id)?;
     if events.is_empty() {
@@ -19,8 +20,8 @@ pub(crate) fn append_op(
     }
     let conn = ctx.conn;
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO events (session_pk, seq, kind, payload, raw, ts_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO events (session_pk, seq, kind, ts_ms, codec, payload, raw)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
     let mut seqs = Vec::with_capacity(events.len());
     let mut seq = slot.last_seq;
@@ -30,9 +31,10 @@ pub(crate) fn append_op(
             slot.pk,
             u64_to_sql(seq, "seq")?,
             &*ev.kind,
+            ev.ts_ms,
+            ev.codec,
             &ev.payload[..],
-            ev.raw.as_deref(),
-            ev.ts_ms
+            ev.raw.as_deref()
         ])?;
         seqs.push(seq);
     }
@@ -236,7 +238,7 @@ pub(crate) fn decide_op(
 pub(crate) fn append_with_op(
     ctx: &mut Ctx<'_>,
     session_id: &str,
-    events: &[NewEvent],
+    events: &[EncodedEvent],
     with: &WithEvents,
 ) -> Result<AppendedWith> {
     let decided = match &with.decide {

@@ -85,11 +85,12 @@ impl ReadPool {
     /// The seq of a session's last committed event (0 if none).
     pub(crate) fn last_seq(&self, session_id: &str) -> Result<u64> {
         self.with(|conn| {
+            let sql = format!(
+                "SELECT {} FROM sessions s WHERE s.id = ?1",
+                rows::LAST_SEQ_OF_S
+            );
             let v: Option<i64> = conn
-                .prepare_cached(
-                    "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_pk = s.pk)
-                     FROM sessions s WHERE s.id = ?1",
-                )?
+                .prepare_cached(&sql)?
                 .query_row([session_id], |r| r.get(0))
                 .map(Some)
                 .or_else(|e| match e {

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::codec;
 use crate::error::{Error, Result};
 use crate::types::{
     ExitInfo, Interaction, SessionRecord, StoredEvent, StoredTurnUsage, TurnUsage, UsageTotals,
@@ -53,11 +54,23 @@ fn opt_blob(row: &Row<'_>, idx: usize) -> Result<Option<Bytes>> {
 
 // ---------------------------------------------------------------- sessions
 
-pub(crate) const SESSION_COLUMNS: &str = "s.pk, s.id, s.claude_session_id, s.cwd, s.model, \
+/// The last seq of the session row aliased `s` (0 if none).
+macro_rules! last_seq_of_s {
+    () => {
+        "(SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_pk = s.pk)"
+    };
+}
+
+/// See [`last_seq_of_s!`].
+pub(crate) const LAST_SEQ_OF_S: &str = last_seq_of_s!();
+
+pub(crate) const SESSION_COLUMNS: &str = concat!(
+    "s.pk, s.id, s.claude_session_id, s.cwd, s.model, \
     s.permission_mode, s.cli_release, s.state, s.created_ms, s.updated_ms, s.exit_code, \
     s.exit_signal, s.exit_reason, s.exited_ms, s.turns, s.input_tokens, s.output_tokens, \
-    s.cache_creation_input_tokens, s.cache_read_input_tokens, s.cost_usd, \
-    (SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_pk = s.pk)";
+    s.cache_creation_input_tokens, s.cache_read_input_tokens, s.cost_usd, ",
+    last_seq_of_s!()
+);
 
 /// Maps a row selected with [`SESSION_COLUMNS`] (labels left empty) and returns its pk.
 pub(crate) fn session_from_row(row: &Row<'_>) -> Result<(i64, SessionRecord)> {
@@ -138,7 +151,7 @@ pub(crate) fn events_after(
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let after = u64_to_sql(after_seq, "after_seq")?;
     let mut stmt = conn.prepare_cached(
-        "SELECT seq, kind, payload, raw, ts_ms FROM events
+        "SELECT seq, kind, payload, raw, ts_ms, codec FROM events
          WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?1) AND seq > ?2
          ORDER BY seq LIMIT ?3",
     )?;
@@ -157,12 +170,23 @@ pub(crate) fn events_after(
                 k
             }
         };
+        let raw = opt_blob(row, 3)?;
+        let payload = match row.get_ref(5)?.as_i64()? {
+            codec::CODEC_PLAIN => blob(row, 2)?,
+            codec => {
+                let stored = match row.get_ref(2)? {
+                    ValueRef::Blob(b) | ValueRef::Text(b) => b,
+                    _ => return Err(Error::InvalidData("payload is not a blob".into())),
+                };
+                Bytes::from(codec::decode(codec, stored, raw.as_deref())?)
+            }
+        };
         out.push(StoredEvent {
             session_id: Arc::clone(&sid),
             seq: u64_from_sql(row.get(0)?, "seq")?,
             kind,
-            payload: blob(row, 2)?,
-            raw: opt_blob(row, 3)?,
+            payload,
+            raw,
             ts_ms: row.get(4)?,
         });
     }

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use crate::codec::EncodedEvent;
 use crate::connection::{open_error, open_flags_rw, open_write_connection};
 use crate::error::{Error, Result};
 use crate::migrate::{self, SCHEMA_VERSION};
@@ -44,6 +45,8 @@ struct Inner {
     tx: Option<Sender<Command>>,
     writer: Option<JoinHandle<()>>,
     checkpointer: Option<JoinHandle<()>>,
+    /// For [`Store::wait_checkpointed`]; dropped before the checkpointer thread is joined.
+    checkpoint: Option<writer::Checkpointer>,
     readers: ReadPool,
 }
 
@@ -58,7 +61,9 @@ impl Drop for Inner {
         {
             tracing::error!(path = %self.path.display(), "store writer thread panicked");
         }
-        // The writer held the checkpointer's channel: it has stopped too (or is stopping).
+        // The writer held the checkpointer's channel, and so did this: with both gone the
+        // checkpointer stops too (or is stopping).
+        drop(self.checkpoint.take());
         if let Some(handle) = self.checkpointer.take()
             && handle.join().is_err()
         {
@@ -159,6 +164,7 @@ impl Store {
             }
         };
 
+        let checkpoint_handle = checkpoint.as_ref().map(writer::CheckpointNudge::handle);
         let (tx, rx) = std::sync::mpsc::channel();
         let writer = Writer::new(conn, path.clone(), opts.max_batch, checkpoint);
         let handle = std::thread::Builder::new()
@@ -175,6 +181,7 @@ impl Store {
                 tx: Some(tx),
                 writer: Some(handle),
                 checkpointer,
+                checkpoint: checkpoint_handle,
                 readers,
             }),
         })
@@ -206,6 +213,7 @@ impl Store {
     /// (consecutive, continuing the session's log without gaps).
     pub fn append(&self, session_id: &str, events: Vec<NewEvent>) -> Ticket<Vec<u64>> {
         let sid = session_id.to_owned();
+        let events: Vec<EncodedEvent> = events.into_iter().map(EncodedEvent::new).collect();
         self.submit(move |ctx| ops::append_op(ctx, &sid, &events))
     }
 
@@ -268,6 +276,7 @@ impl Store {
         with: WithEvents,
     ) -> Ticket<AppendedWith> {
         let sid = session_id.to_owned();
+        let events: Vec<EncodedEvent> = events.into_iter().map(EncodedEvent::new).collect();
         self.submit(move |ctx| ops::append_with_op(ctx, &sid, &events, &with))
     }
 
@@ -318,6 +327,19 @@ impl Store {
         self.inner
             .readers
             .events_after(session_id, after_seq, limit)
+    }
+
+    /// Asks the checkpointer thread to copy the WAL into the database file and waits (this
+    /// thread) until a pass that started after this call has left every WAL frame in the
+    /// database: `true`; `false` if that did not happen within `timeout` (appends kept
+    /// arriving, or a long read pins old frames) or there is no checkpointer thread. The WAL
+    /// then restarts from its beginning at the next commit. For tests, tools and shutdown
+    /// paths; the store checkpoints on its own.
+    pub fn wait_checkpointed(&self, timeout: std::time::Duration) -> bool {
+        self.inner
+            .checkpoint
+            .as_ref()
+            .is_some_and(|c| c.caught_up(timeout))
     }
 
     /// A cheap read that shows whether the store answers (for health checks).

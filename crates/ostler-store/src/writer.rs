@@ -11,8 +11,10 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension};
 
@@ -83,13 +85,16 @@ impl Ctx<'_> {
         if let Some(s) = self.cache.get(session_id) {
             return Ok(*s);
         }
+        let sql = format!(
+            "SELECT s.pk, {} FROM sessions s WHERE s.id = ?1",
+            crate::rows::LAST_SEQ_OF_S
+        );
         let found = self
             .conn
-            .prepare_cached(
-                "SELECT pk, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_pk = sessions.pk)
-                 FROM sessions WHERE id = ?1",
-            )?
-            .query_row([session_id], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))
+            .prepare_cached(&sql)?
+            .query_row([session_id], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
+            })
             .optional()?;
         let (pk, last) = found.ok_or_else(|| not_found_session(session_id))?;
         let slot = Slot {
@@ -149,21 +154,23 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-/// WAL size (frames = pages) at which the checkpointer is asked to run; the same figure as
+/// WAL growth (frames = pages) after which the checkpointer is nudged; the same figure as
 /// SQLite's default `wal_autocheckpoint`.
 const CHECKPOINT_AFTER_FRAMES: u64 = 1000;
 
-/// WAL size at which the writer tries to finish the checkpoint itself, between two groups,
-/// if the checkpointer is not busy. Under continuous load the checkpointer never completes
-/// (new frames keep arriving), and the WAL only restarts from its beginning once every frame
-/// is back in the database; by then the checkpointer has copied nearly everything, so the
-/// writer's checkpoint is short.
-const WRITER_CHECKPOINT_AFTER_FRAMES: u64 = 2 * CHECKPOINT_AFTER_FRAMES;
+/// The checkpointer keeps going, pass after pass, while at least this many frames are left
+/// to copy: under continuous load it follows the writer closely, so that whatever is left
+/// when the WAL restarts is short.
+const CHASE_MIN_FRAMES: u64 = 64;
 
-/// WAL size at which the writer waits for a running checkpoint and then checkpoints itself:
-/// when the disk cannot keep up, appends slow down instead of the WAL (and the time to
-/// recover it after a crash) growing without bound. About 16 MiB with 4 KiB pages.
-const WAL_HARD_LIMIT_FRAMES: u64 = 4 * CHECKPOINT_AFTER_FRAMES;
+/// The hard bound on the WAL: at this size the writer waits for a running checkpoint and then
+/// checkpoints itself (copying only what the checkpointer has not copied yet), so that the
+/// WAL restarts from its beginning. Below it the writer never checkpoints, never waits for the
+/// checkpointer, and no commit fsyncs (with `synchronous=NORMAL`). About 32 MiB with 4 KiB
+/// pages. Under continuous load this is the only point where the WAL restarts (a checkpoint
+/// only completes if no commit lands while it runs); under bursty load the checkpointer
+/// catches up between bursts and the WAL restarts for free at the next commit.
+pub(crate) const WAL_HARD_LIMIT_FRAMES: u64 = 8 * 1024;
 
 thread_local! {
     /// Frames in the WAL after the last commit of this thread's connection (set by the WAL
@@ -176,80 +183,122 @@ fn record_wal_frames(_wal: &rusqlite::hooks::Wal, frames: c_int) -> rusqlite::Re
     Ok(())
 }
 
-/// What the writer should do about checkpoints after a commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CheckpointAction {
-    None,
-    /// Checkpoint now unless the checkpointer is busy.
-    IfIdle,
-    /// Wait for the checkpointer, then checkpoint.
-    Wait,
+/// What the checkpointer has done, shared with whoever waits for it.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Passes finished so far.
+    passes: u64,
+    /// Whether the last pass left every WAL frame in the database.
+    complete: bool,
 }
 
-/// Decides when checkpoints happen: mostly on the checkpointer thread, so that the
-/// checkpoint (and its fsyncs) is not paid inside some unlucky append's commit; now and then
-/// by the writer itself, so that the WAL restarts under continuous load and stays bounded
-/// when the disk is slow.
-pub(crate) struct CheckpointNudge {
+/// The checkpointer's shared state: its nudge channel, the lock held while a checkpoint runs
+/// (SQLite would only answer "busy" to a second one) and its progress.
+#[derive(Clone)]
+pub(crate) struct Checkpointer {
     tx: SyncSender<()>,
-    /// Held while a checkpoint runs (SQLite would only answer "busy" to a second one).
     lock: Arc<Mutex<()>>,
+    /// Set while the writer waits for `lock` (at the hard bound): the checkpointer then
+    /// starts no new pass, so that the writer is not starved by passes back to back.
+    writer_waiting: Arc<AtomicBool>,
+    progress: Arc<(Mutex<Progress>, Condvar)>,
+}
+
+impl Checkpointer {
+    /// Asks for a pass; a full channel means one is already due (nudges coalesce).
+    fn nudge(&self) {
+        let _ = self.tx.try_send(());
+    }
+
+    /// Nudges the checkpointer and waits until a pass that started after this call has left
+    /// every WAL frame in the database (`true`), or `timeout` passed (`false`). While the
+    /// writer keeps committing, such a pass may never happen.
+    pub(crate) fn caught_up(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let (lock, cv) = &*self.progress;
+        let mut p = lock.lock().unwrap_or_else(|p| p.into_inner());
+        // A pass running now may have started before the caller's last write.
+        let after = p.passes + 1;
+        loop {
+            self.nudge();
+            if p.passes > after && p.complete {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            p = cv
+                .wait_timeout(p, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Decides when checkpoints happen: on the checkpointer thread, off the commit path; by the
+/// writer only at the WAL's hard bound.
+pub(crate) struct CheckpointNudge {
+    shared: Checkpointer,
     last_frames: u64,
     nudged_at: u64,
     writer_threshold: u64,
 }
 
 impl CheckpointNudge {
-    fn committed(&mut self, frames: u64) -> CheckpointAction {
+    /// A handle on the checkpointer for waiting on it (see [`Checkpointer::caught_up`]).
+    pub(crate) fn handle(&self) -> Checkpointer {
+        self.shared.clone()
+    }
+
+    /// After a commit that left `frames` in the WAL: nudges the checkpointer as the WAL grows;
+    /// returns whether the writer must checkpoint itself (the hard bound).
+    fn committed(&mut self, frames: u64) -> bool {
         if frames < self.last_frames {
             // The WAL restarted from its beginning.
             self.nudged_at = 0;
-            self.writer_threshold = WRITER_CHECKPOINT_AFTER_FRAMES;
+            self.writer_threshold = WAL_HARD_LIMIT_FRAMES;
         }
         self.last_frames = frames;
         if frames >= self.nudged_at + CHECKPOINT_AFTER_FRAMES {
-            // A full channel means a checkpoint is already due: nudges coalesce.
-            let _ = self.tx.try_send(());
+            self.shared.nudge();
             self.nudged_at = frames;
         }
-        if frames < self.writer_threshold {
-            CheckpointAction::None
-        } else if frames >= WAL_HARD_LIMIT_FRAMES {
-            CheckpointAction::Wait
-        } else {
-            CheckpointAction::IfIdle
-        }
+        frames >= self.writer_threshold
     }
 
-    /// Runs the writer's checkpoint on `conn` as decided by [`Self::committed`].
-    fn run(&mut self, conn: &Connection, path: &Path, action: CheckpointAction) {
-        let guard = match action {
-            CheckpointAction::None => return,
-            CheckpointAction::IfIdle => match self.lock.try_lock() {
-                Ok(g) => Some(g),
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            },
-            CheckpointAction::Wait => Some(self.lock.lock().unwrap_or_else(|p| p.into_inner())),
-        };
-        if guard.is_some() {
-            match checkpoint(conn) {
-                Ok(complete) => {
-                    tracing::trace!(complete, frames = self.last_frames, "writer checkpoint")
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed")
-                }
+    /// The writer's checkpoint at the hard bound: waits for a running pass, then copies the
+    /// rest (the writer is not committing meanwhile, so this one completes unless a reader
+    /// still uses old frames).
+    fn at_hard_bound(&mut self, conn: &Connection, path: &Path) {
+        self.shared.writer_waiting.store(true, Ordering::SeqCst);
+        let _guard = self.shared.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.writer_waiting.store(false, Ordering::SeqCst);
+        match checkpoint(conn) {
+            Ok(complete) => {
+                tracing::debug!(
+                    complete,
+                    frames = self.last_frames,
+                    "writer checkpoint at the WAL bound"
+                )
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed")
             }
         }
-        // If the WAL does not restart (a reader still uses old frames, or the checkpointer
-        // was busy), try again a little later.
+        // If the WAL does not restart (a reader still uses old frames), try again a little
+        // later rather than after every commit.
         self.writer_threshold = self.last_frames + CHECKPOINT_AFTER_FRAMES;
     }
 }
 
 /// Runs a `PASSIVE` checkpoint; returns whether every WAL frame is now in the database.
 fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
+    checkpoint_counts(conn).map(|(complete, _)| complete)
+}
+
+/// A `PASSIVE` checkpoint: (every frame copied?, frames left to copy).
+fn checkpoint_counts(conn: &Connection) -> rusqlite::Result<(bool, u64)> {
     let (busy, log, done) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
         Ok((
             r.get::<_, i64>(0)?,
@@ -257,35 +306,68 @@ fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
             r.get::<_, i64>(2)?,
         ))
     })?;
-    Ok(busy == 0 && log == done)
+    let left = u64::try_from(log.saturating_sub(done)).unwrap_or(0);
+    Ok((busy == 0 && log == done, left))
 }
 
-/// Starts the checkpointer thread on its own connection `conn`: a `PASSIVE` checkpoint per
-/// nudge, alongside the writer and the readers (blocking neither). It stops when the writer
-/// (holding the returned nudge) is gone.
+/// Starts the checkpointer thread on its own connection `conn`: on each nudge, `PASSIVE`
+/// checkpoints alongside the writer and the readers (blocking neither), pass after pass while
+/// [`CHASE_MIN_FRAMES`] or more are left, then one more for the short rest (which completes,
+/// and lets the WAL restart, if no commit lands meanwhile). It stops when every
+/// [`Checkpointer`] handle (the writer's and the store's) is gone.
 pub(crate) fn spawn_checkpointer(
     conn: Connection,
     path: PathBuf,
 ) -> std::io::Result<(CheckpointNudge, std::thread::JoinHandle<()>)> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
-    let lock = Arc::new(Mutex::new(()));
-    let thread_lock = Arc::clone(&lock);
+    let shared = Checkpointer {
+        tx,
+        lock: Arc::new(Mutex::new(())),
+        writer_waiting: Arc::new(AtomicBool::new(false)),
+        progress: Arc::new((Mutex::new(Progress::default()), Condvar::new())),
+    };
+    let lock = Arc::clone(&shared.lock);
+    let writer_waiting = Arc::clone(&shared.writer_waiting);
+    let progress = Arc::clone(&shared.progress);
     let handle = std::thread::Builder::new()
         .name("ostler-store-checkpoint".into())
         .spawn(move || {
             while rx.recv().is_ok() {
-                let _guard = thread_lock.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = checkpoint(&conn) {
-                    tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed");
+                let mut tail_pass_done = false;
+                // The writer checkpointing at the hard bound does this nudge's work.
+                while !writer_waiting.load(Ordering::SeqCst) {
+                    let result = {
+                        let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        checkpoint_counts(&conn)
+                    };
+                    let (complete, left) = match result {
+                        Ok(r) => r,
+                        Err(e) => {
+                            tracing::warn!(path = %path.display(), error = %e, "wal checkpoint failed");
+                            (false, 0)
+                        }
+                    };
+                    let (m, cv) = &*progress;
+                    {
+                        let mut p = m.lock().unwrap_or_else(|p| p.into_inner());
+                        p.passes += 1;
+                        p.complete = complete;
+                    }
+                    cv.notify_all();
+                    if complete || left == 0 || (left < CHASE_MIN_FRAMES && tail_pass_done) {
+                        break;
+                    }
+                    tail_pass_done = left < CHASE_MIN_FRAMES;
                 }
+                // Whoever waits in `caught_up` re-nudges if this nudge was left to the writer.
+                progress.1.notify_all();
             }
         })?;
     let nudge = CheckpointNudge {
-        tx,
-        lock,
+        shared,
         last_frames: 0,
         nudged_at: 0,
-        writer_threshold: WRITER_CHECKPOINT_AFTER_FRAMES,
+        writer_threshold: WAL_HARD_LIMIT_FRAMES,
     };
     Ok((nudge, handle))
 }
@@ -381,11 +463,12 @@ impl Writer {
                 for complete in completions {
                     complete(None);
                 }
-                if let Some(nudge) = &mut self.checkpoint {
+                if let Some(nudge) = &mut self.checkpoint
+                    && nudge.committed(WAL_FRAMES.with(Cell::get))
+                {
                     // Between groups, outside any transaction, after the callers have their
-                    // results.
-                    let action = nudge.committed(WAL_FRAMES.with(Cell::get));
-                    nudge.run(&self.conn, &self.path, action);
+                    // results; only at the WAL's hard bound.
+                    nudge.at_hard_bound(&self.conn, &self.path);
                 }
             }
             Err(e) => {

@@ -109,6 +109,63 @@ fn events_round_trip_byte_for_byte() {
     assert_eq!(stored[1].raw, None);
 }
 
+/// One copy per event: a payload that repeats its raw line (as the engine's canonical
+/// events do) is stored as a short delta against it, and both read back byte for byte, for
+/// the CLI's recorded lines and for JSON nested far deeper than any parser's default limit.
+#[test]
+fn payloads_repeating_the_raw_line_are_stored_once_and_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    let recordings = ostler_testkit::workspace_root().join("contracts/claude-code/2.1.330");
+    let mut lines: Vec<Vec<u8>> = Vec::new();
+    for entry in std::fs::read_dir(&recordings).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "ndjson") {
+            let text = std::fs::read(&p).unwrap();
+            lines.extend(
+                text.split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(<[u8]>::to_vec),
+            );
+        }
+    }
+    assert!(lines.len() > 50, "recordings found: {}", lines.len());
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes();
+    lines.push(deep);
+    let events: Vec<NewEvent> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            let mut payload = format!("{{\"n\":{i},\"line\":").into_bytes();
+            payload.extend_from_slice(line);
+            payload.push(b'}');
+            NewEvent::new("unknown", payload, i as i64).with_raw(line.clone())
+        })
+        .collect();
+    for chunk in events.chunks(100) {
+        store.append_blocking("s", chunk.to_vec()).unwrap();
+    }
+    let stored = store.events_after("s", 0, events.len() + 1).unwrap();
+    assert_eq!(stored.len(), events.len());
+    for (e, s) in events.iter().zip(&stored) {
+        assert_eq!(s.payload, e.payload, "payload of seq {}", s.seq);
+        assert_eq!(s.raw, e.raw, "raw of seq {}", s.seq);
+    }
+    let (payload_bytes, raw_bytes): (i64, i64) = raw_conn(&path)
+        .query_row(
+            "SELECT sum(length(payload)), sum(length(raw)) FROM events",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(
+        payload_bytes * 10 < raw_bytes,
+        "payload columns {payload_bytes} B next to raw lines of {raw_bytes} B"
+    );
+}
+
 #[test]
 fn events_after_pages_in_order() {
     let dir = tempfile::tempdir().unwrap();
@@ -972,36 +1029,57 @@ fn options_are_validated_and_every_mode_keeps_the_invariants() {
     }
 }
 
-/// Checkpoints run off the commit path, and they do run: appending far more than the
-/// checkpoint threshold (~50 MB against a WAL limit of ~16 MB) leaves the data in the
-/// database file, not in an ever-growing WAL, however slow the disk.
+/// Checkpoints run off the commit path, and they do run: appending ~60 MB (almost four
+/// times the WAL's hard bound) keeps the WAL file under the bound at every step (plus one
+/// append's frames), and once the checkpointer has caught up everything is in the database
+/// file and the WAL restarts from its beginning.
 #[test]
-fn the_wal_is_checkpointed_while_appending() {
+fn the_wal_stays_under_its_bound_while_appending() {
     let dir = tempfile::tempdir().unwrap();
     let path = db_path(&dir);
     let store = open(&path);
     store.create_session(new_session("s", 1)).wait().unwrap();
+    let page: u64 = raw_conn(&path)
+        .pragma_query_value(None, "page_size", |r| r.get(0))
+        .unwrap();
+    let wal_len = || {
+        std::fs::metadata(path.with_extension("db-wal"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    // One append: 4 events of 4 KiB (each spills to an overflow page) and the tree pages
+    // above them; generously 64 frames.
+    let bound = (WAL_BOUND_FRAMES + 64) * (page + 24) + 32;
     let payload = vec![3u8; 4096];
-    let total: u64 = 12000 * 4096;
-    for _ in 0..3000 {
+    let appends = 3600u64;
+    let total = appends * 4 * 4096;
+    let mut max_wal = 0;
+    for _ in 0..appends {
         let events = (0..4)
             .map(|i| NewEvent::new("k", payload.clone(), i))
             .collect();
         store.append_blocking("s", events).unwrap();
+        max_wal = max_wal.max(wal_len());
+        assert!(max_wal <= bound, "WAL file {max_wal} bytes > bound {bound}");
     }
-    let wal = std::fs::metadata(path.with_extension("db-wal"))
-        .map(|m| m.len())
-        .unwrap_or(0);
+    assert!(
+        store.wait_checkpointed(ostler_testkit::timeouts::secs(60)),
+        "the checkpointer did not catch up on an idle store"
+    );
     let db = std::fs::metadata(&path).unwrap().len();
     assert!(
-        wal < total / 2,
-        "WAL grew to {wal} bytes for {total} bytes appended"
-    );
-    assert!(
-        db > total / 2,
+        db > total,
         "database file is {db} bytes after {total} bytes appended"
     );
-    assert_eq!(store.last_seq("s").unwrap(), 12000);
+    // Everything was copied: the next commit writes from the WAL's beginning.
+    store
+        .append_blocking("s", vec![NewEvent::new("k", payload.clone(), 0)])
+        .unwrap();
+    let frames: i64 = raw_conn(&path)
+        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+        .unwrap();
+    assert!(frames < 64, "WAL did not restart: {frames} frames");
+    assert_eq!(store.last_seq("s").unwrap(), appends * 4 + 1);
 }
 
 /// A reader holding a snapshot open (a slow client replaying) neither blocks appends nor

@@ -1,0 +1,295 @@
+//! One copy of each event: the canonical payload is stored as a delta against the CLI's raw
+//! line when the event has one.
+//!
+//! The engine's canonical encoding repeats most of the raw line (texts, tool inputs and
+//! outputs, ids: serde_json and the CLI escape strings the same way), so storing both
+//! verbatim kept every event about twice. The store keeps the raw line as is and the payload
+//! as a short list of operations: *literal bytes* or *copy `len` bytes from offset `off` of
+//! the raw line*. Decoding is a few `memcpy`s; both are returned byte for byte as appended.
+//! The store never looks at what the bytes mean (any JSON, any nesting depth, or not JSON).
+//!
+//! Format: a sequence of ops, each starting with a varint `tag`:
+//! - `tag = len << 1`: `len` literal bytes follow;
+//! - `tag = len << 1 | 1`: a varint `off` follows; copy `raw[off..off + len]`.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::types::NewEvent;
+
+/// `events.codec`: the payload column holds the payload itself.
+pub(crate) const CODEC_PLAIN: i64 = 0;
+/// `events.codec`: the payload column holds a delta against the raw line (see module docs).
+pub(crate) const CODEC_DELTA: i64 = 1;
+
+/// The shortest run copied from the raw line (shorter ones are cheaper as literals).
+const MIN_MATCH: usize = 12;
+/// Bytes hashed to find a candidate match.
+const WINDOW: usize = 8;
+/// The hash table has at most `1 << MAX_HASH_BITS` slots (lines larger than that keep the
+/// last position per slot; matches are still verified byte by byte).
+const MAX_HASH_BITS: u32 = 16;
+
+/// An event in the form it is stored (encoded by the caller's thread, not the writer's).
+pub(crate) struct EncodedEvent {
+    pub kind: Cow<'static, str>,
+    pub ts_ms: i64,
+    pub codec: i64,
+    /// The payload, or its delta against `raw` (`codec`).
+    pub payload: Bytes,
+    pub raw: Option<Bytes>,
+}
+
+impl EncodedEvent {
+    pub(crate) fn new(ev: NewEvent) -> Self {
+        let (codec, delta) = encode(&ev.payload, ev.raw.as_deref());
+        Self {
+            kind: ev.kind,
+            ts_ms: ev.ts_ms,
+            codec,
+            payload: delta.map_or(ev.payload, Bytes::from),
+            raw: ev.raw,
+        }
+    }
+}
+
+/// The form in which to store `payload` next to `raw`: `(codec, bytes)`. The delta is used
+/// only when it is smaller than the payload itself.
+pub(crate) fn encode(payload: &[u8], raw: Option<&[u8]>) -> (i64, Option<Vec<u8>>) {
+    let Some(raw) = raw else {
+        return (CODEC_PLAIN, None);
+    };
+    match delta(payload, raw) {
+        Some(d) => (CODEC_DELTA, Some(d)),
+        None => (CODEC_PLAIN, None),
+    }
+}
+
+/// The payload as appended, from the stored column `stored` written with `codec`.
+pub(crate) fn decode(codec: i64, stored: &[u8], raw: Option<&[u8]>) -> Result<Vec<u8>> {
+    match codec {
+        CODEC_PLAIN => Ok(stored.to_vec()),
+        CODEC_DELTA => {
+            let raw = raw.ok_or_else(|| {
+                Error::InvalidData("delta-encoded payload without a raw line".into())
+            })?;
+            undelta(stored, raw)
+        }
+        other => Err(Error::InvalidData(format!(
+            "unknown payload codec {other} (written by a newer ostler?)"
+        ))),
+    }
+}
+
+fn read_window(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; WINDOW];
+    w.copy_from_slice(&b[at..at + WINDOW]);
+    u64::from_le_bytes(w)
+}
+
+fn hash(w: u64, bits: u32) -> usize {
+    // Multiplicative hashing; the top `bits` bits are the slot.
+    (w.wrapping_mul(0x9E37_79B1_85EB_CA87) >> (64 - bits)) as usize
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(b: &[u8], at: &mut usize) -> Result<u64> {
+    let mut v: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let byte = *b
+            .get(*at)
+            .ok_or_else(|| Error::InvalidData("truncated payload delta".into()))?;
+        *at += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(Error::InvalidData(
+        "overlong varint in payload delta".into(),
+    ))
+}
+
+fn put_literal(out: &mut Vec<u8>, lit: &[u8]) {
+    if !lit.is_empty() {
+        put_varint(out, (lit.len() as u64) << 1);
+        out.extend_from_slice(lit);
+    }
+}
+
+/// The delta of `payload` against `raw`, or `None` when it would not be smaller.
+fn delta(payload: &[u8], raw: &[u8]) -> Option<Vec<u8>> {
+    if payload.len() < MIN_MATCH || raw.len() < MIN_MATCH || raw.len() > u32::MAX as usize {
+        return None;
+    }
+    let bits = (usize::BITS - (raw.len() - 1).leading_zeros()).clamp(8, MAX_HASH_BITS);
+    // Slot -> position + 1 in `raw` (0 = empty).
+    let mut table = vec![0u32; 1 << bits];
+    for at in 0..=raw.len() - WINDOW {
+        // Earlier positions win: the first occurrence is as good as any, and keeping it
+        // makes long repeated runs (indentation, padding) match from their start.
+        let slot = &mut table[hash(read_window(raw, at), bits)];
+        if *slot == 0 {
+            *slot = at as u32 + 1;
+        }
+    }
+    let mut out = Vec::with_capacity(payload.len() / 4 + 16);
+    let mut lit_start = 0;
+    let mut i = 0;
+    while i + WINDOW <= payload.len() {
+        let cand = table[hash(read_window(payload, i), bits)];
+        if cand != 0 {
+            let r = cand as usize - 1;
+            let fwd = payload[i..]
+                .iter()
+                .zip(&raw[r..])
+                .take_while(|(a, b)| a == b)
+                .count();
+            if fwd >= WINDOW {
+                // Extend backwards into the pending literal.
+                let back = payload[lit_start..i]
+                    .iter()
+                    .rev()
+                    .zip(raw[..r].iter().rev())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                let len = fwd + back;
+                if len >= MIN_MATCH {
+                    put_literal(&mut out, &payload[lit_start..i - back]);
+                    put_varint(&mut out, ((len as u64) << 1) | 1);
+                    put_varint(&mut out, (r - back) as u64);
+                    i += fwd;
+                    lit_start = i;
+                    if out.len() >= payload.len() {
+                        return None;
+                    }
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+    put_literal(&mut out, &payload[lit_start..]);
+    (out.len() < payload.len()).then_some(out)
+}
+
+/// Applies a delta written by [`delta`]; every bound is checked (the column may be damaged).
+fn undelta(d: &[u8], raw: &[u8]) -> Result<Vec<u8>> {
+    let bad = |what: &str| Error::InvalidData(format!("damaged payload delta: {what}"));
+    let mut out = Vec::with_capacity(d.len() * 4);
+    let mut at = 0;
+    while at < d.len() {
+        let tag = get_varint(d, &mut at)?;
+        let len = usize::try_from(tag >> 1).map_err(|_| bad("length"))?;
+        if tag & 1 == 0 {
+            let end = at.checked_add(len).ok_or_else(|| bad("length"))?;
+            let lit = d.get(at..end).ok_or_else(|| bad("literal past the end"))?;
+            out.extend_from_slice(lit);
+            at = end;
+        } else {
+            let off = usize::try_from(get_varint(d, &mut at)?).map_err(|_| bad("offset"))?;
+            let end = off.checked_add(len).ok_or_else(|| bad("offset"))?;
+            let run = raw
+                .get(off..end)
+                .ok_or_else(|| bad("copy past the raw line"))?;
+            out.extend_from_slice(run);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(payload: &[u8], raw: &[u8]) -> (i64, usize) {
+        let (codec, stored) = encode(payload, Some(raw));
+        let stored = stored.unwrap_or_else(|| payload.to_vec());
+        let back = decode(codec, &stored, Some(raw)).expect("decodes");
+        assert_eq!(back, payload);
+        (codec, stored.len())
+    }
+
+    #[test]
+    fn a_payload_made_of_the_raw_line_shrinks_to_a_few_bytes() {
+        let text = "lorem ipsum dolor sit amet ".repeat(40);
+        let raw = format!(
+            r#"{{"type":"assistant","message":{{"id":"msg_01","content":[{{"type":"text","text":"{text}"}}]}},"session_id":"abc"}}"#
+        );
+        let payload = format!(r#"{{"message_id":"msg_01","index":0,"text":"{text}"}}"#);
+        let (codec, len) = round_trip(payload.as_bytes(), raw.as_bytes());
+        assert_eq!(codec, CODEC_DELTA);
+        assert!(len < payload.len() / 10, "{len} of {}", payload.len());
+    }
+
+    #[test]
+    fn unrelated_or_tiny_payloads_stay_plain_and_round_trip() {
+        assert_eq!(round_trip(b"{}", b"{\"type\":\"x\"}").0, CODEC_PLAIN);
+        let raw: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 241) as u8 ^ 0x55).collect();
+        round_trip(&payload, &raw);
+        assert_eq!(encode(b"abcdefghijklmnop", None), (CODEC_PLAIN, None));
+    }
+
+    #[test]
+    fn any_bytes_round_trip() {
+        // Deterministic pseudo-random payloads that mix copied runs, edits and literals,
+        // including lines over the hash table's size and runs at both ends.
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..200 {
+            let n = (next() % if round % 20 == 0 { 200_000 } else { 3000 }) as usize;
+            let raw: Vec<u8> = (0..n).map(|_| (next() % 6) as u8 + b'a').collect();
+            let mut payload = Vec::new();
+            while payload.len() < n {
+                match next() % 3 {
+                    0 if !raw.is_empty() => {
+                        let off = (next() as usize) % raw.len();
+                        let len = (next() as usize % 300).min(raw.len() - off);
+                        payload.extend_from_slice(&raw[off..off + len]);
+                    }
+                    _ => payload.extend((0..next() % 20).map(|_| next() as u8)),
+                }
+            }
+            round_trip(&payload, &raw);
+        }
+    }
+
+    #[test]
+    fn damaged_deltas_are_errors_not_panics() {
+        let raw = b"0123456789abcdefghijklmnopqrstuvwxyz";
+        for bad in [
+            &[0x03, 0x00][..], // copy of 1 byte without... offset 0 is fine; see below
+            &[0x81][..],       // truncated varint
+            &[0x04, b'a'][..], // literal past the end
+            &[0x41, 0x30][..], // copy past the raw line (len 32 at 48)
+            &[0xff; 11][..],   // overlong varint
+        ] {
+            let r = decode(CODEC_DELTA, bad, Some(raw));
+            if bad == [0x03, 0x00] {
+                assert_eq!(r.expect("valid"), b"0");
+            } else {
+                assert!(matches!(r, Err(Error::InvalidData(_))), "{bad:?}: {r:?}");
+            }
+        }
+        assert!(matches!(
+            decode(CODEC_DELTA, &[0x00], None),
+            Err(Error::InvalidData(_))
+        ));
+        assert!(matches!(decode(7, b"x", None), Err(Error::InvalidData(_))));
+    }
+}
