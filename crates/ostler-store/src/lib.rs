@@ -6,6 +6,7 @@
 
 mod connection;
 mod error;
+mod health;
 pub mod migrate;
 mod ops;
 mod read;
@@ -15,6 +16,7 @@ mod types;
 mod writer;
 
 pub use error::{Error, Result};
+pub use health::{WriteFault, WriteHealth};
 pub use migrate::SCHEMA_VERSION;
 pub use store::{Store, Ticket};
 pub use types::*;

@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 
 use crate::connection::{open_error, open_flags_rw, open_write_connection};
 use crate::error::{Error, Result};
+use crate::health::{HealthCell, WriteHealth};
 use crate::migrate::{self, SCHEMA_VERSION};
 use crate::ops;
 use crate::read::ReadPool;
@@ -45,6 +46,7 @@ struct Inner {
     writer: Option<JoinHandle<()>>,
     checkpointer: Option<JoinHandle<()>>,
     readers: ReadPool,
+    health: Arc<HealthCell>,
 }
 
 impl Drop for Inner {
@@ -160,7 +162,15 @@ impl Store {
         };
 
         let (tx, rx) = std::sync::mpsc::channel();
-        let writer = Writer::new(conn, path.clone(), opts.max_batch, checkpoint);
+        let health = Arc::new(HealthCell::new());
+        let writer = Writer::new(
+            conn,
+            path.clone(),
+            opts.max_batch,
+            checkpoint,
+            Arc::clone(&health),
+            opts.write_retry_limit,
+        );
         let handle = std::thread::Builder::new()
             .name("ostler-store-writer".into())
             .spawn(move || writer.run(rx))
@@ -176,6 +186,7 @@ impl Store {
                 writer: Some(handle),
                 checkpointer,
                 readers,
+                health,
             }),
         })
     }
@@ -185,10 +196,23 @@ impl Store {
         &self.inner.path
     }
 
+    /// Whether writes work, as last seen by the writer (no I/O).
+    pub fn write_health(&self) -> WriteHealth {
+        self.inner.health.current()
+    }
+
+    /// [`Store::write_health`] as a watch: changes the moment the writer sees a storage
+    /// fault, and again when a write commits.
+    pub fn watch_write_health(&self) -> tokio::sync::watch::Receiver<WriteHealth> {
+        self.inner.health.subscribe()
+    }
+
+    /// `op` may run more than once: a group that meets a storage fault is rolled back and
+    /// run again.
     fn submit<T, F>(&self, op: F) -> Ticket<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+        F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
         let Some(tx) = &self.inner.tx else {
             return Ticket::ready(Err(Error::Closed));
