@@ -142,6 +142,12 @@ pub fn test(a: TestArgs) -> Result<()> {
         seed: None,
     })?;
 
+    eprintln!("==> cargo xtask chaos --short");
+    crate::chaos::chaos(crate::chaos::ChaosArgs {
+        short: true,
+        seed: None,
+    })?;
+
     let mut t = cargo();
     if have("cargo-nextest", "--version") {
         t.args(["nextest", "run", "--workspace", "--no-fail-fast"]);

@@ -8,6 +8,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chaos;
 mod compat;
 mod contracts_record;
 mod dev;
@@ -25,6 +26,9 @@ struct Cli {
 enum Cmd {
     /// Run the whole test suite as CI does (installs the pinned CLI releases first).
     Test(dev::TestArgs),
+    /// Fault injection against the real daemon with the fake CLI (kill -9 mid-turn, CLI
+    /// kill, reconnect storm, stuck and slow subscribers, storage faults).
+    Chaos(chaos::ChaosArgs),
     /// Time-bounded property fuzzing (framer/decoder, stored codec, rules, gRPC requests).
     Fuzz(fuzz::FuzzArgs),
     /// Install the newest pinned Claude Code release and run the daemon with it.
@@ -72,6 +76,7 @@ fn main() -> Result<()> {
         Cmd::Daemon(a) => dev::daemon(a),
         Cmd::Bench(a) => bench::bench(a),
         Cmd::Fuzz(a) => fuzz::fuzz(a),
+        Cmd::Chaos(a) => chaos::chaos(a),
         Cmd::Compat { cmd } => match cmd {
             CompatCmd::Probe(a) => compat::probe(a),
             CompatCmd::Generate(a) => compat::generate(a),

@@ -20,6 +20,8 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -100,6 +102,9 @@ pub(crate) struct Actor {
     last_model: Option<String>,
     /// The CLI's cumulative cost so far for this process.
     process_cost_usd: f64,
+    /// Set when CLI output could not be stored (the store stayed unwritable past its retry
+    /// limit): the session is being stopped, and says why once the store writes again.
+    store_fault: Option<String>,
 }
 
 /// What an actor starts with.
@@ -137,6 +142,7 @@ impl Actor {
             shutdown: false,
             last_model: o.model,
             process_cost_usd: 0.0,
+            store_fault: None,
         };
         (actor, tx)
     }
@@ -416,7 +422,17 @@ impl Actor {
         let events = match guard.persist(items).await {
             Ok(ev) => ev,
             Err(e) => {
-                tracing::error!(session = %self.sid(), error = %e, "cannot record CLI output");
+                tracing::error!(session = %self.sid(), error = %e, "cannot record CLI output: stopping the session");
+                if self.store_fault.is_none() {
+                    self.store_fault = Some(e.to_string());
+                }
+                if !self.stop_requested {
+                    self.stop_requested = true;
+                    let process = self.process.clone();
+                    tokio::spawn(async move {
+                        process.stop().await;
+                    });
+                }
                 return;
             }
         };
@@ -1240,6 +1256,19 @@ impl Actor {
     // ------------------------------------------------------------------ exit
 
     async fn exited(&mut self, info: ExitInfo) {
+        if let Some(why) = self.store_fault.clone()
+            && self.store_writable_again().await
+        {
+            self.emit_logged(EventPayload::EngineNotice(EngineNotice {
+                code: "store_unwritable".into(),
+                message: format!(
+                    "session stopped: the CLI's output could not be stored ({why}); \
+                     its output from then on was not recorded"
+                ),
+                data: None,
+            }))
+            .await;
+        }
         let why = if self.shutdown {
             "daemon shutting down"
         } else if self.stop_requested {
@@ -1254,6 +1283,8 @@ impl Actor {
         }
         let reason = if self.shutdown {
             "daemon shutdown".to_owned()
+        } else if self.store_fault.is_some() {
+            "stopped: the store was not writable".to_owned()
         } else if info.requested || self.stop_requested {
             "stopped on request".to_owned()
         } else if info.success() {
@@ -1302,6 +1333,26 @@ impl Actor {
         self.set_state(to, Some(reason)).await;
         for w in self.stop_waiters.drain(..) {
             let _ = w.send(Ok(()));
+        }
+    }
+}
+
+impl Actor {
+    /// Waits until the store writes again; `false` when the daemon shuts down (or every
+    /// engine handle is gone) first.
+    async fn store_writable_again(&self) -> bool {
+        let mut health = self.shared.store.watch_write_health();
+        let mut alive = self.shared.alive();
+        loop {
+            if self.shutdown || self.shared.shutting_down.load(Ordering::SeqCst) {
+                return false;
+            }
+            tokio::select! {
+                _ = health.wait_for(|h| h.is_writable()) => return true,
+                () = engine_gone(&mut alive) => return false,
+                // Shutdown has no watch of its own: look again now and then.
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
         }
     }
 }

@@ -108,7 +108,7 @@ pub(crate) struct EngineShared {
     live: AtomicUsize,
     /// Sessions per stored state (for health).
     pub counts: StateCounts,
-    shutting_down: std::sync::atomic::AtomicBool,
+    pub(crate) shutting_down: std::sync::atomic::AtomicBool,
     /// Becomes `true` when the last [`Engine`] handle is dropped.
     gone: tokio::sync::watch::Receiver<bool>,
 }
@@ -1186,13 +1186,31 @@ impl Engine {
             .ok_or_else(|| Error::internal("a stored notice has no seq"))
     }
 
+    /// Why the store cannot write, while it cannot (no I/O; see `ostler_store::WriteHealth`).
+    pub fn store_write_fault(&self) -> Option<String> {
+        self.shared
+            .store
+            .write_health()
+            .fault()
+            .map(|f| f.reason.clone())
+    }
+
+    /// The store's write health as a watch (changes the moment a write fails or recovers).
+    pub fn watch_store_health(&self) -> tokio::sync::watch::Receiver<ostler_store::WriteHealth> {
+        self.shared.store.watch_write_health()
+    }
+
     /// Health details: in-memory counts and a cheap store probe (no listing: the cost does
     /// not grow with the stored sessions).
     pub async fn health(&self) -> Result<HealthReport> {
         let store = self.shared.store.clone();
         let store_status = blocking(move || store.probe())
             .await
-            .map_err(|e| e.to_string());
+            .map_err(|e| e.to_string())
+            .and_then(|()| match self.store_write_fault() {
+                Some(reason) => Err(format!("store not writable: {reason}")),
+                None => Ok(()),
+            });
         let pending = lock(&self.shared.registry)
             .values()
             .map(|e| lock(&e.pending).len() as u64)

@@ -131,6 +131,9 @@ impl From<ostler_store::Error> for Error {
                 message,
             },
             S::Closed => Error::Unavailable("the store is closed".into()),
+            S::Unwritable { reason, .. } => {
+                Error::Unavailable(format!("store not writable: {reason}"))
+            }
             other => Error::Internal(format!("store: {other}")),
         }
     }

@@ -178,7 +178,7 @@ pub(crate) async fn update_health(
 }
 
 /// Keeps `grpc.health.v1.Health` in line with reality: SERVING while the engine reports a
-/// usable store, NOT_SERVING otherwise and from the moment shutdown begins. `last` is the
+/// usable store (it answers reads and its last write committed), NOT_SERVING otherwise and from the moment shutdown begins. `last` is the
 /// status already reported (see [`update_health`]).
 pub(crate) async fn watch_health(
     engine: eng::Engine,
@@ -188,10 +188,14 @@ pub(crate) async fn watch_health(
     mut last: tonic_health::ServingStatus,
 ) {
     use tonic_health::ServingStatus;
+    // A storage fault (or its end) is reported at once, not at the next interval.
+    let mut store = engine.watch_store_health();
+    let mut store_open = true;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(interval) => {}
+            changed = store.changed(), if store_open => store_open = changed.is_ok(),
         }
         last = update_health(&engine, &reporter, Some(last)).await;
     }

@@ -28,6 +28,17 @@ impl SessionSvc {
     pub fn new(engine: eng::Engine, shutdown: CancellationToken) -> Self {
         Self { engine, shutdown }
     }
+
+    /// UNAVAILABLE while the store cannot write: new sessions and messages would only be
+    /// accepted to wait for it (or be lost).
+    fn store_writable(&self) -> Result<(), Status> {
+        match self.engine.store_write_fault() {
+            Some(reason) => Err(Status::unavailable(crate::error::clip_message(format!(
+                "store not writable: {reason}"
+            )))),
+            None => Ok(()),
+        }
+    }
 }
 
 fn client_of<T>(req: &Request<T>) -> eng::ClientRef {
@@ -72,6 +83,7 @@ impl SessionService for SessionSvc {
     async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Res<pb::Session> {
         let client = client_of(&req);
         let create = convert::create_session(req.into_inner(), client)?;
+        self.store_writable()?;
         let info = self
             .engine
             .create_session(create)
@@ -121,6 +133,7 @@ impl SessionService for SessionSvc {
         )?;
         let client_message_id =
             (!r.client_message_id.trim().is_empty()).then(|| r.client_message_id.trim().to_owned());
+        self.store_writable()?;
         in_session("SendMessage", id, async {
             let out = self
                 .engine

@@ -92,6 +92,17 @@ pub enum Error {
     #[error("the write transaction failed to commit; nothing of it was stored: {0}")]
     Commit(#[source] Arc<rusqlite::Error>),
 
+    /// The storage refused writes (disk full, read-only or vanished files, I/O errors) for
+    /// longer than `StoreOptions::write_retry_limit`; nothing of the write was stored. The
+    /// store recovers by itself once writes work again (see [`crate::WriteHealth`]).
+    #[error("store not writable: {reason} (database {path})")]
+    Unwritable {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite reported.
+        reason: String,
+    },
+
     /// A value read from the database is not one this build can represent (e.g. an unknown
     /// interaction state, a negative sequence number).
     #[error("invalid stored data: {0}")]

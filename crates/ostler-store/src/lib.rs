@@ -7,6 +7,7 @@
 mod codec;
 mod connection;
 mod error;
+mod health;
 pub mod migrate;
 mod ops;
 mod read;
@@ -16,6 +17,7 @@ mod types;
 mod writer;
 
 pub use error::{Error, Result};
+pub use health::{WriteFault, WriteHealth};
 pub use migrate::SCHEMA_VERSION;
 pub use store::{Store, Ticket};
 pub use types::*;

@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 use crate::codec::EncodedEvent;
 use crate::connection::{open_error, open_flags_rw, open_write_connection};
 use crate::error::{Error, Result};
+use crate::health::{HealthCell, WriteHealth};
 use crate::migrate::{self, SCHEMA_VERSION};
 use crate::ops;
 use crate::read::ReadPool;
@@ -48,6 +49,7 @@ struct Inner {
     /// For [`Store::wait_checkpointed`]; dropped before the checkpointer thread is joined.
     checkpoint: Option<writer::Checkpointer>,
     readers: ReadPool,
+    health: Arc<HealthCell>,
 }
 
 impl Drop for Inner {
@@ -166,7 +168,15 @@ impl Store {
 
         let checkpoint_handle = checkpoint.as_ref().map(writer::CheckpointNudge::handle);
         let (tx, rx) = std::sync::mpsc::channel();
-        let writer = Writer::new(conn, path.clone(), opts.max_batch, checkpoint);
+        let health = Arc::new(HealthCell::new());
+        let writer = Writer::new(
+            conn,
+            path.clone(),
+            opts.max_batch,
+            checkpoint,
+            Arc::clone(&health),
+            opts.write_retry_limit,
+        );
         let handle = std::thread::Builder::new()
             .name("ostler-store-writer".into())
             .spawn(move || writer.run(rx))
@@ -183,6 +193,7 @@ impl Store {
                 checkpointer,
                 checkpoint: checkpoint_handle,
                 readers,
+                health,
             }),
         })
     }
@@ -192,10 +203,23 @@ impl Store {
         &self.inner.path
     }
 
+    /// Whether writes work, as last seen by the writer (no I/O).
+    pub fn write_health(&self) -> WriteHealth {
+        self.inner.health.current()
+    }
+
+    /// [`Store::write_health`] as a watch: changes the moment the writer sees a storage
+    /// fault, and again when a write commits.
+    pub fn watch_write_health(&self) -> tokio::sync::watch::Receiver<WriteHealth> {
+        self.inner.health.subscribe()
+    }
+
+    /// `op` may run more than once: a group that meets a storage fault is rolled back and
+    /// run again.
     fn submit<T, F>(&self, op: F) -> Ticket<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+        F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
         let Some(tx) = &self.inner.tx else {
             return Ticket::ready(Err(Error::Closed));

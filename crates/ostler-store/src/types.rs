@@ -49,6 +49,10 @@ pub struct StoreOptions {
     /// How long a connection waits on a lock held by another connection (another process
     /// on the same file, or a checkpoint) before giving up.
     pub busy_timeout: Duration,
+    /// How long a write that meets a storage fault (disk full, read-only files, I/O errors)
+    /// is retried before it fails with [`crate::Error::Unwritable`]; meanwhile its caller
+    /// waits and [`crate::Store::write_health`] reports the fault.
+    pub write_retry_limit: Duration,
 }
 
 impl Default for StoreOptions {
@@ -58,6 +62,7 @@ impl Default for StoreOptions {
             max_batch: 1024,
             read_pool_size: 4,
             busy_timeout: Duration::from_secs(5),
+            write_retry_limit: Duration::from_secs(120),
         }
     }
 }

@@ -4,53 +4,91 @@
 //! Each command runs inside its own savepoint of the group's transaction, so a command that
 //! fails (unknown session, constraint violation) is rolled back alone and reports its own
 //! error, while the rest of the group commits. Results are handed to the callers only after
-//! `COMMIT` returned; if the commit fails, every command of the group gets
-//! [`Error::Commit`] and nothing of the group is stored.
+//! `COMMIT` returned.
+//!
+//! Storage faults (disk full, read-only or vanished files, I/O errors, a lock held
+//! elsewhere; [`is_storage_fault`]) are not the requests' fault: the whole group is rolled
+//! back and run again, with backoff, until it commits; the callers keep waiting (their
+//! tickets stay pending), so nothing accepted is lost. The store's [`WriteHealth`] says so
+//! meanwhile. Once `write_retry_limit` has passed since the fault began, the group fails
+//! with [`Error::Unwritable`], and later groups fail at their first faulty attempt, until a
+//! write (or the writer's idle probe) commits again. Any other commit failure fails the
+//! group at once with [`Error::Commit`]; nothing of it is stored.
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::{Error, Result, not_found_session};
+use crate::health::{HealthCell, is_storage_fault};
 use crate::rows::seq_from_sql;
 
-/// Completes one command once the fate of its transaction is known: `None` = committed.
-pub(crate) type Completion = Box<dyn FnOnce(Option<&Arc<rusqlite::Error>>) + Send>;
+/// One write request as the writer runs it: possibly several times (a group that met a
+/// storage fault runs again), then finished once.
+pub(crate) trait Op: Send {
+    /// Runs the request in the current group transaction (in its own savepoint), keeping
+    /// its result until [`Op::finish`].
+    fn run(&mut self, ctx: &mut Ctx<'_>);
+    /// Hands the kept result to the caller (`failed = None`: the group committed), or the
+    /// error `failed` makes.
+    fn finish(self: Box<Self>, failed: Option<&dyn Fn() -> Error>);
+}
 
 /// A write request, executed on the writer thread inside the current group transaction.
-pub(crate) struct Command {
-    run: Box<dyn FnOnce(&mut Ctx<'_>) -> Completion + Send>,
+pub(crate) struct Command(Box<dyn Op>);
+
+struct Typed<T, F> {
+    op: F,
+    reply: tokio::sync::oneshot::Sender<Result<T>>,
+    result: Option<Result<T>>,
+}
+
+impl<T, F> Op for Typed<T, F>
+where
+    T: Send + 'static,
+    F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+{
+    fn run(&mut self, ctx: &mut Ctx<'_>) {
+        let path = ctx.path.to_path_buf();
+        let op = &mut self.op;
+        self.result = Some(ctx.in_savepoint(|c| op(c)).map_err(|e| e.at(&path)));
+    }
+
+    fn finish(self: Box<Self>, failed: Option<&dyn Fn() -> Error>) {
+        let result = match failed {
+            Some(make) => Err(make()),
+            None => self.result.unwrap_or(Err(Error::Closed)),
+        };
+        // The caller may have stopped waiting; the write stands regardless.
+        let _ = self.reply.send(result);
+    }
 }
 
 /// Builds a command that runs `op` in a savepoint and sends its result to `reply` once the
-/// group has committed.
+/// group has committed. `op` may run more than once (each time on a rolled-back database).
 pub(crate) fn command<T, F>(op: F, reply: tokio::sync::oneshot::Sender<Result<T>>) -> Command
 where
     T: Send + 'static,
-    F: FnOnce(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+    F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
 {
-    Command {
-        run: Box::new(move |ctx: &mut Ctx<'_>| {
-            let path = ctx.path.to_path_buf();
-            let result = ctx.in_savepoint(op).map_err(|e| e.at(&path));
-            Box::new(move |commit_error: Option<&Arc<rusqlite::Error>>| {
-                let result = match commit_error {
-                    None => result,
-                    Some(e) => Err(Error::Commit(Arc::clone(e)).at(&path)),
-                };
-                // The caller may have stopped waiting; the write stands regardless.
-                let _ = reply.send(result);
-            })
-        }),
-    }
+    Command(Box::new(Typed {
+        op,
+        reply,
+        result: None,
+    }))
 }
+
+/// First wait before a group that met a storage fault runs again; doubled per attempt.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// Longest wait between two attempts (and between two idle probes of a faulty store).
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// What the writer remembers about a session: its row key and the last assigned seq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +174,11 @@ impl Ctx<'_> {
                 {
                     self.poison(e);
                 }
-                Err(err)
+                match err {
+                    // Not the request's fault: the whole group runs again later.
+                    Error::Sqlite(e) if is_storage_fault(&e) => Err(self.poison(e)),
+                    err => Err(err),
+                }
             }
         }
     }
@@ -378,16 +420,22 @@ pub(crate) struct Writer {
     max_batch: usize,
     cache: HashMap<String, Slot>,
     checkpoint: Option<CheckpointNudge>,
+    health: Arc<HealthCell>,
+    retry_limit: Duration,
 }
 
 impl Writer {
     /// `checkpoint`: when given, [`Writer::run`] installs a WAL hook on the connection (which
     /// turns SQLite's automatic checkpoints off) and schedules checkpoints itself.
+    /// `health`: where the writer reports storage faults; `retry_limit`: how long a group
+    /// that meets one is retried (see the module documentation).
     pub(crate) fn new(
         conn: Connection,
         path: PathBuf,
         max_batch: usize,
         checkpoint: Option<CheckpointNudge>,
+        health: Arc<HealthCell>,
+        retry_limit: Duration,
     ) -> Self {
         Self {
             conn,
@@ -395,6 +443,8 @@ impl Writer {
             max_batch: max_batch.max(1),
             cache: HashMap::new(),
             checkpoint,
+            health,
+            retry_limit,
         }
     }
 
@@ -405,7 +455,24 @@ impl Writer {
             self.conn.wal_hook(Some(record_wal_frames));
         }
         let mut batch = Vec::with_capacity(self.max_batch.min(4096));
-        while let Ok(first) = rx.recv() {
+        loop {
+            // While the store is faulty and nothing is queued, probe it now and then so that
+            // health recovers without waiting for a write.
+            let first = if self.health.current().is_writable() {
+                match rx.recv() {
+                    Ok(cmd) => cmd,
+                    Err(_) => break,
+                }
+            } else {
+                match rx.recv_timeout(RETRY_MAX) {
+                    Ok(cmd) => cmd,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.probe();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            };
             batch.push(first);
             while batch.len() < self.max_batch {
                 match rx.try_recv() {
@@ -426,13 +493,102 @@ impl Writer {
         tracing::debug!(path = %self.path.display(), "store writer stopped");
     }
 
+    /// A write transaction that changes nothing but still writes a page (the header's
+    /// application id, set to its own value): commits only when the storage takes writes.
+    fn probe(&mut self) {
+        let attempt = (|| {
+            exec(&self.conn, "BEGIN IMMEDIATE")?;
+            let id: i64 = self
+                .conn
+                .query_row("PRAGMA application_id", [], |r| r.get(0))?;
+            self.conn
+                .execute_batch(&format!("PRAGMA application_id = {id}"))?;
+            exec(&self.conn, "COMMIT")
+        })();
+        match attempt {
+            Ok(()) => self.health.committed(),
+            Err(e) => {
+                self.rollback();
+                if is_storage_fault(&e) {
+                    self.health.failed(e.to_string(), self.retry_limit);
+                } else {
+                    tracing::warn!(path = %self.path.display(), error = %e, "store probe failed");
+                }
+            }
+        }
+    }
+
+    fn rollback(&self) {
+        if !self.conn.is_autocommit()
+            && let Err(re) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::error!(error = %re, "rollback failed");
+        }
+    }
+
     fn run_batch(&mut self, batch: &mut Vec<Command>) {
+        let mut backoff = RETRY_FIRST;
+        loop {
+            let e = match self.attempt(batch) {
+                Ok(()) => {
+                    self.health.committed();
+                    for cmd in batch.drain(..) {
+                        cmd.0.finish(None);
+                    }
+                    if let Some(nudge) = &mut self.checkpoint
+                        && nudge.committed(WAL_FRAMES.with(Cell::get))
+                    {
+                        // Between groups, outside any transaction, after the callers have
+                        // their results; only at the WAL's hard bound.
+                        nudge.at_hard_bound(&self.conn, &self.path);
+                    }
+                    return;
+                }
+                Err(e) => e,
+            };
+            self.rollback();
+            // The group's changes were not merged into the cache; still, after a failed
+            // commit reload everything from the database rather than trust memory.
+            self.cache.clear();
+            if !is_storage_fault(&e) {
+                tracing::error!(path = %self.path.display(), error = %e, "write transaction failed");
+                let path = self.path.clone();
+                let make = move || Error::Commit(Arc::clone(&e)).at(&path);
+                for cmd in batch.drain(..) {
+                    cmd.0.finish(Some(&make));
+                }
+                return;
+            }
+            let fault = self.health.failed(e.to_string(), self.retry_limit);
+            if fault.given_up {
+                let path = self.path.clone();
+                let reason = fault.reason;
+                let make = move || Error::Unwritable {
+                    path: path.clone(),
+                    reason: reason.clone(),
+                };
+                for cmd in batch.drain(..) {
+                    cmd.0.finish(Some(&make));
+                }
+                return;
+            }
+            // Wait (never past the limit, so that giving up happens on time), then run the
+            // same group again on the rolled-back database.
+            let left = (fault.since + self.retry_limit).saturating_duration_since(Instant::now());
+            std::thread::sleep(backoff.min(left).max(Duration::from_millis(1)));
+            backoff = (backoff * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Runs every command of the group in one transaction and commits it. On success the
+    /// group's slot changes are merged into the cache.
+    fn attempt(&mut self, batch: &mut [Command]) -> std::result::Result<(), Arc<rusqlite::Error>> {
         // If the transaction cannot begin, the context starts poisoned: every command then
         // completes with the error without touching the connection.
         let poisoned = match exec(&self.conn, "BEGIN IMMEDIATE") {
             Ok(()) => None,
             Err(e) => {
-                tracing::error!(path = %self.path.display(), error = %e, "cannot begin write transaction");
+                tracing::debug!(path = %self.path.display(), error = %e, "cannot begin write transaction");
                 Some(Arc::new(e))
             }
         };
@@ -444,47 +600,22 @@ impl Writer {
             staged: Vec::new(),
             poisoned,
         };
-        let completions: Vec<Completion> = batch.drain(..).map(|cmd| (cmd.run)(&mut ctx)).collect();
+        for cmd in batch.iter_mut() {
+            cmd.0.run(&mut ctx);
+        }
         let Ctx {
             overlay, poisoned, ..
         } = ctx;
-        let outcome = match poisoned {
+        match poisoned {
             Some(e) => Err(e),
             None => exec(&self.conn, "COMMIT").map_err(Arc::new),
-        };
-        match outcome {
-            Ok(()) => {
-                for (id, slot) in overlay {
-                    match slot {
-                        Some(slot) => self.cache.insert(id, slot),
-                        None => self.cache.remove(&id),
-                    };
-                }
-                for complete in completions {
-                    complete(None);
-                }
-                if let Some(nudge) = &mut self.checkpoint
-                    && nudge.committed(WAL_FRAMES.with(Cell::get))
-                {
-                    // Between groups, outside any transaction, after the callers have their
-                    // results; only at the WAL's hard bound.
-                    nudge.at_hard_bound(&self.conn, &self.path);
-                }
-            }
-            Err(e) => {
-                tracing::error!(path = %self.path.display(), error = %e, "write transaction failed");
-                if !self.conn.is_autocommit()
-                    && let Err(re) = self.conn.execute_batch("ROLLBACK")
-                {
-                    tracing::error!(error = %re, "rollback failed");
-                }
-                // The group's changes were not merged into the cache; still, after a failed
-                // commit reload everything from the database rather than trust memory.
-                self.cache.clear();
-                for complete in completions {
-                    complete(Some(&e));
-                }
-            }
+        }?;
+        for (id, slot) in overlay {
+            match slot {
+                Some(slot) => self.cache.insert(id, slot),
+                None => self.cache.remove(&id),
+            };
         }
+        Ok(())
     }
 }

@@ -22,6 +22,7 @@
 //! [store]
 //! path = "/var/lib/ostler/ostler.db" # default: <data dir>/ostler.db
 //! synchronous = "normal"           # or "full"
+//! write_retry_secs = 120           # how long writes wait out a full/read-only disk
 //!
 //! [sessions]
 //! max_live = 256
@@ -128,6 +129,9 @@ pub struct StoreConfig {
     pub path: Option<PathBuf>,
     /// `normal` or `full`.
     pub synchronous: String,
+    /// How long a write that meets a storage fault (disk full, read-only files) is retried
+    /// before it fails and the affected sessions are stopped.
+    pub write_retry_secs: u64,
 }
 
 impl Default for StoreConfig {
@@ -135,6 +139,7 @@ impl Default for StoreConfig {
         Self {
             path: None,
             synchronous: "normal".to_owned(),
+            write_retry_secs: 120,
         }
     }
 }
@@ -493,6 +498,9 @@ impl Config {
                 "store.synchronous: {:?} is not \"normal\" or \"full\"",
                 self.store.synchronous
             );
+        }
+        if self.store.write_retry_secs == 0 {
+            bail!("store.write_retry_secs must be at least 1");
         }
         if self.sessions.max_live == 0 {
             bail!("sessions.max_live must be at least 1");

@@ -221,6 +221,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         } else {
             ostler_store::Synchronous::Normal
         },
+        write_retry_limit: Duration::from_secs(cfg.store.write_retry_secs),
         ..Default::default()
     };
     let store_path = valid.store_path.clone();
