@@ -713,7 +713,7 @@ impl SessionProcess {
             return Err(ControlError::ProcessGone);
         }
         let timeout = self.shared.opts.control_timeout;
-        match tokio::time::timeout(timeout, rx).await {
+        match ostler_metrics::control_request(tokio::time::timeout(timeout, rx)).await {
             Ok(Ok(ControlOutcome::Success { response })) => Ok(response),
             Ok(Ok(ControlOutcome::Error { error, error_code })) => {
                 if error_code.as_deref() == Some("unsupported_request")
@@ -934,6 +934,7 @@ async fn supervise_task(
         stderr_tail: lock(&tail).text(),
         requested: shared.requested.load(Ordering::SeqCst),
     };
+    ostler_metrics::cli_exited(info.requested, info.code, info.signal);
     if info.requested || info.success() {
         tracing::info!(session = %shared.log_id, pid = shared.pid, ?code, ?signal, "session process exited");
     } else {
