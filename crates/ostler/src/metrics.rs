@@ -28,6 +28,9 @@ pub const PATH: &str = "/metrics";
 /// A client that sends no complete request head within this long is disconnected.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Connections served at once; more are closed at once (a scraper needs one).
+const MAX_CONNECTIONS: usize = 64;
+
 /// Binds the endpoint's listener (a failure names the key).
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr)
@@ -42,6 +45,7 @@ pub fn spawn(
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
             let stream = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -55,9 +59,14 @@ pub fn spawn(
                     }
                 },
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                tracing::debug!("metrics endpoint: too many connections; one refused");
+                continue;
+            };
             let engine = engine.clone();
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
+                let _slot = slot;
                 let service = hyper::service::service_fn(move |req| answer(req, engine.clone()));
                 let mut builder = hyper::server::conn::http1::Builder::new();
                 builder
