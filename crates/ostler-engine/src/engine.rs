@@ -1221,6 +1221,10 @@ impl Engine {
             store: store_status,
             live_sessions: self.shared.live.load(Ordering::SeqCst) as u64,
             max_live_sessions: self.shared.opts.max_live_sessions as u64,
+            subscribers: lock(&self.shared.registry)
+                .values()
+                .map(|e| e.hub.subscribers())
+                .sum(),
         })
     }
 

@@ -66,6 +66,11 @@ impl Hub {
         self.tx.subscribe()
     }
 
+    /// Subscriptions following this session's live events (each holds one receiver).
+    pub fn subscribers(&self) -> u64 {
+        self.tx.receiver_count() as u64
+    }
+
     pub async fn lock(&self) -> WriteGuard<'_> {
         WriteGuard {
             hub: self,
@@ -161,6 +166,7 @@ impl WriteGuard<'_> {
             };
             out.push(Arc::new(hub.event(seq, it.ts_ms, it.payload)));
         }
+        crate::metrics::committed(&out);
         Ok((out, decided))
     }
 

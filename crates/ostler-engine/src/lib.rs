@@ -22,6 +22,7 @@ mod blocking;
 mod counts;
 mod engine;
 mod hub;
+mod metrics;
 mod subscribe;
 
 pub use engine::{Engine, EngineOptions, Subscription};

@@ -544,6 +544,8 @@ pub struct HealthReport {
     /// Live sessions / the configured maximum.
     pub live_sessions: u64,
     pub max_live_sessions: u64,
+    /// Subscriptions following live events, across sessions.
+    pub subscribers: u64,
 }
 
 #[cfg(test)]

@@ -480,7 +480,7 @@ impl Writer {
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
             }
-            self.run_batch(&mut batch);
+            ostler_metrics::store_commit(|| self.run_batch(&mut batch));
         }
         // Closing: move everything into the database file and empty the WAL, so that a
         // closed store is one self-contained file.

@@ -42,6 +42,9 @@
 //! [log]
 //! format = "human"                 # or "json"
 //! filter = "info"                  # tracing env-filter syntax; RUST_LOG wins
+//!
+//! [metrics]
+//! listen = "127.0.0.1:9464"        # Prometheus /metrics over HTTP; default "" (off)
 //! ```
 
 use std::collections::BTreeMap;
@@ -65,6 +68,7 @@ const SECTIONS: &[&str] = &[
     "permissions",
     "claude",
     "log",
+    "metrics",
 ];
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7433";
@@ -80,6 +84,7 @@ pub struct Config {
     pub permissions: PermissionsConfig,
     pub claude: ClaudeConfig,
     pub log: LogConfig,
+    pub metrics: MetricsConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -246,6 +251,14 @@ impl Default for LogConfig {
     }
 }
 
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// TCP address of the HTTP endpoint serving `/metrics`; empty (the default): off.
+    pub listen: String,
+}
+
 /// Command-line overrides (the last layer). `None` / empty: not given.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -264,6 +277,7 @@ pub struct Overrides {
     pub no_probe: bool,
     /// `--session-env NAME=VALUE` (repeatable): `[sessions.env]` entries.
     pub session_env: Vec<(String, String)>,
+    pub metrics_listen: Option<String>,
 }
 
 impl Overrides {
@@ -321,6 +335,9 @@ impl Overrides {
         }
         if self.no_probe {
             put("claude", "probe_flags", json!(false));
+        }
+        if let Some(v) = &self.metrics_listen {
+            put("metrics", "listen", json!(v));
         }
         Value::Object(root)
     }
@@ -415,6 +432,8 @@ pub struct Validated {
     pub env_allowlist: Vec<String>,
     /// `[sessions.env]`, checked (values never logged).
     pub session_env: SessionEnv,
+    /// `metrics.listen`: where to serve `/metrics` (`None`: off).
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Config {
@@ -544,7 +563,9 @@ impl Config {
         }
         let env_allowlist = self.validate_env_allow()?;
         self.validate_session_env()?;
+        let metrics = self.validate_metrics()?;
         Ok(Validated {
+            metrics,
             env_allowlist,
             session_env: self.sessions.env.clone(),
             tcp,
@@ -559,6 +580,20 @@ impl Config {
 }
 
 impl Config {
+    fn validate_metrics(&self) -> Result<Option<SocketAddr>> {
+        let listen = self.metrics.listen.trim();
+        if listen.is_empty() {
+            return Ok(None);
+        }
+        let shown: String = listen.chars().take(100).collect();
+        listen.parse::<SocketAddr>().map(Some).map_err(|_| {
+            anyhow::anyhow!(
+                "metrics.listen: {shown:?} is not an address like 127.0.0.1:9464 (empty: no \
+                 metrics endpoint)"
+            )
+        })
+    }
+
     fn validate_env_allow(&self) -> Result<Vec<String>> {
         let mut list: Vec<String> = ostler_supervisor::env::DEFAULT_ENV_ALLOWLIST
             .iter()
@@ -824,6 +859,47 @@ mod tests {
         assert_eq!(from_env.len(), 2, "{from_env:?}");
         assert_eq!(from_env["GIT_EMAIL"], "a@b");
         assert_eq!(from_env["Lower"], "x");
+    }
+
+    #[test]
+    fn metrics_are_off_by_default_and_layered() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(dir.path(), "c.toml", "[store]\npath = \"/tmp/x.db\"\n");
+        let v = load(Some(&f), &Overrides::default())
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(v.metrics, None, "off by default");
+
+        let f = write(
+            dir.path(),
+            "m.toml",
+            "[store]\npath = \"/tmp/x.db\"\n[metrics]\nlisten = \"127.0.0.1:9464\"\n",
+        );
+        let v = load(Some(&f), &Overrides::default())
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(v.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+        let o = Overrides {
+            metrics_listen: Some("[::1]:0".into()),
+            ..Default::default()
+        };
+        let v = load(Some(&f), &o).unwrap().validate().unwrap();
+        assert_eq!(
+            v.metrics,
+            Some("[::1]:0".parse().unwrap()),
+            "the flag wins over the file"
+        );
+
+        let mut c = Config::default();
+        c.store.path = Some("/tmp/x.db".into());
+        c.metrics.listen = "localhost:9464".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("metrics.listen"), "{err}");
+        c.metrics.listen = "x".repeat(10_000);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.len() < 400, "the message stays short: {err}");
     }
 
     #[test]

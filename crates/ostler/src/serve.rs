@@ -4,7 +4,8 @@
 //! check (exit 72 when no usable binary is found, 78 when the one found is unusable) ->
 //! store -> engine -> listeners. Once every listener is bound, the addresses are logged and,
 //! with `--ready-file`, written to that file (atomically, one `tcp://ADDR` / `unix://PATH`
-//! per line) so that scripts and tests can wait for it instead of sleeping.
+//! per line, and `http://ADDR/metrics` for the metrics endpoint when `[metrics] listen` is
+//! set) so that scripts and tests can wait for it instead of sleeping.
 //!
 //! Shutdown on SIGINT/SIGTERM: health turns NOT_SERVING, subscribers get `UNAVAILABLE`,
 //! listeners stop accepting, the engine stops every session the supervisor's way, and the
@@ -70,6 +71,9 @@ pub struct ServeArgs {
     /// config file for secrets: command lines are visible to other users.
     #[arg(long = "session-env", value_name = "NAME=VALUE", value_parser = parse_session_env)]
     session_env: Vec<(String, String)>,
+    /// Serve Prometheus metrics on this TCP address, path /metrics. Overrides `metrics.listen`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
 fn parse_session_env(s: &str) -> std::result::Result<(String, String), String> {
@@ -96,6 +100,7 @@ impl ServeArgs {
             tls_client_ca: self.tls_client_ca.clone(),
             no_probe: self.no_probe,
             session_env: self.session_env.clone(),
+            metrics_listen: self.metrics_listen.clone(),
         }
     }
 }
@@ -287,7 +292,11 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             path: path.clone(),
         });
     }
-    let described: Vec<String> = listeners.iter().map(|l| l.describe()).collect();
+    let metrics_listener = match valid.metrics {
+        Some(addr) => Some(crate::metrics::bind(addr).await?),
+        None => None,
+    };
+    let mut described: Vec<String> = listeners.iter().map(|l| l.describe()).collect();
     if let Some(l) = listeners.iter().find_map(|l| l.local_addr())
         && !l.ip().is_loopback()
     {
@@ -325,6 +334,18 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone())?;
 
+    if let Some(l) = metrics_listener {
+        // The ready file lists it as `http://ADDR/metrics` (readers of the gRPC addresses
+        // look for `tcp://` and `unix://`).
+        let addr = l
+            .local_addr()
+            .context("metrics.listen: the bound address")?;
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the metrics endpoint has no authentication and is reachable beyond loopback");
+        }
+        described.push(format!("http://{addr}{}", crate::metrics::PATH));
+        crate::metrics::spawn(l, engine.clone(), shutdown.clone());
+    }
     let server = tokio::spawn(ostler_server::Server::run(
         server_opts,
         engine.clone(),

@@ -131,7 +131,7 @@ pub(super) async fn request(
         return Err(ControlError::ProcessGone);
     }
     let timeout = shared.opts.control_timeout;
-    match tokio::time::timeout(timeout, rx).await {
+    match ostler_metrics::control_request(tokio::time::timeout(timeout, rx)).await {
         Ok(Ok(outcome)) => outcome_result(outcome),
         Ok(Err(_)) => Err(ControlError::ProcessGone),
         Err(_) => {

@@ -44,6 +44,7 @@ pub(super) async fn supervise_task(
         stderr_tail: lock(&tail).text(),
         requested: shared.requested.load(Ordering::SeqCst),
     };
+    ostler_metrics::cli_exited(info.requested, info.code, info.signal);
     if info.requested || info.success() {
         tracing::info!(session = %shared.log_id, pid = shared.pid, ?code, ?signal, "session process exited");
     } else {

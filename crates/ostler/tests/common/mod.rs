@@ -45,6 +45,37 @@ pub fn claude_binary(version: &str) -> PathBuf {
         .unwrap_or_else(|e| panic!("installing Claude Code {version}: {e}"))
 }
 
+/// `ostler-fake-claude` (the test kit's fast fake CLI, release 2.1.330 shapes), next to the
+/// binary under test: built by any workspace build (`cargo xtask test`); built here when a
+/// run of `-p ostler` alone left it out. Set it as [`World::claude`] to run sessions on it.
+pub async fn fake_claude_binary() -> PathBuf {
+    let path = std::path::Path::new(OSTLER).with_file_name("ostler-fake-claude");
+    if !path.is_file() {
+        let built = tokio::time::timeout(
+            guard(),
+            tokio::process::Command::new(env!("CARGO"))
+                .args([
+                    "build",
+                    "-p",
+                    "ostler-testkit",
+                    "--bin",
+                    "ostler-fake-claude",
+                ])
+                .current_dir(ostler_testkit::workspace_root())
+                .status(),
+        )
+        .await
+        .expect("building ostler-fake-claude timed out")
+        .expect("running cargo build");
+        assert!(
+            built.success(),
+            "cargo build -p ostler-testkit --bin ostler-fake-claude failed"
+        );
+    }
+    assert!(path.is_file(), "{} missing after the build", path.display());
+    path
+}
+
 /// Everything that outlives one daemon process: directories, the store, the fake model.
 pub struct World {
     pub release: String,
