@@ -21,10 +21,12 @@ mod actor;
 mod blocking;
 mod counts;
 mod engine;
+mod feed;
 mod hub;
 mod subscribe;
 
 pub use engine::{Engine, EngineOptions, Subscription};
 pub use error::{CodeKind, Error, Result};
+pub use feed::{FeedItem, FeedWatch, WatchRequest};
 pub use permission::{PermissionRule, RuleAction};
 pub use types::*;

@@ -6,6 +6,7 @@
 
 mod connection;
 mod error;
+mod feed;
 pub mod migrate;
 mod ops;
 mod read;
@@ -15,6 +16,7 @@ mod types;
 mod writer;
 
 pub use error::{Error, Result};
+pub use feed::{FeedEntry, FeedKind, FeedPage, MAX_TITLE_CHARS, shorten_title};
 pub use migrate::SCHEMA_VERSION;
 pub use store::{Store, Ticket};
 pub use types::*;

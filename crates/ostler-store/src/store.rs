@@ -45,6 +45,7 @@ struct Inner {
     writer: Option<JoinHandle<()>>,
     checkpointer: Option<JoinHandle<()>>,
     readers: ReadPool,
+    feed: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Drop for Inner {
@@ -161,6 +162,7 @@ impl Store {
 
         let (tx, rx) = std::sync::mpsc::channel();
         let writer = Writer::new(conn, path.clone(), opts.max_batch, checkpoint);
+        let feed = writer.feed_watch();
         let handle = std::thread::Builder::new()
             .name("ostler-store-writer".into())
             .spawn(move || writer.run(rx))
@@ -176,6 +178,7 @@ impl Store {
                 writer: Some(handle),
                 checkpointer,
                 readers,
+                feed,
             }),
         })
     }
@@ -185,7 +188,15 @@ impl Store {
         &self.inner.path
     }
 
-    fn submit<T, F>(&self, op: F) -> Ticket<T>
+    pub(crate) fn readers(&self) -> &ReadPool {
+        &self.inner.readers
+    }
+
+    pub(crate) fn feed_receiver(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.feed.clone()
+    }
+
+    pub(crate) fn submit<T, F>(&self, op: F) -> Ticket<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Ctx<'_>) -> Result<T> + Send + 'static,

@@ -296,6 +296,7 @@ pub(crate) struct Writer {
     max_batch: usize,
     cache: HashMap<String, Slot>,
     checkpoint: Option<CheckpointNudge>,
+    feed: crate::feed::FeedPublisher,
 }
 
 impl Writer {
@@ -308,12 +309,18 @@ impl Writer {
         checkpoint: Option<CheckpointNudge>,
     ) -> Self {
         Self {
+            feed: crate::feed::FeedPublisher::new(&conn),
             conn,
             path,
             max_batch: max_batch.max(1),
             cache: HashMap::new(),
             checkpoint,
         }
+    }
+
+    /// The last committed feed id, published after each commit.
+    pub(crate) fn feed_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.feed.subscribe()
     }
 
     /// Runs until every sender is gone, then returns (closing the write connection).
@@ -378,6 +385,9 @@ impl Writer {
                         None => self.cache.remove(&id),
                     };
                 }
+                // Before the callers hear of the commit: a resolved ticket implies the
+                // feed position is published.
+                self.feed.committed(&self.conn);
                 for complete in completions {
                     complete(None);
                 }

@@ -38,6 +38,11 @@
 //! [claude]
 //! path = "/usr/local/bin/claude"   # default: search PATH
 //!
+//! [[notify]]                      # webhooks following the daemon-wide feed (repeatable)
+//! url = "http://127.0.0.1:9000/ostler"
+//! secret = "..."                  # HMAC-SHA256 signature header
+//! kinds = ["permission_requested", "question_asked", "turn_completed"]
+//!
 //! [log]
 //! format = "human"                 # or "json"
 //! filter = "info"                  # tracing env-filter syntax; RUST_LOG wins
@@ -79,6 +84,8 @@ pub struct Config {
     pub permissions: PermissionsConfig,
     pub claude: ClaudeConfig,
     pub log: LogConfig,
+    /// `[[notify]]`: webhooks following the daemon-wide feed (config file only).
+    pub notify: Vec<crate::notify::NotifyConfig>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -410,6 +417,8 @@ pub struct Validated {
     pub env_allowlist: Vec<String>,
     /// `[sessions.env]`, checked (values never logged).
     pub session_env: SessionEnv,
+    /// `[[notify]]`, checked.
+    pub notifiers: Vec<crate::notify::Notifier>,
 }
 
 impl Config {
@@ -536,7 +545,14 @@ impl Config {
         }
         let env_allowlist = self.validate_env_allow()?;
         self.validate_session_env()?;
+        let notifiers = self
+            .notify
+            .iter()
+            .enumerate()
+            .map(|(i, n)| n.validate(i))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Validated {
+            notifiers,
             env_allowlist,
             session_env: self.sessions.env.clone(),
             tcp,

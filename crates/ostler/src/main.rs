@@ -10,6 +10,7 @@ mod client;
 mod config;
 mod decode;
 mod doctor;
+mod notify;
 mod serve;
 
 const AFTER_HELP: &str = "\

@@ -254,6 +254,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             .collect(),
         ..Default::default()
     };
+    let notify_store = store.clone();
     let engine = ostler_engine::Engine::start(engine_opts, store, installation)
         .await
         .context("starting the session engine")?;
@@ -324,6 +325,8 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone())?;
 
+    let notifiers =
+        crate::notify::spawn_all(valid.notifiers.clone(), &engine, &notify_store, &shutdown);
     let server = tokio::spawn(ostler_server::Server::run(
         server_opts,
         engine.clone(),
@@ -342,6 +345,10 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
 
     let served = server.await;
     shutdown.cancel();
+    for n in notifiers {
+        let _ = n.await;
+    }
+    drop(notify_store);
     tracing::info!("stopping sessions");
     engine.shutdown().await;
     drop(engine);
