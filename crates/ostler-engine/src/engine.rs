@@ -470,6 +470,7 @@ impl Engine {
                 cache_read_input_tokens: rec.usage.cache_read_input_tokens,
                 cost_usd: rec.usage.cost_usd,
             },
+            title: rec.title,
             id: rec.id,
         }
     }
@@ -574,6 +575,9 @@ impl Engine {
                 created_ms: created,
             })
             .await?;
+        if let Some(title) = crate::feed::title_for(&req) {
+            self.shared.store.set_title(&id, &title).await?;
+        }
         self.shared.counts.moved(None, Some(SessionState::Starting));
         let entry = self.entry_for(&id);
         let _life = entry.lifecycle.lock().await;
@@ -730,6 +734,10 @@ impl Engine {
             let _ = done_tx.send(true);
         });
         Ok(())
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.shared.store
     }
 
     /// `GetSession`.

@@ -21,11 +21,13 @@ mod actor;
 mod blocking;
 mod counts;
 mod engine;
+mod feed;
 mod hub;
 mod metrics;
 mod subscribe;
 
 pub use engine::{Engine, EngineOptions, Subscription};
 pub use error::{CodeKind, Error, Result};
+pub use feed::{FeedItem, FeedWatch, WatchRequest};
 pub use permission::{PermissionRule, RuleAction};
 pub use types::*;

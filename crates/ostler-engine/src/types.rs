@@ -10,7 +10,7 @@ use ostler_protocol as proto;
 
 use crate::permission::PermissionRule;
 
-pub use ostler_store::{InteractionKind, SessionState, UsageTotals};
+pub use ostler_store::{FeedKind, InteractionKind, SessionState, UsageTotals};
 
 /// How a session's CLI process ended.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -57,6 +57,8 @@ pub struct SessionInfo {
     pub turns: u64,
     /// Usage summed over every turn.
     pub usage: UsageTotals,
+    /// A short name for people (`title` at create, else the first prompt shortened).
+    pub title: Option<String>,
 }
 
 /// A user message's content.
@@ -89,6 +91,8 @@ pub struct CreateSession {
     pub first_prompt: Option<MessageContent>,
     /// Who is creating it (recorded on the first prompt).
     pub client: ClientRef,
+    /// The session's title; `None` = the first prompt's text, shortened.
+    pub title: Option<String>,
 }
 
 /// Who makes a call: recorded on decisions and user messages.

@@ -127,6 +127,8 @@ fn req() -> impl Strategy<Value = Req> {
                     labels,
                     first_prompt,
                     rules,
+                    // Newer fields (title, ...) keep their defaults here.
+                    ..Default::default()
                 })
             },
         );

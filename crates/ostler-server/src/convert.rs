@@ -315,6 +315,7 @@ pub(crate) fn create_session(
         &r.append_system_prompt,
         limits::PROMPT_ARG_BYTES,
     )?;
+    bounded("title", &r.title, crate::watch::TITLE_BYTES)?;
     count("labels", r.labels.len(), limits::LABELS)?;
     let mut labels = BTreeMap::new();
     for (k, v) in r.labels {
@@ -386,6 +387,7 @@ pub(crate) fn create_session(
         rules,
         first_prompt,
         client,
+        title: opt_string(r.title),
     })
 }
 
@@ -558,6 +560,7 @@ pub(crate) fn session_to_pb(s: &eng::SessionInfo) -> pb::Session {
             cache_read_input_tokens: s.usage.cache_read_input_tokens,
         }),
         total_cost_usd: s.usage.cost_usd,
+        title: s.title.clone().unwrap_or_default(),
     }
 }
 

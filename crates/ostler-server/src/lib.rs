@@ -18,6 +18,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod session;
+mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;

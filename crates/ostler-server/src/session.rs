@@ -384,4 +384,17 @@ impl SessionService for SessionSvc {
         });
         ok(pb::ListPendingInteractionsResponse { interactions: out })
     }
+
+    type WatchSessionsStream = crate::watch::WatchStream;
+
+    async fn watch_sessions(
+        &self,
+        req: Request<pb::WatchSessionsRequest>,
+    ) -> Res<Self::WatchSessionsStream> {
+        ok(crate::watch::watch_sessions(
+            &self.engine,
+            &self.shutdown,
+            req.into_inner(),
+        )?)
+    }
 }

@@ -8,6 +8,7 @@ mod codec;
 mod connection;
 mod error;
 mod health;
+mod feed;
 pub mod migrate;
 mod ops;
 mod read;
@@ -18,6 +19,7 @@ mod writer;
 
 pub use error::{Error, Result};
 pub use health::{WriteFault, WriteHealth};
+pub use feed::{FeedEntry, FeedKind, FeedPage, MAX_TITLE_CHARS, shorten_title};
 pub use migrate::SCHEMA_VERSION;
 pub use store::{Store, Ticket};
 pub use types::*;

@@ -35,6 +35,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(1, "0001_initial.sql"),
     migration!(2, "0002_usage.sql"),
     migration!(3, "0003_events_one_copy.sql"),
+    migration!(4, "0004_feed.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).

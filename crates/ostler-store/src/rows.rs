@@ -69,7 +69,8 @@ pub(crate) const SESSION_COLUMNS: &str = concat!(
     s.permission_mode, s.cli_release, s.state, s.created_ms, s.updated_ms, s.exit_code, \
     s.exit_signal, s.exit_reason, s.exited_ms, s.turns, s.input_tokens, s.output_tokens, \
     s.cache_creation_input_tokens, s.cache_read_input_tokens, s.cost_usd, ",
-    last_seq_of_s!()
+    last_seq_of_s!(),
+    ", s.title"
 );
 
 /// Maps a row selected with [`SESSION_COLUMNS`] (labels left empty) and returns its pk.
@@ -104,6 +105,7 @@ pub(crate) fn session_from_row(row: &Row<'_>) -> Result<(i64, SessionRecord)> {
             cost_usd: row.get(19)?,
         },
         last_seq: u64_from_sql(row.get(20)?, "seq")?,
+        title: row.get(21)?,
     };
     Ok((row.get(0)?, record))
 }

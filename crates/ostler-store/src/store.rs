@@ -50,6 +50,7 @@ struct Inner {
     checkpoint: Option<writer::Checkpointer>,
     readers: ReadPool,
     health: Arc<HealthCell>,
+    feed: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Drop for Inner {
@@ -177,6 +178,7 @@ impl Store {
             Arc::clone(&health),
             opts.write_retry_limit,
         );
+        let feed = writer.feed_watch();
         let handle = std::thread::Builder::new()
             .name("ostler-store-writer".into())
             .spawn(move || writer.run(rx))
@@ -194,6 +196,7 @@ impl Store {
                 checkpoint: checkpoint_handle,
                 readers,
                 health,
+                feed,
             }),
         })
     }
@@ -214,9 +217,17 @@ impl Store {
         self.inner.health.subscribe()
     }
 
+    pub(crate) fn readers(&self) -> &ReadPool {
+        &self.inner.readers
+    }
+
+    pub(crate) fn feed_receiver(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.feed.clone()
+    }
+
     /// `op` may run more than once: a group that meets a storage fault is rolled back and
     /// run again.
-    fn submit<T, F>(&self, op: F) -> Ticket<T>
+    pub(crate) fn submit<T, F>(&self, op: F) -> Ticket<T>
     where
         T: Send + 'static,
         F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,

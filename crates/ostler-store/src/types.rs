@@ -218,6 +218,8 @@ pub struct SessionRecord {
     pub usage: UsageTotals,
     /// The seq of the session's last event (0 when it has none).
     pub last_seq: u64,
+    /// A short name for people (`--name`, else the first prompt shortened).
+    pub title: Option<String>,
 }
 
 /// Which sessions [`crate::Store::list_sessions`] returns. Empty fields do not filter.

@@ -422,6 +422,7 @@ pub(crate) struct Writer {
     checkpoint: Option<CheckpointNudge>,
     health: Arc<HealthCell>,
     retry_limit: Duration,
+    feed: crate::feed::FeedPublisher,
 }
 
 impl Writer {
@@ -438,6 +439,7 @@ impl Writer {
         retry_limit: Duration,
     ) -> Self {
         Self {
+            feed: crate::feed::FeedPublisher::new(&conn),
             conn,
             path,
             max_batch: max_batch.max(1),
@@ -446,6 +448,11 @@ impl Writer {
             health,
             retry_limit,
         }
+    }
+
+    /// The last committed feed id, published after each commit.
+    pub(crate) fn feed_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.feed.subscribe()
     }
 
     /// Runs until every sender is gone, then returns (closing the write connection).
@@ -532,6 +539,9 @@ impl Writer {
             let e = match self.attempt(batch) {
                 Ok(()) => {
                     self.health.committed();
+                    // Before the callers hear of the commit: a resolved ticket implies the
+                    // feed position is published.
+                    self.feed.committed(&self.conn);
                     for cmd in batch.drain(..) {
                         cmd.0.finish(None);
                     }

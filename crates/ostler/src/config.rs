@@ -39,6 +39,11 @@
 //! [claude]
 //! path = "/usr/local/bin/claude"   # default: search PATH
 //!
+//! [[notify]]                      # webhooks following the daemon-wide feed (repeatable)
+//! url = "http://127.0.0.1:9000/ostler"
+//! secret = "..."                  # HMAC-SHA256 signature header
+//! kinds = ["permission_requested", "question_asked", "turn_completed"]
+//!
 //! [log]
 //! format = "human"                 # or "json"
 //! filter = "info"                  # tracing env-filter syntax; RUST_LOG wins
@@ -85,6 +90,8 @@ pub struct Config {
     pub claude: ClaudeConfig,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
+    /// `[[notify]]`: webhooks following the daemon-wide feed (config file only).
+    pub notify: Vec<crate::notify::NotifyConfig>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -434,6 +441,8 @@ pub struct Validated {
     pub session_env: SessionEnv,
     /// `metrics.listen`: where to serve `/metrics` (`None`: off).
     pub metrics: Option<SocketAddr>,
+    /// `[[notify]]`, checked.
+    pub notifiers: Vec<crate::notify::Notifier>,
 }
 
 impl Config {
@@ -564,8 +573,15 @@ impl Config {
         let env_allowlist = self.validate_env_allow()?;
         self.validate_session_env()?;
         let metrics = self.validate_metrics()?;
+        let notifiers = self
+            .notify
+            .iter()
+            .enumerate()
+            .map(|(i, n)| n.validate(i))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Validated {
             metrics,
+            notifiers,
             env_allowlist,
             session_env: self.sessions.env.clone(),
             tcp,

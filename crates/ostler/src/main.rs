@@ -11,6 +11,7 @@ mod config;
 mod decode;
 mod doctor;
 mod metrics;
+mod notify;
 mod serve;
 
 const AFTER_HELP: &str = "\

@@ -260,6 +260,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             .collect(),
         ..Default::default()
     };
+    let notify_store = store.clone();
     let engine = ostler_engine::Engine::start(engine_opts, store, installation)
         .await
         .context("starting the session engine")?;
@@ -346,6 +347,8 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         described.push(format!("http://{addr}{}", crate::metrics::PATH));
         crate::metrics::spawn(l, engine.clone(), shutdown.clone());
     }
+    let notifiers =
+        crate::notify::spawn_all(valid.notifiers.clone(), &engine, &notify_store, &shutdown);
     let server = tokio::spawn(ostler_server::Server::run(
         server_opts,
         engine.clone(),
@@ -364,6 +367,10 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
 
     let served = server.await;
     shutdown.cancel();
+    for n in notifiers {
+        let _ = n.await;
+    }
+    drop(notify_store);
     tracing::info!("stopping sessions");
     engine.shutdown().await;
     drop(engine);

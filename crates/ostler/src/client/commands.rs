@@ -175,7 +175,7 @@ pub async fn sessions(a: SessionsArgs) -> Result<i32> {
         return Ok(0);
     }
     let st = Style::stdout();
-    let rows: Vec<[String; 7]> = all
+    let rows: Vec<[String; 8]> = all
         .iter()
         .map(|s| {
             let u = s.usage.unwrap_or_default();
@@ -197,11 +197,14 @@ pub async fn sessions(a: SessionsArgs) -> Result<i32> {
                     super::render::tokens(u.output_tokens)
                 ),
                 format!("${:.4}", s.total_cost_usd),
+                super::watch::title_cell(s),
                 clip(&s.cwd, 50),
             ]
         })
         .collect();
-    let head = ["ID", "STATE", "ACTIVE", "TURNS", "TOKENS", "COST", "CWD"];
+    let head = [
+        "ID", "STATE", "ACTIVE", "TURNS", "TOKENS", "COST", "TITLE", "CWD",
+    ];
     let (head_line, lines) = table(&head, &rows);
     println!("{}", st.bold(&head_line));
     for (line, s) in lines.into_iter().zip(&all) {

@@ -84,6 +84,7 @@ pub fn session(s: &pb::Session) -> Value {
         "turns": s.turns,
         "usage": usage(s.usage.as_ref()),
         "total_cost_usd": s.total_cost_usd,
+        "title": s.title,
     })
 }
 

@@ -19,6 +19,7 @@ pub mod pending;
 pub mod prompt;
 pub mod render;
 pub mod run;
+pub mod watch;
 
 use std::time::Duration;
 
@@ -74,6 +75,9 @@ pub enum ClientCommand {
     Deny(pending::DenyArgs),
     /// Answer a pending question (by request id or prefix, see `pending`).
     Answer(pending::AnswerQuestionArgs),
+    /// Follow every session at once: created, state changes, finished turns, prompts,
+    /// answers, exits (resume with --since CURSOR).
+    Watch(watch::WatchArgs),
 }
 
 /// Runs a client command and exits the process with its exit code.
@@ -99,6 +103,7 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Approve(a) => pending::approve(a).await,
             ClientCommand::Deny(a) => pending::deny(a).await,
             ClientCommand::Answer(a) => pending::answer(a).await,
+            ClientCommand::Watch(a) => watch::watch(a).await,
         }
     });
     let code = match result {

@@ -33,6 +33,9 @@ pub struct RunArgs {
     /// Label the session (repeatable)
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// Name the session (shown by `sessions` and `watch`; default: the first prompt)
+    #[arg(long, value_name = "TITLE")]
+    pub name: Option<String>,
     /// Stop the model after this many turns
     #[arg(long, value_name = "N")]
     pub max_turns: Option<u32>,
@@ -175,6 +178,7 @@ fn create_request(
         first_prompt: Some(pb::MessageContent {
             content: Some(pb::message_content::Content::Text(prompt)),
         }),
+        title: args.name.clone().unwrap_or_default(),
         ..Default::default()
     }
 }

@@ -1,0 +1,173 @@
+//! The daemon-wide feed ([`Engine::watch`]): attention-worthy events of every session, read
+//! from the store's `feed` table after a cursor and followed through the store's commit
+//! notification. Nothing is buffered in memory beyond one page per watcher: a slow watcher
+//! costs only its own store reads and never delays a session or another watcher.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use futures::Stream;
+use ostler_store::{FeedKind, FeedPage, Store};
+use tokio::sync::watch;
+
+use crate::blocking::blocking;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::hub::decode_stored;
+use crate::types::{EngineEvent, SessionState};
+
+/// Feed rows read per store access.
+const PAGE: usize = 256;
+
+/// `WatchSessions`.
+#[derive(Debug, Clone, Default)]
+pub struct WatchRequest {
+    /// Items after this cursor (0 = from the beginning).
+    pub after_cursor: u64,
+    /// Keep following once the stored items are delivered.
+    pub follow: bool,
+    /// Only sessions carrying all of these labels.
+    pub labels: BTreeMap<String, String>,
+    /// Only sessions in one of these states when the item is read (empty = any).
+    pub states: Vec<SessionState>,
+    /// Only these kinds (`None` = all).
+    pub kinds: Option<Vec<FeedKind>>,
+}
+
+impl WatchRequest {
+    fn wants(&self, e: &ostler_store::FeedEntry) -> bool {
+        self.kinds.as_ref().is_none_or(|k| k.contains(&e.kind))
+            && (self.states.is_empty() || self.states.contains(&e.state))
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| e.labels.get(k).is_some_and(|have| have == v))
+    }
+}
+
+/// One item of the feed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedItem {
+    /// Increasing, never reused: resume after it.
+    pub cursor: u64,
+    pub kind: FeedKind,
+    pub session_id: String,
+    pub title: Option<String>,
+    pub cwd: String,
+    /// The session's stored state when the item was read.
+    pub state: SessionState,
+    pub labels: BTreeMap<String, String>,
+    /// The event, as a subscriber of the session sees it.
+    pub event: EngineEvent,
+}
+
+/// A running watch: call [`FeedWatch::next`] or turn it into a stream.
+pub struct FeedWatch {
+    store: Store,
+    committed: watch::Receiver<u64>,
+    req: WatchRequest,
+    /// The last feed id read (items filtered out included).
+    scanned: u64,
+    ready: VecDeque<FeedItem>,
+}
+
+impl std::fmt::Debug for FeedWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeedWatch")
+            .field("scanned", &self.scanned)
+            .field("ready", &self.ready.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FeedWatch {
+    /// The next item; `None` at the end of the stored items without `follow`, or when the
+    /// store closes.
+    pub async fn next(&mut self) -> Option<Result<FeedItem>> {
+        loop {
+            if let Some(item) = self.ready.pop_front() {
+                return Some(Ok(item));
+            }
+            // Everything committed up to `seen` is visible to the read below.
+            let seen = *self.committed.borrow_and_update();
+            let store = self.store.clone();
+            let after = self.scanned;
+            let page: FeedPage = match blocking(move || store.feed_after(after, PAGE)).await {
+                Ok(p) => p,
+                Err(e) => return Some(Err(e)),
+            };
+            if page.scanned_to > self.scanned {
+                self.scanned = page.scanned_to;
+                for e in page.entries {
+                    if self.req.wants(&e) {
+                        self.ready.push_back(FeedItem {
+                            cursor: e.id,
+                            kind: e.kind,
+                            event: decode_stored(&e.event),
+                            session_id: e.session_id,
+                            title: e.title,
+                            cwd: e.cwd,
+                            state: e.state,
+                            labels: e.labels,
+                        });
+                    }
+                }
+                continue;
+            }
+            // Nothing after `scanned` up to `seen`: rows in between were deleted with
+            // their session.
+            self.scanned = self.scanned.max(seen);
+            if !self.req.follow {
+                return None;
+            }
+            let scanned = self.scanned;
+            if self.committed.wait_for(|v| *v > scanned).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// The watch as a stream of items.
+    pub fn into_stream(self) -> impl Stream<Item = Result<FeedItem>> + Send + 'static {
+        futures::stream::unfold(self, |mut w| async move {
+            let item = w.next().await?;
+            Some((item, w))
+        })
+    }
+}
+
+impl Engine {
+    /// `WatchSessions`: the feed after `req.after_cursor`, then (with `follow`) live.
+    pub fn watch(&self, req: WatchRequest) -> FeedWatch {
+        let store = self.store().clone();
+        FeedWatch {
+            committed: store.feed_watch(),
+            scanned: req.after_cursor,
+            store,
+            req,
+            ready: VecDeque::new(),
+        }
+    }
+}
+
+/// Characters of the first prompt kept as a session's title.
+pub const PROMPT_TITLE_CHARS: usize = 60;
+
+/// The title a new session gets: the one asked for, else its first prompt (the first text)
+/// shortened to [`PROMPT_TITLE_CHARS`] characters on a character boundary.
+pub(crate) fn title_for(req: &crate::types::CreateSession) -> Option<String> {
+    use crate::types::MessageContent;
+    if let Some(t) = req
+        .title
+        .as_deref()
+        .and_then(|t| ostler_store::shorten_title(t, ostler_store::MAX_TITLE_CHARS))
+    {
+        return Some(t);
+    }
+    let text = match req.first_prompt.as_ref()? {
+        MessageContent::Text(t) => t.as_str(),
+        MessageContent::Blocks(blocks) => blocks
+            .iter()
+            .find_map(|b| b.get("text").and_then(serde_json::Value::as_str))?,
+    };
+    ostler_store::shorten_title(text, PROMPT_TITLE_CHARS)
+}

@@ -1,0 +1,320 @@
+//! The daemon-wide feed: attention-worthy events of every session, in commit order.
+//!
+//! Rows of the `feed` table are written by a trigger on `events` (migration 0004), inside the
+//! transaction that stores the event, so the feed never shows an event that is not stored
+//! and never misses one that is. After each group commit the writer publishes the last feed
+//! id on a `tokio::sync::watch` ([`Store::feed_watch`]); readers page through the table
+//! with [`Store::feed_after`]. Also here: session titles and the notifiers' persisted
+//! delivery cursors (both small writes of the same migration).
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::rows::{self, u64_from_sql, u64_to_sql};
+use crate::store::{Store, Ticket};
+use crate::types::{SessionState, StoredEvent};
+
+/// The last committed feed id: the AUTOINCREMENT counter, which never goes back (not even
+/// when the newest rows are deleted with their session).
+fn last_feed_id(conn: &Connection) -> rusqlite::Result<u64> {
+    let v: Option<i64> = conn
+        .prepare_cached("SELECT seq FROM sqlite_sequence WHERE name = 'feed'")?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    Ok(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
+}
+
+/// Owned by the writer: publishes the last committed feed id after each commit.
+pub(crate) struct FeedPublisher {
+    tx: watch::Sender<u64>,
+}
+
+impl FeedPublisher {
+    pub(crate) fn new(conn: &Connection) -> Self {
+        let start = last_feed_id(conn).unwrap_or(0);
+        Self {
+            tx: watch::Sender::new(start),
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.tx.subscribe()
+    }
+
+    /// Called by the writer after a successful commit (outside any transaction).
+    pub(crate) fn committed(&self, conn: &Connection) {
+        match last_feed_id(conn) {
+            Ok(id) => {
+                self.tx.send_if_modified(|v| {
+                    let moved = id > *v;
+                    *v = (*v).max(id);
+                    moved
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the feed position; waking watchers");
+                // Watchers re-read from their own cursor: waking them costs one read.
+                self.tx.send_modify(|_| {});
+            }
+        }
+    }
+}
+
+/// What a feed entry reports (the feed table's `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FeedKind {
+    /// The session was created (its first event, the `session_created` notice).
+    SessionCreated,
+    /// `state_changed`.
+    StateChanged,
+    /// `turn_completed`.
+    TurnCompleted,
+    /// `permission_requested`.
+    PermissionRequested,
+    /// `question_asked`.
+    QuestionAsked,
+    /// `interaction_resolved`.
+    InteractionResolved,
+    /// `process_exited`.
+    ProcessExited,
+}
+
+impl FeedKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [FeedKind; 7] = [
+        FeedKind::SessionCreated,
+        FeedKind::StateChanged,
+        FeedKind::TurnCompleted,
+        FeedKind::PermissionRequested,
+        FeedKind::QuestionAsked,
+        FeedKind::InteractionResolved,
+        FeedKind::ProcessExited,
+    ];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeedKind::SessionCreated => "session_created",
+            FeedKind::StateChanged => "state_changed",
+            FeedKind::TurnCompleted => "turn_completed",
+            FeedKind::PermissionRequested => "permission_requested",
+            FeedKind::QuestionAsked => "question_asked",
+            FeedKind::InteractionResolved => "interaction_resolved",
+            FeedKind::ProcessExited => "process_exited",
+        }
+    }
+}
+
+impl std::str::FromStr for FeedKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        FeedKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| Error::InvalidData(format!("unknown feed kind {s:?}")))
+    }
+}
+
+/// One feed row with its session and its event, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedEntry {
+    /// The feed cursor: increasing, never reused.
+    pub id: u64,
+    /// What happened.
+    pub kind: FeedKind,
+    /// The session.
+    pub session_id: String,
+    /// The session's title, when it has one.
+    pub title: Option<String>,
+    /// The session's working directory.
+    pub cwd: String,
+    /// The session's stored state when the entry was read.
+    pub state: SessionState,
+    /// The session's labels.
+    pub labels: BTreeMap<String, String>,
+    /// The event (the session's `seq`).
+    pub event: StoredEvent,
+}
+
+/// One page of [`Store::feed_after`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FeedPage {
+    /// Entries with `id` greater than the cursor asked for, in id order.
+    pub entries: Vec<FeedEntry>,
+    /// The id of the last feed row this read covered (the next read continues after it);
+    /// the cursor asked for when nothing newer exists.
+    pub scanned_to: u64,
+}
+
+/// The longest stored title, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+
+/// A title from free text: the first line with whitespace collapsed, cut to `max_chars`
+/// characters on a character boundary (with `…` when cut). `None` when nothing is left.
+pub fn shorten_title(text: &str, max_chars: usize) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let joined = words.join(" ");
+    if joined.chars().count() <= max_chars {
+        return Some(joined);
+    }
+    let mut cut: String = joined.chars().take(max_chars.saturating_sub(1)).collect();
+    let trimmed = cut.trim_end().len();
+    cut.truncate(trimmed);
+    cut.push('…');
+    Some(cut)
+}
+
+fn read_page(conn: &Connection, after: u64, limit: usize) -> Result<FeedPage> {
+    let limit_sql = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
+    // One snapshot for the rows and the events they name.
+    let tx = conn.unchecked_transaction()?;
+    let mut stmt = tx.prepare_cached(
+        "SELECT f.id, f.seq, f.kind, s.pk, s.id, s.title, s.cwd, s.state
+         FROM feed f JOIN sessions s ON s.pk = f.session_pk
+         WHERE f.id > ?1 ORDER BY f.id LIMIT ?2",
+    )?;
+    let mut rows_iter = stmt.query(params![u64_to_sql(after, "cursor")?, limit_sql])?;
+    let mut raw = Vec::new();
+    while let Some(row) = rows_iter.next()? {
+        raw.push((
+            u64_from_sql(row.get(0)?, "feed id")?,
+            u64_from_sql(row.get(1)?, "seq")?,
+            row.get::<_, String>(2)?,
+            row.get::<_, i64>(3)?,
+            row.get::<_, String>(4)?,
+            row.get::<_, Option<String>>(5)?,
+            row.get::<_, String>(6)?,
+            row.get::<_, String>(7)?,
+        ));
+    }
+    drop(rows_iter);
+    drop(stmt);
+    let mut page = FeedPage {
+        entries: Vec::with_capacity(raw.len()),
+        scanned_to: raw.last().map_or(after, |r| r.0),
+    };
+    for (id, seq, kind, pk, session_id, title, cwd, state) in raw {
+        let Some(event) = rows::events_after(&tx, &session_id, seq.saturating_sub(1), 1)?
+            .into_iter()
+            .find(|e| e.seq == seq)
+        else {
+            // The event is gone (cannot happen while feed rows cascade with their session).
+            continue;
+        };
+        page.entries.push(FeedEntry {
+            id,
+            kind: kind.parse()?,
+            title,
+            cwd,
+            state: state.parse()?,
+            labels: rows::labels(&tx, pk)?,
+            session_id,
+            event,
+        });
+    }
+    tx.finish()?;
+    Ok(page)
+}
+
+impl Store {
+    /// The last committed feed id, published after every commit: wait for it to move past
+    /// your cursor, then read with [`Store::feed_after`].
+    pub fn feed_watch(&self) -> watch::Receiver<u64> {
+        self.feed_receiver()
+    }
+
+    /// Up to `limit` feed entries after `cursor` (0 = from the beginning), in id order, with
+    /// their sessions and events; one consistent snapshot.
+    pub fn feed_after(&self, cursor: u64, limit: usize) -> Result<FeedPage> {
+        self.readers().with(|conn| read_page(conn, cursor, limit))
+    }
+
+    /// Sets a session's title ([`MAX_TITLE_CHARS`] at most: longer text is shortened).
+    /// [`Error::NotFound`] if there is no such session.
+    pub fn set_title(&self, session_id: &str, title: &str) -> Ticket<()> {
+        let sid = session_id.to_owned();
+        let title = shorten_title(title, MAX_TITLE_CHARS);
+        self.submit(move |ctx| {
+            let slot = ctx.slot(&sid)?;
+            ctx.conn
+                .prepare_cached("UPDATE sessions SET title = ?2 WHERE pk = ?1")?
+                .execute(params![slot.pk, title])?;
+            Ok(())
+        })
+    }
+
+    /// A session's title (`None` when it has none). [`Error::NotFound`] if there is no such
+    /// session.
+    pub fn title(&self, session_id: &str) -> Result<Option<String>> {
+        self.readers().with(|conn| {
+            conn.prepare_cached("SELECT title FROM sessions WHERE id = ?1")?
+                .query_row([session_id], |r| r.get::<_, Option<String>>(0))
+                .optional()?
+                .ok_or_else(|| crate::error::not_found_session(session_id))
+        })
+    }
+
+    /// Titles of many sessions at once (sessions without one are left out).
+    pub fn titles(&self, session_ids: &[String]) -> Result<BTreeMap<String, String>> {
+        self.readers().with(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT title FROM sessions WHERE id = ?1 AND title IS NOT NULL")?;
+            let mut out = BTreeMap::new();
+            for id in session_ids {
+                if let Some(t) = stmt.query_row([id], |r| r.get::<_, String>(0)).optional()? {
+                    out.insert(id.clone(), t);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// The persisted delivery cursor of the notifier `name` (`None` before its first save).
+    pub fn notify_cursor(&self, name: &str) -> Result<Option<u64>> {
+        self.readers().with(|conn| {
+            conn.prepare_cached("SELECT cursor FROM notify_cursors WHERE name = ?1")?
+                .query_row([name], |r| r.get::<_, i64>(0))
+                .optional()?
+                .map(|v| u64_from_sql(v, "notify cursor"))
+                .transpose()
+        })
+    }
+
+    /// Saves the delivery cursor of the notifier `name`.
+    pub fn set_notify_cursor(&self, name: &str, cursor: u64) -> Ticket<()> {
+        let name = name.to_owned();
+        self.submit(move |ctx| {
+            ctx.conn
+                .prepare_cached(
+                    "INSERT INTO notify_cursors (name, cursor) VALUES (?1, ?2)
+                     ON CONFLICT (name) DO UPDATE SET cursor = excluded.cursor",
+                )?
+                .execute(params![name, u64_to_sql(cursor, "cursor")?])?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shorten_title;
+
+    #[test]
+    fn titles_are_shortened_on_char_boundaries() {
+        assert_eq!(
+            shorten_title("  \n  fix the   bug \nmore", 60).as_deref(),
+            Some("fix the bug")
+        );
+        assert_eq!(shorten_title(" \n ", 60), None);
+        let long = "é".repeat(100);
+        let t = shorten_title(&long, 60).unwrap();
+        assert_eq!(t.chars().count(), 60);
+        assert!(t.ends_with('…'));
+        assert_eq!(shorten_title("abc def", 5).as_deref(), Some("abc…"));
+    }
+}

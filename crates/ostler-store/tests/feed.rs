@@ -1,0 +1,194 @@
+//! The daemon-wide feed, session titles and notifier cursors (migration 0004).
+
+mod common;
+
+use common::*;
+use ostler_store::*;
+
+fn ev(kind: &'static str, n: i64) -> NewEvent {
+    NewEvent::new(kind, format!("{{\"n\":{n}}}").into_bytes(), n)
+}
+
+fn kinds(page: &FeedPage) -> Vec<(String, u64, FeedKind)> {
+    page.entries
+        .iter()
+        .map(|e| (e.session_id.clone(), e.event.seq, e.kind))
+        .collect()
+}
+
+#[test]
+fn attention_events_enter_the_feed_with_their_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    let mut watch = store.feed_watch();
+    assert_eq!(*watch.borrow_and_update(), 0);
+    store.create_session(new_session("a", 1)).wait().unwrap();
+    store
+        .append_blocking(
+            "a",
+            vec![
+                ev("engine_notice", 1), // seq 1: session created
+                ev("assistant_block", 2),
+                ev("engine_notice", 3), // not the first: not in the feed
+                ev("permission_requested", 4),
+                ev("interaction_resolved", 5),
+                ev("turn_completed", 6),
+                ev("state_changed", 7),
+                ev("process_exited", 8),
+                ev("question_asked", 9),
+            ],
+        )
+        .unwrap();
+    // Published after the commit.
+    assert!(watch.has_changed().unwrap());
+    assert_eq!(*watch.borrow_and_update(), 7);
+    let page = store.feed_after(0, 100).unwrap();
+    let a = |seq, k| ("a".to_owned(), seq, k);
+    assert_eq!(
+        kinds(&page),
+        vec![
+            a(1, FeedKind::SessionCreated),
+            a(4, FeedKind::PermissionRequested),
+            a(5, FeedKind::InteractionResolved),
+            a(6, FeedKind::TurnCompleted),
+            a(7, FeedKind::StateChanged),
+            a(8, FeedKind::ProcessExited),
+            a(9, FeedKind::QuestionAsked),
+        ]
+    );
+    assert_eq!(page.scanned_to, 7);
+    assert_eq!(page.entries[3].event.payload.as_ref(), b"{\"n\":6}");
+    assert_eq!(page.entries[0].cwd, "/work/project");
+
+    // Paging.
+    let first = store.feed_after(0, 3).unwrap();
+    assert_eq!(first.entries.len(), 3);
+    let rest = store.feed_after(first.scanned_to, 100).unwrap();
+    assert_eq!(rest.entries.len(), 4);
+    assert_eq!(
+        store.feed_after(7, 100).unwrap(),
+        FeedPage {
+            entries: vec![],
+            scanned_to: 7
+        }
+    );
+
+    // A write that fails (unknown session) adds nothing and publishes nothing.
+    assert!(
+        store
+            .append_blocking("nope", vec![ev("state_changed", 1)])
+            .is_err()
+    );
+    assert!(!watch.has_changed().unwrap());
+}
+
+#[test]
+fn cursors_are_never_reused_and_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    {
+        let store = open(&path);
+        store.create_session(new_session("a", 1)).wait().unwrap();
+        store.create_session(new_session("b", 2)).wait().unwrap();
+        store
+            .append_blocking("a", vec![ev("state_changed", 1)])
+            .unwrap();
+        store
+            .append_blocking("b", vec![ev("state_changed", 1), ev("turn_completed", 2)])
+            .unwrap();
+        assert_eq!(*store.feed_watch().borrow(), 3);
+        // The newest rows go with their session; their ids are not handed out again.
+        store.delete_session("b").wait().unwrap();
+        let page = store.feed_after(0, 10).unwrap();
+        assert_eq!(page.entries.len(), 1);
+        assert_eq!(page.entries[0].id, 1);
+    }
+    let store = open(&path);
+    assert_eq!(
+        *store.feed_watch().borrow(),
+        3,
+        "the position is known at open"
+    );
+    store
+        .append_blocking("a", vec![ev("turn_completed", 2)])
+        .unwrap();
+    let page = store.feed_after(1, 10).unwrap();
+    assert_eq!(page.entries.len(), 1);
+    assert_eq!(page.entries[0].id, 4);
+}
+
+#[test]
+fn titles_and_labels_come_with_the_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    let mut s = new_session("a", 1);
+    s.labels.insert("team".into(), "x".into());
+    store.create_session(s).wait().unwrap();
+    assert_eq!(store.title("a").unwrap(), None);
+    store
+        .set_title("a", "  fix\tthe   bug\nsecond line")
+        .wait()
+        .unwrap();
+    assert_eq!(store.title("a").unwrap().as_deref(), Some("fix the bug"));
+    assert_eq!(
+        store.get_session("a").unwrap().title.as_deref(),
+        Some("fix the bug")
+    );
+    let long = "ü".repeat(500);
+    store.set_title("a", &long).wait().unwrap();
+    let t = store.title("a").unwrap().unwrap();
+    assert_eq!(t.chars().count(), MAX_TITLE_CHARS);
+    assert!(matches!(
+        store.set_title("nope", "x").wait(),
+        Err(Error::NotFound { .. })
+    ));
+    store.set_title("a", "short").wait().unwrap();
+    store
+        .append_blocking("a", vec![ev("engine_notice", 1)])
+        .unwrap();
+    let e = &store.feed_after(0, 10).unwrap().entries[0];
+    assert_eq!(e.title.as_deref(), Some("short"));
+    assert_eq!(e.labels.get("team").map(String::as_str), Some("x"));
+    assert_eq!(e.state, SessionState::Running);
+    let titles = store.titles(&["a".into(), "nope".into()]).unwrap();
+    assert_eq!(titles.len(), 1);
+}
+
+#[test]
+fn notifier_cursors_are_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    {
+        let store = open(&path);
+        assert_eq!(store.notify_cursor("hook").unwrap(), None);
+        store.set_notify_cursor("hook", 5).wait().unwrap();
+        store.set_notify_cursor("hook", 9).wait().unwrap();
+    }
+    let store = open(&path);
+    assert_eq!(store.notify_cursor("hook").unwrap(), Some(9));
+    assert_eq!(store.notify_cursor("other").unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_reader_wakes_on_the_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("a", 1)).await.unwrap();
+    let mut watch = store.feed_watch();
+    let waiter =
+        tokio::spawn(async move { watch.wait_for(|v| *v >= 1).await.map(|v| *v).unwrap() });
+    store
+        .append("a", vec![ev("assistant_block", 1)])
+        .await
+        .unwrap();
+    assert_eq!(*store.feed_watch().borrow(), 0, "not a feed event");
+    store
+        .append("a", vec![ev("turn_completed", 2)])
+        .await
+        .unwrap();
+    let v = tokio::time::timeout(ostler_testkit::timeouts::guard(), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v, 1);
+}

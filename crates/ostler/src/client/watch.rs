@@ -1,0 +1,249 @@
+//! `ostler watch`: the daemon-wide feed (`WatchSessions`), one line per item (or one JSON
+//! object with `--json`). Each item carries a cursor; `--since CURSOR` resumes after it.
+
+use anyhow::Result;
+use ostler_proto::v1 as pb;
+use pb::session_event::Payload;
+use serde_json::json;
+
+use super::commands::parse_state;
+use super::render::{Style, clip, exit_text, json_line, tool_call};
+use super::run::parse_label;
+use super::{ConnectArgs, EXIT_INTERRUPTED, connect, json, status_error};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WatchArgs {
+    /// Start after this cursor (the `cursor` of the last item seen); default: only new items
+    #[arg(long, value_name = "CURSOR")]
+    pub since: Option<u64>,
+    /// Replay the whole stored feed first (same as --since 0)
+    #[arg(long, conflicts_with = "since")]
+    pub all: bool,
+    /// Print what is stored and exit instead of following
+    #[arg(long)]
+    pub no_follow: bool,
+    /// Only sessions with this label (repeatable)
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Only sessions in this state (repeatable): idle, running, awaiting-permission, ...
+    #[arg(long = "state", value_name = "STATE", value_parser = parse_state)]
+    pub states: Vec<pb::SessionState>,
+    /// Only these kinds (repeatable): created, state, turn, permission, question,
+    /// resolved, exited
+    #[arg(long = "kind", value_name = "KIND", value_parser = parse_kind)]
+    pub kinds: Vec<pb::FeedKind>,
+    /// Print one JSON object per item
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+/// The short kind names `--kind` takes (and `--json` prints).
+const KINDS: [(&str, pb::FeedKind); 7] = [
+    ("created", pb::FeedKind::SessionCreated),
+    ("state", pb::FeedKind::StateChanged),
+    ("turn", pb::FeedKind::TurnCompleted),
+    ("permission", pb::FeedKind::PermissionRequested),
+    ("question", pb::FeedKind::QuestionAsked),
+    ("resolved", pb::FeedKind::Resolved),
+    ("exited", pb::FeedKind::ProcessExited),
+];
+
+pub fn parse_kind(s: &str) -> Result<pb::FeedKind, String> {
+    let k = s.trim().to_ascii_lowercase();
+    KINDS
+        .iter()
+        .find(|(name, _)| *name == k)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            let names: Vec<&str> = KINDS.iter().map(|(n, _)| *n).collect();
+            format!("unknown kind {s:?} (one of: {})", names.join(", "))
+        })
+}
+
+fn kind_name(v: i32) -> &'static str {
+    KINDS
+        .iter()
+        .find(|(_, k)| *k as i32 == v)
+        .map_or("other", |(n, _)| *n)
+}
+
+/// The TITLE cell of `ostler sessions`: the title, clipped; `-` without one.
+pub fn title_cell(s: &pb::Session) -> String {
+    if s.title.is_empty() {
+        "-".into()
+    } else {
+        clip(&s.title, 40)
+    }
+}
+
+/// What an item says, in a few words.
+fn what(item: &pb::FeedItem) -> String {
+    let payload = item.event.as_ref().and_then(|e| e.payload.as_ref());
+    match payload {
+        Some(Payload::EngineNotice(n)) => n.message.clone(),
+        Some(Payload::StateChanged(s)) => format!(
+            "{} -> {}{}",
+            json::state_name(s.from),
+            json::state_name(s.to),
+            if s.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", clip(&s.reason, 60))
+            }
+        ),
+        Some(Payload::TurnCompleted(t)) => format!(
+            "turn {}: {} ${:.4}",
+            if super::render::is_success(t) {
+                "done"
+            } else {
+                "failed"
+            },
+            clip(t.result.lines().next().unwrap_or_default(), 60),
+            t.total_cost_usd
+        ),
+        Some(Payload::PermissionRequested(r)) => format!(
+            "permission {}: {}",
+            r.request_id,
+            tool_call(&r.tool_name, &r.input_json)
+        ),
+        Some(Payload::QuestionAsked(q)) => format!(
+            "question {}: {}",
+            q.request_id,
+            q.questions
+                .iter()
+                .map(|q| q.question.as_str())
+                .collect::<Vec<_>>()
+                .join(" / ")
+        ),
+        Some(Payload::PermissionResolved(r)) => format!(
+            "{} {} by {}",
+            r.request_id,
+            json::resolution_name(r.resolution),
+            r.resolved_by
+        ),
+        Some(Payload::QuestionAnswered(a)) => {
+            format!("{} answered by {}", a.request_id, a.resolved_by)
+        }
+        Some(Payload::ProcessExited(x)) => format!("process exited: {}", exit_text(x)),
+        _ => json::kind(payload).to_owned(),
+    }
+}
+
+fn item_json(item: &pb::FeedItem) -> serde_json::Value {
+    json!({
+        "cursor": item.cursor,
+        "kind": kind_name(item.kind),
+        "session_id": item.session_id,
+        "title": item.title,
+        "cwd": item.cwd,
+        "labels": item.labels,
+        "state": json::state_name(item.state),
+        "event": item.event.as_ref().map(json::event),
+    })
+}
+
+fn human(st: Style, item: &pb::FeedItem) -> String {
+    let short: String = item.session_id.chars().take(13).collect();
+    let name = if item.title.is_empty() {
+        clip(&item.cwd, 30)
+    } else {
+        clip(&item.title, 30)
+    };
+    let line = format!(
+        "{:>6}  {short}  {name}  {:<10} {}",
+        item.cursor,
+        kind_name(item.kind),
+        what(item)
+    );
+    match pb::FeedKind::try_from(item.kind) {
+        Ok(pb::FeedKind::PermissionRequested | pb::FeedKind::QuestionAsked) => st.yellow(&line),
+        Ok(pb::FeedKind::ProcessExited) => st.red(&line),
+        Ok(pb::FeedKind::TurnCompleted) => st.green(&line),
+        _ => line,
+    }
+}
+
+/// The cursor to start from: `--since`, `--all` (0), else the newest stored item's (so
+/// only new items are shown) — found by reading the stored feed without following.
+async fn start_cursor(a: &WatchArgs, conn: &mut super::Conn) -> Result<u64> {
+    if let Some(c) = a.since {
+        return Ok(c);
+    }
+    if a.all || a.no_follow {
+        return Ok(0);
+    }
+    let mut stream = conn
+        .sessions
+        .watch_sessions(pb::WatchSessionsRequest {
+            after_cursor: 0,
+            follow: false,
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| status_error("watch sessions", s))?
+        .into_inner();
+    let mut last = 0;
+    while let Some(item) = stream
+        .message()
+        .await
+        .map_err(|s| status_error("watch sessions", s))?
+    {
+        last = item.cursor;
+    }
+    Ok(last)
+}
+
+/// `ostler watch`
+pub async fn watch(a: WatchArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    let after_cursor = start_cursor(&a, &mut conn).await?;
+    let req = pb::WatchSessionsRequest {
+        after_cursor,
+        follow: !a.no_follow,
+        labels: a.labels.iter().cloned().collect(),
+        states: a.states.iter().map(|s| *s as i32).collect(),
+        kinds: a.kinds.iter().map(|k| *k as i32).collect(),
+    };
+    let mut stream = conn
+        .sessions
+        .watch_sessions(req)
+        .await
+        .map_err(|s| status_error("watch sessions", s))?
+        .into_inner();
+    let st = Style::stdout();
+    if !a.no_follow {
+        eprintln!("watching every session from cursor {after_cursor} (Ctrl-C to stop)");
+    }
+    loop {
+        let next = tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(EXIT_INTERRUPTED),
+            next = stream.message() => next,
+        };
+        let Some(item) = next.map_err(|s| status_error("watch sessions", s))? else {
+            return Ok(0);
+        };
+        if a.json {
+            json_line(&item_json(&item));
+        } else {
+            println!("{}", human(st, &item));
+        }
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_parse_and_name_each_other() {
+        for (name, k) in KINDS {
+            assert_eq!(parse_kind(name), Ok(k));
+            assert_eq!(kind_name(k as i32), name);
+        }
+        assert!(parse_kind("nope").unwrap_err().contains("permission"));
+    }
+}

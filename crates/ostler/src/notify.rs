@@ -1,0 +1,500 @@
+//! Webhook notifications (`[[notify]]`): each notifier follows the daemon-wide feed with its
+//! own cursor, persisted in the store, and POSTs one JSON object per item to its URL,
+//! signed with HMAC-SHA256, retried with exponential backoff.
+//!
+//! Delivery is at least once: the cursor is saved after the receiver acknowledged (2xx) an
+//! item, so a daemon restart re-delivers what was not acknowledged; receivers de-duplicate
+//! on the item's `id` (also the `x-ostler-delivery` header). Nothing here can block a
+//! session: the feed is read from the store, a bounded queue sits between the reader and the
+//! sender, and a full queue (a slow receiver) only pauses this notifier's reading (counted
+//! and logged; the items wait in the store).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use hmac::{Hmac, Mac as _};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use ostler_engine::{Engine, FeedItem, FeedKind, WatchRequest};
+use ostler_store::Store;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::Sha256;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Signature header: `sha256=<hex HMAC-SHA256 of the body with the secret>`.
+pub const SIGNATURE_HEADER: &str = "x-ostler-signature";
+/// Delivery id header: the feed cursor (unique per daemon store, never reused).
+pub const DELIVERY_HEADER: &str = "x-ostler-delivery";
+/// The item's kind (`permission_requested`, ...).
+pub const KIND_HEADER: &str = "x-ostler-event";
+
+/// One `[[notify]]` entry as written in the configuration.
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    /// Names the notifier's persisted cursor (default: the URL). Renaming it restarts
+    /// delivery from the newest item.
+    pub name: String,
+    /// `http://host:port/path` (plain HTTP; put a TLS-terminating proxy in front for
+    /// remote receivers).
+    pub url: String,
+    /// Key of the HMAC-SHA256 signature (empty: no signature header).
+    pub secret: String,
+    /// Feed kinds to deliver (empty: all): session_created, state_changed, turn_completed,
+    /// permission_requested, question_asked, interaction_resolved, process_exited.
+    pub kinds: Vec<String>,
+    /// Only sessions carrying all of these labels.
+    pub labels: BTreeMap<String, String>,
+    /// Items read ahead of the sender.
+    pub queue: usize,
+    /// Attempts per item before it is given up (logged, counted).
+    pub max_attempts: u32,
+    /// First retry delay; doubles per attempt up to `retry_max_ms`.
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+    /// Per request (connect + answer).
+    pub timeout_secs: u64,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            url: String::new(),
+            secret: String::new(),
+            kinds: Vec::new(),
+            labels: BTreeMap::new(),
+            queue: 256,
+            max_attempts: 8,
+            retry_initial_ms: 500,
+            retry_max_ms: 60_000,
+            timeout_secs: 10,
+        }
+    }
+}
+
+impl std::fmt::Debug for NotifyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifyConfig")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field(
+                "secret",
+                &if self.secret.is_empty() {
+                    ""
+                } else {
+                    "<redacted>"
+                },
+            )
+            .field("kinds", &self.kinds)
+            .field("labels", &self.labels)
+            .field("queue", &self.queue)
+            .field("max_attempts", &self.max_attempts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A checked notifier.
+#[derive(Clone)]
+pub struct Notifier {
+    pub name: String,
+    pub uri: hyper::Uri,
+    host: String,
+    port: u16,
+    secret: Option<Vec<u8>>,
+    kinds: Option<Vec<FeedKind>>,
+    labels: BTreeMap<String, String>,
+    queue: usize,
+    max_attempts: u32,
+    retry_initial: Duration,
+    retry_max: Duration,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("name", &self.name)
+            .field("uri", &self.uri)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NotifyConfig {
+    /// Checks the entry `notify[i]`; errors name the key.
+    pub fn validate(&self, i: usize) -> Result<Notifier> {
+        let key = |k: &str| format!("notify[{i}].{k}");
+        let uri: hyper::Uri = self
+            .url
+            .trim()
+            .parse()
+            .with_context(|| format!("{}: {:?} is not a URL", key("url"), self.url))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => bail!(
+                "{}: https is not supported by the built-in client yet; deliver to a local \
+                 http:// receiver or proxy that forwards over TLS",
+                key("url")
+            ),
+            _ => bail!("{}: {:?} must start with http://", key("url"), self.url),
+        }
+        let host = uri
+            .host()
+            .with_context(|| format!("{}: {:?} has no host", key("url"), self.url))?
+            .trim_matches(['[', ']'])
+            .to_owned();
+        let port = uri.port_u16().unwrap_or(80);
+        let kinds = if self.kinds.is_empty() {
+            None
+        } else {
+            let mut out = Vec::new();
+            for (j, k) in self.kinds.iter().enumerate() {
+                let kind = FeedKind::ALL
+                    .into_iter()
+                    .find(|f| f.as_str() == k.trim())
+                    .with_context(|| {
+                        let names: Vec<&str> = FeedKind::ALL.iter().map(|f| f.as_str()).collect();
+                        format!(
+                            "{}[{j}]: {k:?} is not a feed kind (one of: {})",
+                            key("kinds"),
+                            names.join(", ")
+                        )
+                    })?;
+                out.push(kind);
+            }
+            Some(out)
+        };
+        if self.queue == 0 {
+            bail!("{} must be at least 1", key("queue"));
+        }
+        if self.max_attempts == 0 {
+            bail!("{} must be at least 1", key("max_attempts"));
+        }
+        if self.timeout_secs == 0 {
+            bail!("{} must be at least 1", key("timeout_secs"));
+        }
+        let name = if self.name.trim().is_empty() {
+            self.url.trim().to_owned()
+        } else {
+            self.name.trim().to_owned()
+        };
+        Ok(Notifier {
+            name,
+            uri,
+            host,
+            port,
+            secret: (!self.secret.is_empty()).then(|| self.secret.clone().into_bytes()),
+            kinds,
+            labels: self.labels.clone(),
+            queue: self.queue,
+            max_attempts: self.max_attempts,
+            retry_initial: Duration::from_millis(self.retry_initial_ms.max(1)),
+            retry_max: Duration::from_millis(self.retry_max_ms.max(self.retry_initial_ms).max(1)),
+            timeout: Duration::from_secs(self.timeout_secs),
+        })
+    }
+}
+
+/// `sha256=<hex>` of `body` keyed with `secret`.
+pub fn signature(secret: &[u8], body: &[u8]) -> String {
+    // HMAC accepts keys of any length.
+    let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
+        Ok(m) => m,
+        Err(_) => return String::new(),
+    };
+    mac.update(body);
+    let bytes = mac.finalize().into_bytes();
+    let mut hex = String::with_capacity(7 + bytes.len() * 2);
+    hex.push_str("sha256=");
+    for b in bytes {
+        use std::fmt::Write as _;
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
+}
+
+/// The JSON body of one item.
+pub fn body(notifier: &str, item: &FeedItem) -> Vec<u8> {
+    let v = json!({
+        "id": item.cursor,
+        "notifier": notifier,
+        "kind": item.kind.as_str(),
+        "session_id": item.session_id,
+        "title": item.title,
+        "cwd": item.cwd,
+        "labels": item.labels,
+        "state": item.state.as_str(),
+        "event": {
+            "seq": item.event.seq,
+            "ts_ms": item.event.ts_ms,
+            "payload": item.event.payload,
+        },
+    });
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// Counters of one notifier (logged; kept for metrics).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub delivered: AtomicU64,
+    pub retries: AtomicU64,
+    pub given_up: AtomicU64,
+    /// Times the reader found the queue full (a slow receiver).
+    pub queue_full: AtomicU64,
+}
+
+/// Starts every notifier; they stop when `shutdown` is cancelled.
+pub fn spawn_all(
+    notifiers: Vec<Notifier>,
+    engine: &Engine,
+    store: &Store,
+    shutdown: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    notifiers
+        .into_iter()
+        .map(|n| {
+            let engine = engine.clone();
+            let store = store.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let name = n.name.clone();
+                if let Err(e) = run(n, engine, store, shutdown, Arc::default()).await {
+                    tracing::error!(notifier = %name, error = %format!("{e:#}"), "notifier stopped");
+                }
+            })
+        })
+        .collect()
+}
+
+struct Delivery {
+    cursor: u64,
+    kind: &'static str,
+    body: Bytes,
+}
+
+/// Runs one notifier until `shutdown`.
+pub async fn run(
+    n: Notifier,
+    engine: Engine,
+    store: Store,
+    shutdown: CancellationToken,
+    stats: Arc<Stats>,
+) -> Result<()> {
+    let name = n.name.clone();
+    let saved = {
+        let (store, name) = (store.clone(), name.clone());
+        tokio::task::spawn_blocking(move || store.notify_cursor(&name))
+            .await
+            .context("cursor read task")?
+            .context("reading the notifier's cursor")?
+    };
+    let start = match saved {
+        Some(c) => c,
+        None => {
+            // A new notifier starts with what happens from now on.
+            let now = *store.feed_watch().borrow();
+            store
+                .set_notify_cursor(&name, now)
+                .await
+                .context("saving the notifier's cursor")?;
+            now
+        }
+    };
+    tracing::info!(notifier = %name, url = %n.uri, after_cursor = start, "notifier started");
+    let (tx, mut rx) = mpsc::channel::<Delivery>(n.queue);
+    let mut watch = engine.watch(WatchRequest {
+        after_cursor: start,
+        follow: true,
+        labels: n.labels.clone(),
+        states: Vec::new(),
+        kinds: n.kinds.clone(),
+    });
+    let reader_stats = stats.clone();
+    let reader_name = name.clone();
+    let reader_stop = shutdown.clone();
+    let reader = tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                () = reader_stop.cancelled() => return,
+                next = watch.next() => next,
+            };
+            let item = match next {
+                None => return,
+                Some(Err(e)) => {
+                    tracing::error!(notifier = %reader_name, error = %e, "reading the feed failed");
+                    return;
+                }
+                Some(Ok(item)) => item,
+            };
+            let d = Delivery {
+                cursor: item.cursor,
+                kind: item.kind.as_str(),
+                body: Bytes::from(body(&reader_name, &item)),
+            };
+            match tx.try_send(d) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+                Err(mpsc::error::TrySendError::Full(d)) => {
+                    let n = reader_stats.queue_full.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::warn!(notifier = %reader_name, cursor = d.cursor, times = n,
+                        "notification queue full (slow receiver): reading the feed pauses");
+                    tokio::select! {
+                        () = reader_stop.cancelled() => return,
+                        sent = tx.send(d) => if sent.is_err() { return },
+                    }
+                }
+            }
+        }
+    });
+    loop {
+        let d = tokio::select! {
+            () = shutdown.cancelled() => break,
+            d = rx.recv() => match d { Some(d) => d, None => break },
+        };
+        let Some(ok) = deliver(&n, &d, &shutdown, &stats).await else {
+            break; // shutting down: not acknowledged, delivered again after the restart
+        };
+        if !ok {
+            stats.given_up.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(notifier = %name, cursor = d.cursor, attempts = n.max_attempts,
+                "notification given up after every attempt failed");
+        }
+        if let Err(e) = store.set_notify_cursor(&name, d.cursor).await {
+            tracing::warn!(notifier = %name, error = %e, "cannot save the notifier's cursor");
+        }
+    }
+    reader.abort();
+    Ok(())
+}
+
+/// Delivers one item with retries: `Some(true)` acknowledged, `Some(false)` given up,
+/// `None` shutdown.
+async fn deliver(
+    n: &Notifier,
+    d: &Delivery,
+    stop: &CancellationToken,
+    stats: &Stats,
+) -> Option<bool> {
+    let mut delay = n.retry_initial;
+    for attempt in 1..=n.max_attempts {
+        let result = tokio::select! {
+            () = stop.cancelled() => return None,
+            r = tokio::time::timeout(n.timeout, post(n, d)) => r,
+        };
+        let why = match result {
+            Ok(Ok(status)) if status.is_success() => {
+                stats.delivered.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(notifier = %n.name, cursor = d.cursor, attempt, "notification delivered");
+                return Some(true);
+            }
+            Ok(Ok(status)) => format!("HTTP {status}"),
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(_) => format!("no answer within {:?}", n.timeout),
+        };
+        if attempt == n.max_attempts {
+            break;
+        }
+        stats.retries.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(notifier = %n.name, cursor = d.cursor, attempt, error = %why,
+            retry_in_ms = delay.as_millis() as u64, "notification failed; retrying");
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(n.retry_max);
+    }
+    Some(false)
+}
+
+async fn post(n: &Notifier, d: &Delivery) -> Result<hyper::StatusCode> {
+    let stream = tokio::net::TcpStream::connect((n.host.as_str(), n.port))
+        .await
+        .with_context(|| format!("connecting to {}:{}", n.host, n.port))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .context("HTTP handshake")?;
+    let conn = tokio::spawn(conn);
+    let path = n
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let authority = n
+        .uri
+        .authority()
+        .map_or_else(|| n.host.clone(), |a| a.as_str().to_owned());
+    let mut req = hyper::Request::post(path)
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("ostler/", env!("CARGO_PKG_VERSION")),
+        )
+        .header(DELIVERY_HEADER, d.cursor.to_string())
+        .header(KIND_HEADER, d.kind);
+    if let Some(secret) = &n.secret {
+        req = req.header(SIGNATURE_HEADER, signature(secret, &d.body));
+    }
+    let req = req
+        .body(Full::new(d.body.clone()))
+        .context("building the request")?;
+    let resp = sender.send_request(req).await.context("sending")?;
+    let status = resp.status();
+    // Read (and drop) the answer so the connection ends cleanly.
+    let _ = resp.into_body().collect().await;
+    conn.abort();
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_matches_rfc_4231_case_2() {
+        // RFC 4231, test case 2: key "Jefe".
+        assert_eq!(
+            signature(b"Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn entries_are_validated_with_the_key_named() {
+        let ok = NotifyConfig {
+            url: "http://127.0.0.1:9/hook".into(),
+            kinds: vec!["turn_completed".into()],
+            ..Default::default()
+        };
+        let n = ok.validate(0).unwrap();
+        assert_eq!(
+            (n.host.as_str(), n.port, n.name.as_str()),
+            ("127.0.0.1", 9, "http://127.0.0.1:9/hook")
+        );
+        let bad = NotifyConfig {
+            kinds: vec!["nope".into()],
+            ..ok.clone()
+        };
+        let e = format!("{:#}", bad.validate(2).unwrap_err());
+        assert!(
+            e.contains("notify[2].kinds[0]") && e.contains("turn_completed"),
+            "{e}"
+        );
+        let https = NotifyConfig {
+            url: "https://example.invalid/x".into(),
+            ..ok.clone()
+        };
+        assert!(format!("{:#}", https.validate(0).unwrap_err()).contains("notify[0].url"));
+        let secret = NotifyConfig {
+            secret: "s3cret".into(),
+            ..ok
+        };
+        assert!(!format!("{secret:?}").contains("s3cret"));
+    }
+}

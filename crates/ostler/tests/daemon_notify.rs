@@ -1,0 +1,242 @@
+//! `[[notify]]` webhooks against a loopback HTTP receiver: signed JSON POSTs of the feed
+//! items a notifier asked for, retried after HTTP 500, resumed from the persisted cursor
+//! after a daemon restart (acknowledged items are not sent again).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use common::grpc::{as_client, text};
+use common::{NEW, World, guard};
+use hmac::{Hmac, Mac as _};
+use ostler_proto::v1 as pb;
+use serde_json::Value;
+use sha2::Sha256;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::mpsc;
+
+/// One request the receiver got, and the status it answered.
+#[derive(Debug, Clone)]
+struct Received {
+    headers: BTreeMap<String, String>,
+    body: Vec<u8>,
+    status: u16,
+}
+
+/// A loopback HTTP/1.1 receiver answering 500 to the first `fail_first` attempts of each
+/// delivery id, then 200.
+async fn receiver(fail_first: usize) -> (u16, mpsc::UnboundedReceiver<Received>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let attempts: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let tx = tx.clone();
+            let attempts = attempts.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let head_end = loop {
+                    let n = sock.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+                let headers: BTreeMap<String, String> = head
+                    .lines()
+                    .skip(1)
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                    .collect();
+                let len: usize = headers
+                    .get("content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let mut body = buf[head_end + 4..].to_vec();
+                while body.len() < len {
+                    let n = sock.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    body.extend_from_slice(&chunk[..n]);
+                }
+                let id = headers
+                    .get("x-ostler-delivery")
+                    .cloned()
+                    .unwrap_or_default();
+                let seen = {
+                    let mut a = attempts.lock().unwrap();
+                    let n = a.entry(id).or_insert(0);
+                    *n += 1;
+                    *n
+                };
+                let status = if seen <= fail_first { 500 } else { 200 };
+                let reason = if status == 200 {
+                    "OK"
+                } else {
+                    "Internal Server Error"
+                };
+                let _ = sock
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 {status} {reason}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+                let _ = sock.shutdown().await;
+                let _ = tx.send(Received {
+                    headers,
+                    body,
+                    status,
+                });
+            });
+        }
+    });
+    (port, rx)
+}
+
+async fn next(rx: &mut mpsc::UnboundedReceiver<Received>, what: &str) -> Received {
+    tokio::time::timeout(guard(), rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("no webhook request for {what}"))
+        .unwrap()
+}
+
+fn expected_signature(body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(b"s3cret").unwrap();
+    mac.update(body);
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256={hex}")
+}
+
+/// Reads requests until one is answered 200; checks every signature on the way. Returns
+/// the accepted body and how many attempts it took.
+async fn accepted(rx: &mut mpsc::UnboundedReceiver<Received>, what: &str) -> (Value, usize) {
+    let mut attempts = 0;
+    let mut id = None;
+    loop {
+        let r = next(rx, what).await;
+        attempts += 1;
+        assert_eq!(
+            r.headers.get("x-ostler-signature").map(String::as_str),
+            Some(expected_signature(&r.body).as_str()),
+            "signature of {what}"
+        );
+        assert_eq!(
+            r.headers.get("content-type").map(String::as_str),
+            Some("application/json")
+        );
+        let delivery = r.headers.get("x-ostler-delivery").cloned().unwrap();
+        // Retries repeat the same delivery until it is accepted.
+        assert_eq!(id.get_or_insert(delivery.clone()), &delivery, "{what}");
+        if r.status == 200 {
+            let v: Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(v["id"].to_string(), delivery);
+            return (v, attempts);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_signed_retried_and_resumed_after_a_restart() {
+    let world = World::new(NEW).await;
+    let (port, mut rx) = receiver(2).await;
+    std::fs::write(
+        &world.config,
+        format!(
+            r#"
+[[notify]]
+name = "test-hook"
+url = "http://127.0.0.1:{port}/hook"
+secret = "s3cret"
+kinds = ["session_created", "turn_completed"]
+retry_initial_ms = 20
+retry_max_ms = 100
+"#
+        ),
+    )
+    .unwrap();
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let a = c
+        .create_session(as_client(
+            "tester",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                first_prompt: text("Say hello"),
+                title: "hooked".into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // Each item: two 500s, then accepted on the third attempt; in feed order.
+    let (created, n) = accepted(&mut rx, "session_created").await;
+    assert_eq!(n, 3);
+    assert_eq!(created["kind"], "session_created");
+    assert_eq!(created["session_id"], a.id.as_str());
+    assert_eq!(created["title"], "hooked");
+    assert_eq!(created["notifier"], "test-hook");
+    assert_eq!(created["event"]["seq"], 1);
+    let (turn, n) = accepted(&mut rx, "turn_completed").await;
+    assert_eq!(n, 3);
+    assert_eq!(turn["kind"], "turn_completed");
+    assert_eq!(turn["event"]["payload"]["kind"], "turn_completed");
+    assert!(turn["id"].as_u64().unwrap() > created["id"].as_u64().unwrap());
+    assert!(
+        daemon.log_text().contains("notification failed; retrying"),
+        "retries are logged"
+    );
+
+    // Restart: the notifier continues from its persisted cursor. Acknowledged items are
+    // not sent again (at least once: only the last acknowledged one may be, if its cursor
+    // was not saved before the kill).
+    daemon.kill9();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let b = c
+        .create_session(as_client(
+            "tester",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    loop {
+        let (v, _) = accepted(&mut rx, "after the restart").await;
+        assert_ne!(
+            v["id"], created["id"],
+            "an acknowledged item was delivered again"
+        );
+        if v["session_id"] == b.id.as_str() {
+            assert_eq!(v["kind"], "session_created");
+            break;
+        }
+        assert_eq!(
+            v["id"], turn["id"],
+            "only the last acknowledged item may come again"
+        );
+    }
+}

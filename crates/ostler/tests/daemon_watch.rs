@@ -1,0 +1,371 @@
+//! `WatchSessions`, the daemon-wide feed, against the real daemon and a real CLI release: a
+//! watcher that disconnects and reconnects with its cursor (also across a daemon restart)
+//! sees every item exactly once, in the order of the stored feed; filters; titles.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::grpc::{as_client, text};
+use common::{NEW, World, guard};
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use pb::session_event::Payload;
+use tonic::Streaming;
+use tonic::transport::Channel;
+
+async fn watch(
+    c: &mut SessionServiceClient<Channel>,
+    req: pb::WatchSessionsRequest,
+) -> Streaming<pb::FeedItem> {
+    c.watch_sessions(req).await.unwrap().into_inner()
+}
+
+/// Reads items into `seen` until one matches `stop` (which is included).
+async fn read_until(
+    stream: &mut Streaming<pb::FeedItem>,
+    seen: &mut Vec<pb::FeedItem>,
+    what: &str,
+    stop: impl Fn(&pb::FeedItem) -> bool,
+) -> pb::FeedItem {
+    loop {
+        let item = tokio::time::timeout(guard(), stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("no feed item for {what}; saw {}", kinds(seen)))
+            .unwrap()
+            .unwrap_or_else(|| panic!("the feed ended before {what}"));
+        seen.push(item.clone());
+        if stop(&item) {
+            return item;
+        }
+    }
+}
+
+/// The whole stored feed, read to its end without following.
+async fn stored_feed(c: &mut SessionServiceClient<Channel>, after: u64) -> Vec<pb::FeedItem> {
+    let mut s = watch(
+        c,
+        pb::WatchSessionsRequest {
+            after_cursor: after,
+            follow: false,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut out = Vec::new();
+    while let Some(i) = tokio::time::timeout(guard(), s.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        out.push(i);
+    }
+    out
+}
+
+fn kinds(items: &[pb::FeedItem]) -> String {
+    items
+        .iter()
+        .map(|i| {
+            format!(
+                "{}:{}:{:?}",
+                i.cursor,
+                &i.session_id[..8.min(i.session_id.len())],
+                pb::FeedKind::try_from(i.kind).unwrap_or(pb::FeedKind::Unspecified)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn is(kind: pb::FeedKind, session: &str) -> impl Fn(&pb::FeedItem) -> bool + '_ {
+    move |i| i.kind == kind as i32 && i.session_id == session
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_watcher_sees_every_item_once_across_a_restart() {
+    let world = World::new(NEW).await;
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let mut seen: Vec<pb::FeedItem> = Vec::new();
+
+    // Watcher 1 follows from the beginning; session A is created and completes a turn.
+    let mut w = watch(
+        &mut c,
+        pb::WatchSessionsRequest {
+            follow: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let a = c
+        .create_session(as_client(
+            "tester",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                first_prompt: text("Say hello"),
+                title: "alpha".into(),
+                labels: [("team".to_owned(), "a".to_owned())].into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.title, "alpha");
+    let created = read_until(
+        &mut w,
+        &mut seen,
+        "A created",
+        is(pb::FeedKind::SessionCreated, &a.id),
+    )
+    .await;
+    assert_eq!(created.title, "alpha");
+    assert_eq!(created.labels.get("team").map(String::as_str), Some("a"));
+    assert_eq!(created.cwd, world.work.display().to_string());
+    read_until(
+        &mut w,
+        &mut seen,
+        "A's turn",
+        is(pb::FeedKind::TurnCompleted, &a.id),
+    )
+    .await;
+    // Disconnect mid-stream.
+    drop(w);
+    let cursor1 = seen.last().unwrap().cursor;
+
+    // While nobody watches: session B asks for a permission.
+    let long_prompt = format!(
+        "Create the file allowed.txt {}",
+        "and more words ".repeat(10)
+    );
+    let b = c
+        .create_session(as_client(
+            "tester",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                first_prompt: text(&long_prompt),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    // Untitled: the first prompt, shortened on a character boundary.
+    assert!(
+        b.title.starts_with("Create the file allowed.txt"),
+        "{}",
+        b.title
+    );
+    assert!(
+        b.title.chars().count() <= 60 && b.title.ends_with('…'),
+        "{}",
+        b.title
+    );
+
+    // Watcher 2 resumes after cursor1 and sees B's request, answers it, sees the rest.
+    let mut w = watch(
+        &mut c,
+        pb::WatchSessionsRequest {
+            after_cursor: cursor1,
+            follow: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let asked = read_until(
+        &mut w,
+        &mut seen,
+        "B's permission request",
+        is(pb::FeedKind::PermissionRequested, &b.id),
+    )
+    .await;
+    let Some(Payload::PermissionRequested(req)) =
+        asked.event.as_ref().and_then(|e| e.payload.clone())
+    else {
+        panic!("a permission request event: {asked:?}");
+    };
+    assert_eq!(req.tool_name, "Bash");
+    c.respond_to_permission(as_client(
+        "tester",
+        pb::RespondToPermissionRequest {
+            session_id: b.id.clone(),
+            request_id: req.request_id.clone(),
+            decision: Some(pb::respond_to_permission_request::Decision::Allow(
+                pb::PermissionAllow::default(),
+            )),
+        },
+    ))
+    .await
+    .unwrap();
+    read_until(
+        &mut w,
+        &mut seen,
+        "B resolved",
+        is(pb::FeedKind::Resolved, &b.id),
+    )
+    .await;
+    read_until(
+        &mut w,
+        &mut seen,
+        "B's turn",
+        is(pb::FeedKind::TurnCompleted, &b.id),
+    )
+    .await;
+    drop(w);
+    let cursor2 = seen.last().unwrap().cursor;
+
+    // The daemon dies and comes back: both sessions are recorded as resumable.
+    daemon.kill9();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let mut w = watch(
+        &mut c,
+        pb::WatchSessionsRequest {
+            after_cursor: cursor2,
+            follow: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let resumable = |id: &str| {
+        let id = id.to_owned();
+        move |i: &pb::FeedItem| {
+            i.session_id == id
+                && matches!(
+                    i.event.as_ref().and_then(|e| e.payload.as_ref()),
+                    Some(Payload::StateChanged(s)) if s.to == pb::SessionState::Resumable as i32
+                )
+        }
+    };
+    let mut got_a = false;
+    let mut got_b = false;
+    while !(got_a && got_b) {
+        let i = read_until(&mut w, &mut seen, "the restart's state changes", |_| true).await;
+        got_a |= resumable(&a.id)(&i);
+        got_b |= resumable(&b.id)(&i);
+    }
+    drop(w);
+    // Whatever the restart recorded after those (one more reconnect, without following).
+    let rest = stored_feed(&mut c, seen.last().unwrap().cursor).await;
+    seen.extend(rest);
+
+    // Every item exactly once, in feed order: the pieces equal the stored feed.
+    let all = stored_feed(&mut c, 0).await;
+    let got: Vec<u64> = seen.iter().map(|i| i.cursor).collect();
+    let want: Vec<u64> = all.iter().map(|i| i.cursor).collect();
+    assert_eq!(
+        got,
+        want,
+        "\nseen:   {}\nstored: {}",
+        kinds(&seen),
+        kinds(&all)
+    );
+    // Equal items, but for `state` (the session's state when each was read).
+    let stateless = |v: &[pb::FeedItem]| {
+        v.iter()
+            .cloned()
+            .map(|mut i| {
+                i.state = 0;
+                i
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        stateless(&seen),
+        stateless(&all),
+        "the items read live equal the stored ones"
+    );
+    for k in [
+        pb::FeedKind::SessionCreated,
+        pb::FeedKind::StateChanged,
+        pb::FeedKind::TurnCompleted,
+        pb::FeedKind::PermissionRequested,
+        pb::FeedKind::Resolved,
+    ] {
+        assert!(
+            all.iter().any(|i| i.kind == k as i32),
+            "{k:?} in {}",
+            kinds(&all)
+        );
+    }
+
+    // Each item's event is the one Subscribe delivers at the same seq.
+    let history = common::grpc::history(&mut c, &b.id).await;
+    for i in all.iter().filter(|i| i.session_id == b.id) {
+        let ev = i.event.as_ref().unwrap();
+        let same = history.iter().find(|e| e.seq == ev.seq).unwrap();
+        assert_eq!(same, ev);
+    }
+
+    // Filters: labels, kinds, states (the session's state now: both resumable).
+    let mut s = watch(
+        &mut c,
+        pb::WatchSessionsRequest {
+            labels: [("team".to_owned(), "a".to_owned())].into(),
+            kinds: vec![pb::FeedKind::TurnCompleted as i32],
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut only = Vec::new();
+    while let Some(i) = s.message().await.unwrap() {
+        only.push(i);
+    }
+    assert_eq!(only.len(), 1, "{}", kinds(&only));
+    assert_eq!(only[0].session_id, a.id);
+    let mut s = watch(
+        &mut c,
+        pb::WatchSessionsRequest {
+            states: vec![pb::SessionState::Running as i32],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        s.message().await.unwrap().is_none(),
+        "no session is running"
+    );
+
+    // Bad filters are INVALID_ARGUMENT naming the field.
+    let err = c
+        .watch_sessions(pb::WatchSessionsRequest {
+            kinds: vec![0],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("kinds[0]"), "{}", err.message());
+
+    // Titles are returned by GetSession and ListSessions.
+    let got = c
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.title, "alpha");
+
+    // Deleting a session removes its items; cursors are not reused.
+    c.delete_session(pb::DeleteSessionRequest {
+        session_id: b.id.clone(),
+    })
+    .await
+    .unwrap();
+    let after_delete = stored_feed(&mut c, 0).await;
+    assert!(after_delete.iter().all(|i| i.session_id != b.id));
+    let last_before = all.last().unwrap().cursor;
+    c.create_session(as_client(
+        "tester",
+        pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap();
+    let newer = stored_feed(&mut c, last_before).await;
+    assert!(!newer.is_empty());
+    assert!(newer.iter().all(|i| i.cursor > last_before));
+}
