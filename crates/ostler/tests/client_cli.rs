@@ -96,6 +96,7 @@ fn help_has_connection_heading_examples_and_exit_codes() {
         "approve",
         "deny",
         "answer",
+        "watch",
         "doctor",
     ] {
         let out = ostler(&[cmd, "--help"], &[]);
