@@ -17,62 +17,22 @@ use ostler_store::{
 };
 use ostler_supervisor::{ControlError, ExitInfo, ProcessEvent, Responder, SessionProcess};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::blocking::blocking;
-use crate::engine::{EngineShared, SessionEntry};
 use crate::error::{Error, Result};
+use crate::handle::{Command, Meta, SessionEntry, SessionHandle, SessionView};
 use crate::hub::{Item, now_ms};
 use crate::permission::{self, ASK_USER_QUESTION, RuleAction};
+use crate::shared::{Shared, SlotGuard};
 use crate::types::*;
 
 /// Lines batched into one store append at most.
 const MAX_BATCH_LINES: usize = 256;
-
-pub(crate) enum Command {
-    Send {
-        msg: SendMessage,
-        reply: oneshot::Sender<Result<SendOutcome>>,
-    },
-    Respond {
-        request_id: String,
-        response: PermissionResponse,
-        client: ClientRef,
-        reply: oneshot::Sender<Result<Decided>>,
-    },
-    Answer {
-        request_id: String,
-        answers: Vec<QuestionAnswer>,
-        client: ClientRef,
-        reply: oneshot::Sender<Result<Decided>>,
-    },
-    Control {
-        request: OutRequest,
-        reply: oneshot::Sender<Result<()>>,
-    },
-    /// The outcome of a control request run in its own task.
-    ControlDone {
-        request: OutRequest,
-        result: std::result::Result<(), ControlError>,
-        reply: oneshot::Sender<Result<()>>,
-    },
-    /// A user message queued for stdin has been written (or the write failed).
-    SendWritten {
-        seq: u64,
-        result: ostler_supervisor::Result<()>,
-        reply: oneshot::Sender<Result<SendOutcome>>,
-    },
-    /// Graceful stop; replies once the process has exited.
-    Stop {
-        reply: oneshot::Sender<Result<()>>,
-        /// Daemon shutdown: the session ends `resumable` instead of `stopped`.
-        shutdown: bool,
-    },
-}
 
 struct Pending {
     kind: InteractionKind,
@@ -82,8 +42,12 @@ struct Pending {
 }
 
 pub(crate) struct Actor {
-    shared: Arc<EngineShared>,
+    shared: Arc<Shared>,
     entry: Arc<SessionEntry>,
+    /// What readers see of this session (the actor is its only writer).
+    view: ViewPublisher,
+    /// Session rules and client message ids (rebuilt from the log before a spawn).
+    meta: Meta,
     process: SessionProcess,
     events: mpsc::Receiver<ProcessEvent>,
     cmds: mpsc::Receiver<Command>,
@@ -106,7 +70,7 @@ pub(crate) struct Actor {
 
 /// What an actor starts with.
 pub(crate) struct ActorOptions {
-    pub shared: Arc<EngineShared>,
+    pub shared: Arc<Shared>,
     pub entry: Arc<SessionEntry>,
     pub process: SessionProcess,
     pub events: mpsc::Receiver<ProcessEvent>,
@@ -115,16 +79,50 @@ pub(crate) struct ActorOptions {
     pub state: SessionState,
     pub claude_session_id: Option<String>,
     pub model: Option<String>,
+    pub meta: Meta,
+    /// The live-session slot, held until the actor ends.
+    pub slot: SlotGuard,
+    /// The stderr tail of the session's previous exit, shown until this process exits.
+    pub stderr_tail: Option<String>,
+}
+
+/// The sending side of the view. Dropped with the actor (also when it panics): releases
+/// the live-session slot first, then shows the session as no longer live, so whoever
+/// waited for the end can take the slot again at once.
+struct ViewPublisher {
+    tx: watch::Sender<SessionView>,
+    slot: Option<SlotGuard>,
+}
+
+impl Drop for ViewPublisher {
+    fn drop(&mut self) {
+        drop(self.slot.take());
+        self.tx.send_modify(|v| v.live = false);
+    }
 }
 
 impl Actor {
-    /// Creates the actor with its own command channel; [`Actor::run`] serves it. Returns the
-    /// actor and the sender the engine keeps.
-    pub(crate) fn new(o: ActorOptions) -> (Self, mpsc::Sender<Command>) {
+    /// Starts the actor of a freshly spawned process: creates its command channel and
+    /// view, records the session `idle` (before this returns, so CreateSession /
+    /// ResumeSession report a live state), then runs it in its own task. Returns the
+    /// engine's handle.
+    pub(crate) async fn spawn(o: ActorOptions) -> SessionHandle {
         let (tx, cmds) = mpsc::channel(64);
-        let actor = Self {
+        let (view_tx, view) = watch::channel(SessionView {
+            live: true,
+            state: o.state,
+            pending: BTreeMap::new(),
+            stderr_tail: o.stderr_tail,
+        });
+        let pid = o.process.pid();
+        let mut actor = Self {
             shared: o.shared,
             entry: o.entry,
+            view: ViewPublisher {
+                tx: view_tx,
+                slot: Some(o.slot),
+            },
+            meta: o.meta,
             process: o.process,
             events: o.events,
             cmds,
@@ -141,7 +139,20 @@ impl Actor {
             last_model: o.model,
             process_cost_usd: 0.0,
         };
-        (actor, tx)
+        actor.start(pid).await;
+        tokio::spawn(actor.run());
+        SessionHandle::new(tx, view)
+    }
+
+    /// Changes what readers see.
+    fn show(&self, f: impl FnOnce(&mut SessionView)) {
+        self.view.tx.send_modify(f);
+    }
+
+    /// Shows the state implied by the pending interactions and turns.
+    fn show_live_state(&self) {
+        let to = self.live_state();
+        self.show(|v| v.state = to);
     }
 
     fn sid(&self) -> &str {
@@ -149,7 +160,7 @@ impl Actor {
     }
 
     /// The process is up: the session is idle (waiting for its first message).
-    pub(crate) async fn start(&mut self, pid: u32) {
+    async fn start(&mut self, pid: u32) {
         self.set_state(
             SessionState::Idle,
             Some(format!(
@@ -160,7 +171,7 @@ impl Actor {
         .await;
     }
 
-    pub(crate) async fn run(mut self) {
+    async fn run(mut self) {
         let mut held: Option<ProcessEvent> = None;
         let mut cmds_open = true;
         let mut alive = self.shared.alive();
@@ -261,7 +272,7 @@ impl Actor {
         }
         let from = self.state;
         self.state = to;
-        self.entry.set_state(to);
+        self.show(|v| v.state = to);
         // The event and the session's state column commit together.
         let patch = SessionPatch {
             state: Some(to),
@@ -381,7 +392,7 @@ impl Actor {
         let turns_changed = turns != self.turns_outstanding;
         self.turns_outstanding = turns;
         if !results.is_empty() {
-            self.entry.set_state(self.live_state());
+            self.show_live_state();
         }
         // Persist, then record what GetSession reports about these events (CLI session id,
         // usage), then publish: a client that saw them reads a session that agrees.
@@ -574,9 +585,8 @@ impl Actor {
         // Rules decide permissions (never questions).
         let rule = (kind == InteractionKind::Permission)
             .then(|| {
-                let session_rules = self.entry.rules_snapshot();
                 permission::evaluate(
-                    self.shared.opts.rules.iter().chain(session_rules.iter()),
+                    self.shared.opts.rules.iter().chain(self.meta.rules.iter()),
                     &c.tool_name,
                     &c.input,
                     &self.cwd,
@@ -640,8 +650,11 @@ impl Actor {
         if rule.is_none() {
             // Visible through GetSession / PendingInteractions before any client sees the
             // request.
-            self.entry.set_pending(&request_id, Some(event.clone()));
-            self.entry.set_state(self.live_state());
+            let to = self.live_state();
+            self.show(|v| {
+                v.pending.insert(request_id.clone(), event.clone());
+                v.state = to;
+            });
         }
         guard.publish(std::slice::from_ref(&event));
         drop(guard);
@@ -738,7 +751,7 @@ impl Actor {
             return Err(decided_error(request_id, &i));
         }
         let p = self.remove_pending(request_id);
-        self.entry.set_state(self.live_state());
+        self.show_live_state();
         guard.publish(&events);
         drop(guard);
         if let Some(p) = p
@@ -754,7 +767,9 @@ impl Actor {
 
     fn remove_pending(&mut self, request_id: &str) -> Option<Pending> {
         let p = self.pending.remove(request_id);
-        self.entry.set_pending(request_id, None);
+        self.show(|v| {
+            v.pending.remove(request_id);
+        });
         p
     }
 
@@ -963,7 +978,7 @@ impl Actor {
             return;
         }
         if let Some(id) = &msg.client_message_id
-            && let Some(seq) = self.entry.message_seq(id)
+            && let Some(&seq) = self.meta.messages.get(id)
         {
             let _ = reply.send(Ok(SendOutcome {
                 seq,
@@ -987,7 +1002,7 @@ impl Actor {
         };
         let seq = event.seq.unwrap_or_default();
         if let Some(id) = msg.client_message_id {
-            self.entry.remember_message(id, seq);
+            self.meta.messages.insert(id, seq);
         }
         let content = match msg.content {
             MessageContent::Text(t) => UserContent::Text(t),
@@ -1093,7 +1108,9 @@ impl Actor {
                     .await?;
                 for rule in remember {
                     let text = rule.text();
-                    self.entry.add_rule(rule.clone());
+                    if !self.meta.rules.contains(&rule) {
+                        self.meta.rules.push(rule.clone());
+                    }
                     self.emit_logged(EventPayload::EngineNotice(EngineNotice {
                         code: "rule_added".into(),
                         message: format!("{by} added session rule `{text}`"),
@@ -1246,11 +1263,8 @@ impl Actor {
             stderr_tail: info.stderr_tail.clone(),
             at_ms: now_ms(),
         };
-        *self
-            .entry
-            .last_stderr
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(info.stderr_tail.clone());
+        let tail = info.stderr_tail.clone();
+        self.show(|v| v.stderr_tail = Some(tail));
         let to = if self.shutdown {
             SessionState::Resumable
         } else if self.stop_requested {
@@ -1314,5 +1328,60 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::EngineOptions;
+
+    /// When an actor ends (its publisher drops: on any return, and when it panics), its
+    /// live-session slot is released and the view shows the end, so whoever waited for the
+    /// end (StopSession, then CreateSession) finds the slot free.
+    #[tokio::test]
+    async fn an_ended_actor_frees_its_slot_and_shows_the_end() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store =
+            ostler_store::Store::open(dir.path().join("s.db"), Default::default()).expect("store");
+        let installation = ostler_supervisor::Installation::assume(
+            dir.path().join("claude"),
+            semver::Version::new(2, 1, 330),
+            None,
+        );
+        let (_gone_tx, gone) = watch::channel(false);
+        let opts = EngineOptions {
+            max_live_sessions: 1,
+            ..Default::default()
+        };
+        let shared = Arc::new(Shared::new(opts, store, installation, Vec::new(), gone));
+        let slot = shared.reserve_slot().expect("slot");
+        assert!(shared.reserve_slot().is_err(), "one slot only");
+        let (tx, view) = watch::channel(SessionView {
+            live: true,
+            state: SessionState::Idle,
+            pending: BTreeMap::new(),
+            stderr_tail: None,
+        });
+        let (cmd_tx, _cmd_rx) = mpsc::channel(1);
+        let handle = SessionHandle::new(cmd_tx, view);
+        assert!(handle.is_live());
+        let waiter = {
+            let (handle, shared) = (handle.clone(), shared.clone());
+            tokio::spawn(async move {
+                handle.ended().await;
+                shared.reserve_slot().map(drop)
+            })
+        };
+        drop(ViewPublisher {
+            tx,
+            slot: Some(slot),
+        });
+        let taken = tokio::time::timeout(ostler_testkit::timeouts::guard(), waiter)
+            .await
+            .expect("the end was seen")
+            .expect("task");
+        assert!(taken.is_ok(), "the slot was still taken: {taken:?}");
+        assert!(!handle.is_live());
     }
 }

@@ -21,7 +21,9 @@ mod actor;
 mod blocking;
 mod counts;
 mod engine;
+mod handle;
 mod hub;
+mod shared;
 mod subscribe;
 
 pub use engine::{Engine, EngineOptions, Subscription};
