@@ -15,7 +15,7 @@ use ostler_protocol::{CanUseTool, CliRequest, Event};
 use ostler_store::{
     DecideOutcome, Decision, InteractionState, NewInteraction, SessionPatch, TurnUsage, WithEvents,
 };
-use ostler_supervisor::{ControlError, ExitInfo, ProcessEvent, Responder, SessionProcess};
+use ostler_supervisor::{ControlError, ExitInfo, Line, ProcessEvent, Responder, SessionProcess};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -56,8 +56,6 @@ pub(crate) struct Actor {
     cwd: PathBuf,
     state: SessionState,
     pending: HashMap<String, Pending>,
-    /// Raw line of the last `control_request` seen, until its `ControlRequest` event comes.
-    control_raw: Option<(String, Bytes)>,
     turns_outstanding: u32,
     claude_session_id: Option<String>,
     stop_waiters: Vec<oneshot::Sender<Result<()>>>,
@@ -130,7 +128,6 @@ impl Actor {
             cwd: o.cwd,
             state: o.state,
             pending: HashMap::new(),
-            control_raw: None,
             turns_outstanding: 0,
             claude_session_id: o.claude_session_id,
             stop_waiters: Vec::new(),
@@ -212,8 +209,12 @@ impl Actor {
             let Some(ev) = ev else { continue };
             match ev {
                 ProcessEvent::Line(line) => {
+                    // A batch ends with a line that opens or withdraws a control request:
+                    // its request is handled once the lines before it are recorded.
                     let mut lines = vec![line];
-                    while lines.len() < MAX_BATCH_LINES {
+                    while lines.len() < MAX_BATCH_LINES
+                        && !lines.last().is_some_and(Line::has_control)
+                    {
                         match self.events.try_recv() {
                             Ok(ProcessEvent::Line(l)) => lines.push(l),
                             Ok(other) => {
@@ -224,12 +225,6 @@ impl Actor {
                         }
                     }
                     self.lines(lines).await;
-                }
-                ProcessEvent::ControlRequest { request, responder } => {
-                    self.control_request(request, responder).await;
-                }
-                ProcessEvent::ControlCancelled { request_id } => {
-                    self.cancelled_by_cli(&request_id).await;
                 }
                 ProcessEvent::Stall { idle_for } => {
                     self.emit_logged(EventPayload::EngineNotice(EngineNotice {
@@ -312,44 +307,58 @@ impl Actor {
 
     // ------------------------------------------------------------------ lines
 
-    async fn lines(&mut self, lines: Vec<Arc<proto::DecodedLine>>) {
+    async fn lines(&mut self, lines: Vec<Line>) {
         let mut items = Vec::new();
-        let mut started: Option<proto::SessionStarted> = None;
+        let mut started: Option<usize> = None;
         let mut results: Vec<usize> = Vec::new();
+        let mut requests = Vec::new();
+        let mut cancelled = Vec::new();
         let keep_raw = self.shared.opts.store_raw_lines;
         let mut turns = self.turns_outstanding;
-        for line in &lines {
-            let mut raw = keep_raw.then(|| line.raw.clone()).filter(|r| !r.is_empty());
-            for ev in &line.events {
+        for line in lines {
+            let Line {
+                decoded,
+                responders,
+                cancelled: withdrawn,
+            } = line;
+            let mut raw = Some(decoded.raw).filter(|r| keep_raw && !r.is_empty());
+            let mut responders = responders.into_iter();
+            cancelled.extend(withdrawn);
+            for ev in decoded.events {
                 let payload = match ev {
                     Event::SessionStarted(s) => {
-                        started = Some(s.clone());
-                        EventPayload::SessionStarted(s.clone())
+                        started = Some(items.len());
+                        EventPayload::SessionStarted(s)
                     }
-                    Event::AssistantBlock(b) => EventPayload::AssistantBlock(b.clone()),
-                    Event::PartialDelta(d) => EventPayload::PartialDelta(d.clone()),
-                    Event::StreamMarker(m) => EventPayload::StreamMarker(m.clone()),
-                    Event::UserMessage(u) => EventPayload::UserMessage(u.clone()),
-                    Event::ToolResult(t) => EventPayload::ToolResult(t.clone()),
+                    Event::AssistantBlock(b) => EventPayload::AssistantBlock(b),
+                    Event::PartialDelta(d) => EventPayload::PartialDelta(d),
+                    Event::StreamMarker(m) => EventPayload::StreamMarker(m),
+                    Event::UserMessage(u) => EventPayload::UserMessage(u),
+                    Event::ToolResult(t) => EventPayload::ToolResult(t),
                     Event::ControlRequest(r) => {
-                        // Recorded when its `ProcessEvent::ControlRequest` arrives.
-                        self.control_raw = raw.take().map(|r2| (r.request_id.clone(), r2));
+                        // Recorded (with the line's raw bytes) once the lines before it are.
+                        match responders.next() {
+                            Some(responder) => requests.push((r, responder, raw.take())),
+                            None => {
+                                tracing::error!(session = %self.sid(), request_id = %r.request_id, "control request without a responder")
+                            }
+                        }
                         continue;
                     }
-                    // Handled through `ProcessEvent::ControlCancelled`.
+                    // Withdrawn requests are in the line's `cancelled`.
                     Event::ControlCancel(_) | Event::KeepAlive => continue,
-                    Event::ControlResponse(r) => EventPayload::ControlResponse(r.clone()),
+                    Event::ControlResponse(r) => EventPayload::ControlResponse(r),
                     Event::TurnResult(r) => {
                         results.push(items.len());
                         // A result ends whatever ran (the CLI may merge queued messages
                         // into one turn, so results are not counted against sends).
                         turns = 0;
-                        EventPayload::TurnCompleted(r.clone())
+                        EventPayload::TurnCompleted(r)
                     }
-                    Event::SystemNotice(n) => EventPayload::SystemNotice(n.clone()),
-                    Event::Truncated(t) => EventPayload::Truncated(t.clone()),
-                    Event::Diagnostic(d) => EventPayload::Diagnostic(d.clone()),
-                    Event::Unknown(u) => EventPayload::Unknown(u.clone()),
+                    Event::SystemNotice(n) => EventPayload::SystemNotice(n),
+                    Event::Truncated(t) => EventPayload::Truncated(t),
+                    Event::Diagnostic(d) => EventPayload::Diagnostic(d),
+                    Event::Unknown(u) => EventPayload::Unknown(u),
                 };
                 if turns == 0
                     && matches!(
@@ -384,9 +393,26 @@ impl Actor {
                 });
             }
         }
-        if items.is_empty() {
-            return;
+        if !items.is_empty() {
+            self.record_lines(items, started, results, turns).await;
         }
+        for (request, responder, raw) in requests {
+            self.control_request(request, responder, raw).await;
+        }
+        for request_id in cancelled {
+            self.cancelled_by_cli(&request_id).await;
+        }
+    }
+
+    /// Persists the events of a batch of lines, records what GetSession reports about them,
+    /// publishes them, and moves the turn count and state.
+    async fn record_lines(
+        &mut self,
+        items: Vec<Item>,
+        started: Option<usize>,
+        results: Vec<usize>,
+        turns: u32,
+    ) {
         // The turn count (and so the state GetSession reports) moves before the result is
         // published, so a client that saw the result never reads a stale state.
         let turns_changed = turns != self.turns_outstanding;
@@ -405,7 +431,9 @@ impl Actor {
                 return;
             }
         };
-        if let Some(s) = started {
+        if let Some(ev) = started.and_then(|i| events.get(i))
+            && let EventPayload::SessionStarted(s) = &ev.payload
+        {
             self.session_started(s).await;
         }
         let mut ended = Vec::new();
@@ -427,7 +455,7 @@ impl Actor {
         }
     }
 
-    async fn session_started(&mut self, s: proto::SessionStarted) {
+    async fn session_started(&mut self, s: &proto::SessionStarted) {
         let new_id = (!s.session_id.is_empty()
             && self.claude_session_id.as_deref() != Some(&s.session_id))
         .then(|| s.session_id.clone());
@@ -501,41 +529,35 @@ impl Actor {
 
     // ------------------------------------------------------------------ CLI control requests
 
-    async fn control_request(&mut self, request: proto::ControlRequest, responder: Responder) {
-        let raw = match self.control_raw.take() {
-            Some((id, raw)) if id == request.request_id && self.shared.opts.store_raw_lines => {
-                Some(raw)
-            }
-            _ => None,
-        };
-        match &request.request {
+    async fn control_request(
+        &mut self,
+        request: proto::ControlRequest,
+        responder: Responder,
+        raw: Option<Bytes>,
+    ) {
+        let subtype = match request.request {
             CliRequest::CanUseTool(c) => {
-                self.can_use_tool(request.request_id.clone(), c.clone(), responder, raw)
+                self.can_use_tool(request.request_id, c, responder, raw)
                     .await;
+                return;
             }
-            CliRequest::HookCallback(_) | CliRequest::Other { .. } => {
-                let subtype = match &request.request {
-                    CliRequest::HookCallback(_) => "hook_callback".to_owned(),
-                    CliRequest::Other {
-                        request_subtype, ..
-                    } => request_subtype.clone(),
-                    CliRequest::CanUseTool(_) => "can_use_tool".to_owned(),
-                };
-                let items = vec![Item {
-                    payload: EventPayload::CliControlRequest(request.clone()),
-                    raw,
-                    ts_ms: now_ms(),
-                }];
-                if let Err(e) = self.entry.hub.emit(items).await {
-                    tracing::error!(session = %self.sid(), error = %e, "cannot record control request");
-                }
-                let _ = responder.respond(ResponseBody::Error {
-                    message: format!(
-                        "ostler does not handle control requests of subtype {subtype:?}"
-                    ),
-                });
-            }
+            CliRequest::HookCallback(_) => "hook_callback".to_owned(),
+            CliRequest::Other {
+                ref request_subtype,
+                ..
+            } => request_subtype.clone(),
+        };
+        let items = vec![Item {
+            payload: EventPayload::CliControlRequest(request),
+            raw,
+            ts_ms: now_ms(),
+        }];
+        if let Err(e) = self.entry.hub.emit(items).await {
+            tracing::error!(session = %self.sid(), error = %e, "cannot record control request");
         }
+        let _ = responder.respond(ResponseBody::Error {
+            message: format!("ostler does not handle control requests of subtype {subtype:?}"),
+        });
     }
 
     async fn can_use_tool(

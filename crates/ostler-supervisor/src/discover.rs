@@ -30,8 +30,9 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::io::AsyncReadExt;
 
-use crate::compat::{self, CompatLevel, Flag, FlagProbe, SdkUrl};
-use crate::{Capabilities, Degradation};
+use crate::child::{signal_group, spawn_retrying};
+use crate::compat::{self, Flag, FlagProbe, SdkUrl};
+pub use crate::installation::Installation;
 use ostler_protocol::argv::StreamJsonArgs;
 use ostler_protocol::version::{self, ClaudeVersion};
 
@@ -59,47 +60,6 @@ impl Default for DiscoverOptions {
             version_timeout: Duration::from_secs(30),
             probe_flags: true,
             probe_timeout: Duration::from_secs(15),
-        }
-    }
-}
-
-/// A checked `claude` binary.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Installation {
-    pub path: PathBuf,
-    pub version: semver::Version,
-    /// API date from the old `claude vX (anthropic-YYYY-MM-DD)` shape.
-    pub api_date: Option<String>,
-    pub level: CompatLevel,
-    pub capabilities: Capabilities,
-    /// Name of the `ostler-protocol` adapter chosen for this release.
-    pub adapter: &'static str,
-    /// Human summary for logs, health and `doctor`.
-    pub message: String,
-    /// Missing capabilities and their workarounds (non-empty when `Degraded`).
-    pub degraded: Vec<Degradation>,
-    /// `claude --version` output, trimmed.
-    pub version_output: String,
-    /// Flags as measured on the binary, when probed.
-    pub probe: Option<FlagProbe>,
-}
-
-impl Installation {
-    /// Build an installation from a known version without running anything (tests, or
-    /// when the caller already knows the release).
-    pub fn assume(path: PathBuf, version: semver::Version, probe: Option<FlagProbe>) -> Self {
-        let a = compat::assess(&version, probe.as_ref());
-        Self {
-            adapter: ostler_protocol::adapter::select(Some(&version)).name,
-            path,
-            api_date: None,
-            level: a.level,
-            capabilities: a.capabilities,
-            message: a.message,
-            degraded: a.degraded,
-            version_output: version.to_string(),
-            version,
-            probe,
         }
     }
 }
@@ -294,7 +254,7 @@ async fn run_captured(
     if let Some(cwd) = cwd {
         cmd.current_dir(cwd);
     }
-    let mut child = crate::session::spawn_retrying(&mut cmd).await?;
+    let mut child = spawn_retrying(&mut cmd).await?;
     let pid = child.id();
     let mut out = child.stdout.take();
     let mut err = child.stderr.take();
@@ -328,13 +288,13 @@ async fn run_captured(
         Ok(r) => {
             // Children that outlived the leader (none expected) go too.
             if let Some(pid) = pid {
-                crate::session::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                signal_group(pid, nix::sys::signal::Signal::SIGKILL);
             }
             r.map(Some)
         }
         Err(_) => {
             if let Some(pid) = pid {
-                crate::session::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                signal_group(pid, nix::sys::signal::Signal::SIGKILL);
             }
             Ok(None)
         }

@@ -12,20 +12,23 @@
 //! This is the only crate of the workspace that starts processes.
 #![allow(clippy::disallowed_methods)] // the one crate allowed to spawn processes
 
+mod child;
 pub mod compat;
 pub mod discover;
 pub mod env;
+mod installation;
 pub mod proctree;
 pub mod session;
 
 pub use compat::{
     Assessment, Capabilities, CapabilitySource, CompatLevel, Degradation, Flag, FlagProbe, SdkUrl,
 };
-pub use discover::{DiscoverError, DiscoverOptions, Installation, discover};
+pub use discover::{DiscoverError, DiscoverOptions, discover};
+pub use installation::Installation;
 pub use ostler_protocol::version::{
     ClaudeVersion, VersionParseError, parse as parse_version_output,
 };
 pub use session::{
-    ControlError, Error, ExitInfo, NO_DECISION, ProcessEvent, Responder, Result, SessionProcess,
-    SpawnOptions, SupervisorOptions, WriteAck,
+    ControlError, Error, ExitInfo, Line, NO_DECISION, ProcessEvent, Responder, Result,
+    SessionProcess, SpawnOptions, SupervisorOptions, WriteAck,
 };

@@ -63,7 +63,7 @@ async fn start(dir: &Path, tail: &str) -> (SessionProcess, mpsc::Receiver<Proces
             .expect("no init within the guard")
             .expect("exited before init");
         if let ProcessEvent::Line(l) = ev
-            && l.events
+            && l.events()
                 .iter()
                 .any(|e| matches!(e, Event::SessionStarted(_)))
         {

@@ -177,7 +177,9 @@ async fn interrupt_then_turn_then_crash(version: &str) {
     loop {
         match next(&mut rx).await {
             ProcessEvent::Line(l)
-                if l.events.iter().any(|e| matches!(e, Event::PartialDelta(_))) =>
+                if l.events()
+                    .iter()
+                    .any(|e| matches!(e, Event::PartialDelta(_))) =>
             {
                 break;
             }

@@ -249,7 +249,7 @@ async fn stall_is_reported_only_while_a_turn_runs_without_an_open_prompt() {
         .unwrap();
     let responder = loop {
         match next(&mut rx).await {
-            ProcessEvent::ControlRequest { responder, .. } => break responder,
+            ProcessEvent::Line(mut l) if !l.responders.is_empty() => break l.responders.remove(0),
             ProcessEvent::Stall { .. } => panic!("stall before the prompt"),
             _ => {}
         }
@@ -299,13 +299,13 @@ async fn slow_consumer_loses_nothing() {
     while n < 3002 {
         if let ProcessEvent::Line(l) = next(&mut rx).await {
             if n < 3000 {
-                let raw = String::from_utf8_lossy(&l.raw).into_owned();
+                let raw = String::from_utf8_lossy(&l.decoded.raw).into_owned();
                 assert!(
                     raw.contains(&format!("\"n\":{n}}}")),
                     "out of order: {raw} at {n}"
                 );
             } else {
-                last_kinds.push(l.events.iter().map(|e| e.kind()).collect::<Vec<_>>());
+                last_kinds.push(l.events().iter().map(|e| e.kind()).collect::<Vec<_>>());
             }
             n += 1;
         }
@@ -331,8 +331,12 @@ async fn oversized_line_is_capped_and_the_stream_goes_on() {
             break l;
         }
     };
-    assert!(first.raw.len() <= 1 << 20, "{}", first.raw.len());
-    match &first.events[..] {
+    assert!(
+        first.decoded.raw.len() <= 1 << 20,
+        "{}",
+        first.decoded.raw.len()
+    );
+    match first.events() {
         [Event::Truncated(t)] => {
             assert!(t.original_size > 3_000_000);
             assert_eq!(t.message_type.as_deref(), Some("user"));
@@ -344,7 +348,7 @@ async fn oversized_line_is_capped_and_the_stream_goes_on() {
             break l;
         }
     };
-    assert!(matches!(second.events[..], [Event::KeepAlive]));
+    assert!(matches!(second.events(), [Event::KeepAlive]));
     proc.stop().await;
 }
 
@@ -353,26 +357,45 @@ async fn cancelled_request_is_surfaced_and_cannot_be_answered() {
     let d = tempfile::tempdir().unwrap();
     let req = r#"{"type":"control_request","request_id":"req-2","request":{"subtype":"can_use_tool","tool_name":"Write","input":{"file_path":"a"}}}"#;
     let cancel = r#"{"type":"control_cancel_request","request_id":"req-2"}"#;
+    let stray = r#"{"type":"control_cancel_request","request_id":"never-sent"}"#;
     let inst = fake(
         d.path(),
         &format!(
-            "echo '{req}'\necho '{cancel}'\nread first\necho \"$first\" > first.json\ncat > /dev/null"
+            "echo '{req}'\necho '{cancel}'\necho '{stray}'\nread first\necho \"$first\" > first.json\ncat > /dev/null"
         ),
     );
     let (proc, mut rx) = SessionProcess::spawn(&inst, spawn_opts(d.path()), sup())
         .await
         .unwrap();
-    let responder = loop {
-        if let ProcessEvent::ControlRequest { request, responder } = next(&mut rx).await {
-            assert_eq!(request.request_id, "req-2");
-            break responder;
-        }
+    // The request line is delivered once: its event and its one responder together.
+    let mut line = match next(&mut rx).await {
+        ProcessEvent::Line(l) => l,
+        other => panic!("expected the request line, got {other:?}"),
     };
-    loop {
-        if let ProcessEvent::ControlCancelled { request_id } = next(&mut rx).await {
-            assert_eq!(request_id, "req-2");
-            break;
+    match line.events() {
+        [Event::ControlRequest(r)] => assert_eq!(r.request_id, "req-2"),
+        other => panic!("expected one control request, got {other:?}"),
+    }
+    assert!(line.cancelled.is_empty());
+    assert_eq!(line.responders.len(), 1);
+    let responder = line.responders.remove(0);
+    assert_eq!(responder.request_id(), "req-2");
+    // The very next event is the cancel line, naming the request it withdrew.
+    match next(&mut rx).await {
+        ProcessEvent::Line(l) => {
+            assert!(matches!(l.events(), [Event::ControlCancel(_)]), "{l:?}");
+            assert_eq!(l.cancelled, vec!["req-2".to_string()]);
+            assert!(l.responders.is_empty());
         }
+        other => panic!("expected the cancel line, got {other:?}"),
+    }
+    // A cancel of a request that was never open withdraws nothing.
+    match next(&mut rx).await {
+        ProcessEvent::Line(l) => {
+            assert!(matches!(l.events(), [Event::ControlCancel(_)]), "{l:?}");
+            assert!(!l.has_control(), "{l:?}");
+        }
+        other => panic!("expected the stray cancel line, got {other:?}"),
     }
     assert_eq!(proc.open_requests(), 0);
     let r = responder.respond(ostler_protocol::outbound::ResponseBody::Deny {
@@ -468,7 +491,7 @@ cat > /dev/null"#,
     loop {
         match next(&mut rx).await {
             ProcessEvent::Line(l) => {
-                for e in &l.events {
+                for e in l.events() {
                     match e {
                         Event::Diagnostic(d) => {
                             diagnostics += 1;

@@ -3,14 +3,13 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
+use ostler_protocol::Event;
 use ostler_protocol::model::{CanUseTool, CliRequest, TurnResult};
 use ostler_protocol::outbound::ResponseBody;
-use ostler_protocol::{DecodedLine, Event};
 use ostler_supervisor::{
-    DiscoverOptions, Installation, ProcessEvent, SpawnOptions, SupervisorOptions, discover,
+    DiscoverOptions, Installation, Line, ProcessEvent, SpawnOptions, SupervisorOptions, discover,
 };
 use ostler_testkit::cli::Hermetic;
 use ostler_testkit::{FakeModelServer, Scenario};
@@ -125,14 +124,14 @@ pub async fn next(rx: &mut mpsc::Receiver<ProcessEvent>) -> ProcessEvent {
 /// What one turn produced.
 #[derive(Debug, Default)]
 pub struct Turn {
-    pub lines: Vec<Arc<DecodedLine>>,
+    pub lines: Vec<Line>,
     pub permission_requests: Vec<CanUseTool>,
     pub result: Option<TurnResult>,
 }
 
 impl Turn {
     pub fn events(&self) -> impl Iterator<Item = &Event> {
-        self.lines.iter().flat_map(|l| l.events.iter())
+        self.lines.iter().flat_map(|l| l.events().iter())
     }
 }
 
@@ -144,8 +143,22 @@ pub async fn run_turn(
     let mut turn = Turn::default();
     loop {
         match next(rx).await {
-            ProcessEvent::Line(l) => {
-                let done = l.events.iter().find_map(|e| match e {
+            ProcessEvent::Line(mut l) => {
+                let mut responders = std::mem::take(&mut l.responders).into_iter();
+                for e in l.events() {
+                    if let Event::ControlRequest(request) = e {
+                        let responder = responders.next().expect("one responder per request");
+                        match &request.request {
+                            CliRequest::CanUseTool(c) => {
+                                let body = decide(c);
+                                turn.permission_requests.push(c.clone());
+                                responder.respond(body).expect("respond");
+                            }
+                            other => panic!("unexpected control request {other:?}"),
+                        }
+                    }
+                }
+                let done = l.events().iter().find_map(|e| match e {
                     Event::TurnResult(r) => Some(r.clone()),
                     _ => None,
                 });
@@ -155,16 +168,8 @@ pub async fn run_turn(
                     return turn;
                 }
             }
-            ProcessEvent::ControlRequest { request, responder } => match &request.request {
-                CliRequest::CanUseTool(c) => {
-                    let body = decide(c);
-                    turn.permission_requests.push(c.clone());
-                    responder.respond(body).expect("respond");
-                }
-                other => panic!("unexpected control request {other:?}"),
-            },
             ProcessEvent::Exited(e) => panic!("process exited during a turn: {e:?}"),
-            ProcessEvent::ControlCancelled { .. } | ProcessEvent::Stall { .. } => {}
+            ProcessEvent::Stall { .. } => {}
         }
     }
 }

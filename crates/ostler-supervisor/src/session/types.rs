@@ -1,0 +1,102 @@
+//! The plain data of a session process: how to start it, the daemon-wide policy, how it
+//! ended.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::env::{DEFAULT_ENV_ALLOWLIST, DEFAULT_SCRUB};
+
+/// How to start one session.
+#[derive(Debug, Clone, Default)]
+pub struct SpawnOptions {
+    pub cwd: PathBuf,
+    pub model: Option<String>,
+    /// `default`, `acceptEdits`, `plan`, `bypassPermissions`, ...
+    pub permission_mode: Option<String>,
+    pub allowed_tools: Vec<String>,
+    pub disallowed_tools: Vec<String>,
+    pub append_system_prompt: Option<String>,
+    /// Dropped (with a warning) on releases without `--max-turns`.
+    pub max_turns: Option<u32>,
+    /// `--resume SESSION_ID`.
+    pub resume: Option<String>,
+    /// `--fork-session` (with `resume` only); an error on releases without it.
+    pub fork_session: bool,
+    /// Dropped (with a warning; the installation reports `DEGRADED`) on releases without it.
+    pub include_partial_messages: bool,
+    /// Per-session environment variables, set after the allowlist (they win).
+    pub env: Vec<(String, String)>,
+    /// Identifies the session in logs.
+    pub log_id: String,
+}
+
+/// Policy shared by all sessions of a daemon.
+#[derive(Debug, Clone)]
+pub struct SupervisorOptions {
+    /// Inherited variables passed to the CLI (exact names or `PREFIX*`).
+    pub env_allowlist: Vec<String>,
+    /// Inherited variables never passed, even when allowlisted.
+    pub scrub: Vec<String>,
+    /// After closing stdin, how long to wait before SIGTERM.
+    pub stop_grace: Duration,
+    /// After SIGTERM, how long to wait before SIGKILL.
+    pub term_grace: Duration,
+    /// How long a control request we send may wait for its response.
+    pub control_timeout: Duration,
+    /// Report [`super::ProcessEvent::Stall`] after this long without output while a turn runs and
+    /// no permission prompt is open. `None`: no watchdog.
+    pub stall_after: Option<Duration>,
+    /// Kill the process on a stall (off by default: a stall is reported, not judged).
+    pub kill_on_stall: bool,
+    /// Bytes of stderr kept for the exit report.
+    pub stderr_tail_bytes: usize,
+    /// Per-line cap of stdout (the framer keeps only the head of longer lines).
+    pub max_payload_bytes: usize,
+    /// Capacity of the event channel.
+    pub event_buffer: usize,
+    /// Tag of the processes of this supervisor's sessions: each session process gets
+    /// `OSTLER_PROCESS_TREE=<tag>/<session>/<n>` in its environment, which its descendants
+    /// inherit (see [`crate::proctree`]). The daemon derives it from its store, so that a
+    /// restarted daemon finds the leftovers of its previous life.
+    pub process_tag: String,
+}
+
+impl Default for SupervisorOptions {
+    fn default() -> Self {
+        Self {
+            env_allowlist: DEFAULT_ENV_ALLOWLIST
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            scrub: DEFAULT_SCRUB.iter().map(|s| s.to_string()).collect(),
+            stop_grace: Duration::from_secs(5),
+            term_grace: Duration::from_secs(3),
+            control_timeout: Duration::from_secs(30),
+            stall_after: Some(Duration::from_secs(300)),
+            kill_on_stall: false,
+            stderr_tail_bytes: 16 * 1024,
+            max_payload_bytes: ostler_protocol::DEFAULT_MAX_PAYLOAD_BYTES,
+            event_buffer: 256,
+            process_tag: format!("pid{}", std::process::id()),
+        }
+    }
+}
+
+/// How the process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    /// The signal that killed it (e.g. 9 for `kill -9`).
+    pub signal: Option<i32>,
+    /// The end of stderr (at most `stderr_tail_bytes`, lossy UTF-8).
+    pub stderr_tail: String,
+    /// Whether ostler asked it to end (stop, kill, dropped handle, kill on stall).
+    pub requested: bool,
+}
+
+impl ExitInfo {
+    /// A clean exit: code 0 and no signal.
+    pub fn success(&self) -> bool {
+        self.code == Some(0) && self.signal.is_none()
+    }
+}
