@@ -5,23 +5,21 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ostler_store::{Decision, InteractionState, NewSession, SessionPatch, Store};
-use ostler_supervisor::{SessionProcess, SpawnOptions};
+use ostler_store::{
+    DecideOutcome, Decision, InteractionState, NewSession, SessionFilter, SessionPatch,
+    SessionRecord, Store, WithEvents,
+};
+use ostler_supervisor::{Installation, SessionProcess, SpawnOptions};
 use serde::{Deserialize, Serialize};
-
-use ostler_store::{SessionFilter, SessionRecord};
-use ostler_supervisor::Installation;
 
 use super::{Engine, KNOWN_MODES};
 use crate::actor::{Actor, ActorOptions};
 use crate::blocking::blocking;
 use crate::error::{Error, Result};
-use crate::handle::Meta;
-use crate::handle::SessionEntry;
+use crate::handle::{Meta, SessionEntry};
 use crate::hub::{Item, now_ms};
 use crate::permission::PermissionRule;
-use crate::shared::SlotGuard;
-use crate::shared::{EngineOptions, Shared};
+use crate::shared::{EngineOptions, Shared, SlotGuard};
 use crate::types::*;
 
 /// What a session was created with (recorded in its first event, `session_created`), needed
@@ -136,53 +134,78 @@ impl Engine {
         Ok(engine)
     }
 
+    /// Makes a session the store shows live `resumable`. Each cancelled interaction commits
+    /// with its `interaction_resolved` event, and the last one with the `state_changed`
+    /// event and the state column: one store call (`Store::append_with`) for a session with
+    /// at most one pending interaction. (`append_with` decides one interaction per call, so
+    /// each further one costs a call of its own; no pair is ever split.)
     async fn mark_resumable(&self, rec: &SessionRecord) -> Result<()> {
         let entry = self.entry_for(&rec.id);
-        let from = rec.state;
-        let decision = Decision {
-            state: InteractionState::Cancelled,
-            decided_by: "engine".into(),
-            response: None,
-            decided_ms: now_ms(),
-        };
-        let closed = self
-            .shared
-            .store
-            .close_pending_interactions(Some(&rec.id), decision)
-            .await?;
-        let mut items: Vec<Item> = closed
-            .iter()
-            .map(|i| {
-                Item::new(EventPayload::InteractionResolved(InteractionResolved {
-                    request_id: i.request_id.clone(),
-                    kind: match i.kind {
-                        ostler_store::InteractionKind::Permission => InteractionKind::Permission,
-                        ostler_store::InteractionKind::Question => InteractionKind::Question,
-                    },
-                    resolution: Resolution::Cancelled {
-                        reason: "the daemon restarted".into(),
-                    },
-                    decided_by: "engine".into(),
-                }))
-            })
-            .collect();
-        items.push(Item::new(EventPayload::StateChanged(StateChanged {
-            from,
-            to: SessionState::Resumable,
-            reason: Some("the daemon stopped while the session was live".into()),
-        })));
-        entry.hub.emit(items).await?;
-        self.shared
-            .store
-            .update_session(
-                &rec.id,
-                SessionPatch {
-                    state: Some(SessionState::Resumable),
-                    updated_ms: now_ms(),
-                    ..Default::default()
+        let store = self.shared.store.clone();
+        let sid = rec.id.clone();
+        let mut pending = blocking(move || store.pending_interactions(Some(&sid))).await?;
+        let cancel = |i: &ostler_store::Interaction| {
+            let item = Item::new(EventPayload::InteractionResolved(InteractionResolved {
+                request_id: i.request_id.clone(),
+                kind: i.kind,
+                resolution: Resolution::Cancelled {
+                    reason: "the daemon restarted".into(),
                 },
-            )
-            .await?;
+                decided_by: "engine".into(),
+            }));
+            let decision = Decision {
+                state: InteractionState::Cancelled,
+                decided_by: "engine".into(),
+                response: None,
+                decided_ms: now_ms(),
+            };
+            (item, (i.request_id.clone(), decision))
+        };
+        let state_changed = || {
+            Item::new(EventPayload::StateChanged(StateChanged {
+                from: rec.state,
+                to: SessionState::Resumable,
+                reason: Some("the daemon stopped while the session was live".into()),
+            }))
+        };
+        let patch = || SessionPatch {
+            state: Some(SessionState::Resumable),
+            updated_ms: now_ms(),
+            ..Default::default()
+        };
+        let last = pending.pop();
+        for i in &pending {
+            let (item, decide) = cancel(i);
+            let with = WithEvents {
+                decide: Some(decide),
+                ..Default::default()
+            };
+            // Already decided (by nobody else at start, but the store is the authority):
+            // nothing was written, nothing to add.
+            entry.hub.emit_with(vec![item], with).await?;
+        }
+        let mut items = Vec::new();
+        let mut decide = None;
+        if let Some(i) = &last {
+            let (item, d) = cancel(i);
+            items.push(item);
+            decide = Some(d);
+        }
+        items.push(state_changed());
+        let with = WithEvents {
+            decide,
+            patch: Some(patch()),
+            ..Default::default()
+        };
+        let (_, outcome) = entry.hub.emit_with(items, with).await?;
+        if let Some(DecideOutcome::AlreadyDecided(_)) = outcome {
+            // The decision lost, so nothing was written: the state change alone.
+            let with = WithEvents {
+                patch: Some(patch()),
+                ..Default::default()
+            };
+            entry.hub.emit_with(vec![state_changed()], with).await?;
+        }
         self.shared
             .counts
             .moved(Some(rec.state), Some(SessionState::Resumable));
@@ -359,45 +382,44 @@ impl Engine {
                 let err = Error::from(e);
                 let reason = format!("the CLI could not be started: {err}");
                 let at = now_ms();
-                let _ = entry
-                    .hub
-                    .emit(vec![
-                        Item::new(EventPayload::ProcessExited(ProcessExited {
-                            status: ExitStatus {
-                                reason: Some(reason.clone()),
-                                at_ms: at,
-                                ..Default::default()
-                            },
-                        })),
-                        Item::new(EventPayload::StateChanged(StateChanged {
-                            from,
-                            to: SessionState::Exited,
+                let patch = SessionPatch {
+                    state: Some(SessionState::Exited),
+                    exit: Some(ostler_store::ExitInfo {
+                        code: None,
+                        signal: None,
+                        reason: Some(reason.clone()),
+                        at_ms: at,
+                    }),
+                    updated_ms: at,
+                    ..Default::default()
+                };
+                let items = vec![
+                    Item::new(EventPayload::ProcessExited(ProcessExited {
+                        status: ExitStatus {
                             reason: Some(reason.clone()),
-                        })),
-                    ])
-                    .await;
-                let exited = self
-                    .shared
-                    .store
-                    .update_session(
-                        &entry.id,
-                        SessionPatch {
-                            state: Some(SessionState::Exited),
-                            exit: Some(ostler_store::ExitInfo {
-                                code: None,
-                                signal: None,
-                                reason: Some(reason),
-                                at_ms: at,
-                            }),
-                            updated_ms: at,
+                            at_ms: at,
                             ..Default::default()
                         },
-                    )
-                    .await;
-                if exited.is_ok() {
-                    self.shared
+                    })),
+                    Item::new(EventPayload::StateChanged(StateChanged {
+                        from,
+                        to: SessionState::Exited,
+                        reason: Some(reason),
+                    })),
+                ];
+                // The events, the state and the exit columns commit together.
+                let with = WithEvents {
+                    patch: Some(patch),
+                    ..Default::default()
+                };
+                match entry.hub.emit_with(items, with).await {
+                    Ok(_) => self
+                        .shared
                         .counts
-                        .moved(Some(from), Some(SessionState::Exited));
+                        .moved(Some(from), Some(SessionState::Exited)),
+                    Err(e) => {
+                        tracing::error!(session = %entry.id, error = %e, "cannot record the spawn failure")
+                    }
                 }
                 return Err(err);
             }
