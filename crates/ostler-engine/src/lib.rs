@@ -22,8 +22,10 @@ mod blocking;
 mod counts;
 mod engine;
 mod feed;
+mod handle;
 mod hub;
 mod metrics;
+mod shared;
 mod subscribe;
 
 pub use engine::{Engine, EngineOptions, Subscription};

@@ -412,3 +412,71 @@ async fn health_cost_does_not_grow_with_stored_sessions() {
         "20 health calls took {twenty_health:?}, one listing of 5,000 sessions {one_listing:?}"
     );
 }
+
+/// Sessions left live with 0, 1 and 3 pending interactions become `resumable` at start:
+/// each interaction is cancelled by `engine` and logged as `interaction_resolved`, then
+/// `state_changed` to `resumable` closes the log, gap-free, and the state column agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_left_live_become_resumable_with_their_interactions_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let cwd = base.join("work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let store = Store::open(base.join("ostler.db"), StoreOptions::default()).unwrap();
+    let ids = stored_sessions(&store, &cwd, SessionState::AwaitingPermission, 3).await;
+    for (id, n) in ids.iter().zip([0usize, 1, 3]) {
+        for k in 0..n {
+            store
+                .upsert_interaction(ostler_store::NewInteraction {
+                    session_id: id.clone(),
+                    request_id: format!("req-{k}"),
+                    kind: InteractionKind::Permission,
+                    tool_name: Some("Bash".into()),
+                    input: bytes::Bytes::from_static(b"{}"),
+                    suggestions: None,
+                    event_seq: None,
+                    created_ms: 1,
+                })
+                .await
+                .unwrap();
+        }
+    }
+    let inst = fake_cli(&base, "cat > /dev/null");
+    let engine = Engine::start(EngineOptions::default(), store.clone(), inst)
+        .await
+        .unwrap();
+    for (id, n) in ids.iter().zip([0usize, 1, 3]) {
+        let info = engine.get_session(id).await.unwrap();
+        assert_eq!(info.state, SessionState::Resumable, "{n} pending");
+        let store2 = store.clone();
+        let sid = id.clone();
+        let events = tokio::task::spawn_blocking(move || store2.events_after(&sid, 0, 100))
+            .await
+            .unwrap()
+            .unwrap();
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=n as u64 + 1).collect::<Vec<_>>(), "{n} pending");
+        let kinds: Vec<&str> = events.iter().map(|e| &*e.kind).collect();
+        let mut want = vec!["interaction_resolved"; n];
+        want.push("state_changed");
+        assert_eq!(kinds, want, "{n} pending");
+        let store2 = store.clone();
+        let sid = id.clone();
+        let left = tokio::task::spawn_blocking(move || store2.pending_interactions(Some(&sid)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(left.is_empty(), "{n} pending: {left:?}");
+        for k in 0..n {
+            let store2 = store.clone();
+            let (sid, rid) = (id.clone(), format!("req-{k}"));
+            let i = tokio::task::spawn_blocking(move || store2.interaction(&sid, &rid))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(i.state, ostler_store::InteractionState::Cancelled);
+            assert_eq!(i.decided_by.as_deref(), Some("engine"));
+        }
+    }
+    assert_counts(&engine, &store, "start").await;
+}

@@ -7,8 +7,8 @@
 mod codec;
 mod connection;
 mod error;
-mod health;
 mod feed;
+mod health;
 pub mod migrate;
 mod ops;
 mod read;
@@ -18,8 +18,8 @@ mod types;
 mod writer;
 
 pub use error::{Error, Result};
-pub use health::{WriteFault, WriteHealth};
 pub use feed::{FeedEntry, FeedKind, FeedPage, MAX_TITLE_CHARS, shorten_title};
+pub use health::{WriteFault, WriteHealth};
 pub use migrate::SCHEMA_VERSION;
 pub use store::{Store, Ticket};
 pub use types::*;

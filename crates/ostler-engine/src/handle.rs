@@ -1,0 +1,177 @@
+//! What the engine's registry and a session's actor share: the registry entry of a session,
+//! the commands an actor serves, and the [`SessionHandle`] through which the engine reaches
+//! an actor and reads its [`SessionView`].
+//!
+//! The actor is the only writer of a live session's state; it publishes what readers need
+//! (state, pending interactions, stderr tail) on a `watch` channel. Readers read that view
+//! while the session is live and the store otherwise.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use ostler_protocol::outbound::OutRequest;
+use ostler_store::Store;
+use ostler_supervisor::ControlError;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::error::{Error, Result};
+use crate::hub::Hub;
+use crate::permission::PermissionRule;
+use crate::types::*;
+
+/// A session known to this engine (created or touched since start).
+pub(crate) struct SessionEntry {
+    pub id: Arc<str>,
+    /// Every write to the session's log goes through it (persist, then publish).
+    pub hub: Arc<Hub>,
+    /// Serialises lifecycle changes (create/resume/stop/delete) of this session.
+    pub lifecycle: tokio::sync::Mutex<()>,
+}
+
+impl SessionEntry {
+    pub fn new(id: &str, store: Store, capacity: usize) -> Self {
+        let id: Arc<str> = Arc::from(id);
+        Self {
+            hub: Arc::new(Hub::new(id.clone(), store, capacity)),
+            id,
+            lifecycle: tokio::sync::Mutex::new(()),
+        }
+    }
+}
+
+/// What a session remembers from its log: rebuilt by the engine before a spawn, then owned
+/// (and added to) by the actor.
+#[derive(Debug, Default)]
+pub(crate) struct Meta {
+    /// Session rules (from create and "remember").
+    pub rules: Vec<PermissionRule>,
+    /// Client message id -> seq of its `user_message_sent` (idempotent sends).
+    pub messages: HashMap<String, u64>,
+}
+
+/// What an actor shows of its session, written by the actor only.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionView {
+    /// `false` once the actor has ended (its process exited or was killed) and released
+    /// its live-session slot.
+    pub live: bool,
+    /// The state `GetSession` reports. It moves before the event implying it is published,
+    /// so it may be ahead of the stored state.
+    pub state: SessionState,
+    /// Pending interactions: request id -> request event (as published).
+    pub pending: BTreeMap<String, Arc<EngineEvent>>,
+    /// The stderr tail of the last exit (the store keeps no stderr).
+    pub stderr_tail: Option<String>,
+}
+
+impl SessionView {
+    /// The pending request events, oldest first.
+    pub fn pending_events(&self) -> Vec<Arc<EngineEvent>> {
+        let mut v: Vec<_> = self.pending.values().cloned().collect();
+        v.sort_by_key(|e| e.seq);
+        v
+    }
+}
+
+/// The engine's handle on one actor: its command sender and its view. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct SessionHandle {
+    tx: mpsc::Sender<Command>,
+    view: watch::Receiver<SessionView>,
+}
+
+impl SessionHandle {
+    pub fn new(tx: mpsc::Sender<Command>, view: watch::Receiver<SessionView>) -> Self {
+        Self { tx, view }
+    }
+
+    /// Whether the actor still runs.
+    pub fn is_live(&self) -> bool {
+        self.view.borrow().live
+    }
+
+    /// The current view (a read lock: keep it short, never across an await).
+    pub fn view(&self) -> watch::Ref<'_, SessionView> {
+        self.view.borrow()
+    }
+
+    /// Sends a command and awaits its reply.
+    pub async fn call<T>(
+        &self,
+        id: &str,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(make(tx))
+            .await
+            .map_err(|_| Error::precondition(format!("session {id:?} has just ended")))?;
+        rx.await
+            .map_err(|_| Error::precondition(format!("session {id:?} ended before answering")))?
+    }
+
+    /// Asks the actor to stop its process and waits until the actor has ended.
+    pub async fn stop(&self, shutdown: bool) {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .tx
+            .send(Command::Stop {
+                reply: tx,
+                shutdown,
+            })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+        self.ended().await;
+    }
+
+    /// Resolves once the actor has ended.
+    pub async fn ended(&self) {
+        let mut view = self.view.clone();
+        // An error means the actor is gone without saying so: ended too.
+        let _ = view.wait_for(|v| !v.live).await;
+    }
+}
+
+pub(crate) enum Command {
+    Send {
+        msg: SendMessage,
+        reply: oneshot::Sender<Result<SendOutcome>>,
+    },
+    Respond {
+        request_id: String,
+        response: PermissionResponse,
+        client: ClientRef,
+        reply: oneshot::Sender<Result<Decided>>,
+    },
+    Answer {
+        request_id: String,
+        answers: Vec<QuestionAnswer>,
+        client: ClientRef,
+        reply: oneshot::Sender<Result<Decided>>,
+    },
+    Control {
+        request: OutRequest,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    /// The outcome of a control request run in its own task.
+    ControlDone {
+        request: OutRequest,
+        result: std::result::Result<(), ControlError>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    /// A user message queued for stdin has been written (or the write failed).
+    SendWritten {
+        seq: u64,
+        result: ostler_supervisor::Result<()>,
+        reply: oneshot::Sender<Result<SendOutcome>>,
+    },
+    /// Graceful stop; replies once the process has exited.
+    Stop {
+        reply: oneshot::Sender<Result<()>>,
+        /// Daemon shutdown: the session ends `resumable` instead of `stopped`.
+        shutdown: bool,
+    },
+}

@@ -1,0 +1,158 @@
+//! What the engine and every session actor share, read-only after start: the options, the
+//! store, the CLI installation, the state counts for health and the live-session slots.
+//! Owned by the [`crate::Engine`] (created in `Engine::start`); each actor holds an `Arc`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ostler_store::Store;
+use ostler_supervisor::{Installation, SupervisorOptions};
+use tokio::sync::watch;
+
+use crate::counts::StateCounts;
+use crate::error::{Error, Result};
+use crate::permission::PermissionRule;
+
+/// Engine configuration.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Live sessions (with a CLI process) at most; more gives `ResourceExhausted`.
+    pub max_live_sessions: usize,
+    /// A session's cwd must lie under one of these (after canonicalisation). Empty: any
+    /// existing directory.
+    pub allowed_roots: Vec<PathBuf>,
+    /// Permission rules from config (deny wins over allow).
+    pub rules: Vec<PermissionRule>,
+    /// Pending permission requests / questions are denied after this long. `None`: never.
+    pub permission_expiry: Option<Duration>,
+    /// Accept free-text (`other_text`) answers to questions that have options.
+    pub allow_free_text_answers: bool,
+    /// Per-session live buffer (events). A subscriber further behind continues from the store.
+    pub broadcast_capacity: usize,
+    /// Events read from the store per replay page.
+    pub replay_page_size: usize,
+    /// Respawn (with `--resume`) the sessions that were live when the daemon last stopped,
+    /// instead of leaving them `resumable`.
+    pub respawn_on_start: bool,
+    /// Run the CLI with `--include-partial-messages` (needed for live partial deltas).
+    pub partial_messages: bool,
+    /// Environment given to every CLI process (after the supervisor's allowlist; wins).
+    pub spawn_env: Vec<(String, String)>,
+    /// Process policy (grace periods, control timeout, stall watchdog, ...).
+    pub supervisor: SupervisorOptions,
+    /// Keep the CLI's raw line next to the canonical payload (once per line; see
+    /// docs/ARCHITECTURE.md). Off: only the canonical payload is stored (smaller; replay
+    /// is unaffected, but the verbatim wire line is lost).
+    pub store_raw_lines: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            max_live_sessions: 256,
+            allowed_roots: Vec::new(),
+            rules: Vec::new(),
+            permission_expiry: None,
+            allow_free_text_answers: false,
+            broadcast_capacity: 256,
+            replay_page_size: 512,
+            respawn_on_start: false,
+            partial_messages: true,
+            spawn_env: Vec::new(),
+            supervisor: SupervisorOptions::default(),
+            store_raw_lines: true,
+        }
+    }
+}
+
+/// The engine-wide context shared with every actor.
+pub(crate) struct Shared {
+    pub opts: EngineOptions,
+    pub store: Store,
+    pub installation: Installation,
+    /// `allowed_roots`, canonicalised at start.
+    pub roots: Vec<PathBuf>,
+    /// Sessions per stored state (for health).
+    pub counts: StateCounts,
+    /// Live-session slots taken (see [`Shared::reserve_slot`]).
+    live: AtomicUsize,
+    shutting_down: AtomicBool,
+    /// Becomes `true` when the last [`crate::Engine`] handle is dropped.
+    gone: watch::Receiver<bool>,
+}
+
+impl Shared {
+    pub fn new(
+        opts: EngineOptions,
+        store: Store,
+        installation: Installation,
+        roots: Vec<PathBuf>,
+        gone: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            opts,
+            store,
+            installation,
+            roots,
+            counts: StateCounts::default(),
+            live: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+            gone,
+        }
+    }
+
+    /// Resolves when every engine handle is gone (see [`crate::Engine`]'s drop).
+    pub fn alive(&self) -> watch::Receiver<bool> {
+        self.gone.clone()
+    }
+
+    pub fn installation_version(&self) -> &semver::Version {
+        &self.installation.version
+    }
+
+    /// Live-session slots taken now.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// Whether daemon shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// From now on no slot is handed out (daemon shutdown).
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    /// Takes one live-session slot, released when the returned guard drops (the actor
+    /// holds it until it ends).
+    pub fn reserve_slot(self: &Arc<Self>) -> Result<SlotGuard> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(Error::Unavailable("the engine is shutting down".into()));
+        }
+        let max = self.opts.max_live_sessions;
+        let r = self
+            .live
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            });
+        match r {
+            Ok(_) => Ok(SlotGuard(self.clone())),
+            Err(n) => Err(Error::ResourceExhausted {
+                message: format!("{n} live sessions: the configured maximum is {max}"),
+            }),
+        }
+    }
+}
+
+/// A reserved live-session slot, released when dropped.
+pub(crate) struct SlotGuard(Arc<Shared>);
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
