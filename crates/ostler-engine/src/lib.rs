@@ -19,11 +19,13 @@ pub mod types;
 
 mod actor;
 mod blocking;
+mod capability;
 mod counts;
 mod engine;
 mod hub;
 mod subscribe;
 
+pub use capability::{CONTEXT_LOST, ResumeOptions};
 pub use engine::{Engine, EngineOptions, Subscription};
 pub use error::{CodeKind, Error, Result};
 pub use permission::{PermissionRule, RuleAction};
