@@ -39,6 +39,10 @@ pub struct ProbeArgs {
     /// Measure again and fail if a release no longer matches its recorded evidence.
     #[arg(long)]
     pub check: bool,
+    /// Only measure the session-option flags (`options`), keeping the rest of the
+    /// recorded evidence.
+    #[arg(long)]
+    pub options_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -71,6 +75,9 @@ pub struct Evidence {
     /// The error text of error-answered and unsupported subtypes (clipped).
     #[serde(default)]
     pub control_errors: BTreeMap<String, String>,
+    /// Session-option flag (`PROBED_OPTIONS`) -> accepted by the option parser.
+    #[serde(default)]
+    pub options: BTreeMap<String, bool>,
 }
 
 fn root() -> PathBuf {
@@ -97,7 +104,18 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let mut drift = Vec::new();
     for v in releases {
-        let ev = rt.block_on(measure(&v))?;
+        let ev = if a.options_only {
+            let mut ev: Evidence = toml::from_str(
+                &std::fs::read_to_string(evidence_path(&v))
+                    .with_context(|| format!("no recorded evidence for {v}"))?,
+            )?;
+            let cache = ostler_testkit::releases::default_cache_dir();
+            let binary = ostler_testkit::releases::ensure(&v, &cache)?;
+            ev.options = rt.block_on(option_probe(&binary))?;
+            ev
+        } else {
+            rt.block_on(measure(&v))?
+        };
         if a.check {
             let recorded: Evidence = toml::from_str(
                 &std::fs::read_to_string(evidence_path(&v))
@@ -176,7 +194,55 @@ async fn measure(version: &str) -> Result<Evidence> {
         announced,
         control,
         control_errors,
+        options: option_probe(&binary).await?,
     })
+}
+
+/// Which session-option flags the option parser accepts: each flag alone (with its probe
+/// value) after the stream-json base, stdin at EOF, an unreachable API; `unknown option`
+/// in the output means absent, anything else (or still running after 60 s) accepted.
+async fn option_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let runs = ostler_supervisor::compat::PROBED_OPTIONS
+        .iter()
+        .map(|(flag, value)| {
+            let mut args = ostler_protocol::argv::StreamJsonArgs::base();
+            match value {
+                Some(v) => args.option(flag, *v),
+                None => args.flag(flag),
+            };
+            let mut cmd = herm.command(
+                binary,
+                &args.into_args(),
+                "http://127.0.0.1:9",
+                &BTreeMap::new(),
+            );
+            cmd.stdin(std::process::Stdio::null());
+            async move {
+                let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await;
+                let accepted = match out {
+                    Err(_) => true,
+                    Ok(out) => {
+                        let out = out?;
+                        let text = format!(
+                            "{}{}",
+                            String::from_utf8_lossy(&out.stderr),
+                            String::from_utf8_lossy(&out.stdout)
+                        );
+                        !text.contains(&format!("unknown option '{flag}'"))
+                    }
+                };
+                anyhow::Ok(((*flag).to_string(), accepted))
+            }
+        });
+    // One at a time: concurrent node start-ups on a busy machine can outlast the bound,
+    // and a run still going at the bound counts as accepted.
+    let mut out = BTreeMap::new();
+    for run in runs {
+        let (flag, ok) = run.await?;
+        out.insert(flag, ok);
+    }
+    Ok(out)
 }
 
 /// How long a release gets to answer a control request before it counts as `no_answer`
@@ -580,6 +646,15 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
+        if e.options.is_empty() {
+            s.push_str("            options: &[],\n");
+        } else {
+            s.push_str("            options: &[\n");
+            for (f, ok) in &e.options {
+                writeln!(s, "                ({f:?}, {ok}),")?;
+            }
+            s.push_str("            ],\n");
+        }
         if e.control.is_empty() {
             s.push_str("            control: &[],\n");
         } else {
@@ -703,6 +778,34 @@ fn render_md(d: &Derived) -> Result<String> {
         for l in errs {
             writeln!(s, "{l}")?;
         }
+    }
+    s.push_str("\n## Session-option flags\n\n");
+    s.push_str(
+        "Whether each release's option parser accepts the flags behind session options \
+         (`cargo xtask compat probe`: the flag alone with a harmless value, stdin at EOF; \
+         `unknown option` means no). `-` not measured.\n\n",
+    );
+    let options = ostler_supervisor::compat::PROBED_OPTIONS;
+    s.push_str("| release |");
+    for (f, _) in options {
+        write!(s, " `{f}` |")?;
+    }
+    s.push_str("\n| --- |");
+    for _ in options {
+        s.push_str(" --- |");
+    }
+    s.push('\n');
+    for (v, e, _) in &d.rows {
+        write!(s, "| {v} |")?;
+        for (f, _) in options {
+            let mark = match e.options.get(f) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            };
+            write!(s, " {mark} |")?;
+        }
+        s.push('\n');
     }
     s.push_str("\n## Evidence of the permission probe\n\n");
     for (v, e, _) in &d.rows {

@@ -197,6 +197,23 @@ pub const PROBED_CONTROLS: [&str; 12] = [
     "stop_task",
 ];
 
+/// Command-line options of session options (issue 10) whose presence `cargo xtask compat
+/// probe` measures per release, each with the harmless value it is probed with (`None`: a
+/// switch). A release that lacks one must refuse the session option naming the flag.
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 11] = [
+    ("--system-prompt", Some("ostler probe")),
+    ("--append-system-prompt", Some("ostler probe")),
+    ("--fallback-model", Some("claude-ostler-probe-fallback")),
+    ("--add-dir", Some("/")),
+    ("--max-budget-usd", Some("1")),
+    ("--max-thinking-tokens", Some("1024")),
+    ("--settings", Some("{}")),
+    ("--setting-sources", Some("user")),
+    ("--mcp-config", Some("{\"mcpServers\":{}}")),
+    ("--strict-mcp-config", None),
+    ("--session-id", Some("00000000-0000-4000-8000-000000000001")),
+];
+
 /// Where the capability facts of an installation came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -227,6 +244,10 @@ pub struct Capabilities {
     /// neighbours (see [`assess`]); a subtype not listed is [`ControlSupport::Unknown`].
     #[serde(default)]
     pub control: BTreeMap<String, ControlSupport>,
+    /// Session-option flags ([`PROBED_OPTIONS`]) -> accepted, as measured (pinned
+    /// releases) or where the pinned neighbours agree; a flag not listed is unknown.
+    #[serde(default)]
+    pub options: BTreeMap<String, bool>,
     pub source: CapabilitySource,
 }
 
@@ -267,8 +288,19 @@ impl Capabilities {
                 .filter(|(_, s)| **s != ControlSupport::Unknown && s.served())
                 .map(|(c, _)| format!("control:{c}")),
         );
+        v.extend(
+            self.options
+                .iter()
+                .filter(|(_, ok)| **ok)
+                .map(|(f, _)| format!("option:{f}")),
+        );
         v.extend(self.announced.iter().cloned());
         v
+    }
+
+    /// Whether the release accepts the session-option flag `flag` (`None`: not measured).
+    pub fn accepts_option(&self, flag: &str) -> Option<bool> {
+        self.options.get(flag).copied()
     }
 
     /// Short human list, e.g. `stdio-permissions partial-messages fork-session`.
@@ -315,6 +347,8 @@ pub struct TestedRelease {
     pub announced: &'static [&'static str],
     /// How the release treats each probed control request subtype (empty: not measured).
     pub control: &'static [(&'static str, ControlSupport)],
+    /// Whether the release accepts each of [`PROBED_OPTIONS`] (empty: not measured).
+    pub options: &'static [(&'static str, bool)],
     /// Why the release is pinned (boundary, contract recording, ...).
     pub note: &'static str,
 }
@@ -446,6 +480,44 @@ fn infer_control(m: &Matrix, v: &Version) -> BTreeMap<String, ControlSupport> {
     }
 }
 
+/// Session-option flags of `v`: its pinned row, else what the nearest measured pinned
+/// releases on both sides agree on (newer than every pinned release: the newest row).
+fn infer_options(m: &Matrix, v: &Version) -> BTreeMap<String, bool> {
+    let rows = |t: &TestedRelease| -> BTreeMap<String, bool> {
+        t.options
+            .iter()
+            .map(|(c, s)| ((*c).to_string(), *s))
+            .collect()
+    };
+    if let Some(r) = m.row(v) {
+        return rows(r);
+    }
+    let measured = |t: &&TestedRelease| !t.options.is_empty();
+    let older = m
+        .tested
+        .iter()
+        .filter(measured)
+        .filter(|t| parse_static(t.version) < *v)
+        .max_by_key(|t| parse_static(t.version));
+    let newer = m
+        .tested
+        .iter()
+        .filter(measured)
+        .filter(|t| parse_static(t.version) > *v)
+        .min_by_key(|t| parse_static(t.version));
+    match (older, newer) {
+        (Some(o), None) => rows(o),
+        (Some(o), Some(n)) => {
+            let n = rows(n);
+            rows(o)
+                .into_iter()
+                .filter(|(c, s)| n.get(c) == Some(s))
+                .collect()
+        }
+        _ => BTreeMap::new(),
+    }
+}
+
 fn parse_static(s: &str) -> Version {
     // The generator only writes versions it parsed; a bad one means a hand edit.
     Version::parse(s).unwrap_or_else(|_| Version::new(u64::MAX, 0, 0))
@@ -514,6 +586,7 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
             .map(|r| r.announced.iter().map(|s| s.to_string()).collect())
             .unwrap_or_default(),
         control: infer_control(m, version),
+        options: infer_options(m, version),
         source: if row.is_some() {
             CapabilitySource::Matrix
         } else if probe.is_some() {
@@ -659,5 +732,15 @@ mod tests {
         );
         let old = assess(&Version::parse("1.0.59").expect("v"), None).capabilities;
         assert!(!old.names().iter().any(|n| n == "control:set_model"));
+        // Session-option flags: measured rows, and agreeing neighbours for unpinned ones.
+        assert_eq!(old.accepts_option("--max-budget-usd"), Some(false));
+        assert_eq!(caps.accepts_option("--max-budget-usd"), Some(true));
+        let gap = assess(&Version::parse("1.0.80").expect("v"), None).capabilities;
+        assert_eq!(gap.accepts_option("--setting-sources"), Some(false));
+        assert_eq!(
+            gap.accepts_option("--settings"),
+            None,
+            "1.0.59 no, 1.0.108 yes"
+        );
     }
 }
