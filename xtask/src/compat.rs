@@ -7,7 +7,12 @@
 //!     control request arrives and, once allowed, the file exists;
 //!   - which flags the release accepts (`ostler_supervisor::discover::probe_flags`: print
 //!     mode with stdin at EOF, unknown options are reported by the option parser);
-//!   - the `capabilities` it announces in `system/init`.
+//!   - the `capabilities` it announces in `system/init`;
+//!   - which control request subtypes it serves (`control_probe`): `initialize` before the
+//!     first user message, one real turn, then every other probed subtype at once with
+//!     harmless arguments; each is recorded as answered, error-answered (known subtype,
+//!     refused arguments), unsupported (`unsupported_request`) or no answer within
+//!     `CONTROL_BOUND`.
 //! - `generate [--check]`: turn the evidence of every pinned release
 //!   (`contracts/releases.toml`) into `crates/ostler-supervisor/src/matrix_generated.rs` and
 //!   `docs/compatibility.md`; the minimum supported release and the capability boundaries
@@ -34,6 +39,10 @@ pub struct ProbeArgs {
     /// Measure again and fail if a release no longer matches its recorded evidence.
     #[arg(long)]
     pub check: bool,
+    /// Only measure the session-option flags (`options`), keeping the rest of the
+    /// recorded evidence.
+    #[arg(long)]
+    pub options_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -60,6 +69,15 @@ pub struct Evidence {
     /// `capabilities` announced in `system/init` (empty: none).
     #[serde(default)]
     pub announced: Vec<String>,
+    /// Control request subtype -> `answered`, `error_answered`, `unsupported`, `no_answer`.
+    #[serde(default)]
+    pub control: BTreeMap<String, String>,
+    /// The error text of error-answered and unsupported subtypes (clipped).
+    #[serde(default)]
+    pub control_errors: BTreeMap<String, String>,
+    /// Session-option flag (`PROBED_OPTIONS`) -> accepted by the option parser.
+    #[serde(default)]
+    pub options: BTreeMap<String, bool>,
 }
 
 fn root() -> PathBuf {
@@ -86,7 +104,18 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let mut drift = Vec::new();
     for v in releases {
-        let ev = rt.block_on(measure(&v))?;
+        let ev = if a.options_only {
+            let mut ev: Evidence = toml::from_str(
+                &std::fs::read_to_string(evidence_path(&v))
+                    .with_context(|| format!("no recorded evidence for {v}"))?,
+            )?;
+            let cache = ostler_testkit::releases::default_cache_dir();
+            let binary = ostler_testkit::releases::ensure(&v, &cache)?;
+            ev.options = rt.block_on(option_probe(&binary))?;
+            ev
+        } else {
+            rt.block_on(measure(&v))?
+        };
         if a.check {
             let recorded: Evidence = toml::from_str(
                 &std::fs::read_to_string(evidence_path(&v))
@@ -150,6 +179,9 @@ async fn measure(version: &str) -> Result<Evidence> {
         .await
         .with_context(|| format!("flag probe of {version}"))?;
     let (stdio, what, announced) = permission_probe(&binary).await?;
+    let (control, control_errors) = control_probe(&binary)
+        .await
+        .with_context(|| format!("control probe of {version}"))?;
     let get = |f: ostler_supervisor::Flag| flags.accepted.get(&f).copied().unwrap_or(false);
     Ok(Evidence {
         version: version.to_string(),
@@ -160,7 +192,227 @@ async fn measure(version: &str) -> Result<Evidence> {
         max_turns: get(ostler_supervisor::Flag::MaxTurns),
         sdk_url: flags.sdk_url.as_str().to_string(),
         announced,
+        control,
+        control_errors,
+        options: option_probe(&binary).await?,
     })
+}
+
+/// Which session-option flags the option parser accepts: each flag alone (with its probe
+/// value) after the stream-json base, stdin at EOF, an unreachable API; `unknown option`
+/// in the output means absent, anything else (or still running after 60 s) accepted.
+async fn option_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let runs = ostler_supervisor::compat::PROBED_OPTIONS
+        .iter()
+        .map(|(flag, value)| {
+            let mut args = ostler_protocol::argv::StreamJsonArgs::base();
+            match value {
+                Some(v) => args.option(flag, *v),
+                None => args.flag(flag),
+            };
+            let mut cmd = herm.command(
+                binary,
+                &args.into_args(),
+                "http://127.0.0.1:9",
+                &BTreeMap::new(),
+            );
+            cmd.stdin(std::process::Stdio::null());
+            async move {
+                let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await;
+                let accepted = match out {
+                    Err(_) => true,
+                    Ok(out) => {
+                        let out = out?;
+                        let text = format!(
+                            "{}{}",
+                            String::from_utf8_lossy(&out.stderr),
+                            String::from_utf8_lossy(&out.stdout)
+                        );
+                        !text.contains(&format!("unknown option '{flag}'"))
+                    }
+                };
+                anyhow::Ok(((*flag).to_string(), accepted))
+            }
+        });
+    // One at a time: concurrent node start-ups on a busy machine can outlast the bound,
+    // and a run still going at the bound counts as accepted.
+    let mut out = BTreeMap::new();
+    for run in runs {
+        let (flag, ok) = run.await?;
+        out.insert(flag, ok);
+    }
+    Ok(out)
+}
+
+/// How long a release gets to answer a control request before it counts as `no_answer`
+/// (1.0.x answers in milliseconds; it never answers subtypes it does not know).
+const CONTROL_BOUND: Duration = Duration::from_secs(10);
+
+/// The harmless arguments of each probed subtype (field names as the Agent SDKs send them).
+fn control_fields(subtype: &str) -> serde_json::Value {
+    use serde_json::json;
+    match subtype {
+        "set_model" => json!({"model": "default"}),
+        "set_permission_mode" => json!({"mode": "default"}),
+        "set_max_thinking_tokens" => json!({"max_thinking_tokens": 1024}),
+        "rewind_files" => {
+            json!({"user_message_id": "00000000-0000-4000-8000-000000000000", "dry_run": true})
+        }
+        "mcp_set_servers" => json!({"servers": {}}),
+        "mcp_toggle" => json!({"serverName": "ostler-probe-absent", "enabled": false}),
+        "mcp_reconnect" => json!({"serverName": "ostler-probe-absent"}),
+        "stop_task" => json!({"task_id": "ostler-probe-absent"}),
+        _ => json!({}),
+    }
+}
+
+fn control_line(request_id: &str, subtype: &str) -> String {
+    let mut req = control_fields(subtype);
+    req["subtype"] = subtype.into();
+    let msg =
+        serde_json::json!({"type": "control_request", "request_id": request_id, "request": req});
+    format!("{msg}\n")
+}
+
+/// Classifies a `control_response.response`.
+fn classify(response: &serde_json::Value) -> (&'static str, Option<String>) {
+    if response["subtype"] == "success" {
+        return ("answered", None);
+    }
+    let text = response["error"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| response.to_string());
+    let clipped: String = text.chars().take(160).collect();
+    let unsupported = response["error_code"] == "unsupported_request"
+        || text.contains("Unsupported control request")
+        || text.contains("Unknown control request");
+    (
+        if unsupported {
+            "unsupported"
+        } else {
+            "error_answered"
+        },
+        Some(clipped),
+    )
+}
+
+/// Control responses received so far: subtype -> (classification, error text).
+type Answers = BTreeMap<String, (&'static str, Option<String>)>;
+
+/// Which control request subtypes a release serves: `initialize` before the first message,
+/// one turn, then every other subtype at once; answers are collected for `CONTROL_BOUND`.
+async fn control_probe(
+    binary: &Path,
+) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>)> {
+    let scenario = ostler_testkit::Scenario::from_toml(
+        "compat-control-probe",
+        "description = \"compat control probe\"\ndefault_text = \"ok\"\n",
+    )?;
+    let server = ostler_testkit::FakeModelServer::start(scenario).await?;
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    // No permission prompt tool: 1.0.58 (INCOMPATIBLE) refuses `stdio` but is measured too.
+    let args = ostler_protocol::argv::StreamJsonArgs::base().into_args();
+    let mut child = herm
+        .command(binary, &args, &server.url(), &BTreeMap::new())
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut answers = Answers::new();
+    let id_of = |subtype: &str| format!("ostler-probe-{subtype}");
+    let subtype_of = |id: &str| id.strip_prefix("ostler-probe-").map(str::to_string);
+    // Reads lines until `stop` says so or the deadline passes; records control responses.
+    async fn read_until(
+        lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+        answers: &mut Answers,
+        subtype_of: &dyn Fn(&str) -> Option<String>,
+        deadline: Duration,
+        stop: &dyn Fn(&serde_json::Value, &Answers) -> bool,
+    ) -> Result<bool> {
+        let run = async {
+            while let Some(line) = lines.next_line().await? {
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                if v["type"] == "control_response"
+                    && let Some(st) = v["response"]["request_id"].as_str().and_then(subtype_of)
+                {
+                    answers.insert(st, classify(&v["response"]));
+                }
+                if stop(&v, answers) {
+                    return anyhow::Ok(true);
+                }
+            }
+            anyhow::Ok(false)
+        };
+        tokio::time::timeout(deadline, run)
+            .await
+            .unwrap_or(Ok(false))
+    }
+    stdin
+        .write_all(control_line(&id_of("initialize"), "initialize").as_bytes())
+        .await?;
+    stdin.flush().await?;
+    read_until(
+        &mut lines,
+        &mut answers,
+        &subtype_of,
+        CONTROL_BOUND,
+        &|_, a| a.contains_key("initialize"),
+    )
+    .await?;
+    let user = serde_json::json!({"type":"user","message":{"role":"user","content":"say ok"},"parent_tool_use_id":null,"session_id":""});
+    stdin.write_all(format!("{user}\n").as_bytes()).await?;
+    stdin.flush().await?;
+    let turned = read_until(
+        &mut lines,
+        &mut answers,
+        &subtype_of,
+        Duration::from_secs(90),
+        &|v, _| v["type"] == "result",
+    )
+    .await?;
+    let rest: Vec<&str> = ostler_supervisor::compat::PROBED_CONTROLS
+        .iter()
+        .copied()
+        .filter(|c| *c != "initialize")
+        .collect();
+    if turned {
+        for c in &rest {
+            stdin
+                .write_all(control_line(&id_of(c), c).as_bytes())
+                .await?;
+        }
+        stdin.flush().await?;
+        let want = rest.len() + 1;
+        read_until(
+            &mut lines,
+            &mut answers,
+            &subtype_of,
+            CONTROL_BOUND,
+            &|_, a| a.len() >= want,
+        )
+        .await?;
+    }
+    drop(stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let _ = child.start_kill();
+    let mut control = BTreeMap::new();
+    let mut errors = BTreeMap::new();
+    for c in ostler_supervisor::compat::PROBED_CONTROLS {
+        // Without a completed turn nothing after `initialize` was asked: not measured.
+        if !turned && c != "initialize" {
+            continue;
+        }
+        let (status, err) = answers.remove(c).unwrap_or(("no_answer", None));
+        control.insert(c.to_string(), status.to_string());
+        if let Some(e) = err {
+            errors.insert(c.to_string(), e);
+        }
+    }
+    Ok((control, errors))
 }
 
 /// One real turn with `--permission-prompt-tool stdio`.
@@ -338,6 +590,26 @@ fn sdk_url_variant(s: &str) -> Result<&'static str> {
     })
 }
 
+fn control_variant(s: &str) -> Result<&'static str> {
+    Ok(match s {
+        "answered" => "ControlSupport::Answered",
+        "error_answered" => "ControlSupport::ErrorAnswered",
+        "unsupported" => "ControlSupport::Unsupported",
+        "no_answer" => "ControlSupport::NoAnswer",
+        other => bail!("unknown control support value {other:?}"),
+    })
+}
+
+fn control_mark(s: Option<&String>) -> &'static str {
+    match s.map(String::as_str) {
+        Some("answered") => "yes",
+        Some("error_answered") => "yes (error)",
+        Some("unsupported") => "unsupported",
+        Some("no_answer") => "no answer",
+        _ => "-",
+    }
+}
+
 fn render_rust(d: &Derived) -> Result<String> {
     let mut s = String::new();
     s.push_str("// @generated by `cargo xtask compat generate` from contracts/releases.toml and\n");
@@ -371,6 +643,24 @@ fn render_rust(d: &Derived) -> Result<String> {
             s.push_str("            announced: &[\n");
             for c in &e.announced {
                 writeln!(s, "                {c:?},")?;
+            }
+            s.push_str("            ],\n");
+        }
+        if e.options.is_empty() {
+            s.push_str("            options: &[],\n");
+        } else {
+            s.push_str("            options: &[\n");
+            for (f, ok) in &e.options {
+                writeln!(s, "                ({f:?}, {ok}),")?;
+            }
+            s.push_str("            ],\n");
+        }
+        if e.control.is_empty() {
+            s.push_str("            control: &[],\n");
+        } else {
+            s.push_str("            control: &[\n");
+            for (c, st) in &e.control {
+                writeln!(s, "                ({c:?}, {}),", control_variant(st)?)?;
             }
             s.push_str("            ],\n");
         }
@@ -451,6 +741,71 @@ fn render_md(d: &Derived) -> Result<String> {
     );
     for (name, without, with) in &d.boundaries {
         writeln!(s, "| `{name}` | {without} | {with} |")?;
+    }
+    s.push_str("\n## Control requests\n\n");
+    s.push_str(
+        "How each release treats the control requests ostler can send (`cargo xtask compat probe`): \
+         `yes` answered, `yes (error)` answered with an error about the probe's harmless arguments \
+         (the subtype is known), `unsupported` refused as an unknown subtype, `no answer` nothing \
+         within 10 s (1.0.x ignores subtypes it does not know), `-` not measured. An RPC that needs \
+         a request the running release does not serve fails at once with FAILED_PRECONDITION.\n\n",
+    );
+    let controls = ostler_supervisor::compat::PROBED_CONTROLS;
+    s.push_str("| release |");
+    for c in controls {
+        write!(s, " `{c}` |")?;
+    }
+    s.push_str("\n| --- |");
+    for _ in controls {
+        s.push_str(" --- |");
+    }
+    s.push('\n');
+    for (v, e, _) in &d.rows {
+        write!(s, "| {v} |")?;
+        for c in controls {
+            write!(s, " {} |", control_mark(e.control.get(c)))?;
+        }
+        s.push('\n');
+    }
+    let mut errs = Vec::new();
+    for (v, e, _) in &d.rows {
+        for (c, text) in &e.control_errors {
+            errs.push(format!("- {v} `{c}`: {}", text.replace('|', "\\|")));
+        }
+    }
+    if !errs.is_empty() {
+        s.push_str("\nError answers:\n\n");
+        for l in errs {
+            writeln!(s, "{l}")?;
+        }
+    }
+    s.push_str("\n## Session-option flags\n\n");
+    s.push_str(
+        "Whether each release's option parser accepts the flags behind session options \
+         (`cargo xtask compat probe`: the flag alone with a harmless value, stdin at EOF; \
+         `unknown option` means no). `-` not measured.\n\n",
+    );
+    let options = ostler_supervisor::compat::PROBED_OPTIONS;
+    s.push_str("| release |");
+    for (f, _) in options {
+        write!(s, " `{f}` |")?;
+    }
+    s.push_str("\n| --- |");
+    for _ in options {
+        s.push_str(" --- |");
+    }
+    s.push('\n');
+    for (v, e, _) in &d.rows {
+        write!(s, "| {v} |")?;
+        for (f, _) in options {
+            let mark = match e.options.get(f) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            };
+            write!(s, " {mark} |")?;
+        }
+        s.push('\n');
     }
     s.push_str("\n## Evidence of the permission probe\n\n");
     for (v, e, _) in &d.rows {

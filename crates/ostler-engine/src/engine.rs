@@ -425,6 +425,7 @@ impl Engine {
     }
 
     async fn control(&self, id: &str, request: OutRequest) -> Result<()> {
+        crate::capability::check_control(&self.shared.installation, &request)?;
         self.call(id, |reply| Command::Control { request, reply })
             .await
     }

@@ -19,6 +19,7 @@ pub mod types;
 
 mod actor;
 mod blocking;
+mod capability;
 mod counts;
 mod engine;
 mod feed;
@@ -28,6 +29,7 @@ mod metrics;
 mod shared;
 mod subscribe;
 
+pub use capability::{CONTEXT_LOST, ResumeOptions};
 pub use engine::{Engine, EngineOptions, Subscription};
 pub use error::{CodeKind, Error, Result};
 pub use feed::{FeedItem, FeedWatch, WatchRequest};

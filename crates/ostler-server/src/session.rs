@@ -300,7 +300,16 @@ impl SessionService for SessionSvc {
         let id = session_id(&r.session_id)?;
         in_session("ResumeSession", id, async {
             Ok(convert::session_to_pb(
-                &self.engine.resume_session(id, r.fork).await?,
+                &self
+                    .engine
+                    .resume_session(
+                        id,
+                        eng::ResumeOptions {
+                            fork: r.fork,
+                            fresh_if_missing: r.fresh_conversation_if_missing,
+                        },
+                    )
+                    .await?,
             ))
         })
         .await

@@ -215,6 +215,7 @@ async fn other_requests_are_checked_and_echoes_cut() {
         .resume_session(pb::ResumeSessionRequest {
             session_id: huge.clone(),
             fork: false,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -129,6 +129,91 @@ impl SdkUrl {
     }
 }
 
+/// How a release treats one control request subtype ostler sends (`set_model`, ...),
+/// measured by `cargo xtask compat probe` (see `contracts/compat/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlSupport {
+    /// Not measured for this release (an unpinned release between measurements).
+    #[default]
+    Unknown,
+    /// A `success` control response.
+    Answered,
+    /// An `error` control response about the request's arguments or the session's state
+    /// (the subtype is known: e.g. an MCP server that does not exist).
+    ErrorAnswered,
+    /// An `error` response saying the subtype is unknown (`unsupported_request`).
+    Unsupported,
+    /// No response within the probe's bound (1.0.x ignores subtypes it does not know).
+    NoAnswer,
+}
+
+impl ControlSupport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControlSupport::Unknown => "unknown",
+            ControlSupport::Answered => "answered",
+            ControlSupport::ErrorAnswered => "error_answered",
+            ControlSupport::Unsupported => "unsupported",
+            ControlSupport::NoAnswer => "no_answer",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ControlSupport> {
+        [
+            ControlSupport::Unknown,
+            ControlSupport::Answered,
+            ControlSupport::ErrorAnswered,
+            ControlSupport::Unsupported,
+            ControlSupport::NoAnswer,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+
+    /// Whether the release serves the subtype (or it was not measured: then ostler tries).
+    pub fn served(self) -> bool {
+        matches!(
+            self,
+            ControlSupport::Answered | ControlSupport::ErrorAnswered | ControlSupport::Unknown
+        )
+    }
+}
+
+/// The control request subtypes `cargo xtask compat probe` measures, in the order it sends
+/// them (`initialize` first, before any user message, as the Agent SDKs do).
+pub const PROBED_CONTROLS: [&str; 12] = [
+    "initialize",
+    "interrupt",
+    "set_model",
+    "set_permission_mode",
+    "set_max_thinking_tokens",
+    "mcp_status",
+    "get_context_usage",
+    "rewind_files",
+    "mcp_set_servers",
+    "mcp_toggle",
+    "mcp_reconnect",
+    "stop_task",
+];
+
+/// Command-line options of session options (issue 10) whose presence `cargo xtask compat
+/// probe` measures per release, each with the harmless value it is probed with (`None`: a
+/// switch). A release that lacks one must refuse the session option naming the flag.
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 11] = [
+    ("--system-prompt", Some("ostler probe")),
+    ("--append-system-prompt", Some("ostler probe")),
+    ("--fallback-model", Some("claude-ostler-probe-fallback")),
+    ("--add-dir", Some("/")),
+    ("--max-budget-usd", Some("1")),
+    ("--max-thinking-tokens", Some("1024")),
+    ("--settings", Some("{}")),
+    ("--setting-sources", Some("user")),
+    ("--mcp-config", Some("{\"mcpServers\":{}}")),
+    ("--strict-mcp-config", None),
+    ("--session-id", Some("00000000-0000-4000-8000-000000000001")),
+];
+
 /// Where the capability facts of an installation came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -155,6 +240,14 @@ pub struct Capabilities {
     /// (empty when it announces none). For pinned releases, as recorded; otherwise filled
     /// from the first session's init by the engine.
     pub announced: Vec<String>,
+    /// Control request subtypes as measured (pinned releases) or inferred from the pinned
+    /// neighbours (see [`assess`]); a subtype not listed is [`ControlSupport::Unknown`].
+    #[serde(default)]
+    pub control: BTreeMap<String, ControlSupport>,
+    /// Session-option flags ([`PROBED_OPTIONS`]) -> accepted, as measured (pinned
+    /// releases) or where the pinned neighbours agree; a flag not listed is unknown.
+    #[serde(default)]
+    pub options: BTreeMap<String, bool>,
     pub source: CapabilitySource,
 }
 
@@ -173,6 +266,41 @@ impl Capabilities {
     /// Whether `name` is in the announced `capabilities` list.
     pub fn announces(&self, name: &str) -> bool {
         self.announced.iter().any(|c| c == name)
+    }
+
+    /// How the release treats the control request `subtype`.
+    pub fn control_support(&self, subtype: &str) -> ControlSupport {
+        self.control.get(subtype).copied().unwrap_or_default()
+    }
+
+    /// Every capability as one list of names, for health and `doctor`: the flags
+    /// (`flag:--fork-session`), the control requests the release serves
+    /// (`control:set_model`), then the announced `capabilities`.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = Flag::ALL
+            .into_iter()
+            .filter(|f| self.has_flag(*f))
+            .map(|f| format!("flag:{}", f.as_arg()))
+            .collect();
+        v.extend(
+            self.control
+                .iter()
+                .filter(|(_, s)| **s != ControlSupport::Unknown && s.served())
+                .map(|(c, _)| format!("control:{c}")),
+        );
+        v.extend(
+            self.options
+                .iter()
+                .filter(|(_, ok)| **ok)
+                .map(|(f, _)| format!("option:{f}")),
+        );
+        v.extend(self.announced.iter().cloned());
+        v
+    }
+
+    /// Whether the release accepts the session-option flag `flag` (`None`: not measured).
+    pub fn accepts_option(&self, flag: &str) -> Option<bool> {
+        self.options.get(flag).copied()
     }
 
     /// Short human list, e.g. `stdio-permissions partial-messages fork-session`.
@@ -217,6 +345,10 @@ pub struct TestedRelease {
     pub sdk_url: SdkUrl,
     /// `capabilities` announced in `system/init` (empty: none announced).
     pub announced: &'static [&'static str],
+    /// How the release treats each probed control request subtype (empty: not measured).
+    pub control: &'static [(&'static str, ControlSupport)],
+    /// Whether the release accepts each of [`PROBED_OPTIONS`] (empty: not measured).
+    pub options: &'static [(&'static str, bool)],
     /// Why the release is pinned (boundary, contract recording, ...).
     pub note: &'static str,
 }
@@ -309,6 +441,83 @@ fn infer_sdk_url(m: &Matrix, v: &Version) -> SdkUrl {
     }
 }
 
+/// Control support of `v`: its pinned row; else, per subtype, `Unknown` unless the nearest
+/// pinned releases on both sides agree (newer than every pinned release: the newest row).
+/// A wrong "served" costs a timeout; a wrong "not served" would refuse a working request,
+/// so a gap between disagreeing neighbours stays `Unknown`.
+fn infer_control(m: &Matrix, v: &Version) -> BTreeMap<String, ControlSupport> {
+    let rows = |t: &TestedRelease| -> BTreeMap<String, ControlSupport> {
+        t.control
+            .iter()
+            .map(|(c, s)| ((*c).to_string(), *s))
+            .collect()
+    };
+    if let Some(r) = m.row(v) {
+        return rows(r);
+    }
+    let measured = |t: &&TestedRelease| !t.control.is_empty();
+    let older = m
+        .tested
+        .iter()
+        .filter(measured)
+        .filter(|t| parse_static(t.version) < *v)
+        .max_by_key(|t| parse_static(t.version));
+    let newer = m
+        .tested
+        .iter()
+        .filter(measured)
+        .filter(|t| parse_static(t.version) > *v)
+        .min_by_key(|t| parse_static(t.version));
+    match (older, newer) {
+        (Some(o), None) => rows(o),
+        (Some(o), Some(n)) => {
+            let (o, n) = (rows(o), rows(n));
+            o.into_iter()
+                .filter(|(c, s)| n.get(c).is_some_and(|ns| ns.served() == s.served()))
+                .collect()
+        }
+        _ => BTreeMap::new(),
+    }
+}
+
+/// Session-option flags of `v`: its pinned row, else what the nearest measured pinned
+/// releases on both sides agree on (newer than every pinned release: the newest row).
+fn infer_options(m: &Matrix, v: &Version) -> BTreeMap<String, bool> {
+    let rows = |t: &TestedRelease| -> BTreeMap<String, bool> {
+        t.options
+            .iter()
+            .map(|(c, s)| ((*c).to_string(), *s))
+            .collect()
+    };
+    if let Some(r) = m.row(v) {
+        return rows(r);
+    }
+    let measured = |t: &&TestedRelease| !t.options.is_empty();
+    let older = m
+        .tested
+        .iter()
+        .filter(measured)
+        .filter(|t| parse_static(t.version) < *v)
+        .max_by_key(|t| parse_static(t.version));
+    let newer = m
+        .tested
+        .iter()
+        .filter(measured)
+        .filter(|t| parse_static(t.version) > *v)
+        .min_by_key(|t| parse_static(t.version));
+    match (older, newer) {
+        (Some(o), None) => rows(o),
+        (Some(o), Some(n)) => {
+            let n = rows(n);
+            rows(o)
+                .into_iter()
+                .filter(|(c, s)| n.get(c) == Some(s))
+                .collect()
+        }
+        _ => BTreeMap::new(),
+    }
+}
+
 fn parse_static(s: &str) -> Version {
     // The generator only writes versions it parsed; a bad one means a hand edit.
     Version::parse(s).unwrap_or_else(|_| Version::new(u64::MAX, 0, 0))
@@ -376,6 +585,8 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
         announced: row
             .map(|r| r.announced.iter().map(|s| s.to_string()).collect())
             .unwrap_or_default(),
+        control: infer_control(m, version),
+        options: infer_options(m, version),
         source: if row.is_some() {
             CapabilitySource::Matrix
         } else if probe.is_some() {
@@ -476,5 +687,60 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
         capabilities,
         degraded,
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn support(v: &str, subtype: &str) -> ControlSupport {
+        let v = Version::parse(v).expect("version");
+        assess(&v, None).capabilities.control_support(subtype)
+    }
+
+    /// The embedded matrix carries the measured control support (contracts/compat/).
+    #[test]
+    fn control_support_comes_from_the_measured_rows() {
+        assert_eq!(support("1.0.59", "set_model"), ControlSupport::NoAnswer);
+        assert_eq!(support("1.0.59", "interrupt"), ControlSupport::Answered);
+        assert_eq!(support("1.0.128", "set_model"), ControlSupport::Answered);
+        assert_eq!(
+            support("2.1.330", "get_context_usage"),
+            ControlSupport::Answered
+        );
+        assert!(!support("1.0.108", "set_model").served());
+        assert!(support("2.1.330", "set_model").served());
+    }
+
+    /// Unpinned releases: known only where the pinned neighbours agree; newer than every
+    /// pinned release: like the newest.
+    #[test]
+    fn control_support_of_unpinned_releases() {
+        // Between 1.0.59 and 1.0.108, which both ignore set_model.
+        assert_eq!(support("1.0.80", "set_model"), ControlSupport::NoAnswer);
+        // Between 1.0.109 (no answer) and 1.0.117 (answered): not known, so tried.
+        assert_eq!(support("1.0.112", "set_model"), ControlSupport::Unknown);
+        assert!(support("1.0.112", "set_model").served());
+        assert_eq!(support("2.1.400", "stop_task"), ControlSupport::Answered);
+        let caps = assess(&Version::parse("2.1.330").expect("v"), None).capabilities;
+        let names = caps.names();
+        assert!(names.iter().any(|n| n == "control:set_model"), "{names:?}");
+        assert!(
+            names.iter().any(|n| n == "flag:--fork-session"),
+            "{names:?}"
+        );
+        let old = assess(&Version::parse("1.0.59").expect("v"), None).capabilities;
+        assert!(!old.names().iter().any(|n| n == "control:set_model"));
+        // Session-option flags: measured rows, and agreeing neighbours for unpinned ones.
+        assert_eq!(old.accepts_option("--max-budget-usd"), Some(false));
+        assert_eq!(caps.accepts_option("--max-budget-usd"), Some(true));
+        let gap = assess(&Version::parse("1.0.80").expect("v"), None).capabilities;
+        assert_eq!(gap.accepts_option("--setting-sources"), Some(false));
+        assert_eq!(
+            gap.accepts_option("--settings"),
+            None,
+            "1.0.59 no, 1.0.108 yes"
+        );
     }
 }

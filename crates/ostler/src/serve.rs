@@ -422,7 +422,7 @@ fn claude_info(i: &ostler_supervisor::Installation) -> ostler_server::ClaudeCode
         },
         message: i.message.clone(),
         binary_path: i.path.display().to_string(),
-        capabilities: i.capabilities.announced.clone(),
+        capabilities: i.capabilities.names(),
     }
 }
 

@@ -252,6 +252,7 @@ async fn kill9_restart_resume(release: &str) {
         .resume_session(pb::ResumeSessionRequest {
             session_id: s.id.clone(),
             fork: false,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -303,6 +304,7 @@ async fn kill9_restart_resume(release: &str) {
             .resume_session(pb::ResumeSessionRequest {
                 session_id: s.id.clone(),
                 fork: true,
+                ..Default::default()
             })
             .await
             .unwrap()

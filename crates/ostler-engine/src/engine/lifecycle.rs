@@ -453,7 +453,13 @@ impl Engine {
     /// `ResumeSession`: respawns the CLI with `--resume <claude session id>` (plus
     /// `--fork-session` when `fork`) in the same cwd; events continue on the same ostler
     /// session (seq continues).
-    pub async fn resume_session(&self, session_id: &str, fork: bool) -> Result<SessionInfo> {
+    pub async fn resume_session(
+        &self,
+        session_id: &str,
+        opts: impl Into<crate::capability::ResumeOptions>,
+    ) -> Result<SessionInfo> {
+        let opts = opts.into();
+        let fork = opts.fork;
         let entry = self.entry(session_id).await?;
         let _life = entry.lifecycle.lock().await;
         if self.live_handle(session_id).is_some() {
@@ -479,7 +485,13 @@ impl Engine {
                 cwd.display()
             )));
         }
-        let resume = rec.claude_session_id.clone();
+        let resume = crate::capability::resume_checked(
+            &self.shared.opts.spawn_env,
+            &entry,
+            rec.claude_session_id.clone(),
+            opts,
+        )
+        .await?;
         if resume.is_none() && fork {
             return Err(Error::precondition(format!(
                 "session {session_id:?} never started a conversation: nothing to fork"

@@ -126,6 +126,10 @@ pub struct ResumeArgs {
     /// Create a new session branching from this one instead of continuing it
     #[arg(long)]
     pub fork: bool,
+    /// If the CLI's transcript of the conversation is gone, continue in a fresh CLI
+    /// conversation (the model's earlier context is lost) instead of failing
+    #[arg(long)]
+    pub fresh_if_missing: bool,
     /// Print the session as JSON
     #[arg(long)]
     pub json: bool,
@@ -525,6 +529,7 @@ pub async fn resume(a: ResumeArgs) -> Result<i32> {
         .resume_session(pb::ResumeSessionRequest {
             session_id: id.clone(),
             fork: a.fork,
+            fresh_conversation_if_missing: a.fresh_if_missing,
         })
         .await;
     let s = match r {

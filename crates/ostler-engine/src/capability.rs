@@ -1,0 +1,215 @@
+//! What the running Claude Code release can do, checked before anything is sent to it.
+//!
+//! - Control requests (`set_model`, `interrupt`, ...): the compatibility matrix records,
+//!   per pinned release, whether the CLI answers each subtype (`cargo xtask compat probe`).
+//!   A request the release does not serve fails at once with `FailedPrecondition` naming the
+//!   release and the request, instead of waiting for the control timeout (1.0.x ignores
+//!   subtypes it does not know).
+//! - Resume: `--resume ID` needs the CLI's transcript (`<config>/projects/*/<ID>.jsonl`);
+//!   without it every message makes the CLI exit ("No conversation found"). [`resume_plan`]
+//!   refuses such a resume, or continues with a fresh conversation when the caller asks.
+
+use std::path::{Path, PathBuf};
+
+use ostler_protocol::outbound::OutRequest;
+use ostler_supervisor::Installation;
+use ostler_supervisor::compat::ControlSupport;
+
+use crate::blocking::blocking;
+use crate::error::{Error, Result};
+use crate::handle::SessionEntry;
+use crate::types::{EngineNotice, EventPayload};
+
+/// The wire subtype of a control request ostler sends.
+pub(crate) fn subtype(request: &OutRequest) -> &str {
+    match request {
+        OutRequest::Initialize(_) => "initialize",
+        OutRequest::Interrupt => "interrupt",
+        OutRequest::SetModel(_) => "set_model",
+        OutRequest::SetPermissionMode(_) => "set_permission_mode",
+        OutRequest::SetMaxThinkingTokens(_) => "set_max_thinking_tokens",
+        OutRequest::McpStatus => "mcp_status",
+        OutRequest::Other { subtype, .. } => subtype,
+    }
+}
+
+/// `Ok` when the installed release serves `request` (or it was never measured), else a
+/// `FailedPrecondition` naming the release, the request and what was measured.
+pub(crate) fn check_control(inst: &Installation, request: &OutRequest) -> Result<()> {
+    let sub = subtype(request);
+    let support = inst.capabilities.control_support(sub);
+    if support.served() {
+        return Ok(());
+    }
+    let measured = match support {
+        ControlSupport::NoAnswer => "it does not answer it",
+        ControlSupport::Unsupported => "it refuses it as an unsupported request",
+        _ => "it does not serve it",
+    };
+    Err(Error::precondition(format!(
+        "Claude Code {} cannot serve the `{sub}` control request ({measured}; see \
+         docs/compatibility.md); use a newer release for this call",
+        inst.version
+    )))
+}
+
+/// How `ResumeSession` treats the CLI conversation. A plain `bool` converts into it as
+/// `fork`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResumeOptions {
+    /// Branch the CLI conversation (`--fork-session`) instead of continuing it in place.
+    pub fork: bool,
+    /// When the CLI's transcript of the conversation is gone, continue in the same ostler
+    /// session with a fresh CLI conversation (an `engine_notice` `context_lost` says the
+    /// model's earlier context is lost) instead of failing with `FailedPrecondition`.
+    pub fresh_if_missing: bool,
+}
+
+impl From<bool> for ResumeOptions {
+    fn from(fork: bool) -> Self {
+        ResumeOptions {
+            fork,
+            fresh_if_missing: false,
+        }
+    }
+}
+
+/// The `engine_notice` code recorded when a resume starts a fresh CLI conversation.
+pub const CONTEXT_LOST: &str = "context_lost";
+
+/// What a resume will do about the CLI conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ResumePlan {
+    /// `--resume` the conversation: its transcript exists (or cannot be looked for).
+    Continue(String),
+    /// The transcript is gone and the caller asked for a fresh conversation.
+    Fresh { lost: String },
+}
+
+/// Where the CLI keeps its state for the environment a session gets: `CLAUDE_CONFIG_DIR`,
+/// else `$HOME/.claude` (the session environment wins over the daemon's).
+fn config_dir(spawn_env: &[(String, String)]) -> Option<PathBuf> {
+    let get = |name: &str| {
+        spawn_env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(name).ok())
+            .filter(|v| !v.is_empty())
+    };
+    get("CLAUDE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| get("HOME").map(|h| Path::new(&h).join(".claude")))
+}
+
+/// Whether `<config>/projects/<any project>/<id>.jsonl` exists. `None`: no config directory
+/// is known, so nothing can be said.
+fn transcript_exists(config: &Path, id: &str) -> Option<bool> {
+    // The CLI's session ids are uuids; anything else cannot name a file safely.
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Some(false);
+    }
+    let projects = config.join("projects");
+    let Ok(dirs) = std::fs::read_dir(&projects) else {
+        return Some(false);
+    };
+    let file = format!("{id}.jsonl");
+    Some(dirs.flatten().any(|d| d.path().join(&file).is_file()))
+}
+
+/// Decides how to resume CLI conversation `claude_session_id` (blocking file system reads:
+/// call through `blocking`). Missing transcript: `FailedPrecondition` explaining it, or
+/// [`ResumePlan::Fresh`] when `fresh_if_missing`.
+pub(crate) fn resume_plan(
+    spawn_env: &[(String, String)],
+    session_id: &str,
+    claude_session_id: String,
+    fresh_if_missing: bool,
+) -> Result<ResumePlan> {
+    let Some(config) = config_dir(spawn_env) else {
+        return Ok(ResumePlan::Continue(claude_session_id));
+    };
+    if transcript_exists(&config, &claude_session_id) != Some(false) {
+        return Ok(ResumePlan::Continue(claude_session_id));
+    }
+    if fresh_if_missing {
+        return Ok(ResumePlan::Fresh {
+            lost: claude_session_id,
+        });
+    }
+    Err(Error::precondition(format!(
+        "session {session_id:?} cannot be resumed: the CLI's transcript of conversation \
+         {claude_session_id} is not under {}/projects (the CLI's home was wiped or changed, \
+         or it ended before writing it), so the CLI would exit with \"No conversation \
+         found\"; resume with fresh_conversation_if_missing to continue this session in a \
+         new CLI conversation (the model's earlier context is lost)",
+        config.display()
+    )))
+}
+
+/// [`resume_plan`] for a session about to be resumed: the CLI session to `--resume`, or
+/// `None` for a fresh conversation (the `context_lost` notice is then recorded first).
+pub(crate) async fn resume_checked(
+    spawn_env: &[(String, String)],
+    entry: &SessionEntry,
+    claude_session_id: Option<String>,
+    opts: ResumeOptions,
+) -> Result<Option<String>> {
+    let Some(cid) = claude_session_id else {
+        return Ok(None);
+    };
+    let env = spawn_env.to_vec();
+    let sid = entry.id.to_string();
+    let fresh = opts.fresh_if_missing;
+    let plan = blocking(move || resume_plan(&env, &sid, cid, fresh)).await?;
+    match plan {
+        ResumePlan::Continue(c) => Ok(Some(c)),
+        ResumePlan::Fresh { lost } if opts.fork => Err(Error::precondition(format!(
+            "session {:?} cannot be forked: the CLI's transcript of conversation {lost} is              gone (resume without fork and with fresh_conversation_if_missing to continue in              a new conversation)",
+            entry.id
+        ))),
+        ResumePlan::Fresh { lost } => {
+            entry
+                .hub
+                .emit_one(EventPayload::EngineNotice(EngineNotice {
+                    code: CONTEXT_LOST.into(),
+                    message: format!(
+                        "the CLI's transcript of conversation {lost} is gone: continuing in a                          new CLI conversation; the model's earlier context is lost (this                          session's event log is complete)"
+                    ),
+                    data: Some(serde_json::json!({ "lost_claude_session_id": lost })),
+                }))
+                .await?;
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transcript_is_found_in_any_project_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().to_string_lossy().into_owned();
+        let env = vec![("HOME".to_string(), home.clone())];
+        let id = "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a";
+        let err = resume_plan(&env, "s1", id.into(), false).expect_err("no transcript");
+        assert!(matches!(err, Error::FailedPrecondition { .. }), "{err:?}");
+        assert!(err.to_string().contains("No conversation found"), "{err}");
+        assert_eq!(
+            resume_plan(&env, "s1", id.into(), true).expect("fresh"),
+            ResumePlan::Fresh { lost: id.into() }
+        );
+        let project = dir.path().join(".claude/projects/-some-cwd");
+        std::fs::create_dir_all(&project).expect("mkdir");
+        std::fs::write(project.join(format!("{id}.jsonl")), "{}\n").expect("write");
+        assert_eq!(
+            resume_plan(&env, "s1", id.into(), false).expect("found"),
+            ResumePlan::Continue(id.into())
+        );
+        // A path-like id never reaches the file system.
+        assert!(resume_plan(&env, "s1", "../x".into(), false).is_err());
+    }
+}
