@@ -165,13 +165,10 @@ pub fn chaos(a: ChaosArgs) -> Result<()> {
     }
 }
 
-type Scenario = for<'a> fn(
-    &'a Bins,
-    &'a Plan,
-    &'a mut Rng,
-    &'a mut Tally,
-)
-    -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + 'a>>;
+/// One scenario's run (boxed: the scenarios are listed as plain function pointers).
+type Run<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + 'a>>;
+
+type Scenario = for<'a> fn(&'a Bins, &'a Plan, &'a mut Rng, &'a mut Tally) -> Run<'a>;
 
 struct Bins {
     ostler: PathBuf,
@@ -419,12 +416,7 @@ fn check_against(
     n
 }
 
-fn kill9<'a>(
-    bins: &'a Bins,
-    plan: &'a Plan,
-    rng: &'a mut Rng,
-    tally: &'a mut Tally,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + 'a>> {
+fn kill9<'a>(bins: &'a Bins, plan: &'a Plan, rng: &'a mut Rng, tally: &'a mut Tally) -> Run<'a> {
     Box::pin(async move {
         let w = World::new()?;
         let mut received: Vec<(String, Vec<pb::SessionEvent>)> = Vec::new();
@@ -491,7 +483,7 @@ fn cli_kill<'a>(
     _plan: &'a Plan,
     rng: &'a mut Rng,
     tally: &'a mut Tally,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + 'a>> {
+) -> Run<'a> {
     Box::pin(async move {
         let w = World::new()?;
         let d = Daemon::start(bins, &w).await?;
@@ -547,12 +539,7 @@ fn cli_kill<'a>(
     })
 }
 
-fn storm<'a>(
-    bins: &'a Bins,
-    plan: &'a Plan,
-    rng: &'a mut Rng,
-    tally: &'a mut Tally,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + 'a>> {
+fn storm<'a>(bins: &'a Bins, plan: &'a Plan, rng: &'a mut Rng, tally: &'a mut Tally) -> Run<'a> {
     Box::pin(async move {
         let w = World::new()?;
         let d = Daemon::start(bins, &w).await?;
@@ -634,7 +621,7 @@ fn stuck_and_slow<'a>(
     plan: &'a Plan,
     _rng: &'a mut Rng,
     tally: &'a mut Tally,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + 'a>> {
+) -> Run<'a> {
     Box::pin(async move {
         let w = World::new()?;
         let d = Daemon::start(bins, &w).await?;
@@ -770,7 +757,7 @@ fn storage_fault<'a>(
     _plan: &'a Plan,
     _rng: &'a mut Rng,
     tally: &'a mut Tally,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + 'a>> {
+) -> Run<'a> {
     Box::pin(async move {
         let w = World::new()?;
         let Some(disk) = SmallDisk::mount(&w.dir.path().join("data")) else {

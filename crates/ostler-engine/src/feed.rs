@@ -44,21 +44,9 @@ impl WatchRequest {
     }
 }
 
-/// One item of the feed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FeedItem {
-    /// Increasing, never reused: resume after it.
-    pub cursor: u64,
-    pub kind: FeedKind,
-    pub session_id: String,
-    pub title: Option<String>,
-    pub cwd: String,
-    /// The session's stored state when the item was read.
-    pub state: SessionState,
-    pub labels: BTreeMap<String, String>,
-    /// The event, as a subscriber of the session sees it.
-    pub event: EngineEvent,
-}
+/// One item of the feed: a stored feed entry with its event as a subscriber of the
+/// session sees it.
+pub type FeedItem = ostler_store::FeedEntry<EngineEvent>;
 
 /// A running watch: call [`FeedWatch::next`] or turn it into a stream.
 pub struct FeedWatch {
@@ -99,16 +87,7 @@ impl FeedWatch {
                 self.scanned = page.scanned_to;
                 for e in page.entries {
                     if self.req.wants(&e) {
-                        self.ready.push_back(FeedItem {
-                            cursor: e.id,
-                            kind: e.kind,
-                            event: decode_stored(&e.event),
-                            session_id: e.session_id,
-                            title: e.title,
-                            cwd: e.cwd,
-                            state: e.state,
-                            labels: e.labels,
-                        });
+                        self.ready.push_back(e.map_event(|ev| decode_stored(&ev)));
                     }
                 }
                 continue;

@@ -391,10 +391,14 @@ pub(crate) fn create_session(
     })
 }
 
-pub(crate) fn list_sessions(r: pb::ListSessionsRequest) -> Result<eng::ListSessions, Status> {
-    count("states", r.states.len(), limits::STATE_FILTERS)?;
-    count("labels", r.labels.len(), limits::LABEL_FILTERS)?;
-    for (k, v) in &r.labels {
+/// The label and state filters of a listing or a watch: counts, sizes, known states.
+pub(crate) fn session_filters(
+    labels: &std::collections::HashMap<String, String>,
+    states: &[i32],
+) -> Result<Vec<eng::SessionState>, Status> {
+    count("states", states.len(), limits::STATE_FILTERS)?;
+    count("labels", labels.len(), limits::LABEL_FILTERS)?;
+    for (k, v) in labels {
         bounded("labels: a key", k, limits::LABEL_KEY_BYTES)?;
         bounded(
             &format!("labels[{}]", crate::error::shown(k)),
@@ -402,13 +406,16 @@ pub(crate) fn list_sessions(r: pb::ListSessionsRequest) -> Result<eng::ListSessi
             limits::LABEL_VALUE_BYTES,
         )?;
     }
-    bounded("page_token", &r.page_token, limits::PAGE_TOKEN_BYTES)?;
-    let states = r
-        .states
+    states
         .iter()
         .enumerate()
         .map(|(i, s)| state_from_pb(&format!("states[{i}]"), *s))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect()
+}
+
+pub(crate) fn list_sessions(r: pb::ListSessionsRequest) -> Result<eng::ListSessions, Status> {
+    let states = session_filters(&r.labels, &r.states)?;
+    bounded("page_token", &r.page_token, limits::PAGE_TOKEN_BYTES)?;
     Ok(eng::ListSessions {
         states,
         labels: r.labels.into_iter().collect(),

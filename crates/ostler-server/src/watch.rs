@@ -12,7 +12,7 @@ use tokio_stream::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
-use crate::convert::{self, bounded};
+use crate::convert;
 use crate::error::ApiError;
 
 /// `CreateSessionRequest.title`, in bytes (the store keeps at most 200 characters).
@@ -57,35 +57,7 @@ fn kind_from_pb(field: &str, v: i32) -> Result<Option<eng::FeedKind>, Status> {
 
 /// Validates a `WatchSessionsRequest`.
 pub(crate) fn watch_request(r: pb::WatchSessionsRequest) -> Result<eng::WatchRequest, Status> {
-    use convert::limits;
-    if r.labels.len() > limits::LABEL_FILTERS {
-        return Err(Status::invalid_argument(format!(
-            "labels has {} entries; at most {} are allowed",
-            r.labels.len(),
-            limits::LABEL_FILTERS
-        )));
-    }
-    for (k, v) in &r.labels {
-        bounded("labels: a key", k, limits::LABEL_KEY_BYTES)?;
-        bounded(
-            &format!("labels[{}]", crate::error::shown(k)),
-            v,
-            limits::LABEL_VALUE_BYTES,
-        )?;
-    }
-    if r.states.len() > limits::STATE_FILTERS {
-        return Err(Status::invalid_argument(format!(
-            "states has {} entries; at most {} are allowed",
-            r.states.len(),
-            limits::STATE_FILTERS
-        )));
-    }
-    let states = r
-        .states
-        .iter()
-        .enumerate()
-        .map(|(i, s)| convert::state_from_pb(&format!("states[{i}]"), *s))
-        .collect::<Result<Vec<_>, _>>()?;
+    let states = convert::session_filters(&r.labels, &r.states)?;
     if r.kinds.len() > 32 {
         return Err(Status::invalid_argument(format!(
             "kinds has {} entries; at most 32 are allowed",

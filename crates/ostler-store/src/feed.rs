@@ -121,9 +121,9 @@ impl std::str::FromStr for FeedKind {
 
 /// One feed row with its session and its event, as stored.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FeedEntry {
+pub struct FeedEntry<E = StoredEvent> {
     /// The feed cursor: increasing, never reused.
-    pub id: u64,
+    pub cursor: u64,
     /// What happened.
     pub kind: FeedKind,
     /// The session.
@@ -137,7 +137,23 @@ pub struct FeedEntry {
     /// The session's labels.
     pub labels: BTreeMap<String, String>,
     /// The event (the session's `seq`).
-    pub event: StoredEvent,
+    pub event: E,
+}
+
+impl<E> FeedEntry<E> {
+    /// The same entry with its event turned into another form (e.g. decoded).
+    pub fn map_event<F>(self, f: impl FnOnce(E) -> F) -> FeedEntry<F> {
+        FeedEntry {
+            cursor: self.cursor,
+            kind: self.kind,
+            session_id: self.session_id,
+            title: self.title,
+            cwd: self.cwd,
+            state: self.state,
+            labels: self.labels,
+            event: f(self.event),
+        }
+    }
 }
 
 /// One page of [`Store::feed_after`].
@@ -207,7 +223,7 @@ fn read_page(conn: &Connection, after: u64, limit: usize) -> Result<FeedPage> {
             continue;
         };
         page.entries.push(FeedEntry {
-            id,
+            cursor: id,
             kind: kind.parse()?,
             title,
             cwd,

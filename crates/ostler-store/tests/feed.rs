@@ -101,7 +101,7 @@ fn cursors_are_never_reused_and_survive_reopening() {
         store.delete_session("b").wait().unwrap();
         let page = store.feed_after(0, 10).unwrap();
         assert_eq!(page.entries.len(), 1);
-        assert_eq!(page.entries[0].id, 1);
+        assert_eq!(page.entries[0].cursor, 1);
     }
     let store = open(&path);
     assert_eq!(
@@ -114,7 +114,7 @@ fn cursors_are_never_reused_and_survive_reopening() {
         .unwrap();
     let page = store.feed_after(1, 10).unwrap();
     assert_eq!(page.entries.len(), 1);
-    assert_eq!(page.entries[0].id, 4);
+    assert_eq!(page.entries[0].cursor, 4);
 }
 
 #[test]

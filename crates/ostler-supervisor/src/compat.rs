@@ -446,45 +446,26 @@ fn infer_sdk_url(m: &Matrix, v: &Version) -> SdkUrl {
 /// A wrong "served" costs a timeout; a wrong "not served" would refuse a working request,
 /// so a gap between disagreeing neighbours stays `Unknown`.
 fn infer_control(m: &Matrix, v: &Version) -> BTreeMap<String, ControlSupport> {
-    let rows = |t: &TestedRelease| -> BTreeMap<String, ControlSupport> {
-        t.control
-            .iter()
-            .map(|(c, s)| ((*c).to_string(), *s))
-            .collect()
-    };
-    if let Some(r) = m.row(v) {
-        return rows(r);
-    }
-    let measured = |t: &&TestedRelease| !t.control.is_empty();
-    let older = m
-        .tested
-        .iter()
-        .filter(measured)
-        .filter(|t| parse_static(t.version) < *v)
-        .max_by_key(|t| parse_static(t.version));
-    let newer = m
-        .tested
-        .iter()
-        .filter(measured)
-        .filter(|t| parse_static(t.version) > *v)
-        .min_by_key(|t| parse_static(t.version));
-    match (older, newer) {
-        (Some(o), None) => rows(o),
-        (Some(o), Some(n)) => {
-            let (o, n) = (rows(o), rows(n));
-            o.into_iter()
-                .filter(|(c, s)| n.get(c).is_some_and(|ns| ns.served() == s.served()))
-                .collect()
-        }
-        _ => BTreeMap::new(),
-    }
+    infer(m, v, |t| t.control, |o, n| o.served() == n.served())
 }
 
 /// Session-option flags of `v`: its pinned row, else what the nearest measured pinned
 /// releases on both sides agree on (newer than every pinned release: the newest row).
 fn infer_options(m: &Matrix, v: &Version) -> BTreeMap<String, bool> {
-    let rows = |t: &TestedRelease| -> BTreeMap<String, bool> {
-        t.options
+    infer(m, v, |t| t.options, |o, n| o == n)
+}
+
+/// A per-release table (`column` of a row) for `v`: its pinned row; else the entries on
+/// which the nearest measured pinned releases on both sides `agree` (the older one's value);
+/// newer than every measured release: the newest row; older than all: nothing.
+fn infer<S: Copy>(
+    m: &Matrix,
+    v: &Version,
+    column: impl Fn(&TestedRelease) -> &[(&'static str, S)],
+    agree: impl Fn(&S, &S) -> bool,
+) -> BTreeMap<String, S> {
+    let rows = |t: &TestedRelease| -> BTreeMap<String, S> {
+        column(t)
             .iter()
             .map(|(c, s)| ((*c).to_string(), *s))
             .collect()
@@ -492,7 +473,7 @@ fn infer_options(m: &Matrix, v: &Version) -> BTreeMap<String, bool> {
     if let Some(r) = m.row(v) {
         return rows(r);
     }
-    let measured = |t: &&TestedRelease| !t.options.is_empty();
+    let measured = |t: &&TestedRelease| !column(t).is_empty();
     let older = m
         .tested
         .iter()
@@ -511,7 +492,7 @@ fn infer_options(m: &Matrix, v: &Version) -> BTreeMap<String, bool> {
             let n = rows(n);
             rows(o)
                 .into_iter()
-                .filter(|(c, s)| n.get(c) == Some(s))
+                .filter(|(c, s)| n.get(c).is_some_and(|ns| agree(s, ns)))
                 .collect()
         }
         _ => BTreeMap::new(),
