@@ -618,18 +618,16 @@ impl Actor {
     /// Waits until the store writes again; `false` when the daemon shuts down (or every
     /// engine handle is gone) first.
     async fn store_writable_again(&self) -> bool {
+        if self.shutdown {
+            return false;
+        }
         let mut health = self.shared.store.watch_write_health();
         let mut alive = self.shared.alive();
-        loop {
-            if self.shutdown || self.shared.is_shutting_down() {
-                return false;
-            }
-            tokio::select! {
-                _ = health.wait_for(|h| h.is_writable()) => return true,
-                () = engine_gone(&mut alive) => return false,
-                // Shutdown has no watch of its own: look again now and then.
-                () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
-            }
+        let mut shutdown = self.shared.watch_shutdown();
+        tokio::select! {
+            r = health.wait_for(|h| h.is_writable()) => r.is_ok(),
+            () = engine_gone(&mut alive) => false,
+            _ = shutdown.wait_for(|s| *s) => false,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ostler_store::Store;
@@ -78,7 +78,8 @@ pub(crate) struct Shared {
     pub counts: StateCounts,
     /// Live-session slots taken (see [`Shared::reserve_slot`]).
     live: AtomicUsize,
-    shutting_down: AtomicBool,
+    /// `true` once daemon shutdown has begun (a watch, so that waiters need not poll).
+    shutting_down: tokio::sync::watch::Sender<bool>,
     /// Becomes `true` when the last [`crate::Engine`] handle is dropped.
     gone: watch::Receiver<bool>,
 }
@@ -98,7 +99,7 @@ impl Shared {
             roots,
             counts: StateCounts::default(),
             live: AtomicUsize::new(0),
-            shutting_down: AtomicBool::new(false),
+            shutting_down: tokio::sync::watch::Sender::new(false),
             gone,
         }
     }
@@ -119,18 +120,23 @@ impl Shared {
 
     /// Whether daemon shutdown has begun.
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::SeqCst)
+        *self.shutting_down.borrow()
+    }
+
+    /// Changes to `true` when daemon shutdown begins.
+    pub fn watch_shutdown(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.shutting_down.subscribe()
     }
 
     /// From now on no slot is handed out (daemon shutdown).
     pub fn begin_shutdown(&self) {
-        self.shutting_down.store(true, Ordering::SeqCst);
+        self.shutting_down.send_replace(true);
     }
 
     /// Takes one live-session slot, released when the returned guard drops (the actor
     /// holds it until it ends).
     pub fn reserve_slot(self: &Arc<Self>) -> Result<SlotGuard> {
-        if self.shutting_down.load(Ordering::SeqCst) {
+        if self.is_shutting_down() {
             return Err(Error::Unavailable("the engine is shutting down".into()));
         }
         let max = self.opts.max_live_sessions;
