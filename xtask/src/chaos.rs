@@ -39,6 +39,10 @@ pub struct ChaosArgs {
     /// Seed of the random choices (kill points, reconnect points); printed in the summary.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Build every test target too, as the test runner will (`cargo test --no-run`), so that
+    /// the daemon is built once with the feature set the tests use instead of twice.
+    #[arg(skip)]
+    pub build_tests: bool,
 }
 
 /// Sizes of one run.
@@ -74,17 +78,23 @@ impl Tally {
 pub fn chaos(a: ChaosArgs) -> Result<()> {
     let root = ostler_testkit::workspace_root();
     let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    build.current_dir(&root).args([
-        "build",
-        "-p",
-        "ostler",
-        "--bin",
-        "ostler",
-        "-p",
-        "ostler-testkit",
-        "--bin",
-        "ostler-fake-claude",
-    ]);
+    if a.build_tests {
+        build
+            .current_dir(&root)
+            .args(["test", "--workspace", "--no-run", "--quiet"]);
+    } else {
+        build.current_dir(&root).args([
+            "build",
+            "-p",
+            "ostler",
+            "--bin",
+            "ostler",
+            "-p",
+            "ostler-testkit",
+            "--bin",
+            "ostler-fake-claude",
+        ]);
+    }
     eprintln!("==> build the daemon and the fake CLI");
     let st = build.status().context("cannot start cargo")?;
     if !st.success() {

@@ -146,6 +146,7 @@ pub fn test(a: TestArgs) -> Result<()> {
     crate::chaos::chaos(crate::chaos::ChaosArgs {
         short: true,
         seed: None,
+        build_tests: true,
     })?;
 
     let mut t = cargo();
