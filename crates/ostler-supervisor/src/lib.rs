@@ -12,6 +12,7 @@
 //! This is the only crate of the workspace that starts processes.
 #![allow(clippy::disallowed_methods)] // the one crate allowed to spawn processes
 
+pub mod cgroup;
 mod child;
 pub mod compat;
 pub mod discover;

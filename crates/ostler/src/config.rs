@@ -167,6 +167,9 @@ pub struct SessionsConfig {
     /// Respawn sessions that were live at the last stop, instead of leaving them resumable.
     pub respawn_on_start: bool,
     pub stop_timeout_secs: u64,
+    /// Session cgroups (cgroup v2): `auto` (under the daemon's own cgroup when it may write
+    /// there, e.g. systemd `Delegate=yes`; otherwise off), `off`, or a cgroup v2 directory.
+    pub cgroup: String,
     /// More inherited variables passed to sessions (names or `PREFIX*`), on top of the
     /// supervisor's default allowlist (credentials, the CLI's documented variables, ...).
     pub env_allow: Vec<String>,
@@ -208,6 +211,7 @@ impl Default for SessionsConfig {
             allow_free_text_answers: false,
             respawn_on_start: false,
             stop_timeout_secs: 5,
+            cgroup: "auto".into(),
             env_allow: Vec::new(),
             env: SessionEnv::default(),
         }
@@ -443,6 +447,8 @@ pub struct Validated {
     pub metrics: Option<SocketAddr>,
     /// `[[notify]]`, checked.
     pub notifiers: Vec<crate::notify::Notifier>,
+    /// `sessions.cgroup`, parsed.
+    pub cgroup: ostler_supervisor::cgroup::CgroupSetting,
 }
 
 impl Config {
@@ -573,6 +579,11 @@ impl Config {
         let env_allowlist = self.validate_env_allow()?;
         self.validate_session_env()?;
         let metrics = self.validate_metrics()?;
+        let cgroup = self
+            .sessions
+            .cgroup
+            .parse()
+            .map_err(|e| anyhow::anyhow!("sessions.cgroup: {e}"))?;
         let notifiers = self
             .notify
             .iter()
@@ -580,6 +591,7 @@ impl Config {
             .map(|(i, n)| n.validate(i))
             .collect::<Result<Vec<_>>>()?;
         Ok(Validated {
+            cgroup,
             metrics,
             notifiers,
             env_allowlist,

@@ -219,7 +219,9 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     // a previous life on this store left behind (kill -9 of the daemon: tools that had left
     // their CLI's process group survive it, reparented to init).
     let process_tag = ostler_supervisor::proctree::tag_for(&valid.store_path);
-    take_charge_of_process_trees(&process_tag).await?;
+    let cgroups = session_cgroups(&valid.cgroup, &process_tag)?;
+    let cgroup_dir = cgroups.as_ref().map(|cg| cg.dir().to_path_buf());
+    take_charge_of_process_trees(&process_tag, cgroups.clone()).await?;
     let store_opts = ostler_store::StoreOptions {
         synchronous: if cfg.store.synchronous == "full" {
             ostler_store::Synchronous::Full
@@ -249,6 +251,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         supervisor: ostler_supervisor::SupervisorOptions {
             stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
             process_tag,
+            cgroups,
             env_allowlist: valid.env_allowlist.clone(),
             ..Default::default()
         },
@@ -374,6 +377,11 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     tracing::info!("stopping sessions");
     engine.shutdown().await;
     drop(engine);
+    if let Some(dir) = &cgroup_dir {
+        // Every session's cgroup went with it; the daemon's directory goes too (it is
+        // made again at the next start).
+        let _ = std::fs::remove_dir(dir);
+    }
     if let Some(path) = &valid.unix_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -428,7 +436,31 @@ fn claude_info(i: &ostler_supervisor::Installation) -> ostler_server::ClaudeCode
 
 /// Become the child subreaper of every session's processes, reap the orphans that exit, and
 /// end the leftovers of a previous daemon on the same store.
-async fn take_charge_of_process_trees(tag: &str) -> Result<()> {
+/// The session cgroups `sessions.cgroup` asks for: `auto` falls back to none (with a log
+/// line saying why), an explicit directory that cannot be used is an error.
+fn session_cgroups(
+    setting: &ostler_supervisor::cgroup::CgroupSetting,
+    tag: &str,
+) -> Result<Option<std::sync::Arc<ostler_supervisor::cgroup::Cgroups>>> {
+    use ostler_supervisor::cgroup::{CgroupSetting, Cgroups};
+    match Cgroups::setup(setting, tag) {
+        Ok(Some(cg)) => {
+            tracing::info!(dir = %cg.dir().display(), "each session runs in a cgroup of its own");
+            Ok(Some(std::sync::Arc::new(cg)))
+        }
+        Ok(None) => Ok(None),
+        Err(e) if *setting == CgroupSetting::Auto => {
+            tracing::info!(reason = %e, "session cgroups not used");
+            Ok(None)
+        }
+        Err(e) => Err(anyhow::anyhow!("sessions.cgroup: {e}")),
+    }
+}
+
+async fn take_charge_of_process_trees(
+    tag: &str,
+    cgroups: Option<std::sync::Arc<ostler_supervisor::cgroup::Cgroups>>,
+) -> Result<()> {
     use ostler_supervisor::proctree;
     match proctree::become_subreaper() {
         Ok(()) => {
@@ -439,9 +471,11 @@ async fn take_charge_of_process_trees(tag: &str) -> Result<()> {
         }
     }
     let tag = tag.to_owned();
-    let killed = tokio::task::spawn_blocking(move || proctree::kill_marked(&tag))
-        .await
-        .context("process cleanup task")?;
+    let killed = tokio::task::spawn_blocking(move || {
+        proctree::kill_marked(&tag) + cgroups.map_or(0, |cg| cg.kill_all())
+    })
+    .await
+    .context("process cleanup task")?;
     if killed > 0 {
         tracing::warn!(
             killed,

@@ -86,7 +86,7 @@ async fn session_environment_passes_credentials_and_config_and_scrubs_the_rest()
     .arg(&ready)
     .arg("--claude")
     .arg(&world.claude);
-    let daemon = Daemon::spawn(cmd, &world, ready).await;
+    let daemon = Daemon::spawn(cmd, &world, ready, &[]).await;
     let mut c = daemon.sessions().await;
     let session = create_session(&mut c, &world.work, "env-test").await;
 

@@ -98,7 +98,7 @@ async fn metrics_follow_sessions_on_the_fake_cli() {
     // The config file layer (the flag and OSTLER_METRICS__LISTEN are the same key).
     std::fs::write(&world.config, "[metrics]\nlisten = \"127.0.0.1:0\"\n").unwrap();
     let (cmd, ready) = world.serve_command(&[]);
-    let daemon = Daemon::spawn(cmd, &world, ready.clone()).await;
+    let daemon = Daemon::spawn(cmd, &world, ready.clone(), &[]).await;
     let metrics: SocketAddr = std::fs::read_to_string(&ready)
         .unwrap()
         .lines()
@@ -255,7 +255,7 @@ async fn metrics_are_off_by_default() {
     let mut world = World::new(NEW).await;
     world.claude = fake_claude_binary().await;
     let (cmd, ready) = world.serve_command(&[]);
-    let _daemon = Daemon::spawn(cmd, &world, ready.clone()).await;
+    let _daemon = Daemon::spawn(cmd, &world, ready.clone(), &[]).await;
     let text = std::fs::read_to_string(&ready).unwrap();
     assert!(
         !text.contains("http://"),

@@ -34,7 +34,7 @@ async fn serve_starts_without_a_config_file_and_uses_the_data_dir() {
     let world = World::new(NEW).await;
     let ready = world.dir.path().join("ready");
     // HOME is fresh: no ~/.config/ostler/config.toml, no data directory yet.
-    let daemon = Daemon::spawn(serve(&world, &ready), &world, ready).await;
+    let daemon = Daemon::spawn(serve(&world, &ready), &world, ready, &[]).await;
     let mut c = daemon.sessions().await;
     let _ = create_session(&mut c, &world.work, "defaults").await;
     let data = world.home.join(".local/share/ostler");
@@ -89,7 +89,7 @@ async fn config_permission_rules_decide_without_asking_clients() {
         .arg(&world.store)
         .arg("--allowed-root")
         .arg(&world.work);
-    let daemon = Daemon::spawn(cmd, &world, ready).await;
+    let daemon = Daemon::spawn(cmd, &world, ready, &[]).await;
     let mut c = daemon.sessions().await;
     let s = create_session(&mut c, &world.work, "rules").await;
     let mut events = subscribe(&mut c, &s.id, 0, false).await;

@@ -122,10 +122,17 @@ impl Shared {
     /// the group too) and their descendants, plus, while the leader is alive (`leader_alive`;
     /// after it was reaped its pid may name another process), its group and descendants.
     /// Scans `/proc`.
+    /// Then, when the session has a cgroup, kills what is left in it (a tool that cleared
+    /// its environment and left the group) and removes it.
     pub(super) fn kill_tree(&self, leader_alive: bool) -> usize {
-        crate::proctree::kill_tree(
+        let n = crate::proctree::kill_tree(
             crate::proctree::Mark::Exact(&self.mark),
             leader_alive.then_some(self.pid),
-        )
+        );
+        n + self
+            .opts
+            .cgroups
+            .as_ref()
+            .map_or(0, |cg| cg.kill(&self.mark))
     }
 }

@@ -115,13 +115,30 @@ pub(super) fn command(
         .kill_on_drop(true)
         .process_group(0);
     let parent = std::process::id();
+    // The session's cgroup (when used): its `cgroup.procs`, opened here, written by the
+    // child before exec so that nothing the CLI starts is ever outside it.
+    let cgroup_procs = sup.cgroups.as_ref().and_then(|cg| {
+        cg.prepare(&mark)
+            .map_err(|e| {
+                tracing::warn!(session = %opts.log_id, error = %e, "cannot create the session's cgroup; its processes are tracked without one");
+            })
+            .ok()
+    });
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the child between fork and exec, where only
-    // async-signal-safe functions may be called. It calls prctl(2) and getppid(2),
-    // both plain system calls, touches no locks, does not allocate (the error values
-    // are built from raw errno), and captures only a `u32` by copy.
+    // async-signal-safe functions may be called. It calls write(2), prctl(2) and
+    // getppid(2), all plain system calls, touches no locks, does not allocate (the error
+    // values are built from raw errno), and captures a `u32` by copy and an `OwnedFd` the
+    // parent keeps open until the `Command` drops (close-on-exec, so the CLI does not
+    // inherit it).
     unsafe {
+        use std::os::fd::AsRawFd;
         cmd.pre_exec(move || {
+            if let Some(fd) = &cgroup_procs {
+                // "0": the writing process. A failure leaves the CLI outside the cgroup,
+                // still tracked by its mark and group (see `crate::proctree`).
+                let _ = libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1);
+            }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }

@@ -59,6 +59,9 @@ pub struct SupervisorOptions {
     /// inherit (see [`crate::proctree`]). The daemon derives it from its store, so that a
     /// restarted daemon finds the leftovers of its previous life.
     pub process_tag: String,
+    /// Session cgroups (see [`crate::cgroup`]): each session process starts in a cgroup of
+    /// its own, killed and removed when the session ends. `None`: not used.
+    pub cgroups: Option<std::sync::Arc<crate::cgroup::Cgroups>>,
 }
 
 impl Default for SupervisorOptions {
@@ -78,6 +81,7 @@ impl Default for SupervisorOptions {
             max_payload_bytes: ostler_protocol::DEFAULT_MAX_PAYLOAD_BYTES,
             event_buffer: 256,
             process_tag: format!("pid{}", std::process::id()),
+            cgroups: None,
         }
     }
 }

@@ -57,6 +57,19 @@ name = "after sleeper"
 when = { tool_result_for = "toolu_sleeper_1", stream = true }
 blocks = [{ type = "text", text = "The sleeper runs." }]
 
+# The same, with its environment cleared too (no process-tree mark): only a cgroup holds it.
+[[model]]
+name = "hidden sleeper"
+when = { last_user_text_contains = "Start the hidden sleeper", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_hidden_1", name = "Bash", input = { command = "env -i /usr/bin/setsid /bin/sh -c 'echo $$ > hidden.tmp; /bin/mv hidden.tmp hidden.pid; exec /bin/sleep 300' </dev/null >/dev/null 2>&1 & while [ ! -s hidden.pid ]; do sleep 0.05; done", description = "Start a hidden sleeper" } },
+]
+
+[[model]]
+name = "after hidden sleeper"
+when = { tool_result_for = "toolu_hidden_1", stream = true }
+blocks = [{ type = "text", text = "The hidden sleeper runs." }]
+
 [[model]]
 name = "ask"
 when = { last_user_text_contains = "Ask me which database", stream = true }

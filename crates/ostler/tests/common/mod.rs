@@ -166,8 +166,13 @@ impl World {
 
     /// Start a daemon on this world's store and wait until it is ready.
     pub async fn daemon(&self, extra: &[&str]) -> Daemon {
+        self.daemon_with_env(extra, &[]).await
+    }
+
+    /// [`World::daemon`] with extra environment (e.g. `OSTLER_*` configuration).
+    pub async fn daemon_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let (cmd, ready) = self.serve_command(extra);
-        Daemon::spawn(cmd, self, ready).await
+        Daemon::spawn(cmd, self, ready, env).await
     }
 
     /// [`World::daemon`] for tests without an async runtime, with extra environment.
@@ -216,8 +221,14 @@ pub struct Daemon {
 impl Daemon {
     /// Start `cmd` (an `ostler serve` command line) in `world`'s environment and wait until it
     /// is ready; `ready` is the command's `--ready-file`.
-    pub async fn spawn(mut cmd: Command, world: &World, ready: PathBuf) -> Self {
+    pub async fn spawn(
+        mut cmd: Command,
+        world: &World,
+        ready: PathBuf,
+        env: &[(&str, &str)],
+    ) -> Self {
         world.daemon_env(&mut cmd);
+        cmd.envs(env.iter().copied());
         let (child, log, lines) = Self::start_child(cmd);
         let ready_line = tokio::task::spawn_blocking(move || wait_ready(&lines))
             .await
