@@ -41,9 +41,12 @@ pub struct NotifyConfig {
     /// Names the notifier's persisted cursor (default: the URL). Renaming it restarts
     /// delivery from the newest item.
     pub name: String,
-    /// `http://host:port/path` (plain HTTP; put a TLS-terminating proxy in front for
-    /// remote receivers).
+    /// `https://host[:port]/path` (the certificate checked against the system's roots and
+    /// `ca_file`) or `http://...` (plain, for a receiver on loopback or a trusted network).
     pub url: String,
+    /// PEM file of extra CA certificates trusted for this notifier's https receiver (a
+    /// private CA, a self-signed receiver), on top of the system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
     /// Key of the HMAC-SHA256 signature (empty: no signature header).
     pub secret: String,
     /// Feed kinds to deliver (empty: all): session_created, state_changed, turn_completed,
@@ -67,6 +70,7 @@ impl Default for NotifyConfig {
         Self {
             name: String::new(),
             url: String::new(),
+            ca_file: None,
             secret: String::new(),
             kinds: Vec::new(),
             labels: BTreeMap::new(),
@@ -107,6 +111,11 @@ pub struct Notifier {
     pub uri: hyper::Uri,
     host: String,
     port: u16,
+    /// For https: the connector (roots checked at validation) and the name to verify.
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls_pki_types::ServerName<'static>,
+    )>,
     secret: Option<Vec<u8>>,
     kinds: Option<Vec<FeedKind>>,
     labels: BTreeMap<String, String>,
@@ -135,21 +144,34 @@ impl NotifyConfig {
             .trim()
             .parse()
             .with_context(|| format!("{}: {:?} is not a URL", key("url"), self.url))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => bail!(
-                "{}: https is not supported by the built-in client yet; deliver to a local \
-                 http:// receiver or proxy that forwards over TLS",
-                key("url")
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => bail!(
+                "{}: {:?} must start with https:// or http://",
+                key("url"),
+                self.url
             ),
-            _ => bail!("{}: {:?} must start with http://", key("url"), self.url),
-        }
+        };
         let host = uri
             .host()
             .with_context(|| format!("{}: {:?} has no host", key("url"), self.url))?
             .trim_matches(['[', ']'])
             .to_owned();
-        let port = uri.port_u16().unwrap_or(80);
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let tls = if https {
+            let name = rustls_pki_types::ServerName::try_from(host.clone())
+                .with_context(|| format!("{}: {host:?} is not a TLS server name", key("url")))?;
+            Some((
+                tls_connector(self.ca_file.as_deref(), &key("ca_file"))?,
+                name,
+            ))
+        } else {
+            if self.ca_file.is_some() {
+                bail!("{} is only used with an https:// url", key("ca_file"));
+            }
+            None
+        };
         let kinds = if self.kinds.is_empty() {
             None
         } else {
@@ -189,6 +211,7 @@ impl NotifyConfig {
             uri,
             host,
             port,
+            tls,
             secret: (!self.secret.is_empty()).then(|| self.secret.clone().into_bytes()),
             kinds,
             labels: self.labels.clone(),
@@ -199,6 +222,44 @@ impl NotifyConfig {
             timeout: Duration::from_secs(self.timeout_secs),
         })
     }
+}
+
+/// A TLS client trusting the system's root certificates and those in `ca_file`.
+fn tls_connector(
+    ca_file: Option<&std::path::Path>,
+    key: &str,
+) -> Result<tokio_rustls::TlsConnector> {
+    use rustls_pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    // Unreadable system certificates are skipped (rustls-native-certs reports them); an
+    // empty store only matters to receivers that a `ca_file` does not cover.
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    if let Some(path) = ca_file {
+        let mut n = 0;
+        for cert in rustls_pki_types::CertificateDer::pem_file_iter(path)
+            .with_context(|| format!("{key}: cannot read {}", path.display()))?
+        {
+            let cert = cert.with_context(|| format!("{key}: {} is not PEM", path.display()))?;
+            roots.add(cert).with_context(|| {
+                format!("{key}: a certificate in {} is not usable", path.display())
+            })?;
+            n += 1;
+        }
+        if n == 0 {
+            bail!("{key}: {} holds no certificate", path.display());
+        }
+    }
+    if roots.is_empty() {
+        bail!("{key}: no trusted certificate (the system has none readable): set ca_file");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
 /// `sha256=<hex>` of `body` keyed with `secret`.
@@ -416,6 +477,22 @@ async fn post(n: &Notifier, d: &Delivery) -> Result<hyper::StatusCode> {
     let stream = tokio::net::TcpStream::connect((n.host.as_str(), n.port))
         .await
         .with_context(|| format!("connecting to {}:{}", n.host, n.port))?;
+    match &n.tls {
+        None => post_on(n, d, stream).await,
+        Some((connector, name)) => {
+            let tls = connector
+                .connect(name.clone(), stream)
+                .await
+                .with_context(|| format!("TLS handshake with {}", n.host))?;
+            post_on(n, d, tls).await
+        }
+    }
+}
+
+async fn post_on<S>(n: &Notifier, d: &Delivery, stream: S) -> Result<hyper::StatusCode>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .context("HTTP handshake")?;
@@ -486,11 +563,24 @@ mod tests {
             e.contains("notify[2].kinds[0]") && e.contains("turn_completed"),
             "{e}"
         );
-        let https = NotifyConfig {
-            url: "https://example.invalid/x".into(),
+        let ftp = NotifyConfig {
+            url: "ftp://example.invalid/x".into(),
             ..ok.clone()
         };
-        assert!(format!("{:#}", https.validate(0).unwrap_err()).contains("notify[0].url"));
+        assert!(format!("{:#}", ftp.validate(0).unwrap_err()).contains("notify[0].url"));
+        let missing_ca = NotifyConfig {
+            url: "https://example.invalid/x".into(),
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..ok.clone()
+        };
+        let e = format!("{:#}", missing_ca.validate(1).unwrap_err());
+        assert!(e.contains("notify[1].ca_file"), "{e}");
+        let ca_on_http = NotifyConfig {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..ok.clone()
+        };
+        let e = format!("{:#}", ca_on_http.validate(0).unwrap_err());
+        assert!(e.contains("only used with an https"), "{e}");
         let secret = NotifyConfig {
             secret: "s3cret".into(),
             ..ok

@@ -28,18 +28,68 @@ struct Received {
 /// A loopback HTTP/1.1 receiver answering 500 to the first `fail_first` attempts of each
 /// delivery id, then 200.
 async fn receiver(fail_first: usize) -> (u16, mpsc::UnboundedReceiver<Received>) {
+    let (port, rx, _) = receiver_with(fail_first, None).await;
+    (port, rx)
+}
+
+/// [`receiver`] over TLS with `acceptor` when given; the third receiver gets a unit for
+/// each TLS handshake that failed.
+async fn receiver_with(
+    fail_first: usize,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) -> (
+    u16,
+    mpsc::UnboundedReceiver<Received>,
+    mpsc::UnboundedReceiver<()>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::unbounded_channel();
+    let (failed_tx, failed_rx) = mpsc::unbounded_channel();
     let attempts: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
+            let Ok((sock, _)) = listener.accept().await else {
                 return;
             };
             let tx = tx.clone();
             let attempts = attempts.clone();
-            tokio::spawn(async move {
+            match &acceptor {
+                None => {
+                    tokio::spawn(answer(sock, fail_first, tx, attempts));
+                }
+                Some(acceptor) => {
+                    let acceptor = acceptor.clone();
+                    let failed = failed_tx.clone();
+                    tokio::spawn(async move {
+                        // A client that does not trust the certificate ends here.
+                        match acceptor.accept(sock).await {
+                            Ok(tls) => answer(tls, fail_first, tx, attempts).await,
+                            Err(_) => {
+                                let _ = failed.send(());
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    });
+    (port, rx, failed_rx)
+}
+
+/// Reads one request from `sock` and answers it (500 for the first `fail_first` attempts
+/// of a delivery id, then 200).
+async fn answer<S>(
+    mut sock: S,
+    fail_first: usize,
+    tx: mpsc::UnboundedSender<Received>,
+    attempts: Arc<Mutex<HashMap<String, usize>>>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    {
+        {
+            {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
                 let head_end = loop {
@@ -101,10 +151,9 @@ async fn receiver(fail_first: usize) -> (u16, mpsc::UnboundedReceiver<Received>)
                     body,
                     status,
                 });
-            });
+            }
         }
-    });
-    (port, rx)
+    }
 }
 
 async fn next(rx: &mut mpsc::UnboundedReceiver<Received>, what: &str) -> Received {
@@ -237,6 +286,89 @@ retry_max_ms = 100
         assert_eq!(
             v["id"], turn["id"],
             "only the last acknowledged item may come again"
+        );
+    }
+}
+
+/// An https receiver whose self-signed certificate the notifier trusts through `ca_file`
+/// gets the signed item; a notifier without `ca_file` does not trust it and never gets a
+/// request through (the handshake fails and is retried, logged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_reach_an_https_receiver_that_ca_file_trusts() {
+    let world = World::new(NEW).await;
+    let rcgen::CertifiedKey { cert, signing_key } =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let ca = world.dir.path().join("receiver-ca.pem");
+    std::fs::write(&ca, cert.pem()).unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(rustls_pki_types::PrivatePkcs8KeyDer::from(
+        signing_key.serialize_der(),
+    ));
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.der().clone()], key)
+    .unwrap();
+    let (port, mut rx, mut failed) =
+        receiver_with(0, Some(tokio_rustls::TlsAcceptor::from(Arc::new(server)))).await;
+    std::fs::write(
+        &world.config,
+        format!(
+            r#"
+[[notify]]
+name = "tls-hook"
+url = "https://localhost:{port}/hook"
+ca_file = "{ca}"
+secret = "s3cret"
+kinds = ["session_created"]
+
+[[notify]]
+name = "untrusting"
+url = "https://localhost:{port}/hook"
+kinds = ["session_created"]
+retry_initial_ms = 20
+retry_max_ms = 100
+"#,
+            ca = ca.display()
+        ),
+    )
+    .unwrap();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let a = c
+        .create_session(as_client(
+            "tester",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let (created, n) = accepted(&mut rx, "session_created over https").await;
+    assert_eq!(n, 1);
+    assert_eq!(created["notifier"], "tls-hook");
+    assert_eq!(created["session_id"], a.id.as_str());
+    // The untrusting notifier's handshakes fail (it does not trust the certificate), and
+    // it retries: two failed handshakes seen by the receiver.
+    for _ in 0..2 {
+        tokio::time::timeout(guard(), failed.recv())
+            .await
+            .expect("the untrusting notifier's handshake fails")
+            .unwrap();
+    }
+    assert!(
+        daemon.log_text().contains("TLS handshake"),
+        "the failure is logged with its step"
+    );
+    while let Ok(r) = rx.try_recv() {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(
+            v["notifier"], "tls-hook",
+            "no request through an untrusted handshake"
         );
     }
 }
