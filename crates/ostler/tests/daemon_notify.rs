@@ -156,6 +156,25 @@ async fn answer<S>(
     }
 }
 
+/// A session in the world's work directory with no first prompt.
+async fn plain_session(
+    c: &mut ostler_proto::v1::session_service_client::SessionServiceClient<
+        tonic::transport::Channel,
+    >,
+    world: &World,
+) -> pb::Session {
+    c.create_session(as_client(
+        "tester",
+        pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap()
+    .into_inner()
+}
+
 async fn next(rx: &mut mpsc::UnboundedReceiver<Received>, what: &str) -> Received {
     tokio::time::timeout(guard(), rx.recv())
         .await
@@ -262,17 +281,7 @@ retry_max_ms = 100
     daemon.kill9();
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let b = c
-        .create_session(as_client(
-            "tester",
-            pb::CreateSessionRequest {
-                cwd: world.work.display().to_string(),
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let b = plain_session(&mut c, &world).await;
     loop {
         let (v, _) = accepted(&mut rx, "after the restart").await;
         assert_ne!(
@@ -337,17 +346,7 @@ retry_max_ms = 100
     .unwrap();
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let a = c
-        .create_session(as_client(
-            "tester",
-            pb::CreateSessionRequest {
-                cwd: world.work.display().to_string(),
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let a = plain_session(&mut c, &world).await;
     let (created, n) = accepted(&mut rx, "session_created over https").await;
     assert_eq!(n, 1);
     assert_eq!(created["notifier"], "tls-hook");
