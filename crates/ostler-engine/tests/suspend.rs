@@ -463,7 +463,13 @@ async fn after_a_restart_resumable_and_suspended_sessions_resume_on_demand() {
     let a = fx.session("alpha").await;
     fx.turns(&a.id, 1).await;
     let b = fx.session("bravo").await; // suspends a to make room
-    fx.turns(&b.id, 1).await;
+    let turn = fx.turns(&b.id, 1).await[0].seq.unwrap();
+    // Idle recorded (after the turn) before the "crash", so the old actor writes nothing
+    // once the new engine has looked at the store.
+    until(&mut fx.follow(&b.id, turn).await, |e| {
+        state_change(e, SessionState::Idle)
+    })
+    .await;
     assert_eq!(fx.state(&a.id).await, SessionState::Suspended);
     let fx = fx.restarted().await;
     assert_eq!(fx.state(&a.id).await, SessionState::Suspended);

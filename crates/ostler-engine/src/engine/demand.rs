@@ -40,7 +40,15 @@ impl Deref for LiveActor {
     }
 }
 
-struct InFlight(Arc<SessionEntry>);
+pub(crate) struct InFlight(Arc<SessionEntry>);
+
+/// Keeps the session's next process from suspending itself until dropped: held across a
+/// spawn and the call that follows it (the first prompt of a create, the call a resume on
+/// demand is for), so a short idle timeout cannot end the process in between.
+pub(crate) fn hold(entry: &Arc<SessionEntry>) -> InFlight {
+    entry.inflight.fetch_add(1, Ordering::SeqCst);
+    InFlight(entry.clone())
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -53,8 +61,7 @@ fn enter(entry: &Arc<SessionEntry>, handle: &SessionHandle) -> Option<LiveActor>
     if !handle.is_live() {
         return None;
     }
-    entry.inflight.fetch_add(1, Ordering::SeqCst);
-    let guard = InFlight(entry.clone());
+    let guard = hold(entry);
     if entry.suspending.load(Ordering::SeqCst) || !handle.is_live() {
         return None;
     }
@@ -96,6 +103,7 @@ impl Engine {
                     rec.state
                 )));
             }
+            let _spawning = hold(&entry);
             self.resume_on_demand(&entry, rec).await?;
             if let Some(h) = self.live_handle(id)
                 && let Some(live) = enter(&entry, &h)

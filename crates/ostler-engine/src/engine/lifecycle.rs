@@ -326,6 +326,8 @@ impl Engine {
                 messages: HashMap::new(),
             },
         };
+        // The new process does not suspend itself before its first prompt is sent.
+        let _spawning = super::demand::hold(&entry);
         self.spawn_actor(&entry, launch, slot).await?;
         if let Some(content) = req.first_prompt {
             self.send_message(
