@@ -550,3 +550,38 @@ async fn real_cli_suspends_and_resumes_with_its_context() {
         .count();
     assert!(with_context >= 1, "no request carried the earlier turn");
 }
+
+/// A background task the CLI reports running keeps an idle session live; once the CLI
+/// reports it done, the idle timer suspends the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_background_task_keeps_the_session_live() {
+    use std::os::unix::fs::PermissionsExt;
+    // Turn 1 starts a background task (2.1.330's `background_tasks_changed`); turn 2
+    // reports it finished.
+    let script = r#"#!/bin/sh
+IFS= read -r first
+echo '{"type":"system","subtype":"init","session_id":"bg-1","model":"fake-model","cwd":"/","tools":[]}'
+echo '{"type":"system","subtype":"background_tasks_changed","tasks":[{"task_id":"task-1","task_type":"local_agent","description":"x"}],"session_id":"bg-1"}'
+echo '{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"num_turns":1,"result":"started","session_id":"bg-1"}'
+IFS= read -r second
+echo '{"type":"system","subtype":"background_tasks_changed","tasks":[],"session_id":"bg-1"}'
+echo '{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"num_turns":1,"result":"done","session_id":"bg-1"}'
+cat > /dev/null
+"#;
+    let mut fx = Fake::start(|o| o.idle_suspend = Some(Duration::from_millis(200))).await;
+    let bin = fx._dir.path().join("bg-claude");
+    std::fs::write(&bin, script).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fx.installation = Installation::assume(bin, semver::Version::new(2, 1, 330), None);
+    let fx = fx.restarted().await;
+    let s = fx.session("start a background task").await;
+    let mut sub = fx.follow(&s.id, 0).await;
+    until(&mut sub, is_turn_end).await;
+    until(&mut sub, |e| state_change(e, SessionState::Idle)).await;
+    // Absence can only be observed over time: many idle periods pass without a suspension.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(fx.state(&s.id).await, SessionState::Idle);
+    fx.send(&s.id, "is it done?").await.unwrap();
+    let (_, seen) = until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
+    assert!(seen.iter().any(|e| is_turn_end(e)), "{:?}", kinds(&seen));
+}
