@@ -17,6 +17,7 @@ pub mod compat;
 pub mod discover;
 pub mod env;
 mod installation;
+pub mod options;
 pub mod proctree;
 pub mod session;
 
@@ -25,6 +26,7 @@ pub use compat::{
 };
 pub use discover::{DiscoverError, DiscoverOptions, discover};
 pub use installation::Installation;
+pub use options::{CliOptions, InvalidOption, McpServer};
 pub use ostler_protocol::version::{
     ClaudeVersion, VersionParseError, parse as parse_version_output,
 };

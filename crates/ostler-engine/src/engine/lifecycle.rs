@@ -9,7 +9,7 @@ use ostler_store::{
     DecideOutcome, Decision, InteractionState, NewSession, SessionFilter, SessionPatch,
     SessionRecord, Store, WithEvents,
 };
-use ostler_supervisor::{Installation, SessionProcess, SpawnOptions};
+use ostler_supervisor::{CliOptions, Installation, SessionProcess, SpawnOptions};
 use serde::{Deserialize, Serialize};
 
 use super::{Engine, KNOWN_MODES};
@@ -23,19 +23,60 @@ use crate::shared::{EngineOptions, Shared, SlotGuard};
 use crate::types::*;
 
 /// What a session was created with (recorded in its first event, `session_created`), needed
-/// to respawn it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// to respawn it: its CLI options (flattened: the field names of older payloads, which
+/// still read) and its rules. The live model and permission mode come from the session's
+/// record (`SetModel` / `SetPermissionMode` change them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SessionSpec {
-    #[serde(default)]
-    allowed_tools: Vec<String>,
-    #[serde(default)]
-    disallowed_tools: Vec<String>,
-    #[serde(default)]
-    append_system_prompt: Option<String>,
-    #[serde(default)]
-    max_turns: Option<u32>,
+    #[serde(flatten)]
+    options: CliOptions,
     #[serde(default)]
     rules: Vec<PermissionRule>,
+}
+
+/// Longest client-chosen session id.
+pub const SESSION_ID_BYTES: usize = 128;
+
+/// A client-chosen session id: 1 to [`SESSION_ID_BYTES`] letters, digits, `-`, `_`, `.`,
+/// not starting with `-` or `.`.
+fn validate_session_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= SESSION_ID_BYTES
+        && !id.starts_with(['-', '.'])
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "session_id",
+            format!(
+                "{} is not a session id (1 to {SESSION_ID_BYTES} letters, digits, `-`, `_` or \
+                 `.`, not starting with `-` or `.`)",
+                ostler_supervisor::options::shown(id)
+            ),
+        ))
+    }
+}
+
+/// The option field that needs `flag` (for messages).
+fn field_of(flag: &str) -> &'static str {
+    match flag {
+        "--system-prompt" => "system_prompt",
+        "--append-system-prompt" => "append_system_prompt",
+        "--fallback-model" => "fallback_model",
+        "--add-dir" => "add_dirs",
+        "--max-budget-usd" => "max_budget_usd",
+        "--max-thinking-tokens" => "max_thinking_tokens",
+        "--settings" => "settings",
+        "--setting-sources" => "setting_sources",
+        "--mcp-config" => "mcp_servers",
+        "--strict-mcp-config" => "strict_mcp_config",
+        "--agents" => "agents",
+        "--json-schema" => "json_schema",
+        _ => "options",
+    }
 }
 
 fn canonical_dir(field: &str, p: &Path) -> Result<PathBuf> {
@@ -216,14 +257,20 @@ impl Engine {
         if cwd.as_os_str().is_empty() {
             return Err(Error::invalid("cwd", "the working directory is required"));
         }
+        self.validate_dir("cwd", cwd).await
+    }
+
+    /// An absolute path to a directory under the allowed roots, made canonical.
+    async fn validate_dir(&self, field: &str, cwd: &Path) -> Result<PathBuf> {
         if !cwd.is_absolute() {
             return Err(Error::invalid(
-                "cwd",
+                field,
                 format!("{} is not an absolute path", cwd.display()),
             ));
         }
         let owned = cwd.to_path_buf();
-        let c = blocking(move || canonical_dir("cwd", &owned)).await?;
+        let f = field.to_owned();
+        let c = blocking(move || canonical_dir(&f, &owned)).await?;
         if !self.shared.roots.is_empty() && !self.shared.roots.iter().any(|r| c.starts_with(r)) {
             let roots: Vec<String> = self
                 .shared
@@ -232,22 +279,26 @@ impl Engine {
                 .map(|r| r.display().to_string())
                 .collect();
             return Err(Error::invalid(
-                "cwd",
+                field,
                 format!("{} is outside the allowed roots {roots:?}", c.display()),
             ));
         }
         Ok(c)
     }
 
-    /// `CreateSession`: validates, records, spawns the CLI, sends `first_prompt`.
-    pub async fn create_session(&self, req: CreateSession) -> Result<SessionInfo> {
-        let cwd = self.validate_cwd(&req.cwd).await?;
-        if let Some(m) = &req.permission_mode
+    /// Checks a create request and returns its spec (add_dirs made canonical), before
+    /// anything is created: `InvalidArgument` naming the field, `FailedPrecondition` for an
+    /// option the running release lacks.
+    async fn create_spec(&self, req: &CreateSession) -> Result<SessionSpec> {
+        if let Some(m) = &req.options.permission_mode
             && !KNOWN_MODES.contains(&m.as_str())
         {
             return Err(Error::invalid(
                 "permission_mode",
-                format!("unknown permission mode {m:?} (known: {KNOWN_MODES:?})"),
+                format!(
+                    "unknown permission mode {} (known: {KNOWN_MODES:?})",
+                    ostler_supervisor::options::shown(m)
+                ),
             ));
         }
         for (i, r) in req.rules.iter().enumerate() {
@@ -263,19 +314,102 @@ impl Engine {
         {
             return Err(Error::invalid("first_prompt", "the first prompt is empty"));
         }
-        for (field, tools) in [
-            ("allowed_tools", &req.allowed_tools),
-            ("disallowed_tools", &req.disallowed_tools),
-        ] {
-            if let Some(bad) = tools
-                .iter()
-                .find(|t| t.trim().is_empty() || t.starts_with('-'))
-            {
-                return Err(Error::invalid(field, format!("bad tool rule {bad:?}")));
+        req.options
+            .validate()
+            .map_err(|e| Error::invalid(e.field, e.message))?;
+        let mut options = req.options.clone();
+        // Extra directories obey the same roots as the working directory; a settings file
+        // must exist (else the CLI exits at start).
+        let dirs = std::mem::take(&mut options.add_dirs);
+        for (i, d) in dirs.iter().enumerate() {
+            let c = self
+                .validate_dir(&format!("add_dirs[{i}]"), Path::new(d))
+                .await?;
+            options.add_dirs.push(c.to_string_lossy().into_owned());
+        }
+        if let Some(path) = options.settings.clone().filter(|s| s.starts_with('/')) {
+            let is_file = blocking(move || Ok::<_, Error>(Path::new(&path).is_file())).await?;
+            if !is_file {
+                return Err(Error::invalid(
+                    "settings",
+                    "is not inline JSON and no settings file exists at that path",
+                ));
             }
         }
+        let inst = self.installation();
+        if let Some(flag) = options.unsupported_by(&inst.capabilities) {
+            return Err(Error::precondition(format!(
+                "Claude Code {} does not accept `{flag}`, which the session option `{}` \
+                 needs (measured: see docs/compatibility.md); leave `{}` unset or use a \
+                 newer release",
+                inst.version,
+                field_of(flag),
+                field_of(flag)
+            )));
+        }
+        Ok(SessionSpec {
+            options,
+            rules: req.rules.clone(),
+        })
+    }
+
+    /// A create with a client-chosen id that exists: the session when cwd, options and
+    /// rules are the same (an idempotent retry), `AlreadyExists` otherwise.
+    async fn existing_create(
+        &self,
+        id: &str,
+        cwd: &Path,
+        spec: &SessionSpec,
+    ) -> Result<Option<SessionInfo>> {
+        let rec = match self.record(id).await {
+            Ok(r) => r,
+            Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let store = self.shared.store.clone();
+        let sid = id.to_owned();
+        let first = blocking(move || store.events_after(&sid, 0, 1)).await?;
+        let recorded = first.into_iter().find_map(|ev| {
+            match EventPayload::decode_stored(&ev.kind, &ev.payload) {
+                Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_CREATED => n
+                    .data
+                    .and_then(|d| serde_json::from_value::<SessionSpec>(d).ok()),
+                _ => None,
+            }
+        });
+        let same_cwd = Path::new(&rec.cwd) == cwd;
+        if same_cwd && recorded.as_ref() == Some(spec) {
+            return self.get_session(id).await.map(Some);
+        }
+        let differs = if !same_cwd {
+            "a different cwd"
+        } else if recorded.is_none() {
+            "a creation still in progress or no recorded options"
+        } else {
+            "different options or rules"
+        };
+        Err(Error::AlreadyExists {
+            what: format!("session {id:?} (with {differs})"),
+        })
+    }
+
+    /// `CreateSession`: validates, records, spawns the CLI, sends `first_prompt`.
+    pub async fn create_session(&self, req: CreateSession) -> Result<SessionInfo> {
+        let cwd = self.validate_cwd(&req.cwd).await?;
+        if let Some(id) = &req.session_id {
+            validate_session_id(id)?;
+        }
+        let spec = self.create_spec(&req).await?;
+        if let Some(id) = &req.session_id
+            && let Some(info) = self.existing_create(id, &cwd, &spec).await?
+        {
+            return Ok(info);
+        }
         let slot = self.shared.reserve_slot()?;
-        let id = uuid::Uuid::now_v7().to_string();
+        let id = req
+            .session_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let created = now_ms();
         self.shared
             .store
@@ -283,8 +417,8 @@ impl Engine {
                 id: id.clone(),
                 claude_session_id: None,
                 cwd: cwd.to_string_lossy().into_owned(),
-                model: req.model.clone(),
-                permission_mode: req.permission_mode.clone(),
+                model: spec.options.model.clone(),
+                permission_mode: spec.options.permission_mode.clone(),
                 cli_release: Some(self.installation().version.to_string()),
                 state: SessionState::Starting,
                 labels: req.labels.clone(),
@@ -297,13 +431,6 @@ impl Engine {
         self.shared.counts.moved(None, Some(SessionState::Starting));
         let entry = self.entry_for(&id);
         let _life = entry.lifecycle.lock().await;
-        let spec = SessionSpec {
-            allowed_tools: req.allowed_tools.clone(),
-            disallowed_tools: req.disallowed_tools.clone(),
-            append_system_prompt: req.append_system_prompt.clone(),
-            max_turns: req.max_turns,
-            rules: req.rules.clone(),
-        };
         entry
             .hub
             .emit_one(EventPayload::EngineNotice(EngineNotice {
@@ -314,8 +441,8 @@ impl Engine {
             .await?;
         let launch = Launch {
             cwd: &cwd,
-            model: req.model.clone(),
-            permission_mode: req.permission_mode.clone(),
+            model: spec.options.model.clone(),
+            permission_mode: spec.options.permission_mode.clone(),
             spec: &spec,
             resume: None,
             fork: false,
@@ -361,12 +488,11 @@ impl Engine {
         } = launch;
         let opts = SpawnOptions {
             cwd: cwd.to_path_buf(),
-            model: model.clone(),
-            permission_mode,
-            allowed_tools: spec.allowed_tools.clone(),
-            disallowed_tools: spec.disallowed_tools.clone(),
-            append_system_prompt: spec.append_system_prompt.clone(),
-            max_turns: spec.max_turns,
+            cli: CliOptions {
+                model: model.clone(),
+                permission_mode,
+                ..spec.options.clone()
+            },
             resume,
             fork_session: fork,
             include_partial_messages: self.shared.opts.partial_messages,
