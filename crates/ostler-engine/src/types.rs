@@ -110,6 +110,8 @@ pub struct CreateSession {
     /// returns that session when cwd, options and rules are the same (an idempotent
     /// retry), `AlreadyExists` otherwise.
     pub session_id: Option<String>,
+    /// Where the conversation comes from (`None`: a new one).
+    pub origin: Option<Origin>,
     pub labels: BTreeMap<String, String>,
     /// Per-session permission rules evaluated by ostler (in addition to the configured ones).
     pub rules: Vec<PermissionRule>,
@@ -119,6 +121,19 @@ pub struct CreateSession {
     pub client: ClientRef,
     /// The session's title; `None` = the first prompt's text, shortened.
     pub title: Option<String>,
+}
+
+/// Where a new session's CLI conversation comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Origin {
+    /// Continue a CLI conversation ostler did not start: its CLI session id, whose
+    /// transcript must exist under the daemon's HOME (`--resume`).
+    Adopt { claude_session_id: String },
+    /// Branch another ostler session's conversation into this new session (`--resume
+    /// --fork-session`); the other session and its log are untouched, this session's
+    /// first event names the fork point (session, seq, CLI session).
+    Fork { session_id: String },
 }
 
 /// Who makes a call: recorded on decisions and user messages.

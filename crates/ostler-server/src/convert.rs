@@ -407,9 +407,33 @@ pub(crate) fn create_session(
     options
         .validate()
         .map_err(|e| Status::invalid_argument(format!("{}: {}", e.field, e.message)))?;
+    bounded(
+        "adopt_claude_session_id",
+        &r.adopt_claude_session_id,
+        limits::ID_BYTES,
+    )?;
+    bounded(
+        "fork_from_session_id",
+        &r.fork_from_session_id,
+        limits::ID_BYTES,
+    )?;
+    let origin = match (
+        opt_string(r.adopt_claude_session_id),
+        opt_string(r.fork_from_session_id),
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(Status::invalid_argument(
+                "adopt_claude_session_id and fork_from_session_id: set at most one",
+            ));
+        }
+        (Some(claude_session_id), None) => Some(eng::Origin::Adopt { claude_session_id }),
+        (None, Some(session_id)) => Some(eng::Origin::Fork { session_id }),
+        (None, None) => None,
+    };
     Ok(eng::CreateSession {
         cwd: PathBuf::from(cwd),
         options,
+        origin,
         session_id: opt_string(r.session_id),
         labels,
         rules,

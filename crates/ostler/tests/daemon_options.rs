@@ -16,26 +16,6 @@ use common::*;
 use ostler_proto::v1 as pb;
 use tonic::Code;
 
-/// Processes whose parent is `ppid`.
-fn children(ppid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        if after.split_whitespace().nth(1).and_then(|p| p.parse().ok()) == Some(ppid) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 fn nul_separated(path: String) -> Vec<String> {
     std::fs::read(path)
         .unwrap()
@@ -536,4 +516,128 @@ async fn a_client_chosen_id_makes_create_idempotent() {
         .filter(|e| matches!(&e.payload, Some(pb::session_event::Payload::UserMessage(u)) if u.text == "Say hello" && !u.sent_by.is_empty()))
         .count();
     assert_eq!(sent, 1);
+}
+
+/// Sends `prompt` and returns the assistant's text of that turn.
+async fn turn(
+    c: &mut ostler_proto::v1::session_service_client::SessionServiceClient<
+        tonic::transport::Channel,
+    >,
+    id: &str,
+    prompt: &str,
+) -> String {
+    let after = c
+        .get_session(pb::GetSessionRequest {
+            session_id: id.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .last_seq;
+    let mut events = subscribe(c, id, after, false).await;
+    send(c, id, prompt).await;
+    let mut seen = Vec::new();
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    // The session is idle again once its state change is logged (the log then rests).
+    read_until(&mut events, &mut seen, "idle", |e| {
+        matches!(&e.payload, Some(pb::session_event::Payload::StateChanged(s)) if s.to() == pb::SessionState::Idle)
+    })
+    .await;
+    seen.iter().filter_map(assistant_text).collect()
+}
+
+#[tokio::test]
+async fn fork_into_a_new_session_and_adopt_a_cli_conversation() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let cwd = world.work.display().to_string();
+    let a = create_session(&mut c, &world.work, "forker").await;
+    turn(&mut c, &a.id, "Remember the word PINEAPPLE").await;
+
+    // Fork: a new session whose first event names the fork point, with A's context.
+    let b = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: cwd.clone(),
+            fork_from_session_id: a.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(b.id, a.id);
+    // A is idle: its log no longer grows.
+    let a_now = c
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let a_log = history(&mut c, &a.id).await;
+    assert_eq!(a_log.last().map(|e| e.seq), Some(a_now.last_seq));
+    let first = history(&mut c, &b.id).await;
+    let Some(pb::session_event::Payload::EngineNotice(n)) = &first[0].payload else {
+        panic!("first event: {:?}", first[0]);
+    };
+    let data: serde_json::Value = serde_json::from_str(&n.data_json).unwrap();
+    assert_eq!(data["fork_point"]["session_id"], a.id.as_str(), "{data}");
+    assert_eq!(data["fork_point"]["seq"], a_now.last_seq, "{data}");
+    assert_eq!(
+        data["fork_point"]["claude_session_id"],
+        a_now.cli_session_id.as_str()
+    );
+    let answer = turn(&mut c, &b.id, "What was the word?").await;
+    assert!(
+        answer.contains("PINEAPPLE"),
+        "the fork kept A's context: {answer:?}"
+    );
+    let b_now = c
+        .get_session(pb::GetSessionRequest {
+            session_id: b.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(
+        b_now.cli_session_id, a_now.cli_session_id,
+        "a new CLI conversation"
+    );
+    // The original is untouched.
+    assert_eq!(history(&mut c, &a.id).await, a_log);
+
+    // Adopt: continue A's CLI conversation in a session of its own.
+    c.stop_session(pb::StopSessionRequest {
+        session_id: a.id.clone(),
+    })
+    .await
+    .unwrap();
+    let d = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: cwd.clone(),
+            adopt_claude_session_id: a_now.cli_session_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.cli_session_id, a_now.cli_session_id);
+    let answer = turn(&mut c, &d.id, "What was the word?").await;
+    assert!(answer.contains("PINEAPPLE"), "adopted context: {answer:?}");
+
+    // A conversation that does not exist under the daemon's HOME: refused before anything.
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            cwd,
+            adopt_claude_session_id: "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no such conversation");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("No conversation found"),
+        "{}",
+        e.message()
+    );
 }

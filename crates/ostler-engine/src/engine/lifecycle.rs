@@ -32,6 +32,17 @@ pub(crate) struct SessionSpec {
     options: CliOptions,
     #[serde(default)]
     rules: Vec<PermissionRule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    origin: Option<Origin>,
+}
+
+/// How a create with an [`Origin`] starts its CLI.
+struct OriginPlan {
+    /// `--resume` this CLI session.
+    resume: String,
+    fork: bool,
+    /// Recorded in the `session_created` notice (`fork_point`).
+    fork_point: Option<serde_json::Value>,
 }
 
 /// Longest client-chosen session id.
@@ -350,7 +361,96 @@ impl Engine {
         Ok(SessionSpec {
             options,
             rules: req.rules.clone(),
+            origin: req.origin.clone(),
         })
+    }
+
+    /// Checks where the conversation of a create comes from: the CLI conversation to
+    /// resume (its transcript must exist), and for a fork the fork point.
+    async fn plan_origin(&self, origin: &Origin, cwd: &Path) -> Result<OriginPlan> {
+        let env = self.shared.opts.spawn_env.clone();
+        let transcript = |cid: String, what: String| {
+            let env = env.clone();
+            async move {
+                let c = cid.clone();
+                match blocking(move || crate::capability::resume_plan(&env, "", c, false)).await {
+                    Ok(_) => Ok(cid),
+                    Err(Error::FailedPrecondition { .. }) => Err(Error::precondition(format!(
+                        "cannot start by {what}: the CLI's transcript of conversation {cid} \
+                         is not in the daemon's Claude configuration (its HOME's \
+                         .claude/projects), so the CLI would exit with \"No conversation \
+                         found\""
+                    ))),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match origin {
+            Origin::Adopt { claude_session_id } => {
+                let ok = !claude_session_id.is_empty()
+                    && claude_session_id.len() <= SESSION_ID_BYTES
+                    && claude_session_id
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-');
+                if !ok {
+                    return Err(Error::invalid(
+                        "adopt_claude_session_id",
+                        format!(
+                            "{} is not a CLI session id (letters, digits and `-`)",
+                            ostler_supervisor::options::shown(claude_session_id)
+                        ),
+                    ));
+                }
+                let resume = transcript(
+                    claude_session_id.clone(),
+                    format!("adopting CLI conversation {claude_session_id}"),
+                )
+                .await?;
+                Ok(OriginPlan {
+                    resume,
+                    fork: false,
+                    fork_point: None,
+                })
+            }
+            Origin::Fork { session_id } => {
+                validate_session_id(session_id)
+                    .map_err(|_| Error::invalid("fork_from_session_id", "is not a session id"))?;
+                let source = self.get_session(session_id).await?;
+                if source.cwd != cwd {
+                    return Err(Error::invalid(
+                        "cwd",
+                        format!(
+                            "a fork runs in its source's directory {} (the CLI keeps \
+                             conversations per directory)",
+                            source.cwd.display()
+                        ),
+                    ));
+                }
+                let Some(cid) = source.claude_session_id.clone() else {
+                    return Err(Error::precondition(format!(
+                        "session {session_id:?} never started a CLI conversation: nothing to fork"
+                    )));
+                };
+                let inst = self.installation();
+                if !inst.capabilities.fork_session {
+                    return Err(Error::precondition(format!(
+                        "Claude Code {} has no `--fork-session` (measured: see \
+                         docs/compatibility.md); use a newer release to fork",
+                        inst.version
+                    )));
+                }
+                let resume = transcript(cid, format!("forking session {session_id}")).await?;
+                Ok(OriginPlan {
+                    fork_point: Some(serde_json::json!({
+                        "session_id": session_id,
+                        "seq": source.last_seq,
+                        "claude_session_id": resume,
+                    })),
+                    resume,
+                    fork: true,
+                })
+            }
+        }
     }
 
     /// A create with a client-chosen id that exists: the session when cwd, options and
@@ -405,6 +505,10 @@ impl Engine {
         {
             return Ok(info);
         }
+        let plan = match &req.origin {
+            Some(o) => Some(self.plan_origin(o, &cwd).await?),
+            None => None,
+        };
         let slot = self.shared.reserve_slot()?;
         let id = req
             .session_id
@@ -415,7 +519,7 @@ impl Engine {
             .store
             .create_session(NewSession {
                 id: id.clone(),
-                claude_session_id: None,
+                claude_session_id: plan.as_ref().filter(|p| !p.fork).map(|p| p.resume.clone()),
                 cwd: cwd.to_string_lossy().into_owned(),
                 model: spec.options.model.clone(),
                 permission_mode: spec.options.permission_mode.clone(),
@@ -431,12 +535,28 @@ impl Engine {
         self.shared.counts.moved(None, Some(SessionState::Starting));
         let entry = self.entry_for(&id);
         let _life = entry.lifecycle.lock().await;
+        let mut data = serde_json::to_value(&spec).ok();
+        let mut message = format!("session created in {}", cwd.display());
+        if let Some(p) = &plan {
+            match &p.fork_point {
+                Some(point) => {
+                    message.push_str(&format!(
+                        ", forked from session {} at seq {}",
+                        point["session_id"], point["seq"]
+                    ));
+                    if let Some(serde_json::Value::Object(m)) = data.as_mut() {
+                        m.insert("fork_point".into(), point.clone());
+                    }
+                }
+                None => message.push_str(&format!(", adopting CLI conversation {}", p.resume)),
+            }
+        }
         entry
             .hub
             .emit_one(EventPayload::EngineNotice(EngineNotice {
                 code: SESSION_CREATED.into(),
-                message: format!("session created in {}", cwd.display()),
-                data: serde_json::to_value(&spec).ok(),
+                message,
+                data,
             }))
             .await?;
         let launch = Launch {
@@ -444,9 +564,9 @@ impl Engine {
             model: spec.options.model.clone(),
             permission_mode: spec.options.permission_mode.clone(),
             spec: &spec,
-            resume: None,
-            fork: false,
-            claude_session_id: None,
+            resume: plan.as_ref().map(|p| p.resume.clone()),
+            fork: plan.as_ref().is_some_and(|p| p.fork),
+            claude_session_id: plan.as_ref().filter(|p| !p.fork).map(|p| p.resume.clone()),
             from: SessionState::Starting,
             meta: Meta {
                 rules: req.rules.clone(),

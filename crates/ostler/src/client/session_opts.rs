@@ -48,6 +48,12 @@ pub struct SessionOptionArgs {
     /// Choose the session id (a retry with the same id and options returns the session)
     #[arg(long, value_name = "ID")]
     pub session_id: Option<String>,
+    /// Continue a CLI conversation ostler did not start (its CLI session id)
+    #[arg(long, value_name = "CLI_SESSION_ID", conflicts_with = "fork_from")]
+    pub adopt: Option<String>,
+    /// Fork an ostler session's conversation into the new session
+    #[arg(long, value_name = "SESSION_ID")]
+    pub fork_from: Option<String>,
 }
 
 /// The servers of one `--mcp-config` value.
@@ -155,6 +161,8 @@ impl SessionOptionArgs {
         r.json_schema = self.json_schema.clone().unwrap_or_default();
         r.env = self.env.iter().cloned().collect();
         r.session_id = self.session_id.clone().unwrap_or_default();
+        r.adopt_claude_session_id = self.adopt.clone().unwrap_or_default();
+        r.fork_from_session_id = self.fork_from.clone().unwrap_or_default();
     }
 }
 
