@@ -307,6 +307,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             "max_thinking_tokens",
             "--max-thinking-tokens",
         ),
+        (
+            pb::CreateSessionRequest {
+                json_schema: r#"{"type": "object"}"#.into(),
+                ..Default::default()
+            },
+            "json_schema",
+            "--json-schema",
+        ),
     ] {
         let started = std::time::Instant::now();
         let e = c
