@@ -873,3 +873,44 @@ impl Engine {
         futures::future::join_all(stops).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_created_payloads_of_older_releases_still_read() {
+        let old = serde_json::json!({
+            "allowed_tools": ["Read"],
+            "disallowed_tools": [],
+            "append_system_prompt": null,
+            "max_turns": 3,
+            "rules": [{"tool": "Bash", "pattern": "ls", "action": "allow"}]
+        });
+        let spec: SessionSpec = serde_json::from_value(old).expect("old spec");
+        assert_eq!(spec.options.allowed_tools, vec!["Read".to_string()]);
+        assert_eq!(spec.options.max_turns, Some(3));
+        assert_eq!(spec.rules.len(), 1);
+        assert_eq!(spec.origin, None);
+        // A new spec round-trips, options flattened beside the rules.
+        let new = SessionSpec {
+            options: CliOptions {
+                system_prompt: Some("s".into()),
+                max_budget_usd: Some(1.5),
+                ..Default::default()
+            },
+            rules: spec.rules.clone(),
+            origin: Some(Origin::Fork {
+                session_id: "a".into(),
+            }),
+        };
+        let v = serde_json::to_value(&new).expect("ser");
+        assert_eq!(v["system_prompt"], "s");
+        assert_eq!(v["origin"]["kind"], "fork");
+        assert_eq!(serde_json::from_value::<SessionSpec>(v).expect("de"), new);
+        for bad in ["", "-x", ".x", "a/b", &"a".repeat(SESSION_ID_BYTES + 1)] {
+            assert!(validate_session_id(bad).is_err(), "{bad:?}");
+        }
+        validate_session_id("build-42.retry_ok").expect("a good id");
+    }
+}
