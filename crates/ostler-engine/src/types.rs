@@ -11,6 +11,33 @@ use ostler_protocol as proto;
 use crate::permission::PermissionRule;
 
 pub use ostler_store::{FeedKind, InteractionKind, SessionState, UsageTotals};
+pub use ostler_supervisor::options as cli_options;
+pub use ostler_supervisor::{CliOptions, McpServer};
+
+/// An `engine_notice`'s data as clients may see it: for `session_created`, the values of
+/// the session's environment variables and of its MCP servers' `env` and `headers`
+/// (possible secrets) are replaced by `"<redacted>"`; other notices unchanged.
+pub fn redacted_notice_data(code: &str, data: &Value) -> Value {
+    let mut d = data.clone();
+    if code != "session_created" {
+        return d;
+    }
+    fn hide(v: Option<&mut Value>) {
+        if let Some(Value::Object(m)) = v {
+            for v in m.values_mut() {
+                *v = Value::String(cli_options::REDACTED.into());
+            }
+        }
+    }
+    hide(d.get_mut("env"));
+    if let Some(Value::Object(servers)) = d.get_mut("mcp_servers") {
+        for s in servers.values_mut() {
+            hide(s.get_mut("env"));
+            hide(s.get_mut("headers"));
+        }
+    }
+    d
+}
 
 /// How a session's CLI process ended.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -75,15 +102,16 @@ pub enum MessageContent {
 pub struct CreateSession {
     /// Must exist, be a directory, and lie under one of the configured allowed roots.
     pub cwd: PathBuf,
-    pub model: Option<String>,
-    /// `default`, `acceptEdits`, `plan`, `bypassPermissions`, ...
-    pub permission_mode: Option<String>,
-    /// Passed to the CLI as `--allowedTools`.
-    pub allowed_tools: Vec<String>,
-    /// Passed to the CLI as `--disallowedTools`.
-    pub disallowed_tools: Vec<String>,
-    pub append_system_prompt: Option<String>,
-    pub max_turns: Option<u32>,
+    /// The CLI's options (model, mode, tools, prompts, MCP servers, budgets, settings,
+    /// agents, schema, environment): validated before anything is created, recorded in
+    /// the session's first event and re-applied on every resume.
+    pub options: CliOptions,
+    /// A client-chosen session id (`None`: a new uuid). Creating with an id that exists
+    /// returns that session when cwd, options and rules are the same (an idempotent
+    /// retry), `AlreadyExists` otherwise.
+    pub session_id: Option<String>,
+    /// Where the conversation comes from (`None`: a new one).
+    pub origin: Option<Origin>,
     pub labels: BTreeMap<String, String>,
     /// Per-session permission rules evaluated by ostler (in addition to the configured ones).
     pub rules: Vec<PermissionRule>,
@@ -93,6 +121,19 @@ pub struct CreateSession {
     pub client: ClientRef,
     /// The session's title; `None` = the first prompt's text, shortened.
     pub title: Option<String>,
+}
+
+/// Where a new session's CLI conversation comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Origin {
+    /// Continue a CLI conversation ostler did not start: its CLI session id, whose
+    /// transcript must exist under the daemon's HOME (`--resume`).
+    Adopt { claude_session_id: String },
+    /// Branch another ostler session's conversation into this new session (`--resume
+    /// --fork-session`); the other session and its log are untouched, this session's
+    /// first event names the fork point (session, seq, CLI session).
+    Fork { session_id: String },
 }
 
 /// Who makes a call: recorded on decisions and user messages.

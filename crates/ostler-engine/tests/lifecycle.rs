@@ -329,7 +329,7 @@ async fn limits_and_errors() {
         "{e}"
     );
     let mut bad = env.create(None);
-    bad.permission_mode = Some("yolo".into());
+    bad.options.permission_mode = Some("yolo".into());
     let e = env.engine.create_session(bad).await.expect_err("bad mode");
     assert_eq!(e.code_kind(), CodeKind::InvalidArgument);
 

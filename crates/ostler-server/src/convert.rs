@@ -377,20 +377,112 @@ pub(crate) fn create_session(
             limits::ARGV_TOTAL_BYTES
         )));
     }
-    Ok(eng::CreateSession {
-        cwd: PathBuf::from(cwd),
+    let mcp_servers = mcp_servers_from_pb(r.mcp_servers)?;
+    for (name, list) in [
+        ("add_dirs", r.add_dirs.len()),
+        ("setting_sources", r.setting_sources.len()),
+    ] {
+        // Checked in detail by the engine; bounded here before anything is copied.
+        count(name, list, 1024)?;
+    }
+    let options = eng::CliOptions {
         model: opt_string(r.model),
         permission_mode: permission_mode.map(str::to_owned),
         allowed_tools: r.allowed_tools,
         disallowed_tools: r.disallowed_tools,
+        system_prompt: opt_string(r.system_prompt),
         append_system_prompt: opt_string(r.append_system_prompt),
         max_turns: r.max_turns,
+        mcp_servers,
+        strict_mcp_config: r.strict_mcp_config,
+        add_dirs: r.add_dirs,
+        max_budget_usd: r.max_budget_usd,
+        max_thinking_tokens: r.max_thinking_tokens,
+        fallback_model: opt_string(r.fallback_model),
+        settings: opt_string(r.settings),
+        setting_sources: r.setting_sources,
+        agents: opt_string(r.agents_json),
+        json_schema: opt_string(r.json_schema),
+        env: r.env.into_iter().collect(),
+    };
+    // Every option field, checked before the engine is called (the engine checks again).
+    options
+        .validate()
+        .map_err(|e| Status::invalid_argument(format!("{}: {}", e.field, e.message)))?;
+    bounded(
+        "adopt_claude_session_id",
+        &r.adopt_claude_session_id,
+        limits::ID_BYTES,
+    )?;
+    bounded(
+        "fork_from_session_id",
+        &r.fork_from_session_id,
+        limits::ID_BYTES,
+    )?;
+    let origin = match (
+        opt_string(r.adopt_claude_session_id),
+        opt_string(r.fork_from_session_id),
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(Status::invalid_argument(
+                "adopt_claude_session_id and fork_from_session_id: set at most one",
+            ));
+        }
+        (Some(claude_session_id), None) => Some(eng::Origin::Adopt { claude_session_id }),
+        (None, Some(session_id)) => Some(eng::Origin::Fork { session_id }),
+        (None, None) => None,
+    };
+    Ok(eng::CreateSession {
+        cwd: PathBuf::from(cwd),
+        options,
+        origin,
+        session_id: opt_string(r.session_id),
         labels,
         rules,
         first_prompt,
         client,
         title: opt_string(r.title),
     })
+}
+
+/// `CreateSessionRequest.mcp_servers`: a transport for each.
+fn mcp_servers_from_pb(
+    servers: std::collections::HashMap<String, pb::McpServerSpec>,
+) -> Result<BTreeMap<String, eng::McpServer>, Status> {
+    use crate::error::shown;
+    use pb::mcp_server_spec::Transport;
+    count(
+        "mcp_servers",
+        servers.len(),
+        eng::cli_options::limits::MCP_SERVERS,
+    )?;
+    servers
+        .into_iter()
+        .map(|(name, spec)| {
+            let server = match spec.transport {
+                Some(Transport::Stdio(s)) => eng::McpServer::Stdio {
+                    command: s.command,
+                    args: s.args,
+                    env: s.env.into_iter().collect(),
+                },
+                Some(Transport::Http(h)) => eng::McpServer::Http {
+                    url: h.url,
+                    headers: h.headers.into_iter().collect(),
+                },
+                Some(Transport::Sse(h)) => eng::McpServer::Sse {
+                    url: h.url,
+                    headers: h.headers.into_iter().collect(),
+                },
+                None => {
+                    return Err(Status::invalid_argument(format!(
+                        "mcp_servers[{}]: no transport (stdio, http or sse) is set",
+                        shown(&name)
+                    )));
+                }
+            };
+            Ok((name, server))
+        })
+        .collect()
 }
 
 /// The label and state filters of a listing or a watch: counts, sizes, known states.
@@ -825,7 +917,13 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
         eng::EventPayload::EngineNotice(n) => P::EngineNotice(pb::EngineNotice {
             code: n.code.clone(),
             message: n.message.clone(),
-            data_json: n.data.as_ref().map(json_text).unwrap_or_default(),
+            // The options recorded at create may carry secrets (environment values, MCP
+            // headers): shown redacted.
+            data_json: n
+                .data
+                .as_ref()
+                .map(|d| json_text(&eng::redacted_notice_data(&n.code, d)))
+                .unwrap_or_default(),
         }),
         eng::EventPayload::ProcessExited(e) => P::ProcessExited(exit_to_pb(&e.status)),
         eng::EventPayload::Diagnostic(d) => P::Diagnostic(pb::Diagnostic {
@@ -904,14 +1002,86 @@ mod tests {
             }],
             ..Default::default()
         };
-        let req = create_session(ok, c).unwrap();
-        assert_eq!(req.permission_mode.as_deref(), Some("acceptEdits"));
-        assert_eq!(req.model.as_deref(), Some("sonnet"));
+        let req = create_session(ok, c.clone()).unwrap();
+        assert_eq!(req.options.permission_mode.as_deref(), Some("acceptEdits"));
+        assert_eq!(req.options.model.as_deref(), Some("sonnet"));
         assert_eq!(req.rules[0].action, eng::RuleAction::Allow);
         assert_eq!(
             req.first_prompt,
             Some(eng::MessageContent::Text("hi".into()))
         );
+
+        // Every session option arrives in the engine's options; bad ones name their field.
+        let mut full = pb::CreateSessionRequest {
+            cwd: "/tmp".into(),
+            system_prompt: "be terse".into(),
+            add_dirs: vec!["/srv".into()],
+            max_budget_usd: Some(0.5),
+            max_thinking_tokens: Some(1024),
+            fallback_model: "haiku".into(),
+            settings: "{}".into(),
+            setting_sources: vec!["user".into()],
+            agents_json: r#"{"r": {"description": "d", "prompt": "p"}}"#.into(),
+            json_schema: r#"{"type": "object"}"#.into(),
+            env: [("MY_TOKEN".to_string(), "s3cret".to_string())].into(),
+            session_id: "my-id-1".into(),
+            mcp_servers: [(
+                "tickets".to_string(),
+                pb::McpServerSpec {
+                    transport: Some(pb::mcp_server_spec::Transport::Stdio(
+                        pb::McpStdioServerSpec {
+                            command: "/bin/tickets".into(),
+                            args: vec!["-v".into()],
+                            env: Default::default(),
+                        },
+                    )),
+                },
+            )]
+            .into(),
+            strict_mcp_config: true,
+            ..Default::default()
+        };
+        let req = create_session(full.clone(), c.clone()).unwrap();
+        assert_eq!(req.session_id.as_deref(), Some("my-id-1"));
+        let o = &req.options;
+        assert_eq!(o.system_prompt.as_deref(), Some("be terse"));
+        assert_eq!(o.max_budget_usd, Some(0.5));
+        assert_eq!(
+            o.agents.as_deref(),
+            Some(r#"{"r": {"description": "d", "prompt": "p"}}"#)
+        );
+        assert_eq!(o.env["MY_TOKEN"], "s3cret");
+        assert!(o.strict_mcp_config);
+        assert!(
+            matches!(&o.mcp_servers["tickets"], eng::McpServer::Stdio { command, .. } if command == "/bin/tickets")
+        );
+        full.env = [("OSTLER_AUTH__TOKENS".to_string(), "x".to_string())].into();
+        let err = create_session(full.clone(), c.clone()).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().starts_with("env: "), "{}", err.message());
+        full.env.clear();
+        full.mcp_servers
+            .insert("x".into(), pb::McpServerSpec { transport: None });
+        let err = create_session(full, c).unwrap_err();
+        assert!(
+            err.message().contains("mcp_servers[\"x\"]"),
+            "{}",
+            err.message()
+        );
+    }
+
+    #[test]
+    fn secrets_in_session_created_are_redacted() {
+        let data = serde_json::json!({
+            "env": {"TOKEN": "s3cret"},
+            "mcp_servers": {"a": {"type": "http", "url": "https://x", "headers": {"Authorization": "Bearer s3cret"}}},
+            "system_prompt": "kept"
+        });
+        let shown = json_text(&eng::redacted_notice_data("session_created", &data));
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("kept") && shown.contains("TOKEN"), "{shown}");
+        let other = json_text(&eng::redacted_notice_data("resuming", &data));
+        assert!(other.contains("s3cret"));
     }
 
     #[test]

@@ -200,7 +200,7 @@ pub const PROBED_CONTROLS: [&str; 12] = [
 /// Command-line options of session options (issue 10) whose presence `cargo xtask compat
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 11] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 13] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -212,6 +212,8 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 11] = [
     ("--mcp-config", Some("{\"mcpServers\":{}}")),
     ("--strict-mcp-config", None),
     ("--session-id", Some("00000000-0000-4000-8000-000000000001")),
+    ("--agents", Some("{}")),
+    ("--json-schema", Some("{\"type\":\"object\"}")),
 ];
 
 /// Where the capability facts of an installation came from.

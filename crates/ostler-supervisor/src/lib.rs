@@ -18,6 +18,7 @@ pub mod compat;
 pub mod discover;
 pub mod env;
 mod installation;
+pub mod options;
 pub mod proctree;
 pub mod session;
 
@@ -26,6 +27,7 @@ pub use compat::{
 };
 pub use discover::{DiscoverError, DiscoverOptions, discover};
 pub use installation::Installation;
+pub use options::{CliOptions, InvalidOption, McpServer};
 pub use ostler_protocol::version::{
     ClaudeVersion, VersionParseError, parse as parse_version_output,
 };

@@ -95,9 +95,9 @@ async fn environment_is_allowlisted_and_scrubbed_and_no_prompt_on_the_command_li
         ("ANTHROPIC_BASE_URL".into(), "http://127.0.0.1:1".into()),
         ("SESSION_ONLY".into(), "yes".into()),
     ];
-    o.model = Some("claude-test".into());
-    o.allowed_tools = vec!["Bash(git log:*)".into(), "Read".into()];
-    o.permission_mode = Some("plan".into());
+    o.cli.model = Some("claude-test".into());
+    o.cli.allowed_tools = vec!["Bash(git log:*)".into(), "Read".into()];
+    o.cli.permission_mode = Some("plan".into());
     // cargo sets CARGO_* variables for the test process: use them as "inherited" ones.
     let mut s = sup();
     s.env_allowlist = vec![

@@ -15,27 +15,6 @@ use common::grpc::*;
 use common::*;
 use ostler_proto::v1 as pb;
 
-/// Processes whose parent is `ppid`.
-fn children(ppid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ...; comm may contain spaces and parentheses.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        if after.split_whitespace().nth(1).and_then(|p| p.parse().ok()) == Some(ppid) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 fn environ(pid: u32) -> BTreeMap<String, String> {
     let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     raw.split(|b| *b == 0)

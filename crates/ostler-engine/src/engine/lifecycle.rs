@@ -9,7 +9,7 @@ use ostler_store::{
     DecideOutcome, Decision, InteractionState, NewSession, SessionFilter, SessionPatch,
     SessionRecord, Store, WithEvents,
 };
-use ostler_supervisor::{Installation, SessionProcess, SpawnOptions};
+use ostler_supervisor::{CliOptions, Installation, SessionProcess, SpawnOptions};
 use serde::{Deserialize, Serialize};
 
 use super::{Engine, KNOWN_MODES};
@@ -23,19 +23,71 @@ use crate::shared::{EngineOptions, Shared, SlotGuard};
 use crate::types::*;
 
 /// What a session was created with (recorded in its first event, `session_created`), needed
-/// to respawn it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// to respawn it: its CLI options (flattened: the field names of older payloads, which
+/// still read) and its rules. The live model and permission mode come from the session's
+/// record (`SetModel` / `SetPermissionMode` change them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SessionSpec {
-    #[serde(default)]
-    allowed_tools: Vec<String>,
-    #[serde(default)]
-    disallowed_tools: Vec<String>,
-    #[serde(default)]
-    append_system_prompt: Option<String>,
-    #[serde(default)]
-    max_turns: Option<u32>,
+    #[serde(flatten)]
+    options: CliOptions,
     #[serde(default)]
     rules: Vec<PermissionRule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    origin: Option<Origin>,
+}
+
+/// How a create with an [`Origin`] starts its CLI.
+struct OriginPlan {
+    /// `--resume` this CLI session.
+    resume: String,
+    fork: bool,
+    /// Recorded in the `session_created` notice (`fork_point`).
+    fork_point: Option<serde_json::Value>,
+}
+
+/// Longest client-chosen session id.
+pub const SESSION_ID_BYTES: usize = 128;
+
+/// A client-chosen session id: 1 to [`SESSION_ID_BYTES`] letters, digits, `-`, `_`, `.`,
+/// not starting with `-` or `.`.
+fn validate_session_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= SESSION_ID_BYTES
+        && !id.starts_with(['-', '.'])
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "session_id",
+            format!(
+                "{} is not a session id (1 to {SESSION_ID_BYTES} letters, digits, `-`, `_` or \
+                 `.`, not starting with `-` or `.`)",
+                ostler_supervisor::options::shown(id)
+            ),
+        ))
+    }
+}
+
+/// The option field that needs `flag` (for messages).
+fn field_of(flag: &str) -> &'static str {
+    match flag {
+        "--system-prompt" => "system_prompt",
+        "--append-system-prompt" => "append_system_prompt",
+        "--fallback-model" => "fallback_model",
+        "--add-dir" => "add_dirs",
+        "--max-budget-usd" => "max_budget_usd",
+        "--max-thinking-tokens" => "max_thinking_tokens",
+        "--settings" => "settings",
+        "--setting-sources" => "setting_sources",
+        "--mcp-config" => "mcp_servers",
+        "--strict-mcp-config" => "strict_mcp_config",
+        "--agents" => "agents",
+        "--json-schema" => "json_schema",
+        _ => "options",
+    }
 }
 
 fn canonical_dir(field: &str, p: &Path) -> Result<PathBuf> {
@@ -216,14 +268,20 @@ impl Engine {
         if cwd.as_os_str().is_empty() {
             return Err(Error::invalid("cwd", "the working directory is required"));
         }
+        self.validate_dir("cwd", cwd).await
+    }
+
+    /// An absolute path to a directory under the allowed roots, made canonical.
+    async fn validate_dir(&self, field: &str, cwd: &Path) -> Result<PathBuf> {
         if !cwd.is_absolute() {
             return Err(Error::invalid(
-                "cwd",
+                field,
                 format!("{} is not an absolute path", cwd.display()),
             ));
         }
         let owned = cwd.to_path_buf();
-        let c = blocking(move || canonical_dir("cwd", &owned)).await?;
+        let f = field.to_owned();
+        let c = blocking(move || canonical_dir(&f, &owned)).await?;
         if !self.shared.roots.is_empty() && !self.shared.roots.iter().any(|r| c.starts_with(r)) {
             let roots: Vec<String> = self
                 .shared
@@ -232,22 +290,26 @@ impl Engine {
                 .map(|r| r.display().to_string())
                 .collect();
             return Err(Error::invalid(
-                "cwd",
+                field,
                 format!("{} is outside the allowed roots {roots:?}", c.display()),
             ));
         }
         Ok(c)
     }
 
-    /// `CreateSession`: validates, records, spawns the CLI, sends `first_prompt`.
-    pub async fn create_session(&self, req: CreateSession) -> Result<SessionInfo> {
-        let cwd = self.validate_cwd(&req.cwd).await?;
-        if let Some(m) = &req.permission_mode
+    /// Checks a create request and returns its spec (add_dirs made canonical), before
+    /// anything is created: `InvalidArgument` naming the field, `FailedPrecondition` for an
+    /// option the running release lacks.
+    async fn create_spec(&self, req: &CreateSession) -> Result<SessionSpec> {
+        if let Some(m) = &req.options.permission_mode
             && !KNOWN_MODES.contains(&m.as_str())
         {
             return Err(Error::invalid(
                 "permission_mode",
-                format!("unknown permission mode {m:?} (known: {KNOWN_MODES:?})"),
+                format!(
+                    "unknown permission mode {} (known: {KNOWN_MODES:?})",
+                    ostler_supervisor::options::shown(m)
+                ),
             ));
         }
         for (i, r) in req.rules.iter().enumerate() {
@@ -263,28 +325,204 @@ impl Engine {
         {
             return Err(Error::invalid("first_prompt", "the first prompt is empty"));
         }
-        for (field, tools) in [
-            ("allowed_tools", &req.allowed_tools),
-            ("disallowed_tools", &req.disallowed_tools),
-        ] {
-            if let Some(bad) = tools
-                .iter()
-                .find(|t| t.trim().is_empty() || t.starts_with('-'))
-            {
-                return Err(Error::invalid(field, format!("bad tool rule {bad:?}")));
+        req.options
+            .validate()
+            .map_err(|e| Error::invalid(e.field, e.message))?;
+        let mut options = req.options.clone();
+        // Extra directories obey the same roots as the working directory; a settings file
+        // must exist (else the CLI exits at start).
+        let dirs = std::mem::take(&mut options.add_dirs);
+        for (i, d) in dirs.iter().enumerate() {
+            let c = self
+                .validate_dir(&format!("add_dirs[{i}]"), Path::new(d))
+                .await?;
+            options.add_dirs.push(c.to_string_lossy().into_owned());
+        }
+        if let Some(path) = options.settings.clone().filter(|s| s.starts_with('/')) {
+            let is_file = blocking(move || Ok::<_, Error>(Path::new(&path).is_file())).await?;
+            if !is_file {
+                return Err(Error::invalid(
+                    "settings",
+                    "is not inline JSON and no settings file exists at that path",
+                ));
             }
         }
+        let inst = self.installation();
+        if let Some(flag) = options.unsupported_by(&inst.capabilities) {
+            return Err(Error::precondition(format!(
+                "Claude Code {} does not accept `{flag}`, which the session option `{}` \
+                 needs (measured: see docs/compatibility.md); leave `{}` unset or use a \
+                 newer release",
+                inst.version,
+                field_of(flag),
+                field_of(flag)
+            )));
+        }
+        Ok(SessionSpec {
+            options,
+            rules: req.rules.clone(),
+            origin: req.origin.clone(),
+        })
+    }
+
+    /// Checks where the conversation of a create comes from: the CLI conversation to
+    /// resume (its transcript must exist), and for a fork the fork point.
+    async fn plan_origin(&self, origin: &Origin, cwd: &Path) -> Result<OriginPlan> {
+        let env = self.shared.opts.spawn_env.clone();
+        let transcript = |cid: String, what: String| {
+            let env = env.clone();
+            async move {
+                let c = cid.clone();
+                match blocking(move || crate::capability::resume_plan(&env, "", c, false)).await {
+                    Ok(_) => Ok(cid),
+                    Err(Error::FailedPrecondition { .. }) => Err(Error::precondition(format!(
+                        "cannot start by {what}: the CLI's transcript of conversation {cid} \
+                         is not in the daemon's Claude configuration (its HOME's \
+                         .claude/projects), so the CLI would exit with \"No conversation \
+                         found\""
+                    ))),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match origin {
+            Origin::Adopt { claude_session_id } => {
+                let ok = !claude_session_id.is_empty()
+                    && claude_session_id.len() <= SESSION_ID_BYTES
+                    && claude_session_id
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-');
+                if !ok {
+                    return Err(Error::invalid(
+                        "adopt_claude_session_id",
+                        format!(
+                            "{} is not a CLI session id (letters, digits and `-`)",
+                            ostler_supervisor::options::shown(claude_session_id)
+                        ),
+                    ));
+                }
+                let resume = transcript(
+                    claude_session_id.clone(),
+                    format!("adopting CLI conversation {claude_session_id}"),
+                )
+                .await?;
+                Ok(OriginPlan {
+                    resume,
+                    fork: false,
+                    fork_point: None,
+                })
+            }
+            Origin::Fork { session_id } => {
+                validate_session_id(session_id)
+                    .map_err(|_| Error::invalid("fork_from_session_id", "is not a session id"))?;
+                let source = self.get_session(session_id).await?;
+                if source.cwd != cwd {
+                    return Err(Error::invalid(
+                        "cwd",
+                        format!(
+                            "a fork runs in its source's directory {} (the CLI keeps \
+                             conversations per directory)",
+                            source.cwd.display()
+                        ),
+                    ));
+                }
+                let Some(cid) = source.claude_session_id.clone() else {
+                    return Err(Error::precondition(format!(
+                        "session {session_id:?} never started a CLI conversation: nothing to fork"
+                    )));
+                };
+                let inst = self.installation();
+                if !inst.capabilities.fork_session {
+                    return Err(Error::precondition(format!(
+                        "Claude Code {} has no `--fork-session` (measured: see \
+                         docs/compatibility.md); use a newer release to fork",
+                        inst.version
+                    )));
+                }
+                let resume = transcript(cid, format!("forking session {session_id}")).await?;
+                Ok(OriginPlan {
+                    fork_point: Some(serde_json::json!({
+                        "session_id": session_id,
+                        "seq": source.last_seq,
+                        "claude_session_id": resume,
+                    })),
+                    resume,
+                    fork: true,
+                })
+            }
+        }
+    }
+
+    /// A create with a client-chosen id that exists: the session when cwd, options and
+    /// rules are the same (an idempotent retry), `AlreadyExists` otherwise.
+    async fn existing_create(
+        &self,
+        id: &str,
+        cwd: &Path,
+        spec: &SessionSpec,
+    ) -> Result<Option<SessionInfo>> {
+        let rec = match self.record(id).await {
+            Ok(r) => r,
+            Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let store = self.shared.store.clone();
+        let sid = id.to_owned();
+        let first = blocking(move || store.events_after(&sid, 0, 1)).await?;
+        let recorded = first.into_iter().find_map(|ev| {
+            match EventPayload::decode_stored(&ev.kind, &ev.payload) {
+                Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_CREATED => n
+                    .data
+                    .and_then(|d| serde_json::from_value::<SessionSpec>(d).ok()),
+                _ => None,
+            }
+        });
+        let same_cwd = Path::new(&rec.cwd) == cwd;
+        if same_cwd && recorded.as_ref() == Some(spec) {
+            return self.get_session(id).await.map(Some);
+        }
+        let differs = if !same_cwd {
+            "a different cwd"
+        } else if recorded.is_none() {
+            "a creation still in progress or no recorded options"
+        } else {
+            "different options or rules"
+        };
+        Err(Error::AlreadyExists {
+            what: format!("session {id:?} (with {differs})"),
+        })
+    }
+
+    /// `CreateSession`: validates, records, spawns the CLI, sends `first_prompt`.
+    pub async fn create_session(&self, req: CreateSession) -> Result<SessionInfo> {
+        let cwd = self.validate_cwd(&req.cwd).await?;
+        if let Some(id) = &req.session_id {
+            validate_session_id(id)?;
+        }
+        let spec = self.create_spec(&req).await?;
+        if let Some(id) = &req.session_id
+            && let Some(info) = self.existing_create(id, &cwd, &spec).await?
+        {
+            return Ok(info);
+        }
+        let plan = match &req.origin {
+            Some(o) => Some(self.plan_origin(o, &cwd).await?),
+            None => None,
+        };
         let slot = self.acquire_slot("").await?;
-        let id = uuid::Uuid::now_v7().to_string();
+        let id = req
+            .session_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let created = now_ms();
         self.shared
             .store
             .create_session(NewSession {
                 id: id.clone(),
-                claude_session_id: None,
+                claude_session_id: plan.as_ref().filter(|p| !p.fork).map(|p| p.resume.clone()),
                 cwd: cwd.to_string_lossy().into_owned(),
-                model: req.model.clone(),
-                permission_mode: req.permission_mode.clone(),
+                model: spec.options.model.clone(),
+                permission_mode: spec.options.permission_mode.clone(),
                 cli_release: Some(self.installation().version.to_string()),
                 state: SessionState::Starting,
                 labels: req.labels.clone(),
@@ -297,29 +535,38 @@ impl Engine {
         self.shared.counts.moved(None, Some(SessionState::Starting));
         let entry = self.entry_for(&id);
         let _life = entry.lifecycle.lock().await;
-        let spec = SessionSpec {
-            allowed_tools: req.allowed_tools.clone(),
-            disallowed_tools: req.disallowed_tools.clone(),
-            append_system_prompt: req.append_system_prompt.clone(),
-            max_turns: req.max_turns,
-            rules: req.rules.clone(),
-        };
+        let mut data = serde_json::to_value(&spec).ok();
+        let mut message = format!("session created in {}", cwd.display());
+        if let Some(p) = &plan {
+            match &p.fork_point {
+                Some(point) => {
+                    message.push_str(&format!(
+                        ", forked from session {} at seq {}",
+                        point["session_id"], point["seq"]
+                    ));
+                    if let Some(serde_json::Value::Object(m)) = data.as_mut() {
+                        m.insert("fork_point".into(), point.clone());
+                    }
+                }
+                None => message.push_str(&format!(", adopting CLI conversation {}", p.resume)),
+            }
+        }
         entry
             .hub
             .emit_one(EventPayload::EngineNotice(EngineNotice {
                 code: SESSION_CREATED.into(),
-                message: format!("session created in {}", cwd.display()),
-                data: serde_json::to_value(&spec).ok(),
+                message,
+                data,
             }))
             .await?;
         let launch = Launch {
             cwd: &cwd,
-            model: req.model.clone(),
-            permission_mode: req.permission_mode.clone(),
+            model: spec.options.model.clone(),
+            permission_mode: spec.options.permission_mode.clone(),
             spec: &spec,
-            resume: None,
-            fork: false,
-            claude_session_id: None,
+            resume: plan.as_ref().map(|p| p.resume.clone()),
+            fork: plan.as_ref().is_some_and(|p| p.fork),
+            claude_session_id: plan.as_ref().filter(|p| !p.fork).map(|p| p.resume.clone()),
             from: SessionState::Starting,
             meta: Meta {
                 rules: req.rules.clone(),
@@ -363,12 +610,11 @@ impl Engine {
         } = launch;
         let opts = SpawnOptions {
             cwd: cwd.to_path_buf(),
-            model: model.clone(),
-            permission_mode,
-            allowed_tools: spec.allowed_tools.clone(),
-            disallowed_tools: spec.disallowed_tools.clone(),
-            append_system_prompt: spec.append_system_prompt.clone(),
-            max_turns: spec.max_turns,
+            cli: CliOptions {
+                model: model.clone(),
+                permission_mode,
+                ..spec.options.clone()
+            },
             resume,
             fork_session: fork,
             include_partial_messages: self.shared.opts.partial_messages,
@@ -675,5 +921,46 @@ impl Engine {
         let entries: Vec<_> = self.registry.all().into_iter().map(|r| r.entry).collect();
         let stops = entries.iter().map(|e| self.stop_entry(e, true));
         futures::future::join_all(stops).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_created_payloads_of_older_releases_still_read() {
+        let old = serde_json::json!({
+            "allowed_tools": ["Read"],
+            "disallowed_tools": [],
+            "append_system_prompt": null,
+            "max_turns": 3,
+            "rules": [{"tool": "Bash", "pattern": "ls", "action": "allow"}]
+        });
+        let spec: SessionSpec = serde_json::from_value(old).expect("old spec");
+        assert_eq!(spec.options.allowed_tools, vec!["Read".to_string()]);
+        assert_eq!(spec.options.max_turns, Some(3));
+        assert_eq!(spec.rules.len(), 1);
+        assert_eq!(spec.origin, None);
+        // A new spec round-trips, options flattened beside the rules.
+        let new = SessionSpec {
+            options: CliOptions {
+                system_prompt: Some("s".into()),
+                max_budget_usd: Some(1.5),
+                ..Default::default()
+            },
+            rules: spec.rules.clone(),
+            origin: Some(Origin::Fork {
+                session_id: "a".into(),
+            }),
+        };
+        let v = serde_json::to_value(&new).expect("ser");
+        assert_eq!(v["system_prompt"], "s");
+        assert_eq!(v["origin"]["kind"], "fork");
+        assert_eq!(serde_json::from_value::<SessionSpec>(v).expect("de"), new);
+        for bad in ["", "-x", ".x", "a/b", &"a".repeat(SESSION_ID_BYTES + 1)] {
+            assert!(validate_session_id(bad).is_err(), "{bad:?}");
+        }
+        validate_session_id("build-42.retry_ok").expect("a good id");
     }
 }

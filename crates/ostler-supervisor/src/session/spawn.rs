@@ -22,6 +22,15 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
             message: inst.message.clone(),
         });
     }
+    let cli = &opts.cli;
+    if let Some(flag) = cli.unsupported_by(caps) {
+        return Err(Error::Unsupported {
+            flag,
+            version: inst.version.clone(),
+        });
+    }
+    cli.validate()
+        .map_err(|e| Error::InvalidOptions(e.to_string()))?;
     let mut a = StreamJsonArgs::session();
     if opts.include_partial_messages {
         if caps.include_partial_messages {
@@ -30,13 +39,30 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
             tracing::warn!(session = %opts.log_id, version = %inst.version, "--include-partial-messages not supported: running without it (no token streaming)");
         }
     }
-    a.option_if("--model", opts.model.as_deref())
-        .option_if("--permission-mode", opts.permission_mode.as_deref())
+    a.option_if("--model", cli.model.as_deref())
+        .option_if("--permission-mode", cli.permission_mode.as_deref())
+        .option_if("--system-prompt", cli.system_prompt.as_deref())
         .option_if(
             "--append-system-prompt",
-            opts.append_system_prompt.as_deref(),
-        );
-    if let Some(n) = opts.max_turns {
+            cli.append_system_prompt.as_deref(),
+        )
+        .option_if("--fallback-model", cli.fallback_model.as_deref())
+        .option_if("--settings", cli.settings.as_deref())
+        .option_if("--agents", cli.agents.as_deref())
+        .option_if("--json-schema", cli.json_schema.as_deref());
+    if let Some(b) = cli.max_budget_usd {
+        a.option("--max-budget-usd", b.to_string());
+    }
+    if let Some(n) = cli.max_thinking_tokens {
+        a.option("--max-thinking-tokens", n.to_string());
+    }
+    if !cli.setting_sources.is_empty() {
+        a.option("--setting-sources", cli.setting_sources.join(","));
+    }
+    if cli.strict_mcp_config {
+        a.flag("--strict-mcp-config");
+    }
+    if let Some(n) = cli.max_turns {
         if caps.max_turns {
             a.option(MAX_TURNS, n.to_string());
         } else {
@@ -64,16 +90,14 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
         a.flag(FORK_SESSION);
     }
     // Variadic flags last: each takes exactly the values that follow it up to the next
-    // option, so they go after every other option with a value.
-    for (flag, tools) in [
-        ("--allowedTools", &opts.allowed_tools),
-        ("--disallowedTools", &opts.disallowed_tools),
-    ] {
-        if let Some(bad) = tools.iter().find(|t| t.is_empty() || t.starts_with('-')) {
-            return Err(Error::InvalidOptions(format!("bad tool rule {bad:?}")));
-        }
-        a.values(flag, tools);
+    // option, so they go after every other option with a value (every value was checked
+    // not to start with `-`).
+    a.values("--add-dir", &cli.add_dirs);
+    if let Some(config) = cli.mcp_config_json() {
+        a.values("--mcp-config", &[config]);
     }
+    a.values("--allowedTools", &cli.allowed_tools)
+        .values("--disallowedTools", &cli.disallowed_tools);
     Ok(a.into_args())
 }
 
@@ -88,11 +112,18 @@ pub(super) fn command(
     sup: &SupervisorOptions,
     args: &[String],
 ) -> (tokio::process::Command, String) {
+    // The daemon's `[sessions.env]`, then the session's own variables (they win).
+    let session: Vec<(String, String)> = opts
+        .env
+        .iter()
+        .cloned()
+        .chain(opts.cli.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+        .collect();
     let mut env = build_env(
         std::env::vars_os(),
         &sup.env_allowlist,
         &sup.scrub,
-        &opts.env,
+        &session,
     );
     let mark = format!(
         "{}/{}/{}",
@@ -150,4 +181,99 @@ pub(super) fn command(
         });
     }
     (cmd, mark)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::options::{CliOptions, McpServer};
+
+    fn inst(v: (u64, u64, u64)) -> Installation {
+        Installation::assume(
+            "/bin/false".into(),
+            semver::Version::new(v.0, v.1, v.2),
+            None,
+        )
+    }
+
+    fn opts() -> SpawnOptions {
+        SpawnOptions {
+            cwd: "/".into(),
+            cli: CliOptions {
+                system_prompt: Some("You are terse.".into()),
+                append_system_prompt: Some("Also polite.".into()),
+                fallback_model: Some("claude-fallback".into()),
+                max_budget_usd: Some(0.25),
+                max_thinking_tokens: Some(2048),
+                settings: Some(r#"{"a":1}"#.into()),
+                setting_sources: vec!["user".into(), "local".into()],
+                add_dirs: vec!["/tmp".into(), "/srv".into()],
+                mcp_servers: BTreeMap::from([(
+                    "tickets".into(),
+                    McpServer::Stdio {
+                        command: "/bin/mcp".into(),
+                        args: vec![],
+                        env: BTreeMap::new(),
+                    },
+                )]),
+                strict_mcp_config: true,
+                allowed_tools: vec!["Read".into()],
+                ..Default::default()
+            },
+            log_id: "t".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_option_reaches_the_command_line_with_variadic_flags_last() {
+        let args = session_args(&inst((2, 1, 330)), &opts()).expect("2.1.330 takes them all");
+        let pair = |f: &str, v: &str| args.windows(2).any(|w| w[0] == f && w[1] == v);
+        assert!(pair("--system-prompt", "You are terse."), "{args:?}");
+        assert!(pair("--append-system-prompt", "Also polite."));
+        assert!(pair("--fallback-model", "claude-fallback"));
+        assert!(pair("--max-budget-usd", "0.25"));
+        assert!(pair("--max-thinking-tokens", "2048"));
+        assert!(pair("--settings", r#"{"a":1}"#));
+        assert!(pair("--setting-sources", "user,local"));
+        assert!(args.iter().any(|a| a == "--strict-mcp-config"));
+        let tail: Vec<&str> = args[args.len() - 7..].iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            [tail[0], tail[1], tail[2], tail[3], tail[5], tail[6]],
+            [
+                "--add-dir",
+                "/tmp",
+                "/srv",
+                "--mcp-config",
+                "--allowedTools",
+                "Read"
+            ]
+        );
+        let mcp: serde_json::Value = serde_json::from_str(tail[4]).expect("mcp json");
+        assert_eq!(
+            mcp,
+            serde_json::json!({"mcpServers": {"tickets": {"type": "stdio", "command": "/bin/mcp"}}})
+        );
+    }
+
+    #[test]
+    fn an_option_the_release_lacks_is_refused_naming_it() {
+        let e = session_args(&inst((1, 0, 128)), &opts()).expect_err("1.0.128 lacks budgets");
+        assert!(
+            matches!(
+                e,
+                Error::Unsupported {
+                    flag: "--max-budget-usd",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let mut o = opts();
+        o.cli.max_budget_usd = None;
+        o.cli.max_thinking_tokens = None;
+        session_args(&inst((1, 0, 128)), &o).expect("the rest is measured on 1.0.128");
+    }
 }

@@ -5,26 +5,23 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::env::{DEFAULT_ENV_ALLOWLIST, DEFAULT_SCRUB};
+use crate::options::CliOptions;
 
-/// How to start one session.
+/// How to start one session: its CLI options (what the engine records and re-applies on
+/// resume) plus what only concerns this process.
 #[derive(Debug, Clone, Default)]
 pub struct SpawnOptions {
     pub cwd: PathBuf,
-    pub model: Option<String>,
-    /// `default`, `acceptEdits`, `plan`, `bypassPermissions`, ...
-    pub permission_mode: Option<String>,
-    pub allowed_tools: Vec<String>,
-    pub disallowed_tools: Vec<String>,
-    pub append_system_prompt: Option<String>,
-    /// Dropped (with a warning) on releases without `--max-turns`.
-    pub max_turns: Option<u32>,
+    /// The session's CLI options (model, tools, prompts, MCP servers, ...).
+    pub cli: CliOptions,
     /// `--resume SESSION_ID`.
     pub resume: Option<String>,
     /// `--fork-session` (with `resume` only); an error on releases without it.
     pub fork_session: bool,
     /// Dropped (with a warning; the installation reports `DEGRADED`) on releases without it.
     pub include_partial_messages: bool,
-    /// Per-session environment variables, set after the allowlist (they win).
+    /// The daemon's variables for every session (`[sessions.env]`), set after the
+    /// allowlist; `cli.env` is set after these (the session's own win).
     pub env: Vec<(String, String)>,
     /// Identifies the session in logs.
     pub log_id: String,

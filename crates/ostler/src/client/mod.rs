@@ -19,6 +19,7 @@ pub mod pending;
 pub mod prompt;
 pub mod render;
 pub mod run;
+pub mod session_opts;
 pub mod watch;
 
 use std::time::Duration;

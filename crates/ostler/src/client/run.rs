@@ -45,6 +45,8 @@ pub struct RunArgs {
     /// Stop the session's CLI process after the turn (it stays resumable)
     #[arg(long)]
     pub stop: bool,
+    #[command(flatten)]
+    pub session_options: super::session_opts::SessionOptionArgs,
     /// Show system notices and state changes
     #[arg(long, short)]
     pub verbose: bool,
@@ -166,7 +168,7 @@ fn create_request(
     cwd: &std::path::Path,
     prompt: String,
 ) -> pb::CreateSessionRequest {
-    pb::CreateSessionRequest {
+    let mut r = pb::CreateSessionRequest {
         cwd: cwd.to_string_lossy().into_owned(),
         model: args.model.clone().unwrap_or_default(),
         permission_mode: args
@@ -180,7 +182,9 @@ fn create_request(
         }),
         title: args.name.clone().unwrap_or_default(),
         ..Default::default()
-    }
+    };
+    args.session_options.apply(&mut r);
+    r
 }
 
 /// `ostler run` on a terminal without a prompt: read a prompt, stream its turn, repeat.

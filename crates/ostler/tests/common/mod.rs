@@ -354,3 +354,23 @@ pub fn wait_output(child: Child) -> Output {
         }
     }
 }
+
+/// Processes whose parent is `ppid` (a daemon's CLI processes), from `/proc`.
+pub fn children(ppid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("read /proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        if after.split_whitespace().nth(1).and_then(|p| p.parse().ok()) == Some(ppid) {
+            out.push(pid);
+        }
+    }
+    out
+}

@@ -1,0 +1,761 @@
+//! The CLI options of a session, in one serde-able struct: what `CreateSession` asks for,
+//! what the engine records in the session's first event (`session_created`) and re-applies
+//! on every resume, and what the session's command line is written from
+//! (`session::spawn::session_args`).
+//!
+//! [`CliOptions::validate`] checks every field before anything is spawned (NUL bytes,
+//! lengths, counts, shapes); [`CliOptions::unsupported_by`] names the first option the
+//! running release lacks (measured: `Capabilities::options`, from `contracts/compat/`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::compat::Capabilities;
+
+/// The options of one session's CLI process. Field names are the ones recorded in
+/// `session_created` payloads since the first release of ostler (`allowed_tools`,
+/// `append_system_prompt`, ...); every field defaults, so old payloads still read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CliOptions {
+    /// `--model`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// `--permission-mode`: `default`, `acceptEdits`, `plan`, `bypassPermissions`, ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
+    /// `--allowedTools`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_tools: Vec<String>,
+    /// `--disallowedTools`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub disallowed_tools: Vec<String>,
+    /// `--system-prompt`: replaces the CLI's system prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// `--append-system-prompt`: appended to the CLI's (or the replaced) system prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub append_system_prompt: Option<String>,
+    /// `--max-turns` (dropped with a warning on releases without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// MCP servers by name, passed as one `--mcp-config` JSON document.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, McpServer>,
+    /// `--strict-mcp-config`: only the servers above, none from the CLI's own settings.
+    #[serde(skip_serializing_if = "is_false")]
+    pub strict_mcp_config: bool,
+    /// `--add-dir`: more directories the CLI's tools may use (absolute paths).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub add_dirs: Vec<String>,
+    /// `--max-budget-usd`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_budget_usd: Option<f64>,
+    /// `--max-thinking-tokens`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_thinking_tokens: Option<u32>,
+    /// `--fallback-model`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_model: Option<String>,
+    /// `--settings`: an absolute path to a settings file, or inline JSON (an object).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
+    /// `--setting-sources` (`user`, `project`, `local`), comma-joined.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub setting_sources: Vec<String>,
+    /// `--agents`: custom sub-agents, a JSON object (`{"name": {"description", "prompt",
+    /// ...}}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents: Option<String>,
+    /// `--json-schema`: a JSON schema (an object) the final result must follow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub json_schema: Option<String>,
+    /// Environment variables for this session, set after the daemon's allowlist and
+    /// `[sessions.env]` (they win). Values may be secrets: never logged, and
+    /// [`CliOptions::redact`] hides them wherever options are shown.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// One MCP server, serialized the way the CLI's `--mcp-config` takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum McpServer {
+    /// A process speaking MCP over stdio.
+    Stdio {
+        command: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<String>,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env: BTreeMap<String, String>,
+    },
+    /// Streamable HTTP.
+    Http {
+        url: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+    },
+    /// Server-sent events.
+    Sse {
+        url: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// Limits of [`CliOptions::validate`].
+pub mod limits {
+    /// A prompt (`system_prompt`, `append_system_prompt`): one command-line argument (the
+    /// kernel's cap per argument is 128 KiB).
+    pub const PROMPT_BYTES: usize = 100 * 1024;
+    /// A JSON document on the command line (`settings`, `agents`, `json_schema`, the MCP
+    /// configuration).
+    pub const JSON_BYTES: usize = 100 * 1024;
+    /// A model name (`model`, `fallback_model`).
+    pub const MODEL_BYTES: usize = 256;
+    /// A path, a command, a URL.
+    pub const PATH_BYTES: usize = 4096;
+    /// Entries of `allowed_tools` / `disallowed_tools`.
+    pub const TOOLS: usize = 256;
+    /// One tool rule.
+    pub const TOOL_BYTES: usize = 1024;
+    /// `add_dirs` entries.
+    pub const ADD_DIRS: usize = 64;
+    /// MCP servers of a session.
+    pub const MCP_SERVERS: usize = 32;
+    /// An MCP server's name.
+    pub const MCP_NAME_BYTES: usize = 64;
+    /// Arguments of an MCP stdio server.
+    pub const MCP_ARGS: usize = 256;
+    /// Environment variables or headers of one MCP server; variables of `env`.
+    pub const VARS: usize = 64;
+    /// One variable or header value.
+    pub const VALUE_BYTES: usize = 32 * 1024;
+    /// Everything on the command line together.
+    pub const ARGV_TOTAL_BYTES: usize = 256 * 1024;
+    /// The per-session environment together.
+    pub const ENV_TOTAL_BYTES: usize = 128 * 1024;
+}
+
+/// The setting sources the CLI knows.
+pub const SETTING_SOURCES: [&str; 3] = ["user", "project", "local"];
+
+/// A field of [`CliOptions`] that is refused, and why (the message shows at most ~200
+/// characters of the value).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidOption {
+    /// The field's name as clients write it (`mcp_servers["x"].url`, `env["A B"]`).
+    pub field: String,
+    pub message: String,
+}
+
+fn bad(field: impl Into<String>, message: impl Into<String>) -> InvalidOption {
+    InvalidOption {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// `s` quoted, cut to about 200 characters.
+pub fn shown(s: &str) -> String {
+    const MAX: usize = 200;
+    if s.chars().count() <= MAX {
+        return format!("{s:?}");
+    }
+    let head: String = s.chars().take(MAX).collect();
+    format!("{head:?}... ({} bytes)", s.len())
+}
+
+/// Length and NUL check.
+fn text(field: &str, v: &str, max: usize) -> Result<(), InvalidOption> {
+    if v.len() > max {
+        return Err(bad(
+            field,
+            format!("is {} bytes long; at most {max} are allowed", v.len()),
+        ));
+    }
+    if let Some(i) = v.find('\0') {
+        return Err(bad(field, format!("contains a NUL byte (at byte {i})")));
+    }
+    Ok(())
+}
+
+/// A value that goes on the command line after a flag: bounded, no NUL, not empty, not
+/// read as an option.
+fn arg(field: &str, v: &str, max: usize) -> Result<(), InvalidOption> {
+    text(field, v, max)?;
+    if v.trim().is_empty() {
+        return Err(bad(field, "is empty"));
+    }
+    if v.starts_with('-') {
+        return Err(bad(
+            field,
+            format!(
+                "{} starts with '-' (it would be read as an option)",
+                shown(v)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn json_object(field: &str, v: &str) -> Result<(), InvalidOption> {
+    arg(field, v, limits::JSON_BYTES)?;
+    match serde_json::from_str::<serde_json::Value>(v) {
+        Ok(serde_json::Value::Object(_)) => Ok(()),
+        Ok(_) => Err(bad(field, "must be a JSON object")),
+        Err(e) => Err(bad(field, format!("is not valid JSON: {e}"))),
+    }
+}
+
+fn count(field: &str, n: usize, max: usize) -> Result<(), InvalidOption> {
+    if n > max {
+        return Err(bad(
+            field,
+            format!("has {n} entries; at most {max} are allowed"),
+        ));
+    }
+    Ok(())
+}
+
+fn var_name(field: &str, name: &str) -> Result<(), InvalidOption> {
+    crate::env::validate_name(name).map_err(|e| {
+        let e = match e {
+            crate::env::EnvNameError::Invalid(_) => format!(
+                "{} is not a variable name (letters, digits and `_`, not starting with a digit)",
+                shown(name)
+            ),
+            other => other.to_string(),
+        };
+        bad(field, e)
+    })
+}
+
+impl CliOptions {
+    /// Checks every field (no I/O: whether paths exist is the caller's business).
+    pub fn validate(&self) -> Result<(), InvalidOption> {
+        let mut argv = 0usize;
+        for (field, v, max) in [
+            ("model", &self.model, limits::MODEL_BYTES),
+            ("fallback_model", &self.fallback_model, limits::MODEL_BYTES),
+            (
+                "permission_mode",
+                &self.permission_mode,
+                limits::MODEL_BYTES,
+            ),
+        ] {
+            if let Some(v) = v {
+                arg(field, v, max)?;
+                argv += v.len() + 1;
+            }
+        }
+        for (field, v) in [
+            ("system_prompt", &self.system_prompt),
+            ("append_system_prompt", &self.append_system_prompt),
+        ] {
+            if let Some(v) = v {
+                text(field, v, limits::PROMPT_BYTES)?;
+                argv += v.len() + 1;
+            }
+        }
+        if self.max_turns == Some(0) {
+            return Err(bad(
+                "max_turns",
+                "must be at least 1 (leave it unset for no limit)",
+            ));
+        }
+        for (field, tools) in [
+            ("allowed_tools", &self.allowed_tools),
+            ("disallowed_tools", &self.disallowed_tools),
+        ] {
+            count(field, tools.len(), limits::TOOLS)?;
+            for (i, t) in tools.iter().enumerate() {
+                arg(&format!("{field}[{i}]"), t, limits::TOOL_BYTES)?;
+                argv += t.len() + 1;
+            }
+        }
+        count("add_dirs", self.add_dirs.len(), limits::ADD_DIRS)?;
+        for (i, d) in self.add_dirs.iter().enumerate() {
+            let f = format!("add_dirs[{i}]");
+            arg(&f, d, limits::PATH_BYTES)?;
+            if !d.starts_with('/') {
+                return Err(bad(f, format!("{} is not an absolute path", shown(d))));
+            }
+            argv += d.len() + 1;
+        }
+        if let Some(b) = self.max_budget_usd
+            && !(b.is_finite() && b > 0.0 && b <= 1_000_000.0)
+        {
+            return Err(bad(
+                "max_budget_usd",
+                format!("{b} is not a budget (more than 0, at most 1000000 USD)"),
+            ));
+        }
+        if self.max_thinking_tokens == Some(0) {
+            return Err(bad(
+                "max_thinking_tokens",
+                "must be at least 1 (leave it unset for the CLI's default)",
+            ));
+        }
+        if let Some(s) = &self.settings {
+            if s.trim_start().starts_with('{') {
+                json_object("settings", s)?;
+            } else {
+                arg("settings", s, limits::PATH_BYTES)?;
+                if !s.starts_with('/') {
+                    return Err(bad(
+                        "settings",
+                        format!(
+                            "{} is neither inline JSON (an object) nor an absolute path",
+                            shown(s)
+                        ),
+                    ));
+                }
+            }
+            argv += s.len() + 1;
+        }
+        count(
+            "setting_sources",
+            self.setting_sources.len(),
+            SETTING_SOURCES.len(),
+        )?;
+        for (i, s) in self.setting_sources.iter().enumerate() {
+            if !SETTING_SOURCES.contains(&s.as_str()) {
+                return Err(bad(
+                    format!("setting_sources[{i}]"),
+                    format!(
+                        "{} is not a setting source (known: {SETTING_SOURCES:?})",
+                        shown(s)
+                    ),
+                ));
+            }
+            if self.setting_sources[..i].contains(s) {
+                return Err(bad(
+                    format!("setting_sources[{i}]"),
+                    format!("{s:?} is repeated"),
+                ));
+            }
+        }
+        for (field, v) in [("agents", &self.agents), ("json_schema", &self.json_schema)] {
+            if let Some(v) = v {
+                json_object(field, v)?;
+                argv += v.len() + 1;
+            }
+        }
+        if let Some(a) = &self.agents
+            && let Ok(serde_json::Value::Object(m)) = serde_json::from_str(a)
+        {
+            for (name, def) in m {
+                let ok = def.get("description").is_some_and(|d| d.is_string())
+                    && def.get("prompt").is_some_and(|p| p.is_string());
+                if !ok {
+                    return Err(bad(
+                        format!("agents[{}]", shown(&name)),
+                        "an agent needs a string `description` and a string `prompt`",
+                    ));
+                }
+            }
+        }
+        self.validate_mcp()?;
+        if let Some(c) = self.mcp_config_json() {
+            if c.len() > limits::JSON_BYTES {
+                return Err(bad(
+                    "mcp_servers",
+                    format!(
+                        "come to {} bytes of JSON; at most {} are allowed",
+                        c.len(),
+                        limits::JSON_BYTES
+                    ),
+                ));
+            }
+            argv += c.len() + 1;
+        }
+        if argv > limits::ARGV_TOTAL_BYTES {
+            return Err(bad(
+                "options",
+                format!(
+                    "the options come to {argv} bytes on the CLI's command line; at most {} \
+                     are allowed together",
+                    limits::ARGV_TOTAL_BYTES
+                ),
+            ));
+        }
+        count("env", self.env.len(), limits::VARS)?;
+        let mut env_total = 0;
+        for (k, v) in &self.env {
+            var_name("env", k)?;
+            // The value is never shown: it may be a secret.
+            text(&format!("env[{k}]"), v, limits::VALUE_BYTES)?;
+            env_total += k.len() + v.len() + 2;
+        }
+        if env_total > limits::ENV_TOTAL_BYTES {
+            return Err(bad(
+                "env",
+                format!(
+                    "comes to {env_total} bytes; at most {} are allowed",
+                    limits::ENV_TOTAL_BYTES
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_mcp(&self) -> Result<(), InvalidOption> {
+        count("mcp_servers", self.mcp_servers.len(), limits::MCP_SERVERS)?;
+        for (name, server) in &self.mcp_servers {
+            let f = format!("mcp_servers[{}]", shown(name));
+            let name_ok = !name.is_empty()
+                && name.len() <= limits::MCP_NAME_BYTES
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !name_ok {
+                return Err(bad(
+                    f,
+                    format!(
+                        "an MCP server name is 1 to {} letters, digits, `_` or `-`",
+                        limits::MCP_NAME_BYTES
+                    ),
+                ));
+            }
+            match server {
+                McpServer::Stdio { command, args, env } => {
+                    arg(&format!("{f}.command"), command, limits::PATH_BYTES)?;
+                    count(&format!("{f}.args"), args.len(), limits::MCP_ARGS)?;
+                    for (i, a) in args.iter().enumerate() {
+                        text(&format!("{f}.args[{i}]"), a, limits::PATH_BYTES)?;
+                    }
+                    count(&format!("{f}.env"), env.len(), limits::VARS)?;
+                    for (k, v) in env {
+                        var_name(&format!("{f}.env"), k)?;
+                        text(&format!("{f}.env[{k}]"), v, limits::VALUE_BYTES)?;
+                    }
+                }
+                McpServer::Http { url, headers } | McpServer::Sse { url, headers } => {
+                    let uf = format!("{f}.url");
+                    arg(&uf, url, limits::PATH_BYTES)?;
+                    if !(url.starts_with("http://") || url.starts_with("https://")) {
+                        return Err(bad(
+                            uf,
+                            format!("{} is not an http:// or https:// URL", shown(url)),
+                        ));
+                    }
+                    count(&format!("{f}.headers"), headers.len(), limits::VARS)?;
+                    for (k, v) in headers {
+                        let hf = format!("{f}.headers");
+                        let ok = !k.is_empty()
+                            && k.len() <= 256
+                            && k.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+                        if !ok {
+                            return Err(bad(hf, format!("{} is not a header name", shown(k))));
+                        }
+                        // Values are never shown: they often carry tokens.
+                        if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+                            || v.len() > limits::VALUE_BYTES
+                        {
+                            return Err(bad(
+                                format!("{hf}[{k}]"),
+                                format!(
+                                    "a header value has no CR, LF or NUL and is at most {} bytes",
+                                    limits::VALUE_BYTES
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The `--mcp-config` document (`{"mcpServers": {...}}`), when there are servers.
+    pub fn mcp_config_json(&self) -> Option<String> {
+        if self.mcp_servers.is_empty() {
+            return None;
+        }
+        serde_json::to_string(&serde_json::json!({ "mcpServers": &self.mcp_servers })).ok()
+    }
+
+    /// The session-option flags these options put on the command line whose presence
+    /// differs between releases (see `compat::PROBED_OPTIONS`).
+    pub fn gated_flags(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let mut on = |cond: bool, flag: &'static str| {
+            if cond {
+                v.push(flag);
+            }
+        };
+        on(self.system_prompt.is_some(), "--system-prompt");
+        on(
+            self.append_system_prompt.is_some(),
+            "--append-system-prompt",
+        );
+        on(self.fallback_model.is_some(), "--fallback-model");
+        on(!self.add_dirs.is_empty(), "--add-dir");
+        on(self.max_budget_usd.is_some(), "--max-budget-usd");
+        on(self.max_thinking_tokens.is_some(), "--max-thinking-tokens");
+        on(self.settings.is_some(), "--settings");
+        on(!self.setting_sources.is_empty(), "--setting-sources");
+        on(!self.mcp_servers.is_empty(), "--mcp-config");
+        on(self.strict_mcp_config, "--strict-mcp-config");
+        on(self.agents.is_some(), "--agents");
+        on(self.json_schema.is_some(), "--json-schema");
+        v
+    }
+
+    /// The first flag of [`Self::gated_flags`] the release is measured not to accept
+    /// (`None`: all accepted or not measured, then the CLI is tried).
+    pub fn unsupported_by(&self, caps: &Capabilities) -> Option<&'static str> {
+        self.gated_flags()
+            .into_iter()
+            .find(|f| caps.accepts_option(f) == Some(false))
+    }
+
+    /// A copy fit to show: values of `env`, of MCP servers' `env` and `headers` replaced by
+    /// `"<redacted>"`.
+    pub fn redact(&self) -> CliOptions {
+        let mut c = self.clone();
+        redact_map(&mut c.env);
+        for s in c.mcp_servers.values_mut() {
+            match s {
+                McpServer::Stdio { env, .. } => redact_map(env),
+                McpServer::Http { headers, .. } | McpServer::Sse { headers, .. } => {
+                    redact_map(headers)
+                }
+            }
+        }
+        c
+    }
+}
+
+/// What replaces a secret value in anything shown.
+pub const REDACTED: &str = "<redacted>";
+
+fn redact_map(m: &mut BTreeMap<String, String>) {
+    for v in m.values_mut() {
+        *v = REDACTED.to_owned();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stdio(cmd: &str) -> McpServer {
+        McpServer::Stdio {
+            command: cmd.into(),
+            args: vec!["--port".into(), "1".into()],
+            env: BTreeMap::from([("TOKEN".into(), "s3cret".into())]),
+        }
+    }
+
+    #[test]
+    fn old_session_created_payloads_still_read() {
+        let old = r#"{"allowed_tools":["Read"],"disallowed_tools":[],"append_system_prompt":"x","max_turns":3,"rules":[]}"#;
+        let o: CliOptions = serde_json::from_str(old).expect("old payload");
+        assert_eq!(o.allowed_tools, vec!["Read".to_string()]);
+        assert_eq!(o.append_system_prompt.as_deref(), Some("x"));
+        assert_eq!(o.max_turns, Some(3));
+        let full = CliOptions {
+            system_prompt: Some("s".into()),
+            mcp_servers: BTreeMap::from([("t".into(), stdio("/bin/t"))]),
+            max_budget_usd: Some(0.5),
+            env: BTreeMap::from([("A".into(), "b".into())]),
+            ..Default::default()
+        };
+        let back: CliOptions =
+            serde_json::from_str(&serde_json::to_string(&full).expect("ser")).expect("de");
+        assert_eq!(back, full);
+    }
+
+    #[test]
+    fn mcp_config_is_the_cli_shape() {
+        let o = CliOptions {
+            mcp_servers: BTreeMap::from([
+                ("local".into(), stdio("/bin/t")),
+                (
+                    "web".into(),
+                    McpServer::Http {
+                        url: "https://x.test/mcp".into(),
+                        headers: BTreeMap::new(),
+                    },
+                ),
+            ]),
+            ..Default::default()
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&o.mcp_config_json().expect("servers")).expect("json");
+        assert_eq!(v["mcpServers"]["local"]["type"], "stdio");
+        assert_eq!(v["mcpServers"]["local"]["command"], "/bin/t");
+        assert_eq!(v["mcpServers"]["local"]["args"][0], "--port");
+        assert_eq!(v["mcpServers"]["local"]["env"]["TOKEN"], "s3cret");
+        assert_eq!(v["mcpServers"]["web"]["type"], "http");
+        assert!(v["mcpServers"]["web"].get("headers").is_none());
+        let r = o.redact();
+        assert_eq!(
+            r.mcp_config_json().map(|j| j.contains("s3cret")),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn validation_names_the_field_and_never_echoes_much() {
+        let check = |o: CliOptions, field: &str| {
+            let e = o.validate().expect_err(field);
+            assert!(e.field.starts_with(field), "{field}: {e:?}");
+            assert!(e.message.len() < 400, "{field}: message too long");
+        };
+        let huge = "x".repeat(limits::PROMPT_BYTES + 1);
+        check(
+            CliOptions {
+                system_prompt: Some(huge.clone()),
+                ..Default::default()
+            },
+            "system_prompt",
+        );
+        check(
+            CliOptions {
+                system_prompt: Some("a\0b".into()),
+                ..Default::default()
+            },
+            "system_prompt",
+        );
+        check(
+            CliOptions {
+                add_dirs: vec!["relative/dir".into()],
+                ..Default::default()
+            },
+            "add_dirs[0]",
+        );
+        check(
+            CliOptions {
+                add_dirs: vec!["/d".into(); limits::ADD_DIRS + 1],
+                ..Default::default()
+            },
+            "add_dirs",
+        );
+        check(
+            CliOptions {
+                max_budget_usd: Some(f64::NAN),
+                ..Default::default()
+            },
+            "max_budget_usd",
+        );
+        check(
+            CliOptions {
+                settings: Some(format!("{{{huge}")),
+                ..Default::default()
+            },
+            "settings",
+        );
+        check(
+            CliOptions {
+                settings: Some("relative.json".into()),
+                ..Default::default()
+            },
+            "settings",
+        );
+        check(
+            CliOptions {
+                setting_sources: vec!["user".into(), "user".into()],
+                ..Default::default()
+            },
+            "setting_sources[1]",
+        );
+        check(
+            CliOptions {
+                agents: Some(r#"{"r": {"description": "d"}}"#.into()),
+                ..Default::default()
+            },
+            "agents",
+        );
+        check(
+            CliOptions {
+                json_schema: Some("[1]".into()),
+                ..Default::default()
+            },
+            "json_schema",
+        );
+        check(
+            CliOptions {
+                mcp_servers: BTreeMap::from([("bad name".into(), stdio("/bin/t"))]),
+                ..Default::default()
+            },
+            "mcp_servers",
+        );
+        check(
+            CliOptions {
+                mcp_servers: BTreeMap::from([(
+                    "w".into(),
+                    McpServer::Sse {
+                        url: format!("ftp://{huge}"),
+                        headers: BTreeMap::new(),
+                    },
+                )]),
+                ..Default::default()
+            },
+            "mcp_servers[\"w\"].url",
+        );
+        check(
+            CliOptions {
+                env: BTreeMap::from([("OSTLER_AUTH__TOKENS".into(), "x".into())]),
+                ..Default::default()
+            },
+            "env",
+        );
+        check(
+            CliOptions {
+                env: BTreeMap::from([(huge.clone(), "x".into())]),
+                ..Default::default()
+            },
+            "env",
+        );
+        check(
+            CliOptions {
+                allowed_tools: vec!["--evil".into()],
+                ..Default::default()
+            },
+            "allowed_tools[0]",
+        );
+        // A secret value is never echoed.
+        let e = CliOptions {
+            env: BTreeMap::from([("A".into(), format!("s3cret\0{huge}"))]),
+            ..Default::default()
+        }
+        .validate()
+        .expect_err("NUL in env value");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let ok = CliOptions {
+            system_prompt: Some("be brief".into()),
+            add_dirs: vec!["/tmp".into()],
+            max_budget_usd: Some(1.5),
+            settings: Some(r#"{"x": 1}"#.into()),
+            setting_sources: vec!["user".into(), "project".into()],
+            agents: Some(r#"{"r": {"description": "d", "prompt": "p"}}"#.into()),
+            json_schema: Some(r#"{"type": "object"}"#.into()),
+            mcp_servers: BTreeMap::from([("t".into(), stdio("/bin/t"))]),
+            env: BTreeMap::from([("MY_VAR".into(), "1".into())]),
+            ..Default::default()
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!(
+            ok.gated_flags(),
+            vec![
+                "--system-prompt",
+                "--add-dir",
+                "--max-budget-usd",
+                "--settings",
+                "--setting-sources",
+                "--mcp-config",
+                "--agents",
+                "--json-schema"
+            ]
+        );
+    }
+}

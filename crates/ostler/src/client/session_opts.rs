@@ -1,0 +1,198 @@
+//! `ostler run`'s session-option flags: one flag per `CreateSessionRequest` option
+//! (docs/api.md). Values are checked by the daemon; here only what must be read locally
+//! (an `--mcp-config` file) or split (`NAME=VALUE`).
+
+use std::collections::HashMap;
+
+use ostler_proto::v1 as pb;
+
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SessionOptionArgs {
+    /// Replace the CLI's system prompt
+    #[arg(long, value_name = "TEXT")]
+    pub system_prompt: Option<String>,
+    /// MCP servers: a file or inline JSON in the CLI's format ({"mcpServers": {NAME: {"type":
+    /// "stdio"|"http"|"sse", ...}}}); repeatable
+    #[arg(long = "mcp-config", value_name = "FILE|JSON", value_parser = parse_mcp_config)]
+    pub mcp_config: Vec<McpServers>,
+    /// Only the MCP servers of --mcp-config, none from the CLI's settings
+    #[arg(long)]
+    pub strict_mcp_config: bool,
+    /// Another directory the session's tools may use (repeatable)
+    #[arg(long = "add-dir", value_name = "DIR")]
+    pub add_dirs: Vec<String>,
+    /// Stop spending after this many US dollars
+    #[arg(long, value_name = "USD")]
+    pub max_budget_usd: Option<f64>,
+    /// Thinking token budget
+    #[arg(long, value_name = "N")]
+    pub max_thinking_tokens: Option<u32>,
+    /// Model to fall back to when the model is overloaded
+    #[arg(long, value_name = "MODEL")]
+    pub fallback_model: Option<String>,
+    /// Settings: inline JSON or the absolute path of a file
+    #[arg(long, value_name = "FILE|JSON")]
+    pub settings: Option<String>,
+    /// Setting sources to load: user, project, local (comma-separated)
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub setting_sources: Vec<String>,
+    /// Custom sub-agents, a JSON object ({"name": {"description": ..., "prompt": ...}})
+    #[arg(long, value_name = "JSON")]
+    pub agents: Option<String>,
+    /// JSON schema the result must follow
+    #[arg(long, value_name = "JSON")]
+    pub json_schema: Option<String>,
+    /// An environment variable for this session's CLI (repeatable)
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Choose the session id (a retry with the same id and options returns the session)
+    #[arg(long, value_name = "ID")]
+    pub session_id: Option<String>,
+    /// Continue a CLI conversation ostler did not start (its CLI session id)
+    #[arg(long, value_name = "CLI_SESSION_ID", conflicts_with = "fork_from")]
+    pub adopt: Option<String>,
+    /// Fork an ostler session's conversation into the new session
+    #[arg(long, value_name = "SESSION_ID")]
+    pub fork_from: Option<String>,
+}
+
+/// The servers of one `--mcp-config` value.
+#[derive(Debug, Clone, Default)]
+pub struct McpServers(pub Vec<(String, pb::McpServerSpec)>);
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err("expected NAME=VALUE".to_owned()),
+    }
+}
+
+fn string_map(v: Option<&serde_json::Value>) -> Result<HashMap<String, String>, String> {
+    let Some(v) = v else {
+        return Ok(HashMap::new());
+    };
+    let m = v.as_object().ok_or("env/headers must be an object")?;
+    m.iter()
+        .map(|(k, v)| {
+            v.as_str()
+                .map(|s| (k.clone(), s.to_owned()))
+                .ok_or_else(|| format!("{k}: the value must be a string"))
+        })
+        .collect()
+}
+
+/// `--mcp-config`: inline JSON, else a file holding it.
+pub fn parse_mcp_config(s: &str) -> Result<McpServers, String> {
+    let text = if s.trim_start().starts_with('{') {
+        s.to_owned()
+    } else {
+        std::fs::read_to_string(s).map_err(|e| format!("{s}: {e}"))?
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))?;
+    let servers = v
+        .get("mcpServers")
+        .and_then(|m| m.as_object())
+        .ok_or("expected {\"mcpServers\": {NAME: {...}}}")?;
+    let mut out = Vec::new();
+    for (name, def) in servers {
+        let ty = def.get("type").and_then(|t| t.as_str()).unwrap_or("stdio");
+        let text = |k: &str| {
+            def.get(k)
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{name}: `{k}` is missing or not a string"))
+        };
+        use pb::mcp_server_spec::Transport;
+        let transport = match ty {
+            "stdio" => Transport::Stdio(pb::McpStdioServerSpec {
+                command: text("command")?,
+                args: def
+                    .get("args")
+                    .and_then(|a| a.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .map(|x| x.as_str().map(str::to_owned))
+                            .collect::<Option<Vec<_>>>()
+                    })
+                    .unwrap_or(Some(Vec::new()))
+                    .ok_or_else(|| format!("{name}: `args` must be strings"))?,
+                env: string_map(def.get("env")).map_err(|e| format!("{name}: {e}"))?,
+            }),
+            "http" | "sse" => {
+                let r = pb::McpRemoteServerSpec {
+                    url: text("url")?,
+                    headers: string_map(def.get("headers")).map_err(|e| format!("{name}: {e}"))?,
+                };
+                if ty == "http" {
+                    Transport::Http(r)
+                } else {
+                    Transport::Sse(r)
+                }
+            }
+            other => return Err(format!("{name}: unknown type {other:?} (stdio, http, sse)")),
+        };
+        out.push((
+            name.clone(),
+            pb::McpServerSpec {
+                transport: Some(transport),
+            },
+        ));
+    }
+    Ok(McpServers(out))
+}
+
+impl SessionOptionArgs {
+    /// Sets the request's session-option fields.
+    pub fn apply(&self, r: &mut pb::CreateSessionRequest) {
+        r.system_prompt = self.system_prompt.clone().unwrap_or_default();
+        r.mcp_servers = self
+            .mcp_config
+            .iter()
+            .flat_map(|m| m.0.iter().cloned())
+            .collect();
+        r.strict_mcp_config = self.strict_mcp_config;
+        r.add_dirs = self.add_dirs.clone();
+        r.max_budget_usd = self.max_budget_usd;
+        r.max_thinking_tokens = self.max_thinking_tokens;
+        r.fallback_model = self.fallback_model.clone().unwrap_or_default();
+        r.settings = self.settings.clone().unwrap_or_default();
+        r.setting_sources = self.setting_sources.clone();
+        r.agents_json = self.agents.clone().unwrap_or_default();
+        r.json_schema = self.json_schema.clone().unwrap_or_default();
+        r.env = self.env.iter().cloned().collect();
+        r.session_id = self.session_id.clone().unwrap_or_default();
+        r.adopt_claude_session_id = self.adopt.clone().unwrap_or_default();
+        r.fork_from_session_id = self.fork_from.clone().unwrap_or_default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mcp_config_in_the_cli_format() {
+        let m = parse_mcp_config(
+            r#"{"mcpServers": {"t": {"command": "/bin/t", "args": ["-v"], "env": {"K": "v"}},
+                "w": {"type": "sse", "url": "https://x/sse", "headers": {"A": "b"}}}}"#,
+        )
+        .expect("parse");
+        let mut r = pb::CreateSessionRequest::default();
+        SessionOptionArgs {
+            mcp_config: vec![m],
+            ..Default::default()
+        }
+        .apply(&mut r);
+        use pb::mcp_server_spec::Transport;
+        assert!(matches!(
+            &r.mcp_servers["t"].transport,
+            Some(Transport::Stdio(s)) if s.command == "/bin/t" && s.args == ["-v"] && s.env["K"] == "v"
+        ));
+        assert!(matches!(
+            &r.mcp_servers["w"].transport,
+            Some(Transport::Sse(h)) if h.url == "https://x/sse"
+        ));
+        assert!(parse_mcp_config(r#"{"mcpServers": {"x": {"type": "ws"}}}"#).is_err());
+        assert!(parse_mcp_config("/nonexistent/file.json").is_err());
+    }
+}

@@ -1,0 +1,651 @@
+//! CreateSession's options against the real CLI (1.0.128 and the newest pinned 2.1.x):
+//! each option reaches the CLI's command line (read from `/proc/<pid>/cmdline` of the
+//! process the daemon spawned) and, where cheap, its behaviour (the replaced system
+//! prompt is in the fake model's request); the session's own environment variables are
+//! in `/proc/<pid>/environ` and nowhere in RPC answers or the log; an option the release
+//! lacks fails at once with FAILED_PRECONDITION; bad values are INVALID_ARGUMENT naming
+//! the field before anything is created; a client-chosen id makes create idempotent.
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::grpc::*;
+use common::*;
+use ostler_proto::v1 as pb;
+use tonic::Code;
+
+fn nul_separated(path: String) -> Vec<String> {
+    std::fs::read(path)
+        .unwrap()
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// The one CLI process of the daemon: its argv and environment.
+fn the_cli(daemon: &Daemon) -> (Vec<String>, BTreeMap<String, String>) {
+    let kids = children(daemon.pid());
+    assert_eq!(kids.len(), 1, "one CLI process under the daemon: {kids:?}");
+    let argv = nul_separated(format!("/proc/{}/cmdline", kids[0]));
+    let env = nul_separated(format!("/proc/{}/environ", kids[0]))
+        .into_iter()
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect();
+    (argv, env)
+}
+
+fn value_of<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
+    argv.windows(2)
+        .find(|w| w[0] == flag)
+        .map(|w| w[1].as_str())
+}
+
+const SYSTEM: &str = "OSTLER-REPLACED-SYSTEM-PROMPT: answer in one word.";
+const APPENDED: &str = "OSTLER-APPENDED-TEXT";
+const SECRET: &str = "per-session-secret-4711";
+const MCP_SECRET: &str = "mcp-header-secret-0815";
+
+fn full_request(world: &World, extra_dir: &str, new_release: bool) -> pb::CreateSessionRequest {
+    let mcp = |t| pb::McpServerSpec { transport: Some(t) };
+    use pb::mcp_server_spec::Transport;
+    pb::CreateSessionRequest {
+        cwd: world.work.display().to_string(),
+        system_prompt: SYSTEM.into(),
+        append_system_prompt: APPENDED.into(),
+        add_dirs: vec![extra_dir.to_owned()],
+        fallback_model: "claude-ostler-fallback".into(),
+        settings: r#"{"cleanupPeriodDays": 3}"#.into(),
+        setting_sources: vec!["user".into(), "local".into()],
+        agents_json: r#"{"reviewer": {"description": "Reviews code", "prompt": "Review."}}"#.into(),
+        strict_mcp_config: true,
+        mcp_servers: [
+            (
+                "tickets".to_string(),
+                mcp(Transport::Stdio(pb::McpStdioServerSpec {
+                    command: "/bin/cat".into(),
+                    args: vec![],
+                    env: [("TICKETS_TOKEN".to_string(), MCP_SECRET.to_string())].into(),
+                })),
+            ),
+            (
+                "remote".to_string(),
+                mcp(Transport::Http(pb::McpRemoteServerSpec {
+                    url: "http://127.0.0.1:9/mcp".into(),
+                    headers: [("Authorization".to_string(), MCP_SECRET.to_string())].into(),
+                })),
+            ),
+        ]
+        .into(),
+        env: [("OPTS_SESSION_TOKEN".to_string(), SECRET.to_string())].into(),
+        max_budget_usd: new_release.then_some(2.5),
+        max_thinking_tokens: new_release.then_some(4096),
+        json_schema: if new_release {
+            r#"{"type": "object"}"#.into()
+        } else {
+            String::new()
+        },
+        ..Default::default()
+    }
+}
+
+async fn options_reach_the_cli(release: &str) {
+    let world = World::new(release).await;
+    let extra = world.work.join("extra");
+    std::fs::create_dir_all(&extra).unwrap();
+    let extra = extra.display().to_string();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let new = release != OLD;
+    let session = c
+        .create_session(full_request(&world, &extra, new))
+        .await
+        .unwrap_or_else(|s| panic!("{release}: create: {s:?}"))
+        .into_inner();
+
+    let (argv, env) = the_cli(&daemon);
+    let show = argv.join(" ");
+    assert_eq!(value_of(&argv, "--system-prompt"), Some(SYSTEM), "{show}");
+    assert_eq!(value_of(&argv, "--append-system-prompt"), Some(APPENDED));
+    assert_eq!(value_of(&argv, "--add-dir"), Some(extra.as_str()));
+    assert_eq!(
+        value_of(&argv, "--fallback-model"),
+        Some("claude-ostler-fallback")
+    );
+    assert_eq!(
+        value_of(&argv, "--settings"),
+        Some(r#"{"cleanupPeriodDays": 3}"#)
+    );
+    assert_eq!(value_of(&argv, "--setting-sources"), Some("user,local"));
+    assert!(value_of(&argv, "--agents").is_some_and(|a| a.contains("reviewer")));
+    assert!(argv.iter().any(|a| a == "--strict-mcp-config"), "{show}");
+    let mcp: serde_json::Value =
+        serde_json::from_str(value_of(&argv, "--mcp-config").unwrap()).unwrap();
+    assert_eq!(mcp["mcpServers"]["tickets"]["type"], "stdio");
+    assert_eq!(mcp["mcpServers"]["tickets"]["command"], "/bin/cat");
+    assert_eq!(mcp["mcpServers"]["remote"]["type"], "http");
+    assert_eq!(
+        mcp["mcpServers"]["remote"]["headers"]["Authorization"],
+        MCP_SECRET
+    );
+    if new {
+        assert_eq!(value_of(&argv, "--max-budget-usd"), Some("2.5"));
+        assert_eq!(value_of(&argv, "--max-thinking-tokens"), Some("4096"));
+        assert_eq!(
+            value_of(&argv, "--json-schema"),
+            Some(r#"{"type": "object"}"#)
+        );
+    }
+    // The session's own variable is in the CLI's environment.
+    assert_eq!(
+        env.get("OPTS_SESSION_TOKEN").map(String::as_str),
+        Some(SECRET)
+    );
+
+    // The CLI took them all: the session runs (no exit); the recorded options show no
+    // secret.
+    let got = c
+        .get_session(pb::GetSessionRequest {
+            session_id: session.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let events = history(&mut c, &session.id).await;
+    let created = events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(pb::session_event::Payload::EngineNotice(n)) if n.code == "session_created" => {
+                Some(n.data_json.clone())
+            }
+            _ => None,
+        })
+        .expect("session_created notice");
+    assert!(created.contains("OPTS_SESSION_TOKEN") && created.contains("<redacted>"));
+    assert!(created.contains(SYSTEM), "{created}");
+    let answers = format!("{session:?} {got:?} {events:?}");
+    for secret in [SECRET, MCP_SECRET] {
+        assert!(
+            !answers.contains(secret),
+            "{release}: {secret} in an RPC answer"
+        );
+        assert!(
+            !daemon.log_text().contains(secret),
+            "{release}: {secret} in the daemon's log"
+        );
+    }
+    assert!(
+        !events.iter().any(|e| matches!(
+            e.payload,
+            Some(pb::session_event::Payload::ProcessExited(_))
+        )),
+        "{release}: the CLI exited: {:#?}",
+        events.iter().map(describe).collect::<Vec<_>>()
+    );
+
+    // A resume re-applies every option (read back from the session's log).
+    c.stop_session(pb::StopSessionRequest {
+        session_id: session.id.clone(),
+    })
+    .await
+    .unwrap();
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: session.id.clone(),
+        fresh_conversation_if_missing: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (again, env) = the_cli(&daemon);
+    for flag in [
+        "--system-prompt",
+        "--append-system-prompt",
+        "--add-dir",
+        "--fallback-model",
+        "--settings",
+        "--setting-sources",
+        "--agents",
+        "--mcp-config",
+    ] {
+        assert_eq!(
+            value_of(&again, flag),
+            value_of(&argv, flag),
+            "{release}: {flag} after resume"
+        );
+    }
+    assert!(again.iter().any(|a| a == "--strict-mcp-config"));
+    if new {
+        assert_eq!(value_of(&again, "--max-budget-usd"), Some("2.5"));
+    }
+    assert_eq!(
+        env.get("OPTS_SESSION_TOKEN").map(String::as_str),
+        Some(SECRET)
+    );
+}
+
+#[tokio::test]
+async fn options_reach_the_cli_new() {
+    options_reach_the_cli(NEW).await;
+}
+
+#[tokio::test]
+async fn options_reach_the_cli_old() {
+    options_reach_the_cli(OLD).await;
+}
+
+/// The replaced system prompt (and the appended text) are what the model is sent.
+async fn system_prompt_reaches_the_model(release: &str) {
+    let world = World::new(release).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let session = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            system_prompt: SYSTEM.into(),
+            append_system_prompt: APPENDED.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &session.id, 0, false).await;
+    send(&mut c, &session.id, "Say hello").await;
+    let mut seen = Vec::new();
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    let systems: Vec<String> = world
+        .fake
+        .requests()
+        .iter()
+        .filter_map(|r| r.body.as_ref())
+        .filter(|b| b.to_string().contains("Say hello") && !ostler_testkit::server::is_warmup(b))
+        .map(|b| b["system"].to_string())
+        .collect();
+    // The turn's request carries both (a release may send side requests, e.g. a topic
+    // check, with a system prompt of their own).
+    assert!(
+        systems
+            .iter()
+            .any(|s| s.contains("OSTLER-REPLACED-SYSTEM-PROMPT") && s.contains(APPENDED)),
+        "{release}: {systems:#?}"
+    );
+}
+
+#[tokio::test]
+async fn system_prompt_reaches_the_model_new() {
+    system_prompt_reaches_the_model(NEW).await;
+}
+
+#[tokio::test]
+async fn system_prompt_reaches_the_model_old() {
+    system_prompt_reaches_the_model(OLD).await;
+}
+
+#[tokio::test]
+async fn an_option_the_old_release_lacks_fails_at_once() {
+    let world = World::new(OLD).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    for (req, field, flag) in [
+        (
+            pb::CreateSessionRequest {
+                max_budget_usd: Some(1.0),
+                ..Default::default()
+            },
+            "max_budget_usd",
+            "--max-budget-usd",
+        ),
+        (
+            pb::CreateSessionRequest {
+                max_thinking_tokens: Some(1000),
+                ..Default::default()
+            },
+            "max_thinking_tokens",
+            "--max-thinking-tokens",
+        ),
+        (
+            pb::CreateSessionRequest {
+                json_schema: r#"{"type": "object"}"#.into(),
+                ..Default::default()
+            },
+            "json_schema",
+            "--json-schema",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let e = c
+            .create_session(pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                ..req
+            })
+            .await
+            .expect_err(field);
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert!(
+            e.message().contains(OLD) && e.message().contains(field) && e.message().contains(flag),
+            "{}",
+            e.message()
+        );
+        assert!(
+            started.elapsed() < ostler_testkit::timeouts::secs(5),
+            "refused at once, not after a spawn"
+        );
+    }
+    // Nothing was created, nothing spawned.
+    let list = c
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.sessions.is_empty(), "{:?}", list.sessions);
+    assert!(children(daemon.pid()).is_empty());
+}
+
+#[tokio::test]
+async fn bad_options_are_invalid_argument_naming_the_field() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let cwd = world.work.display().to_string();
+    let huge = "x".repeat(3 << 20);
+    let outside = world.dir.path().display().to_string();
+    let cases: Vec<(pb::CreateSessionRequest, &str)> = vec![
+        (
+            pb::CreateSessionRequest {
+                system_prompt: "a\0b".into(),
+                ..Default::default()
+            },
+            "system_prompt",
+        ),
+        (
+            pb::CreateSessionRequest {
+                system_prompt: huge.clone(),
+                ..Default::default()
+            },
+            "system_prompt",
+        ),
+        (
+            pb::CreateSessionRequest {
+                add_dirs: vec![cwd.clone(); 65],
+                ..Default::default()
+            },
+            "add_dirs",
+        ),
+        (
+            pb::CreateSessionRequest {
+                add_dirs: vec![outside],
+                ..Default::default()
+            },
+            "add_dirs[0]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                settings: format!("{{{huge}"),
+                ..Default::default()
+            },
+            "settings",
+        ),
+        (
+            pb::CreateSessionRequest {
+                settings: "/no/such/settings.json".into(),
+                ..Default::default()
+            },
+            "settings",
+        ),
+        (
+            pb::CreateSessionRequest {
+                env: [("OSTLER_AUTH__TOKENS".to_string(), "x".to_string())].into(),
+                ..Default::default()
+            },
+            "env",
+        ),
+        (
+            pb::CreateSessionRequest {
+                env: [(huge.clone(), "x".to_string())].into(),
+                ..Default::default()
+            },
+            "env",
+        ),
+        (
+            pb::CreateSessionRequest {
+                max_budget_usd: Some(-1.0),
+                ..Default::default()
+            },
+            "max_budget_usd",
+        ),
+        (
+            pb::CreateSessionRequest {
+                setting_sources: vec!["everywhere".into()],
+                ..Default::default()
+            },
+            "setting_sources[0]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                agents_json: "not json".into(),
+                ..Default::default()
+            },
+            "agents",
+        ),
+        (
+            pb::CreateSessionRequest {
+                mcp_servers: [(
+                    "x".to_string(),
+                    pb::McpServerSpec {
+                        transport: Some(pb::mcp_server_spec::Transport::Sse(
+                            pb::McpRemoteServerSpec {
+                                url: format!("file:///{huge}"),
+                                headers: Default::default(),
+                            },
+                        )),
+                    },
+                )]
+                .into(),
+                ..Default::default()
+            },
+            "mcp_servers[\"x\"].url",
+        ),
+        (
+            pb::CreateSessionRequest {
+                session_id: "../etc".into(),
+                ..Default::default()
+            },
+            "session_id",
+        ),
+    ];
+    for (req, field) in cases {
+        let e = c
+            .create_session(pb::CreateSessionRequest {
+                cwd: cwd.clone(),
+                ..req
+            })
+            .await
+            .expect_err(field);
+        assert_eq!(e.code(), Code::InvalidArgument, "{field}: {e:?}");
+        assert!(e.message().contains(field), "{field}: {}", e.message());
+        assert!(e.message().len() < 1024, "{field}: a long message");
+    }
+    let list = c
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.sessions.is_empty(), "{:?}", list.sessions);
+    assert!(children(daemon.pid()).is_empty(), "nothing spawned");
+}
+
+#[tokio::test]
+async fn a_client_chosen_id_makes_create_idempotent() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let req = pb::CreateSessionRequest {
+        cwd: world.work.display().to_string(),
+        session_id: "build-42.retry_ok".into(),
+        system_prompt: SYSTEM.into(),
+        first_prompt: text("Say hello"),
+        ..Default::default()
+    };
+    let a = c.create_session(req.clone()).await.unwrap().into_inner();
+    assert_eq!(a.id, "build-42.retry_ok");
+    let b = c.create_session(req.clone()).await.unwrap().into_inner();
+    assert_eq!(b.id, a.id);
+    assert_eq!(
+        b.created_at_ms, a.created_at_ms,
+        "the same session, not a new one"
+    );
+    assert_eq!(children(daemon.pid()).len(), 1, "one CLI process");
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            system_prompt: "something else".into(),
+            ..req.clone()
+        })
+        .await
+        .expect_err("other options");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains("build-42.retry_ok"), "{}", e.message());
+    // The retry did not send the first prompt again.
+    let mut events = subscribe(&mut c, &a.id, 0, false).await;
+    let mut seen = Vec::new();
+    read_until(
+        &mut events,
+        &mut seen,
+        "the first turn's end",
+        is_turn_completed,
+    )
+    .await;
+    let sent = history(&mut c, &a.id)
+        .await
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(pb::session_event::Payload::UserMessage(u)) if u.text == "Say hello" && !u.sent_by.is_empty()))
+        .count();
+    assert_eq!(sent, 1);
+}
+
+/// Sends `prompt` and returns the assistant's text of that turn.
+async fn turn(
+    c: &mut ostler_proto::v1::session_service_client::SessionServiceClient<
+        tonic::transport::Channel,
+    >,
+    id: &str,
+    prompt: &str,
+) -> String {
+    let after = c
+        .get_session(pb::GetSessionRequest {
+            session_id: id.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .last_seq;
+    let mut events = subscribe(c, id, after, false).await;
+    send(c, id, prompt).await;
+    let mut seen = Vec::new();
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    // The session is idle again once its state change is logged (the log then rests).
+    read_until(&mut events, &mut seen, "idle", |e| {
+        matches!(&e.payload, Some(pb::session_event::Payload::StateChanged(s)) if s.to() == pb::SessionState::Idle)
+    })
+    .await;
+    seen.iter().filter_map(assistant_text).collect()
+}
+
+#[tokio::test]
+async fn fork_into_a_new_session_and_adopt_a_cli_conversation() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let cwd = world.work.display().to_string();
+    let a = create_session(&mut c, &world.work, "forker").await;
+    turn(&mut c, &a.id, "Remember the word PINEAPPLE").await;
+
+    // Fork: a new session whose first event names the fork point, with A's context.
+    let b = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: cwd.clone(),
+            fork_from_session_id: a.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(b.id, a.id);
+    // A is idle: its log no longer grows.
+    let a_now = c
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let a_log = history(&mut c, &a.id).await;
+    assert_eq!(a_log.last().map(|e| e.seq), Some(a_now.last_seq));
+    let first = history(&mut c, &b.id).await;
+    let Some(pb::session_event::Payload::EngineNotice(n)) = &first[0].payload else {
+        panic!("first event: {:?}", first[0]);
+    };
+    let data: serde_json::Value = serde_json::from_str(&n.data_json).unwrap();
+    assert_eq!(data["fork_point"]["session_id"], a.id.as_str(), "{data}");
+    assert_eq!(data["fork_point"]["seq"], a_now.last_seq, "{data}");
+    assert_eq!(
+        data["fork_point"]["claude_session_id"],
+        a_now.cli_session_id.as_str()
+    );
+    let answer = turn(&mut c, &b.id, "What was the word?").await;
+    assert!(
+        answer.contains("PINEAPPLE"),
+        "the fork kept A's context: {answer:?}"
+    );
+    let b_now = c
+        .get_session(pb::GetSessionRequest {
+            session_id: b.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(
+        b_now.cli_session_id, a_now.cli_session_id,
+        "a new CLI conversation"
+    );
+    // The original is untouched.
+    assert_eq!(history(&mut c, &a.id).await, a_log);
+
+    // Adopt: continue A's CLI conversation in a session of its own.
+    c.stop_session(pb::StopSessionRequest {
+        session_id: a.id.clone(),
+    })
+    .await
+    .unwrap();
+    let d = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: cwd.clone(),
+            adopt_claude_session_id: a_now.cli_session_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.cli_session_id, a_now.cli_session_id);
+    let answer = turn(&mut c, &d.id, "What was the word?").await;
+    assert!(answer.contains("PINEAPPLE"), "adopted context: {answer:?}");
+
+    // A conversation that does not exist under the daemon's HOME: refused before anything.
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            cwd,
+            adopt_claude_session_id: "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no such conversation");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("No conversation found"),
+        "{}",
+        e.message()
+    );
+}
