@@ -2,6 +2,7 @@
 //! session actors and the store). Lifecycle (start, create, resume, stop, delete, shutdown)
 //! is in `engine/lifecycle.rs`.
 
+mod control;
 mod lifecycle;
 
 use std::collections::HashMap;
@@ -428,6 +429,7 @@ impl Engine {
         crate::capability::check_control(&self.shared.installation, &request)?;
         self.call(id, |reply| Command::Control { request, reply })
             .await
+            .map(|_| ())
     }
 
     /// `Interrupt`: interrupts the running turn.

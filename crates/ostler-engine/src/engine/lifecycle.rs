@@ -36,6 +36,8 @@ pub(crate) struct SessionSpec {
     max_turns: Option<u32>,
     #[serde(default)]
     rules: Vec<PermissionRule>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    enable_file_checkpointing: bool,
 }
 
 fn canonical_dir(field: &str, p: &Path) -> Result<PathBuf> {
@@ -303,6 +305,7 @@ impl Engine {
             append_system_prompt: req.append_system_prompt.clone(),
             max_turns: req.max_turns,
             rules: req.rules.clone(),
+            enable_file_checkpointing: req.enable_file_checkpointing,
         };
         entry
             .hub
@@ -370,7 +373,10 @@ impl Engine {
             resume,
             fork_session: fork,
             include_partial_messages: self.shared.opts.partial_messages,
-            env: self.shared.opts.spawn_env.clone(),
+            env: crate::capability::with_checkpointing(
+                self.shared.opts.spawn_env.clone(),
+                spec.enable_file_checkpointing,
+            ),
             log_id: entry.id.to_string(),
         };
         let spawned = SessionProcess::spawn(
