@@ -2,8 +2,9 @@
 """A small ostler client built from proto/ alone.
 
 Creates a session, streams its events, answers the permission prompt it raises, prints
-the result. Exits 0 only when the turn succeeded, a permission prompt was seen and
-answered, and the answer was recorded by the daemon.
+the result, then what the session runs with (GetSessionInfo) and its context use
+(GetContextUsage). Exits 0 only when the turn succeeded, a permission prompt was seen and
+answered, the answer was recorded by the daemon, and the session info lists its tools.
 
     python client.py --addr 127.0.0.1:7433 --cwd /some/dir "Create the file please"
 
@@ -35,6 +36,28 @@ def generate():
         check=True,
     )
     sys.path.insert(0, GEN)
+
+
+def show_session_info(sessions, session_pb2, session_id, metadata):
+    """What the session runs with (GetSessionInfo) and its context use (GetContextUsage,
+    on releases that serve it: FAILED_PRECONDITION names the release otherwise)."""
+    import grpc
+    info = sessions.GetSessionInfo(
+        session_pb2.GetSessionInfoRequest(session_id=session_id), metadata=metadata, timeout=30)
+    models = [m.value for m in info.initialized.models]
+    print(f"session info: Claude Code {info.cli_version}, model {info.model}, "
+          f"{len(info.tools)} tools, models offered: {', '.join(models) or '-'}")
+    try:
+        usage = sessions.GetContextUsage(
+            session_pb2.GetContextUsageRequest(session_id=session_id), metadata=metadata,
+            timeout=30)
+        print(f"context: {usage.total_tokens} of {usage.max_tokens} tokens")
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+            print(f"FAILED: GetContextUsage: {e.code().name}: {e.details()}", file=sys.stderr)
+            return False
+        print(f"context: not served by this release ({e.details()})")
+    return bool(info.tools)
 
 
 def main():
@@ -127,6 +150,8 @@ def main():
                     print(f"FAILED: subtype={t.subtype} is_error={t.is_error} "
                           f"answered={answered} recorded={recorded}", file=sys.stderr)
                 stream.cancel()
+                if ok:
+                    ok = show_session_info(sessions, session_pb2, session.id, metadata)
                 return 0 if ok else 1
     except grpc.RpcError as e:
         if e.code() != grpc.StatusCode.CANCELLED:

@@ -13,6 +13,7 @@
 //! channel has room).
 
 use ostler_protocol::CanUseTool;
+use ostler_protocol::model::RawJson;
 use ostler_protocol::outbound::{OutRequest, UserContent};
 use ostler_store::{InteractionState, SessionPatch, WithEvents};
 use ostler_supervisor::{ControlError, ExitInfo, Line, ProcessEvent, Responder, SessionProcess};
@@ -183,6 +184,29 @@ impl Actor {
             )),
         )
         .await;
+        self.await_initialize();
+    }
+
+    /// The answer to the `initialize` the process sent at spawn comes back as a
+    /// `ControlDone` (recorded as `session_initialized`), never blocking the actor.
+    fn await_initialize(&self) {
+        let Some(answer) = self.process.take_initialize() else {
+            return;
+        };
+        let tx = self.self_tx.clone();
+        tokio::spawn(async move {
+            let result = answer.await.unwrap_or(Err(ControlError::ProcessGone));
+            if let Some(tx) = tx.upgrade() {
+                let (reply, _) = oneshot::channel();
+                let _ = tx
+                    .send(Command::ControlDone {
+                        request: OutRequest::Initialize(Default::default()),
+                        result,
+                        reply,
+                    })
+                    .await;
+            }
+        });
     }
 
     async fn run(mut self) {
@@ -353,8 +377,19 @@ impl Actor {
     async fn command(&mut self, cmd: Command) {
         match cmd {
             Command::Send { msg, reply } => self.send(msg, reply).await,
-            Command::SendWritten { seq, result, reply } => {
-                let r = self.send_written(seq, result, true).await;
+            Command::SendWritten {
+                seq,
+                message_id,
+                result,
+                reply,
+            } => {
+                let r = self
+                    .send_written(seq, result, true)
+                    .await
+                    .map(|o| SendOutcome {
+                        message_id: Some(message_id),
+                        ..o
+                    });
                 let _ = reply.send(r);
             }
             Command::Respond {
@@ -388,7 +423,7 @@ impl Actor {
                 let process = self.process.clone();
                 let tx = self.self_tx.clone();
                 tokio::spawn(async move {
-                    let result = process.request(request.clone()).await.map(|_| ());
+                    let result = process.request(request.clone()).await;
                     if let Some(tx) = tx.upgrade() {
                         let _ = tx
                             .send(Command::ControlDone {
@@ -443,14 +478,17 @@ impl Actor {
             let _ = reply.send(Ok(SendOutcome {
                 seq,
                 duplicate: true,
+                message_id: None,
             }));
             return;
         }
+        let message_id = uuid::Uuid::new_v4().to_string();
         let event = match self
             .emit(EventPayload::UserMessageSent(UserMessageSent {
                 content: msg.content.clone(),
                 client_message_id: msg.client_message_id.clone(),
                 sent_by: msg.client.label(),
+                message_id: Some(message_id.clone()),
             }))
             .await
         {
@@ -468,7 +506,10 @@ impl Actor {
             MessageContent::Text(t) => UserContent::Text(t),
             MessageContent::Blocks(b) => UserContent::Blocks(b),
         };
-        let ack = match self.process.queue_user(content) {
+        let ack = match self
+            .process
+            .queue_user_tagged(content, Some(message_id.clone()))
+        {
             Ok(ack) => ack,
             Err(e) => {
                 let r = self.send_written(seq, Err(e), false).await;
@@ -482,7 +523,14 @@ impl Actor {
         tokio::spawn(async move {
             let result = ack.written().await;
             if let Some(tx) = tx.upgrade() {
-                let _ = tx.send(Command::SendWritten { seq, result, reply }).await;
+                let _ = tx
+                    .send(Command::SendWritten {
+                        seq,
+                        message_id,
+                        result,
+                        reply,
+                    })
+                    .await;
             }
         });
     }
@@ -514,31 +562,40 @@ impl Actor {
         Ok(SendOutcome {
             seq,
             duplicate: false,
+            message_id: None,
         })
     }
 
     async fn control_done(
         &mut self,
         request: OutRequest,
-        result: std::result::Result<(), ControlError>,
-    ) -> Result<()> {
-        if let Err(e) = result {
-            return Err(match e {
-                ControlError::Unsupported { message } => Error::precondition(format!(
-                    "the CLI of session {:?} does not support this request: {message}",
-                    self.sid()
-                )),
-                ControlError::Failed { message, .. } => {
-                    Error::precondition(format!("the CLI refused: {message}"))
-                }
-                ControlError::Timeout(d) => {
-                    Error::Unavailable(format!("the CLI did not answer within {d:?}"))
-                }
-                ControlError::ProcessGone => {
-                    Error::Unavailable(format!("the CLI of session {:?} has exited", self.sid()))
-                }
-            });
+        result: std::result::Result<Option<RawJson>, ControlError>,
+    ) -> Result<Option<RawJson>> {
+        if matches!(request, OutRequest::Initialize(_)) {
+            self.initialized(result).await;
+            return Ok(None);
         }
+        let answer = match result {
+            Ok(answer) => answer,
+            Err(e) => {
+                return Err(match e {
+                    ControlError::Unsupported { message } => Error::precondition(format!(
+                        "the CLI of session {:?} does not support this request: {message}",
+                        self.sid()
+                    )),
+                    ControlError::Failed { message, .. } => {
+                        Error::precondition(format!("the CLI refused: {message}"))
+                    }
+                    ControlError::Timeout(d) => {
+                        Error::Unavailable(format!("the CLI did not answer within {d:?}"))
+                    }
+                    ControlError::ProcessGone => Error::Unavailable(format!(
+                        "the CLI of session {:?} has exited",
+                        self.sid()
+                    )),
+                });
+            }
+        };
         let (code, message, patch) = match &request {
             OutRequest::SetModel(m) => {
                 self.last_model = m.clone();
@@ -562,18 +619,64 @@ impl Actor {
                 }),
             ),
             OutRequest::Interrupt => ("interrupted", "interrupt sent".to_owned(), None),
+            // Reads change nothing: no notice.
+            OutRequest::McpStatus => return Ok(answer),
+            OutRequest::Other { subtype, .. } if subtype == "get_context_usage" => {
+                return Ok(answer);
+            }
             _ => ("control", "control request done".to_owned(), None),
         };
         if let Some(patch) = patch {
             self.shared.store.update_session(self.sid(), patch).await?;
         }
+        let data = crate::runtime::control_notice_data(&request, answer.as_ref());
+        let (code, message) = match &request {
+            OutRequest::Other { subtype, .. } => (
+                crate::runtime::control_notice_code(subtype),
+                format!("{subtype} done"),
+            ),
+            OutRequest::SetMaxThinkingTokens(n) => (
+                "max_thinking_tokens_set",
+                match n {
+                    Some(n) => format!("max thinking tokens set to {n}"),
+                    None => "max thinking tokens reset".to_owned(),
+                },
+            ),
+            _ => (code, message),
+        };
         self.emit(EventPayload::EngineNotice(EngineNotice {
             code: code.into(),
             message,
-            data: None,
+            data,
         }))
         .await?;
-        Ok(())
+        Ok(answer)
+    }
+
+    /// Records the answer to the `initialize` sent at spawn: `session_initialized` with the
+    /// answer whole (commands, models, account, output styles, agents) in `data`, or
+    /// `initialize_failed` saying why (the session runs on; its `system/init` still says
+    /// what it has).
+    async fn initialized(&mut self, result: std::result::Result<Option<RawJson>, ControlError>) {
+        let notice = match result {
+            Ok(answer) => {
+                let data = answer.and_then(|a| a.to_value().ok());
+                EngineNotice {
+                    code: crate::runtime::SESSION_INITIALIZED.into(),
+                    message: format!(
+                        "the CLI answered initialize ({})",
+                        crate::runtime::initialize_summary(data.as_ref())
+                    ),
+                    data,
+                }
+            }
+            Err(e) => EngineNotice {
+                code: crate::runtime::INITIALIZE_FAILED.into(),
+                message: format!("the CLI did not answer initialize: {e}"),
+                data: None,
+            },
+        };
+        self.emit_logged(EventPayload::EngineNotice(notice)).await;
     }
 
     // ------------------------------------------------------------------ exit

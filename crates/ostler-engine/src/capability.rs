@@ -53,6 +53,21 @@ pub(crate) fn check_control(inst: &Installation, request: &OutRequest) -> Result
     )))
 }
 
+/// The variable that turns on the CLI's file checkpointing (what `RewindFiles` restores
+/// from), as the Agent SDKs set it for `enable_file_checkpointing`.
+pub const FILE_CHECKPOINTING_VAR: &str = "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING";
+
+/// The session environment, with file checkpointing turned on when asked.
+pub(crate) fn with_checkpointing(
+    mut env: Vec<(String, String)>,
+    enable: bool,
+) -> Vec<(String, String)> {
+    if enable {
+        env.push((FILE_CHECKPOINTING_VAR.into(), "true".into()));
+    }
+    env
+}
+
 /// How `ResumeSession` treats the CLI conversation. A plain `bool` converts into it as
 /// `fork`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! live-session slots in `engine/demand.rs`.
 
 mod demand;
+mod control;
 mod lifecycle;
 
 use std::collections::HashMap;
@@ -426,6 +427,7 @@ impl Engine {
         crate::capability::check_control(&self.shared.installation, &request)?;
         self.call(id, |reply| Command::Control { request, reply })
             .await
+            .map(|_| ())
     }
 
     /// `Interrupt`: interrupts the running turn. A suspended or resumable session runs

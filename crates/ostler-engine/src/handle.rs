@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 
+use ostler_protocol::model::RawJson;
 use ostler_protocol::outbound::OutRequest;
 use ostler_store::Store;
 use ostler_supervisor::ControlError;
@@ -179,19 +180,23 @@ pub(crate) enum Command {
         client: ClientRef,
         reply: oneshot::Sender<Result<Decided>>,
     },
+    /// A control request; the reply carries the CLI's success payload, if any.
     Control {
         request: OutRequest,
-        reply: oneshot::Sender<Result<()>>,
+        reply: oneshot::Sender<Result<Option<RawJson>>>,
     },
-    /// The outcome of a control request run in its own task.
+    /// The outcome of a control request run in its own task (also the `initialize` sent
+    /// at spawn, whose reply nobody awaits).
     ControlDone {
         request: OutRequest,
-        result: std::result::Result<(), ControlError>,
-        reply: oneshot::Sender<Result<()>>,
+        result: std::result::Result<Option<RawJson>, ControlError>,
+        reply: oneshot::Sender<Result<Option<RawJson>>>,
     },
     /// A user message queued for stdin has been written (or the write failed).
     SendWritten {
         seq: u64,
+        /// The uuid the message carries on the wire.
+        message_id: String,
         result: ostler_supervisor::Result<()>,
         reply: oneshot::Sender<Result<SendOutcome>>,
     },

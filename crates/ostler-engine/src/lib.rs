@@ -26,6 +26,7 @@ mod feed;
 mod handle;
 mod hub;
 mod metrics;
+mod runtime;
 mod shared;
 mod subscribe;
 
@@ -34,4 +35,8 @@ pub use engine::{Engine, EngineOptions, Subscription};
 pub use error::{CodeKind, Error, Result};
 pub use feed::{FeedItem, FeedWatch, WatchRequest};
 pub use permission::{PermissionRule, RuleAction};
+pub use runtime::{
+    Account, INITIALIZE_FAILED, Initialized, ModelChoice, SESSION_INITIALIZED, SessionDetails,
+    SlashCommand,
+};
 pub use types::*;

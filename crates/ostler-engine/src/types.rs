@@ -121,6 +121,9 @@ pub struct CreateSession {
     pub client: ClientRef,
     /// The session's title; `None` = the first prompt's text, shortened.
     pub title: Option<String>,
+    /// File checkpointing (`CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING`): the CLI keeps the
+    /// files' state at each user message, so `RewindFiles` can restore it.
+    pub enable_file_checkpointing: bool,
 }
 
 /// Where a new session's CLI conversation comes from.
@@ -242,13 +245,16 @@ pub struct QuestionAnswer {
 }
 
 /// What `SendMessage` returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendOutcome {
     /// The seq of the recorded `user_message_sent` event.
     pub seq: u64,
     /// A retry with a `client_message_id` already seen: nothing was sent again, `seq` is the
     /// first send's.
     pub duplicate: bool,
+    /// The uuid the message carries on the wire (see [`UserMessageSent::message_id`]);
+    /// `None` for a duplicate.
+    pub message_id: Option<String>,
 }
 
 /// What `RespondToPermission` / `AnswerQuestion` return.
@@ -359,6 +365,9 @@ pub struct UserMessageSent {
     pub client_message_id: Option<String>,
     /// `client:<id>` of the sender.
     pub sent_by: String,
+    /// The uuid ostler gave the message on the wire (`uuid`): the id `RewindFiles` takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
 }
 
 /// The session's state changed.
@@ -625,11 +634,13 @@ mod tests {
             content: MessageContent::Blocks(vec![json!({"type": "text", "text": "hi"})]),
             client_message_id: Some("m1".into()),
             sent_by: "client:a".into(),
+            message_id: Some("0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a".into()),
         }));
         round_trip(EventPayload::UserMessageSent(UserMessageSent {
             content: MessageContent::Text("hi".into()),
             client_message_id: None,
             sent_by: "client:a".into(),
+            message_id: None,
         }));
         for resolution in [
             Resolution::Allowed {

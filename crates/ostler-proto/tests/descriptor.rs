@@ -41,6 +41,15 @@ fn descriptor_set_names_the_public_services() {
         "StopSession",
         "ResumeSession",
         "DeleteSession",
+        "GetSessionInfo",
+        "SetMaxThinkingTokens",
+        "GetContextUsage",
+        "GetMcpStatus",
+        "SetMcpServers",
+        "ToggleMcpServer",
+        "ReconnectMcpServer",
+        "RewindFiles",
+        "StopTask",
     ] {
         assert!(methods.contains(&m), "missing {m}: {methods:?}");
     }

@@ -47,6 +47,116 @@ pub enum OutRequest {
     },
 }
 
+impl OutRequest {
+    fn other(subtype: &str, fields: Value) -> Self {
+        OutRequest::Other {
+            subtype: subtype.to_string(),
+            fields: match fields {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            },
+        }
+    }
+
+    /// `interrupt` with `cancel_queued: true`: also drop the user messages the CLI has
+    /// queued behind the running turn (releases announcing `interrupt_cancel_queued_v1`;
+    /// older ones ignore the field). The answer lists the cancelled uuids (`cancelled`).
+    pub fn interrupt_cancel_queued() -> Self {
+        Self::other("interrupt", json!({"cancel_queued": true}))
+    }
+
+    /// `get_context_usage`: the context window's use by category.
+    pub fn get_context_usage() -> Self {
+        Self::other("get_context_usage", json!({}))
+    }
+
+    /// `mcp_set_servers`: replaces the session's dynamically added MCP servers with
+    /// `servers` (name -> config: `{"type":"stdio","command":..,"args":..,"env":..}`,
+    /// `{"type":"http"|"sse","url":..,"headers":..}`).
+    pub fn mcp_set_servers(servers: Map<String, Value>) -> Self {
+        Self::other("mcp_set_servers", json!({ "servers": servers }))
+    }
+
+    /// `mcp_toggle`: enable or disable one MCP server by name.
+    pub fn mcp_toggle(server_name: &str, enabled: bool) -> Self {
+        Self::other(
+            "mcp_toggle",
+            json!({"serverName": server_name, "enabled": enabled}),
+        )
+    }
+
+    /// `mcp_reconnect`: reconnect one MCP server by name.
+    pub fn mcp_reconnect(server_name: &str) -> Self {
+        Self::other("mcp_reconnect", json!({ "serverName": server_name }))
+    }
+
+    /// `rewind_files`: restore the files the session changed (Write/Edit/NotebookEdit) to
+    /// their state at the user message `user_message_id` (its `uuid`); `dry_run` only
+    /// reports what would change. Needs file checkpointing
+    /// (`CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING`).
+    pub fn rewind_files(user_message_id: &str, dry_run: bool) -> Self {
+        let mut f = json!({ "user_message_id": user_message_id });
+        if dry_run {
+            f["dry_run"] = true.into();
+        }
+        Self::other("rewind_files", f)
+    }
+
+    /// `stop_task`: stop a background task (its id from the task events).
+    pub fn stop_task(task_id: &str) -> Self {
+        Self::other("stop_task", json!({ "task_id": task_id }))
+    }
+}
+
+/// The `initialize` request sent at spawn, before the first user message (as the Agent
+/// SDKs do). Every field is optional; an empty request still makes the CLI answer with
+/// its commands, models, account and output styles.
+///
+/// This is where the options that belong to `initialize` go: issue 11 registers hooks
+/// (`hooks`: event -> matchers with `hookCallbackIds`, answered through `hook_callback`)
+/// and SDK MCP servers (`sdkMcpServers`: names whose JSON-RPC goes through
+/// `mcp_message`) here.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InitializeRequest {
+    /// `hooks`: `{ "PreToolUse": [{ "matcher": .., "hookCallbackIds": [..] }], .. }`.
+    pub hooks: Option<Map<String, Value>>,
+    /// `sdkMcpServers`: names of MCP servers served over the control channel.
+    pub sdk_mcp_servers: Vec<String>,
+    /// `agents`: custom sub-agent definitions, by name.
+    pub agents: Option<Map<String, Value>>,
+    /// `systemPrompt` / `appendSystemPrompt` (for releases that take them here).
+    pub system_prompt: Option<String>,
+    pub append_system_prompt: Option<String>,
+    /// `jsonSchema`: structured output.
+    pub json_schema: Option<Value>,
+}
+
+impl InitializeRequest {
+    /// The control request (only the fields that are set).
+    pub fn into_request(self) -> OutRequest {
+        let mut f = Map::new();
+        if let Some(h) = self.hooks {
+            f.insert("hooks".into(), Value::Object(h));
+        }
+        if !self.sdk_mcp_servers.is_empty() {
+            f.insert("sdkMcpServers".into(), json!(self.sdk_mcp_servers));
+        }
+        if let Some(a) = self.agents {
+            f.insert("agents".into(), Value::Object(a));
+        }
+        if let Some(p) = self.system_prompt {
+            f.insert("systemPrompt".into(), p.into());
+        }
+        if let Some(p) = self.append_system_prompt {
+            f.insert("appendSystemPrompt".into(), p.into());
+        }
+        if let Some(s) = self.json_schema {
+            f.insert("jsonSchema".into(), s);
+        }
+        OutRequest::Initialize(f)
+    }
+}
+
 /// One message to the CLI.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outbound {
@@ -54,6 +164,9 @@ pub enum Outbound {
         content: UserContent,
         parent_tool_use_id: Option<String>,
         session_id: String,
+        /// The message's uuid, chosen by ostler (sent as `uuid`; omitted when `None`). The
+        /// CLI keeps it as the message's id: `rewind_files` names a user message by it.
+        uuid: Option<String>,
     },
     ControlResponse {
         request_id: String,
@@ -84,17 +197,22 @@ impl Outbound {
                 content,
                 parent_tool_use_id,
                 session_id,
+                uuid,
             } => {
                 let content = match content {
                     UserContent::Text(t) => Value::String(t.clone()),
                     UserContent::Blocks(b) => Value::Array(b.clone()),
                 };
-                json!({
+                let mut v = json!({
                     "type": "user",
                     "message": {"role": "user", "content": content},
                     "parent_tool_use_id": parent_tool_use_id,
                     "session_id": session_id,
-                })
+                });
+                if let (Some(id), Value::Object(m)) = (uuid, &mut v) {
+                    m.insert("uuid".into(), id.clone().into());
+                }
+                v
             }
             Outbound::ControlResponse { request_id, body } => {
                 let response = match body {
@@ -177,6 +295,7 @@ impl Outbound {
             content: UserContent::Text(text.into()),
             parent_tool_use_id: None,
             session_id: session_id.into(),
+            uuid: None,
         }
     }
 
@@ -307,4 +426,84 @@ pub(crate) fn parse_questions(req: &CanUseTool) -> Option<Vec<Question>> {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(r: OutRequest) -> Value {
+        Outbound::ControlRequest {
+            request_id: "r".into(),
+            request: r,
+        }
+        .to_value()["request"]
+            .clone()
+    }
+
+    /// The field names are the ones the Agent SDKs send (the CLI ignores unknown ones).
+    #[test]
+    fn control_request_builders_use_the_sdks_field_names() {
+        assert_eq!(
+            request(OutRequest::mcp_toggle("tickets", false)),
+            json!({"subtype": "mcp_toggle", "serverName": "tickets", "enabled": false})
+        );
+        assert_eq!(
+            request(OutRequest::mcp_reconnect("tickets")),
+            json!({"subtype": "mcp_reconnect", "serverName": "tickets"})
+        );
+        assert_eq!(
+            request(OutRequest::rewind_files("u-1", false)),
+            json!({"subtype": "rewind_files", "user_message_id": "u-1"})
+        );
+        assert_eq!(
+            request(OutRequest::rewind_files("u-1", true))["dry_run"],
+            json!(true)
+        );
+        assert_eq!(
+            request(OutRequest::stop_task("t-9")),
+            json!({"subtype": "stop_task", "task_id": "t-9"})
+        );
+        assert_eq!(
+            request(OutRequest::interrupt_cancel_queued()),
+            json!({"subtype": "interrupt", "cancel_queued": true})
+        );
+        let mut servers = Map::new();
+        servers.insert("t".into(), json!({"type": "stdio", "command": "x"}));
+        assert_eq!(
+            request(OutRequest::mcp_set_servers(servers)),
+            json!({"subtype": "mcp_set_servers", "servers": {"t": {"type": "stdio", "command": "x"}}})
+        );
+        assert_eq!(
+            request(OutRequest::get_context_usage()),
+            json!({"subtype": "get_context_usage"})
+        );
+    }
+
+    #[test]
+    fn initialize_sends_only_what_is_set() {
+        assert_eq!(
+            request(InitializeRequest::default().into_request()),
+            json!({"subtype": "initialize"})
+        );
+        let full = InitializeRequest {
+            sdk_mcp_servers: vec!["inproc".into()],
+            append_system_prompt: Some("be brief".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            request(full.into_request()),
+            json!({"subtype": "initialize", "sdkMcpServers": ["inproc"], "appendSystemPrompt": "be brief"})
+        );
+    }
+
+    #[test]
+    fn a_user_message_carries_its_uuid_when_given() {
+        let mut m = Outbound::user_text("hi", "s");
+        assert!(m.to_value().get("uuid").is_none());
+        if let Outbound::User { uuid, .. } = &mut m {
+            *uuid = Some("0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a".into());
+        }
+        assert_eq!(m.to_value()["uuid"], "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a");
+    }
 }

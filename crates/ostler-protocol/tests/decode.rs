@@ -547,7 +547,8 @@ fn outbound_messages() {
         v(Outbound::User {
             content: outbound::UserContent::Blocks(vec![json!({"type":"text","text":"x"})]),
             parent_tool_use_id: Some("p".into()),
-            session_id: "s".into()
+            session_id: "s".into(),
+            uuid: None,
         })["message"]["content"][0]["text"],
         "x"
     );

@@ -442,6 +442,7 @@ pub(crate) fn create_session(
         first_prompt,
         client,
         title: opt_string(r.title),
+        enable_file_checkpointing: r.enable_file_checkpointing,
     })
 }
 
@@ -823,6 +824,7 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
             is_synthetic: u.is_synthetic,
             is_replay: u.is_replay,
             sent_by: String::new(),
+            message_id: String::new(),
         }),
         eng::EventPayload::UserMessageSent(u) => {
             let (text, content_json) = user_content(&u.content);
@@ -833,6 +835,7 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 is_synthetic: false,
                 is_replay: false,
                 sent_by: u.sent_by.clone(),
+                message_id: u.message_id.clone().unwrap_or_default(),
             })
         }
         eng::EventPayload::ToolResult(t) => {

@@ -12,6 +12,7 @@
 //!   stream ends with `UNAVAILABLE`, and accepting stops.
 
 pub mod auth;
+mod controls;
 mod convert;
 mod daemon;
 pub mod error;

@@ -149,6 +149,7 @@ impl SessionService for SessionSvc {
             Ok(pb::SendMessageResponse {
                 seq: out.seq,
                 duplicate: out.duplicate,
+                message_id: out.message_id.unwrap_or_default(),
             })
         })
         .await
@@ -253,8 +254,14 @@ impl SessionService for SessionSvc {
         let r = req.into_inner();
         let id = session_id(&r.session_id)?;
         in_session("Interrupt", id, async {
+            if r.cancel_queued {
+                let answer = self.engine.interrupt_cancel_queued(id).await?;
+                return Ok(pb::InterruptResponse {
+                    cancelled: crate::controls::strings(answer.as_ref(), "cancelled"),
+                });
+            }
             self.engine.interrupt(id).await?;
-            Ok(pb::InterruptResponse {})
+            Ok(pb::InterruptResponse::default())
         })
         .await
     }
@@ -395,6 +402,127 @@ impl SessionService for SessionSvc {
     }
 
     type WatchSessionsStream = crate::watch::WatchStream;
+
+    async fn get_session_info(
+        &self,
+        req: Request<pb::GetSessionInfoRequest>,
+    ) -> Res<pb::GetSessionInfoResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("GetSessionInfo", id, async {
+            let d = self.engine.session_details(id).await?;
+            Ok(crate::controls::session_info_to_pb(d))
+        })
+        .await
+    }
+
+    async fn set_max_thinking_tokens(
+        &self,
+        req: Request<pb::SetMaxThinkingTokensRequest>,
+    ) -> Res<pb::SetMaxThinkingTokensResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("SetMaxThinkingTokens", id, async {
+            self.engine
+                .set_max_thinking_tokens(id, r.max_thinking_tokens)
+                .await?;
+            Ok(pb::SetMaxThinkingTokensResponse {})
+        })
+        .await
+    }
+
+    async fn get_context_usage(
+        &self,
+        req: Request<pb::GetContextUsageRequest>,
+    ) -> Res<pb::GetContextUsageResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("GetContextUsage", id, async {
+            let answer = self.engine.context_usage(id).await?;
+            Ok(crate::controls::context_usage_to_pb(answer))
+        })
+        .await
+    }
+
+    async fn get_mcp_status(
+        &self,
+        req: Request<pb::GetMcpStatusRequest>,
+    ) -> Res<pb::GetMcpStatusResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("GetMcpStatus", id, async {
+            let answer = self.engine.mcp_status(id).await?;
+            Ok(crate::controls::mcp_status_to_pb(answer))
+        })
+        .await
+    }
+
+    async fn set_mcp_servers(
+        &self,
+        req: Request<pb::SetMcpServersRequest>,
+    ) -> Res<pb::SetMcpServersResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let servers = crate::controls::mcp_servers(&r.servers_json)?;
+        in_session("SetMcpServers", id, async {
+            let answer = self.engine.set_mcp_servers(id, servers).await?;
+            Ok(crate::controls::set_mcp_servers_to_pb(answer))
+        })
+        .await
+    }
+
+    async fn toggle_mcp_server(
+        &self,
+        req: Request<pb::ToggleMcpServerRequest>,
+    ) -> Res<pb::ToggleMcpServerResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let name = required("server_name", &r.server_name)?;
+        in_session("ToggleMcpServer", id, async {
+            self.engine.toggle_mcp_server(id, name, r.enabled).await?;
+            Ok(pb::ToggleMcpServerResponse {})
+        })
+        .await
+    }
+
+    async fn reconnect_mcp_server(
+        &self,
+        req: Request<pb::ReconnectMcpServerRequest>,
+    ) -> Res<pb::ReconnectMcpServerResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let name = required("server_name", &r.server_name)?;
+        in_session("ReconnectMcpServer", id, async {
+            self.engine.reconnect_mcp_server(id, name).await?;
+            Ok(pb::ReconnectMcpServerResponse {})
+        })
+        .await
+    }
+
+    async fn rewind_files(
+        &self,
+        req: Request<pb::RewindFilesRequest>,
+    ) -> Res<pb::RewindFilesResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let message_id = required("message_id", &r.message_id)?;
+        in_session("RewindFiles", id, async {
+            let answer = self.engine.rewind_files(id, message_id, r.dry_run).await?;
+            Ok(crate::controls::rewind_to_pb(answer))
+        })
+        .await
+    }
+
+    async fn stop_task(&self, req: Request<pb::StopTaskRequest>) -> Res<pb::StopTaskResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let task_id = required("task_id", &r.task_id)?;
+        in_session("StopTask", id, async {
+            self.engine.stop_task(id, task_id).await?;
+            Ok(pb::StopTaskResponse {})
+        })
+        .await
+    }
 
     async fn watch_sessions(
         &self,

@@ -32,6 +32,6 @@ pub use ostler_protocol::version::{
     ClaudeVersion, VersionParseError, parse as parse_version_output,
 };
 pub use session::{
-    ControlError, Error, ExitInfo, Line, NO_DECISION, ProcessEvent, Responder, Result,
-    SessionProcess, SpawnOptions, SupervisorOptions, WriteAck,
+    ControlError, Error, ExitInfo, InitializeAnswer, Line, NO_DECISION, ProcessEvent, Responder,
+    Result, SessionProcess, SpawnOptions, SupervisorOptions, WriteAck,
 };

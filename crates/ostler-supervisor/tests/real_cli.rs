@@ -32,12 +32,15 @@ async fn turns_permissions_model_and_stop(version: &str) {
     // The prompt is not on the command line.
     assert!(!proc.args().iter().any(|a| a.contains("TOUCH")));
 
-    // initialize goes before the first user message.
+    // initialize went before the first user message, at spawn.
     let init = proc
-        .request(OutRequest::Initialize(Default::default()))
+        .take_initialize()
+        .expect("initialize sent at spawn")
         .await
+        .expect("initialize task")
         .expect("initialize")
         .expect("initialize payload");
+    assert!(proc.take_initialize().is_none(), "taken once");
     assert!(init.get().contains("commands"), "{}", init.get());
 
     proc.send_user(text("Please run TOUCH-ALLOWED now"))

@@ -22,7 +22,13 @@ fn fake(dir: &Path, body: &str) -> Installation {
     let p = dir.join("claude");
     std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Installation::assume(p, semver::Version::new(2, 1, 330), None)
+    let mut inst = Installation::assume(p, semver::Version::new(2, 1, 330), None);
+    // These shell fakes script stdin line by line: no `initialize` at spawn for them.
+    inst.capabilities.control.insert(
+        "initialize".into(),
+        ostler_supervisor::compat::ControlSupport::NoAnswer,
+    );
+    inst
 }
 
 fn spawn_opts(cwd: &Path) -> SpawnOptions {

@@ -9,6 +9,7 @@
 //!   (`contracts/claude-code/<release>/<scenario>.ndjson`);
 //! - [`contract`]: wire-shape extraction and comparison for the live contract check;
 //! - [`fake_claude`]: `ostler-fake-claude`, a fast fake of the CLI for tests and benchmarks.
+//! - [`mcp_server`]: `ostler-test-mcp`, a tiny stdio MCP server with one tool.
 //! - [`timeouts`]: every test timeout, derived from one scale factor
 //!   (`OSTLER_TEST_TIMEOUT_SCALE`).
 #![allow(clippy::disallowed_methods)] // test support: launches the real CLI and npm
@@ -20,6 +21,7 @@ pub mod contract;
 pub mod corpus;
 pub mod fake_bin;
 pub mod fake_claude;
+pub mod mcp_server;
 pub mod normalize;
 pub mod record;
 pub mod releases;

@@ -45,6 +45,11 @@ fn run_example(lang: &str) {
     assert!(stdout.contains(": SERVING"), "{stdout}");
     assert!(stdout.contains("answer recorded at seq"), "{stdout}");
     assert!(stdout.contains("result: success"), "{stdout}");
+    if lang == "python" {
+        // GetSessionInfo and GetContextUsage (issue 10).
+        assert!(stdout.contains("session info: Claude Code"), "{stdout}");
+        assert!(stdout.contains("context: "), "{stdout}");
+    }
     assert!(
         cwd.join("created.txt").exists(),
         "the allowed tool ran in the session's cwd"

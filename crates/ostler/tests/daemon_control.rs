@@ -123,6 +123,7 @@ async fn interrupt_and_set_model(release: &str) {
     );
     c.interrupt(pb::InterruptRequest {
         session_id: s.id.clone(),
+        cancel_queued: false,
     })
     .await
     .unwrap();

@@ -34,6 +34,8 @@ pub(crate) struct SessionSpec {
     rules: Vec<PermissionRule>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     origin: Option<Origin>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    enable_file_checkpointing: bool,
 }
 
 /// How a create with an [`Origin`] starts its CLI.
@@ -362,6 +364,7 @@ impl Engine {
             options,
             rules: req.rules.clone(),
             origin: req.origin.clone(),
+            enable_file_checkpointing: req.enable_file_checkpointing,
         })
     }
 
@@ -618,7 +621,10 @@ impl Engine {
             resume,
             fork_session: fork,
             include_partial_messages: self.shared.opts.partial_messages,
-            env: self.shared.opts.spawn_env.clone(),
+            env: crate::capability::with_checkpointing(
+                self.shared.opts.spawn_env.clone(),
+                spec.enable_file_checkpointing,
+            ),
             log_id: entry.id.to_string(),
         };
         let spawned = SessionProcess::spawn(
@@ -953,6 +959,7 @@ mod tests {
             origin: Some(Origin::Fork {
                 session_id: "a".into(),
             }),
+            enable_file_checkpointing: true,
         };
         let v = serde_json::to_value(&new).expect("ser");
         assert_eq!(v["system_prompt"], "s");

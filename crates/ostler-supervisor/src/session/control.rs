@@ -13,7 +13,7 @@ use ostler_protocol::outbound::{OutRequest, ResponseBody};
 use tokio::sync::oneshot;
 
 use super::error::{ControlError, Error, Result};
-use super::shared::{Shared, lock};
+use super::shared::{Shared, WriteAck, lock};
 
 /// The message of the answer given for an owner who dropped a [`Responder`].
 pub const NO_DECISION: &str = "ostler: no decision was made for this request";
@@ -113,6 +113,21 @@ pub(super) async fn request(
     shared: &Shared,
     request: OutRequest,
 ) -> Result<Option<RawJson>, ControlError> {
+    let sent = send(shared, request)?;
+    wait(shared, sent).await
+}
+
+/// A control request queued for stdin whose answer is awaited with [`wait`].
+pub(super) struct Sent {
+    request_id: String,
+    rx: oneshot::Receiver<ControlOutcome>,
+    ack: WriteAck,
+}
+
+/// Queues a control request for stdin at once (ordered with every write queued before and
+/// after this call) and registers its waiter. Used directly for `initialize` at spawn, which
+/// must reach the CLI before the first user message.
+pub(super) fn send(shared: &Shared, request: OutRequest) -> Result<Sent, ControlError> {
     if shared.exited() {
         return Err(ControlError::ProcessGone);
     }
@@ -126,7 +141,27 @@ pub(super) async fn request(
     }
     .to_line();
     shared.touch();
-    if shared.write(line).await.is_err() {
+    match shared.queue(line) {
+        Ok(ack) => Ok(Sent {
+            request_id,
+            rx,
+            ack,
+        }),
+        Err(_) => {
+            lock(&shared.pending).remove(&request_id);
+            Err(ControlError::ProcessGone)
+        }
+    }
+}
+
+/// Awaits the answer to a request [`send`] queued, at most the control timeout.
+pub(super) async fn wait(shared: &Shared, sent: Sent) -> Result<Option<RawJson>, ControlError> {
+    let Sent {
+        request_id,
+        rx,
+        ack,
+    } = sent;
+    if ack.written().await.is_err() {
         lock(&shared.pending).remove(&request_id);
         return Err(ControlError::ProcessGone);
     }

@@ -83,8 +83,15 @@ use shared::{Shared, lock};
 #[derive(Debug, Clone)]
 pub struct SessionProcess {
     shared: Arc<Shared>,
+    /// The answer to the `initialize` sent at spawn, awaited in its own task; taken once.
+    initialize: Arc<Mutex<Option<InitializeAnswer>>>,
     _guard: Arc<DropGuard>,
 }
+
+/// The answer to the `initialize` request sent at spawn (see
+/// [`SessionProcess::take_initialize`]).
+pub type InitializeAnswer =
+    tokio::task::JoinHandle<std::result::Result<Option<RawJson>, ControlError>>;
 
 impl SessionProcess {
     /// Start a session process. The first user message goes through stdin
@@ -160,10 +167,17 @@ impl SessionProcess {
             decoder,
             watchdog,
         ));
+        // `initialize` goes first on stdin: queued now, before any user message can be.
+        let initialize = spawn::initialize_request(inst, &opts).map(|req| {
+            let sent = control::send(&shared, req);
+            let shared = shared.clone();
+            tokio::spawn(async move { control::wait(&shared, sent?).await })
+        });
 
         Ok((
             SessionProcess {
                 _guard: Arc::new(DropGuard(shared.clone())),
+                initialize: Arc::new(Mutex::new(initialize)),
                 shared,
             },
             erx,
@@ -195,6 +209,14 @@ impl SessionProcess {
         lock(&self.shared.announced).clone()
     }
 
+    /// The answer to the `initialize` request sent at spawn (the CLI's commands, models,
+    /// account, output styles, agents), once: `None` when it was not sent (the release
+    /// does not answer it) or already taken. The task ends with the answer, an error
+    /// answer, the control timeout or the process's exit; it never waits longer.
+    pub fn take_initialize(&self) -> Option<InitializeAnswer> {
+        lock(&self.initialize).take()
+    }
+
     /// Whether a turn is running (a user message was sent and its `result` not yet seen).
     pub fn turn_running(&self) -> bool {
         self.shared.turn_running.load(Ordering::SeqCst)
@@ -216,11 +238,22 @@ impl SessionProcess {
     /// events while a large message is written (the CLI may not read stdin while its
     /// stdout is full).
     pub fn queue_user(&self, content: UserContent) -> Result<WriteAck> {
+        self.queue_user_tagged(content, None)
+    }
+
+    /// [`SessionProcess::queue_user`] with the message's `uuid` (the id `rewind_files`
+    /// names it by).
+    pub fn queue_user_tagged(
+        &self,
+        content: UserContent,
+        uuid: Option<String>,
+    ) -> Result<WriteAck> {
         let session_id = self.session_id().unwrap_or_default();
         let line = Outbound::User {
             content,
             parent_tool_use_id: None,
             session_id,
+            uuid,
         }
         .to_line();
         self.shared.turn_running.store(true, Ordering::SeqCst);

@@ -7,6 +7,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ostler_protocol::argv::{FORK_SESSION, INCLUDE_PARTIAL_MESSAGES, MAX_TURNS, StreamJsonArgs};
+use ostler_protocol::outbound::{InitializeRequest, OutRequest};
 
 use super::error::{Error, Result};
 use super::types::{SpawnOptions, SupervisorOptions};
@@ -99,6 +100,22 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
     a.values("--allowedTools", &cli.allowed_tools)
         .values("--disallowedTools", &cli.disallowed_tools);
     Ok(a.into_args())
+}
+
+/// The `initialize` request sent at spawn, or `None` on a release that does not answer it
+/// (measured `no_answer` / `unsupported`: 1.0.58 and 1.0.59); such a session goes without
+/// (its `system/init` still says what it runs with). An unmeasured release is asked: an
+/// `initialize` it ignores only times out, in the background.
+///
+/// The request's fields are built here from the session's options: issue 11 adds the
+/// hooks and SDK MCP servers to this [`InitializeRequest`].
+pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Option<OutRequest> {
+    let support = inst.capabilities.control_support("initialize");
+    if !support.served() {
+        tracing::debug!(session = %opts.log_id, version = %inst.version, support = support.as_str(), "not sending initialize: this release does not answer it");
+        return None;
+    }
+    Some(InitializeRequest::default().into_request())
 }
 
 /// Spawns of this process so far: makes each session process's mark unique.

@@ -441,7 +441,11 @@ pub async fn send(a: SendArgs) -> Result<i32> {
         .into_inner();
     if a.no_wait {
         if a.json {
-            json_line(&json!({"seq": sent.seq, "duplicate": sent.duplicate}));
+            json_line(&json!({
+                "seq": sent.seq,
+                "duplicate": sent.duplicate,
+                "message_id": sent.message_id,
+            }));
         } else {
             println!(
                 "sent (seq {}{})",
@@ -488,6 +492,7 @@ pub async fn interrupt(a: IdArgs) -> Result<i32> {
         conn.sessions
             .interrupt(pb::InterruptRequest {
                 session_id: id.clone(),
+                cancel_queued: false,
             })
             .await
             .map_err(|s| status_error("interrupt", s))?;

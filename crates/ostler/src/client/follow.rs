@@ -357,7 +357,10 @@ impl Follower {
             let session_id = self.session_id.clone();
             tokio::spawn(async move {
                 if let Err(s) = sessions
-                    .interrupt(pb::InterruptRequest { session_id })
+                    .interrupt(pb::InterruptRequest {
+                        session_id,
+                        cancel_queued: false,
+                    })
                     .await
                 {
                     super::render::error_line(&format!("{:#}", status_error("interrupt", s)));

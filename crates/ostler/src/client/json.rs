@@ -148,7 +148,7 @@ fn payload(p: &Payload) -> Value {
         Payload::UserMessage(m) => json!({
             "sent_by": m.sent_by, "text": m.text, "content": parsed(&m.content_json),
             "client_message_id": m.client_message_id, "is_synthetic": m.is_synthetic,
-            "is_replay": m.is_replay,
+            "is_replay": m.is_replay, "message_id": m.message_id,
         }),
         Payload::AssistantBlock(b) => {
             let block = match &b.block {

@@ -1,5 +1,6 @@
 //! The `ostler` client commands: `run`, `sessions`, `show`, `attach`, `send`, `interrupt`,
-//! `stop`, `resume`, `delete`, `health`, `pending`, `approve`, `deny`, `answer`.
+//! `stop`, `resume`, `delete`, `health`, `pending`, `approve`, `deny`, `answer`, `watch`,
+//! `info`, `context`, `mcp`, `rewind`.
 //!
 //! Sessions are named by id, a unique id prefix, or `@last` / `--last` (`ids.rs`).
 //!
@@ -12,6 +13,7 @@
 
 pub mod commands;
 pub mod config;
+pub mod controls;
 pub mod follow;
 pub mod ids;
 pub mod json;
@@ -79,6 +81,16 @@ pub enum ClientCommand {
     /// Follow every session at once: created, state changes, finished turns, prompts,
     /// answers, exits (resume with --since CURSOR).
     Watch(watch::WatchArgs),
+    /// What a session runs with: CLI release, model, tools, MCP servers, slash commands,
+    /// models, capabilities.
+    Info(controls::InfoArgs),
+    /// How much of the context window a session uses.
+    Context(controls::InfoArgs),
+    /// A session's MCP servers: status, toggle NAME on|off, reconnect NAME, set FILE.
+    Mcp(controls::McpArgs),
+    /// Restore the files a session changed to their state at one of its messages (a
+    /// session created with file checkpointing).
+    Rewind(controls::RewindArgs),
 }
 
 /// Runs a client command and exits the process with its exit code.
@@ -105,6 +117,10 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Deny(a) => pending::deny(a).await,
             ClientCommand::Answer(a) => pending::answer(a).await,
             ClientCommand::Watch(a) => watch::watch(a).await,
+            ClientCommand::Info(a) => controls::info(a).await,
+            ClientCommand::Context(a) => controls::context(a).await,
+            ClientCommand::Mcp(a) => controls::mcp(a).await,
+            ClientCommand::Rewind(a) => controls::rewind(a).await,
         }
     });
     let code = match result {

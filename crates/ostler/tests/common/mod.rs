@@ -49,27 +49,27 @@ pub fn claude_binary(version: &str) -> PathBuf {
 /// binary under test: built by any workspace build (`cargo xtask test`); built here when a
 /// run of `-p ostler` alone left it out. Set it as [`World::claude`] to run sessions on it.
 pub async fn fake_claude_binary() -> PathBuf {
-    let path = std::path::Path::new(OSTLER).with_file_name("ostler-fake-claude");
+    testkit_binary("ostler-fake-claude").await
+}
+
+/// A binary of the test kit (`ostler-fake-claude`, `ostler-test-mcp`), next to the binary
+/// under test; built here when a run of `-p ostler` alone left it out.
+pub async fn testkit_binary(name: &str) -> PathBuf {
+    let path = std::path::Path::new(OSTLER).with_file_name(name);
     if !path.is_file() {
         let built = tokio::time::timeout(
             guard(),
             tokio::process::Command::new(env!("CARGO"))
-                .args([
-                    "build",
-                    "-p",
-                    "ostler-testkit",
-                    "--bin",
-                    "ostler-fake-claude",
-                ])
+                .args(["build", "-p", "ostler-testkit", "--bin", name])
                 .current_dir(ostler_testkit::workspace_root())
                 .status(),
         )
         .await
-        .expect("building ostler-fake-claude timed out")
+        .unwrap_or_else(|_| panic!("building {name} timed out"))
         .expect("running cargo build");
         assert!(
             built.success(),
-            "cargo build -p ostler-testkit --bin ostler-fake-claude failed"
+            "cargo build -p ostler-testkit --bin {name} failed"
         );
     }
     assert!(path.is_file(), "{} missing after the build", path.display());

@@ -1,0 +1,195 @@
+//! The session controls beyond interrupt / set_model / set_permission_mode: thinking
+//! budget, context usage, MCP servers, file rewind, background tasks, and the session
+//! details (`GetSessionInfo`). Every control goes through the capability check (an
+//! unserved subtype fails at once with `FailedPrecondition` naming release and request)
+//! and then the session's live actor ([`Engine::call`]), like the older controls.
+
+use ostler_protocol::outbound::OutRequest;
+use serde_json::{Map, Value};
+
+use super::Engine;
+use crate::blocking::blocking;
+use crate::error::{Error, Result};
+use crate::handle::Command;
+use crate::runtime::{INITIALIZE_FAILED, Initialized, SESSION_INITIALIZED, SessionDetails};
+use crate::types::EventPayload;
+
+/// The capability a release announces when its `interrupt` honours `cancel_queued`.
+pub const INTERRUPT_CANCEL_QUEUED: &str = "interrupt_cancel_queued_v1";
+
+/// Longest MCP server name / task id / message id accepted (the CLI's are far shorter).
+const MAX_NAME: usize = 256;
+
+fn name_arg(field: &str, v: &str) -> Result<()> {
+    if v.trim().is_empty() {
+        return Err(Error::invalid(field, "empty"));
+    }
+    if v.len() > MAX_NAME {
+        return Err(Error::invalid(
+            field,
+            format!("{} bytes (at most {MAX_NAME})", v.len()),
+        ));
+    }
+    if v.contains('\0') {
+        return Err(Error::invalid(field, "contains a NUL byte"));
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Sends a control request the release is known (or not known not) to serve and
+    /// returns the CLI's success payload as JSON.
+    async fn control_answer(&self, id: &str, request: OutRequest) -> Result<Option<Value>> {
+        crate::capability::check_control(&self.shared.installation, &request)?;
+        let answer = self
+            .call(id, |reply| Command::Control { request, reply })
+            .await?;
+        Ok(answer.and_then(|a| a.to_value().ok()))
+    }
+
+    /// `Interrupt` with `cancel_queued`: also drops the user messages the CLI queued
+    /// behind the running turn (releases announcing `interrupt_cancel_queued_v1`; others
+    /// would ignore the flag, so they get `FailedPrecondition`). Returns the CLI's answer
+    /// (`cancelled`: the uuids of the dropped messages).
+    pub async fn interrupt_cancel_queued(&self, session_id: &str) -> Result<Option<Value>> {
+        let inst = &self.shared.installation;
+        if !inst.capabilities.announces(INTERRUPT_CANCEL_QUEUED) {
+            return Err(Error::precondition(format!(
+                "Claude Code {} cannot cancel queued messages on interrupt (it does not \
+                 announce `{INTERRUPT_CANCEL_QUEUED}`); interrupt without cancel_queued",
+                inst.version
+            )));
+        }
+        self.control_answer(session_id, OutRequest::interrupt_cancel_queued())
+            .await
+    }
+
+    /// `SetMaxThinkingTokens` (`None` clears the limit).
+    pub async fn set_max_thinking_tokens(&self, session_id: &str, n: Option<u32>) -> Result<()> {
+        self.control_answer(session_id, OutRequest::SetMaxThinkingTokens(n))
+            .await
+            .map(|_| ())
+    }
+
+    /// `GetContextUsage`: the CLI's breakdown of the context window.
+    pub async fn context_usage(&self, session_id: &str) -> Result<Option<Value>> {
+        self.control_answer(session_id, OutRequest::get_context_usage())
+            .await
+    }
+
+    /// `GetMcpStatus`: the CLI's MCP servers with their status.
+    pub async fn mcp_status(&self, session_id: &str) -> Result<Option<Value>> {
+        self.control_answer(session_id, OutRequest::McpStatus).await
+    }
+
+    /// `SetMcpServers`: replaces the servers added at runtime (name -> config object).
+    pub async fn set_mcp_servers(
+        &self,
+        session_id: &str,
+        servers: Map<String, Value>,
+    ) -> Result<Option<Value>> {
+        for (name, config) in &servers {
+            name_arg("servers", name)?;
+            if !config.is_object() {
+                return Err(Error::invalid(
+                    "servers",
+                    format!("the config of server {name:?} is not a JSON object"),
+                ));
+            }
+        }
+        self.control_answer(session_id, OutRequest::mcp_set_servers(servers))
+            .await
+    }
+
+    /// `ToggleMcpServer`.
+    pub async fn toggle_mcp_server(
+        &self,
+        session_id: &str,
+        server_name: &str,
+        enabled: bool,
+    ) -> Result<()> {
+        name_arg("server_name", server_name)?;
+        self.control_answer(session_id, OutRequest::mcp_toggle(server_name, enabled))
+            .await
+            .map(|_| ())
+    }
+
+    /// `ReconnectMcpServer`.
+    pub async fn reconnect_mcp_server(&self, session_id: &str, server_name: &str) -> Result<()> {
+        name_arg("server_name", server_name)?;
+        self.control_answer(session_id, OutRequest::mcp_reconnect(server_name))
+            .await
+            .map(|_| ())
+    }
+
+    /// `RewindFiles`: the files the session changed go back to their state at user message
+    /// `message_id` (a `SendMessage` answer's `message_id`); `dry_run` only reports.
+    pub async fn rewind_files(
+        &self,
+        session_id: &str,
+        message_id: &str,
+        dry_run: bool,
+    ) -> Result<Option<Value>> {
+        name_arg("message_id", message_id)?;
+        self.control_answer(session_id, OutRequest::rewind_files(message_id, dry_run))
+            .await
+    }
+
+    /// `StopTask`: stops a background task by id.
+    pub async fn stop_task(&self, session_id: &str, task_id: &str) -> Result<()> {
+        name_arg("task_id", task_id)?;
+        self.control_answer(session_id, OutRequest::stop_task(task_id))
+            .await
+            .map(|_| ())
+    }
+
+    /// `GetSessionInfo`: the last `initialize` answer and `system/init` from the session's
+    /// log (one pass over it, decoding only those two kinds of event), and the capabilities
+    /// detected for the release. Works in any state.
+    pub async fn session_details(&self, session_id: &str) -> Result<SessionDetails> {
+        self.entry(session_id).await?;
+        let store = self.shared.store.clone();
+        let sid = session_id.to_owned();
+        let (init, initialized, initialize_error) = blocking(move || {
+            let mut init = None;
+            let mut initialized = None;
+            let mut failed = None;
+            let mut after = 0;
+            loop {
+                let page = store.events_after(&sid, after, 1000)?;
+                let Some(last) = page.last() else { break };
+                after = last.seq;
+                for ev in &page {
+                    let kind = &*ev.kind;
+                    if kind != "session_started" && kind != "engine_notice" {
+                        continue;
+                    }
+                    match EventPayload::decode_stored(kind, &ev.payload) {
+                        Ok(EventPayload::SessionStarted(s)) => init = Some(s),
+                        Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_INITIALIZED => {
+                            initialized =
+                                Some(Initialized::from_answer(n.data.unwrap_or(Value::Null)));
+                            failed = None;
+                        }
+                        Ok(EventPayload::EngineNotice(n)) if n.code == INITIALIZE_FAILED => {
+                            failed = Some(n.message);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Ok::<_, Error>((init, initialized, failed))
+        })
+        .await?;
+        let inst = &self.shared.installation;
+        Ok(SessionDetails {
+            session_id: session_id.to_owned(),
+            cli_version: inst.version.to_string(),
+            live: self.live_handle(session_id).is_some(),
+            initialized,
+            initialize_error,
+            init,
+            capabilities: inst.capabilities.names(),
+        })
+    }
+}

@@ -1,0 +1,360 @@
+//! The session-control commands: `info`, `context`, `mcp`, `rewind`.
+
+use anyhow::{Context as _, Result, anyhow};
+use ostler_proto::v1 as pb;
+use serde_json::{Value, json};
+
+use super::ids::{self, SessionArg};
+use super::render::json_line;
+use super::{Conn, ConnectArgs, connect, status_error};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub session: SessionArg,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct McpArgs {
+    #[command(flatten)]
+    pub session: SessionArg,
+    #[command(subcommand)]
+    pub action: McpAction,
+    /// Print the result as JSON
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum McpAction {
+    /// The session's MCP servers and their status
+    Status,
+    /// Enable (`on`) or disable (`off`) one MCP server
+    Toggle {
+        name: String,
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
+    /// Reconnect one MCP server
+    Reconnect { name: String },
+    /// Replace the servers added at runtime with those of FILE: a JSON object of name ->
+    /// config, or `{"mcpServers": {...}}` as in an `--mcp-config` file
+    Set { file: std::path::PathBuf },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RewindArgs {
+    #[command(flatten)]
+    pub session: SessionArg,
+    /// The user message to go back to (its message id, from `send --json` or `show
+    /// --events --json`)
+    #[arg(long = "to", value_name = "MESSAGE_ID")]
+    pub to: String,
+    /// Only report what would change
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+async fn session(c: &ConnectArgs, s: &SessionArg) -> Result<(Conn, String)> {
+    let mut conn = connect(c).await?;
+    let id = ids::resolve(&mut conn.sessions, s.raw()).await?;
+    Ok((conn, id))
+}
+
+fn raw(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+fn servers_json(servers: &[pb::McpServerStatus]) -> Value {
+    servers
+        .iter()
+        .map(|s| json!({"name": s.name, "status": s.status, "tools": s.tools, "error": s.error}))
+        .collect()
+}
+
+fn print_servers(servers: &[pb::McpServerStatus]) {
+    if servers.is_empty() {
+        println!("no MCP servers");
+    }
+    for s in servers {
+        let tools = if s.tools.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} tools: {})", s.tools.len(), s.tools.join(", "))
+        };
+        let error = if s.error.is_empty() {
+            String::new()
+        } else {
+            format!(" - {}", s.error)
+        };
+        println!("{:<24} {}{tools}{error}", s.name, s.status);
+    }
+}
+
+/// `ostler info ID`: what the session runs with.
+pub async fn info(a: InfoArgs) -> Result<i32> {
+    let (mut conn, id) = session(&a.connect, &a.session).await?;
+    let i = conn
+        .sessions
+        .get_session_info(pb::GetSessionInfoRequest {
+            session_id: id.clone(),
+        })
+        .await
+        .map_err(|s| status_error("get session info", s))?
+        .into_inner();
+    if a.json {
+        json_line(&json!({
+            "session_id": i.session_id,
+            "cli_version": i.cli_version,
+            "live": i.live,
+            "model": i.model,
+            "permission_mode": i.permission_mode,
+            "tools": i.tools,
+            "mcp_servers": servers_json(&i.mcp_servers),
+            "slash_commands": i.slash_commands,
+            "initialized": i.initialized.as_ref().map(|x| raw(&x.raw_json)),
+            "initialize_error": i.initialize_error,
+            "capabilities": i.capabilities,
+        }));
+        return Ok(0);
+    }
+    println!("session       {}", i.session_id);
+    println!(
+        "cli           Claude Code {}{}",
+        i.cli_version,
+        if i.live {
+            " (running)"
+        } else {
+            " (no process)"
+        }
+    );
+    if i.init_seen {
+        println!("model         {}", i.model);
+        println!("mode          {}", i.permission_mode);
+        println!("tools         {}", i.tools.join(", "));
+    } else {
+        println!("tools         (known after the first turn)");
+    }
+    if let Some(init) = &i.initialized {
+        let models: Vec<&str> = init.models.iter().map(|m| m.value.as_str()).collect();
+        let commands: Vec<String> = init
+            .commands
+            .iter()
+            .map(|c| format!("/{}", c.name))
+            .collect();
+        println!("models        {}", models.join(", "));
+        println!("commands      {}", commands.join(" "));
+        if !init.output_style.is_empty() {
+            println!("output style  {}", init.output_style);
+        }
+        if let Some(acc) = &init.account
+            && !(acc.email.is_empty() && acc.api_key_source.is_empty())
+        {
+            println!("account       {} {}", acc.email, acc.api_key_source);
+        }
+    } else if !i.initialize_error.is_empty() {
+        println!("initialize    failed: {}", i.initialize_error);
+    }
+    println!("mcp servers");
+    print_servers(&i.mcp_servers);
+    println!("capabilities  {}", i.capabilities.join(" "));
+    Ok(0)
+}
+
+/// `ostler context ID`: the context window's use.
+pub async fn context(a: InfoArgs) -> Result<i32> {
+    let (mut conn, id) = session(&a.connect, &a.session).await?;
+    let u = conn
+        .sessions
+        .get_context_usage(pb::GetContextUsageRequest {
+            session_id: id.clone(),
+        })
+        .await
+        .map_err(|s| status_error("get context usage", s))?
+        .into_inner();
+    if a.json {
+        json_line(&raw(&u.raw_json));
+        return Ok(0);
+    }
+    println!(
+        "{} of {} tokens ({:.1}%){}",
+        u.total_tokens,
+        u.max_tokens,
+        u.percentage,
+        if u.model.is_empty() {
+            String::new()
+        } else {
+            format!(" on {}", u.model)
+        }
+    );
+    if let Some(cats) = raw(&u.raw_json).get("categories").and_then(Value::as_array) {
+        for c in cats {
+            let name = c.get("name").and_then(Value::as_str).unwrap_or("?");
+            let tokens = c.get("tokens").and_then(Value::as_u64).unwrap_or(0);
+            println!("  {name:<28} {tokens}");
+        }
+    }
+    Ok(0)
+}
+
+/// The servers of an MCP config file: `{"mcpServers": {...}}` or the map itself.
+fn servers_of(text: &str) -> Result<std::collections::HashMap<String, String>> {
+    let v: Value = serde_json::from_str(text).context("the file is not JSON")?;
+    let map = v.get("mcpServers").unwrap_or(&v);
+    let map = map
+        .as_object()
+        .ok_or_else(|| anyhow!("expected a JSON object of server name -> config"))?;
+    Ok(map
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect())
+}
+
+/// `ostler mcp ID status|toggle NAME on|off|reconnect NAME|set FILE`.
+pub async fn mcp(a: McpArgs) -> Result<i32> {
+    let (mut conn, id) = session(&a.connect, &a.session).await?;
+    let c = &mut conn.sessions;
+    match a.action {
+        McpAction::Status => {
+            let r = c
+                .get_mcp_status(pb::GetMcpStatusRequest {
+                    session_id: id.clone(),
+                })
+                .await
+                .map_err(|s| status_error("get MCP status", s))?
+                .into_inner();
+            if a.json {
+                json_line(&json!({"session_id": id, "servers": servers_json(&r.servers)}));
+            } else {
+                print_servers(&r.servers);
+            }
+        }
+        McpAction::Toggle { name, state } => {
+            let enabled = state == "on";
+            c.toggle_mcp_server(pb::ToggleMcpServerRequest {
+                session_id: id.clone(),
+                server_name: name.clone(),
+                enabled,
+            })
+            .await
+            .map_err(|s| status_error("toggle MCP server", s))?;
+            if a.json {
+                json_line(&json!({"session_id": id, "server": name, "enabled": enabled}));
+            } else {
+                println!(
+                    "MCP server {name} {}",
+                    if enabled { "enabled" } else { "disabled" }
+                );
+            }
+        }
+        McpAction::Reconnect { name } => {
+            c.reconnect_mcp_server(pb::ReconnectMcpServerRequest {
+                session_id: id.clone(),
+                server_name: name.clone(),
+            })
+            .await
+            .map_err(|s| status_error("reconnect MCP server", s))?;
+            if a.json {
+                json_line(&json!({"session_id": id, "server": name, "reconnected": true}));
+            } else {
+                println!("MCP server {name} reconnected");
+            }
+        }
+        McpAction::Set { file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let servers_json =
+                servers_of(&text).with_context(|| format!("reading {}", file.display()))?;
+            let r = c
+                .set_mcp_servers(pb::SetMcpServersRequest {
+                    session_id: id.clone(),
+                    servers_json,
+                })
+                .await
+                .map_err(|s| status_error("set MCP servers", s))?
+                .into_inner();
+            if a.json {
+                json_line(&raw(&r.raw_json));
+            } else {
+                println!(
+                    "added: {}; removed: {}",
+                    r.added.join(", "),
+                    r.removed.join(", ")
+                );
+                for (name, e) in &r.errors {
+                    println!("error: {name}: {e}");
+                }
+            }
+            if !r.errors.is_empty() {
+                return Ok(super::EXIT_FAILED);
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// `ostler rewind ID --to MESSAGE_ID [--dry-run]`.
+pub async fn rewind(a: RewindArgs) -> Result<i32> {
+    let (mut conn, id) = session(&a.connect, &a.session).await?;
+    let r = conn
+        .sessions
+        .rewind_files(pb::RewindFilesRequest {
+            session_id: id.clone(),
+            message_id: a.to.clone(),
+            dry_run: a.dry_run,
+        })
+        .await
+        .map_err(|s| status_error("rewind files", s))?
+        .into_inner();
+    if a.json {
+        json_line(&json!({
+            "session_id": id,
+            "message_id": a.to,
+            "dry_run": a.dry_run,
+            "can_rewind": r.can_rewind,
+            "error": r.error,
+            "files_changed": r.files_changed,
+            "insertions": r.insertions,
+            "deletions": r.deletions,
+        }));
+    } else if !r.can_rewind {
+        println!("cannot rewind: {}", r.error);
+    } else {
+        println!(
+            "{} {} files (+{} -{}) to their state at message {}",
+            if a.dry_run { "would rewind" } else { "rewound" },
+            r.files_changed,
+            r.insertions,
+            r.deletions,
+            a.to
+        );
+    }
+    Ok(if r.can_rewind { 0 } else { super::EXIT_FAILED })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mcp_config_files_of_either_shape() {
+        let a = servers_of(r#"{"mcpServers": {"t": {"type": "stdio", "command": "x"}}}"#).unwrap();
+        let b = servers_of(r#"{"t": {"type": "stdio", "command": "x"}}"#).unwrap();
+        assert_eq!(a, b);
+        assert!(a["t"].contains("\"command\":\"x\""));
+        assert!(servers_of("[1]").is_err());
+        assert!(servers_of("nope").is_err());
+    }
+}

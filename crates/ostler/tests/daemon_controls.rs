@@ -1,0 +1,553 @@
+//! gRPC acceptance of the session controls of issue 10 against the real CLI: the
+//! `initialize` answer and GetSessionInfo, SetMaxThinkingTokens, GetContextUsage, the MCP
+//! controls with the test kit's stdio MCP server (listed, toggled, reconnected, its tool
+//! called by the model), RewindFiles with file checkpointing, StopTask, Interrupt with
+//! cancel_queued; on 1.0.128 the controls it does not serve fail at once with
+//! FAILED_PRECONDITION naming the release and the request.
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+
+mod common;
+
+use std::time::Instant;
+
+use common::grpc::*;
+use common::*;
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use ostler_testkit::timeouts::{millis, secs};
+use pb::session_event::Payload as P;
+use tonic::transport::Channel;
+
+/// The daemon tests' script plus what these tests make the model do.
+const CONTROLS: &str = r#"
+[[model]]
+name = "write for rewind"
+when = { last_user_text_contains = "Write the rewind file", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_write_1", name = "Write", input = { file_path = "REWIND_PATH", content = "to be rewound\n" } },
+]
+
+[[model]]
+name = "after write"
+when = { tool_result_for = "toolu_write_1", stream = true }
+blocks = [{ type = "text", text = "Wrote the rewind file." }]
+
+[[model]]
+name = "ticket"
+when = { last_user_text_contains = "Look up ticket T-42", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_mcp_1", name = "mcp__tickets__echo_ticket", input = { ticket = "T-42" } },
+]
+
+[[model]]
+name = "after ticket"
+when = { tool_result_for = "toolu_mcp_1", stream = true }
+blocks = [{ type = "text", text = "The ticket is open." }]
+"#;
+
+type Client = SessionServiceClient<Channel>;
+
+/// Reads the session's events until the answer to `initialize` is recorded; panics when it
+/// failed.
+async fn await_initialized(events: &mut Events, seen: &mut Vec<pb::SessionEvent>) {
+    let ev = read_until(events, seen, "session_initialized", |e| {
+        matches!(&e.payload, Some(P::EngineNotice(n))
+            if n.code == "session_initialized" || n.code == "initialize_failed")
+    })
+    .await;
+    let Some(P::EngineNotice(n)) = ev.payload else {
+        unreachable!()
+    };
+    assert_eq!(n.code, "session_initialized", "{}", n.message);
+}
+
+async fn info(c: &mut Client, id: &str) -> pb::GetSessionInfoResponse {
+    c.get_session_info(pb::GetSessionInfoRequest {
+        session_id: id.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+async fn send_turn(
+    c: &mut Client,
+    events: &mut Events,
+    seen: &mut Vec<pb::SessionEvent>,
+    id: &str,
+    t: &str,
+) -> pb::SendMessageResponse {
+    let r = c
+        .send_message(pb::SendMessageRequest {
+            session_id: id.into(),
+            content: text(t),
+            client_message_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // Tools the CLI asks about (a Write outside the working directory) are allowed.
+    loop {
+        let ev = read_until(events, seen, "turn end", |e| {
+            is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_)))
+        })
+        .await;
+        let Some(P::PermissionRequested(p)) = ev.payload else {
+            return r;
+        };
+        c.respond_to_permission(pb::RespondToPermissionRequest {
+            session_id: id.into(),
+            request_id: p.request_id.clone(),
+            decision: Some(pb::respond_to_permission_request::Decision::Allow(
+                pb::PermissionAllow::default(),
+            )),
+        })
+        .await
+        .unwrap();
+    }
+}
+
+async fn mcp_servers(c: &mut Client, id: &str) -> Vec<pb::McpServerStatus> {
+    c.get_mcp_status(pb::GetMcpStatusRequest {
+        session_id: id.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .servers
+}
+
+/// Polls GetMcpStatus until server `name` has `status` (the CLI connects in the
+/// background and sends no event for it).
+async fn await_mcp_status(c: &mut Client, id: &str, name: &str, status: &str) {
+    let deadline = Instant::now() + guard();
+    loop {
+        let servers = mcp_servers(c, id).await;
+        if servers.iter().any(|s| s.name == name && s.status == status) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "MCP server {name} never reached {status}: {servers:?}"
+        );
+        tokio::time::sleep(millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controls_2_1_330() {
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("rewind.txt");
+    let scenario = format!(
+        "{SCENARIO}\n{}",
+        CONTROLS.replace("REWIND_PATH", &target.display().to_string())
+    );
+    let world = World::with_scenario(NEW, &scenario).await;
+    let mcp = testkit_binary("ostler-test-mcp").await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            permission_mode: pb::PermissionMode::AcceptEdits as i32,
+            allowed_tools: vec!["mcp__tickets__echo_ticket".into()],
+            enable_file_checkpointing: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+
+    // initialize is answered at spawn, before any message.
+    await_initialized(&mut events, &mut seen).await;
+    let i = info(&mut c, &s.id).await;
+    assert_eq!(i.cli_version, NEW);
+    assert!(i.live);
+    let init = i.initialized.expect("the initialize answer");
+    let raw: serde_json::Value = serde_json::from_str(&init.raw_json).unwrap();
+    assert!(raw.get("commands").is_some(), "{raw}");
+    assert!(!init.commands.is_empty(), "{raw}");
+    assert!(
+        i.capabilities.iter().any(|c| c == "control:rewind_files"),
+        "{:?}",
+        i.capabilities
+    );
+    assert!(!i.init_seen, "no system/init before the first turn");
+
+    // The first turn writes a file, checkpointed at its user message.
+    let write = send_turn(
+        &mut c,
+        &mut events,
+        &mut seen,
+        &s.id,
+        "Write the rewind file",
+    )
+    .await;
+    assert!(!write.message_id.is_empty());
+    assert!(
+        target.is_file(),
+        "the model's Write ran: {:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    // The message id is in the log too.
+    assert!(seen.iter().any(
+        |e| matches!(&e.payload, Some(P::UserMessage(u)) if u.message_id == write.message_id)
+    ));
+    let i = info(&mut c, &s.id).await;
+    assert!(i.init_seen);
+    assert!(i.tools.iter().any(|t| t == "Write"), "{:?}", i.tools);
+    assert!(!i.model.is_empty());
+    assert_eq!(i.reported_cli_version, NEW);
+
+    c.set_max_thinking_tokens(pb::SetMaxThinkingTokensRequest {
+        session_id: s.id.clone(),
+        max_thinking_tokens: Some(2048),
+    })
+    .await
+    .unwrap();
+    c.set_max_thinking_tokens(pb::SetMaxThinkingTokensRequest {
+        session_id: s.id.clone(),
+        max_thinking_tokens: None,
+    })
+    .await
+    .unwrap();
+
+    let usage = c
+        .get_context_usage(pb::GetContextUsageRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let raw: serde_json::Value = serde_json::from_str(&usage.raw_json).unwrap();
+    assert!(raw.is_object(), "{raw}");
+    assert!(usage.max_tokens > 0, "{raw}");
+
+    // The test kit's MCP server, added at runtime.
+    let set = c
+        .set_mcp_servers(pb::SetMcpServersRequest {
+            session_id: s.id.clone(),
+            servers_json: [(
+                "tickets".to_string(),
+                serde_json::json!({
+                    "type": "stdio",
+                    "command": mcp.display().to_string(),
+                    "args": [],
+                    "env": {},
+                })
+                .to_string(),
+            )]
+            .into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(set.errors.is_empty(), "{}", set.raw_json);
+    await_mcp_status(&mut c, &s.id, "tickets", "connected").await;
+    let servers = mcp_servers(&mut c, &s.id).await;
+    let tickets = servers.iter().find(|s| s.name == "tickets").unwrap();
+    assert!(
+        tickets.tools.iter().any(|t| t.contains("echo_ticket")),
+        "{tickets:?}"
+    );
+
+    // The model calls its tool; the tool's answer reaches the model.
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Look up ticket T-42").await;
+    assert!(
+        seen.iter()
+            .any(|e| assistant_text(e) == Some("The ticket is open.")),
+        "{:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    let answered = world.fake.requests().iter().any(|r| {
+        r.body
+            .as_ref()
+            .is_some_and(|b| b.to_string().contains("ticket T-42 is open"))
+    });
+    assert!(answered, "the MCP tool's result reached the model");
+
+    // Toggle, reconnect; an unknown server is the CLI's error, as FAILED_PRECONDITION.
+    for enabled in [false, true] {
+        c.toggle_mcp_server(pb::ToggleMcpServerRequest {
+            session_id: s.id.clone(),
+            server_name: "tickets".into(),
+            enabled,
+        })
+        .await
+        .unwrap();
+    }
+    await_mcp_status(&mut c, &s.id, "tickets", "connected").await;
+    c.reconnect_mcp_server(pb::ReconnectMcpServerRequest {
+        session_id: s.id.clone(),
+        server_name: "tickets".into(),
+    })
+    .await
+    .unwrap();
+    let err = c
+        .toggle_mcp_server(pb::ToggleMcpServerRequest {
+            session_id: s.id.clone(),
+            server_name: "no-such-server".into(),
+            enabled: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("no-such-server"), "{err:?}");
+
+    // Rewind: a dry run reports, the real one removes the file the first turn created.
+    let dry = c
+        .rewind_files(pb::RewindFilesRequest {
+            session_id: s.id.clone(),
+            message_id: write.message_id.clone(),
+            dry_run: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(dry.can_rewind, "{}", dry.raw_json);
+    assert!(target.is_file(), "a dry run changes nothing");
+    let done = c
+        .rewind_files(pb::RewindFilesRequest {
+            session_id: s.id.clone(),
+            message_id: write.message_id.clone(),
+            dry_run: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(done.can_rewind, "{}", done.raw_json);
+    assert!(!target.exists(), "rewound: {}", done.raw_json);
+
+    c.stop_task(pb::StopTaskRequest {
+        session_id: s.id.clone(),
+        task_id: "no-such-task".into(),
+    })
+    .await
+    .unwrap();
+    let r = c
+        .interrupt(pb::InterruptRequest {
+            session_id: s.id.clone(),
+            cancel_queued: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.cancelled.is_empty(), "nothing was queued: {r:?}");
+
+    // Bad input is refused at the edge.
+    let err = c
+        .rewind_files(pb::RewindFilesRequest {
+            session_id: s.id.clone(),
+            message_id: " ".into(),
+            dry_run: true,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    let err = c
+        .set_mcp_servers(pb::SetMcpServersRequest {
+            session_id: s.id.clone(),
+            servers_json: [("x".to_string(), "[1]".to_string())].into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+}
+
+/// 1.0.128 answers `initialize` and `mcp_status` but none of the newer subtypes: each of
+/// those RPCs fails at once (not after the 30 s control timeout) naming release and request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controls_1_0_128() {
+    let world = World::new(OLD).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "old").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    await_initialized(&mut events, &mut seen).await;
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
+
+    let i = info(&mut c, &s.id).await;
+    assert_eq!(i.cli_version, OLD);
+    assert!(i.initialized.is_some());
+    assert!(i.init_seen);
+    assert!(!i.tools.is_empty());
+    assert!(
+        !i.capabilities.iter().any(|c| c == "control:rewind_files"),
+        "{:?}",
+        i.capabilities
+    );
+    // mcp_status is served.
+    mcp_servers(&mut c, &s.id).await;
+
+    let id = s.id.clone();
+    let refused: Vec<(&str, tonic::Status)> = vec![
+        (
+            "set_max_thinking_tokens",
+            c.set_max_thinking_tokens(pb::SetMaxThinkingTokensRequest {
+                session_id: id.clone(),
+                max_thinking_tokens: Some(1024),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "get_context_usage",
+            c.get_context_usage(pb::GetContextUsageRequest {
+                session_id: id.clone(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "mcp_set_servers",
+            c.set_mcp_servers(pb::SetMcpServersRequest {
+                session_id: id.clone(),
+                servers_json: Default::default(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "mcp_toggle",
+            c.toggle_mcp_server(pb::ToggleMcpServerRequest {
+                session_id: id.clone(),
+                server_name: "x".into(),
+                enabled: true,
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "mcp_reconnect",
+            c.reconnect_mcp_server(pb::ReconnectMcpServerRequest {
+                session_id: id.clone(),
+                server_name: "x".into(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "rewind_files",
+            c.rewind_files(pb::RewindFilesRequest {
+                session_id: id.clone(),
+                message_id: "m".into(),
+                dry_run: true,
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "stop_task",
+            c.stop_task(pb::StopTaskRequest {
+                session_id: id.clone(),
+                task_id: "t".into(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "interrupt_cancel_queued_v1",
+            c.interrupt(pb::InterruptRequest {
+                session_id: id.clone(),
+                cancel_queued: true,
+            })
+            .await
+            .unwrap_err(),
+        ),
+    ];
+    for (what, err) in &refused {
+        assert_eq!(
+            err.code(),
+            tonic::Code::FailedPrecondition,
+            "{what}: {err:?}"
+        );
+        assert!(
+            err.message().contains(OLD) && err.message().contains(what),
+            "{what}: {}",
+            err.message()
+        );
+    }
+    // At once: every refusal together well within the control timeout.
+    let started = Instant::now();
+    let err = c
+        .rewind_files(pb::RewindFilesRequest {
+            session_id: id.clone(),
+            message_id: "m".into(),
+            dry_run: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        started.elapsed() < secs(2),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    // The session still works.
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
+}
+
+/// The command line: `ostler info`, `context`, `mcp status|set|toggle|reconnect` and
+/// `rewind` with `--json`.
+#[test]
+fn control_commands() {
+    use common::client::{Served, describe, scenario_text};
+    let mcp = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(testkit_binary("ostler-test-mcp"));
+    let d = Served::start(&scenario_text());
+    let ev = d.ok_json(&["run", "--json", "Say hello"]);
+    let id = ev[0]["session"]["id"].as_str().expect("id").to_owned();
+
+    let info = d.ok_json(&["info", &id, "--json"]);
+    assert_eq!(info[0]["cli_version"], NEW);
+    assert!(
+        info[0]["tools"].as_array().is_some_and(|t| !t.is_empty()),
+        "{info:?}"
+    );
+    assert!(info[0]["initialized"]["commands"].is_array(), "{info:?}");
+    let human = d.client(&["info", &id], None);
+    assert!(
+        String::from_utf8_lossy(&human.stdout).contains("Claude Code 2.1.330"),
+        "{}",
+        describe(&human)
+    );
+
+    let context = d.ok_json(&["context", &id, "--json"]);
+    assert!(context[0].is_object(), "{context:?}");
+
+    let config = d.work.join("mcp.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"tickets": {
+            "type": "stdio", "command": mcp.display().to_string(), "args": [], "env": {}
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let set = d.ok_json(&["mcp", &id, "set", &config.display().to_string(), "--json"]);
+    assert_eq!(set[0]["added"][0], "tickets", "{set:?}");
+    let deadline = Instant::now() + guard();
+    loop {
+        let status = d.ok_json(&["mcp", &id, "status", "--json"]);
+        let servers = status[0]["servers"].as_array().cloned().unwrap_or_default();
+        if servers
+            .iter()
+            .any(|s| s["name"] == "tickets" && s["status"] == "connected")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never connected: {status:?}");
+        std::thread::sleep(millis(100));
+    }
+    let off = d.ok_json(&["mcp", &id, "toggle", "tickets", "off", "--json"]);
+    assert_eq!(off[0]["enabled"], false);
+    d.ok_json(&["mcp", &id, "toggle", "tickets", "on", "--json"]);
+
+    // Not created with file checkpointing, and no such message: refused, exit 1.
+    let rewind = d.client(&["rewind", &id, "--to", "no-such-message", "--json"], None);
+    assert_eq!(rewind.status.code(), Some(1), "{}", describe(&rewind));
+}
