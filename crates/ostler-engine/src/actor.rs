@@ -221,8 +221,7 @@ impl Actor {
             } else {
                 tokio::select! {
                     ev = self.events.recv() => ev.or_else(|| Some(ProcessEvent::Exited(ExitInfo {
-                        code: None,
-                        signal: None,
+                        facts: ExitFacts::default(),
                         stderr_tail: String::new(),
                         requested: self.stop_requested,
                     }))),
@@ -722,15 +721,13 @@ impl Actor {
         } else {
             "the CLI crashed or was killed".to_owned()
         };
-        let status = ExitStatus {
-            code: info.code,
-            signal: info.signal,
+        let exit = ostler_store::ExitInfo {
+            facts: info.facts,
             reason: Some(reason.clone()),
-            stderr_tail: info.stderr_tail.clone(),
             at_ms: now_ms(),
         };
-        let tail = info.stderr_tail.clone();
-        self.show(|v| v.stderr_tail = Some(tail));
+        let tail = info.stderr_tail;
+        self.show(|v| v.stderr_tail = Some(tail.clone()));
         let to = if self.shutdown {
             SessionState::Resumable
         } else if self.suspend_reason.is_some() && self.store_fault.is_none() {
@@ -741,17 +738,17 @@ impl Actor {
             SessionState::Exited
         };
         let patch = SessionPatch {
-            exit: Some(ostler_store::ExitInfo {
-                code: info.code,
-                signal: info.signal,
-                reason: Some(reason.clone()),
-                at_ms: status.at_ms,
-            }),
+            exit: Some(exit.clone()),
             updated_ms: now_ms(),
             ..Default::default()
         };
         // The exit event and the session's exit columns commit together.
-        let item = Item::new(EventPayload::ProcessExited(ProcessExited { status }));
+        let item = Item::new(EventPayload::ProcessExited(ProcessExited {
+            status: ExitStatus {
+                exit,
+                stderr_tail: tail,
+            },
+        }));
         let with = WithEvents {
             patch: Some(patch),
             ..Default::default()

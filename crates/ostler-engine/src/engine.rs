@@ -3,8 +3,8 @@
 //! is in `engine/lifecycle.rs`; the live-actor lookup (resume on demand) and the
 //! live-session slots in `engine/demand.rs`.
 
-mod demand;
 mod control;
+mod demand;
 mod lifecycle;
 
 use std::collections::HashMap;
@@ -184,23 +184,11 @@ impl Engine {
             labels: rec.labels,
             created_ms: rec.created_ms,
             updated_ms: rec.updated_ms,
-            exit: rec.exit.map(|x| ExitStatus {
-                code: x.code,
-                signal: x.signal,
-                reason: x.reason,
-                stderr_tail,
-                at_ms: x.at_ms,
-            }),
+            exit: rec.exit.map(|exit| ExitStatus { exit, stderr_tail }),
             last_seq: rec.last_seq,
             pending_interactions: pending,
             turns: rec.turns,
-            usage: UsageTotals {
-                input_tokens: rec.usage.input_tokens,
-                output_tokens: rec.usage.output_tokens,
-                cache_creation_input_tokens: rec.usage.cache_creation_input_tokens,
-                cache_read_input_tokens: rec.usage.cache_read_input_tokens,
-                cost_usd: rec.usage.cost_usd,
-            },
+            usage: rec.usage,
             title: rec.title,
             id: rec.id,
         }

@@ -10,7 +10,7 @@ use ostler_protocol as proto;
 
 use crate::permission::PermissionRule;
 
-pub use ostler_store::{FeedKind, InteractionKind, SessionState, UsageTotals};
+pub use ostler_store::{ExitFacts, ExitInfo, FeedKind, InteractionKind, SessionState, UsageTotals};
 pub use ostler_supervisor::options as cli_options;
 pub use ostler_supervisor::{CliOptions, McpServer};
 
@@ -39,23 +39,17 @@ pub fn redacted_notice_data(code: &str, data: &Value) -> Value {
     d
 }
 
-/// How a session's CLI process ended.
+/// How a session's CLI process ended: the store's exit record (code, signal, reason, time)
+/// plus the stderr tail. Stored inside `process_exited` events as one flat object
+/// (`code`, `signal`, `reason`, `at_ms`, `stderr_tail`), as every earlier build wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ExitStatus {
-    /// Exit code, when it exited normally.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<i32>,
-    /// The signal that ended it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<i32>,
-    /// Why, in words ("stopped by client", "CLI exited", "stalled", ...).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    /// Code and signal, why (in words: "stopped on request", "the CLI exited", ...), when.
+    #[serde(flatten)]
+    pub exit: ExitInfo,
     /// The last lines the CLI wrote to stderr.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub stderr_tail: String,
-    /// When (epoch milliseconds).
-    pub at_ms: i64,
 }
 
 /// A session as clients see it.
@@ -684,11 +678,15 @@ mod tests {
         }));
         round_trip(EventPayload::ProcessExited(ProcessExited {
             status: ExitStatus {
-                code: Some(1),
-                signal: None,
-                reason: Some("crash".into()),
+                exit: ExitInfo {
+                    facts: ExitFacts {
+                        code: Some(1),
+                        signal: None,
+                    },
+                    reason: Some("crash".into()),
+                    at_ms: 5,
+                },
                 stderr_tail: "boom".into(),
-                at_ms: 5,
             },
         }));
         round_trip(EventPayload::PermissionRequested(PermissionRequested {
@@ -718,6 +716,70 @@ mod tests {
             input: json!({}),
             expires_at_ms: None,
         }));
+    }
+
+    /// `process_exited` payloads as builds before the one exit shape stored them (field
+    /// order `code, signal, reason, stderr_tail, at_ms`; absent fields left out).
+    const OLD_EXITS: [&str; 4] = [
+        r#"{"status":{"code":1,"reason":"the CLI crashed or was killed","stderr_tail":"fatal: boom\n","at_ms":1763900000123}}"#,
+        r#"{"status":{"signal":9,"reason":"stopped on request","at_ms":5}}"#,
+        r#"{"status":{"reason":"the CLI could not be started: no such file","at_ms":7}}"#,
+        r#"{"status":{"code":0,"signal":15,"at_ms":0}}"#,
+    ];
+
+    #[test]
+    fn exit_payloads_of_older_builds_decode() {
+        let first = EventPayload::decode_stored("process_exited", OLD_EXITS[0].as_bytes())
+            .expect("old payload");
+        assert_eq!(
+            first,
+            EventPayload::ProcessExited(ProcessExited {
+                status: ExitStatus {
+                    exit: ExitInfo {
+                        facts: ExitFacts {
+                            code: Some(1),
+                            signal: None,
+                        },
+                        reason: Some("the CLI crashed or was killed".into()),
+                        at_ms: 1_763_900_000_123,
+                    },
+                    stderr_tail: "fatal: boom\n".into(),
+                },
+            })
+        );
+        let second = EventPayload::decode_stored("process_exited", OLD_EXITS[1].as_bytes())
+            .expect("old payload");
+        let EventPayload::ProcessExited(ProcessExited { status }) = second else {
+            panic!("not an exit: {second:?}");
+        };
+        assert_eq!(status.exit.facts.signal, Some(9));
+        assert_eq!(status.exit.facts.code, None);
+        assert_eq!(status.stderr_tail, "");
+        for old in OLD_EXITS {
+            let p = EventPayload::decode_stored("process_exited", old.as_bytes())
+                .unwrap_or_else(|e| panic!("{old} does not decode: {e}"));
+            // Written again, it is the same JSON object (only the order of keys may differ),
+            // and that re-encoding round-trips to the very same bytes.
+            let again = p.encode_stored().expect("encode");
+            let as_old: Value = serde_json::from_str(old).expect("json");
+            let as_new: Value = serde_json::from_slice(&again).expect("json");
+            assert_eq!(as_new, as_old, "{}", String::from_utf8_lossy(&again));
+            let back = EventPayload::decode_stored("process_exited", &again).expect("decode");
+            assert_eq!(back, p);
+            assert_eq!(back.encode_stored().expect("encode"), again);
+            // The tagged form (`{"kind": ...}`) reads back too.
+            let mut tagged = as_old;
+            tagged["kind"] = json!("process_exited");
+            let bytes = serde_json::to_vec(&tagged).expect("json");
+            assert_eq!(
+                EventPayload::decode_stored("process_exited", &bytes).expect("tagged"),
+                p
+            );
+        }
+        // An exit without its time was never written; it stays an error, not a zero.
+        assert!(
+            EventPayload::decode_stored("process_exited", br#"{"status":{"code":1}}"#).is_err()
+        );
     }
 
     #[test]

@@ -533,7 +533,7 @@ async fn spawn_failure_is_recorded() {
         let reason = s
             .exit
             .as_ref()
-            .and_then(|x| x.reason.clone())
+            .and_then(|x| x.exit.reason.clone())
             .expect("reason");
         assert!(reason.contains("could not be started"), "{reason}");
     }

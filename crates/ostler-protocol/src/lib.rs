@@ -3,6 +3,8 @@
 //!
 //! - [`argv`]: the stream-json command line ([`argv::StreamJsonArgs`]).
 //! - [`version`]: `claude --version` parsing ([`version::parse`]).
+//! - [`exit`]: how a CLI process ended ([`ExitFacts`]), the one shape the supervisor, the
+//!   store and the engine nest.
 //! - [`framing`]: bytes -> lines (byte-level `\n` split, `\r\n` tolerated, per-line cap).
 //! - [`model`]: the canonical event model (the daemon's language).
 //! - [`decode`]: a stateful per-session [`decode::Decoder`] using the versioned adapter
@@ -20,6 +22,7 @@ pub mod adapter;
 pub mod argv;
 pub mod contract;
 pub mod decode;
+pub mod exit;
 pub mod framing;
 pub mod junk;
 pub mod model;
@@ -32,6 +35,7 @@ pub mod version;
 mod wire;
 
 pub use decode::{DecodedLine, Decoder};
+pub use exit::ExitFacts;
 pub use framing::{DEFAULT_MAX_PAYLOAD_BYTES, Frame, FramerOptions, LineFramer};
 pub use model::*;
 pub use outbound::Outbound;

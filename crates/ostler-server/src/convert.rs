@@ -624,10 +624,10 @@ fn usage_to_pb(u: &cp::Usage) -> pb::Usage {
 
 fn exit_to_pb(e: &eng::ExitStatus) -> pb::ProcessExited {
     pb::ProcessExited {
-        exit_code: e.code,
-        signal: e.signal,
+        exit_code: e.exit.facts.code,
+        signal: e.exit.facts.signal,
         stderr_tail: e.stderr_tail.clone(),
-        reason: e.reason.clone().unwrap_or_default(),
+        reason: e.exit.reason.clone().unwrap_or_default(),
     }
 }
 

@@ -132,8 +132,8 @@ pub(crate) fn update_session_op(
         )?
         .execute(params![
             slot.pk,
-            exit.code,
-            exit.signal,
+            exit.facts.code,
+            exit.facts.signal,
             exit.reason,
             exit.at_ms
         ])?;

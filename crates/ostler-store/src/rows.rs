@@ -10,7 +10,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::types::{
-    ExitInfo, Interaction, SessionRecord, StoredEvent, StoredTurnUsage, TurnUsage, UsageTotals,
+    ExitFacts, ExitInfo, Interaction, SessionRecord, StoredEvent, StoredTurnUsage, TurnUsage,
+    UsageTotals,
 };
 
 /// Converts a stored INTEGER that must be non-negative.
@@ -78,8 +79,10 @@ pub(crate) fn session_from_row(row: &Row<'_>) -> Result<(i64, SessionRecord)> {
     let exited_ms: Option<i64> = row.get(13)?;
     let exit = exited_ms.map(|at_ms| -> Result<ExitInfo> {
         Ok(ExitInfo {
-            code: row.get(10)?,
-            signal: row.get(11)?,
+            facts: ExitFacts {
+                code: row.get(10)?,
+                signal: row.get(11)?,
+            },
             reason: row.get(12)?,
             at_ms,
         })

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+pub use ostler_protocol::ExitFacts;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -115,14 +116,17 @@ pub struct StoredEvent {
     pub ts_ms: i64,
 }
 
-/// How a session's CLI process ended.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// How a session's CLI process ended: the session's exit columns. The engine's stored
+/// `process_exited` event flattens this (and adds the stderr tail), so its JSON form is the
+/// one those events have always had: `code`, `signal`, `reason` (each left out when absent)
+/// and `at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ExitInfo {
-    /// Exit status, when it exited normally.
-    pub code: Option<i32>,
-    /// The signal that ended it, when one did.
-    pub signal: Option<i32>,
+    /// Exit code and signal.
+    #[serde(flatten)]
+    pub facts: ExitFacts,
     /// A human-readable reason (e.g. "killed by client", "CLI crashed").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// When it ended (epoch milliseconds).
     pub at_ms: i64,

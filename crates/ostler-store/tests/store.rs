@@ -454,8 +454,10 @@ fn sessions_are_created_updated_and_read_back() {
                 state: Some(SessionState::Exited),
                 labels: Some(BTreeMap::from([("env".to_string(), "ci".to_string())])),
                 exit: Some(ExitInfo {
-                    code: Some(0),
-                    signal: None,
+                    facts: ExitFacts {
+                        code: Some(0),
+                        signal: None,
+                    },
                     reason: Some("done".into()),
                     at_ms: 150,
                 }),
@@ -478,7 +480,7 @@ fn sessions_are_created_updated_and_read_back() {
         got.labels,
         BTreeMap::from([("env".to_string(), "ci".to_string())])
     );
-    assert_eq!(got.exit.as_ref().and_then(|e| e.code), Some(0));
+    assert_eq!(got.exit.as_ref().and_then(|e| e.facts.code), Some(0));
     assert_eq!(
         got.exit.as_ref().and_then(|e| e.reason.as_deref()),
         Some("done")

@@ -218,8 +218,8 @@ async fn interrupt_then_turn_then_crash(version: &str) {
             break e;
         }
     };
-    assert_eq!(exit.signal, Some(9), "{exit:?}");
-    assert_eq!(exit.code, None);
+    assert_eq!(exit.facts.signal, Some(9), "{exit:?}");
+    assert_eq!(exit.facts.code, None);
     assert!(!exit.requested);
     assert!(!proc_exists(pid));
     assert_eq!(proc.exit_info(), Some(exit));

@@ -191,7 +191,7 @@ async fn stop_escalates_to_sigterm_then_sigkill_and_kills_the_group() {
     assert!(matches!(next(&mut rx).await, ProcessEvent::Line(_)));
     let child_pid: u32 = read(d.path().join("child.pid")).trim().parse().unwrap();
     let exit = proc.stop().await;
-    assert_eq!(exit.signal, Some(9), "{exit:?}");
+    assert_eq!(exit.facts.signal, Some(9), "{exit:?}");
     assert!(exit.requested);
     assert!(!group_alive(pid), "group survived");
     assert!(
@@ -219,8 +219,8 @@ async fn crash_is_reported_with_code_and_stderr_tail() {
         .await
         .unwrap();
     let exit = exited(&mut rx).await;
-    assert_eq!(exit.code, Some(3));
-    assert_eq!(exit.signal, None);
+    assert_eq!(exit.facts.code, Some(3));
+    assert_eq!(exit.facts.signal, None);
     assert!(!exit.requested);
     assert_eq!(exit.stderr_tail, "fatal: boom\n", "bounded tail");
     assert!(rx.recv().await.is_none(), "Exited is the last event");
@@ -284,7 +284,7 @@ async fn stall_is_reported_only_while_a_turn_runs_without_an_open_prompt() {
     // The last handle is gone: the process is killed.
     let exit = exited(&mut rx).await;
     assert!(exit.requested);
-    assert_eq!(exit.signal, Some(9));
+    assert_eq!(exit.facts.signal, Some(9));
     assert!(!group_alive(pid));
 }
 

@@ -639,23 +639,22 @@ impl Engine {
                 let err = Error::from(e);
                 let reason = format!("the CLI could not be started: {err}");
                 let at = now_ms();
+                let exit = ExitInfo {
+                    facts: ExitFacts::default(),
+                    reason: Some(reason.clone()),
+                    at_ms: at,
+                };
                 let patch = SessionPatch {
                     state: Some(SessionState::Exited),
-                    exit: Some(ostler_store::ExitInfo {
-                        code: None,
-                        signal: None,
-                        reason: Some(reason.clone()),
-                        at_ms: at,
-                    }),
+                    exit: Some(exit.clone()),
                     updated_ms: at,
                     ..Default::default()
                 };
                 let items = vec![
                     Item::new(EventPayload::ProcessExited(ProcessExited {
                         status: ExitStatus {
-                            reason: Some(reason.clone()),
-                            at_ms: at,
-                            ..Default::default()
+                            exit,
+                            stderr_tail: String::new(),
                         },
                     })),
                     Item::new(EventPayload::StateChanged(StateChanged {

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use ostler_protocol::ExitFacts;
 use tokio::sync::watch;
 
 use super::io::Tail;
@@ -39,12 +40,11 @@ pub(super) async fn supervise_task(
         Err(_) => (None, None),
     };
     let info = ExitInfo {
-        code,
-        signal,
+        facts: ExitFacts { code, signal },
         stderr_tail: lock(&tail).text(),
         requested: shared.requested.load(Ordering::SeqCst),
     };
-    ostler_metrics::cli_exited(info.requested, info.code, info.signal);
+    ostler_metrics::cli_exited(info.requested, info.facts.code, info.facts.signal);
     if info.requested || info.success() {
         tracing::info!(session = %shared.log_id, pid = shared.pid, ?code, ?signal, "session process exited");
     } else {
@@ -77,8 +77,7 @@ pub(super) async fn wait(shared: &Shared) -> ExitInfo {
         if rx.changed().await.is_err() {
             // The supervisor task is gone without publishing: runtime shutting down.
             return ExitInfo {
-                code: None,
-                signal: None,
+                facts: ExitFacts::default(),
                 stderr_tail: String::new(),
                 requested: shared.requested.load(Ordering::SeqCst),
             };

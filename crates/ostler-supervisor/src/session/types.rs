@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ostler_protocol::ExitFacts;
+
 use crate::env::{DEFAULT_ENV_ALLOWLIST, DEFAULT_SCRUB};
 use crate::options::CliOptions;
 
@@ -86,9 +88,8 @@ impl Default for SupervisorOptions {
 /// How the process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExitInfo {
-    pub code: Option<i32>,
-    /// The signal that killed it (e.g. 9 for `kill -9`).
-    pub signal: Option<i32>,
+    /// Exit code and signal.
+    pub facts: ExitFacts,
     /// The end of stderr (at most `stderr_tail_bytes`, lossy UTF-8).
     pub stderr_tail: String,
     /// Whether ostler asked it to end (stop, kill, dropped handle, kill on stall).
@@ -98,6 +99,6 @@ pub struct ExitInfo {
 impl ExitInfo {
     /// A clean exit: code 0 and no signal.
     pub fn success(&self) -> bool {
-        self.code == Some(0) && self.signal.is_none()
+        self.facts.success()
     }
 }
