@@ -16,9 +16,10 @@ use ostler_protocol::CanUseTool;
 use ostler_protocol::outbound::{OutRequest, UserContent};
 use ostler_store::{InteractionState, SessionPatch, WithEvents};
 use ostler_supervisor::{ControlError, ExitInfo, Line, ProcessEvent, Responder, SessionProcess};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -67,6 +68,13 @@ pub(crate) struct Actor {
     /// Set when CLI output could not be stored (the store stayed unwritable past its retry
     /// limit): the session is being stopped, and says why once the store writes again.
     store_fault: Option<String>,
+    /// Background tasks the CLI reported running (`task_started` / `task_notification`,
+    /// `background_tasks_changed`): while any runs, the session is not suspended.
+    bg_tasks: HashSet<String>,
+    /// Last thing the actor handled (a CLI line or a command): the idle timer runs from it.
+    last_active: Instant,
+    /// Why the session is being suspended (its process is stopping for that).
+    suspend_reason: Option<String>,
 }
 
 /// What an actor starts with.
@@ -114,7 +122,9 @@ impl Actor {
             state: o.state,
             pending: BTreeMap::new(),
             stderr_tail: o.stderr_tail,
+            idle_since: None,
         });
+        o.entry.suspending.store(false, Ordering::SeqCst);
         let pid = o.process.pid();
         let mut actor = Self {
             shared: o.shared,
@@ -139,6 +149,9 @@ impl Actor {
             last_model: o.model,
             process_cost_usd: 0.0,
             store_fault: None,
+            bg_tasks: HashSet::new(),
+            last_active: Instant::now(),
+            suspend_reason: None,
         };
         actor.start(pid).await;
         tokio::spawn(actor.run());
@@ -178,6 +191,7 @@ impl Actor {
         let mut alive = self.shared.alive();
         loop {
             let deadline = self.pending.values().filter_map(|p| p.deadline).min();
+            let idle_at = self.idle_deadline();
             let ev = if let Some(ev) = held.take() {
                 Some(ev)
             } else {
@@ -190,7 +204,13 @@ impl Actor {
                     }))),
                     cmd = self.cmds.recv(), if cmds_open => {
                         match cmd {
-                            Some(cmd) => self.command(cmd).await,
+                            Some(cmd) => {
+                                let used = !matches!(cmd, Command::Suspend { .. });
+                                self.command(cmd).await;
+                                if used {
+                                    self.used();
+                                }
+                            }
                             None => {
                                 cmds_open = false;
                             }
@@ -208,9 +228,17 @@ impl Actor {
                         self.expire_due().await;
                         None
                     }
+                    () = sleep_until(idle_at), if idle_at.is_some() => {
+                        let idle = self.shared.opts.idle_suspend.unwrap_or_default();
+                        if !self.begin_suspend(format!("idle for {}s", idle.as_secs())) {
+                            self.last_active = Instant::now();
+                        }
+                        None
+                    }
                 }
             };
             let Some(ev) = ev else { continue };
+            self.last_active = Instant::now();
             match ev {
                 ProcessEvent::Line(line) => {
                     // A batch ends with a line that opens or withdraws a control request:
@@ -227,6 +255,9 @@ impl Actor {
                             }
                             Err(_) => break,
                         }
+                    }
+                    for l in &lines {
+                        self.track_tasks(&l.decoded.events);
                     }
                     self.lines(lines).await;
                 }
@@ -271,7 +302,11 @@ impl Actor {
         }
         let from = self.state;
         self.state = to;
-        self.show(|v| v.state = to);
+        let idle_since = (to == SessionState::Idle).then(Instant::now);
+        self.show(|v| {
+            v.state = to;
+            v.idle_since = idle_since;
+        });
         // The event and the session's state column commit together.
         let patch = SessionPatch {
             state: Some(to),
@@ -290,6 +325,10 @@ impl Actor {
         match self.entry.hub.emit_with(vec![item], with).await {
             Ok(_) => self.shared.counts.moved(Some(from), Some(to)),
             Err(e) => tracing::error!(session = %self.sid(), error = %e, "cannot record state"),
+        }
+        if to == SessionState::Idle {
+            // One more session that could make room for another at the live cap.
+            self.shared.slots_changed();
         }
     }
 
@@ -368,6 +407,10 @@ impl Actor {
             } => {
                 let r = self.control_done(request, result).await;
                 let _ = reply.send(r);
+            }
+            Command::Suspend { reason, reply } => {
+                let suspending = self.begin_suspend(reason);
+                let _ = reply.send(suspending);
             }
             Command::Stop { reply, shutdown } => {
                 self.shutdown |= shutdown;
@@ -551,6 +594,8 @@ impl Actor {
         }
         let why = if self.shutdown {
             "daemon shutting down"
+        } else if self.suspend_reason.is_some() {
+            "session suspended"
         } else if self.stop_requested {
             "session stopped"
         } else {
@@ -565,6 +610,8 @@ impl Actor {
             "daemon shutdown".to_owned()
         } else if self.store_fault.is_some() {
             "stopped: the store was not writable".to_owned()
+        } else if let Some(why) = &self.suspend_reason {
+            format!("suspended: {why}")
         } else if info.requested || self.stop_requested {
             "stopped on request".to_owned()
         } else if info.success() {
@@ -583,6 +630,8 @@ impl Actor {
         self.show(|v| v.stderr_tail = Some(tail));
         let to = if self.shutdown {
             SessionState::Resumable
+        } else if self.suspend_reason.is_some() && self.store_fault.is_none() {
+            SessionState::Suspended
         } else if self.stop_requested {
             SessionState::Stopped
         } else {
@@ -615,6 +664,89 @@ impl Actor {
 }
 
 impl Actor {
+    /// Nothing runs: no turn, no pending interaction, no background task, not stopping.
+    fn quiet(&self) -> bool {
+        !self.stop_requested
+            && self.state == SessionState::Idle
+            && self.pending.is_empty()
+            && self.turns_outstanding == 0
+            && self.bg_tasks.is_empty()
+    }
+
+    /// When the idle timer fires: `idle_suspend` after the last thing handled, while quiet.
+    fn idle_deadline(&self) -> Option<Instant> {
+        let idle = self.shared.opts.idle_suspend?;
+        self.quiet().then(|| self.last_active + idle)
+    }
+
+    /// A client used the session: the idle timer restarts and, if idle, the session is the
+    /// most recently used one.
+    fn used(&mut self) {
+        self.last_active = Instant::now();
+        if self.state == SessionState::Idle {
+            let now = self.last_active;
+            self.show(|v| v.idle_since = Some(now));
+        }
+    }
+
+    /// Starts suspending the session when it is quiet and no engine call is on its way to
+    /// it (`inflight`): marks it `suspending` first, then checks `inflight` (the engine
+    /// counts first, then checks `suspending`; both `SeqCst`), so a call either reaches this
+    /// process or sees the mark and resumes the session after its end. Returns whether the
+    /// process is now stopping; the exit then records `suspended`.
+    fn begin_suspend(&mut self, reason: String) -> bool {
+        if !self.quiet() {
+            return false;
+        }
+        self.entry.suspending.store(true, Ordering::SeqCst);
+        if self.entry.inflight.load(Ordering::SeqCst) > 0 {
+            self.entry.suspending.store(false, Ordering::SeqCst);
+            return false;
+        }
+        tracing::info!(session = %self.sid(), %reason, "suspending the session");
+        self.suspend_reason = Some(reason);
+        self.stop_requested = true;
+        let process = self.process.clone();
+        tokio::spawn(async move {
+            process.stop().await;
+        });
+        true
+    }
+
+    /// Follows the background tasks the CLI reports (before the lines are recorded).
+    fn track_tasks(&mut self, events: &[ostler_protocol::Event]) {
+        for ev in events {
+            let ostler_protocol::Event::SystemNotice(n) = ev else {
+                continue;
+            };
+            let sub = n.subtype.as_deref().unwrap_or_default();
+            if n.source_type != "system"
+                || !matches!(
+                    sub,
+                    "task_started" | "task_notification" | "background_tasks_changed"
+                )
+            {
+                continue;
+            }
+            let Ok(v) = n.fields.to_value() else { continue };
+            let id = |t: &serde_json::Value| t["task_id"].as_str().map(str::to_owned);
+            match sub {
+                "task_started" => self.bg_tasks.extend(id(&v)),
+                "task_notification" => {
+                    if let Some(t) = id(&v) {
+                        self.bg_tasks.remove(&t);
+                    }
+                }
+                _ => {
+                    self.bg_tasks = v["tasks"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(id).collect())
+                        .unwrap_or_default();
+                }
+            }
+        }
+    }
+
     /// Waits until the store writes again; `false` when the daemon shuts down (or every
     /// engine handle is gone) first.
     async fn store_writable_again(&self) -> bool {
@@ -674,6 +806,7 @@ mod tests {
             state: SessionState::Idle,
             pending: BTreeMap::new(),
             stderr_tail: None,
+            idle_since: None,
         });
         let (cmd_tx, _cmd_rx) = mpsc::channel(1);
         let handle = SessionHandle::new(cmd_tx, view);

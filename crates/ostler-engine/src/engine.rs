@@ -1,7 +1,9 @@
 //! The engine handle, the session registry and the public API (thin calls into the
 //! session actors and the store). Lifecycle (start, create, resume, stop, delete, shutdown)
-//! is in `engine/lifecycle.rs`.
+//! is in `engine/lifecycle.rs`; the live-actor lookup (resume on demand) and the
+//! live-session slots in `engine/demand.rs`.
 
+mod demand;
 mod lifecycle;
 
 use std::collections::HashMap;
@@ -234,20 +236,8 @@ impl Engine {
         })
     }
 
-    async fn live_actor(&self, id: &str) -> Result<SessionHandle> {
-        self.entry(id).await?;
-        match self.live_handle(id) {
-            Some(h) => Ok(h),
-            None => {
-                let rec = self.record(id).await?;
-                Err(Error::precondition(format!(
-                    "session {id:?} is {} (no CLI process); resume it first",
-                    rec.state
-                )))
-            }
-        }
-    }
-
+    /// Sends a command to the session's actor and awaits its answer; a suspended or
+    /// resumable session is resumed first (see `engine/demand.rs`).
     async fn call<T>(
         &self,
         id: &str,
@@ -337,20 +327,24 @@ impl Engine {
         response: PermissionResponse,
         client: ClientRef,
     ) -> Result<Decided> {
-        if let Err(e) = self.live_actor(session_id).await {
-            return Err(self
-                .decided_elsewhere(session_id, request_id)
-                .await
-                .unwrap_or(e));
-        }
+        let actor = match self.running_actor(session_id).await {
+            Ok(a) => a,
+            Err(e) => {
+                return Err(self
+                    .decided_elsewhere(session_id, request_id)
+                    .await
+                    .unwrap_or(e));
+            }
+        };
         let rid = request_id.to_owned();
-        self.call(session_id, |reply| Command::Respond {
-            request_id: rid,
-            response,
-            client,
-            reply,
-        })
-        .await
+        actor
+            .call(session_id, |reply| Command::Respond {
+                request_id: rid,
+                response,
+                client,
+                reply,
+            })
+            .await
     }
 
     /// For a session without a process: the interaction's final state, as an error.
@@ -382,20 +376,24 @@ impl Engine {
         answers: Vec<QuestionAnswer>,
         client: ClientRef,
     ) -> Result<Decided> {
-        if let Err(e) = self.live_actor(session_id).await {
-            return Err(self
-                .decided_elsewhere(session_id, request_id)
-                .await
-                .unwrap_or(e));
-        }
+        let actor = match self.running_actor(session_id).await {
+            Ok(a) => a,
+            Err(e) => {
+                return Err(self
+                    .decided_elsewhere(session_id, request_id)
+                    .await
+                    .unwrap_or(e));
+            }
+        };
         let rid = request_id.to_owned();
-        self.call(session_id, |reply| Command::Answer {
-            request_id: rid,
-            answers,
-            client,
-            reply,
-        })
-        .await
+        actor
+            .call(session_id, |reply| Command::Answer {
+                request_id: rid,
+                answers,
+                client,
+                reply,
+            })
+            .await
     }
 
     /// Pending permission requests and questions of a session, oldest first.
@@ -430,8 +428,21 @@ impl Engine {
             .await
     }
 
-    /// `Interrupt`: interrupts the running turn.
+    /// `Interrupt`: interrupts the running turn. A suspended or resumable session runs
+    /// nothing: it succeeds without resuming it.
     pub async fn interrupt(&self, session_id: &str) -> Result<()> {
+        let entry = self.entry(session_id).await?;
+        let suspending = entry.suspending.load(std::sync::atomic::Ordering::SeqCst);
+        if suspending || self.live_handle(session_id).is_none() {
+            if suspending {
+                // Only an idle session suspends: nothing runs.
+                return Ok(());
+            }
+            let rec = self.record(session_id).await?;
+            if demand::resumes_on_demand(rec.state) {
+                return Ok(());
+            }
+        }
         self.control(session_id, OutRequest::Interrupt).await
     }
 

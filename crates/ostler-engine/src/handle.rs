@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use ostler_protocol::outbound::OutRequest;
 use ostler_store::Store;
@@ -24,8 +25,14 @@ pub(crate) struct SessionEntry {
     pub id: Arc<str>,
     /// Every write to the session's log goes through it (persist, then publish).
     pub hub: Arc<Hub>,
-    /// Serialises lifecycle changes (create/resume/stop/delete) of this session.
+    /// Serialises lifecycle changes (create/resume/stop/delete/suspend) of this session.
     pub lifecycle: tokio::sync::Mutex<()>,
+    /// Engine calls on their way to the session's actor (see `engine/demand.rs`): while
+    /// one is, the actor does not suspend itself.
+    pub inflight: AtomicUsize,
+    /// Set by the actor when it has decided to suspend (its process is stopping): calls
+    /// wait for its end and resume the session instead of using it.
+    pub suspending: AtomicBool,
 }
 
 impl SessionEntry {
@@ -35,6 +42,8 @@ impl SessionEntry {
             hub: Arc::new(Hub::new(id.clone(), store, capacity)),
             id,
             lifecycle: tokio::sync::Mutex::new(()),
+            inflight: AtomicUsize::new(0),
+            suspending: AtomicBool::new(false),
         }
     }
 }
@@ -62,6 +71,9 @@ pub(crate) struct SessionView {
     pub pending: BTreeMap<String, Arc<EngineEvent>>,
     /// The stderr tail of the last exit (the store keeps no stderr).
     pub stderr_tail: Option<String>,
+    /// When the session last became idle or served a command while idle (`None` while
+    /// busy): the least recently used idle session is suspended first at the live cap.
+    pub idle_since: Option<tokio::time::Instant>,
 }
 
 impl SessionView {
@@ -93,6 +105,21 @@ impl SessionHandle {
     /// The current view (a read lock: keep it short, never across an await).
     pub fn view(&self) -> watch::Ref<'_, SessionView> {
         self.view.borrow()
+    }
+
+    /// Asks the actor to suspend (only if it is idle and no call is on its way to it);
+    /// `true` when it is stopping its process for that. Then await [`Self::ended`].
+    pub async fn suspend(&self, reason: String) -> bool {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .tx
+            .send(Command::Suspend { reason, reply: tx })
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        rx.await.unwrap_or(false)
     }
 
     /// Sends a command and awaits its reply.
@@ -167,6 +194,11 @@ pub(crate) enum Command {
         seq: u64,
         result: ostler_supervisor::Result<()>,
         reply: oneshot::Sender<Result<SendOutcome>>,
+    },
+    /// Suspend if idle (see [`SessionHandle::suspend`]); replies whether it is suspending.
+    Suspend {
+        reason: String,
+        reply: oneshot::Sender<bool>,
     },
     /// Graceful stop; replies once the process has exited.
     Stop {

@@ -18,7 +18,9 @@ use crate::permission::PermissionRule;
 /// Engine configuration.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
-    /// Live sessions (with a CLI process) at most; more gives `ResourceExhausted`.
+    /// Live sessions (with a CLI process) at most. A session that must become live at the
+    /// cap suspends the least-recently-used idle live session; when every live session is
+    /// busy it waits up to `live_wait`, then fails with `ResourceExhausted`.
     pub max_live_sessions: usize,
     /// A session's cwd must lie under one of these (after canonicalisation). Empty: any
     /// existing directory.
@@ -46,6 +48,11 @@ pub struct EngineOptions {
     /// docs/ARCHITECTURE.md). Off: only the canonical payload is stored (smaller; replay
     /// is unaffected, but the verbatim wire line is lost).
     pub store_raw_lines: bool,
+    /// A live session idle this long (no turn, no pending interaction, no background task)
+    /// is suspended: its CLI process is stopped and the next call resumes it. `None`: never.
+    pub idle_suspend: Option<Duration>,
+    /// How long a call that needs a live-session slot waits when every live session is busy.
+    pub live_wait: Duration,
 }
 
 impl Default for EngineOptions {
@@ -63,6 +70,8 @@ impl Default for EngineOptions {
             spawn_env: Vec::new(),
             supervisor: SupervisorOptions::default(),
             store_raw_lines: true,
+            idle_suspend: Some(Duration::from_secs(900)),
+            live_wait: Duration::from_secs(30),
         }
     }
 }
@@ -78,6 +87,9 @@ pub(crate) struct Shared {
     pub counts: StateCounts,
     /// Live-session slots taken (see [`Shared::reserve_slot`]).
     live: AtomicUsize,
+    /// Bumped when a slot is released or a live session becomes idle (so suspendable):
+    /// what a caller waiting for a slot waits on.
+    slots: watch::Sender<u64>,
     /// `true` once daemon shutdown has begun (a watch, so that waiters need not poll).
     shutting_down: tokio::sync::watch::Sender<bool>,
     /// Becomes `true` when the last [`crate::Engine`] handle is dropped.
@@ -99,6 +111,7 @@ impl Shared {
             roots,
             counts: StateCounts::default(),
             live: AtomicUsize::new(0),
+            slots: watch::Sender::new(0),
             shutting_down: tokio::sync::watch::Sender::new(false),
             gone,
         }
@@ -118,6 +131,16 @@ impl Shared {
         self.live.load(Ordering::SeqCst)
     }
 
+    /// Changes when a slot is released or a live session becomes idle.
+    pub fn watch_slots(&self) -> watch::Receiver<u64> {
+        self.slots.subscribe()
+    }
+
+    /// Wakes the callers waiting for a slot (a slot was freed or a session became idle).
+    pub fn slots_changed(&self) {
+        self.slots.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     /// Whether daemon shutdown has begun.
     pub fn is_shutting_down(&self) -> bool {
         *self.shutting_down.borrow()
@@ -133,8 +156,9 @@ impl Shared {
         self.shutting_down.send_replace(true);
     }
 
-    /// Takes one live-session slot, released when the returned guard drops (the actor
-    /// holds it until it ends).
+    /// Takes one live-session slot if one is free now, released when the returned guard
+    /// drops (the actor holds it until it ends). At the cap: `ResourceExhausted`; the
+    /// engine's `acquire_slot` makes room by suspending an idle session and waits.
     pub fn reserve_slot(self: &Arc<Self>) -> Result<SlotGuard> {
         if self.is_shutting_down() {
             return Err(Error::Unavailable("the engine is shutting down".into()));
@@ -160,5 +184,6 @@ pub(crate) struct SlotGuard(Arc<Shared>);
 impl Drop for SlotGuard {
     fn drop(&mut self) {
         self.0.live.fetch_sub(1, Ordering::SeqCst);
+        self.0.slots_changed();
     }
 }

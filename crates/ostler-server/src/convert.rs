@@ -135,6 +135,7 @@ pub(crate) fn state_to_pb(s: eng::SessionState) -> pb::SessionState {
         eng::SessionState::Stopped => pb::SessionState::Stopped,
         eng::SessionState::Exited => pb::SessionState::Exited,
         eng::SessionState::Resumable => pb::SessionState::Resumable,
+        eng::SessionState::Suspended => pb::SessionState::Suspended,
     }
 }
 
@@ -147,6 +148,7 @@ pub(crate) fn state_from_pb(field: &str, v: i32) -> Result<eng::SessionState, St
         Ok(pb::SessionState::Stopped) => Ok(eng::SessionState::Stopped),
         Ok(pb::SessionState::Exited) => Ok(eng::SessionState::Exited),
         Ok(pb::SessionState::Resumable) => Ok(eng::SessionState::Resumable),
+        Ok(pb::SessionState::Suspended) => Ok(eng::SessionState::Suspended),
         Ok(pb::SessionState::Unspecified) => Err(Status::invalid_argument(format!(
             "{field}: SESSION_STATE_UNSPECIFIED is not a state"
         ))),

@@ -110,6 +110,7 @@ pub(crate) fn health_details(
             stopped: count(eng::SessionState::Stopped),
             exited: count(eng::SessionState::Exited),
             resumable: count(eng::SessionState::Resumable),
+            suspended: count(eng::SessionState::Suspended),
             live: report.live_sessions,
             max_live: report.max_live_sessions,
         }),

@@ -268,11 +268,14 @@ pub enum SessionState {
     /// The session was live when the daemon last stopped or died; it was not respawned.
     /// Resumable.
     Resumable,
+    /// Idle long enough (or made room for another session): its CLI process was stopped
+    /// gracefully. The next message or control call resumes it on demand.
+    Suspended,
 }
 
 impl SessionState {
     /// Every state.
-    pub const ALL: [SessionState; 7] = [
+    pub const ALL: [SessionState; 8] = [
         SessionState::Starting,
         SessionState::Idle,
         SessionState::Running,
@@ -280,6 +283,7 @@ impl SessionState {
         SessionState::Stopped,
         SessionState::Exited,
         SessionState::Resumable,
+        SessionState::Suspended,
     ];
 
     /// True while a CLI process backs the session.
@@ -356,6 +360,7 @@ str_enum!(SessionState {
     Stopped => "stopped",
     Exited => "exited",
     Resumable => "resumable",
+    Suspended => "suspended",
 });
 str_enum!(InteractionKind { Permission => "permission", Question => "question" });
 str_enum!(InteractionState {

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 pub mod cli;
 pub mod contract;
 pub mod corpus;
+pub mod fake_bin;
 pub mod fake_claude;
 pub mod normalize;
 pub mod record;

@@ -25,7 +25,9 @@
 //! write_retry_secs = 120           # how long writes wait out a full/read-only disk
 //!
 //! [sessions]
-//! max_live = 256
+//! max_live = 256                  # live CLI processes at most (the LRU idle one is suspended)
+//! idle_suspend_secs = 900          # suspend a session idle this long (0: never)
+//! live_wait_secs = 30              # at max_live with every session busy: wait, then fail
 //! allowed_roots = ["/home/me/src"]  # empty: any existing directory
 //! env_allow = ["MYCO_*", "EXTRA"] # more inherited variables passed to sessions
 //!
@@ -159,7 +161,14 @@ impl Default for StoreConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionsConfig {
+    /// Live CLI processes at most; at the cap the least recently used idle session is
+    /// suspended to make room.
     pub max_live: u64,
+    /// Suspend (stop the CLI process of) a session idle this many seconds; 0: never.
+    pub idle_suspend_secs: u64,
+    /// At `max_live` with every live session busy, a call waits this many seconds for one
+    /// to become idle, then fails with RESOURCE_EXHAUSTED.
+    pub live_wait_secs: u64,
     pub allowed_roots: Vec<PathBuf>,
     /// Deny pending permission requests / questions after this many seconds (0: never).
     pub permission_expiry_secs: u64,
@@ -203,6 +212,8 @@ impl Default for SessionsConfig {
     fn default() -> Self {
         Self {
             max_live: 256,
+            idle_suspend_secs: 900,
+            live_wait_secs: 30,
             allowed_roots: Vec::new(),
             permission_expiry_secs: 0,
             allow_free_text_answers: false,
@@ -693,6 +704,39 @@ mod tests {
         let c = load(Some(&f), &o).unwrap();
         assert_eq!(c.listen.addr, "127.0.0.1:0", "flags win over the file");
         assert_eq!(c.sessions.max_live, 3);
+    }
+
+    #[test]
+    fn suspension_keys_default_and_layer() {
+        let c = load(
+            Some(&write(
+                tempfile::tempdir().unwrap().path(),
+                "c.toml",
+                "[listen]\naddr = \"127.0.0.1:9000\"\n",
+            )),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.sessions.idle_suspend_secs, 900);
+        assert_eq!(c.sessions.live_wait_secs, 30);
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            dir.path(),
+            "c.toml",
+            "[sessions]\nidle_suspend_secs = 0\nlive_wait_secs = 5\nmax_live = 10\n",
+        );
+        let c = load(Some(&f), &Overrides::default()).unwrap();
+        assert_eq!(c.sessions.idle_suspend_secs, 0, "0 = never");
+        assert_eq!(c.sessions.live_wait_secs, 5);
+        let o = Overrides {
+            max_live: Some(4),
+            ..Default::default()
+        };
+        assert_eq!(
+            load(Some(&f), &o).unwrap().sessions.max_live,
+            4,
+            "--max-sessions wins"
+        );
     }
 
     #[test]

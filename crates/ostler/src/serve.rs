@@ -43,7 +43,8 @@ pub struct ServeArgs {
     /// The `claude` binary (default: search PATH).
     #[arg(long, value_name = "PATH")]
     claude: Option<PathBuf>,
-    /// Most live sessions.
+    /// Most live CLI processes (`sessions.max_live`): at the cap the least recently used
+    /// idle session is suspended to make room.
     #[arg(long, value_name = "N")]
     max_sessions: Option<u64>,
     /// A directory sessions may run in (repeatable). Default: any.
@@ -246,6 +247,9 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             .then(|| Duration::from_secs(cfg.sessions.permission_expiry_secs)),
         allow_free_text_answers: cfg.sessions.allow_free_text_answers,
         respawn_on_start: cfg.sessions.respawn_on_start,
+        idle_suspend: (cfg.sessions.idle_suspend_secs > 0)
+            .then(|| Duration::from_secs(cfg.sessions.idle_suspend_secs)),
+        live_wait: Duration::from_secs(cfg.sessions.live_wait_secs),
         supervisor: ostler_supervisor::SupervisorOptions {
             stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
             process_tag,

@@ -274,7 +274,7 @@ impl Engine {
                 return Err(Error::invalid(field, format!("bad tool rule {bad:?}")));
             }
         }
-        let slot = self.shared.reserve_slot()?;
+        let slot = self.acquire_slot("").await?;
         let id = uuid::Uuid::now_v7().to_string();
         let created = now_ms();
         self.shared
@@ -326,6 +326,8 @@ impl Engine {
                 messages: HashMap::new(),
             },
         };
+        // The new process does not suspend itself before its first prompt is sent.
+        let _spawning = super::demand::hold(&entry);
         self.spawn_actor(&entry, launch, slot).await?;
         if let Some(content) = req.first_prompt {
             self.send_message(
@@ -459,15 +461,45 @@ impl Engine {
         opts: impl Into<crate::capability::ResumeOptions>,
     ) -> Result<SessionInfo> {
         let opts = opts.into();
-        let fork = opts.fork;
         let entry = self.entry(session_id).await?;
         let _life = entry.lifecycle.lock().await;
-        if self.live_handle(session_id).is_some() {
-            return Err(Error::precondition(format!(
-                "session {session_id:?} is already running"
-            )));
+        if let Some(h) = self.live_handle(session_id) {
+            if !entry.suspending.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(Error::precondition(format!(
+                    "session {session_id:?} is already running"
+                )));
+            }
+            // Suspending right now: resume it once its process has ended.
+            h.ended().await;
         }
         let rec = self.record(session_id).await?;
+        self.resume_locked(&entry, rec, Some(opts)).await?;
+        drop(_life);
+        self.get_session(session_id).await
+    }
+
+    /// Resumes a `suspended` or `resumable` session for a call that needs its process (the
+    /// caller holds the session's lifecycle lock). The conversation must still exist
+    /// (`FailedPrecondition` otherwise), unless the session was last resumed with
+    /// `fresh_if_missing`.
+    pub(super) async fn resume_on_demand(
+        &self,
+        entry: &Arc<SessionEntry>,
+        rec: SessionRecord,
+    ) -> Result<()> {
+        self.resume_locked(entry, rec, None).await
+    }
+
+    /// Respawns a session without a process, under its lifecycle lock. `opts`: the
+    /// `ResumeSession` options; `None`: on demand (no fork; `fresh_if_missing` as the last
+    /// resume recorded it).
+    async fn resume_locked(
+        &self,
+        entry: &Arc<SessionEntry>,
+        rec: SessionRecord,
+        opts: Option<crate::capability::ResumeOptions>,
+    ) -> Result<()> {
+        let session_id: &str = &entry.id;
         let state: SessionState = rec.state;
         if state.is_live() {
             // Live in the store but no actor here: the daemon is restarting it right now.
@@ -475,8 +507,13 @@ impl Engine {
                 "session {session_id:?} is {state} in the store but has no process; retry"
             )));
         }
-        let slot = self.shared.reserve_slot()?;
-        let (spec, meta) = self.load_meta(&entry).await?;
+        let (spec, meta, last_fresh) = self.load_meta(entry).await?;
+        let on_demand = opts.is_none();
+        let opts = opts.unwrap_or(crate::capability::ResumeOptions {
+            fork: false,
+            fresh_if_missing: last_fresh,
+        });
+        let fork = opts.fork;
         let cwd = PathBuf::from(&rec.cwd);
         let dir = cwd.clone();
         if !blocking(move || Ok::<_, Error>(dir.is_dir())).await? {
@@ -487,7 +524,7 @@ impl Engine {
         }
         let resume = crate::capability::resume_checked(
             &self.shared.opts.spawn_env,
-            &entry,
+            entry,
             rec.claude_session_id.clone(),
             opts,
         )
@@ -498,16 +535,23 @@ impl Engine {
             )));
         }
         let fork = fork && resume.is_some();
+        let slot = self.acquire_slot(session_id).await?;
+        let how = if on_demand { " (on demand)" } else { "" };
         entry
             .hub
             .emit_one(EventPayload::EngineNotice(EngineNotice {
                 code: "resuming".into(),
                 message: match &resume {
-                    Some(c) if fork => format!("resuming CLI session {c} as a fork"),
-                    Some(c) => format!("resuming CLI session {c}"),
-                    None => "no CLI session to resume: starting a fresh one".into(),
+                    Some(c) if fork => format!("resuming CLI session {c} as a fork{how}"),
+                    Some(c) => format!("resuming CLI session {c}{how}"),
+                    None => format!("no CLI session to resume: starting a fresh one{how}"),
                 },
-                data: Some(serde_json::json!({ "claude_session_id": resume, "fork": fork })),
+                data: Some(serde_json::json!({
+                    "claude_session_id": resume,
+                    "fork": fork,
+                    "fresh_if_missing": opts.fresh_if_missing,
+                    "on_demand": on_demand,
+                })),
             }))
             .await?;
         let model = rec.model.clone().filter(|m| m != "default");
@@ -522,15 +566,15 @@ impl Engine {
             from: state,
             meta,
         };
-        self.spawn_actor(&entry, launch, slot).await?;
-        drop(_life);
-        self.get_session(session_id).await
+        self.spawn_actor(entry, launch, slot).await
     }
 
-    /// Rebuilds a session's spec, rules and message ids from its log (one scan).
-    async fn load_meta(&self, entry: &Arc<SessionEntry>) -> Result<(SessionSpec, Meta)> {
+    /// Rebuilds a session's spec, rules and message ids from its log (one scan), and
+    /// whether its last resume asked for `fresh_if_missing`.
+    async fn load_meta(&self, entry: &Arc<SessionEntry>) -> Result<(SessionSpec, Meta, bool)> {
         let mut spec = SessionSpec::default();
         let mut meta = Meta::default();
+        let mut fresh_if_missing = false;
         let mut after = 0u64;
         let page = self.shared.opts.replay_page_size.max(1);
         loop {
@@ -553,6 +597,12 @@ impl Engine {
                             spec = s;
                         }
                     }
+                    Ok(EventPayload::EngineNotice(n)) if n.code == "resuming" => {
+                        fresh_if_missing = n
+                            .data
+                            .and_then(|d| d["fresh_if_missing"].as_bool())
+                            .unwrap_or(false);
+                    }
                     Ok(EventPayload::EngineNotice(n)) if n.code == "rule_added" => {
                         if let Some(rule) = n
                             .data
@@ -574,7 +624,7 @@ impl Engine {
                 break;
             }
         }
-        Ok((spec, meta))
+        Ok((spec, meta, fresh_if_missing))
     }
 
     /// `StopSession`: graceful stop (stdin closed, then SIGTERM/SIGKILL after the grace

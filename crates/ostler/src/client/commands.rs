@@ -38,7 +38,7 @@ pub struct IdArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct SessionsArgs {
     /// Only sessions in these states (comma-separated: starting, idle, running,
-    /// awaiting_permission, stopped, exited, resumable)
+    /// awaiting_permission, stopped, exited, resumable, suspended)
     #[arg(long, value_delimiter = ',', value_parser = parse_state)]
     pub state: Vec<pb::SessionState>,
     /// Only sessions with this label (repeatable)
@@ -216,7 +216,11 @@ pub async fn sessions(a: SessionsArgs) -> Result<i32> {
             Ok(pb::SessionState::Running) => st.green(&line),
             Ok(pb::SessionState::AwaitingPermission) => st.yellow(&line),
             Ok(pb::SessionState::Exited) => st.red(&line),
-            Ok(pb::SessionState::Stopped | pb::SessionState::Resumable) => st.dim(&line),
+            Ok(
+                pb::SessionState::Stopped
+                | pb::SessionState::Resumable
+                | pb::SessionState::Suspended,
+            ) => st.dim(&line),
             _ => line,
         };
         println!("{line}");
@@ -634,7 +638,7 @@ pub async fn health(a: HealthArgs) -> Result<i32> {
                     "sessions": {
                         "total": c.total, "starting": c.starting, "idle": c.idle, "running": c.running,
                         "awaiting_permission": c.awaiting_permission, "stopped": c.stopped,
-                        "exited": c.exited, "resumable": c.resumable, "live": c.live, "max_live": c.max_live,
+                        "exited": c.exited, "resumable": c.resumable, "suspended": c.suspended, "live": c.live, "max_live": c.max_live,
                     },
                     "pending_interactions": d.pending_interactions,
                     "shutting_down": d.shutting_down,
@@ -680,7 +684,7 @@ pub async fn health(a: HealthArgs) -> Result<i32> {
                     }
                 );
                 println!(
-                    "  sessions {} total · {} live{} · {} running · {} waiting · {} idle · {} pending prompts",
+                    "  sessions {} total · {} live{} · {} running · {} waiting · {} idle · {} suspended · {} pending prompts",
                     c.total,
                     c.live,
                     if c.max_live > 0 {
@@ -691,6 +695,7 @@ pub async fn health(a: HealthArgs) -> Result<i32> {
                     c.running,
                     c.awaiting_permission,
                     c.idle,
+                    c.suspended,
                     d.pending_interactions
                 );
                 println!(

@@ -1,0 +1,552 @@
+//! Idle sessions cost no process (issue 12): idle suspension, resume on demand, at most
+//! `max_live_sessions` CLI processes (the least recently used idle session makes room).
+//! Mostly on `ostler-fake-claude` (fast, supports `--resume`); one test on the real CLI.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{assert_seqs, is_turn_end, kinds, scenario, until};
+use ostler_engine::*;
+use ostler_store::{Store, StoreOptions};
+use ostler_supervisor::Installation;
+use ostler_testkit::timeouts::{guard, scaled};
+
+/// `ostler-fake-claude` (built when missing).
+async fn fake_claude() -> PathBuf {
+    tokio::time::timeout(
+        guard(),
+        tokio::task::spawn_blocking(ostler_testkit::fake_bin::fake_claude_binary),
+    )
+    .await
+    .expect("building ostler-fake-claude timed out")
+    .expect("task")
+    .expect("ostler-fake-claude")
+}
+
+/// An engine running sessions on the fake CLI.
+struct Fake {
+    _dir: tempfile::TempDir,
+    cwd: PathBuf,
+    home: PathBuf,
+    store: Store,
+    engine: Engine,
+    opts: EngineOptions,
+    installation: Installation,
+}
+
+impl Fake {
+    async fn start(tweak: impl FnOnce(&mut EngineOptions)) -> Fake {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let cwd = base.join("work");
+        let home = base.join("home");
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        let store = Store::open(base.join("ostler.db"), StoreOptions::default()).unwrap();
+        let mut opts = EngineOptions {
+            spawn_env: vec![("HOME".into(), home.display().to_string())],
+            idle_suspend: None,
+            live_wait: guard(),
+            ..Default::default()
+        };
+        opts.supervisor.stop_grace = ostler_testkit::timeouts::secs(3);
+        opts.supervisor.stall_after = None;
+        opts.supervisor.control_timeout = scaled(opts.supervisor.control_timeout);
+        tweak(&mut opts);
+        let installation =
+            Installation::assume(fake_claude().await, semver::Version::new(2, 1, 330), None);
+        let engine = Engine::start(opts.clone(), store.clone(), installation.clone())
+            .await
+            .unwrap();
+        Fake {
+            _dir: dir,
+            cwd,
+            home,
+            store,
+            engine,
+            opts,
+            installation,
+        }
+    }
+
+    /// As if the daemon died: every engine handle dropped (the actors kill their processes
+    /// and record nothing), then a new engine on the same store.
+    async fn restarted(self) -> Fake {
+        let Fake {
+            _dir,
+            cwd,
+            home,
+            store,
+            engine,
+            opts,
+            installation,
+        } = self;
+        drop(engine);
+        let engine = Engine::start(opts.clone(), store.clone(), installation.clone())
+            .await
+            .unwrap();
+        Fake {
+            _dir,
+            cwd,
+            home,
+            store,
+            engine,
+            opts,
+            installation,
+        }
+    }
+
+    async fn session(&self, prompt: &str) -> SessionInfo {
+        tokio::time::timeout(
+            guard(),
+            self.engine.create_session(CreateSession {
+                cwd: self.cwd.clone(),
+                first_prompt: Some(MessageContent::Text(prompt.into())),
+                client: ClientRef::new("creator"),
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("create within the guard")
+        .expect("create")
+    }
+
+    async fn send(&self, id: &str, text: &str) -> Result<SendOutcome> {
+        tokio::time::timeout(
+            guard(),
+            self.engine.send_message(
+                id,
+                SendMessage {
+                    content: MessageContent::Text(text.into()),
+                    client_message_id: None,
+                    client: ClientRef::new("tester"),
+                },
+            ),
+        )
+        .await
+        .expect("send within the guard")
+    }
+
+    async fn follow(&self, id: &str, after: u64) -> Subscription {
+        self.engine
+            .subscribe(SubscribeRequest {
+                session_id: id.into(),
+                after_seq: after,
+                include_partials: false,
+                follow: true,
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn history(&self, id: &str) -> Vec<Arc<EngineEvent>> {
+        let mut sub = self
+            .engine
+            .subscribe(SubscribeRequest {
+                session_id: id.into(),
+                after_seq: 0,
+                include_partials: false,
+                follow: false,
+            })
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        while let Some(ev) = sub.next().await {
+            out.push(ev.unwrap());
+        }
+        out
+    }
+
+    /// Waits until the session has completed `n` turns (read from its log).
+    async fn turns(&self, id: &str, n: usize) -> Vec<Arc<EngineEvent>> {
+        let mut sub = self.follow(id, 0).await;
+        let mut done = 0;
+        let mut seen = Vec::new();
+        while done < n {
+            let (ev, _) = until(&mut sub, is_turn_end).await;
+            seen.push(ev);
+            done += 1;
+        }
+        seen
+    }
+
+    async fn state(&self, id: &str) -> SessionState {
+        self.engine.get_session(id).await.unwrap().state
+    }
+}
+
+/// Live `ostler-fake-claude` processes that are children of this test process (zombies
+/// excluded: a reaped-to-be child is no longer running).
+fn fake_processes() -> usize {
+    let me = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|d| {
+            d.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|d| std::fs::read_to_string(d.path().join("stat")).ok())
+        .filter(|stat| {
+            // pid (comm) state ppid ...
+            let Some((head, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let comm = head.split_once('(').map(|(_, c)| c).unwrap_or_default();
+            let mut f = rest.split_whitespace();
+            let state = f.next().unwrap_or_default();
+            let ppid = f.next().unwrap_or_default();
+            comm.starts_with("ostler-fake") && state != "Z" && ppid == me
+        })
+        .count()
+}
+
+fn state_change(e: &EngineEvent, to: SessionState) -> bool {
+    matches!(&e.payload, EventPayload::StateChanged(c) if c.to == to)
+}
+
+fn notices(evs: &[Arc<EngineEvent>], code: &str) -> usize {
+    evs.iter()
+        .filter(|e| matches!(&e.payload, EventPayload::EngineNotice(n) if n.code == code))
+        .count()
+}
+
+fn count_kind(evs: &[Arc<EngineEvent>], kind: &str) -> usize {
+    evs.iter().filter(|e| e.payload.kind() == kind).count()
+}
+
+fn result_text(e: &EngineEvent) -> String {
+    match &e.payload {
+        EventPayload::TurnCompleted(t) => t.result.clone().unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// A small deterministic shuffle (xorshift), seeded and printed so a failure can be rerun.
+fn shuffled<T>(mut v: Vec<T>, mut seed: u64) -> Vec<T> {
+    for i in (1..v.len()).rev() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        v.swap(i, (seed % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
+/// Issue 12 acceptance: 40 sessions, at most 10 live, one more message to each in random
+/// order. Every turn completes (with its conversation: `fake:recall` answers with the
+/// previous message), never more than 10 CLI processes run at once (the engine's live
+/// count and the fake CLI's processes, sampled at every committed state change), each log
+/// is gap-free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forty_sessions_take_turns_on_ten_live_processes() {
+    const SESSIONS: usize = 40;
+    const MAX_LIVE: usize = 10;
+    let fx = Fake::start(|o| o.max_live_sessions = MAX_LIVE).await;
+
+    // Sampler: at every state change committed to the feed, the engine's live count and
+    // the fake CLI processes running.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let sampler = {
+        let engine = fx.engine.clone();
+        tokio::spawn(async move {
+            let mut feed = engine.watch(WatchRequest {
+                after_cursor: 0,
+                follow: true,
+                kinds: Some(vec![FeedKind::StateChanged]),
+                ..Default::default()
+            });
+            let (mut samples, mut max_live, mut max_procs) = (0usize, 0u64, 0usize);
+            loop {
+                tokio::select! {
+                    item = feed.next() => {
+                        let Some(item) = item else { break };
+                        item.expect("feed item");
+                        let live = engine.health().await.expect("health").live_sessions;
+                        let procs = fake_processes();
+                        samples += 1;
+                        max_live = max_live.max(live);
+                        max_procs = max_procs.max(procs);
+                    }
+                    _ = stop_rx.changed() => break,
+                }
+            }
+            (samples, max_live, max_procs)
+        })
+    };
+
+    // 40 sessions created at once: past 10, each creation suspends an idle one (or waits
+    // for one to become idle).
+    let creates = (0..SESSIONS).map(|i| {
+        let fx = &fx;
+        async move { fx.session(&format!("first message of session {i}")).await }
+    });
+    let sessions: Vec<SessionInfo> = futures::future::join_all(creates).await;
+    let ids: Vec<String> = sessions.iter().map(|s| s.id.clone()).collect();
+    for id in &ids {
+        fx.turns(id, 1).await;
+    }
+
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("shuffle seed {seed}");
+    let order = shuffled(ids.clone(), seed);
+    let sends = order.iter().map(|id| {
+        let fx = &fx;
+        async move {
+            fx.send(id, "fake:recall")
+                .await
+                .unwrap_or_else(|e| panic!("send to {id}: {e}"))
+        }
+    });
+    futures::future::join_all(sends).await;
+
+    for (i, id) in ids.iter().enumerate() {
+        let turns = fx.turns(id, 2).await;
+        assert_eq!(
+            result_text(&turns[1]),
+            format!("first message of session {i}"),
+            "session {id} answered without its conversation"
+        );
+        let hist = fx.history(id).await;
+        assert_seqs(&hist, 1, hist.len() as u64);
+        assert_eq!(
+            count_kind(&hist, "user_message_sent"),
+            2,
+            "{:?}",
+            kinds(&hist)
+        );
+        assert_eq!(count_kind(&hist, "turn_completed"), 2, "{:?}", kinds(&hist));
+    }
+    stop_tx.send_replace(true);
+    let (samples, max_live, max_procs) = tokio::time::timeout(guard(), sampler)
+        .await
+        .expect("sampler ends")
+        .expect("sampler");
+    eprintln!("{samples} samples: at most {max_live} live sessions, {max_procs} CLI processes");
+    assert!(samples >= SESSIONS, "{samples} samples");
+    assert!(max_live <= MAX_LIVE as u64, "{max_live} live sessions");
+    assert!(max_procs <= MAX_LIVE, "{max_procs} CLI processes at once");
+    assert!(max_procs > 0, "the process count saw no process");
+    let health = fx.engine.health().await.unwrap();
+    assert!(health.live_sessions <= MAX_LIVE as u64);
+    assert!(
+        health.sessions_by_state[&SessionState::Suspended] >= (SESSIONS - MAX_LIVE) as u64,
+        "{:?}",
+        health.sessions_by_state
+    );
+    let suspended_once = futures::future::join_all(ids.iter().map(|id| fx.history(id)))
+        .await
+        .iter()
+        .filter(|h| h.iter().any(|e| state_change(e, SessionState::Suspended)))
+        .count();
+    assert!(suspended_once >= SESSIONS - MAX_LIVE);
+}
+
+/// A subscriber attached before the suspension sees `suspended` (with its reason), then
+/// the resume and the next turn, on the same stream; the process is gone meanwhile, an
+/// interrupt does not bring it back, and concurrent messages resume it once, each message
+/// delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_suspends_and_resumes_on_demand_for_its_subscriber() {
+    let fx = Fake::start(|o| o.idle_suspend = Some(Duration::from_millis(300))).await;
+    let s = fx.session("remember the word teapot").await;
+    let mut sub = fx.follow(&s.id, 0).await;
+    until(&mut sub, is_turn_end).await;
+    let (ev, _) = until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
+    let EventPayload::StateChanged(c) = &ev.payload else {
+        unreachable!()
+    };
+    assert!(
+        c.reason.as_deref().unwrap_or_default().contains("idle"),
+        "{c:?}"
+    );
+    assert_eq!(fx.state(&s.id).await, SessionState::Suspended);
+    assert_eq!(
+        fake_processes(),
+        0,
+        "the suspended session's process is gone"
+    );
+    assert_eq!(fx.engine.health().await.unwrap().live_sessions, 0);
+
+    // Nothing to interrupt: succeeds, and the session stays suspended.
+    fx.engine.interrupt(&s.id).await.expect("interrupt");
+    assert_eq!(fx.state(&s.id).await, SessionState::Suspended);
+
+    // Three messages at once: one resume, three deliveries.
+    let texts = ["fake:recall", "second", "third"];
+    let sends = texts.iter().map(|t| fx.send(&s.id, t));
+    for r in futures::future::join_all(sends).await {
+        r.expect("send resumes the session");
+    }
+    let (ev, seen) = until(&mut sub, is_turn_end).await;
+    assert!(
+        seen.iter().any(|e| state_change(e, SessionState::Idle)),
+        "{:?}",
+        kinds(&seen)
+    );
+    assert!(ev.seq.is_some());
+    // The turns of the three messages (the CLI may merge queued messages into one turn).
+    let hist = fx.history(&s.id).await;
+    assert_seqs(&hist, 1, hist.len() as u64);
+    assert_eq!(notices(&hist, "resuming"), 1, "{:?}", kinds(&hist));
+    assert_eq!(
+        count_kind(&hist, "user_message_sent"),
+        4,
+        "{:?}",
+        kinds(&hist)
+    );
+    // The idle timer suspends it again afterwards.
+    until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
+
+    // A control call resumes it too, and applies after the resume.
+    fx.engine
+        .set_model(&s.id, Some("claude-ostler-x".into()))
+        .await
+        .expect("set_model resumes the session");
+    let info = fx.engine.get_session(&s.id).await.unwrap();
+    assert_eq!(info.model.as_deref(), Some("claude-ostler-x"));
+    assert!(info.state.is_live(), "{:?}", info.state);
+}
+
+/// At the cap with every live session busy, a call waits `live_wait`, then fails with
+/// `ResourceExhausted` naming the cap; once the busy session is idle, it takes its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_with_every_session_busy_the_call_waits_then_fails() {
+    let fx = Fake::start(|o| {
+        o.max_live_sessions = 1;
+        o.live_wait = Duration::from_millis(300);
+    })
+    .await;
+    let busy = fx.session("fake:sleep 600000").await;
+    let e = tokio::time::timeout(
+        guard(),
+        fx.engine.create_session(CreateSession {
+            cwd: fx.cwd.clone(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("within the guard")
+    .expect_err("every live session is busy");
+    assert_eq!(e.code_kind(), CodeKind::ResourceExhausted, "{e}");
+    assert!(
+        e.to_string().contains("all 1 live sessions are busy"),
+        "{e}"
+    );
+    // The busy one ends its turn: now it makes room.
+    fx.engine.interrupt(&busy.id).await.expect("interrupt");
+    let mut sub = fx.follow(&busy.id, 0).await;
+    until(&mut sub, is_turn_end).await;
+    let other = fx.session("hello").await;
+    assert!(other.state.is_live());
+    until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
+}
+
+/// Sessions live when the daemon died come back `resumable` and resume on demand with
+/// their conversation; a suspended session stays suspended across the restart and resumes
+/// the same way; one whose CLI transcript is gone fails with `FailedPrecondition` and stays
+/// as it was (never idle with a dead process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_resumable_and_suspended_sessions_resume_on_demand() {
+    let fx = Fake::start(|o| o.max_live_sessions = 1).await;
+    let a = fx.session("alpha").await;
+    fx.turns(&a.id, 1).await;
+    let b = fx.session("bravo").await; // suspends a to make room
+    let turn = fx.turns(&b.id, 1).await[0].seq.unwrap();
+    // Idle recorded (after the turn) before the "crash", so the old actor writes nothing
+    // once the new engine has looked at the store.
+    until(&mut fx.follow(&b.id, turn).await, |e| {
+        state_change(e, SessionState::Idle)
+    })
+    .await;
+    assert_eq!(fx.state(&a.id).await, SessionState::Suspended);
+    let fx = fx.restarted().await;
+    assert_eq!(fx.state(&a.id).await, SessionState::Suspended);
+    assert_eq!(fx.state(&b.id).await, SessionState::Resumable);
+    for (s, word) in [(&b, "bravo"), (&a, "alpha")] {
+        fx.send(&s.id, "fake:recall")
+            .await
+            .expect("resume on demand");
+        let turns = fx.turns(&s.id, 2).await;
+        assert_eq!(result_text(&turns[1]), word);
+    }
+    // The transcript of a suspended session is gone: strict rule.
+    let c = fx.session("charlie").await;
+    fx.turns(&c.id, 1).await;
+    fx.session("delta").await; // suspends c (the least recently used idle one)
+    assert_eq!(fx.state(&c.id).await, SessionState::Suspended);
+    std::fs::remove_dir_all(fx.home.join(".claude/projects")).unwrap();
+    let e = fx.send(&c.id, "hello?").await.expect_err("no transcript");
+    assert_eq!(e.code_kind(), CodeKind::FailedPrecondition, "{e}");
+    assert!(e.to_string().contains("No conversation found"), "{e}");
+    assert_eq!(fx.state(&c.id).await, SessionState::Suspended);
+    // An explicit fresh start is remembered for later on-demand resumes.
+    fx.engine
+        .resume_session(
+            &c.id,
+            ResumeOptions {
+                fork: false,
+                fresh_if_missing: true,
+            },
+        )
+        .await
+        .expect("fresh resume");
+    let counts = fx.engine.health().await.unwrap().sessions_by_state;
+    assert!(counts[&SessionState::Suspended] >= 1, "{counts:?}");
+}
+
+/// Real CLI (newest pinned 2.1.x): with a short idle timeout the session suspends (its
+/// process is gone), and the next message resumes it with its conversation: the fake model
+/// server sees the earlier turn in the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_cli_suspends_and_resumes_with_its_context() {
+    let env = common::Env::with(common::NEW, scenario("two_turns"), |o| {
+        o.idle_suspend = Some(Duration::from_secs(2));
+    })
+    .await;
+    let s = env.session(Some("What is 2+2?")).await;
+    let mut sub = env.follow(&s.id, 0).await;
+    let (_, seen) = until(&mut sub, is_turn_end).await;
+    let pid: u32 = seen
+        .iter()
+        .find_map(|e| match &e.payload {
+            EventPayload::StateChanged(c) => c
+                .reason
+                .as_deref()?
+                .split("(pid ")
+                .nth(1)?
+                .trim_end_matches(')')
+                .parse()
+                .ok(),
+            _ => None,
+        })
+        .expect("the start names the pid");
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the CLI process {pid} is still there"
+    );
+    env.send(&s.id, "And 3+3?").await;
+    let (ev, _) = until(&mut sub, is_turn_end).await;
+    assert_eq!(result_text(&ev), "3+3 is 6.", "{ev:?}");
+    let with_context = env
+        .server
+        .requests()
+        .iter()
+        .filter_map(|r| r.body.as_ref().map(|b| b.to_string()))
+        .filter(|b| b.contains("And 3+3") && b.contains("2+2 is 4."))
+        .count();
+    assert!(with_context >= 1, "no request carried the earlier turn");
+}
