@@ -22,6 +22,7 @@ use ostler_proto::v1::{
 };
 use tonic::transport::Channel;
 
+mod resume;
 mod scale;
 
 type Client = SessionServiceClient<Channel>;
@@ -319,6 +320,9 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
     }
     if o.wants("scale") {
         rows.extend(scale::scale(o).await?);
+    }
+    if o.wants("resume") {
+        rows.extend(resume::resume(o).await?);
     }
     Ok(rows)
 }
