@@ -13,7 +13,7 @@ pub struct BenchArgs {
     /// Smaller sizes (20k-line firehose, no 1M replay, 10 s latency run).
     #[arg(long)]
     pub quick: bool,
-    /// Only these items (comma-separated letters a-g of docs/performance.md).
+    /// Only these items (comma-separated: letters a-g, `scale`, `resume`; see docs/performance.md).
     #[arg(long)]
     pub only: Option<String>,
     /// `store.synchronous` of the daemon under test (`normal` or `full`).

@@ -4,7 +4,7 @@
 //! `cargo xtask bench [--quick]`, which builds the binaries in release first; see
 //! docs/performance.md for what each row means.
 //!
-//! Usage: `ostler-bench --ostler PATH --fake PATH [--quick] [--only a,c,...] [--sync normal|full]`
+//! Usage: `ostler-bench --ostler PATH --fake PATH [--quick] [--only a,c,scale,...] [--sync normal|full]`
 
 #![allow(clippy::disallowed_methods)] // starts the daemon and the fake CLI
 
@@ -21,6 +21,9 @@ use ostler_proto::v1::{
     message_content,
 };
 use tonic::transport::Channel;
+
+mod resume;
+mod scale;
 
 type Client = SessionServiceClient<Channel>;
 type Stream = tonic::Streaming<SessionEvent>;
@@ -315,6 +318,12 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
         ));
         d.stop()?;
     }
+    if o.wants("scale") {
+        rows.extend(scale::scale(o).await?);
+    }
+    if o.wants("resume") {
+        rows.extend(resume::resume(o).await?);
+    }
     Ok(rows)
 }
 
@@ -355,10 +364,19 @@ struct Daemon {
 impl Daemon {
     async fn start(o: &Opts) -> Result<Daemon> {
         let dir = tempfile::Builder::new().prefix("ostler-bench-").tempdir()?;
+        Self::start_in(o, dir, "").await
+    }
+
+    /// Starts the daemon on the store `ostler.db` in `dir` (a new one, or the one a previous
+    /// daemon left there); `config` is appended to its config file.
+    async fn start_in(o: &Opts, dir: tempfile::TempDir, config: &str) -> Result<Daemon> {
+        let text = format!("[store]\nsynchronous = \"{}\"\n{config}", o.sync);
         let config = dir.path().join("config.toml");
-        std::fs::write(&config, format!("[store]\nsynchronous = \"{}\"\n", o.sync))?;
+        std::fs::write(&config, text)?;
         let store = dir.path().join("ostler.db");
         let ready = dir.path().join("ready");
+        // A previous daemon's ready file would be read as this one's.
+        let _ = std::fs::remove_file(&ready);
         let log = std::fs::File::create(dir.path().join("daemon.log"))?;
         let child = Command::new(&o.ostler)
             .arg("serve")
