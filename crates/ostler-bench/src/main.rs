@@ -22,6 +22,7 @@ use ostler_proto::v1::{
 };
 use tonic::transport::Channel;
 
+mod partials;
 mod resume;
 mod scale;
 
@@ -239,13 +240,23 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
         let np: u64 = if o.quick { 20_000 } else { 100_000 };
         let d = Daemon::start(o).await?;
         let mut c = d.client().await?;
-        let got = partials(&mut c, &d, np).await?;
+        let (keep, stalled) = partials::partials(&mut c, &d, np).await?;
         rows.push(row(
             "d",
             &format!("partial deltas delivered to a client that keeps up, {np} sent"),
-            format!("{got}"),
+            format!("{} (told missed {})", keep.received, keep.missed),
             format!("{np} sent"),
-            format!("{:.2}", got as f64 / np as f64),
+            format!("{:.2}", keep.received as f64 / np as f64),
+        ));
+        rows.push(row(
+            "d",
+            "same turn, a client that reads only after the turn: received / told missed",
+            format!("{} / {}", stalled.received, stalled.missed),
+            format!("{np} sent"),
+            format!(
+                "{:.2} accounted for",
+                (stalled.received + stalled.missed) as f64 / np as f64
+            ),
         ));
         d.stop()?;
     }
@@ -680,22 +691,6 @@ async fn latency(
         bursts: bursts.len(),
         burst_interval_ms: gaps.get(gaps.len() / 2).copied(),
     })
-}
-
-async fn partials(c: &mut Client, d: &Daemon, n: u64) -> Result<u64> {
-    let sid = create(c, d).await?;
-    let mut s = subscribe(c, &sid, true, true).await?;
-    send(c, &sid, "hello").await?;
-    until_turn_end(&mut s, |_| {}).await?;
-    send(c, &sid, &format!("fake:partials {n}")).await?;
-    let mut got = 0u64;
-    until_turn_end(&mut s, |ev| {
-        if matches!(ev.payload, Some(Payload::PartialDelta(_))) {
-            got += 1;
-        }
-    })
-    .await?;
-    Ok(got)
 }
 
 async fn replay(c: &mut Client, sid: &str) -> Result<u64> {

@@ -11,13 +11,18 @@
 //! send (`interrupt`, `set_model`, ...) and the graceful stop run in their own tasks, so the
 //! actor keeps draining stdout (the supervisor's reader resolves our requests only while its
 //! channel has room).
+//!
+//! CLI output is pipelined: the actor reads and converts the next lines while the commits
+//! of earlier batches are in flight (at most `output::MAX_IN_FLIGHT`), and finishes each
+//! batch (records, publishes) when its commit resolves, in order. It waits for them all
+//! (`flush`) before it handles a control request from the CLI and before the exit.
 
 use ostler_protocol::CanUseTool;
 use ostler_protocol::model::RawJson;
 use ostler_protocol::outbound::{OutRequest, UserContent};
 use ostler_store::{InteractionState, SessionPatch, WithEvents};
 use ostler_supervisor::{ControlError, ExitInfo, Line, ProcessEvent, Responder, SessionProcess};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -76,6 +81,8 @@ pub(crate) struct Actor {
     last_active: Instant,
     /// Why the session is being suspended (its process is stopping for that).
     suspend_reason: Option<String>,
+    /// Batches of CLI output whose commit is in flight, oldest first.
+    in_flight: VecDeque<output::Batch>,
 }
 
 /// What an actor starts with.
@@ -153,6 +160,7 @@ impl Actor {
             bg_tasks: HashSet::new(),
             last_active: Instant::now(),
             suspend_reason: None,
+            in_flight: VecDeque::new(),
         };
         actor.start(pid).await;
         tokio::spawn(actor.run());
@@ -220,7 +228,13 @@ impl Actor {
                 Some(ev)
             } else {
                 tokio::select! {
-                    ev = self.events.recv() => ev.or_else(|| Some(ProcessEvent::Exited(ExitInfo {
+                    committed = oldest(&mut self.in_flight), if !self.in_flight.is_empty() => {
+                        if let Some(batch) = self.in_flight.pop_front() {
+                            self.finish_batch(batch, committed).await;
+                        }
+                        None
+                    }
+                    ev = self.events.recv(), if self.in_flight.len() < output::MAX_IN_FLIGHT => ev.or_else(|| Some(ProcessEvent::Exited(ExitInfo {
                         facts: ExitFacts::default(),
                         stderr_tail: String::new(),
                         requested: self.stop_requested,
@@ -295,6 +309,7 @@ impl Actor {
                     .await;
                 }
                 ProcessEvent::Exited(info) => {
+                    self.flush().await;
                     self.exited(info).await;
                     return;
                 }
@@ -861,6 +876,14 @@ impl Actor {
             () = engine_gone(&mut alive) => false,
             _ = shutdown.wait_for(|s| *s) => false,
         }
+    }
+}
+
+/// The commit of the oldest batch in flight (pending forever when there is none).
+async fn oldest(in_flight: &mut VecDeque<output::Batch>) -> ostler_store::Result<Vec<u64>> {
+    match in_flight.front_mut() {
+        Some(b) => b.ticket().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,15 +1,30 @@
-//! Per-session event hub: persist, then publish.
+//! Per-session event hub: persist, then publish, on two paths.
 //!
-//! Every write to a session's log goes through [`Hub::lock`]: the guard appends to the store,
-//! awaits the commit (getting the seqs), and only then publishes the events on the session's
-//! broadcast channel. Because the guard is held across append and publish, the publish
-//! order is the seq order, for every writer of the session.
+//! **Stored events** are published in seq order, each only after its commit. Every write
+//! to a session's log takes a *place* ([`Place`]) in the hub's publish order in the same
+//! critical section that queues it to the store's writer, whose queue is FIFO: place order
+//! is seq order. A place is filled by its writer once the commit resolved (and whatever
+//! must be recorded before clients see the events is recorded); the hub publishes filled
+//! places from the front of the order, so an event is never published before an earlier
+//! one, whichever writer finishes first. Writers therefore need not wait for each other:
+//! the session's actor keeps several commits in flight (pipelining) while other writers
+//! (notices, lifecycle) append between them. A place given up without events (the write
+//! failed, or a decision lost) only lets the next ones through. Stored events go to a
+//! broadcast ring of `capacity`; a subscriber that lags behind it continues from the store.
+//!
+//! **Live-only events** (partial deltas, stream markers) are published at once, never
+//! behind a commit, on their own ring ([`LiveRing`]), so they can never push stored events
+//! out of the stored ring. The ring is created by the first subscriber that asks for
+//! partials; every partial delta gets an ordinal (`ord`), so a subscriber that lagged
+//! behind the ring knows exactly how many it missed.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
-use ostler_store::{DecideOutcome, NewEvent, Store, StoredEvent, WithEvents};
-use tokio::sync::{Mutex, MutexGuard, broadcast};
+use ostler_store::{AppendedWith, DecideOutcome, NewEvent, Store, StoredEvent, Ticket, WithEvents};
+use tokio::sync::broadcast;
 
 use crate::error::Result;
 use crate::types::{EngineEvent, EventPayload};
@@ -39,31 +54,98 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The live ring holds this many times the stored ring's capacity: partials come in
+/// bursts of many small events.
+const LIVE_CAPACITY_FACTOR: usize = 4;
+
 pub(crate) struct Hub {
     pub session_id: Arc<str>,
     pub store: Store,
     tx: broadcast::Sender<Arc<EngineEvent>>,
-    write: Mutex<()>,
+    order: Mutex<Order>,
+    live: LiveRing,
 }
 
-pub(crate) struct WriteGuard<'a> {
-    hub: &'a Hub,
-    _guard: MutexGuard<'a, ()>,
+/// Places taken and not yet published, in seq order.
+#[derive(Default)]
+struct Order {
+    next: u64,
+    queue: VecDeque<Slot>,
+}
+
+struct Slot {
+    id: u64,
+    /// `Some` once its writer filled it (possibly with nothing).
+    ready: Option<Vec<Arc<EngineEvent>>>,
+}
+
+/// A write's place in the publish order; see the module docs. Dropping it without
+/// [`Place::publish`] gives the place up (nothing published for it).
+#[must_use = "the events of a place are published by Place::publish"]
+pub(crate) struct Place {
+    hub: Arc<Hub>,
+    id: u64,
+    done: bool,
+}
+
+impl Place {
+    /// Publishes `events` (already persisted; live-only ones among them go to the live
+    /// ring) once every earlier place is published.
+    pub fn publish(mut self, events: &[Arc<EngineEvent>]) {
+        self.done = true;
+        self.hub.fill(self.id, events.to_vec());
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if !self.done {
+            self.hub.fill(self.id, Vec::new());
+        }
+    }
+}
+
+impl std::fmt::Debug for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Place").field("id", &self.id).finish()
+    }
+}
+
+/// A write of the guard API: its place and, once persisted, nothing more to wait for.
+pub(crate) struct WriteGuard {
+    hub: Arc<Hub>,
+    place: Mutex<Option<Place>>,
+}
+
+/// A batch of stored items queued to the store, not yet committed: its place, the ticket
+/// and the items (whose events are built from the seqs, see [`Hub::built`]).
+pub(crate) struct InFlight {
+    pub place: Place,
+    pub ticket: Ticket<Vec<u64>>,
+    pub items: Vec<Item>,
 }
 
 impl Hub {
     pub fn new(session_id: Arc<str>, store: Store, capacity: usize) -> Self {
-        let (tx, _) = broadcast::channel(capacity.max(1));
+        let capacity = capacity.max(1);
+        let (tx, _) = broadcast::channel(capacity);
         Self {
             session_id,
             store,
             tx,
-            write: Mutex::new(()),
+            order: Mutex::new(Order::default()),
+            live: LiveRing::new(capacity.saturating_mul(LIVE_CAPACITY_FACTOR)),
         }
     }
 
+    /// A receiver of stored events (seq order; may skip seqs a subscriber lagged over).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<EngineEvent>> {
         self.tx.subscribe()
+    }
+
+    /// A receiver of live-only events and the ordinal of the next partial delta.
+    pub fn subscribe_live(&self) -> LiveReceiver {
+        self.live.subscribe()
     }
 
     /// Subscriptions following this session's live events (each holds one receiver).
@@ -71,15 +153,77 @@ impl Hub {
         self.tx.receiver_count() as u64
     }
 
-    pub async fn lock(&self) -> WriteGuard<'_> {
+    /// Publishes a live-only event now (not stored, never behind a commit).
+    pub fn publish_live(&self, event: Arc<EngineEvent>) {
+        self.live.publish(event);
+    }
+
+    /// Queues a write to the store and takes its place in the publish order, in one
+    /// critical section (the store's writer queue is FIFO: place order is seq order).
+    fn submit<T>(self: &Arc<Self>, queue: impl FnOnce(&Store) -> T) -> (Place, T) {
+        let mut o = self.order.lock().unwrap_or_else(PoisonError::into_inner);
+        let ticket = queue(&self.store);
+        let id = o.next;
+        o.next += 1;
+        o.queue.push_back(Slot { id, ready: None });
+        (
+            Place {
+                hub: self.clone(),
+                id,
+                done: false,
+            },
+            ticket,
+        )
+    }
+
+    /// Fills place `id` and publishes every filled place at the front of the order.
+    fn fill(&self, id: u64, events: Vec<Arc<EngineEvent>>) {
+        let mut o = self.order.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = o.queue.iter_mut().find(|s| s.id == id) {
+            slot.ready = Some(events);
+        }
+        while o.queue.front().is_some_and(|s| s.ready.is_some()) {
+            let Some(events) = o.queue.pop_front().and_then(|s| s.ready) else {
+                break;
+            };
+            for e in events {
+                if e.seq.is_some() {
+                    // Nobody listening is fine.
+                    let _ = self.tx.send(e);
+                } else {
+                    self.live.publish(e);
+                }
+            }
+        }
+    }
+
+    /// Queues the stored ones of `items` (all of them must be stored) without waiting for
+    /// the commit: the caller awaits `ticket`, builds the events with [`Hub::built`] and
+    /// publishes them through `place`. `None` when there is nothing to store.
+    pub fn queue(self: &Arc<Self>, items: Vec<Item>) -> Result<Option<InFlight>> {
+        if items.is_empty() {
+            return Ok(None);
+        }
+        let rows = rows(&items)?;
+        let (place, ticket) = self.submit(|s| s.append(&self.session_id, rows));
+        Ok(Some(InFlight {
+            place,
+            ticket,
+            items,
+        }))
+    }
+
+    /// A write that awaits its commit: persist with [`WriteGuard::persist`], then
+    /// [`WriteGuard::publish`]. Writers do not wait for each other.
+    pub async fn lock(self: &Arc<Self>) -> WriteGuard {
         WriteGuard {
-            hub: self,
-            _guard: self.write.lock().await,
+            hub: self.clone(),
+            place: Mutex::new(None),
         }
     }
 
     /// Persists and publishes `items` (in order), returning the published events.
-    pub async fn emit(&self, items: Vec<Item>) -> Result<Vec<Arc<EngineEvent>>> {
+    pub async fn emit(self: &Arc<Self>, items: Vec<Item>) -> Result<Vec<Arc<EngineEvent>>> {
         let guard = self.lock().await;
         let events = guard.persist(items).await?;
         guard.publish(&events);
@@ -89,7 +233,7 @@ impl Hub {
     /// [`Hub::emit`] with the writes that commit in the same transaction (see
     /// [`WriteGuard::persist_with`]).
     pub async fn emit_with(
-        &self,
+        self: &Arc<Self>,
         items: Vec<Item>,
         with: WithEvents,
     ) -> Result<(Vec<Arc<EngineEvent>>, Option<DecideOutcome>)> {
@@ -100,7 +244,7 @@ impl Hub {
     }
 
     /// [`Hub::emit`] for one item; returns its event.
-    pub async fn emit_one(&self, payload: EventPayload) -> Result<Arc<EngineEvent>> {
+    pub async fn emit_one(self: &Arc<Self>, payload: EventPayload) -> Result<Arc<EngineEvent>> {
         let mut v = self.emit(vec![Item::new(payload)]).await?;
         v.pop()
             .ok_or_else(|| crate::Error::internal("emit returned no event"))
@@ -116,44 +260,10 @@ impl Hub {
             redelivered: false,
         }
     }
-}
 
-impl WriteGuard<'_> {
-    /// Appends the stored items (live-only ones are not stored) and waits for the commit.
-    /// The returned events are in item order; live-only ones have `seq: None`.
-    pub async fn persist(&self, items: Vec<Item>) -> Result<Vec<Arc<EngineEvent>>> {
-        Ok(self.persist_with(items, None).await?.0)
-    }
-
-    /// [`WriteGuard::persist`] with the writes that must commit in the same transaction
-    /// (see [`Store::append_with`]; an interaction's event index counts stored items only).
-    /// When `with` holds a decision that lost, nothing is written and no event is returned.
-    pub async fn persist_with(
-        &self,
-        items: Vec<Item>,
-        with: Option<WithEvents>,
-    ) -> Result<(Vec<Arc<EngineEvent>>, Option<DecideOutcome>)> {
-        let hub = self.hub;
-        let mut rows = Vec::new();
-        for it in items.iter().filter(|i| !i.payload.is_live_only()) {
-            rows.push(NewEvent {
-                kind: it.payload.kind().into(),
-                payload: Bytes::from(encode_payload(&it.payload)?),
-                raw: it.raw.clone(),
-                ts_ms: it.ts_ms,
-            });
-        }
-        let (seqs, decided) = match with {
-            Some(with) => {
-                let r = hub.store.append_with(&hub.session_id, rows, with).await?;
-                if let Some(DecideOutcome::AlreadyDecided(_)) = &r.decided {
-                    return Ok((Vec::new(), r.decided));
-                }
-                (r.seqs, r.decided)
-            }
-            None if rows.is_empty() => (Vec::new(), None),
-            None => (hub.store.append(&hub.session_id, rows).await?, None),
-        };
+    /// The events of committed `items` (in item order; live-only ones get `seq: None`)
+    /// from the seqs the store assigned to the stored ones.
+    pub fn built(&self, items: Vec<Item>, seqs: Vec<u64>) -> Result<Vec<Arc<EngineEvent>>> {
         let mut seqs = seqs.into_iter();
         let mut out = Vec::with_capacity(items.len());
         for it in items {
@@ -164,16 +274,160 @@ impl WriteGuard<'_> {
                     crate::Error::internal("the store returned fewer seqs than events")
                 })?)
             };
-            out.push(Arc::new(hub.event(seq, it.ts_ms, it.payload)));
+            out.push(Arc::new(self.event(seq, it.ts_ms, it.payload)));
         }
         crate::metrics::committed(&out);
-        Ok((out, decided))
+        Ok(out)
+    }
+}
+
+/// The stored rows of `items` (live-only items are not stored).
+fn rows(items: &[Item]) -> Result<Vec<NewEvent>> {
+    let mut rows = Vec::with_capacity(items.len());
+    for it in items.iter().filter(|i| !i.payload.is_live_only()) {
+        rows.push(NewEvent {
+            kind: it.payload.kind().into(),
+            payload: Bytes::from(encode_payload(&it.payload)?),
+            raw: it.raw.clone(),
+            ts_ms: it.ts_ms,
+        });
+    }
+    Ok(rows)
+}
+
+impl WriteGuard {
+    /// Appends the stored items (live-only ones are not stored) and waits for the commit.
+    /// The returned events are in item order; live-only ones have `seq: None`.
+    pub async fn persist(&self, items: Vec<Item>) -> Result<Vec<Arc<EngineEvent>>> {
+        Ok(self.persist_with(items, None).await?.0)
     }
 
-    /// Publishes already persisted events to live subscribers (nobody listening is fine).
+    /// [`WriteGuard::persist`] with the writes that must commit in the same transaction
+    /// (see [`Store::append_with`]; an interaction's event index counts stored items only).
+    /// When `with` holds a decision that lost, nothing is written and no event is returned.
+    /// Takes this guard's place in the publish order (one persist per guard).
+    pub async fn persist_with(
+        &self,
+        items: Vec<Item>,
+        with: Option<WithEvents>,
+    ) -> Result<(Vec<Arc<EngineEvent>>, Option<DecideOutcome>)> {
+        let hub = &self.hub;
+        let rows = rows(&items)?;
+        let (seqs, decided) = match with {
+            Some(with) => {
+                let (place, ticket) = hub.submit(|s| s.append_with(&hub.session_id, rows, with));
+                self.hold(place);
+                let r: AppendedWith = ticket.await?;
+                if let Some(DecideOutcome::AlreadyDecided(_)) = &r.decided {
+                    return Ok((Vec::new(), r.decided));
+                }
+                (r.seqs, r.decided)
+            }
+            None if rows.is_empty() => {
+                // Live-only: a place all the same, so they are published in order.
+                let (place, ()) = hub.submit(|_| ());
+                self.hold(place);
+                (Vec::new(), None)
+            }
+            None => {
+                let (place, ticket) = hub.submit(|s| s.append(&hub.session_id, rows));
+                self.hold(place);
+                (ticket.await?, None)
+            }
+        };
+        Ok((hub.built(items, seqs)?, decided))
+    }
+
+    fn hold(&self, place: Place) {
+        let mut p = self.place.lock().unwrap_or_else(PoisonError::into_inner);
+        // A second persist on one guard: the first place is given up (published empty).
+        *p = Some(place);
+    }
+
+    /// Publishes already persisted events (nobody listening is fine), in seq order after
+    /// every earlier write of the session.
     pub fn publish(&self, events: &[Arc<EngineEvent>]) {
-        for e in events {
-            let _ = self.hub.tx.send(e.clone());
+        let place = self
+            .place
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match place {
+            Some(p) => p.publish(events),
+            None => {
+                // Not persisted through this guard: take a place now.
+                let (p, ()) = self.hub.submit(|_| ());
+                p.publish(events);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------- live ring
+
+/// One live-only event on the live ring. `ord` is the number of partial deltas published
+/// on the session before it (for a delta: its own ordinal).
+#[derive(Debug, Clone)]
+pub(crate) struct LiveItem {
+    pub ord: u64,
+    pub event: Arc<EngineEvent>,
+}
+
+impl LiveItem {
+    pub fn is_delta(&self) -> bool {
+        matches!(self.event.payload, EventPayload::PartialDelta(_))
+    }
+}
+
+/// The live-only path: a broadcast ring created on first use, and the count of partial
+/// deltas published so far.
+struct LiveRing {
+    capacity: usize,
+    tx: Mutex<Option<broadcast::Sender<LiveItem>>>,
+    /// Partial deltas published so far (written under `tx`'s lock).
+    deltas: Arc<AtomicU64>,
+}
+
+/// A subscriber's end of the live ring.
+pub(crate) struct LiveReceiver {
+    pub rx: broadcast::Receiver<LiveItem>,
+    /// The ordinal of the first delta this receiver can see.
+    pub next_ord: u64,
+    /// The session's count of published deltas (final once the ring closed).
+    pub published: Arc<AtomicU64>,
+}
+
+impl LiveRing {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            tx: Mutex::new(None),
+            deltas: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn publish(&self, event: Arc<EngineEvent>) {
+        let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        let ord = self.deltas.load(Ordering::Relaxed);
+        let item = LiveItem { ord, event };
+        if item.is_delta() {
+            self.deltas.store(ord + 1, Ordering::Relaxed);
+        }
+        if let Some(tx) = tx.as_ref() {
+            // Nobody listening is fine.
+            let _ = tx.send(item);
+        }
+    }
+
+    fn subscribe(&self) -> LiveReceiver {
+        let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        let rx = tx
+            .get_or_insert_with(|| broadcast::channel(self.capacity).0)
+            .subscribe();
+        LiveReceiver {
+            rx,
+            next_ord: self.deltas.load(Ordering::Relaxed),
+            published: self.deltas.clone(),
         }
     }
 }
@@ -182,7 +436,6 @@ pub(crate) fn encode_payload(p: &EventPayload) -> Result<Vec<u8>> {
     p.encode_stored()
         .map_err(|e| crate::Error::internal(format!("encoding {}: {e}", p.kind())))
 }
-
 /// Rebuilds an event read from the store. A payload this build cannot read (written by a
 /// newer ostler, or damaged) becomes a `diagnostic` event at the same seq, so replay keeps
 /// its seq order without a gap and without failing.

@@ -1,22 +1,32 @@
 //! Subscriptions: store replay, then the live broadcast, without gap or duplicate.
 //!
-//! The receiver is taken from the broadcast **before** the first store read, so an event
-//! committed after the replay's last read is in the receiver's buffer. Live events are
-//! de-duplicated by seq (`seq <= last` delivered is skipped); a live event whose seq is
-//! beyond `last + 1` (a gap, which can only be events already committed: persist before
-//! publish) or a `Lagged` receiver sends the subscription back to the store from `last`.
-//! A slow subscriber therefore only ever costs itself store reads.
+//! Stored events: the receiver is taken from the hub's stored ring **before** the first
+//! store read, so an event committed after the replay's last read is in the receiver's
+//! buffer. Live events are de-duplicated by seq (`seq <= last` delivered is skipped); a live
+//! event whose seq is beyond `last + 1` (a gap, which can only be events already committed:
+//! persist before publish) or a `Lagged` receiver sends the subscription back to the store
+//! from `last`. A slow subscriber therefore only ever costs itself store reads.
+//!
+//! Partials (live-only, never stored) come from the hub's own live ring, so they never
+//! push stored events out. They cannot be read back: a subscriber that lagged behind the
+//! live ring (or was reading the store meanwhile) gets a [`PartialsMissed`] event with the
+//! exact number of partial deltas it did not get (from the deltas' ordinals), before the
+//! next partial or, when the session's live events end, at the end; so received + missed
+//! is every delta published while it followed. When both rings have events ready, the
+//! live one goes first (a delta is published at once, the stored event after it only after
+//! its commit).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use ostler_store::Store;
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 
 use crate::blocking::blocking;
 use crate::error::{Error, Result};
-use crate::hub::{Hub, decode_stored};
-use crate::types::EngineEvent;
+use crate::hub::{Hub, LiveItem, LiveReceiver, decode_stored, now_ms};
+use crate::types::{EngineEvent, EventPayload, PartialsMissed};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -40,12 +50,16 @@ pub struct Subscription {
     last: u64,
     /// Without `follow`: stop after this seq (the last seq when subscribing).
     until: Option<u64>,
-    partials: bool,
+    /// The live ring, when following with partials; `None` once it closed.
+    live: Option<LiveReceiver>,
     page_size: usize,
     mode: Mode,
     buf: VecDeque<Arc<EngineEvent>>,
     /// Store reads done (replay pages + lag/gap recoveries), for tests and metrics.
     store_reads: u64,
+    /// Partial deltas delivered and reported missed.
+    partials_received: u64,
+    partials_missed: u64,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -69,17 +83,89 @@ impl Subscription {
         redeliver: Vec<Arc<EngineEvent>>,
     ) -> Self {
         let rx = follow.then(|| hub.subscribe());
+        let live = (follow && include_partials).then(|| hub.subscribe_live());
         Self {
             store: hub.store.clone(),
             session_id: hub.session_id.clone(),
             rx,
             last: after_seq,
             until: if follow { None } else { until },
-            partials: include_partials,
+            live,
             page_size: page_size.max(1),
             mode: Mode::Replay,
             buf: redeliver.into(),
             store_reads: 0,
+            partials_received: 0,
+            partials_missed: 0,
+        }
+    }
+
+    /// Partial deltas delivered so far.
+    pub fn partials_received(&self) -> u64 {
+        self.partials_received
+    }
+
+    /// Partial deltas reported missed so far (the sum of the [`PartialsMissed`] counts
+    /// delivered).
+    pub fn partials_missed(&self) -> u64 {
+        self.partials_missed
+    }
+
+    /// Accounts for a live item: queues a [`PartialsMissed`] for the deltas before it that
+    /// this subscriber did not get, then the item.
+    fn take_live(&mut self, item: LiveItem) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let missed = item.ord.saturating_sub(live.next_ord);
+        if item.is_delta() {
+            live.next_ord = item.ord + 1;
+            self.partials_received += 1;
+        } else {
+            live.next_ord = live.next_ord.max(item.ord);
+        }
+        self.missed(missed);
+        self.buf.push_back(item.event);
+    }
+
+    /// Queues a [`PartialsMissed`] event for `n` deltas (none for 0).
+    fn missed(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.partials_missed += n;
+        self.buf.push_back(Arc::new(EngineEvent {
+            session_id: self.session_id.clone(),
+            seq: None,
+            ts_ms: now_ms(),
+            parent_tool_use_id: None,
+            payload: EventPayload::PartialsMissed(PartialsMissed { count: n }),
+            redelivered: false,
+        }));
+    }
+
+    /// The live ring closed (or the stored one did: the hub is gone): delivers what is
+    /// left in it, then reports the deltas published that this subscriber never got.
+    fn close_live(&mut self) {
+        loop {
+            let Some(live) = self.live.as_mut() else {
+                return;
+            };
+            match live.rx.try_recv() {
+                Ok(item) => self.take_live(item),
+                Err(TryRecvError::Lagged(_)) => {}
+                // Still open (cannot happen once the hub is gone): nothing to report yet.
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Closed) => {
+                    let tail = live
+                        .published
+                        .load(Ordering::Relaxed)
+                        .saturating_sub(live.next_ord);
+                    self.live = None;
+                    self.missed(tail);
+                    return;
+                }
+            }
         }
     }
 
@@ -164,13 +250,26 @@ impl Subscription {
                         self.mode = Mode::Done;
                         continue;
                     };
-                    match rx.recv().await {
-                        Ok(ev) => match ev.seq {
-                            None => {
-                                if self.partials {
-                                    return Some(Ok(ev));
-                                }
-                            }
+                    enum Got {
+                        Live(std::result::Result<LiveItem, RecvError>),
+                        Stored(std::result::Result<Arc<EngineEvent>, RecvError>),
+                    }
+                    let got = match self.live.as_mut() {
+                        Some(live) => tokio::select! {
+                            biased;
+                            r = live.rx.recv() => Got::Live(r),
+                            r = rx.recv() => Got::Stored(r),
+                        },
+                        None => Got::Stored(rx.recv().await),
+                    };
+                    match got {
+                        Got::Live(Ok(item)) => self.take_live(item),
+                        // The next item's ordinal tells how many deltas were missed.
+                        Got::Live(Err(RecvError::Lagged(_))) => {}
+                        Got::Live(Err(RecvError::Closed)) => self.close_live(),
+                        Got::Stored(Ok(ev)) => match ev.seq {
+                            // Live-only events come on the live ring.
+                            None => {}
                             Some(s) if s <= self.last => {}
                             Some(s) if s == self.last + 1 => {
                                 self.last = s;
@@ -182,13 +281,14 @@ impl Subscription {
                                 self.mode = Mode::Replay;
                             }
                         },
-                        Err(RecvError::Lagged(n)) => {
+                        Got::Stored(Err(RecvError::Lagged(n))) => {
                             tracing::debug!(session = %self.session_id, skipped = n, last = self.last, "subscriber lagged; continuing from the store");
                             self.mode = Mode::Replay;
                         }
-                        Err(RecvError::Closed) => {
+                        Got::Stored(Err(RecvError::Closed)) => {
                             self.rx = None;
                             self.mode = Mode::Drain;
+                            self.close_live();
                         }
                     }
                 }
@@ -315,6 +415,116 @@ mod tests {
             }
         }
         assert!(lagged > 0, "no subscriber ever went back to the store");
+    }
+
+    fn partial(hub: &Hub) -> Arc<EngineEvent> {
+        Arc::new(hub.event(
+            None,
+            0,
+            EventPayload::PartialDelta(ostler_protocol::PartialDelta {
+                message_id: None,
+                index: 0,
+                parent_tool_use_id: None,
+                delta: ostler_protocol::Delta::Text("x".into()),
+            }),
+        ))
+    }
+
+    async fn next_event(sub: &mut Subscription) -> Option<Arc<EngineEvent>> {
+        tokio::time::timeout(ostler_testkit::timeouts::guard(), sub.next())
+            .await
+            .expect("the subscription is stuck")
+            .map(|r| r.expect("event"))
+    }
+
+    /// Partials travel on their own ring: a subscriber that keeps up gets every one and no
+    /// `PartialsMissed`; a stalled one is told exactly how many it missed (received +
+    /// missed = published) and still gets every stored event, in order. Partials never
+    /// pushed stored events out: the keeping-up subscriber never went back to the store.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn partials_are_delivered_or_counted_missed_never_lost_silently() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path().join("s.db"), StoreOptions::default()).expect("store");
+        store
+            .create_session(NewSession {
+                id: "s".into(),
+                cwd: "/".into(),
+                state: ostler_store::SessionState::Idle,
+                ..Default::default()
+            })
+            .await
+            .expect("session");
+        // Stored ring of 4, live ring of 16.
+        let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 4));
+        let mut keep = Subscription::new(hub.clone(), 0, true, true, None, 64, Vec::new());
+        let mut stalled = Subscription::new(hub.clone(), 0, true, true, None, 64, Vec::new());
+        let mut without = Subscription::new(hub.clone(), 0, false, true, None, 64, Vec::new());
+        const ROUNDS: u64 = 60;
+        const PER: u64 = 12;
+        // Seq 1, read by both from the store: they follow the live rings from then on.
+        hub.emit(vec![Item::new(notice(0))]).await.expect("emit");
+        for sub in [&mut keep, &mut without] {
+            assert_eq!(next_event(sub).await.expect("open").seq, Some(1));
+        }
+        for r in 2..=ROUNDS + 1 {
+            for _ in 0..PER {
+                hub.publish_live(partial(&hub));
+            }
+            hub.emit(vec![Item::new(notice(r))]).await.expect("emit");
+            // The keeping-up subscriber reads the round: its partials, then the event.
+            loop {
+                let ev = next_event(&mut keep).await.expect("open");
+                assert!(
+                    !matches!(ev.payload, EventPayload::PartialsMissed(_)),
+                    "a subscriber that keeps up missed partials in round {r}"
+                );
+                if ev.seq == Some(r) {
+                    break;
+                }
+                assert!(ev.seq.is_none(), "stored event out of order in round {r}");
+            }
+            let ev = next_event(&mut without).await.expect("open");
+            assert_eq!(ev.seq, Some(r), "no partials without asking for them");
+        }
+        assert_eq!(keep.partials_received(), ROUNDS * PER);
+        assert_eq!(keep.partials_missed(), 0);
+        assert_eq!(
+            keep.store_reads(),
+            1,
+            "only the initial replay read the store"
+        );
+        // The session's live events end (hub gone): the stalled subscriber reads now.
+        drop(hub);
+        let (mut seqs, mut received, mut missed) = (Vec::new(), 0, 0);
+        while let Some(ev) = next_event(&mut stalled).await {
+            match (&ev.payload, ev.seq) {
+                (EventPayload::PartialsMissed(m), None) => {
+                    assert!(m.count > 0);
+                    missed += m.count;
+                }
+                (EventPayload::PartialDelta(_), None) => received += 1,
+                (_, Some(s)) => seqs.push(s),
+                (p, None) => panic!("unexpected live event {p:?}"),
+            }
+        }
+        assert_eq!(seqs, (1..=ROUNDS + 1).collect::<Vec<_>>());
+        assert_eq!(
+            received + missed,
+            ROUNDS * PER,
+            "received {received}, missed {missed}"
+        );
+        assert!(
+            missed > 0,
+            "the stalled subscriber missed nothing: nothing was tested"
+        );
+        assert!(
+            received >= 16,
+            "the live ring's last partials were delivered"
+        );
+        assert_eq!(
+            (stalled.partials_received(), stalled.partials_missed()),
+            (received, missed)
+        );
     }
 
     /// Without `follow`, the subscription ends at the last seq at subscribe time.

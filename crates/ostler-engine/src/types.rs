@@ -427,6 +427,15 @@ pub enum EventPayload {
     Truncated(proto::Truncated),
     /// A message type not understood, kept whole.
     Unknown(proto::Unknown),
+    /// Live-only, per subscriber: partial deltas this subscriber did not get (it fell
+    /// behind the live ring); never stored, `seq` is `None`.
+    PartialsMissed(PartialsMissed),
+}
+
+/// Partial deltas a subscriber missed (see [`EventPayload::PartialsMissed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartialsMissed {
+    pub count: u64,
 }
 
 impl EventPayload {
@@ -453,6 +462,7 @@ impl EventPayload {
             EventPayload::Diagnostic(_) => "diagnostic",
             EventPayload::Truncated(_) => "truncated",
             EventPayload::Unknown(_) => "unknown",
+            EventPayload::PartialsMissed(_) => "partials_missed",
         }
     }
 
@@ -487,7 +497,8 @@ impl EventPayload {
             ProcessExited,
             Diagnostic,
             Truncated,
-            Unknown
+            Unknown,
+            PartialsMissed
         )
     }
 
@@ -523,7 +534,8 @@ impl EventPayload {
             ProcessExited => "process_exited",
             Diagnostic => "diagnostic",
             Truncated => "truncated",
-            Unknown => "unknown"
+            Unknown => "unknown",
+            PartialsMissed => "partials_missed"
         );
         match r {
             Ok(p) if p.kind() == kind => Ok(p),
@@ -536,7 +548,9 @@ impl EventPayload {
     pub fn is_live_only(&self) -> bool {
         matches!(
             self,
-            EventPayload::PartialDelta(_) | EventPayload::StreamMarker(_)
+            EventPayload::PartialDelta(_)
+                | EventPayload::StreamMarker(_)
+                | EventPayload::PartialsMissed(_)
         )
     }
 

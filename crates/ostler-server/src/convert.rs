@@ -813,6 +813,9 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
             })
         }
         eng::EventPayload::StreamMarker(_) => return None,
+        eng::EventPayload::PartialsMissed(m) => {
+            P::PartialsMissed(pb::PartialsMissed { count: m.count })
+        }
         eng::EventPayload::UserMessage(u) => P::UserMessage(pb::UserMessage {
             text: u.text.clone().unwrap_or_default(),
             content_json: u

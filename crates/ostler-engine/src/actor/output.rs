@@ -2,6 +2,12 @@
 //! published events (payloads moved out of the lines), plus what GetSession reports about
 //! them (CLI session id, model, usage, turns); control requests from the CLI go to their
 //! handlers once the lines before them are recorded.
+//!
+//! Pipelined: a batch's stored events are queued to the store ([`Hub::queue`]) and the
+//! actor reads on while the commit is in flight (up to [`MAX_IN_FLIGHT`] batches); each
+//! batch is finished (recorded, published in seq order) when its commit resolves, in the
+//! actor's loop. Live-only events (partials) are published as soon as they are decoded,
+//! never behind a commit.
 
 use bytes::Bytes;
 use ostler_protocol as proto;
@@ -10,9 +16,33 @@ use ostler_protocol::{CliRequest, Event};
 use ostler_store::{InteractionState, SessionPatch, TurnUsage};
 use ostler_supervisor::{Line, Responder};
 
+use std::sync::Arc;
+
 use super::Actor;
-use crate::hub::{Item, now_ms};
+use crate::hub::{InFlight, Item, now_ms};
 use crate::types::*;
+
+/// Batches whose commit may be in flight at once; the actor stops reading CLI output
+/// beyond that until the oldest resolves (backpressure to the CLI through the
+/// supervisor's bounded channel).
+pub(super) const MAX_IN_FLIGHT: usize = 4;
+
+/// A batch of CLI output queued to the store, finished when its commit resolves.
+pub(super) struct Batch {
+    flight: InFlight,
+    /// Index (among the batch's items) of a `SessionStarted`, of the `TurnCompleted`s.
+    started: Option<usize>,
+    results: Vec<usize>,
+    /// The batch moved the turn count: the state settles once it is published.
+    turns_changed: bool,
+}
+
+impl Batch {
+    /// The commit of this batch.
+    pub(super) fn ticket(&mut self) -> &mut ostler_store::Ticket<Vec<u64>> {
+        &mut self.flight.ticket
+    }
+}
 
 impl Actor {
     pub(super) async fn lines(&mut self, lines: Vec<Line>) {
@@ -86,10 +116,14 @@ impl Actor {
                     payload,
                     EventPayload::Unknown(_) | EventPayload::SystemNotice(_)
                 );
-                let raw_here = if payload.is_live_only() || keeps_line {
-                    if keeps_line {
-                        raw = None;
-                    }
+                if payload.is_live_only() {
+                    // Published now, not behind the commit of the lines before it.
+                    let hub = &self.entry.hub;
+                    hub.publish_live(Arc::new(hub.event(None, now_ms(), payload)));
+                    continue;
+                }
+                let raw_here = if keeps_line {
+                    raw = None;
                     None
                 } else {
                     raw.take()
@@ -101,8 +135,12 @@ impl Actor {
                 });
             }
         }
-        if !items.is_empty() {
+        if !items.is_empty() || turns != self.turns_outstanding {
             self.record_lines(items, started, results, turns).await;
+        }
+        if !requests.is_empty() || !cancelled.is_empty() {
+            // Handled once the lines before them are recorded and published.
+            self.flush().await;
         }
         for (request, responder, raw) in requests {
             self.control_request(request, responder, raw).await;
@@ -112,8 +150,9 @@ impl Actor {
         }
     }
 
-    /// Persists the events of a batch of lines, records what GetSession reports about them,
-    /// publishes them, and moves the turn count and state.
+    /// Queues the stored events of a batch of lines to the store (not waiting for the
+    /// commit: [`Actor::finish_batch`] records and publishes them once it resolved) and
+    /// moves the turn count.
     pub(super) async fn record_lines(
         &mut self,
         items: Vec<Item>,
@@ -128,24 +167,63 @@ impl Actor {
         if !results.is_empty() {
             self.show_live_state();
         }
-        // Persist, then record what GetSession reports about these events (CLI session id,
-        // usage), then publish: a client that saw them reads a session that agrees.
-        let entry = self.entry.clone();
-        let guard = entry.hub.lock().await;
-        let events = match guard.persist(items).await {
+        match self.entry.hub.queue(items) {
+            Ok(Some(flight)) => self.in_flight.push_back(Batch {
+                flight,
+                started,
+                results,
+                turns_changed,
+            }),
+            Ok(None) => {
+                if turns_changed {
+                    self.settle_state(None).await;
+                }
+            }
+            Err(e) => self.output_lost(e),
+        }
+    }
+
+    /// CLI output could not be stored: stop the session (it says why once the store
+    /// writes again).
+    fn output_lost(&mut self, e: crate::Error) {
+        tracing::error!(session = %self.sid(), error = %e, "cannot record CLI output: stopping the session");
+        if self.store_fault.is_none() {
+            self.store_fault = Some(e.to_string());
+        }
+        if !self.stop_requested {
+            self.stop_requested = true;
+            let process = self.process.clone();
+            tokio::spawn(async move {
+                process.stop().await;
+            });
+        }
+    }
+
+    /// Finishes a batch whose commit resolved: records what GetSession reports about its
+    /// events (CLI session id, usage), then publishes them (in seq order after every
+    /// earlier write), then moves the state. A client that saw them reads a session that
+    /// agrees.
+    pub(super) async fn finish_batch(
+        &mut self,
+        batch: Batch,
+        committed: ostler_store::Result<Vec<u64>>,
+    ) {
+        let Batch {
+            flight,
+            started,
+            results,
+            turns_changed,
+        } = batch;
+        let InFlight { place, items, .. } = flight;
+        let events = match committed
+            .map_err(crate::Error::from)
+            .and_then(|seqs| self.entry.hub.built(items, seqs))
+        {
             Ok(ev) => ev,
             Err(e) => {
-                tracing::error!(session = %self.sid(), error = %e, "cannot record CLI output: stopping the session");
-                if self.store_fault.is_none() {
-                    self.store_fault = Some(e.to_string());
-                }
-                if !self.stop_requested {
-                    self.stop_requested = true;
-                    let process = self.process.clone();
-                    tokio::spawn(async move {
-                        process.stop().await;
-                    });
-                }
+                // The place is given up: later writes publish.
+                drop(place);
+                self.output_lost(e);
                 return;
             }
         };
@@ -163,13 +241,20 @@ impl Actor {
                 ended.push(r.subtype.clone());
             }
         }
-        guard.publish(&events);
-        drop(guard);
+        place.publish(&events);
         for subtype in ended {
             self.turn_completed(&subtype).await;
         }
         if turns_changed {
             self.settle_state(None).await;
+        }
+    }
+
+    /// Waits for every batch in flight and finishes it, in order.
+    pub(super) async fn flush(&mut self) {
+        while let Some(mut batch) = self.in_flight.pop_front() {
+            let committed = batch.ticket().await;
+            self.finish_batch(batch, committed).await;
         }
     }
 

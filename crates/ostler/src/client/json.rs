@@ -108,6 +108,7 @@ pub fn kind(p: Option<&Payload>) -> &'static str {
         Some(Payload::Unknown(_)) => "unknown",
         Some(Payload::PartialDelta(_)) => "partial_delta",
         Some(Payload::EngineNotice(_)) => "engine_notice",
+        Some(Payload::PartialsMissed(_)) => "partials_missed",
     }
 }
 
@@ -229,6 +230,7 @@ fn payload(p: &Payload) -> Value {
         Payload::EngineNotice(n) => json!({
             "code": n.code, "message": n.message, "data": parsed(&n.data_json),
         }),
+        Payload::PartialsMissed(m) => json!({"count": m.count}),
     }
 }
 

@@ -651,6 +651,14 @@ impl Human {
                     );
                 }
             }
+            Payload::PartialsMissed(m) => {
+                if self.verbose {
+                    self.note(&self.err.dim(&format!(
+                        "· {} streamed deltas missed (this client fell behind)",
+                        m.count
+                    )));
+                }
+            }
         }
     }
 }

@@ -238,6 +238,7 @@ pub fn describe(e: &pb::SessionEvent) -> String {
         Some(P::Unknown(u)) => format!("unknown({})", u.message_type),
         Some(P::PartialDelta(_)) => "partial_delta".to_owned(),
         Some(P::EngineNotice(n)) => format!("engine_notice({})", n.code),
+        Some(P::PartialsMissed(m)) => format!("partials_missed({})", m.count),
         None => "none".to_owned(),
     };
     format!("#{} {kind}", e.seq)

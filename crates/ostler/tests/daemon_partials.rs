@@ -1,0 +1,141 @@
+//! Partial deltas through the real daemon, on the fast fake CLI (`fake:partials N`): a
+//! client that keeps up receives every delta the CLI sent; a client that stalls is told
+//! how many it missed (`PartialsMissed`, never silently: received + missed = sent) and
+//! still receives every stored event.
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+
+mod common;
+
+use common::grpc::*;
+use common::*;
+use ostler_proto::v1 as pb;
+use pb::session_event::Payload as P;
+use pb::session_service_client::SessionServiceClient;
+
+/// Deltas per turn: below the live buffer (4 x the default 256-event stored buffer), so a
+/// client that reads each turn to its end before the next can never fall out of it.
+const PER_TURN: u64 = 900;
+/// 9,000 deltas: more than the stalled client's HTTP/2 buffers (its 16 KiB window, the
+/// daemon's 400 KB per-stream send buffer: ~100 B per delta) and the live buffer hold.
+const TURNS: u64 = 10;
+
+#[derive(Default)]
+struct Count {
+    partials: u64,
+    missed: u64,
+    stored: Vec<u64>,
+}
+
+impl Count {
+    fn add(&mut self, e: &pb::SessionEvent) {
+        match &e.payload {
+            Some(P::PartialDelta(_)) => self.partials += 1,
+            Some(P::PartialsMissed(m)) => {
+                assert_eq!(e.seq, 0, "PartialsMissed is live-only");
+                assert!(m.count > 0, "an empty PartialsMissed");
+                self.missed += m.count;
+            }
+            _ => {
+                assert_ne!(e.seq, 0, "only partials are live-only: {}", describe(e));
+                self.stored.push(e.seq);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partials_reach_a_client_that_keeps_up_and_a_stalled_one_is_told_what_it_missed() {
+    let mut world = World::new(NEW).await;
+    world.claude = fake_claude_binary().await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "partials").await;
+    let mut keep = subscribe(&mut c, &s.id, 0, true).await;
+    // The stalled client: its own connection with small HTTP/2 windows, so the daemon
+    // soon cannot send it more, and it reads nothing until every turn is over.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.addr))
+        .unwrap()
+        .initial_stream_window_size(Some(16 << 10))
+        .initial_connection_window_size(Some(64 << 10))
+        .connect()
+        .await
+        .unwrap();
+    let mut stalled_client = SessionServiceClient::new(channel).max_decoding_message_size(64 << 20);
+    let mut stalled = subscribe(&mut stalled_client, &s.id, 0, true).await;
+
+    let mut k = Count::default();
+    let mut seen = Vec::new();
+    for turn in 1..=TURNS {
+        send(&mut c, &s.id, &format!("fake:partials {PER_TURN}")).await;
+        let before = k.partials;
+        let end = read_until(&mut keep, &mut seen, "the turn's end", |e| {
+            k.add(e);
+            is_turn_completed(e)
+        })
+        .await;
+        seen.clear();
+        assert_eq!(
+            k.partials - before,
+            PER_TURN,
+            "turn {turn}: the client that keeps up got {} of {PER_TURN} deltas",
+            k.partials - before
+        );
+        assert_eq!(
+            k.missed, 0,
+            "turn {turn}: a client that keeps up missed deltas"
+        );
+        let last = end.seq;
+        // The state change after the result, so the next turn starts from idle.
+        read_until(&mut keep, &mut seen, "idle", |e| {
+            k.add(e);
+            matches!(&e.payload, Some(P::StateChanged(sc)) if sc.to() == pb::SessionState::Idle)
+                && e.seq > last
+        })
+        .await;
+        seen.clear();
+    }
+    let sent = TURNS * PER_TURN;
+    assert_eq!(k.partials, sent);
+    let last = *k.stored.last().unwrap();
+    assert_gap_free(&seen_stored(&k), 1);
+
+    // The stalled client reads now: every stored event up to the last, every delta
+    // either received or counted missed.
+    let mut st = Count::default();
+    read_until(&mut stalled, &mut seen, "the last stored event", |e| {
+        st.add(e);
+        e.seq == last
+    })
+    .await;
+    assert_eq!(
+        st.stored, k.stored,
+        "the stalled client got every stored event"
+    );
+    assert!(
+        st.missed > 0,
+        "the stalled client missed nothing ({} received): nothing was tested",
+        st.partials
+    );
+    eprintln!(
+        "stalled client: {} deltas received, {} missed, of {sent}",
+        st.partials, st.missed
+    );
+    assert_eq!(
+        st.partials + st.missed,
+        sent,
+        "received {} + missed {} must be every delta sent",
+        st.partials,
+        st.missed
+    );
+}
+
+/// The stored seqs counted, as events for [`assert_gap_free`].
+fn seen_stored(c: &Count) -> Vec<pb::SessionEvent> {
+    c.stored
+        .iter()
+        .map(|&seq| pb::SessionEvent {
+            seq,
+            ..Default::default()
+        })
+        .collect()
+}
