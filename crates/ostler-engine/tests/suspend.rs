@@ -558,7 +558,11 @@ async fn a_running_background_task_keeps_the_session_live() {
     use std::os::unix::fs::PermissionsExt;
     // Turn 1 starts a background task (2.1.330's `background_tasks_changed`); turn 2
     // reports it finished.
+    // The engine's `initialize` comes first (2.1.330 answers it): answered, then the turns.
     let script = r#"#!/bin/sh
+IFS= read -r init
+id=$(printf '%s' "$init" | sed -n 's/.*"request_id":"\([^"]*\)".*/\1/p')
+echo '{"type":"control_response","response":{"subtype":"success","request_id":"'"$id"'","response":{}}}'
 IFS= read -r first
 echo '{"type":"system","subtype":"init","session_id":"bg-1","model":"fake-model","cwd":"/","tools":[]}'
 echo '{"type":"system","subtype":"background_tasks_changed","tasks":[{"task_id":"task-1","task_type":"local_agent","description":"x"}],"session_id":"bg-1"}'
