@@ -316,15 +316,7 @@ impl Engine {
         response: PermissionResponse,
         client: ClientRef,
     ) -> Result<Decided> {
-        let actor = match self.running_actor(session_id).await {
-            Ok(a) => a,
-            Err(e) => {
-                return Err(self
-                    .decided_elsewhere(session_id, request_id)
-                    .await
-                    .unwrap_or(e));
-            }
-        };
+        let actor = self.deciding_actor(session_id, request_id).await?;
         let rid = request_id.to_owned();
         actor
             .call(session_id, |reply| Command::Respond {
@@ -334,6 +326,22 @@ impl Engine {
                 reply,
             })
             .await
+    }
+
+    /// The actor that decides `request_id`; for a session without a process, the
+    /// interaction's final state as an error (or the lookup's error).
+    async fn deciding_actor(
+        &self,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<demand::LiveActor> {
+        match self.running_actor(session_id).await {
+            Ok(a) => Ok(a),
+            Err(e) => Err(self
+                .decided_elsewhere(session_id, request_id)
+                .await
+                .unwrap_or(e)),
+        }
     }
 
     /// For a session without a process: the interaction's final state, as an error.
@@ -365,15 +373,7 @@ impl Engine {
         answers: Vec<QuestionAnswer>,
         client: ClientRef,
     ) -> Result<Decided> {
-        let actor = match self.running_actor(session_id).await {
-            Ok(a) => a,
-            Err(e) => {
-                return Err(self
-                    .decided_elsewhere(session_id, request_id)
-                    .await
-                    .unwrap_or(e));
-            }
-        };
+        let actor = self.deciding_actor(session_id, request_id).await?;
         let rid = request_id.to_owned();
         actor
             .call(session_id, |reply| Command::Answer {

@@ -316,6 +316,23 @@ mod tests {
     use crate::hub::Item;
     use crate::types::{EngineNotice, EventPayload};
 
+    /// A store in a temporary directory (kept alive by the returned guard) holding one
+    /// idle session `s`.
+    async fn store_with_session() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = Store::open(dir.path().join("s.db"), StoreOptions::default()).expect("store");
+        store
+            .create_session(NewSession {
+                id: "s".into(),
+                cwd: "/".into(),
+                state: ostler_store::SessionState::Idle,
+                ..Default::default()
+            })
+            .await
+            .expect("session");
+        (dir, store)
+    }
+
     fn notice(i: u64) -> EventPayload {
         EventPayload::EngineNotice(EngineNotice {
             code: "n".into(),
@@ -443,17 +460,7 @@ mod tests {
     /// pushed stored events out: the keeping-up subscriber never went back to the store.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn partials_are_delivered_or_counted_missed_never_lost_silently() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let store = Store::open(dir.path().join("s.db"), StoreOptions::default()).expect("store");
-        store
-            .create_session(NewSession {
-                id: "s".into(),
-                cwd: "/".into(),
-                state: ostler_store::SessionState::Idle,
-                ..Default::default()
-            })
-            .await
-            .expect("session");
+        let (_dir, store) = store_with_session().await;
         // Stored ring of 4, live ring of 16.
         let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 4));
         let mut keep = Subscription::new(hub.clone(), 0, true, true, None, 64, Vec::new());
@@ -530,17 +537,7 @@ mod tests {
     /// Without `follow`, the subscription ends at the last seq at subscribe time.
     #[tokio::test(flavor = "multi_thread")]
     async fn non_follow_ends_at_the_snapshot() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let store = Store::open(dir.path().join("s.db"), StoreOptions::default()).expect("store");
-        store
-            .create_session(NewSession {
-                id: "s".into(),
-                cwd: "/".into(),
-                state: ostler_store::SessionState::Idle,
-                ..Default::default()
-            })
-            .await
-            .expect("session");
+        let (_dir, store) = store_with_session().await;
         let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 8));
         hub.emit((1..=10).map(|i| Item::new(notice(i))).collect())
             .await

@@ -417,6 +417,21 @@ async fn idle_session_suspends_and_resumes_on_demand_for_its_subscriber() {
     let info = fx.engine.get_session(&s.id).await.unwrap();
     assert_eq!(info.model.as_deref(), Some("claude-ostler-x"));
     assert!(info.state.is_live(), "{:?}", info.state);
+
+    // StopSession on a suspended session: it becomes STOPPED (its subscriber sees it) and
+    // is no longer resumed on demand.
+    until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
+    let info = fx
+        .engine
+        .stop_session(&s.id)
+        .await
+        .expect("stop while suspended");
+    assert_eq!(info.state, SessionState::Stopped);
+    until(&mut sub, |e| state_change(e, SessionState::Stopped)).await;
+    assert!(
+        fx.send(&s.id, "still there?").await.is_err(),
+        "a stopped session is not resumed on demand"
+    );
 }
 
 /// At the cap with every live session busy, a call waits `live_wait`, then fails with

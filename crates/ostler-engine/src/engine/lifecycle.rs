@@ -894,6 +894,28 @@ impl Engine {
                 return Ok(());
             }
             let rec = self.record(&entry.id).await?;
+            if matches!(rec.state, SessionState::Suspended | SessionState::Resumable) {
+                // No process to stop, but the client means it: the session stays stopped
+                // (no resume on demand until ResumeSession).
+                let with = WithEvents {
+                    patch: Some(SessionPatch {
+                        state: Some(SessionState::Stopped),
+                        updated_ms: now_ms(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                let item = Item::new(EventPayload::StateChanged(StateChanged {
+                    from: rec.state,
+                    to: SessionState::Stopped,
+                    reason: Some(format!("stopped on request while {}", rec.state)),
+                }));
+                entry.hub.emit_with(vec![item], with).await?;
+                self.shared
+                    .counts
+                    .moved(Some(rec.state), Some(SessionState::Stopped));
+                return Ok(());
+            }
             return Err(Error::precondition(format!(
                 "session {:?} is not running (it is {})",
                 entry.id, rec.state

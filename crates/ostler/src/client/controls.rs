@@ -8,16 +8,8 @@ use super::ids::{self, SessionArg};
 use super::render::json_line;
 use super::{Conn, ConnectArgs, connect, status_error};
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct InfoArgs {
-    #[command(flatten)]
-    pub session: SessionArg,
-    /// Print the result as JSON
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub connect: ConnectArgs,
-}
+/// A session id, `--json` and the connection: the same arguments as `ostler show`.
+pub type InfoArgs = super::commands::IdArgs;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct McpArgs {
