@@ -554,6 +554,20 @@ async fn turn(
     seen.iter().filter_map(assistant_text).collect()
 }
 
+async fn session(
+    c: &mut ostler_proto::v1::session_service_client::SessionServiceClient<
+        tonic::transport::Channel,
+    >,
+    id: &str,
+) -> pb::Session {
+    c.get_session(pb::GetSessionRequest {
+        session_id: id.to_owned(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
 #[tokio::test]
 async fn fork_into_a_new_session_and_adopt_a_cli_conversation() {
     let world = World::new(NEW).await;
@@ -564,13 +578,7 @@ async fn fork_into_a_new_session_and_adopt_a_cli_conversation() {
     turn(&mut c, &a.id, "Remember the word PINEAPPLE").await;
 
     // Fork: a new session whose first event names the fork point, with A's context.
-    let a_before = c
-        .get_session(pb::GetSessionRequest {
-            session_id: a.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let a_before = session(&mut c, &a.id).await;
     let b = c
         .create_session(pb::CreateSessionRequest {
             cwd: cwd.clone(),
@@ -583,13 +591,7 @@ async fn fork_into_a_new_session_and_adopt_a_cli_conversation() {
     assert_ne!(b.id, a.id);
     // The fork point is A's log end at the fork (A may still record a late event, e.g. its
     // `initialize` answer on a loaded machine, so it lies between the two reads).
-    let a_now = c
-        .get_session(pb::GetSessionRequest {
-            session_id: a.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let a_now = session(&mut c, &a.id).await;
     let a_log = history(&mut c, &a.id).await;
     assert_eq!(a_log.last().map(|e| e.seq), Some(a_now.last_seq));
     let first = history(&mut c, &b.id).await;
