@@ -889,10 +889,19 @@ impl Engine {
     }
 
     async fn stop_entry(&self, entry: &Arc<SessionEntry>, shutdown: bool) -> Result<()> {
-        let Some(actor) = self.live_handle(&entry.id) else {
-            if shutdown {
-                return Ok(());
+        let was_live = match self.live_handle(&entry.id) {
+            Some(actor) => {
+                actor.stop(shutdown).await;
+                true
             }
+            None => false,
+        };
+        if shutdown {
+            return Ok(());
+        }
+        {
+            // Also after a stop that met the process already suspending: the session ends
+            // STOPPED, not SUSPENDED.
             let rec = self.record(&entry.id).await?;
             if matches!(rec.state, SessionState::Suspended | SessionState::Resumable) {
                 // No process to stop, but the client means it: the session stays stopped
@@ -916,13 +925,14 @@ impl Engine {
                     .moved(Some(rec.state), Some(SessionState::Stopped));
                 return Ok(());
             }
-            return Err(Error::precondition(format!(
+            if was_live {
+                return Ok(());
+            }
+            Err(Error::precondition(format!(
                 "session {:?} is not running (it is {})",
                 entry.id, rec.state
-            )));
-        };
-        actor.stop(shutdown).await;
-        Ok(())
+            )))
+        }
     }
 
     /// `DeleteSession`: stops it if live, then deletes it with its history. Subscribers'
