@@ -524,6 +524,26 @@ impl SessionService for SessionSvc {
         .await
     }
 
+    async fn respond_to_hook(
+        &self,
+        _req: Request<pb::RespondToHookRequest>,
+    ) -> Res<pb::RespondToHookResponse> {
+        // Issue 11 (in progress): hooks are not registered yet, so no hook can be pending.
+        Err(Status::unimplemented(
+            "RespondToHook: remote hooks are not built yet",
+        ))
+    }
+
+    async fn respond_to_tool_call(
+        &self,
+        _req: Request<pb::RespondToToolCallRequest>,
+    ) -> Res<pb::RespondToToolCallResponse> {
+        // Issue 11 (in progress): tool servers are not registered yet.
+        Err(Status::unimplemented(
+            "RespondToToolCall: client-hosted tools are not built yet",
+        ))
+    }
+
     async fn watch_sessions(
         &self,
         req: Request<pb::WatchSessionsRequest>,

@@ -39,6 +39,29 @@ pub fn mode_name(v: i32) -> String {
     }
 }
 
+/// A hook decision's name (`allow`, `deny`, ...).
+pub fn hook_decision_name(v: i32) -> String {
+    match pb::HookDecision::try_from(v) {
+        Ok(d) => lower(d.as_str_name(), "HOOK_DECISION_"),
+        Err(_) => format!("unknown({v})"),
+    }
+}
+
+/// A tool result's content blocks as JSON.
+pub fn tool_content(c: &[pb::ToolContent]) -> Value {
+    use pb::tool_content::Block;
+    c.iter()
+        .map(|b| match &b.block {
+            Some(Block::Text(t)) => json!({"type": "text", "text": t}),
+            Some(Block::Image(i)) => {
+                json!({"type": "image", "mimeType": i.media_type, "data": i.data_base64})
+            }
+            Some(Block::Json(j)) => parsed(j),
+            None => Value::Null,
+        })
+        .collect()
+}
+
 pub fn resolution_name(v: i32) -> String {
     match pb::Resolution::try_from(v) {
         Ok(r) => lower(r.as_str_name(), "RESOLUTION_"),
@@ -109,6 +132,10 @@ pub fn kind(p: Option<&Payload>) -> &'static str {
         Some(Payload::PartialDelta(_)) => "partial_delta",
         Some(Payload::EngineNotice(_)) => "engine_notice",
         Some(Payload::PartialsMissed(_)) => "partials_missed",
+        Some(Payload::HookRequested(_)) => "hook_requested",
+        Some(Payload::HookResolved(_)) => "hook_resolved",
+        Some(Payload::ToolCallRequested(_)) => "tool_call_requested",
+        Some(Payload::ToolCallResolved(_)) => "tool_call_resolved",
     }
 }
 
@@ -231,6 +258,30 @@ fn payload(p: &Payload) -> Value {
             "code": n.code, "message": n.message, "data": parsed(&n.data_json),
         }),
         Payload::PartialsMissed(m) => json!({"count": m.count}),
+        Payload::HookRequested(h) => json!({
+            "request_id": h.request_id, "hook_event": h.hook_event,
+            "registration_id": h.registration_id, "input": parsed(&h.input_json),
+            "tool_use_id": h.tool_use_id, "tool_name": h.tool_name,
+            "expires_at_ms": h.expires_at_ms,
+        }),
+        Payload::HookResolved(h) => json!({
+            "request_id": h.request_id, "resolution": resolution_name(h.resolution),
+            "decision": hook_decision_name(h.decision), "reason": h.reason,
+            "updated_input": parsed(&h.updated_input_json),
+            "additional_context": h.additional_context, "stop": h.stop,
+            "stop_reason": h.stop_reason, "system_message": h.system_message,
+            "resolved_by": h.resolved_by, "output": parsed(&h.output_json),
+        }),
+        Payload::ToolCallRequested(t) => json!({
+            "request_id": t.request_id, "server_name": t.server_name,
+            "tool_name": t.tool_name, "arguments": parsed(&t.arguments_json),
+            "expires_at_ms": t.expires_at_ms,
+        }),
+        Payload::ToolCallResolved(t) => json!({
+            "request_id": t.request_id, "resolution": resolution_name(t.resolution),
+            "content": tool_content(&t.content), "is_error": t.is_error,
+            "resolved_by": t.resolved_by,
+        }),
     }
 }
 

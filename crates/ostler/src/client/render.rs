@@ -659,6 +659,31 @@ impl Human {
                     )));
                 }
             }
+            // Issue 11 (in progress): shown as plain lines until the client can answer them.
+            Payload::HookRequested(h) => {
+                self.note(&format!(
+                    "? hook {} ({}) {}",
+                    h.hook_event, h.request_id, h.tool_name
+                ));
+            }
+            Payload::HookResolved(h) => {
+                self.note(&self.err.dim(&format!(
+                    "· hook {} resolved by {}",
+                    h.request_id, h.resolved_by
+                )));
+            }
+            Payload::ToolCallRequested(t) => {
+                self.note(&format!(
+                    "? tool call {}/{} ({})",
+                    t.server_name, t.tool_name, t.request_id
+                ));
+            }
+            Payload::ToolCallResolved(t) => {
+                self.note(&self.err.dim(&format!(
+                    "· tool call {} resolved by {}",
+                    t.request_id, t.resolved_by
+                )));
+            }
         }
     }
 }

@@ -239,6 +239,10 @@ pub fn describe(e: &pb::SessionEvent) -> String {
         Some(P::PartialDelta(_)) => "partial_delta".to_owned(),
         Some(P::EngineNotice(n)) => format!("engine_notice({})", n.code),
         Some(P::PartialsMissed(m)) => format!("partials_missed({})", m.count),
+        Some(P::HookRequested(h)) => format!("hook_requested({})", h.hook_event),
+        Some(P::HookResolved(h)) => format!("hook_resolved({:?})", h.decision()),
+        Some(P::ToolCallRequested(t)) => format!("tool_call_requested({})", t.tool_name),
+        Some(P::ToolCallResolved(t)) => format!("tool_call_resolved(error: {})", t.is_error),
         None => "none".to_owned(),
     };
     format!("#{} {kind}", e.seq)
