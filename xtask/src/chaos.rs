@@ -16,6 +16,11 @@
 //!   fills up mid-turn: health NOT_SERVING, `SendMessage` UNAVAILABLE; once space is back
 //!   the turn completes with every line the CLI wrote stored.
 //!
+//! - **SIGBUS** (the store's shared-memory file truncated under the daemon mid-turn, as a
+//!   disk or filesystem fault would): SQLite's mapping of `ostler.db-shm` faults and the
+//!   kernel ends the daemon with SIGBUS; after a restart every event a client received is
+//!   stored with the same seq and payload, and the session can go on.
+//!
 //! Prints a summary (rounds, events compared, failures) and fails on any violation.
 //! `--short` (about a minute) runs inside `cargo xtask test`.
 
@@ -138,12 +143,13 @@ pub fn chaos(a: ChaosArgs) -> Result<()> {
     let mut tally = Tally::default();
     let mut rng = Rng(seed);
     rt.block_on(async {
-        let steps: [(&'static str, Scenario); 5] = [
+        let steps: [(&'static str, Scenario); 6] = [
             ("kill -9 daemon", kill9),
             ("CLI kill", cli_kill),
             ("reconnect storm", storm),
             ("stuck and slow subscribers", stuck_and_slow),
             ("storage fault", storage_fault),
+            ("SIGBUS", sigbus),
         ];
         for (name, step) in steps {
             eprintln!("==> chaos: {name}");
@@ -818,6 +824,66 @@ fn storage_fault<'a>(
             tally.fail("storage fault", "CLI output was dropped");
         }
         tally.ran("storage fault", n);
+        Ok(())
+    })
+}
+
+/// Truncates the store's `-shm` file while the daemon writes: its next access to the mapped
+/// page faults (SIGBUS, as with an immutable or vanished `-shm`). The daemon dies like kill -9;
+/// the check is that this loses nothing a client saw, and that the store opens again.
+fn sigbus<'a>(bins: &'a Bins, plan: &'a Plan, _rng: &'a mut Rng, tally: &'a mut Tally) -> Run<'a> {
+    Box::pin(async move {
+        use std::os::unix::process::ExitStatusExt as _;
+        let w = World::new()?;
+        let mut d = Daemon::start(bins, &w).await?;
+        let mut c = d.client().await?;
+        let id = create(&mut c, &w).await?;
+        let mut s = subscribe(&mut c, &id, 0, true).await?;
+        send(&mut c, &id, &format!("fake:firehose {}", plan.firehose)).await?;
+        let mut seen = Vec::new();
+        read_until(&mut s, &mut seen, |e| {
+            matches!(e.payload, Some(P::AssistantBlock(_)))
+        })
+        .await?;
+        let shm = PathBuf::from(format!("{}-shm", w.store.display()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&shm)
+            .with_context(|| format!("cannot open {}", shm.display()))?
+            .set_len(0)?;
+        // The stream ends when the daemon dies; if it survives (the fault landed between
+        // transactions and SQLite rebuilt its index), the turn ends normally.
+        let status = match read_until(&mut s, &mut seen, is_turn_end).await {
+            Ok(()) => d.child.try_wait()?,
+            Err(e) if e.to_string().starts_with("no event within") => {
+                bail!("the daemon neither died nor went on after the fault: {e}")
+            }
+            // The stream broke: the daemon is dying (its sockets close before it is reaped).
+            Err(_) => Some(d.child.wait()?),
+        };
+        match status {
+            Some(st) if st.signal() == Some(7) => {
+                eprintln!("    the daemon died of SIGBUS after {} events", seen.len())
+            }
+            Some(st) => tally.fail("SIGBUS", format!("the daemon ended with {st}")),
+            None => eprintln!("    the daemon survived the truncated -shm"),
+        }
+        d.kill9();
+        let d = Daemon::start(bins, &w).await?;
+        let mut c = d.client().await?;
+        let log = history(&mut c, &id).await?;
+        let n = check_against(tally, "SIGBUS", &seen, &log);
+        // The store takes writes again: the session resumes and answers.
+        c.resume_session(pb::ResumeSessionRequest {
+            session_id: id.clone(),
+            ..Default::default()
+        })
+        .await?;
+        let mut s = subscribe(&mut c, &id, log.len() as u64, true).await?;
+        send(&mut c, &id, "fake:echo").await?;
+        let mut after = Vec::new();
+        read_until(&mut s, &mut after, is_turn_end).await?;
+        tally.ran("SIGBUS", n);
         Ok(())
     })
 }
