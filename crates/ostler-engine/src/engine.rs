@@ -8,7 +8,6 @@ mod demand;
 mod lifecycle;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use ostler_protocol::outbound::OutRequest;
@@ -173,24 +172,12 @@ impl Engine {
             }
             None => (None, 0, String::new()),
         };
-        let state = live_state.unwrap_or(rec.state);
+        let mut record = rec;
+        record.state = live_state.unwrap_or(record.state);
         SessionInfo {
-            claude_session_id: rec.claude_session_id,
-            cwd: PathBuf::from(rec.cwd),
-            model: rec.model,
-            permission_mode: rec.permission_mode,
-            cli_release: rec.cli_release,
-            state,
-            labels: rec.labels,
-            created_ms: rec.created_ms,
-            updated_ms: rec.updated_ms,
-            exit: rec.exit.map(|exit| ExitStatus { exit, stderr_tail }),
-            last_seq: rec.last_seq,
+            record,
             pending_interactions: pending,
-            turns: rec.turns,
-            usage: rec.usage,
-            title: rec.title,
-            id: rec.id,
+            stderr_tail,
         }
     }
 

@@ -10,7 +10,9 @@ use ostler_protocol as proto;
 
 use crate::permission::PermissionRule;
 
-pub use ostler_store::{ExitFacts, ExitInfo, FeedKind, InteractionKind, SessionState, UsageTotals};
+pub use ostler_store::{
+    ExitFacts, ExitInfo, FeedKind, InteractionKind, SessionRecord, SessionState, UsageTotals,
+};
 pub use ostler_supervisor::options as cli_options;
 pub use ostler_supervisor::{CliOptions, McpServer};
 
@@ -52,34 +54,33 @@ pub struct ExitStatus {
     pub stderr_tail: String,
 }
 
-/// A session as clients see it.
+/// A session as clients see it: the stored record, whose `state` is the live actor's while
+/// one runs, plus what only the live actor knows. Reads through to the record
+/// (`info.id`, `info.state`, ...).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionInfo {
-    /// The ostler session id.
-    pub id: String,
-    /// The CLI's own session id (from `system/init`), once known.
-    pub claude_session_id: Option<String>,
-    pub cwd: PathBuf,
-    pub model: Option<String>,
-    pub permission_mode: Option<String>,
-    /// The CLI release running (or that last ran) the session.
-    pub cli_release: Option<String>,
-    pub state: SessionState,
-    pub labels: BTreeMap<String, String>,
-    pub created_ms: i64,
-    pub updated_ms: i64,
-    /// How the process last ended, when it has.
-    pub exit: Option<ExitStatus>,
-    /// The seq of the session's last stored event (0 when none).
-    pub last_seq: u64,
-    /// Pending permission requests and questions.
+    pub record: SessionRecord,
+    /// Pending permission requests, questions, hook calls and tool calls.
     pub pending_interactions: u32,
-    /// Turns completed with usage recorded.
-    pub turns: u64,
-    /// Usage summed over every turn.
-    pub usage: UsageTotals,
-    /// A short name for people (`title` at create, else the first prompt shortened).
-    pub title: Option<String>,
+    /// The last lines the CLI wrote to stderr (live sessions; empty otherwise).
+    pub stderr_tail: String,
+}
+
+impl std::ops::Deref for SessionInfo {
+    type Target = SessionRecord;
+    fn deref(&self) -> &SessionRecord {
+        &self.record
+    }
+}
+
+impl SessionInfo {
+    /// How the process last ended, when it has, with the stderr tail.
+    pub fn exit(&self) -> Option<ExitStatus> {
+        self.record.exit.clone().map(|exit| ExitStatus {
+            exit,
+            stderr_tail: self.stderr_tail.clone(),
+        })
+    }
 }
 
 /// A user message's content.

@@ -129,6 +129,7 @@ async fn restart_then_resume(version: &'static str) {
         .get_session(&s.id)
         .await
         .expect("get")
+        .record
         .claude_session_id
         .expect("claude session id recorded");
     drop(sub);
@@ -232,6 +233,7 @@ async fn stop_then_resume_with_fork() {
         .get_session(&s.id)
         .await
         .expect("get")
+        .record
         .claude_session_id;
     let stopped = env.engine.stop_session(&s.id).await.expect("stop");
     assert_eq!(stopped.state, SessionState::Stopped);
@@ -264,6 +266,7 @@ async fn stop_then_resume_with_fork() {
         .get_session(&s.id)
         .await
         .expect("get")
+        .record
         .claude_session_id;
     assert!(forked.is_some());
     assert_ne!(forked, first_claude, "a fork gets a new CLI session id");
@@ -533,7 +536,7 @@ async fn spawn_failure_is_recorded() {
         let reason = s
             .exit
             .as_ref()
-            .and_then(|x| x.exit.reason.clone())
+            .and_then(|x| x.reason.clone())
             .expect("reason");
         assert!(reason.contains("could not be started"), "{reason}");
     }

@@ -636,7 +636,7 @@ pub(crate) fn session_to_pb(s: &eng::SessionInfo) -> pb::Session {
         id: s.id.clone(),
         cli_session_id: s.claude_session_id.clone().unwrap_or_default(),
         state: state_to_pb(s.state) as i32,
-        cwd: s.cwd.display().to_string(),
+        cwd: s.cwd.clone(),
         model: s.model.clone().unwrap_or_default(),
         permission_mode: s
             .permission_mode
@@ -653,7 +653,7 @@ pub(crate) fn session_to_pb(s: &eng::SessionInfo) -> pb::Session {
         last_seq: s.last_seq,
         pending_interactions: s.pending_interactions,
         cli_version: s.cli_release.clone().unwrap_or_default(),
-        last_exit: s.exit.as_ref().map(exit_to_pb),
+        last_exit: s.exit().as_ref().map(exit_to_pb),
         turns: s.turns,
         usage: Some(pb::Usage {
             input_tokens: s.usage.input_tokens,

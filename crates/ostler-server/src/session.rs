@@ -89,7 +89,7 @@ impl SessionService for SessionSvc {
             .create_session(create)
             .await
             .map_err(ApiError::from)?;
-        tracing::info!(session_id = %info.id, cwd = %info.cwd.display(), "session created");
+        tracing::info!(session_id = %info.id, cwd = %info.cwd, "session created");
         ok(convert::session_to_pb(&info))
     }
 
@@ -375,7 +375,7 @@ impl SessionService for SessionSvc {
                     if let Some(event) = convert::event_to_pb(&p.event) {
                         out.push(pb::PendingInteraction {
                             session_id: p.session_id,
-                            cwd: s.cwd.to_string_lossy().into_owned(),
+                            cwd: s.cwd.clone(),
                             request_id: p.request_id,
                             event: Some(event),
                         });

@@ -419,13 +419,13 @@ impl Engine {
                 validate_session_id(session_id)
                     .map_err(|_| Error::invalid("fork_from_session_id", "is not a session id"))?;
                 let source = self.get_session(session_id).await?;
-                if source.cwd != cwd {
+                if Path::new(&source.cwd) != cwd {
                     return Err(Error::invalid(
                         "cwd",
                         format!(
                             "a fork runs in its source's directory {} (the CLI keeps \
                              conversations per directory)",
-                            source.cwd.display()
+                            source.cwd
                         ),
                     ));
                 }
