@@ -265,19 +265,22 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
         let mut c = d.client().await?;
         let sid = create(&mut c, &d).await?;
         let mut total = 0u64;
+        let mut last_seq = 0u64;
         let sizes: &[u64] = if o.quick {
             &[100_000]
         } else {
             &[100_000, 1_000_000]
         };
         for &size in sizes {
-            let mut s = subscribe(&mut c, &sid, false, true).await?;
+            // From the log's end: the first size's turn must not count as the second's.
+            let mut s = subscribe_after(&mut c, &sid, last_seq, false, true).await?;
             send(&mut c, &sid, &format!("fake:firehose {}", size - total)).await?;
             until_turn_end(&mut s, |_| {}).await?;
             drop(s);
             total = size;
             let t = Instant::now();
-            let replayed = replay(&mut c, &sid).await?;
+            let (replayed, last) = replay(&mut c, &sid).await?;
+            last_seq = last;
             let secs = t.elapsed().as_secs_f64();
             let (rows_read, base) = sqlite_read_loop(&d.store)?;
             rows.push(row(
@@ -503,9 +506,21 @@ async fn create(c: &mut Client, d: &Daemon) -> Result<String> {
 }
 
 async fn subscribe(c: &mut Client, sid: &str, partial: bool, follow: bool) -> Result<Stream> {
+    subscribe_after(c, sid, 0, partial, follow).await
+}
+
+/// Subscribes after `after_seq`: [`until_turn_end`] starts at the first user message it
+/// sees, so a session with earlier turns must be followed from its end, not from 0.
+async fn subscribe_after(
+    c: &mut Client,
+    sid: &str,
+    after_seq: u64,
+    partial: bool,
+    follow: bool,
+) -> Result<Stream> {
     Ok(c.subscribe(SubscribeRequest {
         session_id: sid.to_string(),
-        after_seq: 0,
+        after_seq,
         include_partial: partial,
         follow,
     })
@@ -693,16 +708,18 @@ async fn latency(
     })
 }
 
-async fn replay(c: &mut Client, sid: &str) -> Result<u64> {
+/// Replays the whole stored log: (events, the last seq).
+async fn replay(c: &mut Client, sid: &str) -> Result<(u64, u64)> {
     let mut s = subscribe(c, sid, false, false).await?;
-    let mut n = 0;
-    while let Some(_ev) = tokio::time::timeout(GUARD, s.message())
+    let (mut n, mut last) = (0, 0);
+    while let Some(ev) = tokio::time::timeout(GUARD, s.message())
         .await
         .context("replay stalled")??
     {
         n += 1;
+        last = ev.seq;
     }
-    Ok(n)
+    Ok((n, last))
 }
 
 struct FirstEvent {
