@@ -228,4 +228,37 @@ async fn typed_events_on_the_real_cli_2_1_330() {
             .iter()
             .any(|e| matches!(e.payload, Some(P::TaskNotification(_))))
     );
+
+    // The answer to `initialize` is stored once per spawn (as `session_initialized`), not
+    // also as the CLI's control_response line; GetSessionInfo still reads it.
+    let initialized: Vec<_> = stored
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code == "session_initialized" => Some(n),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(initialized.len(), 1);
+    assert!(initialized[0].data_json.contains("\"models\""));
+    assert!(
+        !stored.iter().any(|e| matches!(&e.payload,
+            Some(P::SystemNotice(n)) if n.source_type == "control_response"
+                && n.fields_json.contains("\"models\""))),
+        "{:#?}",
+        stored.iter().map(describe).collect::<Vec<_>>()
+    );
+    let info = c
+        .get_session_info(pb::GetSessionInfoRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(info.init_seen);
+    assert!(!info.tools.is_empty());
+    let init = info.initialized.unwrap();
+    assert!(
+        !init.models.is_empty() && !init.commands.is_empty(),
+        "{init:?}"
+    );
 }
