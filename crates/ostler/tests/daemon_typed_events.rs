@@ -1,8 +1,8 @@
 //! Issue 10's typed events through the real daemon and the real CLI (2.1.330): a sub-agent's
 //! background task lifecycle (started / progress / notification) with the tree by tool use
 //! id, the sub-agent's id on its permission request, the CLI's status, per-model usage and
-//! the terminal reason on TurnCompleted, the interruption marker as a synthetic message; and
-//! replay (stored form) equals what was delivered live.
+//! the terminal reason on TurnCompleted, the interruption marker as a synthetic message, a
+//! compaction's boundary; and replay (stored form) equals what was delivered live.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;
@@ -210,6 +210,33 @@ async fn typed_events_on_the_real_cli_2_1_330() {
         });
     assert!(marker.is_synthetic, "{marker:?}");
     assert!(marker.sent_by.is_empty());
+
+    // `/compact` (the CLI's own command) compacts the conversation: CliStatus
+    // `compacting`, then the boundary with its trigger and the tokens before.
+    send(&mut c, &s2.id, "/compact").await;
+    let boundary = read_until(&mut live, &mut seen2, "the compact boundary", |e| {
+        matches!(e.payload, Some(P::CompactBoundary(_)))
+    })
+    .await;
+    let Some(P::CompactBoundary(b)) = &boundary.payload else {
+        unreachable!()
+    };
+    assert_eq!(b.trigger, "manual");
+    assert!(b.pre_tokens > 0, "{b:?}");
+    assert!(b.fields_json.contains("compact_metadata"));
+    assert!(
+        seen2.iter().any(|e| matches!(&e.payload,
+            Some(P::CliStatus(st)) if st.status == "compacting")),
+        "{:#?}",
+        seen2.iter().map(describe).collect::<Vec<_>>()
+    );
+    read_until(
+        &mut live,
+        &mut seen2,
+        "the compaction's turn end",
+        is_turn_completed,
+    )
+    .await;
 
     // Replay equals live: every stored event read back is what subscribers got.
     let stored = history(&mut c, &s.id).await;
