@@ -101,6 +101,21 @@ pub(crate) enum ResumePlan {
     Fresh { lost: String },
 }
 
+/// The environment a session's CLI gets, as the transcript checks must see it: the
+/// daemon's session environment, then the session's own variables (which win, as in the
+/// spawn), so a per-session `HOME` or `CLAUDE_CONFIG_DIR` is where the transcript is
+/// looked for.
+pub(crate) fn session_env(
+    spawn_env: &[(String, String)],
+    session: &ostler_supervisor::CliOptions,
+) -> Vec<(String, String)> {
+    spawn_env
+        .iter()
+        .cloned()
+        .chain(session.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+        .collect()
+}
+
 /// Where the CLI keeps its state for the environment a session gets: `CLAUDE_CONFIG_DIR`,
 /// else `$HOME/.claude` (the session environment wins over the daemon's).
 fn config_dir(spawn_env: &[(String, String)]) -> Option<PathBuf> {
@@ -226,5 +241,48 @@ mod tests {
         );
         // A path-like id never reaches the file system.
         assert!(resume_plan(&env, "s1", "../x".into(), false).is_err());
+    }
+
+    /// A session's own `HOME` or `CLAUDE_CONFIG_DIR` is where its CLI keeps transcripts:
+    /// the check looks there, not in the daemon's.
+    #[test]
+    fn session_environment_decides_where_the_transcript_is() {
+        let daemon_home = tempfile::tempdir().expect("tempdir");
+        let session_home = tempfile::tempdir().expect("tempdir");
+        let config = tempfile::tempdir().expect("tempdir");
+        let id = "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a";
+        let put = |claude_dir: &Path| {
+            let project = claude_dir.join("projects/-some-cwd");
+            std::fs::create_dir_all(&project).expect("mkdir");
+            std::fs::write(project.join(format!("{id}.jsonl")), "{}\n").expect("write");
+        };
+        put(&session_home.path().join(".claude"));
+        let daemon = vec![(
+            "HOME".to_string(),
+            daemon_home.path().to_string_lossy().into_owned(),
+        )];
+        let mut opts = ostler_supervisor::CliOptions::default();
+        // The daemon's HOME has no transcript.
+        assert!(resume_plan(&session_env(&daemon, &opts), "s", id.into(), false).is_err());
+        // The session's HOME has it.
+        opts.env.insert(
+            "HOME".into(),
+            session_home.path().to_string_lossy().into_owned(),
+        );
+        assert_eq!(
+            resume_plan(&session_env(&daemon, &opts), "s", id.into(), false).expect("found"),
+            ResumePlan::Continue(id.into())
+        );
+        // CLAUDE_CONFIG_DIR wins over HOME: not there yet, then there.
+        opts.env.insert(
+            "CLAUDE_CONFIG_DIR".into(),
+            config.path().to_string_lossy().into_owned(),
+        );
+        assert!(resume_plan(&session_env(&daemon, &opts), "s", id.into(), false).is_err());
+        put(config.path());
+        assert_eq!(
+            resume_plan(&session_env(&daemon, &opts), "s", id.into(), false).expect("found"),
+            ResumePlan::Continue(id.into())
+        );
     }
 }

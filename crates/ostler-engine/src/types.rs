@@ -324,6 +324,10 @@ pub struct PermissionRequested {
     /// When it expires (epoch ms), if expiry is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<i64>,
+    /// The background agent (sub-agent task) that asks: its `task_id` from
+    /// `task_started`; `None` for the main conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
 }
 
 /// An AskUserQuestion call forwarded to clients.
@@ -715,6 +719,7 @@ mod tests {
             decision_reason: None,
             suggestions: Some(json!([{"type": "addRules"}])),
             expires_at_ms: Some(1),
+            agent_id: Some("task-1".into()),
         }));
         round_trip(EventPayload::QuestionAsked(QuestionAsked {
             request_id: "r".into(),

@@ -100,6 +100,119 @@ fn content() -> impl Strategy<Value = Option<pb::MessageContent>> {
     )
 }
 
+fn json_text() -> BoxedStrategy<String> {
+    prop_oneof![
+        select(
+            &[
+                "{}",
+                "{\"a\":{\"description\":\"d\",\"prompt\":\"p\"}}",
+                "{\"type\":\"object\"}",
+                "[]",
+                "null",
+                "{",
+                "/etc/hosts",
+                "relative/path.json",
+                ""
+            ][..]
+        )
+        .prop_map(str::to_owned),
+        s(),
+    ]
+    .boxed()
+}
+
+fn mcp_server() -> impl Strategy<Value = pb::McpServerSpec> {
+    use pb::mcp_server_spec::Transport;
+    let url = prop_oneof![
+        select(
+            &[
+                "http://127.0.0.1:9/mcp",
+                "https://x.test/sse",
+                "ftp://x",
+                "",
+                "http://"
+            ][..]
+        )
+        .prop_map(str::to_owned),
+        s(),
+    ];
+    prop::option::of(prop_oneof![
+        (s(), strings(), labels()).prop_map(|(command, args, env)| Transport::Stdio(
+            pb::McpStdioServerSpec { command, args, env }
+        )),
+        (url.clone(), labels())
+            .prop_map(|(url, headers)| Transport::Http(pb::McpRemoteServerSpec { url, headers })),
+        (url, labels())
+            .prop_map(|(url, headers)| Transport::Sse(pb::McpRemoteServerSpec { url, headers })),
+    ])
+    .prop_map(|transport| pb::McpServerSpec { transport })
+}
+
+/// Issue 10's session options, valid and not.
+fn with_options() -> impl Strategy<Value = pb::CreateSessionRequest> {
+    let budget = prop::option::of(prop_oneof![
+        Just(0.5f64),
+        Just(f64::NAN),
+        Just(f64::INFINITY),
+        Just(-1.0),
+        Just(2.0e6),
+        any::<f64>(),
+    ]);
+    let sources = prop::collection::vec(
+        prop_oneof![
+            select(&["user", "project", "local", "User", ""][..]).prop_map(str::to_owned),
+            s()
+        ],
+        0..4,
+    );
+    (
+        (
+            s(),
+            prop::collection::hash_map(s(), mcp_server(), 0..3),
+            any::<bool>(),
+            strings(),
+            budget,
+            prop::option::of(prop_oneof![Just(0u32), any::<u32>()]),
+        ),
+        (
+            s(),
+            json_text(),
+            sources,
+            json_text(),
+            json_text(),
+            labels(),
+        ),
+        (s(), s(), s(), any::<bool>()),
+    )
+        .prop_map(
+            |(
+                (system_prompt, mcp_servers, strict, add_dirs, max_budget_usd, thinking),
+                (fallback_model, settings, setting_sources, agents_json, json_schema, env),
+                (session_id, adopt, fork, checkpointing),
+            )| {
+                pb::CreateSessionRequest {
+                    system_prompt,
+                    mcp_servers,
+                    strict_mcp_config: strict,
+                    add_dirs,
+                    max_budget_usd,
+                    max_thinking_tokens: thinking,
+                    fallback_model,
+                    settings,
+                    setting_sources,
+                    agents_json,
+                    json_schema,
+                    env,
+                    session_id,
+                    adopt_claude_session_id: adopt,
+                    fork_from_session_id: fork,
+                    enable_file_checkpointing: checkpointing,
+                    ..Default::default()
+                }
+            },
+        )
+}
+
 fn req() -> impl Strategy<Value = Req> {
     use pb::respond_to_permission_request::Decision;
     let create = (
@@ -110,13 +223,15 @@ fn req() -> impl Strategy<Value = Req> {
             content(),
             prop::collection::vec(rule(), 0..3),
         ),
+        prop::option::of(with_options()),
     )
         .prop_map(
             |(
                 (cwd, model, permission_mode, allowed_tools, disallowed_tools, append),
                 (max_turns, labels, first_prompt, rules),
+                options,
             )| {
-                Req::Create(pb::CreateSessionRequest {
+                let r = pb::CreateSessionRequest {
                     cwd,
                     model,
                     permission_mode,
@@ -127,8 +242,25 @@ fn req() -> impl Strategy<Value = Req> {
                     labels,
                     first_prompt,
                     rules,
-                    // Newer fields (title, ...) keep their defaults here.
+                    // Issue 10's options from `with_options` (half the cases); issue
+                    // 11's and the title keep their defaults here.
                     ..Default::default()
+                };
+                Req::Create(match options {
+                    Some(o) => pb::CreateSessionRequest {
+                        cwd: r.cwd,
+                        model: r.model,
+                        permission_mode: r.permission_mode,
+                        allowed_tools: r.allowed_tools,
+                        disallowed_tools: r.disallowed_tools,
+                        append_system_prompt: r.append_system_prompt,
+                        max_turns: r.max_turns,
+                        labels: r.labels,
+                        first_prompt: r.first_prompt,
+                        rules: r.rules,
+                        ..o
+                    },
+                    None => r,
                 })
             },
         );

@@ -561,6 +561,7 @@ fn system_notice(source_type: &str, env: &Envelope<'_>, line: &[u8]) -> Event {
             source_type: source_type.to_string(),
             subtype: env.subtype.owned(),
             parent_tool_use_id: env.parent_tool_use_id.owned(),
+            detail: crate::detail::notice_detail(source_type, env.subtype.as_deref(), &fields.0),
             fields,
         }),
         None => diagnostic(
@@ -708,6 +709,7 @@ fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
             return;
         }
         LContent::Text(t) => {
+            message.is_synthetic |= is_interruption_marker(t);
             message.text = Some(t.to_string());
             out.push(Event::UserMessage(message));
             return;
@@ -744,7 +746,11 @@ fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
         return;
     }
     if all_text {
-        message.text = Some(texts.join("\n"));
+        let text = texts.join("\n");
+        // The CLI writes its interruption marker as a plain user frame without
+        // `isSynthetic` (2.1.330, 1.0.x): it is the CLI's, not the user's.
+        message.is_synthetic |= is_interruption_marker(&text);
+        message.text = Some(text);
     } else {
         let raws = raw_content_items(line);
         let joined = rest
@@ -755,6 +761,13 @@ fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
         message.content = RawJson::from_string(format!("[{joined}]")).ok();
     }
     out.push(Event::UserMessage(message));
+}
+
+/// The markers the CLI writes when a turn is interrupted: `[Request interrupted by user]`
+/// and `[Request interrupted by user for tool use]`.
+pub fn is_interruption_marker(text: &str) -> bool {
+    let t = text.trim();
+    t.starts_with("[Request interrupted by user") && t.ends_with(']') && t.len() <= 64
 }
 
 fn tool_result(b: &WireBlock<'_>, parent_tool_use_id: Option<String>) -> Event {
@@ -860,6 +873,7 @@ fn turn_result(env: &Envelope<'_>) -> Event {
         permission_denials,
         errors,
         stop_reason: env.stop_reason.owned(),
+        terminal_reason: env.terminal_reason.owned(),
         absent,
     })
 }

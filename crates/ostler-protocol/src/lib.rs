@@ -22,6 +22,7 @@ pub mod adapter;
 pub mod argv;
 pub mod contract;
 pub mod decode;
+mod detail;
 pub mod exit;
 pub mod framing;
 pub mod junk;
@@ -34,7 +35,8 @@ pub mod transcript;
 pub mod version;
 mod wire;
 
-pub use decode::{DecodedLine, Decoder};
+pub use decode::{DecodedLine, Decoder, is_interruption_marker};
+pub use detail::{has_detail, notice_detail};
 pub use exit::ExitFacts;
 pub use framing::{DEFAULT_MAX_PAYLOAD_BYTES, Frame, FramerOptions, LineFramer};
 pub use model::*;

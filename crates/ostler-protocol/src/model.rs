@@ -382,6 +382,9 @@ pub struct TurnResult {
     pub errors: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
+    /// Why the CLI's query loop ended (`completed`, `aborted_streaming`, ...; 2.1.x).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub absent: Absent,
 }
@@ -406,6 +409,147 @@ pub struct SystemNotice {
     pub parent_tool_use_id: Option<String>,
     /// The whole message, verbatim.
     pub fields: RawJson,
+    /// The fields clients need, typed, for the notices that have them (background tasks,
+    /// rate limits, compaction, status); read from `fields` by the decoder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<NoticeDetail>,
+}
+
+/// The typed part of a [`SystemNotice`] (see `detail.rs` for the wire shapes).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum NoticeDetail {
+    /// `system/task_started`: a background task (sub-agent, shell) began.
+    TaskStarted(TaskStarted),
+    /// `system/task_progress`.
+    TaskProgress(TaskProgress),
+    /// `system/task_notification`: a background task ended.
+    TaskNotification(TaskNotification),
+    /// `rate_limit_event`: the account's rate-limit state changed.
+    RateLimit(RateLimit),
+    /// `system/compact_boundary`: the conversation was compacted.
+    CompactBoundary(CompactBoundary),
+    /// `system/status`: what the CLI is doing (`requesting`, `compacting`, none), and the
+    /// permission mode when it changed.
+    Status(CliStatus),
+}
+
+/// `task_started`. `tool_use_id` is the tool call that started the task (the `Task`
+/// call of a sub-agent): the task's own messages carry it as `parent_tool_use_id`, and
+/// its permission requests carry `task_id` as `agent_id`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TaskStarted {
+    pub task_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_backgrounded: Option<bool>,
+}
+
+/// `task_progress`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TaskProgress {
+    pub task_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_tool_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TaskUsage>,
+}
+
+/// `task_notification`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TaskNotification {
+    pub task_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    /// `completed`, `failed`, `stopped`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TaskUsage>,
+}
+
+/// What a background task used so far.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TaskUsage {
+    #[serde(default)]
+    pub total_tokens: u64,
+    #[serde(default)]
+    pub tool_uses: u64,
+    #[serde(default)]
+    pub duration_ms: u64,
+}
+
+/// `rate_limit_event.rate_limit_info`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RateLimit {
+    /// `allowed`, `allowed_warning`, `rejected`.
+    pub status: String,
+    /// When the limit resets (epoch seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resets_at: Option<i64>,
+    /// `five_hour`, `seven_day`, `seven_day_opus`, ..., `overage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit_type: Option<String>,
+    /// 0..1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_using_overage: Option<bool>,
+}
+
+/// `compact_boundary.compact_metadata`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CompactBoundary {
+    /// `manual` or `auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// Tokens in the context before compaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_tokens: Option<u64>,
+}
+
+/// `system/status`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CliStatus {
+    /// `requesting`, `compacting`; `None` when the CLI reports no activity (`null`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Sent when the permission mode changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
+}
+
+/// One model's entry of a result's `modelUsage` (see [`TurnResult::models`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelUsage {
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub web_search_requests: u64,
+    pub cost_usd: f64,
+    /// The model's context window in tokens (0 when not sent).
+    pub context_window: u64,
+    pub max_output_tokens: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -451,6 +451,8 @@ pub(crate) struct Envelope<'a> {
     pub errors: Option<&'a RawValue>,
     #[serde(borrow)]
     pub stop_reason: LStr<'a>,
+    #[serde(borrow)]
+    pub terminal_reason: LStr<'a>,
 }
 
 /// `message` of `assistant` / `user` frames.

@@ -865,6 +865,7 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 blocked_path: r.blocked_path.clone().unwrap_or_default(),
                 decision_reason: r.decision_reason.clone().unwrap_or_default(),
                 description: r.description.clone().unwrap_or_default(),
+                agent_id: r.agent_id.clone().unwrap_or_default(),
             })
         }
         eng::EventPayload::QuestionAsked(q) => P::QuestionAsked(pb::QuestionAsked {
@@ -892,17 +893,22 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 .iter()
                 .map(|d| d.tool_name.clone())
                 .collect(),
+            model_usage: crate::notices::model_usage(t),
+            terminal_reason: t.terminal_reason.clone().unwrap_or_default(),
         }),
         eng::EventPayload::StateChanged(s) => P::StateChanged(pb::StateChanged {
             from: state_to_pb(s.from) as i32,
             to: state_to_pb(s.to) as i32,
             reason: s.reason.clone().unwrap_or_default(),
         }),
-        eng::EventPayload::SystemNotice(n) => P::SystemNotice(pb::SystemNotice {
-            source_type: n.source_type.clone(),
-            subtype: n.subtype.clone().unwrap_or_default(),
-            fields_json: n.fields.get().to_owned(),
-        }),
+        eng::EventPayload::SystemNotice(n) => match crate::notices::typed_notice(n) {
+            Some(typed) => typed,
+            None => P::SystemNotice(pb::SystemNotice {
+                source_type: n.source_type.clone(),
+                subtype: n.subtype.clone().unwrap_or_default(),
+                fields_json: n.fields.get().to_owned(),
+            }),
+        },
         eng::EventPayload::CliControlRequest(r) => {
             let subtype = match &r.request {
                 cp::CliRequest::CanUseTool(_) => "can_use_tool".to_owned(),

@@ -65,6 +65,7 @@ fn payloads(depth: usize) -> Vec<EventPayload> {
             subtype: Some("deep".into()),
             parent_tool_use_id: None,
             fields: raw.clone(),
+            detail: None,
         }),
     ];
     if depth < 128 {
@@ -87,6 +88,7 @@ fn payloads(depth: usize) -> Vec<EventPayload> {
             decision_reason: None,
             suggestions: None,
             expires_at_ms: None,
+            agent_id: None,
         }));
     }
     v

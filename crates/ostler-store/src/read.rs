@@ -82,6 +82,22 @@ impl ReadPool {
         })
     }
 
+    pub(crate) fn events_of_kinds_before(
+        &self,
+        session_id: &str,
+        kinds: &[&str],
+        before_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        self.with(|conn| {
+            let events = rows::events_of_kinds_before(conn, session_id, kinds, before_seq, limit)?;
+            if events.is_empty() && rows::session_pk(conn, session_id)?.is_none() {
+                return Err(not_found_session(session_id));
+            }
+            Ok(events)
+        })
+    }
+
     /// The seq of a session's last committed event (0 if none).
     pub(crate) fn last_seq(&self, session_id: &str) -> Result<u64> {
         self.with(|conn| {

@@ -160,11 +160,59 @@ pub(crate) fn events_after(
          WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?1) AND seq > ?2
          ORDER BY seq LIMIT ?3",
     )?;
-    let mut rows = stmt.query(params![session_id, after, limit])?;
+    let rows = stmt.query(params![session_id, after, limit])?;
+    stored_events(
+        rows,
+        session_id,
+        usize::try_from(limit.min(4096)).unwrap_or(0),
+    )
+}
+
+/// Up to `limit` events of the given kinds with `seq < before_seq`, newest first. Rows of
+/// other kinds are skipped by SQLite without reading their payloads.
+pub(crate) fn events_of_kinds_before(
+    conn: &Connection,
+    session_id: &str,
+    kinds: &[&str],
+    before_seq: u64,
+    limit: usize,
+) -> Result<Vec<StoredEvent>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let before = u64_to_sql(before_seq.min(i64::MAX as u64), "before_seq")?;
+    // Kinds are snake_case names: passed as one JSON array (no escaping needed).
+    if let Some(bad) = kinds
+        .iter()
+        .find(|k| !k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+    {
+        return Err(Error::InvalidData(format!("not an event kind: {bad:?}")));
+    }
+    let kinds = format!(
+        "[{}]",
+        kinds
+            .iter()
+            .map(|k| format!("\"{k}\""))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, kind, payload, raw, ts_ms, codec FROM events
+         WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?1) AND seq < ?2
+           AND kind IN (SELECT value FROM json_each(?3))
+         ORDER BY seq DESC LIMIT ?4",
+    )?;
+    let rows = stmt.query(params![session_id, before, kinds, limit])?;
+    stored_events(rows, session_id, 16)
+}
+
+fn stored_events(
+    mut rows: rusqlite::Rows<'_>,
+    session_id: &str,
+    capacity: usize,
+) -> Result<Vec<StoredEvent>> {
     let sid: Arc<str> = Arc::from(session_id);
     // Events of one session use a handful of kinds: share one allocation per kind.
     let mut kinds: Vec<Arc<str>> = Vec::new();
-    let mut out = Vec::with_capacity(usize::try_from(limit.min(4096)).unwrap_or(0));
+    let mut out = Vec::with_capacity(capacity);
     while let Some(row) = rows.next()? {
         let kind_text = row.get_ref(1)?.as_str()?;
         let kind = match kinds.iter().find(|k| ***k == *kind_text) {

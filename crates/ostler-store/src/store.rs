@@ -364,6 +364,22 @@ impl Store {
             .events_after(session_id, after_seq, limit)
     }
 
+    /// Up to `limit` events of a session whose kind is one of `kinds` and whose
+    /// `seq < before_seq`, newest first (`u64::MAX`: from the end). Only those rows are
+    /// read: a reader that needs a few kinds of a long log pays for those, not for the
+    /// log. [`Error::NotFound`] if there is no such session.
+    pub fn events_of_kinds_before(
+        &self,
+        session_id: &str,
+        kinds: &[&str],
+        before_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        self.inner
+            .readers
+            .events_of_kinds_before(session_id, kinds, before_seq, limit)
+    }
+
     /// Asks the checkpointer thread to copy the WAL into the database file and waits (this
     /// thread) until a pass that started after this call has left every WAL frame in the
     /// database: `true`; `false` if that did not happen within `timeout` (appends kept

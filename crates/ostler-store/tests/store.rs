@@ -207,6 +207,69 @@ fn events_after_pages_in_order() {
     ));
 }
 
+/// A reader that needs a few kinds of a long log reads those rows only, newest first,
+/// paging backwards by seq.
+#[test]
+fn events_of_kinds_are_read_newest_first_without_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    store
+        .create_session(new_session("empty", 1))
+        .wait()
+        .unwrap();
+    let of_kind = |kind: &'static str, n: u64| {
+        NewEvent::new(kind, format!("{{\"n\":{n}}}").into_bytes(), n as i64)
+            .with_raw(format!("{{\"type\":\"x\",\"n\":{n}}}").into_bytes())
+    };
+    let events: Vec<_> = (1..=30u64)
+        .map(|n| match n % 10 {
+            3 => of_kind("session_started", n),
+            7 => of_kind("engine_notice", n),
+            _ => event(n),
+        })
+        .collect();
+    store.append_blocking("s", events).unwrap();
+    let kinds = ["session_started", "engine_notice"];
+    let page = store
+        .events_of_kinds_before("s", &kinds, u64::MAX, 4)
+        .unwrap();
+    assert_eq!(
+        page.iter().map(|e| (e.seq, &*e.kind)).collect::<Vec<_>>(),
+        [
+            (27, "engine_notice"),
+            (23, "session_started"),
+            (17, "engine_notice"),
+            (13, "session_started")
+        ]
+    );
+    // Payloads and raw lines read back as appended.
+    assert_eq!(&page[0].payload[..], br#"{"n":27}"#);
+    assert_eq!(page[0].raw.as_deref(), Some(&br#"{"type":"x","n":27}"#[..]));
+    let rest = store.events_of_kinds_before("s", &kinds, 13, 10).unwrap();
+    assert_eq!(rest.iter().map(|e| e.seq).collect::<Vec<_>>(), [7, 3]);
+    assert!(
+        store
+            .events_of_kinds_before("s", &["question_asked"], u64::MAX, 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .events_of_kinds_before("empty", &kinds, u64::MAX, 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        store.events_of_kinds_before("nope", &kinds, u64::MAX, 10),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.events_of_kinds_before("s", &["x\"]) OR 1=1 --"], u64::MAX, 10),
+        Err(Error::InvalidData(_))
+    ));
+}
+
 #[test]
 fn a_failing_write_does_not_spoil_its_group() {
     let dir = tempfile::tempdir().unwrap();

@@ -70,6 +70,8 @@ pub struct CliInvocation {
     pub fork_session: bool,
     /// Extra environment (e.g. `CLAUDE_CODE_MAX_RETRIES`), set after the hermetic base.
     pub env: BTreeMap<String, String>,
+    /// Extra arguments, appended as given.
+    pub args: Vec<String>,
 }
 
 /// The argument list for an invocation, dropping flags the release lacks. Returns
@@ -97,7 +99,9 @@ pub fn args_for(inv: &CliInvocation, f: CliFeatures) -> (Vec<String>, Vec<String
             }
         }
     }
-    (args.into_args(), omitted)
+    let mut args = args.into_args();
+    args.extend(inv.args.iter().cloned());
+    (args, omitted)
 }
 
 /// A hermetic environment: fresh HOME and cwd under one temp root.

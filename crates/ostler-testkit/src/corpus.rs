@@ -88,7 +88,7 @@ pub async fn run(
         let binary = tokio::task::spawn_blocking(move || releases::ensure(&r, &c))
             .await
             .map_err(|e| crate::Error::Cli(format!("join: {e}")))??;
-        for s in scens {
+        for s in scens.iter().filter(|s| s.applies_to(rel)) {
             let t = Instant::now();
             let opts = RecordOptions::new(rel.clone(), binary.clone());
             let mut o = Outcome {

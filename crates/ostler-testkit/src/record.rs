@@ -185,6 +185,7 @@ impl Driver<'_> {
             resume,
             fork_session: fork,
             env: c.env.clone(),
+            args: c.args.clone(),
         }
     }
 

@@ -24,6 +24,10 @@ pub struct Scenario {
     pub description: String,
     #[serde(default)]
     pub cli: CliOptions,
+    /// The pinned releases this scenario is recorded and checked on (empty: every one).
+    /// For options and controls that need not be recorded on every release twice.
+    #[serde(default)]
+    pub releases: Vec<String>,
     /// Fake model rules, first match wins.
     #[serde(default, rename = "model")]
     pub rules: Vec<ModelRule>,
@@ -49,6 +53,16 @@ pub struct CliOptions {
     /// Extra environment variables (e.g. `CLAUDE_CODE_MAX_RETRIES`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Extra CLI arguments, appended as given (session options: `--system-prompt`, ...).
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+impl Scenario {
+    /// Whether the scenario is recorded and checked on `release`.
+    pub fn applies_to(&self, release: &str) -> bool {
+        self.releases.is_empty() || self.releases.iter().any(|r| r == release)
+    }
 }
 
 /// A rule of the fake model server.

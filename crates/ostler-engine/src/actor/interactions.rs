@@ -61,6 +61,7 @@ impl Actor {
                         .as_ref()
                         .and_then(|s| s.to_value().ok()),
                     expires_at_ms: None,
+                    agent_id: c.agent_id.clone(),
                 }),
             ),
         };

@@ -85,6 +85,13 @@ impl Actor {
                     }
                     // Withdrawn requests are in the line's `cancelled`.
                     Event::ControlCancel(_) | Event::KeepAlive => continue,
+                    // The answer to the `initialize` sent at spawn is recorded once, whole,
+                    // as the `session_initialized` notice (~17.5 KB on 2.1.330).
+                    Event::ControlResponse(r)
+                        if self.process.initialize_request_id() == Some(r.request_id.as_str()) =>
+                    {
+                        continue;
+                    }
                     Event::ControlResponse(r) => EventPayload::ControlResponse(r),
                     Event::TurnResult(r) => {
                         results.push(items.len());

@@ -151,27 +151,36 @@ impl Engine {
         let store = self.shared.store.clone();
         let sid = session_id.to_owned();
         let (init, initialized, initialize_error) = blocking(move || {
+            // Newest first, only `session_started` and `engine_notice` rows: the latest
+            // init, the latest initialize answer, and an `initialize_failed` only when it
+            // came after that answer.
             let mut init = None;
             let mut initialized = None;
             let mut failed = None;
-            let mut after = 0;
-            loop {
-                let page = store.events_after(&sid, after, 1000)?;
+            let mut before = u64::MAX;
+            while init.is_none() || initialized.is_none() {
+                let page = store.events_of_kinds_before(
+                    &sid,
+                    &["session_started", "engine_notice"],
+                    before,
+                    64,
+                )?;
                 let Some(last) = page.last() else { break };
-                after = last.seq;
+                before = last.seq;
                 for ev in &page {
-                    let kind = &*ev.kind;
-                    if kind != "session_started" && kind != "engine_notice" {
-                        continue;
-                    }
-                    match EventPayload::decode_stored(kind, &ev.payload) {
-                        Ok(EventPayload::SessionStarted(s)) => init = Some(s),
-                        Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_INITIALIZED => {
+                    match EventPayload::decode_stored(&ev.kind, &ev.payload) {
+                        Ok(EventPayload::SessionStarted(s)) if init.is_none() => init = Some(s),
+                        Ok(EventPayload::EngineNotice(n))
+                            if n.code == SESSION_INITIALIZED && initialized.is_none() =>
+                        {
                             initialized =
                                 Some(Initialized::from_answer(n.data.unwrap_or(Value::Null)));
-                            failed = None;
                         }
-                        Ok(EventPayload::EngineNotice(n)) if n.code == INITIALIZE_FAILED => {
+                        Ok(EventPayload::EngineNotice(n))
+                            if n.code == INITIALIZE_FAILED
+                                && initialized.is_none()
+                                && failed.is_none() =>
+                        {
                             failed = Some(n.message);
                         }
                         _ => {}

@@ -370,8 +370,13 @@ impl Engine {
 
     /// Checks where the conversation of a create comes from: the CLI conversation to
     /// resume (its transcript must exist), and for a fork the fork point.
-    async fn plan_origin(&self, origin: &Origin, cwd: &Path) -> Result<OriginPlan> {
-        let env = self.shared.opts.spawn_env.clone();
+    async fn plan_origin(
+        &self,
+        origin: &Origin,
+        cwd: &Path,
+        options: &CliOptions,
+    ) -> Result<OriginPlan> {
+        let env = crate::capability::session_env(&self.shared.opts.spawn_env, options);
         let transcript = |cid: String, what: String| {
             let env = env.clone();
             async move {
@@ -380,9 +385,10 @@ impl Engine {
                     Ok(_) => Ok(cid),
                     Err(Error::FailedPrecondition { .. }) => Err(Error::precondition(format!(
                         "cannot start by {what}: the CLI's transcript of conversation {cid} \
-                         is not in the daemon's Claude configuration (its HOME's \
-                         .claude/projects), so the CLI would exit with \"No conversation \
-                         found\""
+                         is not in the Claude configuration the session's CLI would use \
+                         (CLAUDE_CONFIG_DIR, else HOME/.claude, of the session's environment, \
+                         then the daemon's: its projects/), so the CLI would exit with \
+                         \"No conversation found\""
                     ))),
                     Err(e) => Err(e),
                 }
@@ -509,7 +515,7 @@ impl Engine {
             return Ok(info);
         }
         let plan = match &req.origin {
-            Some(o) => Some(self.plan_origin(o, &cwd).await?),
+            Some(o) => Some(self.plan_origin(o, &cwd, &req.options).await?),
             None => None,
         };
         let slot = self.acquire_slot("").await?;
@@ -774,7 +780,7 @@ impl Engine {
             )));
         }
         let resume = crate::capability::resume_checked(
-            &self.shared.opts.spawn_env,
+            &crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options),
             entry,
             rec.claude_session_id.clone(),
             opts,

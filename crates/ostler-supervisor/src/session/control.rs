@@ -124,6 +124,13 @@ pub(super) struct Sent {
     ack: WriteAck,
 }
 
+impl Sent {
+    /// The id the request went out with (its `control_response` carries it).
+    pub(super) fn request_id(&self) -> &str {
+        &self.request_id
+    }
+}
+
 /// Queues a control request for stdin at once (ordered with every write queued before and
 /// after this call) and registers its waiter. Used directly for `initialize` at spawn, which
 /// must reach the CLI before the first user message.

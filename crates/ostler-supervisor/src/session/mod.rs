@@ -85,6 +85,8 @@ pub struct SessionProcess {
     shared: Arc<Shared>,
     /// The answer to the `initialize` sent at spawn, awaited in its own task; taken once.
     initialize: Arc<Mutex<Option<InitializeAnswer>>>,
+    /// The request id that `initialize` went out with.
+    initialize_id: Option<Arc<str>>,
     _guard: Arc<DropGuard>,
 }
 
@@ -168,8 +170,10 @@ impl SessionProcess {
             watchdog,
         ));
         // `initialize` goes first on stdin: queued now, before any user message can be.
+        let mut initialize_id = None;
         let initialize = spawn::initialize_request(inst, &opts).map(|req| {
             let sent = control::send(&shared, req);
+            initialize_id = sent.as_ref().ok().map(|s| Arc::from(s.request_id()));
             let shared = shared.clone();
             tokio::spawn(async move { control::wait(&shared, sent?).await })
         });
@@ -178,6 +182,7 @@ impl SessionProcess {
             SessionProcess {
                 _guard: Arc::new(DropGuard(shared.clone())),
                 initialize: Arc::new(Mutex::new(initialize)),
+                initialize_id,
                 shared,
             },
             erx,
@@ -215,6 +220,12 @@ impl SessionProcess {
     /// answer, the control timeout or the process's exit; it never waits longer.
     pub fn take_initialize(&self) -> Option<InitializeAnswer> {
         lock(&self.initialize).take()
+    }
+
+    /// The request id of the `initialize` sent at spawn (`None` when none was sent): its
+    /// `control_response` line carries it.
+    pub fn initialize_request_id(&self) -> Option<&str> {
+        self.initialize_id.as_deref()
     }
 
     /// Whether a turn is running (a user message was sent and its `result` not yet seen).

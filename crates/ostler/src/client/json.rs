@@ -136,6 +136,12 @@ pub fn kind(p: Option<&Payload>) -> &'static str {
         Some(Payload::HookResolved(_)) => "hook_resolved",
         Some(Payload::ToolCallRequested(_)) => "tool_call_requested",
         Some(Payload::ToolCallResolved(_)) => "tool_call_resolved",
+        Some(Payload::TaskStarted(_)) => "task_started",
+        Some(Payload::TaskProgress(_)) => "task_progress",
+        Some(Payload::TaskNotification(_)) => "task_notification",
+        Some(Payload::RateLimit(_)) => "rate_limit",
+        Some(Payload::CompactBoundary(_)) => "compact_boundary",
+        Some(Payload::CliStatus(_)) => "cli_status",
     }
 }
 
@@ -161,6 +167,20 @@ pub fn turn(t: &pb::TurnCompleted) -> Value {
         "errors": t.errors,
         "stop_reason": t.stop_reason,
         "denied_tools": t.denied_tools,
+        "model_usage": t.model_usage.iter().map(|m| json!({
+            "model": m.model, "input_tokens": m.input_tokens, "output_tokens": m.output_tokens,
+            "cache_read_input_tokens": m.cache_read_input_tokens,
+            "cache_creation_input_tokens": m.cache_creation_input_tokens,
+            "web_search_requests": m.web_search_requests, "cost_usd": m.cost_usd,
+            "context_window": m.context_window, "max_output_tokens": m.max_output_tokens,
+        })).collect::<Vec<_>>(),
+        "terminal_reason": t.terminal_reason,
+    })
+}
+
+fn task_usage(u: Option<&pb::TaskUsage>) -> Value {
+    u.map_or(Value::Null, |u| {
+        json!({"total_tokens": u.total_tokens, "tool_uses": u.tool_uses, "duration_ms": u.duration_ms})
     })
 }
 
@@ -213,7 +233,7 @@ fn payload(p: &Payload) -> Value {
             "request_id": r.request_id, "tool_name": r.tool_name, "input": parsed(&r.input_json),
             "tool_use_id": r.tool_use_id, "suggestions": parsed(&r.suggestions_json),
             "blocked_path": r.blocked_path, "decision_reason": r.decision_reason,
-            "description": r.description,
+            "description": r.description, "agent_id": r.agent_id,
         }),
         Payload::PermissionResolved(r) => json!({
             "request_id": r.request_id, "resolution": resolution_name(r.resolution),
@@ -281,6 +301,34 @@ fn payload(p: &Payload) -> Value {
             "request_id": t.request_id, "resolution": resolution_name(t.resolution),
             "content": tool_content(&t.content), "is_error": t.is_error,
             "resolved_by": t.resolved_by,
+        }),
+        Payload::TaskStarted(t) => json!({
+            "task_id": t.task_id, "tool_use_id": t.tool_use_id, "description": t.description,
+            "task_type": t.task_type, "subagent_type": t.subagent_type,
+            "is_backgrounded": t.is_backgrounded, "fields": parsed(&t.fields_json),
+        }),
+        Payload::TaskProgress(t) => json!({
+            "task_id": t.task_id, "tool_use_id": t.tool_use_id, "description": t.description,
+            "last_tool_name": t.last_tool_name, "summary": t.summary,
+            "usage": task_usage(t.usage.as_ref()), "fields": parsed(&t.fields_json),
+        }),
+        Payload::TaskNotification(t) => json!({
+            "task_id": t.task_id, "tool_use_id": t.tool_use_id, "status": t.status,
+            "summary": t.summary, "output_file": t.output_file,
+            "usage": task_usage(t.usage.as_ref()), "fields": parsed(&t.fields_json),
+        }),
+        Payload::RateLimit(r) => json!({
+            "status": r.status, "resets_at": r.resets_at, "rate_limit_type": r.rate_limit_type,
+            "utilization": r.utilization, "is_using_overage": r.is_using_overage,
+            "fields": parsed(&r.fields_json),
+        }),
+        Payload::CompactBoundary(c) => json!({
+            "trigger": c.trigger, "pre_tokens": c.pre_tokens, "post_tokens": c.post_tokens,
+            "fields": parsed(&c.fields_json),
+        }),
+        Payload::CliStatus(c) => json!({
+            "status": c.status, "permission_mode": c.permission_mode,
+            "fields": parsed(&c.fields_json),
         }),
     }
 }

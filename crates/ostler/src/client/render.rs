@@ -659,6 +659,79 @@ impl Human {
                     )));
                 }
             }
+            // Issue 10's typed notices: task lifecycle, rate limits and compaction shown;
+            // progress and status only with --verbose.
+            Payload::TaskStarted(t) => {
+                self.note(&self.err.dim(&format!(
+                    "· background task {} started: {}",
+                    t.task_id,
+                    clip(&t.description, 100)
+                )));
+            }
+            Payload::TaskProgress(t) => {
+                if self.verbose {
+                    self.note(&self.err.dim(&format!(
+                        "· task {}: {}{}",
+                        t.task_id,
+                        clip(&t.description, 80),
+                        if t.last_tool_name.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (last tool {})", t.last_tool_name)
+                        }
+                    )));
+                }
+            }
+            Payload::TaskNotification(t) => {
+                self.note(&self.err.dim(&format!(
+                    "· background task {} {}: {}",
+                    t.task_id,
+                    t.status,
+                    clip(&t.summary, 100)
+                )));
+            }
+            Payload::RateLimit(r) => {
+                let text = format!(
+                    "rate limit {}{}{}",
+                    r.status,
+                    if r.rate_limit_type.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", r.rate_limit_type)
+                    },
+                    if r.resets_at > 0 {
+                        format!(", resets at {} (epoch s)", r.resets_at)
+                    } else {
+                        String::new()
+                    }
+                );
+                if r.status != "allowed" {
+                    self.note(&self.err.yellow(&text));
+                } else if self.verbose {
+                    self.note(&self.err.dim(&text));
+                }
+            }
+            Payload::CompactBoundary(c) => {
+                self.note(&self.err.dim(&format!(
+                    "· conversation compacted ({}, {} tokens before)",
+                    if c.trigger.is_empty() {
+                        "?"
+                    } else {
+                        &c.trigger
+                    },
+                    c.pre_tokens
+                )));
+            }
+            Payload::CliStatus(c) => {
+                if self.verbose {
+                    let status = if c.status.is_empty() {
+                        "idle"
+                    } else {
+                        &c.status
+                    };
+                    self.note(&self.err.dim(&format!("· CLI {status}")));
+                }
+            }
             // Issue 11 (in progress): shown as plain lines until the client can answer them.
             Payload::HookRequested(h) => {
                 self.note(&format!(

@@ -1,0 +1,333 @@
+//! Typed notices, per-model usage, terminal reason, the sub-agent's id on permission
+//! requests and the interruption marker, read from lines the real CLI wrote (the recorded
+//! contracts of 2.1.330 and 1.0.128) and from hand-written lines in the release's shapes.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+use ostler_protocol::transcript::{Output, decode_all};
+use ostler_protocol::*;
+use semver::Version;
+use serde_json::json;
+
+fn recorded(release: &str, scenario: &str) -> Vec<Event> {
+    let path = format!(
+        "{}/../../contracts/claude-code/{release}/{scenario}.ndjson",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (out, _) = decode_all(&bytes, Some(Version::parse(release).unwrap()));
+    out.into_iter()
+        .filter_map(|o| match o {
+            Output::Event(e) => Some(e),
+            Output::Outbound(_) => None,
+        })
+        .collect()
+}
+
+fn details(events: &[Event]) -> Vec<NoticeDetail> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SystemNotice(n) => n.detail.clone(),
+            _ => None,
+        })
+        .collect()
+}
+
+fn one(release: &str, line: serde_json::Value) -> Event {
+    let mut d = Decoder::for_release(Some(&Version::parse(release).unwrap()));
+    let mut out = Vec::new();
+    d.decode_into(line.to_string().as_bytes(), &mut out);
+    assert_eq!(out.len(), 1, "{out:?}");
+    out.remove(0)
+}
+
+#[test]
+fn background_task_lifecycle_is_typed_on_2_1_330() {
+    let events = recorded("2.1.330", "subagent");
+    let d = details(&events);
+    let started = d
+        .iter()
+        .find_map(|d| match d {
+            NoticeDetail::TaskStarted(t) => Some(t.clone()),
+            _ => None,
+        })
+        .expect("task_started");
+    assert_eq!(
+        started,
+        TaskStarted {
+            task_id: "task-1".into(),
+            tool_use_id: Some("toolu_task_1".into()),
+            description: Some("Create sub.txt".into()),
+            task_type: Some("local_agent".into()),
+            subagent_type: Some("general-purpose".into()),
+            is_backgrounded: Some(true),
+        }
+    );
+    let progress = d
+        .iter()
+        .find_map(|d| match d {
+            NoticeDetail::TaskProgress(t) => Some(t.clone()),
+            _ => None,
+        })
+        .expect("task_progress");
+    assert_eq!(progress.task_id, "task-1");
+    assert_eq!(progress.tool_use_id.as_deref(), Some("toolu_task_1"));
+    assert_eq!(progress.last_tool_name.as_deref(), Some("Bash"));
+    assert_eq!(
+        progress.usage,
+        Some(TaskUsage {
+            total_tokens: 134,
+            tool_uses: 1,
+            duration_ms: 0
+        })
+    );
+    let done = d
+        .iter()
+        .find_map(|d| match d {
+            NoticeDetail::TaskNotification(t) => Some(t.clone()),
+            _ => None,
+        })
+        .expect("task_notification");
+    assert_eq!(done.task_id, "task-1");
+    assert_eq!(done.status, "completed");
+    assert_eq!(done.tool_use_id.as_deref(), Some("toolu_task_1"));
+    assert_eq!(done.summary.as_deref(), Some("Sub-agent: created sub.txt."));
+    assert!(
+        done.output_file
+            .as_deref()
+            .unwrap()
+            .ends_with("task-1.output")
+    );
+    assert_eq!(done.usage.map(|u| u.total_tokens), Some(157));
+
+    // The sub-agent's permission request names its task; the main thread's does not.
+    let agents: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ControlRequest(ControlRequest {
+                request: CliRequest::CanUseTool(c),
+                ..
+            }) => Some(c.agent_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(agents, [Some("task-1".to_string())]);
+
+    // Notices without typed fields stay plain (task_updated, background_tasks_changed).
+    let plain: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SystemNotice(n) if n.detail.is_none() => n.subtype.clone(),
+            _ => None,
+        })
+        .collect();
+    assert!(plain.contains(&"task_updated".to_string()), "{plain:?}");
+    assert!(
+        plain.contains(&"background_tasks_changed".to_string()),
+        "{plain:?}"
+    );
+}
+
+#[test]
+fn status_is_typed_with_the_permission_mode_when_sent() {
+    let d = details(&recorded("2.1.330", "control"));
+    assert!(
+        d.contains(&NoticeDetail::Status(CliStatus {
+            status: None,
+            permission_mode: Some("acceptEdits".into()),
+        })),
+        "{d:?}"
+    );
+    let d = details(&recorded("2.1.330", "plain_text"));
+    assert_eq!(
+        d,
+        [NoticeDetail::Status(CliStatus {
+            status: Some("requesting".into()),
+            permission_mode: None,
+        })]
+    );
+}
+
+#[test]
+fn interruption_marker_is_synthetic_and_the_result_says_why() {
+    for release in ["2.1.330", "1.0.128"] {
+        let events = recorded(release, "interrupt");
+        let markers: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::UserMessage(u) => Some(u.clone()),
+                _ => None,
+            })
+            .filter(|u| u.text.as_deref() == Some("[Request interrupted by user]"))
+            .collect();
+        assert!(!markers.is_empty(), "{release}: no marker");
+        assert!(markers.iter().all(|u| u.is_synthetic), "{release}");
+    }
+    let results: Vec<_> = recorded("2.1.330", "interrupt")
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TurnResult(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    let reasons: Vec<_> = results
+        .iter()
+        .map(|r| r.terminal_reason.as_deref())
+        .collect();
+    assert_eq!(reasons, [Some("aborted_streaming"), Some("completed")]);
+    let models = results[0].models();
+    assert_eq!(models.len(), 1);
+    assert_eq!(
+        models[0],
+        ModelUsage {
+            model: "claude-opus-5-5".into(),
+            input_tokens: 120,
+            output_tokens: 3,
+            cache_read_input_tokens: 0,
+            cache_creation_input_tokens: 0,
+            web_search_requests: 0,
+            cost_usd: 0.00054,
+            context_window: 1_000_000,
+            max_output_tokens: 128_000,
+        }
+    );
+    // 1.0.128 sends modelUsage but no terminal reason.
+    let old: Vec<_> = recorded("1.0.128", "interrupt")
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TurnResult(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert!(old.iter().all(|r| r.terminal_reason.is_none()));
+    // A user's own text that merely mentions the marker is not synthetic.
+    let Event::UserMessage(u) = one(
+        "2.1.330",
+        json!({"type":"user","message":{"role":"user","content":"what does [Request interrupted by user] mean?"}}),
+    ) else {
+        panic!()
+    };
+    assert!(!u.is_synthetic);
+    let Event::UserMessage(u) = one(
+        "2.1.330",
+        json!({"type":"user","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user for tool use]"}]}}),
+    ) else {
+        panic!()
+    };
+    assert!(u.is_synthetic);
+}
+
+#[test]
+fn rate_limit_and_compact_boundary_in_the_release_shapes() {
+    // Shapes from 2.1.330's own message schema (`rate_limit_event`, `compact_boundary`).
+    let Event::SystemNotice(n) = one(
+        "2.1.330",
+        json!({"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","resetsAt":1763913600,"rateLimitType":"five_hour","utilization":0.92,"isUsingOverage":false},"uuid":"u","session_id":"s"}),
+    ) else {
+        panic!()
+    };
+    assert_eq!(n.source_type, "rate_limit_event");
+    assert_eq!(
+        n.detail,
+        Some(NoticeDetail::RateLimit(RateLimit {
+            status: "allowed_warning".into(),
+            resets_at: Some(1_763_913_600),
+            rate_limit_type: Some("five_hour".into()),
+            utilization: Some(0.92),
+            is_using_overage: Some(false),
+        }))
+    );
+    let Event::SystemNotice(n) = one(
+        "2.1.330",
+        json!({"type":"system","subtype":"compact_boundary","compact_metadata":{"trigger":"manual","pre_tokens":51234,"post_tokens":"812"},"uuid":"u","session_id":"s"}),
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        n.detail,
+        Some(NoticeDetail::CompactBoundary(CompactBoundary {
+            trigger: Some("manual".into()),
+            pre_tokens: Some(51_234),
+            post_tokens: Some(812),
+        }))
+    );
+    // 1.0.x knows compact_boundary too.
+    let Event::SystemNotice(n) = one(
+        "1.0.128",
+        json!({"type":"system","subtype":"compact_boundary","compact_metadata":{"trigger":"auto","pre_tokens":9}}),
+    ) else {
+        panic!()
+    };
+    assert!(matches!(
+        n.detail,
+        Some(NoticeDetail::CompactBoundary(CompactBoundary {
+            pre_tokens: Some(9),
+            ..
+        }))
+    ));
+}
+
+#[test]
+fn malformed_typed_notices_stay_plain_and_never_guess() {
+    for line in [
+        json!({"type":"system","subtype":"task_started"}),
+        json!({"type":"system","subtype":"task_started","task_id":7}),
+        json!({"type":"system","subtype":"task_notification","task_id":"t"}),
+        json!({"type":"rate_limit_event"}),
+        json!({"type":"rate_limit_event","rate_limit_info":"soon"}),
+        json!({"type":"rate_limit_event","rate_limit_info":{"resetsAt":1}}),
+    ] {
+        let Event::SystemNotice(n) = one("2.1.330", line.clone()) else {
+            panic!("{line}")
+        };
+        assert_eq!(n.detail, None, "{line}");
+        assert_eq!(n.fields.to_value().unwrap(), line);
+    }
+    // Odd types read leniently: numbers as strings, a wrong-typed usage ignored.
+    let Event::SystemNotice(n) = one(
+        "2.1.330",
+        json!({"type":"system","subtype":"task_progress","task_id":"t","usage":"lots","description":["x"]}),
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        n.detail,
+        Some(NoticeDetail::TaskProgress(TaskProgress {
+            task_id: "t".into(),
+            ..Default::default()
+        }))
+    );
+    // modelUsage that is not an object of objects gives no per-model usage.
+    let Event::TurnResult(r) = one(
+        "2.1.330",
+        json!({"type":"result","subtype":"success","is_error":false,"modelUsage":[1,2]}),
+    ) else {
+        panic!()
+    };
+    assert!(r.models().is_empty());
+    let Event::TurnResult(r) = one(
+        "2.1.330",
+        json!({"type":"result","subtype":"success","is_error":false,"modelUsage":{"a":1,"b":{"inputTokens":"5","contextWindow":200000}}}),
+    ) else {
+        panic!()
+    };
+    let m = r.models();
+    assert_eq!(m.len(), 1);
+    assert_eq!(
+        (m[0].model.as_str(), m[0].input_tokens, m[0].context_window),
+        ("b", 5, 200_000)
+    );
+}
+
+/// A typed notice survives serde as stored (what replay reads back).
+#[test]
+fn typed_notices_round_trip_through_serde() {
+    for e in recorded("2.1.330", "subagent")
+        .into_iter()
+        .chain(recorded("2.1.330", "interrupt"))
+    {
+        let bytes = serde_json::to_vec(&e).unwrap();
+        let back: Event = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back, e);
+    }
+}
