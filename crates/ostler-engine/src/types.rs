@@ -259,6 +259,14 @@ pub struct Decided {
     pub resolved: InteractionResolved,
 }
 
+/// What `RespondToHook` returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookDecided {
+    /// The seq of the `hook_resolved` event.
+    pub seq: u64,
+    pub resolved: ostler_protocol::hooks::HookResolved,
+}
+
 /// What became of a permission request or question.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -430,6 +438,10 @@ pub enum EventPayload {
     /// Live-only, per subscriber: partial deltas this subscriber did not get (it fell
     /// behind the live ring); never stored, `seq` is `None`.
     PartialsMissed(PartialsMissed),
+    /// The CLI called a hook registered by the session (issue 11), pending for clients.
+    HookRequested(ostler_protocol::hooks::HookRequested),
+    /// A hook call was answered (client, default) or cancelled.
+    HookResolved(ostler_protocol::hooks::HookResolved),
 }
 
 /// Partial deltas a subscriber missed (see [`EventPayload::PartialsMissed`]).
@@ -463,6 +475,8 @@ impl EventPayload {
             EventPayload::Truncated(_) => "truncated",
             EventPayload::Unknown(_) => "unknown",
             EventPayload::PartialsMissed(_) => "partials_missed",
+            EventPayload::HookRequested(_) => "hook_requested",
+            EventPayload::HookResolved(_) => "hook_resolved",
         }
     }
 
@@ -498,7 +512,9 @@ impl EventPayload {
             Diagnostic,
             Truncated,
             Unknown,
-            PartialsMissed
+            PartialsMissed,
+            HookRequested,
+            HookResolved
         )
     }
 
@@ -535,7 +551,9 @@ impl EventPayload {
             Diagnostic => "diagnostic",
             Truncated => "truncated",
             Unknown => "unknown",
-            PartialsMissed => "partials_missed"
+            PartialsMissed => "partials_missed",
+            HookRequested => "hook_requested",
+            HookResolved => "hook_resolved"
         );
         match r {
             Ok(p) if p.kind() == kind => Ok(p),
@@ -584,7 +602,7 @@ pub struct EngineEvent {
     pub redelivered: bool,
 }
 
-/// A pending permission request or question.
+/// A pending permission request, question or hook call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingInteraction {
     pub session_id: String,
