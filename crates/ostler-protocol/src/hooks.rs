@@ -195,8 +195,7 @@ pub fn validate_registrations(field: &str, hooks: &[HookRegistration]) -> Result
         let f = |name: &str| format!("{field}[{i}].{name}");
         let id_ok = !h.id.is_empty()
             && h.id.len() <= limits::ID_BYTES
-            && h
-                .id
+            && h.id
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
         if !id_ok {
@@ -610,7 +609,8 @@ mod tests {
 
     #[test]
     fn calls_are_read_from_the_input() {
-        let input = json!({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_use_id": "toolu_1"});
+        let input =
+            json!({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_use_id": "toolu_1"});
         let c = read_call(Some(&input), Some("toolu_1"), "PreToolUse");
         assert_eq!(c.tool_name.as_deref(), Some("Bash"));
         assert_eq!(c.tool_use_id.as_deref(), Some("toolu_1"));

@@ -42,7 +42,9 @@ fn opt(s: String) -> Option<String> {
 
 /// `CreateSessionRequest.hooks`: an empty id becomes `hook-<index>`; the registrations are
 /// checked whole by `CliOptions::validate`.
-pub(crate) fn registrations(hooks: Vec<pb::HookRegistration>) -> Result<Vec<HookRegistration>, Status> {
+pub(crate) fn registrations(
+    hooks: Vec<pb::HookRegistration>,
+) -> Result<Vec<HookRegistration>, Status> {
     if hooks.len() > h::limits::HOOKS {
         return Err(Status::invalid_argument(format!(
             "hooks: has {} entries; at most {} are allowed",

@@ -191,7 +191,8 @@ impl Actor {
         let Some(p) = self.hooks.get(request_id) else {
             return Err(self.not_pending(request_id).await);
         };
-        h::validate_answer("", &p.event, &answer).map_err(|e| Error::invalid(e.field, e.message))?;
+        h::validate_answer("", &p.event, &answer)
+            .map_err(|e| Error::invalid(e.field, e.message))?;
         self.resolve_hook(
             request_id,
             HookResolution::Answered,
