@@ -531,3 +531,80 @@ async fn bad_registrations_and_releases_without_hooks_are_refused() {
         .into_inner();
     assert!(listed.sessions.is_empty(), "nothing was created");
 }
+
+/// The terminal client: `ostler pending --json` lists the hook call (kind `hook`), and
+/// `ostler hook ID --deny REASON --json` answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_lists_and_answers_a_hook() {
+    let world = World::with_scenario(NEW, HOOKS_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_with_hooks(
+        &mut c,
+        &world,
+        vec![pre_tool_use(pb::HookDecision::Continue, "", 600)],
+    )
+    .await
+    .unwrap();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Create the file hooked.txt please.").await;
+    let ev = read_until(&mut events, &mut seen, "hook", |e| {
+        hook_requested(e).is_some()
+    })
+    .await;
+    let request_id = hook_requested(&ev).unwrap().request_id.clone();
+    let client = |args: Vec<String>| {
+        let mut cmd = std::process::Command::new(OSTLER);
+        cmd.args(&args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &world.home)
+            .env("OSTLER_ADDR", daemon.addr.to_string())
+            .env("OSTLER_CONFIG", &world.config)
+            .env("USER", "tester");
+        async move {
+            let out = tokio::task::spawn_blocking(move || cmd.output())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "ostler {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    let listed = client(vec!["pending".into(), "--json".into()]).await;
+    let item = listed
+        .iter()
+        .find(|v| v["request_id"] == request_id.as_str())
+        .unwrap_or_else(|| panic!("{listed:?}"));
+    assert_eq!(item["kind"], "hook");
+    let prefix: String = request_id.chars().take(8).collect();
+    let answered = client(vec![
+        "hook".into(),
+        prefix,
+        "--deny".into(),
+        "CLIDENY from the terminal".into(),
+        "--json".into(),
+    ])
+    .await;
+    assert_eq!(answered[0]["decision"], "deny");
+    assert_eq!(answered[0]["hook_event"], "PreToolUse");
+    assert!(
+        answered[0]["resolved_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("client:"),
+        "{answered:?}"
+    );
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+    assert!(!world.work.join("hooked.txt").exists());
+    assert!(model_saw(&world, "CLIDENY from the terminal"));
+}
