@@ -177,6 +177,40 @@ async fn second_client_denies(release: &str) {
         .into_inner();
     assert_eq!(got.state(), pb::SessionState::AwaitingPermission);
 
+    // A subscriber that starts past the request gets it again, marked redelivered.
+    let mut late_sub = subscribe(&mut b, &s.id, ha.seq, false).await;
+    let again = tokio::time::timeout(guard(), late_sub.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(again.redelivered, "{again:?}");
+    assert_eq!(again.seq, ha.seq);
+    assert!(hook_requested(&again).is_some());
+    drop(late_sub);
+    // The daemon-wide feed lists it as HOOK_PENDING.
+    let mut feed = a
+        .watch_sessions(pb::WatchSessionsRequest {
+            after_cursor: 0,
+            follow: false,
+            kinds: vec![pb::FeedKind::HookPending as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut items = Vec::new();
+    while let Some(item) = tokio::time::timeout(guard(), feed.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        items.push(item);
+    }
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].kind(), pb::FeedKind::HookPending);
+    assert_eq!(items[0].event.as_ref().map(|e| e.seq), Some(ha.seq));
+
     // A decision PreToolUse does not take.
     let err = a
         .respond_to_hook(respond(
