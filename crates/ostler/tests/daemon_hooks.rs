@@ -589,14 +589,8 @@ async fn client_lists_and_answers_a_hook() {
     .await;
     let request_id = hook_requested(&ev).unwrap().request_id.clone();
     let client = |args: Vec<String>| {
-        let mut cmd = std::process::Command::new(OSTLER);
-        cmd.args(&args)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &world.home)
-            .env("OSTLER_ADDR", daemon.addr.to_string())
-            .env("OSTLER_CONFIG", &world.config)
-            .env("USER", "tester");
+        let mut cmd = client_command(&world, &daemon.addr.to_string(), &args);
+        cmd.stdin(std::process::Stdio::null());
         async move {
             let out = tokio::task::spawn_blocking(move || cmd.output())
                 .await
