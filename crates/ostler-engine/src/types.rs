@@ -656,6 +656,31 @@ mod tests {
     /// with a field).
     #[test]
     fn engine_payloads_round_trip() {
+        use ostler_protocol::hooks::{HookAnswer, HookDecision, HookResolution};
+        round_trip(EventPayload::HookRequested(
+            ostler_protocol::hooks::HookRequested {
+                request_id: "r1".into(),
+                hook_event: "PreToolUse".into(),
+                registration_id: "policy".into(),
+                input: json!({"tool_name": "Bash", "tool_input": {"command": "ls"}}),
+                tool_use_id: Some("toolu_1".into()),
+                tool_name: Some("Bash".into()),
+                expires_at_ms: 5,
+            },
+        ));
+        round_trip(EventPayload::HookResolved(
+            ostler_protocol::hooks::HookResolved {
+                request_id: "r1".into(),
+                resolution: HookResolution::Expired,
+                answer: HookAnswer {
+                    decision: HookDecision::Deny,
+                    reason: Some("no".into()),
+                    ..Default::default()
+                },
+                resolved_by: "default:restart".into(),
+                output: Some(json!({"hookSpecificOutput": {"permissionDecision": "deny"}})),
+            },
+        ));
         round_trip(EventPayload::UserMessageSent(UserMessageSent {
             content: MessageContent::Blocks(vec![json!({"type": "text", "text": "hi"})]),
             client_message_id: Some("m1".into()),
