@@ -263,9 +263,14 @@ fn control_fields(subtype: &str) -> serde_json::Value {
         "mcp_toggle" => json!({"serverName": "ostler-probe-absent", "enabled": false}),
         "mcp_reconnect" => json!({"serverName": "ostler-probe-absent"}),
         "stop_task" => json!({"task_id": "ostler-probe-absent"}),
+        // A hook the probe's turn calls (`hook_callback`, measured in the turn).
+        "initialize" => json!({"hooks": {"UserPromptSubmit": [{"hookCallbackIds": [PROBE_HOOK]}]}}),
         _ => json!({}),
     }
 }
+
+/// The callback id of the probe's hook.
+const PROBE_HOOK: &str = "ostler-probe-hook";
 
 fn control_line(request_id: &str, subtype: &str) -> String {
     let mut req = control_fields(subtype);
@@ -366,18 +371,45 @@ async fn control_probe(
     let user = serde_json::json!({"type":"user","message":{"role":"user","content":"say ok"},"parent_tool_use_id":null,"session_id":""});
     stdin.write_all(format!("{user}\n").as_bytes()).await?;
     stdin.flush().await?;
-    let turned = read_until(
-        &mut lines,
-        &mut answers,
-        &subtype_of,
-        Duration::from_secs(90),
-        &|v, _| v["type"] == "result",
-    )
-    .await?;
+    // The turn; the probe's hook is answered (with nothing to change) when the CLI calls it.
+    let is_hook = |v: &serde_json::Value| {
+        v["type"] == "control_request"
+            && v["request"]["subtype"] == "hook_callback"
+            && v["request"]["callback_id"] == PROBE_HOOK
+    };
+    let mut hook_called = false;
+    let turn = async {
+        while let Some(line) = lines.next_line().await? {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if v["type"] == "control_response"
+                && let Some(st) = v["response"]["request_id"].as_str().and_then(subtype_of)
+            {
+                answers.insert(st, classify(&v["response"]));
+            }
+            if is_hook(&v) {
+                hook_called = true;
+                let resp = serde_json::json!({"type": "control_response", "response": {"subtype": "success", "request_id": v["request_id"], "response": {}}});
+                stdin.write_all(format!("{resp}\n").as_bytes()).await?;
+                stdin.flush().await?;
+            }
+            if v["type"] == "result" {
+                return anyhow::Ok(true);
+            }
+        }
+        anyhow::Ok(false)
+    };
+    let turned = tokio::time::timeout(Duration::from_secs(90), turn)
+        .await
+        .unwrap_or(Ok(false))?;
+    if hook_called {
+        answers.insert("hook_callback".into(), ("answered", None));
+    }
     let rest: Vec<&str> = ostler_supervisor::compat::PROBED_CONTROLS
         .iter()
         .copied()
-        .filter(|c| *c != "initialize")
+        .filter(|c| *c != "initialize" && *c != "hook_callback")
         .collect();
     if turned {
         for c in &rest {
@@ -748,7 +780,10 @@ fn render_md(d: &Derived) -> Result<String> {
          `yes` answered, `yes (error)` answered with an error about the probe's harmless arguments \
          (the subtype is known), `unsupported` refused as an unknown subtype, `no answer` nothing \
          within 10 s (1.0.x ignores subtypes it does not know), `-` not measured. An RPC that needs \
-         a request the running release does not serve fails at once with FAILED_PRECONDITION.\n\n",
+         a request the running release does not serve fails at once with FAILED_PRECONDITION. \
+         `hook_callback` goes the other way: `yes` when the CLI called a hook registered in \
+         `initialize` during the probe's turn (remote hooks, CreateSession `hooks`, need it; \
+         elsewhere CreateSession with hooks fails with FAILED_PRECONDITION).\n\n",
     );
     let controls = ostler_supervisor::compat::PROBED_CONTROLS;
     s.push_str("| release |");

@@ -35,8 +35,11 @@ use crate::hub::{Item, now_ms};
 use crate::shared::{Shared, SlotGuard};
 use crate::types::*;
 
+mod hooks;
 mod interactions;
 mod output;
+
+pub(crate) use hooks::restart_resolution as hook_restart_resolution;
 
 /// Lines batched into one store append at most.
 const MAX_BATCH_LINES: usize = 256;
@@ -63,6 +66,8 @@ pub(crate) struct Actor {
     cwd: PathBuf,
     state: SessionState,
     pending: HashMap<String, Pending>,
+    /// Hook calls waiting for a client (issue 11), by request id.
+    hooks: HashMap<String, hooks::PendingHook>,
     turns_outstanding: u32,
     claude_session_id: Option<String>,
     stop_waiters: Vec<oneshot::Sender<Result<()>>>,
@@ -149,6 +154,7 @@ impl Actor {
             cwd: o.cwd,
             state: o.state,
             pending: HashMap::new(),
+            hooks: HashMap::new(),
             turns_outstanding: 0,
             claude_session_id: o.claude_session_id,
             stop_waiters: Vec::new(),
@@ -222,7 +228,12 @@ impl Actor {
         let mut cmds_open = true;
         let mut alive = self.shared.alive();
         loop {
-            let deadline = self.pending.values().filter_map(|p| p.deadline).min();
+            let deadline = self
+                .pending
+                .values()
+                .filter_map(|p| p.deadline)
+                .chain(self.hook_deadline())
+                .min();
             let idle_at = self.idle_deadline();
             let ev = if let Some(ev) = held.take() {
                 Some(ev)
@@ -263,6 +274,7 @@ impl Actor {
                     }
                     () = sleep_until(deadline), if deadline.is_some() => {
                         self.expire_due().await;
+                        self.expire_hooks_due().await;
                         None
                     }
                     () = sleep_until(idle_at), if idle_at.is_some() => {
@@ -372,7 +384,7 @@ impl Actor {
 
     /// The state a live session is in given its pending interactions and turns.
     fn live_state(&self) -> SessionState {
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || !self.hooks.is_empty() {
             SessionState::AwaitingPermission
         } else if self.turns_outstanding > 0 {
             SessionState::Running
@@ -413,6 +425,16 @@ impl Actor {
                 reply,
             } => {
                 let r = self.respond(&request_id, response, &client).await;
+                self.settle_state(None).await;
+                let _ = reply.send(r);
+            }
+            Command::RespondHook {
+                request_id,
+                answer,
+                client,
+                reply,
+            } => {
+                let r = self.respond_hook(&request_id, answer, &client).await;
                 self.settle_state(None).await;
                 let _ = reply.send(r);
             }
@@ -723,6 +745,7 @@ impl Actor {
             self.close_pending(&id, "engine", why, InteractionState::Cancelled)
                 .await;
         }
+        self.cancel_hooks("engine").await;
         let reason = if self.shutdown {
             "daemon shutdown".to_owned()
         } else if self.store_fault.is_some() {
@@ -784,6 +807,7 @@ impl Actor {
         !self.stop_requested
             && self.state == SessionState::Idle
             && self.pending.is_empty()
+            && self.hooks.is_empty()
             && self.turns_outstanding == 0
             && self.bg_tasks.is_empty()
     }

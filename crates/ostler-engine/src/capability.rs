@@ -53,6 +53,26 @@ pub(crate) fn check_control(inst: &Installation, request: &OutRequest) -> Result
     )))
 }
 
+/// `Ok` when the installed release calls hooks registered in `initialize`
+/// (`hook_callback`, measured by `cargo xtask compat probe`; a release not measured for it
+/// is judged by whether it answers `initialize`), else a `FailedPrecondition` naming the
+/// release (issue 11).
+pub(crate) fn check_hooks(inst: &Installation) -> Result<()> {
+    let caps = &inst.capabilities;
+    let support = match caps.control_support("hook_callback") {
+        ControlSupport::Unknown => caps.control_support("initialize"),
+        s => s,
+    };
+    if support.served() {
+        return Ok(());
+    }
+    Err(Error::precondition(format!(
+        "Claude Code {} does not call hooks registered over the control protocol          (`hook_callback` measured: {}; see docs/compatibility.md); leave `hooks` empty or          use a newer release",
+        inst.version,
+        support.as_str()
+    )))
+}
+
 /// The variable that turns on the CLI's file checkpointing (what `RewindFiles` restores
 /// from), as the Agent SDKs set it for `enable_file_checkpointing`.
 pub const FILE_CHECKPOINTING_VAR: &str = "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING";

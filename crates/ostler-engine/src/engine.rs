@@ -372,7 +372,29 @@ impl Engine {
             .await
     }
 
-    /// Pending permission requests and questions of a session, oldest first.
+    /// `RespondToHook` (issue 11): the first valid answer wins; later ones get
+    /// `FailedPrecondition` naming who answered; an answer the hook event does not take is
+    /// `InvalidArgument`.
+    pub async fn respond_hook(
+        &self,
+        session_id: &str,
+        request_id: &str,
+        answer: ostler_protocol::hooks::HookAnswer,
+        client: ClientRef,
+    ) -> Result<HookDecided> {
+        let actor = self.deciding_actor(session_id, request_id).await?;
+        let rid = request_id.to_owned();
+        actor
+            .call(session_id, |reply| Command::RespondHook {
+                request_id: rid,
+                answer,
+                client,
+                reply,
+            })
+            .await
+    }
+
+    /// Pending permission requests, questions and hook calls of a session, oldest first.
     pub async fn pending_interactions(&self, session_id: &str) -> Result<Vec<PendingInteraction>> {
         self.entry(session_id).await?;
         Ok(self
@@ -386,6 +408,7 @@ impl Engine {
                     EventPayload::QuestionAsked(q) => {
                         (q.request_id.clone(), InteractionKind::Question)
                     }
+                    EventPayload::HookRequested(h) => (h.request_id.clone(), InteractionKind::Hook),
                     _ => return None,
                 };
                 Some(PendingInteraction {

@@ -57,6 +57,8 @@ pub(crate) struct Meta {
     pub rules: Vec<PermissionRule>,
     /// Client message id -> seq of its `user_message_sent` (idempotent sends).
     pub messages: HashMap<String, u64>,
+    /// The session's hook registrations (its spec), by callback id = registration id.
+    pub hooks: Vec<ostler_protocol::hooks::HookRegistration>,
 }
 
 /// What an actor shows of its session, written by the actor only.
@@ -173,6 +175,12 @@ pub(crate) enum Command {
         response: PermissionResponse,
         client: ClientRef,
         reply: oneshot::Sender<Result<Decided>>,
+    },
+    RespondHook {
+        request_id: String,
+        answer: ostler_protocol::hooks::HookAnswer,
+        client: ClientRef,
+        reply: oneshot::Sender<Result<HookDecided>>,
     },
     Answer {
         request_id: String,

@@ -260,6 +260,14 @@ pub struct Decided {
     pub resolved: InteractionResolved,
 }
 
+/// What `RespondToHook` returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookDecided {
+    /// The seq of the `hook_resolved` event.
+    pub seq: u64,
+    pub resolved: ostler_protocol::hooks::HookResolved,
+}
+
 /// What became of a permission request or question.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -435,6 +443,10 @@ pub enum EventPayload {
     /// Live-only, per subscriber: partial deltas this subscriber did not get (it fell
     /// behind the live ring); never stored, `seq` is `None`.
     PartialsMissed(PartialsMissed),
+    /// The CLI called a hook registered by the session (issue 11), pending for clients.
+    HookRequested(ostler_protocol::hooks::HookRequested),
+    /// A hook call was answered (client, default) or cancelled.
+    HookResolved(ostler_protocol::hooks::HookResolved),
 }
 
 /// Partial deltas a subscriber missed (see [`EventPayload::PartialsMissed`]).
@@ -468,6 +480,8 @@ impl EventPayload {
             EventPayload::Truncated(_) => "truncated",
             EventPayload::Unknown(_) => "unknown",
             EventPayload::PartialsMissed(_) => "partials_missed",
+            EventPayload::HookRequested(_) => "hook_requested",
+            EventPayload::HookResolved(_) => "hook_resolved",
         }
     }
 
@@ -503,7 +517,9 @@ impl EventPayload {
             Diagnostic,
             Truncated,
             Unknown,
-            PartialsMissed
+            PartialsMissed,
+            HookRequested,
+            HookResolved
         )
     }
 
@@ -540,7 +556,9 @@ impl EventPayload {
             Diagnostic => "diagnostic",
             Truncated => "truncated",
             Unknown => "unknown",
-            PartialsMissed => "partials_missed"
+            PartialsMissed => "partials_missed",
+            HookRequested => "hook_requested",
+            HookResolved => "hook_resolved"
         );
         match r {
             Ok(p) if p.kind() == kind => Ok(p),
@@ -589,7 +607,7 @@ pub struct EngineEvent {
     pub redelivered: bool,
 }
 
-/// A pending permission request or question.
+/// A pending permission request, question or hook call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingInteraction {
     pub session_id: String,
@@ -643,6 +661,31 @@ mod tests {
     /// with a field).
     #[test]
     fn engine_payloads_round_trip() {
+        use ostler_protocol::hooks::{HookAnswer, HookDecision, HookResolution};
+        round_trip(EventPayload::HookRequested(
+            ostler_protocol::hooks::HookRequested {
+                request_id: "r1".into(),
+                hook_event: "PreToolUse".into(),
+                registration_id: "policy".into(),
+                input: json!({"tool_name": "Bash", "tool_input": {"command": "ls"}}),
+                tool_use_id: Some("toolu_1".into()),
+                tool_name: Some("Bash".into()),
+                expires_at_ms: 5,
+            },
+        ));
+        round_trip(EventPayload::HookResolved(
+            ostler_protocol::hooks::HookResolved {
+                request_id: "r1".into(),
+                resolution: HookResolution::Expired,
+                answer: HookAnswer {
+                    decision: HookDecision::Deny,
+                    reason: Some("no".into()),
+                    ..Default::default()
+                },
+                resolved_by: "default:restart".into(),
+                output: Some(json!({"hookSpecificOutput": {"permissionDecision": "deny"}})),
+            },
+        ));
         round_trip(EventPayload::UserMessageSent(UserMessageSent {
             content: MessageContent::Blocks(vec![json!({"type": "text", "text": "hi"})]),
             client_message_id: Some("m1".into()),

@@ -10,6 +10,7 @@
 //! - [`decode`]: a stateful per-session [`decode::Decoder`] using the versioned adapter
 //!   chosen for the CLI release (see [`adapter`]).
 //! - [`outbound`]: messages ostler writes to the CLI's stdin.
+//! - [`hooks`]: remote hooks (issue 11): registrations, hook calls, answers.
 //! - [`recording`]: reader for contract recordings (header + `cli`/`ostler` envelopes).
 //! - [`transcript`]: whole-stream decoding (raw NDJSON or a recording) shared by
 //!   `ostler decode`, `cargo xtask contracts bless` and the contract tests.
@@ -25,6 +26,7 @@ pub mod decode;
 mod detail;
 pub mod exit;
 pub mod framing;
+pub mod hooks;
 pub mod junk;
 pub mod model;
 pub mod outbound;

@@ -378,6 +378,7 @@ pub(crate) fn create_session(
         )));
     }
     let mcp_servers = mcp_servers_from_pb(r.mcp_servers)?;
+    let hooks = crate::hooks::registrations(r.hooks)?;
     for (name, list) in [
         ("add_dirs", r.add_dirs.len()),
         ("setting_sources", r.setting_sources.len()),
@@ -404,6 +405,7 @@ pub(crate) fn create_session(
         agents: opt_string(r.agents_json),
         json_schema: opt_string(r.json_schema),
         env: r.env.into_iter().collect(),
+        hooks,
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options
@@ -876,7 +878,11 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
         eng::EventPayload::InteractionResolved(r) => match r.kind {
             eng::InteractionKind::Permission => P::PermissionResolved(permission_resolved(r)),
             eng::InteractionKind::Question => P::QuestionAnswered(question_answered(r)),
+            // Hook calls resolve with `hook_resolved`, never `interaction_resolved`.
+            eng::InteractionKind::Hook => return None,
         },
+        eng::EventPayload::HookRequested(r) => P::HookRequested(crate::hooks::requested_to_pb(r)),
+        eng::EventPayload::HookResolved(r) => P::HookResolved(crate::hooks::resolved_to_pb(r)),
         eng::EventPayload::TurnCompleted(t) => P::TurnCompleted(pb::TurnCompleted {
             subtype: t.subtype.clone(),
             is_error: t.is_error,

@@ -18,6 +18,7 @@ mod daemon;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod hooks;
 mod notices;
 mod session;
 mod watch;

@@ -526,12 +526,24 @@ impl SessionService for SessionSvc {
 
     async fn respond_to_hook(
         &self,
-        _req: Request<pb::RespondToHookRequest>,
+        req: Request<pb::RespondToHookRequest>,
     ) -> Res<pb::RespondToHookResponse> {
-        // Issue 11 (in progress): hooks are not registered yet, so no hook can be pending.
-        Err(Status::unimplemented(
-            "RespondToHook: remote hooks are not built yet",
-        ))
+        let client = client_of(&req);
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let request_id = required("request_id", &r.request_id)?;
+        let answer = crate::hooks::answer(&r)?;
+        in_session("RespondToHook", id, async {
+            let res = self
+                .engine
+                .respond_hook(id, request_id, answer, client)
+                .await?;
+            Ok(pb::RespondToHookResponse {
+                resolved: Some(crate::hooks::resolved_to_pb(&res.resolved)),
+                seq: res.seq,
+            })
+        })
+        .await
     }
 
     async fn respond_to_tool_call(

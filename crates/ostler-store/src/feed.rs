@@ -80,11 +80,13 @@ pub enum FeedKind {
     InteractionResolved,
     /// `process_exited`.
     ProcessExited,
+    /// `hook_requested` (a pending hook call; its `hook_resolved` is `InteractionResolved`).
+    HookPending,
 }
 
 impl FeedKind {
     /// Every kind, in declaration order.
-    pub const ALL: [FeedKind; 7] = [
+    pub const ALL: [FeedKind; 8] = [
         FeedKind::SessionCreated,
         FeedKind::StateChanged,
         FeedKind::TurnCompleted,
@@ -92,6 +94,7 @@ impl FeedKind {
         FeedKind::QuestionAsked,
         FeedKind::InteractionResolved,
         FeedKind::ProcessExited,
+        FeedKind::HookPending,
     ];
 
     /// The stored name.
@@ -104,6 +107,7 @@ impl FeedKind {
             FeedKind::QuestionAsked => "question_asked",
             FeedKind::InteractionResolved => "interaction_resolved",
             FeedKind::ProcessExited => "process_exited",
+            FeedKind::HookPending => "hook_pending",
         }
     }
 }

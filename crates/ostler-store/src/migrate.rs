@@ -36,6 +36,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(2, "0002_usage.sql"),
     migration!(3, "0003_events_one_copy.sql"),
     migration!(4, "0004_feed.sql"),
+    migration!(5, "0005_hook.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).
@@ -201,6 +202,51 @@ mod tests {
         // Reopening a current database applies nothing and changes nothing.
         let store = crate::Store::open(&path, StoreOptions::default()).expect("reopen");
         assert_eq!(store.last_seq("old").expect("seq"), 3);
+
+        // 0005: a hook call is an interaction of kind `hook`, listed pending with the
+        // permission kept from version 1; its request event is a `hook_pending` feed item
+        // and its resolution an `interaction_resolved` one.
+        store
+            .upsert_interaction(NewInteraction {
+                session_id: "old".into(),
+                request_id: "h1".into(),
+                kind: InteractionKind::Hook,
+                tool_name: Some("PreToolUse".into()),
+                input: bytes::Bytes::from_static(b"{}"),
+                suggestions: None,
+                event_seq: None,
+                created_ms: 40,
+            })
+            .wait()
+            .expect("a hook interaction");
+        let kinds: Vec<_> = store
+            .pending_interactions(Some("old"))
+            .expect("pending")
+            .iter()
+            .map(|i| i.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![InteractionKind::Permission, InteractionKind::Hook]
+        );
+        store
+            .append_blocking(
+                "old",
+                vec![
+                    NewEvent::new("hook_requested", b"{}".to_vec(), 41),
+                    NewEvent::new("hook_resolved", b"{}".to_vec(), 42),
+                ],
+            )
+            .expect("append hook events");
+        let feed = store.feed_after(0, 100).expect("feed");
+        let tail: Vec<_> = feed.entries.iter().rev().take(2).map(|e| e.kind).collect();
+        assert_eq!(
+            tail,
+            vec![
+                crate::FeedKind::InteractionResolved,
+                crate::FeedKind::HookPending
+            ]
+        );
     }
 
     /// Events written with the schema before 0003 (payload and raw line both verbatim) read

@@ -310,6 +310,8 @@ pub enum InteractionKind {
     Permission,
     /// A question to the user.
     Question,
+    /// A hook call answered by clients (issue 11).
+    Hook,
 }
 
 /// Where an interaction stands. Everything but `Pending` is final.
@@ -366,7 +368,7 @@ str_enum!(SessionState {
     Resumable => "resumable",
     Suspended => "suspended",
 });
-str_enum!(InteractionKind { Permission => "permission", Question => "question" });
+str_enum!(InteractionKind { Permission => "permission", Question => "question", Hook => "hook" });
 str_enum!(InteractionState {
     Pending => "pending",
     Allowed => "allowed",

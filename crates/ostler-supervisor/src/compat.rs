@@ -181,8 +181,11 @@ impl ControlSupport {
 }
 
 /// The control request subtypes `cargo xtask compat probe` measures, in the order it sends
-/// them (`initialize` first, before any user message, as the Agent SDKs do).
-pub const PROBED_CONTROLS: [&str; 12] = [
+/// them (`initialize` first, before any user message, as the Agent SDKs do). The last,
+/// `hook_callback`, goes the other way: whether the CLI calls a hook registered in
+/// `initialize` during the probe's turn (`answered`) or not (`no_answer`); remote hooks
+/// (issue 11) need it.
+pub const PROBED_CONTROLS: [&str; 13] = [
     "initialize",
     "interrupt",
     "set_model",
@@ -195,6 +198,7 @@ pub const PROBED_CONTROLS: [&str; 12] = [
     "mcp_toggle",
     "mcp_reconnect",
     "stop_task",
+    "hook_callback",
 ];
 
 /// Command-line options of session options (issue 10) whose presence `cargo xtask compat

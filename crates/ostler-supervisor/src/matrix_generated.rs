@@ -32,6 +32,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::NoAnswer),
                 ("initialize", ControlSupport::NoAnswer),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -71,6 +72,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::NoAnswer),
                 ("initialize", ControlSupport::NoAnswer),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -110,6 +112,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -149,6 +152,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -188,6 +192,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -227,6 +232,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -266,6 +272,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -305,6 +312,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -344,6 +352,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -383,6 +392,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -422,6 +432,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::NoAnswer),
@@ -461,6 +472,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::ErrorAnswered),
@@ -500,6 +512,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::ErrorAnswered),
@@ -562,6 +575,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
+                ("hook_callback", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
                 ("interrupt", ControlSupport::Answered),
                 ("mcp_reconnect", ControlSupport::ErrorAnswered),

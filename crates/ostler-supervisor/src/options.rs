@@ -76,6 +76,10 @@ pub struct CliOptions {
     /// [`CliOptions::redact`] hides them wherever options are shown.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Hooks answered by clients (issue 11): registered with the CLI in `initialize` at
+    /// every spawn (create, resume), answered through `hook_callback`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<ostler_protocol::hooks::HookRegistration>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -363,6 +367,7 @@ impl CliOptions {
             }
         }
         self.validate_mcp()?;
+        self.validate_hooks()?;
         if let Some(c) = self.mcp_config_json() {
             if c.len() > limits::JSON_BYTES {
                 return Err(bad(
@@ -404,6 +409,13 @@ impl CliOptions {
             ));
         }
         Ok(())
+    }
+
+    /// The hook registrations (ids, events, timeouts, defaults; see
+    /// `ostler_protocol::hooks::validate_registrations`).
+    pub fn validate_hooks(&self) -> Result<(), InvalidOption> {
+        ostler_protocol::hooks::validate_registrations("hooks", &self.hooks)
+            .map_err(|e| bad(e.field, e.message))
     }
 
     fn validate_mcp(&self) -> Result<(), InvalidOption> {

@@ -153,7 +153,9 @@ impl Actor {
             self.control_request(request, responder, raw).await;
         }
         for request_id in cancelled {
-            self.cancelled_by_cli(&request_id).await;
+            if !self.hook_withdrawn(&request_id).await {
+                self.cancelled_by_cli(&request_id).await;
+            }
         }
     }
 
@@ -349,7 +351,11 @@ impl Actor {
                     .await;
                 return;
             }
-            CliRequest::HookCallback(_) => "hook_callback".to_owned(),
+            CliRequest::HookCallback(cb) => {
+                self.hook_callback(request.request_id, cb, responder, raw)
+                    .await;
+                return;
+            }
             CliRequest::Other {
                 ref request_subtype,
                 ..

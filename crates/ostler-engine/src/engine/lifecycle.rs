@@ -199,6 +199,10 @@ impl Engine {
         let sid = rec.id.clone();
         let mut pending = blocking(move || store.pending_interactions(Some(&sid))).await?;
         let cancel = |i: &ostler_store::Interaction| {
+            // A hook call takes its registration's default (issue 11).
+            if i.kind == InteractionKind::Hook {
+                return crate::actor::hook_restart_resolution(i);
+            }
             let item = Item::new(EventPayload::InteractionResolved(InteractionResolved {
                 request_id: i.request_id.clone(),
                 kind: i.kind,
@@ -359,6 +363,9 @@ impl Engine {
                 field_of(flag),
                 field_of(flag)
             )));
+        }
+        if !options.hooks.is_empty() {
+            crate::capability::check_hooks(inst)?;
         }
         Ok(SessionSpec {
             options,
@@ -580,6 +587,7 @@ impl Engine {
             meta: Meta {
                 rules: req.rules.clone(),
                 messages: HashMap::new(),
+                hooks: Vec::new(),
             },
         };
         // The new process does not suspend itself before its first prompt is sent.
@@ -615,8 +623,10 @@ impl Engine {
             fork,
             claude_session_id,
             from,
-            meta,
+            mut meta,
         } = launch;
+        // Hook calls are answered with the registrations of the spec (issue 11).
+        meta.hooks = spec.options.hooks.clone();
         let opts = SpawnOptions {
             cwd: cwd.to_path_buf(),
             cli: CliOptions {

@@ -115,7 +115,13 @@ pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Op
         tracing::debug!(session = %opts.log_id, version = %inst.version, support = support.as_str(), "not sending initialize: this release does not answer it");
         return None;
     }
-    Some(InitializeRequest::default().into_request())
+    Some(
+        InitializeRequest {
+            hooks: ostler_protocol::hooks::initialize_hooks(&opts.cli.hooks),
+            ..Default::default()
+        }
+        .into_request(),
+    )
 }
 
 /// Spawns of this process so far: makes each session process's mark unique.

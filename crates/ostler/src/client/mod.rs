@@ -1,5 +1,6 @@
 //! The `ostler` client commands: `run`, `sessions`, `show`, `attach`, `send`, `interrupt`,
-//! `stop`, `resume`, `delete`, `health`, `pending`, `approve`, `deny`, `answer`, `watch`,
+//! `stop`, `resume`, `delete`, `health`, `pending`, `approve`, `deny`, `answer`, `hook`,
+//! `watch`,
 //! `info`, `context`, `mcp`, `rewind`.
 //!
 //! Sessions are named by id, a unique id prefix, or `@last` / `--last` (`ids.rs`).
@@ -15,6 +16,7 @@ pub mod commands;
 pub mod config;
 pub mod controls;
 pub mod follow;
+pub mod hooks;
 pub mod ids;
 pub mod json;
 pub mod pending;
@@ -78,6 +80,8 @@ pub enum ClientCommand {
     Deny(pending::DenyArgs),
     /// Answer a pending question (by request id or prefix, see `pending`).
     Answer(pending::AnswerQuestionArgs),
+    /// Answer a pending hook call (by request id or prefix, see `pending`).
+    Hook(hooks::HookArgs),
     /// Follow every session at once: created, state changes, finished turns, prompts,
     /// answers, exits (resume with --since CURSOR).
     Watch(watch::WatchArgs),
@@ -116,6 +120,7 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Approve(a) => pending::approve(a).await,
             ClientCommand::Deny(a) => pending::deny(a).await,
             ClientCommand::Answer(a) => pending::answer(a).await,
+            ClientCommand::Hook(a) => hooks::hook(a).await,
             ClientCommand::Watch(a) => watch::watch(a).await,
             ClientCommand::Info(a) => controls::info(a).await,
             ClientCommand::Context(a) => controls::context(a).await,

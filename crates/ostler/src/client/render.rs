@@ -732,16 +732,23 @@ impl Human {
                     self.note(&self.err.dim(&format!("· CLI {status}")));
                 }
             }
-            // Issue 11 (in progress): shown as plain lines until the client can answer them.
+            // Issue 11: hook calls are answered with `ostler hook` (tool calls: in progress).
             Payload::HookRequested(h) => {
                 self.note(&format!(
-                    "? hook {} ({}) {}",
-                    h.hook_event, h.request_id, h.tool_name
+                    "? hook {} ({}): answer with `ostler hook {} --allow|--deny REASON|--continue`",
+                    super::hooks::describe(h),
+                    h.request_id,
+                    h.request_id
                 ));
             }
             Payload::HookResolved(h) => {
+                let decision = h
+                    .decision()
+                    .as_str_name()
+                    .trim_start_matches("HOOK_DECISION_")
+                    .to_lowercase();
                 self.note(&self.err.dim(&format!(
-                    "· hook {} resolved by {}",
+                    "· hook {} {decision} by {}",
                     h.request_id, h.resolved_by
                 )));
             }

@@ -339,6 +339,20 @@ pub fn collect_stderr(child: &mut Child) -> (Arc<Mutex<Vec<String>>>, mpsc::Rece
 }
 
 /// Wait for a child with the guard; kill it when the guard passes.
+/// `ostler ARGS` as a client of the daemon at `addr`, with `world`'s HOME and config (no
+/// terminal, no colour).
+pub fn client_command(world: &World, addr: &str, args: &[String]) -> Command {
+    let mut cmd = Command::new(OSTLER);
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &world.home)
+        .env("OSTLER_ADDR", addr)
+        .env("OSTLER_CONFIG", &world.config)
+        .env("USER", "tester");
+    cmd
+}
+
 pub fn wait_output(child: Child) -> Output {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let (tx, rx) = mpsc::channel();

@@ -1,0 +1,638 @@
+//! gRPC acceptance of remote hooks (issue 11) against the real CLI and the fake model
+//! server: a PreToolUse hook pending for two clients is answered by the second, the first
+//! client's late answer is refused; a denying hook keeps the tool from running and its
+//! reason reaches the model; a UserPromptSubmit hook's additional context reaches the
+//! model; an unanswered hook takes its registration's default at expiry; a hook pending
+//! when the daemon is killed (-9) is answered with its default at the restart and the
+//! session resumes; a release that does not call hooks refuses CreateSession with hooks.
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+
+mod common;
+
+use common::grpc::*;
+use common::*;
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use pb::session_event::Payload as P;
+use tonic::transport::Channel;
+
+const NEW: &str = "2.1.330";
+const V2_0: &str = "2.0.77";
+/// Measured: does not answer `initialize`, never calls hooks.
+const NO_HOOKS: &str = "1.0.59";
+
+const HOOKS_SCENARIO: &str = r#"
+[[model]]
+name = "after tool"
+when = { tool_result_for = "toolu_touch_h" }
+blocks = [{ type = "text", text = "Understood, the file question is settled." }]
+
+[[model]]
+name = "use tool"
+when = { last_user_text_contains = "Create the file hooked.txt", stream = true }
+blocks = [
+  { type = "text", text = "I will create the file." },
+  { type = "tool_use", id = "toolu_touch_h", name = "Bash", input = { command = "touch hooked.txt", description = "Create hooked.txt" } },
+]
+
+[[model]]
+name = "hello"
+when = { last_user_text_contains = "Say hello", stream = true }
+blocks = [{ type = "text", text = "Hello from the fake model!" }]
+"#;
+
+type Client = SessionServiceClient<Channel>;
+
+fn pre_tool_use(
+    default: pb::HookDecision,
+    reason: &str,
+    timeout_secs: u32,
+) -> pb::HookRegistration {
+    pb::HookRegistration {
+        id: "policy".into(),
+        event: "PreToolUse".into(),
+        matcher: "Bash".into(),
+        timeout_secs,
+        default_decision: default as i32,
+        default_reason: reason.into(),
+    }
+}
+
+async fn create_with_hooks(
+    c: &mut Client,
+    world: &World,
+    hooks: Vec<pb::HookRegistration>,
+) -> Result<pb::Session, tonic::Status> {
+    c.create_session(as_client(
+        "creator",
+        pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            hooks,
+            ..Default::default()
+        },
+    ))
+    .await
+    .map(|r| r.into_inner())
+}
+
+fn hook_requested(e: &pb::SessionEvent) -> Option<&pb::HookRequested> {
+    match &e.payload {
+        Some(P::HookRequested(h)) => Some(h),
+        _ => None,
+    }
+}
+
+fn hook_resolved(e: &pb::SessionEvent) -> Option<&pb::HookResolved> {
+    match &e.payload {
+        Some(P::HookResolved(h)) => Some(h),
+        _ => None,
+    }
+}
+
+fn model_saw(world: &World, text: &str) -> bool {
+    world.fake.requests().iter().any(|r| {
+        r.body
+            .as_ref()
+            .is_some_and(|b| b["messages"].to_string().contains(text))
+    })
+}
+
+fn respond(
+    client: &str,
+    session_id: &str,
+    request_id: &str,
+    decision: pb::HookDecision,
+    reason: &str,
+) -> tonic::Request<pb::RespondToHookRequest> {
+    as_client(
+        client,
+        pb::RespondToHookRequest {
+            session_id: session_id.into(),
+            request_id: request_id.into(),
+            decision: decision as i32,
+            reason: reason.into(),
+            ..Default::default()
+        },
+    )
+}
+
+/// Two clients see the pending PreToolUse hook; a decision PreToolUse does not take is
+/// INVALID_ARGUMENT; the second client denies it; the first client's late answer is
+/// FAILED_PRECONDITION naming the second; the tool did not run and the model got the
+/// reason.
+async fn second_client_denies(release: &str) {
+    let world = World::with_scenario(release, HOOKS_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut a = daemon.sessions().await;
+    let mut b = daemon.sessions().await;
+    let s = create_with_hooks(
+        &mut a,
+        &world,
+        vec![pre_tool_use(pb::HookDecision::Continue, "", 600)],
+    )
+    .await
+    .unwrap();
+    let mut ea = subscribe(&mut a, &s.id, 0, false).await;
+    let mut eb = subscribe(&mut b, &s.id, 0, false).await;
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
+    send(&mut a, &s.id, "Create the file hooked.txt please.").await;
+    let ha = read_until(&mut ea, &mut sa, "hook (a)", |e| {
+        hook_requested(e).is_some()
+    })
+    .await;
+    let hb = read_until(&mut eb, &mut sb, "hook (b)", |e| {
+        hook_requested(e).is_some()
+    })
+    .await;
+    assert_eq!(ha.seq, hb.seq);
+    let h = hook_requested(&ha).unwrap().clone();
+    assert_eq!(h.hook_event, "PreToolUse");
+    assert_eq!(h.registration_id, "policy");
+    assert_eq!(h.tool_name, "Bash");
+    assert_eq!(h.tool_use_id, "toolu_touch_h");
+    let input: serde_json::Value = serde_json::from_str(&h.input_json).unwrap();
+    assert_eq!(input["tool_input"]["command"], "touch hooked.txt");
+    assert!(h.expires_at_ms > 0);
+
+    // Pending: listed, the session awaits a client.
+    let pending = a
+        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .interactions;
+    assert!(
+        pending
+            .iter()
+            .any(|p| p.request_id == h.request_id
+                && p.event.as_ref().and_then(hook_requested).is_some()),
+        "{pending:?}"
+    );
+    let got = a
+        .get_session(pb::GetSessionRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.state(), pb::SessionState::AwaitingPermission);
+
+    // A subscriber that starts past the request gets it again, marked redelivered.
+    let mut late_sub = subscribe(&mut b, &s.id, ha.seq, false).await;
+    let again = tokio::time::timeout(guard(), late_sub.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(again.redelivered, "{again:?}");
+    assert_eq!(again.seq, ha.seq);
+    assert!(hook_requested(&again).is_some());
+    drop(late_sub);
+    // The daemon-wide feed lists it as HOOK_PENDING.
+    let mut feed = a
+        .watch_sessions(pb::WatchSessionsRequest {
+            after_cursor: 0,
+            follow: false,
+            kinds: vec![pb::FeedKind::HookPending as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut items = Vec::new();
+    while let Some(item) = tokio::time::timeout(guard(), feed.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        items.push(item);
+    }
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].kind(), pb::FeedKind::HookPending);
+    assert_eq!(items[0].event.as_ref().map(|e| e.seq), Some(ha.seq));
+
+    // A decision PreToolUse does not take.
+    let err = a
+        .respond_to_hook(respond(
+            "a",
+            &s.id,
+            &h.request_id,
+            pb::HookDecision::Block,
+            "x",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message()
+            .contains("decision: a PreToolUse hook does not take BLOCK"),
+        "{}",
+        err.message()
+    );
+
+    let reason = "HOOKDENY the policy service forbids touch";
+    let won = b
+        .respond_to_hook(respond(
+            "b",
+            &s.id,
+            &h.request_id,
+            pb::HookDecision::Deny,
+            reason,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let r = won.resolved.unwrap();
+    assert_eq!(r.resolved_by, "client:b");
+    assert_eq!(r.resolution(), pb::Resolution::Answered);
+    assert_eq!(r.decision(), pb::HookDecision::Deny);
+    let out: serde_json::Value = serde_json::from_str(&r.output_json).unwrap();
+    assert_eq!(out["hookSpecificOutput"]["permissionDecision"], "deny");
+
+    let late = a
+        .respond_to_hook(respond(
+            "a",
+            &s.id,
+            &h.request_id,
+            pb::HookDecision::Allow,
+            "",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+    assert!(
+        late.message().contains("already answered by client:b"),
+        "{}",
+        late.message()
+    );
+
+    // Both clients see the resolution, then the turn ends.
+    let ra = read_until(&mut ea, &mut sa, "resolved (a)", |e| {
+        hook_resolved(e).is_some()
+    })
+    .await;
+    assert_eq!(ra.seq, won.seq);
+    read_until(&mut eb, &mut sb, "resolved (b)", |e| {
+        hook_resolved(e).is_some()
+    })
+    .await;
+    read_until(&mut ea, &mut sa, "turn end", is_turn_completed).await;
+    assert!(
+        !world.work.join("hooked.txt").exists(),
+        "the denied tool must not run"
+    );
+    assert!(
+        model_saw(&world, reason),
+        "the denial reason reaches the model"
+    );
+    assert!(
+        !sa.iter()
+            .any(|e| matches!(e.payload, Some(P::PermissionRequested(_)))),
+        "a denying hook leaves nothing to ask"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn second_client_denies_2_1_330() {
+    second_client_denies(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn second_client_denies_2_0_77() {
+    second_client_denies(V2_0).await;
+}
+
+/// A UserPromptSubmit hook answered with additional context: the context reaches the
+/// model. A PreToolUse hook nobody answers takes its default (DENY) at its expiry: the
+/// tool does not run and the default reason reaches the model.
+async fn context_and_expiry(release: &str) {
+    let world = World::with_scenario(release, HOOKS_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let default_reason = "EXPIRED-DEFAULT-DENY nobody approved this";
+    let s = create_with_hooks(
+        &mut c,
+        &world,
+        vec![
+            pb::HookRegistration {
+                id: "prompt".into(),
+                event: "UserPromptSubmit".into(),
+                timeout_secs: 600,
+                ..Default::default()
+            },
+            pre_tool_use(pb::HookDecision::Deny, default_reason, 2),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Create the file hooked.txt please.").await;
+    let ev = read_until(&mut events, &mut seen, "prompt hook", |e| {
+        hook_requested(e).is_some()
+    })
+    .await;
+    let h = hook_requested(&ev).unwrap().clone();
+    assert_eq!(h.hook_event, "UserPromptSubmit");
+    assert_eq!(h.tool_use_id, "", "not a tool event");
+    let input: serde_json::Value = serde_json::from_str(&h.input_json).unwrap();
+    assert!(
+        input["prompt"].as_str().unwrap().contains("hooked.txt"),
+        "{input}"
+    );
+    // Additional context is not something a Stop-like answer takes here: DENY is refused.
+    let err = c
+        .respond_to_hook(respond(
+            "c",
+            &s.id,
+            &h.request_id,
+            pb::HookDecision::Deny,
+            "x",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    let context = "CTXMARK-42 the ticket system is read-only today";
+    c.respond_to_hook(as_client(
+        "c",
+        pb::RespondToHookRequest {
+            session_id: s.id.clone(),
+            request_id: h.request_id.clone(),
+            decision: pb::HookDecision::Continue as i32,
+            additional_context: context.into(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap();
+
+    // The PreToolUse hook: nobody answers.
+    let ev = read_until(&mut events, &mut seen, "tool hook", |e| {
+        hook_requested(e).is_some_and(|h| h.hook_event == "PreToolUse")
+    })
+    .await;
+    let pre = hook_requested(&ev).unwrap().clone();
+    let ev = read_until(&mut events, &mut seen, "expiry", |e| {
+        hook_resolved(e).is_some_and(|r| r.request_id == pre.request_id)
+    })
+    .await;
+    let r = hook_resolved(&ev).unwrap();
+    assert_eq!(r.resolution(), pb::Resolution::Expired);
+    assert_eq!(r.resolved_by, "default:expiry");
+    assert_eq!(r.decision(), pb::HookDecision::Deny);
+    assert_eq!(r.reason, default_reason);
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+    assert!(!world.work.join("hooked.txt").exists());
+    assert!(
+        model_saw(&world, context),
+        "the additional context reaches the model"
+    );
+    assert!(
+        model_saw(&world, "EXPIRED-DEFAULT-DENY"),
+        "the default's reason reaches the model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn context_and_expiry_2_1_330() {
+    context_and_expiry(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn context_and_expiry_2_0_77() {
+    context_and_expiry(V2_0).await;
+}
+
+/// kill -9 of the daemon while a hook waits: the restart answers it with the
+/// registration's default (`default:restart`, EXPIRED), nothing stays pending, and the
+/// resumed session (hooks registered again) runs its next turn to the end.
+async fn kill9_with_hook_pending(release: &str) {
+    let world = World::with_scenario(release, HOOKS_SCENARIO).await;
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_with_hooks(
+        &mut c,
+        &world,
+        vec![pre_tool_use(
+            pb::HookDecision::Deny,
+            "restart default",
+            3600,
+        )],
+    )
+    .await
+    .unwrap();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    // A complete first turn, so the CLI has a transcript to resume.
+    send(&mut c, &s.id, "Say hello").await;
+    read_until(&mut events, &mut seen, "first turn end", is_turn_completed).await;
+    send(&mut c, &s.id, "Create the file hooked.txt please.").await;
+    let ev = read_until(&mut events, &mut seen, "hook", |e| {
+        hook_requested(e).is_some()
+    })
+    .await;
+    let pending = hook_requested(&ev).unwrap().request_id.clone();
+    daemon.kill9();
+    drop(events);
+
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let history = history(&mut c, &s.id).await;
+    assert_gap_free(&history, 1);
+    let r = history
+        .iter()
+        .find_map(|e| hook_resolved(e).filter(|r| r.request_id == pending))
+        .unwrap_or_else(|| panic!("no HookResolved after the restart: {history:#?}"));
+    assert_eq!(r.resolved_by, "default:restart");
+    assert_eq!(r.resolution(), pb::Resolution::Expired);
+    assert_eq!(r.decision(), pb::HookDecision::Deny);
+    assert_eq!(r.reason, "restart default");
+    let listed = c
+        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .interactions;
+    assert!(
+        listed.is_empty(),
+        "nothing waits after the restart: {listed:?}"
+    );
+    let late = c
+        .respond_to_hook(respond("a", &s.id, &pending, pb::HookDecision::Allow, ""))
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+    assert!(
+        late.message().contains("default:restart"),
+        "{}",
+        late.message()
+    );
+    assert!(!world.work.join("hooked.txt").exists());
+
+    // Resume: the hooks are registered again, the next turn ends.
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: s.id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let last = history.last().map(|e| e.seq).unwrap_or(0);
+    let mut events = subscribe(&mut c, &s.id, last, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Create the file hooked.txt please.").await;
+    let ev = read_until(&mut events, &mut seen, "hook after resume", |e| {
+        hook_requested(e).is_some()
+    })
+    .await;
+    let h = hook_requested(&ev).unwrap();
+    c.respond_to_hook(respond(
+        "a",
+        &s.id,
+        &h.request_id,
+        pb::HookDecision::Deny,
+        "still no",
+    ))
+    .await
+    .unwrap();
+    read_until(
+        &mut events,
+        &mut seen,
+        "turn end after resume",
+        is_turn_completed,
+    )
+    .await;
+    assert!(!world.work.join("hooked.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_with_hook_pending_2_1_330() {
+    kill9_with_hook_pending(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_with_hook_pending_2_0_77() {
+    kill9_with_hook_pending(V2_0).await;
+}
+
+/// Registrations are checked before anything is created, and a release that does not call
+/// hooks refuses them at once, naming the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_registrations_and_releases_without_hooks_are_refused() {
+    let world = World::with_scenario(NO_HOOKS, HOOKS_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let mut bad = pre_tool_use(pb::HookDecision::Continue, "", 0);
+    bad.event = "BeforeLunch".into();
+    let err = create_with_hooks(&mut c, &world, vec![bad])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().starts_with("hooks[0].event"),
+        "{}",
+        err.message()
+    );
+    let mut bad = pre_tool_use(pb::HookDecision::Block, "", 0);
+    bad.timeout_secs = 1;
+    let err = create_with_hooks(&mut c, &world, vec![bad])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().starts_with("hooks[0].default_decision"),
+        "{}",
+        err.message()
+    );
+
+    let started = std::time::Instant::now();
+    let err = create_with_hooks(
+        &mut c,
+        &world,
+        vec![pre_tool_use(pb::HookDecision::Continue, "", 0)],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains(NO_HOOKS), "{}", err.message());
+    assert!(
+        started.elapsed() < ostler_testkit::timeouts::secs(5),
+        "refused at once"
+    );
+    let listed = c
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.sessions.is_empty(), "nothing was created");
+}
+
+/// The terminal client: `ostler pending --json` lists the hook call (kind `hook`), and
+/// `ostler hook ID --deny REASON --json` answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_lists_and_answers_a_hook() {
+    let world = World::with_scenario(NEW, HOOKS_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_with_hooks(
+        &mut c,
+        &world,
+        vec![pre_tool_use(pb::HookDecision::Continue, "", 600)],
+    )
+    .await
+    .unwrap();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Create the file hooked.txt please.").await;
+    let ev = read_until(&mut events, &mut seen, "hook", |e| {
+        hook_requested(e).is_some()
+    })
+    .await;
+    let request_id = hook_requested(&ev).unwrap().request_id.clone();
+    let client = |args: Vec<String>| {
+        let mut cmd = client_command(&world, &daemon.addr.to_string(), &args);
+        cmd.stdin(std::process::Stdio::null());
+        async move {
+            let out = tokio::task::spawn_blocking(move || cmd.output())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "ostler {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    let listed = client(vec!["pending".into(), "--json".into()]).await;
+    let item = listed
+        .iter()
+        .find(|v| v["request_id"] == request_id.as_str())
+        .unwrap_or_else(|| panic!("{listed:?}"));
+    assert_eq!(item["kind"], "hook");
+    let prefix: String = request_id.chars().take(8).collect();
+    let answered = client(vec![
+        "hook".into(),
+        prefix,
+        "--deny".into(),
+        "CLIDENY from the terminal".into(),
+        "--json".into(),
+    ])
+    .await;
+    assert_eq!(answered[0]["decision"], "deny");
+    assert_eq!(answered[0]["hook_event"], "PreToolUse");
+    assert!(
+        answered[0]["resolved_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("client:"),
+        "{answered:?}"
+    );
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+    assert!(!world.work.join("hooked.txt").exists());
+    assert!(model_saw(&world, "CLIDENY from the terminal"));
+}
