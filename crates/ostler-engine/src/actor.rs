@@ -37,6 +37,7 @@ use crate::types::*;
 
 mod interactions;
 mod output;
+mod tools;
 
 /// Lines batched into one store append at most.
 const MAX_BATCH_LINES: usize = 256;
@@ -63,6 +64,9 @@ pub(crate) struct Actor {
     cwd: PathBuf,
     state: SessionState,
     pending: HashMap<String, Pending>,
+    /// Client-hosted tool servers and the calls of their tools waiting for a client.
+    tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
+    tool_calls: HashMap<String, tools::PendingToolCall>,
     turns_outstanding: u32,
     claude_session_id: Option<String>,
     stop_waiters: Vec<oneshot::Sender<Result<()>>>,
@@ -101,6 +105,8 @@ pub(crate) struct ActorOptions {
     pub slot: SlotGuard,
     /// The stderr tail of the session's previous exit, shown until this process exits.
     pub stderr_tail: Option<String>,
+    /// The session's client-hosted tool servers (served in `mcp_message`).
+    pub tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
 }
 
 /// The sending side of the view. Dropped with the actor (also when it panics): releases
@@ -149,6 +155,8 @@ impl Actor {
             cwd: o.cwd,
             state: o.state,
             pending: HashMap::new(),
+            tool_servers: o.tool_servers,
+            tool_calls: HashMap::new(),
             turns_outstanding: 0,
             claude_session_id: o.claude_session_id,
             stop_waiters: Vec::new(),
@@ -222,7 +230,12 @@ impl Actor {
         let mut cmds_open = true;
         let mut alive = self.shared.alive();
         loop {
-            let deadline = self.pending.values().filter_map(|p| p.deadline).min();
+            let deadline = self
+                .pending
+                .values()
+                .filter_map(|p| p.deadline)
+                .chain(self.tool_deadline())
+                .min();
             let idle_at = self.idle_deadline();
             let ev = if let Some(ev) = held.take() {
                 Some(ev)
@@ -263,6 +276,7 @@ impl Actor {
                     }
                     () = sleep_until(deadline), if deadline.is_some() => {
                         self.expire_due().await;
+                        self.expire_tool_calls().await;
                         None
                     }
                     () = sleep_until(idle_at), if idle_at.is_some() => {
@@ -372,7 +386,7 @@ impl Actor {
 
     /// The state a live session is in given its pending interactions and turns.
     fn live_state(&self) -> SessionState {
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || !self.tool_calls.is_empty() {
             SessionState::AwaitingPermission
         } else if self.turns_outstanding > 0 {
             SessionState::Running
@@ -414,6 +428,18 @@ impl Actor {
             } => {
                 let r = self.respond(&request_id, response, &client).await;
                 self.settle_state(None).await;
+                let _ = reply.send(r);
+            }
+            Command::RespondToolCall {
+                request_id,
+                content,
+                is_error,
+                client,
+                reply,
+            } => {
+                let r = self
+                    .respond_tool_call(&request_id, content, is_error, &client)
+                    .await;
                 let _ = reply.send(r);
             }
             Command::Answer {
@@ -723,6 +749,7 @@ impl Actor {
             self.close_pending(&id, "engine", why, InteractionState::Cancelled)
                 .await;
         }
+        self.cancel_tool_calls(None, "engine", why).await;
         let reason = if self.shutdown {
             "daemon shutdown".to_owned()
         } else if self.store_fault.is_some() {
@@ -784,6 +811,7 @@ impl Actor {
         !self.stop_requested
             && self.state == SessionState::Idle
             && self.pending.is_empty()
+            && self.tool_calls.is_empty()
             && self.turns_outstanding == 0
             && self.bg_tasks.is_empty()
     }

@@ -6,6 +6,7 @@
 mod control;
 mod demand;
 mod lifecycle;
+mod tools;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -398,6 +399,9 @@ impl Engine {
                     }
                     EventPayload::QuestionAsked(q) => {
                         (q.request_id.clone(), InteractionKind::Question)
+                    }
+                    EventPayload::ToolCallRequested(t) => {
+                        (t.request_id.clone(), InteractionKind::ToolCall)
                     }
                     _ => return None,
                 };

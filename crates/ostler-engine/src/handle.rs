@@ -174,6 +174,13 @@ pub(crate) enum Command {
         client: ClientRef,
         reply: oneshot::Sender<Result<Decided>>,
     },
+    RespondToolCall {
+        request_id: String,
+        content: Vec<ostler_protocol::sdk_mcp::Content>,
+        is_error: bool,
+        client: ClientRef,
+        reply: oneshot::Sender<Result<ToolCallDecided>>,
+    },
     Answer {
         request_id: String,
         answers: Vec<QuestionAnswer>,

@@ -12,7 +12,7 @@ use crate::permission::PermissionRule;
 
 pub use ostler_store::{ExitFacts, ExitInfo, FeedKind, InteractionKind, SessionState, UsageTotals};
 pub use ostler_supervisor::options as cli_options;
-pub use ostler_supervisor::{CliOptions, McpServer};
+pub use ostler_supervisor::{CliOptions, McpServer, ToolDecl, ToolServerDecl};
 
 /// An `engine_notice`'s data as clients may see it: for `session_created`, the values of
 /// the session's environment variables and of its MCP servers' `env` and `headers`
@@ -259,6 +259,14 @@ pub struct Decided {
     pub resolved: InteractionResolved,
 }
 
+/// A tool call answered through `RespondToToolCall`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallDecided {
+    /// The seq of the `tool_call_resolved` event.
+    pub seq: u64,
+    pub resolved: ToolCallResolved,
+}
+
 /// What became of a permission request or question.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -430,6 +438,47 @@ pub enum EventPayload {
     /// Live-only, per subscriber: partial deltas this subscriber did not get (it fell
     /// behind the live ring); never stored, `seq` is `None`.
     PartialsMissed(PartialsMissed),
+    /// A call of a client-hosted tool, pending (issue 11).
+    ToolCallRequested(ToolCallRequested),
+    /// A client-hosted tool call was answered (client, expiry, restart, cancellation).
+    ToolCallResolved(ToolCallResolved),
+}
+
+/// A call of a client-hosted tool (`mcp_message` `tools/call`), for clients to answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRequested {
+    pub request_id: String,
+    pub server_name: String,
+    pub tool_name: String,
+    /// The call's arguments (a JSON object).
+    pub arguments: Value,
+    /// The model's tool use id, when the CLI named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    /// When the call gets an error result if nobody answered (epoch ms).
+    pub expires_at_ms: i64,
+    /// The JSON-RPC id the CLI's call carried (answered with it).
+    pub rpc_id: Value,
+}
+
+/// How a client-hosted tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallOutcome {
+    Answered,
+    Expired,
+    Cancelled,
+}
+
+/// A client-hosted tool call was answered (`content` and `is_error` as sent to the CLI).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallResolved {
+    pub request_id: String,
+    pub outcome: ToolCallOutcome,
+    pub content: Vec<ostler_protocol::sdk_mcp::Content>,
+    pub is_error: bool,
+    /// `client:<id>`, `expiry`, `restart`, `cli`, `engine`.
+    pub resolved_by: String,
 }
 
 /// Partial deltas a subscriber missed (see [`EventPayload::PartialsMissed`]).
@@ -463,6 +512,8 @@ impl EventPayload {
             EventPayload::Truncated(_) => "truncated",
             EventPayload::Unknown(_) => "unknown",
             EventPayload::PartialsMissed(_) => "partials_missed",
+            EventPayload::ToolCallRequested(_) => "tool_call_requested",
+            EventPayload::ToolCallResolved(_) => "tool_call_resolved",
         }
     }
 
@@ -498,7 +549,9 @@ impl EventPayload {
             Diagnostic,
             Truncated,
             Unknown,
-            PartialsMissed
+            PartialsMissed,
+            ToolCallRequested,
+            ToolCallResolved
         )
     }
 
@@ -535,7 +588,9 @@ impl EventPayload {
             Diagnostic => "diagnostic",
             Truncated => "truncated",
             Unknown => "unknown",
-            PartialsMissed => "partials_missed"
+            PartialsMissed => "partials_missed",
+            ToolCallRequested => "tool_call_requested",
+            ToolCallResolved => "tool_call_resolved"
         );
         match r {
             Ok(p) if p.kind() == kind => Ok(p),

@@ -154,11 +154,7 @@ pub fn handle(servers: &[ToolServerDecl], server_name: &str, message: &Value) ->
                 return Handled::Respond(error(
                     &id,
                     INVALID_PARAMS,
-                    format!(
-                        "unknown tool {:?} of server {:?}",
-                        clip(name),
-                        server.name
-                    ),
+                    format!("unknown tool {:?} of server {:?}", clip(name), server.name),
                 ));
             }
             let arguments = match params.and_then(|p| p.get("arguments")) {
@@ -275,7 +271,10 @@ mod tests {
         let tools = list["result"]["tools"].as_array().expect("tools");
         assert_eq!(tools.len(), 2);
         assert_eq!(tools[0]["name"], "lookup_ticket");
-        assert_eq!(tools[0]["inputSchema"]["properties"]["id"]["type"], "string");
+        assert_eq!(
+            tools[0]["inputSchema"]["properties"]["id"]["type"],
+            "string"
+        );
         assert_eq!(tools[1]["inputSchema"], json!({"type":"object"}));
     }
 

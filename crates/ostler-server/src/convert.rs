@@ -378,6 +378,7 @@ pub(crate) fn create_session(
         )));
     }
     let mcp_servers = mcp_servers_from_pb(r.mcp_servers)?;
+    let tool_servers = crate::tools::tool_servers_from_pb(r.tool_servers)?;
     for (name, list) in [
         ("add_dirs", r.add_dirs.len()),
         ("setting_sources", r.setting_sources.len()),
@@ -404,6 +405,7 @@ pub(crate) fn create_session(
         agents: opt_string(r.agents_json),
         json_schema: opt_string(r.json_schema),
         env: r.env.into_iter().collect(),
+        tool_servers,
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options
@@ -875,7 +877,15 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
         eng::EventPayload::InteractionResolved(r) => match r.kind {
             eng::InteractionKind::Permission => P::PermissionResolved(permission_resolved(r)),
             eng::InteractionKind::Question => P::QuestionAnswered(question_answered(r)),
+            // Never written: tool calls resolve with `tool_call_resolved`.
+            eng::InteractionKind::ToolCall => P::PermissionResolved(permission_resolved(r)),
         },
+        eng::EventPayload::ToolCallRequested(t) => {
+            P::ToolCallRequested(crate::tools::requested_to_pb(t))
+        }
+        eng::EventPayload::ToolCallResolved(t) => {
+            P::ToolCallResolved(crate::tools::resolved_to_pb(t))
+        }
         eng::EventPayload::TurnCompleted(t) => P::TurnCompleted(pb::TurnCompleted {
             subtype: t.subtype.clone(),
             is_error: t.is_error,

@@ -19,6 +19,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod session;
+mod tools;
 mod watch;
 
 use std::future::Future;

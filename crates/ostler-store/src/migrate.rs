@@ -36,6 +36,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(2, "0002_usage.sql"),
     migration!(3, "0003_events_one_copy.sql"),
     migration!(4, "0004_feed.sql"),
+    migration!(5, "0005_tool_call.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).

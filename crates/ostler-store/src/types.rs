@@ -310,6 +310,8 @@ pub enum InteractionKind {
     Permission,
     /// A question to the user.
     Question,
+    /// A call of a client-hosted tool (`mcp_message` `tools/call`, issue 11).
+    ToolCall,
 }
 
 /// Where an interaction stands. Everything but `Pending` is final.
@@ -366,7 +368,11 @@ str_enum!(SessionState {
     Resumable => "resumable",
     Suspended => "suspended",
 });
-str_enum!(InteractionKind { Permission => "permission", Question => "question" });
+str_enum!(InteractionKind {
+    Permission => "permission",
+    Question => "question",
+    ToolCall => "tool_call",
+});
 str_enum!(InteractionState {
     Pending => "pending",
     Allowed => "allowed",

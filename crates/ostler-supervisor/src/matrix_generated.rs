@@ -30,6 +30,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("initialize", ControlSupport::NoAnswer),
@@ -68,6 +71,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", false),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -108,6 +114,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("initialize", ControlSupport::Answered),
@@ -146,6 +155,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -186,6 +198,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("initialize", ControlSupport::Answered),
@@ -224,6 +239,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -264,6 +282,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("initialize", ControlSupport::Answered),
@@ -302,6 +323,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -342,6 +366,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("initialize", ControlSupport::Answered),
@@ -380,6 +407,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -420,6 +450,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("initialize", ControlSupport::Answered),
@@ -459,6 +492,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
                 ("initialize", ControlSupport::Answered),
@@ -497,6 +533,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -559,6 +598,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),

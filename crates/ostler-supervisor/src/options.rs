@@ -508,7 +508,11 @@ impl CliOptions {
 
     /// Checks `tool_servers` (names, counts, schemas, timeouts; see `limits`).
     fn validate_tool_servers(&self) -> Result<(), InvalidOption> {
-        count("tool_servers", self.tool_servers.len(), limits::TOOL_SERVERS)?;
+        count(
+            "tool_servers",
+            self.tool_servers.len(),
+            limits::TOOL_SERVERS,
+        )?;
         let name_ok = |n: &str| {
             !n.is_empty()
                 && n.len() <= limits::MCP_NAME_BYTES
@@ -546,7 +550,11 @@ impl CliOptions {
             if s.tools.is_empty() {
                 return Err(bad(format!("{f}.tools"), "a tool server needs a tool"));
             }
-            count(&format!("{f}.tools"), s.tools.len(), limits::TOOLS_PER_SERVER)?;
+            count(
+                &format!("{f}.tools"),
+                s.tools.len(),
+                limits::TOOLS_PER_SERVER,
+            )?;
             let mut names = std::collections::BTreeSet::new();
             for (j, t) in s.tools.iter().enumerate() {
                 let tf = format!("{f}.tools[{j}]");
@@ -713,7 +721,10 @@ mod tests {
         assert_eq!(refused(dup), "tool_servers[0].name");
         let mut bad_schema = o.clone();
         bad_schema.tool_servers[0].tools[0].input_schema = "[1]".into();
-        assert_eq!(refused(bad_schema), "tool_servers[0].tools[0].input_schema_json");
+        assert_eq!(
+            refused(bad_schema),
+            "tool_servers[0].tools[0].input_schema_json"
+        );
         let mut bad_tool = o.clone();
         bad_tool.tool_servers[0].tools[0].name = "no spaces".into();
         assert_eq!(refused(bad_tool), "tool_servers[0].tools[0].name");

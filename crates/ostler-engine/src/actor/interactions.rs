@@ -86,10 +86,7 @@ impl Actor {
         let ni = NewInteraction {
             session_id: self.sid().to_owned(),
             request_id: request_id.clone(),
-            kind: match kind {
-                InteractionKind::Permission => ostler_store::InteractionKind::Permission,
-                InteractionKind::Question => ostler_store::InteractionKind::Question,
-            },
+            kind,
             tool_name: Some(c.tool_name.clone()),
             input: Bytes::from(serde_json::to_vec(&c.input).unwrap_or_default()),
             suggestions: c

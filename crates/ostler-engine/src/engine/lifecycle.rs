@@ -199,6 +199,9 @@ impl Engine {
         let sid = rec.id.clone();
         let mut pending = blocking(move || store.pending_interactions(Some(&sid))).await?;
         let cancel = |i: &ostler_store::Interaction| {
+            if i.kind == InteractionKind::ToolCall {
+                return super::tools::resolved_at_restart(i);
+            }
             let item = Item::new(EventPayload::InteractionResolved(InteractionResolved {
                 request_id: i.request_id.clone(),
                 kind: i.kind,
@@ -360,6 +363,7 @@ impl Engine {
                 field_of(flag)
             )));
         }
+        crate::capability::check_tool_servers(&inst, &options)?;
         Ok(SessionSpec {
             options,
             rules: req.rules.clone(),
@@ -697,6 +701,7 @@ impl Engine {
             meta,
             slot,
             stderr_tail,
+            tool_servers: spec.options.tool_servers.clone(),
         })
         .await;
         self.registry.set_handle(&entry.id, handle);

@@ -22,6 +22,7 @@ pub mod prompt;
 pub mod render;
 pub mod run;
 pub mod session_opts;
+pub mod tool_calls;
 pub mod watch;
 
 use std::time::Duration;
@@ -78,6 +79,8 @@ pub enum ClientCommand {
     Deny(pending::DenyArgs),
     /// Answer a pending question (by request id or prefix, see `pending`).
     Answer(pending::AnswerQuestionArgs),
+    /// Answer a pending call of a client-hosted tool with its result (or `--error`)
+    ToolResult(tool_calls::ToolResultArgs),
     /// Follow every session at once: created, state changes, finished turns, prompts,
     /// answers, exits (resume with --since CURSOR).
     Watch(watch::WatchArgs),
@@ -116,6 +119,7 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Approve(a) => pending::approve(a).await,
             ClientCommand::Deny(a) => pending::deny(a).await,
             ClientCommand::Answer(a) => pending::answer(a).await,
+            ClientCommand::ToolResult(a) => tool_calls::tool_result(a).await,
             ClientCommand::Watch(a) => watch::watch(a).await,
             ClientCommand::Info(a) => controls::info(a).await,
             ClientCommand::Context(a) => controls::context(a).await,

@@ -78,7 +78,10 @@ pub struct AnswerQuestionArgs {
     pub connect: ConnectArgs,
 }
 
-async fn list(conn: &mut Conn, labels: &[(String, String)]) -> Result<Vec<pb::PendingInteraction>> {
+pub(super) async fn list(
+    conn: &mut Conn,
+    labels: &[(String, String)],
+) -> Result<Vec<pb::PendingInteraction>> {
     Ok(conn
         .sessions
         .list_pending_interactions(pb::ListPendingInteractionsRequest {
@@ -130,6 +133,7 @@ fn kind(p: &pb::PendingInteraction) -> &'static str {
     match p.event.as_ref().and_then(|e| e.payload.as_ref()) {
         Some(Payload::PermissionRequested(_)) => "permission",
         Some(Payload::QuestionAsked(_)) => "question",
+        Some(Payload::ToolCallRequested(_)) => "tool_call",
         _ => "other",
     }
 }
@@ -144,6 +148,7 @@ fn what(p: &pb::PendingInteraction) -> String {
             .map(|q| q.question.clone())
             .collect::<Vec<_>>()
             .join(" / "),
+        Some(Payload::ToolCallRequested(t)) => super::tool_calls::describe(t),
         _ => String::new(),
     }
 }
@@ -195,14 +200,15 @@ pub async fn pending(a: PendingArgs) -> Result<i32> {
     eprintln!(
         "{}",
         Style::stderr().dim(
-            "answer with `ostler approve ID`, `ostler deny ID -m why`, or `ostler answer ID CHOICE`"
+            "answer with `ostler approve ID`, `ostler deny ID -m why`, `ostler answer ID CHOICE`, \
+             or `ostler tool-result ID --text ...`"
         )
     );
     Ok(0)
 }
 
 /// Settled-by-someone-else and friends read as what they are.
-fn answer_error(what: &str, s: tonic::Status) -> anyhow::Error {
+pub(super) fn answer_error(what: &str, s: tonic::Status) -> anyhow::Error {
     if s.code() == tonic::Code::FailedPrecondition {
         anyhow!("{what}: already settled: {}", s.message())
     } else {
