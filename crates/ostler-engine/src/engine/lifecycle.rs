@@ -363,7 +363,7 @@ impl Engine {
                 field_of(flag)
             )));
         }
-        crate::capability::check_tool_servers(&inst, &options)?;
+        crate::capability::check_tool_servers(inst, &options)?;
         Ok(SessionSpec {
             options,
             rules: req.rules.clone(),
