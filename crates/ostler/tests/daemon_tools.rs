@@ -7,6 +7,7 @@
 //! the resumed session goes on; a release without SDK MCP servers (1.0.59) refuses
 //! CreateSession with tool_servers at once.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+#![allow(clippy::disallowed_methods)] // runs the ostler binary under test as a client
 
 mod common;
 
@@ -57,11 +58,25 @@ fn tickets(timeout_secs: u32) -> pb::ToolServer {
 }
 
 async fn create(c: &mut Client, world: &World, timeout_secs: u32) -> pb::Session {
+    create_with(c, world, timeout_secs, true).await
+}
+
+async fn create_with(
+    c: &mut Client,
+    world: &World,
+    timeout_secs: u32,
+    allowed: bool,
+) -> pb::Session {
+    let allowed_tools = if allowed {
+        vec!["mcp__tickets__lookup_ticket".into()]
+    } else {
+        vec![]
+    };
     c.create_session(as_client(
         "creator",
         pb::CreateSessionRequest {
             cwd: world.work.display().to_string(),
-            allowed_tools: vec!["mcp__tickets__lookup_ticket".into()],
+            allowed_tools,
             tool_servers: vec![tickets(timeout_secs)],
             ..Default::default()
         },
@@ -234,17 +249,68 @@ async fn answered_by_second_client_2_0_77() {
     answered_by_second_client(OLDEST_2_0).await;
 }
 
-/// An error result reaches the model as a failed tool call; bad answers are refused with
-/// INVALID_ARGUMENT naming the field.
+/// `ostler ARGS` as a client of `daemon` (no terminal): exit code and stdout.
+async fn ostler(world: &World, daemon: &Daemon, args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = std::process::Command::new(OSTLER);
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &world.home)
+        .env("OSTLER_ADDR", daemon.addr.to_string())
+        .env("OSTLER_CONFIG", &world.config)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null());
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Without `allowed_tools` the CLI asks permission for the client-hosted tool like for any
+/// tool; then an error result (given with `ostler tool-result --error`) reaches the model
+/// as a failed tool call; bad answers are refused with INVALID_ARGUMENT naming the field.
 async fn error_result(release: &str) {
     let world = world(release).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let s = create(&mut c, &world, 0).await;
+    let s = create_with(&mut c, &world, 0, false).await;
     let mut events = subscribe(&mut c, &s.id, 0, false).await;
     let mut seen = Vec::new();
     send(&mut c, &s.id, "Look up ticket T-7").await;
+    let ev = read_until(&mut events, &mut seen, "permission prompt", |e| {
+        matches!(
+            e.payload,
+            Some(P::PermissionRequested(_) | P::ToolCallRequested(_))
+        )
+    })
+    .await;
+    let Some(P::PermissionRequested(p)) = ev.payload else {
+        panic!("the tool ran without asking: {}", describe(&ev))
+    };
+    assert_eq!(p.tool_name, "mcp__tickets__lookup_ticket");
+    c.respond_to_permission(pb::RespondToPermissionRequest {
+        session_id: s.id.clone(),
+        request_id: p.request_id.clone(),
+        decision: Some(pb::respond_to_permission_request::Decision::Allow(
+            pb::PermissionAllow::default(),
+        )),
+    })
+    .await
+    .unwrap();
     let call = await_call(&mut events, &mut seen).await;
+    // `ostler pending` shows it.
+    let (code, out) = ostler(&world, &daemon, &["pending", "--json"]).await;
+    assert_eq!(code, Some(0), "{out}");
+    let listed: serde_json::Value = serde_json::from_str(out.lines().next().unwrap_or("")).unwrap();
+    assert_eq!(listed["kind"], "tool_call", "{out}");
+    assert_eq!(listed["request_id"], call.request_id.as_str(), "{out}");
     let bad = c
         .respond_to_tool_call(pb::RespondToToolCallRequest {
             session_id: s.id.clone(),
@@ -272,15 +338,35 @@ async fn error_result(release: &str) {
         .await
         .unwrap_err();
     assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
-    c.respond_to_tool_call(pb::RespondToToolCallRequest {
-        session_id: s.id.clone(),
-        request_id: call.request_id.clone(),
-        content: vec![text_block("no ticket T-7 in the tracker")],
-        is_error: true,
-    })
-    .await
-    .unwrap();
+    let prefix: String = call.request_id.chars().take(8).collect();
+    let (code, out) = ostler(
+        &world,
+        &daemon,
+        &[
+            "tool-result",
+            &prefix,
+            "--error",
+            "no ticket T-7 in the tracker",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    let answered: serde_json::Value =
+        serde_json::from_str(out.lines().next().unwrap_or("")).unwrap();
+    assert_eq!(answered["is_error"], true, "{out}");
+    let r = await_resolved(&mut events, &mut seen).await;
+    assert!(r.is_error);
+    assert_eq!(r.resolution(), pb::Resolution::Answered);
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+    // Answered already: the client says so.
+    let (code, out) = ostler(
+        &world,
+        &daemon,
+        &["tool-result", &call.request_id, "--text", "x"],
+    )
+    .await;
+    assert_ne!(code, Some(0), "{out}");
     let (content, is_error) = tool_result_seen(&world).expect("the model got the tool result");
     assert!(content.contains("no ticket T-7"), "{content}");
     assert!(is_error, "an error result: {content}");
