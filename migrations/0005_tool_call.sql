@@ -24,3 +24,19 @@ INSERT INTO interactions_new SELECT session_pk, request_id, kind, tool_name, inp
 DROP TABLE interactions;
 ALTER TABLE interactions_new RENAME TO interactions;
 CREATE INDEX interactions_pending ON interactions (session_pk, created_ms) WHERE state = 'pending';
+
+-- The feed also lists pending tool calls (`tool_call_requested`) and their resolutions
+-- (as `interaction_resolved`, like every other settlement).
+DROP TRIGGER feed_events;
+CREATE TRIGGER feed_events AFTER INSERT ON events
+WHEN NEW.kind IN ('state_changed', 'turn_completed', 'permission_requested', 'question_asked',
+                  'interaction_resolved', 'process_exited', 'tool_call_requested',
+                  'tool_call_resolved')
+     OR (NEW.kind = 'engine_notice' AND NEW.seq = 1)
+BEGIN
+    INSERT INTO feed (session_pk, seq, kind)
+    VALUES (NEW.session_pk, NEW.seq,
+            CASE WHEN NEW.kind = 'engine_notice' THEN 'session_created'
+                 WHEN NEW.kind = 'tool_call_resolved' THEN 'interaction_resolved'
+                 ELSE NEW.kind END);
+END;

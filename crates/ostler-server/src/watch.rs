@@ -30,6 +30,7 @@ pub(crate) fn kind_to_pb(k: eng::FeedKind) -> pb::FeedKind {
         eng::FeedKind::QuestionAsked => pb::FeedKind::QuestionAsked,
         eng::FeedKind::InteractionResolved => pb::FeedKind::Resolved,
         eng::FeedKind::ProcessExited => pb::FeedKind::ProcessExited,
+        eng::FeedKind::ToolCallRequested => pb::FeedKind::ToolCallPending,
     }
 }
 
@@ -51,7 +52,8 @@ fn kind_from_pb(field: &str, v: i32) -> Result<Option<eng::FeedKind>, Status> {
         pb::FeedKind::QuestionAsked => Some(eng::FeedKind::QuestionAsked),
         pb::FeedKind::Resolved => Some(eng::FeedKind::InteractionResolved),
         pb::FeedKind::ProcessExited => Some(eng::FeedKind::ProcessExited),
-        pb::FeedKind::HookPending | pb::FeedKind::ToolCallPending => None,
+        pb::FeedKind::ToolCallPending => Some(eng::FeedKind::ToolCallRequested),
+        pb::FeedKind::HookPending => None,
     })
 }
 

@@ -80,11 +80,14 @@ pub enum FeedKind {
     InteractionResolved,
     /// `process_exited`.
     ProcessExited,
+    /// `tool_call_requested` (a client-hosted tool call waits; its resolution is
+    /// `InteractionResolved`).
+    ToolCallRequested,
 }
 
 impl FeedKind {
     /// Every kind, in declaration order.
-    pub const ALL: [FeedKind; 7] = [
+    pub const ALL: [FeedKind; 8] = [
         FeedKind::SessionCreated,
         FeedKind::StateChanged,
         FeedKind::TurnCompleted,
@@ -92,6 +95,7 @@ impl FeedKind {
         FeedKind::QuestionAsked,
         FeedKind::InteractionResolved,
         FeedKind::ProcessExited,
+        FeedKind::ToolCallRequested,
     ];
 
     /// The stored name.
@@ -104,6 +108,7 @@ impl FeedKind {
             FeedKind::QuestionAsked => "question_asked",
             FeedKind::InteractionResolved => "interaction_resolved",
             FeedKind::ProcessExited => "process_exited",
+            FeedKind::ToolCallRequested => "tool_call_requested",
         }
     }
 }

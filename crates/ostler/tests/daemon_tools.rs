@@ -237,6 +237,38 @@ async fn answered_by_second_client(release: &str) {
     assert!(content.contains("printer on fire"), "{content}");
     assert!(!content.contains("too late"), "{content}");
     assert!(!is_error);
+
+    // The feed has the pending call (FEED_KIND_TOOL_CALL_PENDING) and its resolution.
+    let mut feed = a
+        .watch_sessions(pb::WatchSessionsRequest {
+            follow: false,
+            kinds: vec![
+                pb::FeedKind::ToolCallPending as i32,
+                pb::FeedKind::Resolved as i32,
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut items = Vec::new();
+    while let Some(i) = feed.message().await.unwrap() {
+        items.push(i);
+    }
+    let kinds: Vec<(pb::FeedKind, Option<&P>)> = items
+        .iter()
+        .map(|i| (i.kind(), i.event.as_ref().and_then(|e| e.payload.as_ref())))
+        .collect();
+    assert!(
+        matches!(
+            kinds.as_slice(),
+            [
+                (pb::FeedKind::ToolCallPending, Some(P::ToolCallRequested(_))),
+                (pb::FeedKind::Resolved, Some(P::ToolCallResolved(_)))
+            ]
+        ),
+        "{items:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
