@@ -16,3 +16,4 @@ fi
 "$venv/bin/python" "$here/health.py" --addr "$OSTLER_ADDR"
 "$venv/bin/python" "$here/health.py" --addr "$OSTLER_ADDR" --service ostler.v1.SessionService
 "$venv/bin/python" "$here/client.py" --addr "$OSTLER_ADDR" --cwd "$cwd" "${OSTLER_EXAMPLE_PROMPT:-Create the file please}"
+"$venv/bin/python" "$here/tools.py" --addr "$OSTLER_ADDR" --cwd "$cwd"

@@ -43,6 +43,10 @@ pub struct ProbeArgs {
     /// recorded evidence.
     #[arg(long)]
     pub options_only: bool,
+    /// Only measure which control requests from the CLI ostler can serve
+    /// (`cli_requests`), keeping the rest of the recorded evidence.
+    #[arg(long)]
+    pub cli_requests_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -78,6 +82,11 @@ pub struct Evidence {
     /// Session-option flag (`PROBED_OPTIONS`) -> accepted by the option parser.
     #[serde(default)]
     pub options: BTreeMap<String, bool>,
+    /// Control requests from the CLI that ostler serves (issue 11) -> whether a whole
+    /// exchange worked: `mcp_message` = an SDK MCP server's tool was listed, called by the
+    /// model and its result reached the model.
+    #[serde(default)]
+    pub cli_requests: BTreeMap<String, bool>,
 }
 
 fn root() -> PathBuf {
@@ -104,7 +113,16 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let mut drift = Vec::new();
     for v in releases {
-        let ev = if a.options_only {
+        let ev = if a.cli_requests_only {
+            let mut ev: Evidence = toml::from_str(
+                &std::fs::read_to_string(evidence_path(&v))
+                    .with_context(|| format!("no recorded evidence for {v}"))?,
+            )?;
+            let cache = ostler_testkit::releases::default_cache_dir();
+            let binary = ostler_testkit::releases::ensure(&v, &cache)?;
+            ev.cli_requests = rt.block_on(cli_request_probe(&binary))?;
+            ev
+        } else if a.options_only {
             let mut ev: Evidence = toml::from_str(
                 &std::fs::read_to_string(evidence_path(&v))
                     .with_context(|| format!("no recorded evidence for {v}"))?,
@@ -195,7 +213,104 @@ async fn measure(version: &str) -> Result<Evidence> {
         control,
         control_errors,
         options: option_probe(&binary).await?,
+        cli_requests: cli_request_probe(&binary).await?,
     })
+}
+
+const SDK_MCP_SCENARIO: &str = r#"
+description = "compat probe: does the CLI call a tool of an SDK MCP server (mcp_message)?"
+default_text = "ok"
+[[model]]
+name = "tool"
+when = { last_user_text_contains = "PROBE-SDK-MCP", stream = true }
+blocks = [ { type = "tool_use", id = "toolu_probe_mcp", name = "mcp__ostler_probe__probe_tool", input = { id = "P-1" } } ]
+[[model]]
+name = "after"
+when = { has_tool_result_for = "toolu_probe_mcp" }
+blocks = [ { type = "text", text = "probe done" } ]
+"#;
+
+/// Which control requests from the CLI ostler can serve: `mcp_message` works when a
+/// session with an SDK MCP server (`--mcp-config` `{"type":"sdk"}`, answered by
+/// `ostler_protocol::sdk_mcp`) has its tool called by the model and the tool's result
+/// reaches the model.
+async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+    use ostler_protocol::sdk_mcp;
+    const RESULT_TEXT: &str = "PROBE-SDK-MCP-RESULT";
+    let scenario = ostler_testkit::Scenario::from_toml("compat-probe-sdk-mcp", SDK_MCP_SCENARIO)?;
+    let server = ostler_testkit::FakeModelServer::start(scenario).await?;
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let decl = vec![sdk_mcp::ToolServerDecl {
+        name: "ostler_probe".into(),
+        tools: vec![sdk_mcp::ToolDecl {
+            name: "probe_tool".into(),
+            description: "probe".into(),
+            input_schema: String::new(),
+        }],
+        timeout_secs: 60,
+    }];
+    let mut args = ostler_protocol::argv::StreamJsonArgs::session();
+    args.option(
+        "--mcp-config",
+        r#"{"mcpServers":{"ostler_probe":{"type":"sdk","name":"ostler_probe"}}}"#,
+    );
+    args.option("--allowedTools", "mcp__ostler_probe__probe_tool");
+    let mut child = herm
+        .command(binary, &args.into_args(), &server.url(), &BTreeMap::new())
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let user = serde_json::json!({"type":"user","message":{"role":"user","content":"PROBE-SDK-MCP please"},"parent_tool_use_id":null,"session_id":""});
+    stdin.write_all(format!("{user}\n").as_bytes()).await?;
+    stdin.flush().await?;
+    let mut lines = BufReader::new(stdout).lines();
+    let run = async {
+        while let Some(line) = lines.next_line().await? {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            match v["type"].as_str() {
+                Some("control_request") => {
+                    let body = match v["request"]["subtype"].as_str() {
+                        Some("mcp_message") => {
+                            let name = v["request"]["server_name"].as_str().unwrap_or("");
+                            let mcp = match sdk_mcp::handle(&decl, name, &v["request"]["message"]) {
+                                sdk_mcp::Handled::Respond(r) => r,
+                                sdk_mcp::Handled::Call(c) => sdk_mcp::call_result(
+                                    &c.id,
+                                    &[sdk_mcp::Content::Text {
+                                        text: RESULT_TEXT.into(),
+                                    }],
+                                    false,
+                                ),
+                            };
+                            sdk_mcp::control_body(mcp)
+                        }
+                        _ => {
+                            serde_json::json!({"behavior":"allow","updatedInput":v["request"]["input"]})
+                        }
+                    };
+                    let resp = serde_json::json!({"type":"control_response","response":{"subtype":"success","request_id":v["request_id"],"response":body}});
+                    stdin.write_all(format!("{resp}\n").as_bytes()).await?;
+                    stdin.flush().await?;
+                }
+                Some("result") => break,
+                _ => {}
+            }
+        }
+        anyhow::Ok(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(90), run).await;
+    drop(stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let _ = child.start_kill();
+    let reached = server.requests().iter().any(|r| {
+        r.body.as_ref().is_some_and(|b| {
+            let t = b.to_string();
+            t.contains("tool_result") && t.contains(RESULT_TEXT)
+        })
+    });
+    Ok(BTreeMap::from([("mcp_message".to_string(), reached)]))
 }
 
 /// Which session-option flags the option parser accepts: each flag alone (with its probe
@@ -687,6 +802,15 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
+        if e.cli_requests.is_empty() {
+            s.push_str("            cli_requests: &[],\n");
+        } else {
+            s.push_str("            cli_requests: &[\n");
+            for (c, ok) in &e.cli_requests {
+                writeln!(s, "                ({c:?}, {ok}),")?;
+            }
+            s.push_str("            ],\n");
+        }
         if e.control.is_empty() {
             s.push_str("            control: &[],\n");
         } else {
@@ -834,6 +958,43 @@ fn render_md(d: &Derived) -> Result<String> {
         write!(s, "| {v} |")?;
         for (f, _) in options {
             let mark = match e.options.get(f) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            };
+            write!(s, " {mark} |")?;
+        }
+        s.push('\n');
+    }
+    s.push_str("\n## Control requests from the CLI\n\n");
+    s.push_str(
+        "Control requests the CLI sends that ostler serves (`cargo xtask compat probe`, \
+         `--cli-requests-only` for just these). `mcp_message`: SDK MCP servers (client-hosted \
+         tools, `CreateSessionRequest.tool_servers`): a session whose `--mcp-config` names a \
+         `{\"type\":\"sdk\"}` server has the server's tool called by the model through \
+         `mcp_message` and the tool's result reaches the model. `-` not measured. A release \
+         measured `no` refuses CreateSession with tool servers (FAILED_PRECONDITION).\n\n",
+    );
+    let mut subtypes: Vec<&String> = d
+        .rows
+        .iter()
+        .flat_map(|(_, e, _)| e.cli_requests.keys())
+        .collect();
+    subtypes.sort();
+    subtypes.dedup();
+    s.push_str("| release |");
+    for c in &subtypes {
+        write!(s, " `{c}` |")?;
+    }
+    s.push_str("\n| --- |");
+    for _ in &subtypes {
+        s.push_str(" --- |");
+    }
+    s.push('\n');
+    for (v, e, _) in &d.rows {
+        write!(s, "| {v} |")?;
+        for c in &subtypes {
+            let mark = match e.cli_requests.get(*c) {
                 Some(true) => "yes",
                 Some(false) => "no",
                 None => "-",

@@ -38,6 +38,7 @@ use crate::types::*;
 mod hooks;
 mod interactions;
 mod output;
+mod tools;
 
 pub(crate) use hooks::restart_resolution as hook_restart_resolution;
 
@@ -68,6 +69,9 @@ pub(crate) struct Actor {
     pending: HashMap<String, Pending>,
     /// Hook calls waiting for a client (issue 11), by request id.
     hooks: HashMap<String, hooks::PendingHook>,
+    /// Client-hosted tool servers and the calls of their tools waiting for a client.
+    tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
+    tool_calls: HashMap<String, tools::PendingToolCall>,
     turns_outstanding: u32,
     claude_session_id: Option<String>,
     stop_waiters: Vec<oneshot::Sender<Result<()>>>,
@@ -106,6 +110,8 @@ pub(crate) struct ActorOptions {
     pub slot: SlotGuard,
     /// The stderr tail of the session's previous exit, shown until this process exits.
     pub stderr_tail: Option<String>,
+    /// The session's client-hosted tool servers (served in `mcp_message`).
+    pub tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
 }
 
 /// The sending side of the view. Dropped with the actor (also when it panics): releases
@@ -155,6 +161,8 @@ impl Actor {
             state: o.state,
             pending: HashMap::new(),
             hooks: HashMap::new(),
+            tool_servers: o.tool_servers,
+            tool_calls: HashMap::new(),
             turns_outstanding: 0,
             claude_session_id: o.claude_session_id,
             stop_waiters: Vec::new(),
@@ -233,6 +241,7 @@ impl Actor {
                 .values()
                 .filter_map(|p| p.deadline)
                 .chain(self.hook_deadline())
+                .chain(self.tool_deadline())
                 .min();
             let idle_at = self.idle_deadline();
             let ev = if let Some(ev) = held.take() {
@@ -275,6 +284,7 @@ impl Actor {
                     () = sleep_until(deadline), if deadline.is_some() => {
                         self.expire_due().await;
                         self.expire_hooks_due().await;
+                        self.expire_tool_calls().await;
                         None
                     }
                     () = sleep_until(idle_at), if idle_at.is_some() => {
@@ -384,7 +394,7 @@ impl Actor {
 
     /// The state a live session is in given its pending interactions and turns.
     fn live_state(&self) -> SessionState {
-        if !self.pending.is_empty() || !self.hooks.is_empty() {
+        if !self.pending.is_empty() || !self.hooks.is_empty() || !self.tool_calls.is_empty() {
             SessionState::AwaitingPermission
         } else if self.turns_outstanding > 0 {
             SessionState::Running
@@ -436,6 +446,18 @@ impl Actor {
             } => {
                 let r = self.respond_hook(&request_id, answer, &client).await;
                 self.settle_state(None).await;
+                let _ = reply.send(r);
+            }
+            Command::RespondToolCall {
+                request_id,
+                content,
+                is_error,
+                client,
+                reply,
+            } => {
+                let r = self
+                    .respond_tool_call(&request_id, content, is_error, &client)
+                    .await;
                 let _ = reply.send(r);
             }
             Command::Answer {
@@ -746,6 +768,7 @@ impl Actor {
                 .await;
         }
         self.cancel_hooks("engine").await;
+        self.cancel_tool_calls(None, "engine", why).await;
         let reason = if self.shutdown {
             "daemon shutdown".to_owned()
         } else if self.store_fault.is_some() {
@@ -808,6 +831,7 @@ impl Actor {
             && self.state == SessionState::Idle
             && self.pending.is_empty()
             && self.hooks.is_empty()
+            && self.tool_calls.is_empty()
             && self.turns_outstanding == 0
             && self.bg_tasks.is_empty()
     }

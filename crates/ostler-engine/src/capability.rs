@@ -72,6 +72,25 @@ pub(crate) fn check_hooks(inst: &Installation) -> Result<()> {
         support.as_str()
     )))
 }
+/// `Ok` unless the session declares client-hosted tool servers and the installed release
+/// is measured not to serve SDK MCP servers (`mcp_message`): then `FailedPrecondition`
+/// naming the release.
+pub(crate) fn check_tool_servers(
+    inst: &Installation,
+    options: &ostler_supervisor::CliOptions,
+) -> Result<()> {
+    if options.tool_servers.is_empty()
+        || inst.capabilities.cli_requests.get("mcp_message") != Some(&false)
+    {
+        return Ok(());
+    }
+    Err(Error::precondition(format!(
+        "Claude Code {} does not serve SDK MCP servers (`mcp_message`, measured: see \
+         docs/compatibility.md), which tool_servers needs; leave tool_servers empty or use a \
+         newer release (1.0.108 and later serve them)",
+        inst.version
+    )))
+}
 
 /// The variable that turns on the CLI's file checkpointing (what `RewindFiles` restores
 /// from), as the Agent SDKs set it for `enable_file_checkpointing`.

@@ -6,6 +6,7 @@
 mod control;
 mod demand;
 mod lifecycle;
+mod tools;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -409,6 +410,9 @@ impl Engine {
                         (q.request_id.clone(), InteractionKind::Question)
                     }
                     EventPayload::HookRequested(h) => (h.request_id.clone(), InteractionKind::Hook),
+                    EventPayload::ToolCallRequested(t) => {
+                        (t.request_id.clone(), InteractionKind::ToolCall)
+                    }
                     _ => return None,
                 };
                 Some(PendingInteraction {

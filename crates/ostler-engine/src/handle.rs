@@ -182,6 +182,13 @@ pub(crate) enum Command {
         client: ClientRef,
         reply: oneshot::Sender<Result<HookDecided>>,
     },
+    RespondToolCall {
+        request_id: String,
+        content: Vec<ostler_protocol::sdk_mcp::Content>,
+        is_error: bool,
+        client: ClientRef,
+        reply: oneshot::Sender<Result<ToolCallDecided>>,
+    },
     Answer {
         request_id: String,
         answers: Vec<QuestionAnswer>,

@@ -14,7 +14,7 @@ pub use ostler_store::{
     ExitFacts, ExitInfo, FeedKind, InteractionKind, SessionRecord, SessionState, UsageTotals,
 };
 pub use ostler_supervisor::options as cli_options;
-pub use ostler_supervisor::{CliOptions, McpServer};
+pub use ostler_supervisor::{CliOptions, McpServer, ToolDecl, ToolServerDecl};
 
 /// An `engine_notice`'s data as clients may see it: for `session_created`, the values of
 /// the session's environment variables and of its MCP servers' `env` and `headers`
@@ -268,6 +268,14 @@ pub struct HookDecided {
     pub resolved: ostler_protocol::hooks::HookResolved,
 }
 
+/// A tool call answered through `RespondToToolCall`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallDecided {
+    /// The seq of the `tool_call_resolved` event.
+    pub seq: u64,
+    pub resolved: ToolCallResolved,
+}
+
 /// What became of a permission request or question.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -447,6 +455,47 @@ pub enum EventPayload {
     HookRequested(ostler_protocol::hooks::HookRequested),
     /// A hook call was answered (client, default) or cancelled.
     HookResolved(ostler_protocol::hooks::HookResolved),
+    /// A call of a client-hosted tool, pending (issue 11).
+    ToolCallRequested(ToolCallRequested),
+    /// A client-hosted tool call was answered (client, expiry, restart, cancellation).
+    ToolCallResolved(ToolCallResolved),
+}
+
+/// A call of a client-hosted tool (`mcp_message` `tools/call`), for clients to answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRequested {
+    pub request_id: String,
+    pub server_name: String,
+    pub tool_name: String,
+    /// The call's arguments (a JSON object).
+    pub arguments: Value,
+    /// The model's tool use id, when the CLI named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    /// When the call gets an error result if nobody answered (epoch ms).
+    pub expires_at_ms: i64,
+    /// The JSON-RPC id the CLI's call carried (answered with it).
+    pub rpc_id: Value,
+}
+
+/// How a client-hosted tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallOutcome {
+    Answered,
+    Expired,
+    Cancelled,
+}
+
+/// A client-hosted tool call was answered (`content` and `is_error` as sent to the CLI).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallResolved {
+    pub request_id: String,
+    pub outcome: ToolCallOutcome,
+    pub content: Vec<ostler_protocol::sdk_mcp::Content>,
+    pub is_error: bool,
+    /// `client:<id>`, `expiry`, `restart`, `cli`, `engine`.
+    pub resolved_by: String,
 }
 
 /// Partial deltas a subscriber missed (see [`EventPayload::PartialsMissed`]).
@@ -482,6 +531,8 @@ impl EventPayload {
             EventPayload::PartialsMissed(_) => "partials_missed",
             EventPayload::HookRequested(_) => "hook_requested",
             EventPayload::HookResolved(_) => "hook_resolved",
+            EventPayload::ToolCallRequested(_) => "tool_call_requested",
+            EventPayload::ToolCallResolved(_) => "tool_call_resolved",
         }
     }
 
@@ -519,7 +570,9 @@ impl EventPayload {
             Unknown,
             PartialsMissed,
             HookRequested,
-            HookResolved
+            HookResolved,
+            ToolCallRequested,
+            ToolCallResolved
         )
     }
 
@@ -558,7 +611,9 @@ impl EventPayload {
             Unknown => "unknown",
             PartialsMissed => "partials_missed",
             HookRequested => "hook_requested",
-            HookResolved => "hook_resolved"
+            HookResolved => "hook_resolved",
+            ToolCallRequested => "tool_call_requested",
+            ToolCallResolved => "tool_call_resolved"
         );
         match r {
             Ok(p) if p.kind() == kind => Ok(p),

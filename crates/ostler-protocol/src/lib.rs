@@ -33,6 +33,7 @@ pub mod outbound;
 mod rawjson;
 pub mod recording;
 mod scan;
+pub mod sdk_mcp;
 pub mod transcript;
 pub mod version;
 mod wire;

@@ -379,6 +379,7 @@ pub(crate) fn create_session(
     }
     let mcp_servers = mcp_servers_from_pb(r.mcp_servers)?;
     let hooks = crate::hooks::registrations(r.hooks)?;
+    let tool_servers = crate::tools::tool_servers_from_pb(r.tool_servers)?;
     for (name, list) in [
         ("add_dirs", r.add_dirs.len()),
         ("setting_sources", r.setting_sources.len()),
@@ -406,6 +407,7 @@ pub(crate) fn create_session(
         json_schema: opt_string(r.json_schema),
         env: r.env.into_iter().collect(),
         hooks,
+        tool_servers,
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options
@@ -878,11 +880,18 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
         eng::EventPayload::InteractionResolved(r) => match r.kind {
             eng::InteractionKind::Permission => P::PermissionResolved(permission_resolved(r)),
             eng::InteractionKind::Question => P::QuestionAnswered(question_answered(r)),
-            // Hook calls resolve with `hook_resolved`, never `interaction_resolved`.
-            eng::InteractionKind::Hook => return None,
+            // Hook calls and tool calls resolve with their own events, never
+            // `interaction_resolved`.
+            eng::InteractionKind::Hook | eng::InteractionKind::ToolCall => return None,
         },
         eng::EventPayload::HookRequested(r) => P::HookRequested(crate::hooks::requested_to_pb(r)),
         eng::EventPayload::HookResolved(r) => P::HookResolved(crate::hooks::resolved_to_pb(r)),
+        eng::EventPayload::ToolCallRequested(t) => {
+            P::ToolCallRequested(crate::tools::requested_to_pb(t))
+        }
+        eng::EventPayload::ToolCallResolved(t) => {
+            P::ToolCallResolved(crate::tools::resolved_to_pb(t))
+        }
         eng::EventPayload::TurnCompleted(t) => P::TurnCompleted(pb::TurnCompleted {
             subtype: t.subtype.clone(),
             is_error: t.is_error,

@@ -21,6 +21,7 @@ pub mod fuzzing;
 mod hooks;
 mod notices;
 mod session;
+mod tools;
 mod watch;
 
 use std::future::Future;

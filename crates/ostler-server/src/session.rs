@@ -548,12 +548,24 @@ impl SessionService for SessionSvc {
 
     async fn respond_to_tool_call(
         &self,
-        _req: Request<pb::RespondToToolCallRequest>,
+        req: Request<pb::RespondToToolCallRequest>,
     ) -> Res<pb::RespondToToolCallResponse> {
-        // Issue 11 (in progress): tool servers are not registered yet.
-        Err(Status::unimplemented(
-            "RespondToToolCall: client-hosted tools are not built yet",
-        ))
+        let client = client_of(&req);
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let request_id = required("request_id", &r.request_id)?;
+        let content = crate::tools::content_from_pb(r.content, r.is_error)?;
+        in_session("RespondToToolCall", id, async {
+            let res = self
+                .engine
+                .respond_tool_call(id, request_id, content, r.is_error, client)
+                .await?;
+            Ok(pb::RespondToToolCallResponse {
+                resolved: Some(crate::tools::resolved_to_pb(&res.resolved)),
+                seq: res.seq,
+            })
+        })
+        .await
     }
 
     async fn watch_sessions(

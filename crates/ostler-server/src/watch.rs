@@ -31,6 +31,7 @@ pub(crate) fn kind_to_pb(k: eng::FeedKind) -> pb::FeedKind {
         eng::FeedKind::InteractionResolved => pb::FeedKind::Resolved,
         eng::FeedKind::ProcessExited => pb::FeedKind::ProcessExited,
         eng::FeedKind::HookPending => pb::FeedKind::HookPending,
+        eng::FeedKind::ToolCallRequested => pb::FeedKind::ToolCallPending,
     }
 }
 
@@ -53,7 +54,7 @@ fn kind_from_pb(field: &str, v: i32) -> Result<Option<eng::FeedKind>, Status> {
         pb::FeedKind::Resolved => Some(eng::FeedKind::InteractionResolved),
         pb::FeedKind::ProcessExited => Some(eng::FeedKind::ProcessExited),
         pb::FeedKind::HookPending => Some(eng::FeedKind::HookPending),
-        pb::FeedKind::ToolCallPending => None,
+        pb::FeedKind::ToolCallPending => Some(eng::FeedKind::ToolCallRequested),
     })
 }
 

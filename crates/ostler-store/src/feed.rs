@@ -82,11 +82,14 @@ pub enum FeedKind {
     ProcessExited,
     /// `hook_requested` (a pending hook call; its `hook_resolved` is `InteractionResolved`).
     HookPending,
+    /// `tool_call_requested` (a client-hosted tool call waits; its resolution is
+    /// `InteractionResolved`).
+    ToolCallRequested,
 }
 
 impl FeedKind {
     /// Every kind, in declaration order.
-    pub const ALL: [FeedKind; 8] = [
+    pub const ALL: [FeedKind; 9] = [
         FeedKind::SessionCreated,
         FeedKind::StateChanged,
         FeedKind::TurnCompleted,
@@ -95,6 +98,7 @@ impl FeedKind {
         FeedKind::InteractionResolved,
         FeedKind::ProcessExited,
         FeedKind::HookPending,
+        FeedKind::ToolCallRequested,
     ];
 
     /// The stored name.
@@ -108,6 +112,7 @@ impl FeedKind {
             FeedKind::InteractionResolved => "interaction_resolved",
             FeedKind::ProcessExited => "process_exited",
             FeedKind::HookPending => "hook_pending",
+            FeedKind::ToolCallRequested => "tool_call_requested",
         }
     }
 }

@@ -37,6 +37,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(3, "0003_events_one_copy.sql"),
     migration!(4, "0004_feed.sql"),
     migration!(5, "0005_hook.sql"),
+    migration!(6, "0006_tool_call.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).

@@ -312,6 +312,8 @@ pub enum InteractionKind {
     Question,
     /// A hook call answered by clients (issue 11).
     Hook,
+    /// A call of a client-hosted tool (`mcp_message` `tools/call`, issue 11).
+    ToolCall,
 }
 
 /// Where an interaction stands. Everything but `Pending` is final.
@@ -368,7 +370,12 @@ str_enum!(SessionState {
     Resumable => "resumable",
     Suspended => "suspended",
 });
-str_enum!(InteractionKind { Permission => "permission", Question => "question", Hook => "hook" });
+str_enum!(InteractionKind {
+    Permission => "permission",
+    Question => "question",
+    Hook => "hook",
+    ToolCall => "tool_call",
+});
 str_enum!(InteractionState {
     Pending => "pending",
     Allowed => "allowed",

@@ -254,6 +254,11 @@ pub struct Capabilities {
     /// releases) or where the pinned neighbours agree; a flag not listed is unknown.
     #[serde(default)]
     pub options: BTreeMap<String, bool>,
+    /// Control requests from the CLI that ostler serves (`mcp_message`: SDK MCP servers)
+    /// -> whether they work, measured or where the pinned neighbours agree; a subtype not
+    /// listed is unknown (then tried).
+    #[serde(default)]
+    pub cli_requests: BTreeMap<String, bool>,
     pub source: CapabilitySource,
 }
 
@@ -355,6 +360,9 @@ pub struct TestedRelease {
     pub control: &'static [(&'static str, ControlSupport)],
     /// Whether the release accepts each of [`PROBED_OPTIONS`] (empty: not measured).
     pub options: &'static [(&'static str, bool)],
+    /// Control requests from the CLI ostler serves -> whether the whole exchange worked
+    /// (`mcp_message`: SDK MCP servers; empty: not measured).
+    pub cli_requests: &'static [(&'static str, bool)],
     /// Why the release is pinned (boundary, contract recording, ...).
     pub note: &'static str,
 }
@@ -574,6 +582,7 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
             .unwrap_or_default(),
         control: infer_control(m, version),
         options: infer_options(m, version),
+        cli_requests: infer(m, version, |t| t.cli_requests, |o, n| o == n),
         source: if row.is_some() {
             CapabilitySource::Matrix
         } else if probe.is_some() {
@@ -698,6 +707,25 @@ mod tests {
         );
         assert!(!support("1.0.108", "set_model").served());
         assert!(support("2.1.330", "set_model").served());
+    }
+
+    /// SDK MCP servers (`mcp_message`): measured per pinned release, inferred between
+    /// agreeing neighbours, unknown in a gap where they disagree.
+    #[test]
+    fn sdk_mcp_servers_come_from_the_measured_rows() {
+        let served = |v: &str| {
+            assess(&Version::parse(v).expect("v"), None)
+                .capabilities
+                .cli_requests
+                .get("mcp_message")
+                .copied()
+        };
+        assert_eq!(served("1.0.59"), Some(false));
+        assert_eq!(served("1.0.108"), Some(true));
+        assert_eq!(served("2.0.77"), Some(true));
+        assert_eq!(served("2.1.330"), Some(true));
+        assert_eq!(served("2.1.400"), Some(true));
+        assert_eq!(served("1.0.80"), None, "1.0.59 no, 1.0.108 yes");
     }
 
     /// Unpinned releases: known only where the pinned neighbours agree; newer than every

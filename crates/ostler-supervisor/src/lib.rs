@@ -27,7 +27,7 @@ pub use compat::{
 };
 pub use discover::{DiscoverError, DiscoverOptions, discover};
 pub use installation::Installation;
-pub use options::{CliOptions, InvalidOption, McpServer};
+pub use options::{CliOptions, InvalidOption, McpServer, ToolDecl, ToolServerDecl};
 pub use ostler_protocol::version::{
     ClaudeVersion, VersionParseError, parse as parse_version_output,
 };

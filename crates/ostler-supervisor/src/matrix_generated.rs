@@ -30,6 +30,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::NoAnswer),
@@ -69,6 +72,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", false),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -110,6 +116,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -149,6 +158,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -190,6 +202,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -229,6 +244,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -270,6 +288,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -309,6 +330,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -350,6 +374,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -389,6 +416,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -430,6 +460,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -470,6 +503,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
             ],
+            cli_requests: &[
+                ("mcp_message", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
                 ("hook_callback", ControlSupport::Answered),
@@ -509,6 +545,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -572,6 +611,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+            ],
+            cli_requests: &[
+                ("mcp_message", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),

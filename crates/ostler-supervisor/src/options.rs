@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::compat::Capabilities;
+pub use ostler_protocol::sdk_mcp::{ToolDecl, ToolServerDecl};
 
 /// The options of one session's CLI process. Field names are the ones recorded in
 /// `session_created` payloads since the first release of ostler (`allowed_tools`,
@@ -46,6 +47,10 @@ pub struct CliOptions {
     /// `--strict-mcp-config`: only the servers above, none from the CLI's own settings.
     #[serde(skip_serializing_if = "is_false")]
     pub strict_mcp_config: bool,
+    /// Client-hosted tool servers (issue 11): `{"type":"sdk"}` entries of `--mcp-config`,
+    /// served by the daemon (`ostler_protocol::sdk_mcp`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_servers: Vec<ToolServerDecl>,
     /// `--add-dir`: more directories the CLI's tools may use (absolute paths).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub add_dirs: Vec<String>,
@@ -140,6 +145,14 @@ pub mod limits {
     pub const VARS: usize = 64;
     /// One variable or header value.
     pub const VALUE_BYTES: usize = 32 * 1024;
+    /// Client-hosted tool servers of a session.
+    pub const TOOL_SERVERS: usize = 16;
+    /// Tools of one tool server.
+    pub const TOOLS_PER_SERVER: usize = 64;
+    /// A tool's input schema or description.
+    pub const TOOL_SCHEMA_BYTES: usize = 64 * 1024;
+    /// A tool call's wait for a client's answer.
+    pub const TOOL_TIMEOUT_SECS: u32 = 3600;
     /// Everything on the command line together.
     pub const ARGV_TOTAL_BYTES: usize = 256 * 1024;
     /// The per-session environment together.
@@ -368,6 +381,7 @@ impl CliOptions {
         }
         self.validate_mcp()?;
         self.validate_hooks()?;
+        self.validate_tool_servers()?;
         if let Some(c) = self.mcp_config_json() {
             if c.len() > limits::JSON_BYTES {
                 return Err(bad(
@@ -486,12 +500,108 @@ impl CliOptions {
         Ok(())
     }
 
-    /// The `--mcp-config` document (`{"mcpServers": {...}}`), when there are servers.
+    /// The `--mcp-config` document (`{"mcpServers": {...}}`), when there are servers; tool
+    /// servers are `{"type":"sdk","name":...}` entries.
     pub fn mcp_config_json(&self) -> Option<String> {
-        if self.mcp_servers.is_empty() {
+        if self.mcp_servers.is_empty() && self.tool_servers.is_empty() {
             return None;
         }
-        serde_json::to_string(&serde_json::json!({ "mcpServers": &self.mcp_servers })).ok()
+        let mut servers = serde_json::to_value(&self.mcp_servers).ok()?;
+        if let Some(map) = servers.as_object_mut() {
+            for t in &self.tool_servers {
+                map.insert(
+                    t.name.clone(),
+                    serde_json::json!({"type": "sdk", "name": t.name}),
+                );
+            }
+        }
+        serde_json::to_string(&serde_json::json!({ "mcpServers": servers })).ok()
+    }
+
+    /// Checks `tool_servers` (names, counts, schemas, timeouts; see `limits`).
+    fn validate_tool_servers(&self) -> Result<(), InvalidOption> {
+        count(
+            "tool_servers",
+            self.tool_servers.len(),
+            limits::TOOL_SERVERS,
+        )?;
+        let name_ok = |n: &str| {
+            !n.is_empty()
+                && n.len() <= limits::MCP_NAME_BYTES
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, s) in self.tool_servers.iter().enumerate() {
+            let f = format!("tool_servers[{i}]");
+            if !name_ok(&s.name) {
+                return Err(bad(
+                    format!("{f}.name"),
+                    format!(
+                        "{} is not a tool server name: 1 to {} letters, digits, `_` or `-`",
+                        shown(&s.name),
+                        limits::MCP_NAME_BYTES
+                    ),
+                ));
+            }
+            if self.mcp_servers.contains_key(&s.name) || !seen.insert(s.name.as_str()) {
+                return Err(bad(
+                    format!("{f}.name"),
+                    format!(
+                        "the name {} is already used by another tool or MCP server",
+                        shown(&s.name)
+                    ),
+                ));
+            }
+            if s.timeout_secs == 0 || s.timeout_secs > limits::TOOL_TIMEOUT_SECS {
+                return Err(bad(
+                    format!("{f}.timeout_secs"),
+                    format!("at most {} seconds", limits::TOOL_TIMEOUT_SECS),
+                ));
+            }
+            if s.tools.is_empty() {
+                return Err(bad(format!("{f}.tools"), "a tool server needs a tool"));
+            }
+            count(
+                &format!("{f}.tools"),
+                s.tools.len(),
+                limits::TOOLS_PER_SERVER,
+            )?;
+            let mut names = std::collections::BTreeSet::new();
+            for (j, t) in s.tools.iter().enumerate() {
+                let tf = format!("{f}.tools[{j}]");
+                if !name_ok(&t.name) {
+                    return Err(bad(
+                        format!("{tf}.name"),
+                        format!(
+                            "{} is not a tool name: 1 to {} letters, digits, `_` or `-`",
+                            shown(&t.name),
+                            limits::MCP_NAME_BYTES
+                        ),
+                    ));
+                }
+                if !names.insert(t.name.as_str()) {
+                    return Err(bad(
+                        format!("{tf}.name"),
+                        format!("the tool {} is declared twice", shown(&t.name)),
+                    ));
+                }
+                text(
+                    &format!("{tf}.description"),
+                    &t.description,
+                    limits::TOOL_SCHEMA_BYTES,
+                )?;
+                text(
+                    &format!("{tf}.input_schema_json"),
+                    &t.input_schema,
+                    limits::TOOL_SCHEMA_BYTES,
+                )?;
+                if !t.input_schema.is_empty() {
+                    json_object(&format!("{tf}.input_schema_json"), &t.input_schema)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The session-option flags these options put on the command line whose presence
@@ -514,7 +624,10 @@ impl CliOptions {
         on(self.max_thinking_tokens.is_some(), "--max-thinking-tokens");
         on(self.settings.is_some(), "--settings");
         on(!self.setting_sources.is_empty(), "--setting-sources");
-        on(!self.mcp_servers.is_empty(), "--mcp-config");
+        on(
+            !self.mcp_servers.is_empty() || !self.tool_servers.is_empty(),
+            "--mcp-config",
+        );
         on(self.strict_mcp_config, "--strict-mcp-config");
         on(self.agents.is_some(), "--agents");
         on(self.json_schema.is_some(), "--json-schema");
@@ -584,6 +697,55 @@ mod tests {
         let back: CliOptions =
             serde_json::from_str(&serde_json::to_string(&full).expect("ser")).expect("de");
         assert_eq!(back, full);
+    }
+
+    fn tool_server(name: &str, tool: &str, schema: &str) -> ToolServerDecl {
+        ToolServerDecl {
+            name: name.into(),
+            tools: vec![ToolDecl {
+                name: tool.into(),
+                description: "d".into(),
+                input_schema: schema.into(),
+            }],
+            timeout_secs: 120,
+        }
+    }
+
+    #[test]
+    fn tool_servers_are_sdk_entries_and_validated() {
+        let o = CliOptions {
+            mcp_servers: BTreeMap::from([("t".into(), stdio("/bin/t"))]),
+            tool_servers: vec![tool_server("tickets", "lookup_ticket", "")],
+            ..Default::default()
+        };
+        o.validate().expect("valid");
+        let v: serde_json::Value =
+            serde_json::from_str(&o.mcp_config_json().expect("servers")).expect("json");
+        assert_eq!(
+            v["mcpServers"]["tickets"],
+            serde_json::json!({"type": "sdk", "name": "tickets"})
+        );
+        assert_eq!(v["mcpServers"]["t"]["type"], "stdio");
+        assert_eq!(o.gated_flags(), vec!["--mcp-config"]);
+        let refused = |o: CliOptions| o.validate().expect_err("refused").field;
+        let mut dup = o.clone();
+        dup.tool_servers[0].name = "t".into();
+        assert_eq!(refused(dup), "tool_servers[0].name");
+        let mut bad_schema = o.clone();
+        bad_schema.tool_servers[0].tools[0].input_schema = "[1]".into();
+        assert_eq!(
+            refused(bad_schema),
+            "tool_servers[0].tools[0].input_schema_json"
+        );
+        let mut bad_tool = o.clone();
+        bad_tool.tool_servers[0].tools[0].name = "no spaces".into();
+        assert_eq!(refused(bad_tool), "tool_servers[0].tools[0].name");
+        let mut no_tools = o.clone();
+        no_tools.tool_servers[0].tools.clear();
+        assert_eq!(refused(no_tools), "tool_servers[0].tools");
+        let mut slow = o;
+        slow.tool_servers[0].timeout_secs = 3601;
+        assert_eq!(refused(slow), "tool_servers[0].timeout_secs");
     }
 
     #[test]

@@ -49,6 +49,15 @@ fn run_example(lang: &str) {
         // GetSessionInfo and GetContextUsage (issue 10).
         assert!(stdout.contains("session info: Claude Code"), "{stdout}");
         assert!(stdout.contains("context: "), "{stdout}");
+        // Client-hosted tools (issue 11): tools.py answered the model's tool call.
+        assert!(
+            stdout.contains("tool call RESOLUTION_ANSWERED by client:python-tools-example"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("assistant: The ticket is handled."),
+            "{stdout}"
+        );
     }
     assert!(
         cwd.join("created.txt").exists(),

@@ -153,6 +153,8 @@ impl Actor {
             self.control_request(request, responder, raw).await;
         }
         for request_id in cancelled {
+            self.cancel_tool_calls(Some(&request_id), "cli", "withdrawn by the CLI")
+                .await;
             if !self.hook_withdrawn(&request_id).await {
                 self.cancelled_by_cli(&request_id).await;
             }
@@ -328,6 +330,10 @@ impl Actor {
 
     pub(super) async fn turn_completed(&mut self, subtype: &str) {
         // A finished turn leaves nothing to decide: whatever is still pending is stale.
+        if self.turns_outstanding == 0 {
+            self.cancel_tool_calls(None, "engine", "the turn ended")
+                .await;
+        }
         if self.turns_outstanding == 0 && !self.pending.is_empty() {
             let ids: Vec<String> = self.pending.keys().cloned().collect();
             for id in ids {
@@ -353,6 +359,15 @@ impl Actor {
             }
             CliRequest::HookCallback(cb) => {
                 self.hook_callback(request.request_id, cb, responder, raw)
+                    .await;
+                return;
+            }
+            CliRequest::Other {
+                ref request_subtype,
+                raw: ref body,
+            } if request_subtype == "mcp_message" && !self.tool_servers.is_empty() => {
+                let body = body.clone();
+                self.mcp_message(request.request_id, &body, responder, raw)
                     .await;
                 return;
             }

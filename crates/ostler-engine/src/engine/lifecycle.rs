@@ -203,6 +203,9 @@ impl Engine {
             if i.kind == InteractionKind::Hook {
                 return crate::actor::hook_restart_resolution(i);
             }
+            if i.kind == InteractionKind::ToolCall {
+                return super::tools::resolved_at_restart(i);
+            }
             let item = Item::new(EventPayload::InteractionResolved(InteractionResolved {
                 request_id: i.request_id.clone(),
                 kind: i.kind,
@@ -367,6 +370,7 @@ impl Engine {
         if !options.hooks.is_empty() {
             crate::capability::check_hooks(inst)?;
         }
+        crate::capability::check_tool_servers(inst, &options)?;
         Ok(SessionSpec {
             options,
             rules: req.rules.clone(),
@@ -713,6 +717,7 @@ impl Engine {
             meta,
             slot,
             stderr_tail,
+            tool_servers: spec.options.tool_servers.clone(),
         })
         .await;
         self.registry.set_handle(&entry.id, handle);

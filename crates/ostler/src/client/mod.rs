@@ -24,6 +24,7 @@ pub mod prompt;
 pub mod render;
 pub mod run;
 pub mod session_opts;
+pub mod tool_calls;
 pub mod watch;
 
 use std::time::Duration;
@@ -82,6 +83,8 @@ pub enum ClientCommand {
     Answer(pending::AnswerQuestionArgs),
     /// Answer a pending hook call (by request id or prefix, see `pending`).
     Hook(hooks::HookArgs),
+    /// Answer a pending call of a client-hosted tool with its result (or `--error`)
+    ToolResult(tool_calls::ToolResultArgs),
     /// Follow every session at once: created, state changes, finished turns, prompts,
     /// answers, exits (resume with --since CURSOR).
     Watch(watch::WatchArgs),
@@ -121,6 +124,7 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Deny(a) => pending::deny(a).await,
             ClientCommand::Answer(a) => pending::answer(a).await,
             ClientCommand::Hook(a) => hooks::hook(a).await,
+            ClientCommand::ToolResult(a) => tool_calls::tool_result(a).await,
             ClientCommand::Watch(a) => watch::watch(a).await,
             ClientCommand::Info(a) => controls::info(a).await,
             ClientCommand::Context(a) => controls::context(a).await,

@@ -134,6 +134,7 @@ fn kind(p: &pb::PendingInteraction) -> &'static str {
         Some(Payload::PermissionRequested(_)) => "permission",
         Some(Payload::QuestionAsked(_)) => "question",
         Some(Payload::HookRequested(_)) => "hook",
+        Some(Payload::ToolCallRequested(_)) => "tool_call",
         _ => "other",
     }
 }
@@ -149,6 +150,7 @@ fn what(p: &pb::PendingInteraction) -> String {
             .collect::<Vec<_>>()
             .join(" / "),
         Some(Payload::HookRequested(h)) => super::hooks::describe(h),
+        Some(Payload::ToolCallRequested(t)) => super::tool_calls::describe(t),
         _ => String::new(),
     }
 }
@@ -200,7 +202,8 @@ pub async fn pending(a: PendingArgs) -> Result<i32> {
     eprintln!(
         "{}",
         Style::stderr().dim(
-            "answer with `ostler approve ID`, `ostler deny ID -m why`, `ostler answer ID CHOICE`, or `ostler hook ID --allow|--deny why|--continue`"
+            "answer with `ostler approve ID`, `ostler deny ID -m why`, `ostler answer ID CHOICE`, \
+             `ostler hook ID --allow|--deny why|--continue` or `ostler tool-result ID --text ...`"
         )
     );
     Ok(0)

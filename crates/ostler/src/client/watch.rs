@@ -40,7 +40,7 @@ pub struct WatchArgs {
 }
 
 /// The short kind names `--kind` takes (and `--json` prints).
-const KINDS: [(&str, pb::FeedKind); 7] = [
+const KINDS: [(&str, pb::FeedKind); 8] = [
     ("created", pb::FeedKind::SessionCreated),
     ("state", pb::FeedKind::StateChanged),
     ("turn", pb::FeedKind::TurnCompleted),
@@ -48,6 +48,7 @@ const KINDS: [(&str, pb::FeedKind); 7] = [
     ("question", pb::FeedKind::QuestionAsked),
     ("resolved", pb::FeedKind::Resolved),
     ("exited", pb::FeedKind::ProcessExited),
+    ("tool_call", pb::FeedKind::ToolCallPending),
 ];
 
 pub fn parse_kind(s: &str) -> Result<pb::FeedKind, String> {
@@ -158,7 +159,11 @@ fn human(st: Style, item: &pb::FeedItem) -> String {
         what(item)
     );
     match pb::FeedKind::try_from(item.kind) {
-        Ok(pb::FeedKind::PermissionRequested | pb::FeedKind::QuestionAsked) => st.yellow(&line),
+        Ok(
+            pb::FeedKind::PermissionRequested
+            | pb::FeedKind::QuestionAsked
+            | pb::FeedKind::ToolCallPending,
+        ) => st.yellow(&line),
         Ok(pb::FeedKind::ProcessExited) => st.red(&line),
         Ok(pb::FeedKind::TurnCompleted) => st.green(&line),
         _ => line,

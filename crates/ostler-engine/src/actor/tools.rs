@@ -1,0 +1,274 @@
+//! Client-hosted tools (issue 11): the actor answers the CLI's `mcp_message` control
+//! requests for the session's tool servers (`ostler_protocol::sdk_mcp`); each `tools/call`
+//! of a declared tool becomes a pending `tool_call` interaction, recorded with its
+//! `tool_call_requested` event in one transaction, and is resolved (first answer wins) by
+//! a client, by expiry (an error result), or by cancellation, the decision committed with
+//! its `tool_call_resolved` event before the CLI gets the `mcp_response`.
+
+use bytes::Bytes;
+use ostler_protocol::model::RawJson;
+use ostler_protocol::outbound::ResponseBody;
+use ostler_protocol::sdk_mcp::{self, Content, Handled};
+use ostler_store::{DecideOutcome, Decision, InteractionState, NewInteraction, WithEvents};
+use ostler_supervisor::Responder;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::Actor;
+use crate::error::{Error, Result};
+use crate::hub::{Item, now_ms};
+use crate::types::*;
+
+/// A tool call waiting for a client.
+pub(super) struct PendingToolCall {
+    rpc_id: Value,
+    responder: Responder,
+    pub(super) deadline: Instant,
+    timeout_secs: u32,
+}
+
+impl Actor {
+    /// Serves one `mcp_message` control request (`raw`: the request object).
+    pub(super) async fn mcp_message(
+        &mut self,
+        request_id: String,
+        raw: &RawJson,
+        responder: Responder,
+        line: Option<Bytes>,
+    ) {
+        let req = raw.to_value().unwrap_or(Value::Null);
+        let server = req.get("server_name").and_then(Value::as_str).unwrap_or("");
+        let message = req.get("message").cloned().unwrap_or(Value::Null);
+        let call = match sdk_mcp::handle(&self.tool_servers, server, &message) {
+            Handled::Respond(v) => {
+                let _ = responder.respond(ResponseBody::Success(sdk_mcp::control_body(v)));
+                return;
+            }
+            Handled::Call(c) => c,
+        };
+        let timeout_secs = self
+            .tool_servers
+            .iter()
+            .find(|s| s.name == call.server)
+            .map(|s| s.timeout_secs)
+            .unwrap_or(120)
+            .max(1);
+        let after = std::time::Duration::from_secs(u64::from(timeout_secs));
+        let payload = ToolCallRequested {
+            request_id: request_id.clone(),
+            server_name: call.server.clone(),
+            tool_name: call.tool.clone(),
+            arguments: call.arguments.clone(),
+            tool_use_id: call.tool_use_id.clone(),
+            expires_at_ms: now_ms() + after.as_millis() as i64,
+            rpc_id: call.id.clone(),
+        };
+        let ni = NewInteraction {
+            session_id: self.sid().to_owned(),
+            request_id: request_id.clone(),
+            kind: InteractionKind::ToolCall,
+            tool_name: Some(format!("mcp__{}__{}", call.server, call.tool)),
+            input: Bytes::from(serde_json::to_vec(&call.arguments).unwrap_or_default()),
+            suggestions: None,
+            event_seq: None,
+            created_ms: now_ms(),
+        };
+        // The request event and the pending interaction commit together.
+        let with = WithEvents {
+            interaction: Some((ni, 0)),
+            ..Default::default()
+        };
+        let entry = self.entry.clone();
+        let guard = entry.hub.lock().await;
+        let item = Item {
+            payload: EventPayload::ToolCallRequested(payload),
+            raw: line,
+            ts_ms: now_ms(),
+        };
+        let event = match guard.persist_with(vec![item], Some(with)).await {
+            Ok((mut v, _)) => match v.pop() {
+                Some(e) => e,
+                None => return,
+            },
+            Err(e) => {
+                // Not recorded: nobody could answer durably; the dropped responder answers
+                // the CLI with an error.
+                tracing::error!(session = %self.sid(), error = %e, "cannot record tool call");
+                return;
+            }
+        };
+        self.tool_calls.insert(
+            request_id.clone(),
+            PendingToolCall {
+                rpc_id: call.id,
+                responder,
+                deadline: Instant::now() + after,
+                timeout_secs,
+            },
+        );
+        let to = self.live_state();
+        self.show(|v| {
+            v.pending.insert(request_id.clone(), event.clone());
+            v.state = to;
+        });
+        guard.publish(std::slice::from_ref(&event));
+        drop(guard);
+        self.settle_state(None).await;
+    }
+
+    /// Records the resolution (first wins, in the store), publishes it, answers the CLI.
+    async fn resolve_tool_call(
+        &mut self,
+        request_id: &str,
+        resolved: ToolCallResolved,
+    ) -> Result<ToolCallDecided> {
+        let Some(p) = self.tool_calls.get(request_id) else {
+            return Err(self.not_pending(request_id).await);
+        };
+        let mcp = sdk_mcp::call_result(&p.rpc_id, &resolved.content, resolved.is_error);
+        let state = match resolved.outcome {
+            ToolCallOutcome::Answered => InteractionState::Answered,
+            ToolCallOutcome::Expired => InteractionState::Expired,
+            ToolCallOutcome::Cancelled => InteractionState::Cancelled,
+        };
+        let decision = Decision {
+            state,
+            decided_by: resolved.resolved_by.clone(),
+            response: Some(Bytes::from(mcp.to_string())),
+            decided_ms: now_ms(),
+        };
+        // The decision and its resolution event commit in one transaction.
+        let with = WithEvents {
+            decide: Some((request_id.to_owned(), decision)),
+            ..Default::default()
+        };
+        let entry = self.entry.clone();
+        let guard = entry.hub.lock().await;
+        let item = Item::new(EventPayload::ToolCallResolved(resolved.clone()));
+        let (events, outcome) = guard.persist_with(vec![item], Some(with)).await?;
+        if let Some(DecideOutcome::AlreadyDecided(_)) = outcome {
+            drop(guard);
+            self.remove_tool_call(request_id);
+            return Err(self.not_pending(request_id).await);
+        }
+        let p = self.remove_tool_call(request_id);
+        self.show_live_state();
+        guard.publish(&events);
+        drop(guard);
+        if let Some(p) = p
+            && let Err(e) = p
+                .responder
+                .respond(ResponseBody::Success(sdk_mcp::control_body(mcp)))
+        {
+            tracing::warn!(session = %self.sid(), request_id, error = %e, "the CLI no longer waits for this tool call");
+        }
+        Ok(ToolCallDecided {
+            seq: events.first().and_then(|e| e.seq).unwrap_or_default(),
+            resolved,
+        })
+    }
+
+    fn remove_tool_call(&mut self, request_id: &str) -> Option<PendingToolCall> {
+        let p = self.tool_calls.remove(request_id);
+        self.show(|v| {
+            v.pending.remove(request_id);
+        });
+        p
+    }
+
+    /// `RespondToToolCall`.
+    pub(super) async fn respond_tool_call(
+        &mut self,
+        request_id: &str,
+        content: Vec<Content>,
+        is_error: bool,
+        client: &ClientRef,
+    ) -> Result<ToolCallDecided> {
+        if !self.tool_calls.contains_key(request_id) {
+            return Err(match self.pending.contains_key(request_id) {
+                true => Error::precondition(format!(
+                    "{request_id:?} is a permission request or question, not a tool call"
+                )),
+                false => self.not_pending(request_id).await,
+            });
+        }
+        let r = self
+            .resolve_tool_call(
+                request_id,
+                ToolCallResolved {
+                    request_id: request_id.to_owned(),
+                    outcome: ToolCallOutcome::Answered,
+                    content,
+                    is_error,
+                    resolved_by: client.label(),
+                },
+            )
+            .await;
+        self.settle_state(None).await;
+        r
+    }
+
+    /// The earliest deadline of a pending tool call.
+    pub(super) fn tool_deadline(&self) -> Option<Instant> {
+        self.tool_calls.values().map(|p| p.deadline).min()
+    }
+
+    /// Tool calls past their deadline get an error result.
+    pub(super) async fn expire_tool_calls(&mut self) {
+        let now = Instant::now();
+        let due: Vec<(String, u32)> = self
+            .tool_calls
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(id, p)| (id.clone(), p.timeout_secs))
+            .collect();
+        for (id, secs) in due {
+            let text = format!("ostler: no client answered this tool call within {secs}s");
+            let r = self
+                .resolve_tool_call(
+                    &id,
+                    ToolCallResolved {
+                        request_id: id.clone(),
+                        outcome: ToolCallOutcome::Expired,
+                        content: vec![Content::Text { text }],
+                        is_error: true,
+                        resolved_by: "expiry".into(),
+                    },
+                )
+                .await;
+            if let Err(e) = r {
+                tracing::warn!(session = %self.sid(), request_id = %id, error = %e, "cannot expire tool call");
+            }
+        }
+        self.settle_state(None).await;
+    }
+
+    /// Closes every pending tool call with an error result (the turn or process ended, or
+    /// the CLI withdrew it): `by` is `engine` or `cli`.
+    pub(super) async fn cancel_tool_calls(&mut self, only: Option<&str>, by: &str, why: &str) {
+        let ids: Vec<String> = match only {
+            Some(id) if self.tool_calls.contains_key(id) => vec![id.to_owned()],
+            Some(_) => Vec::new(),
+            None => self.tool_calls.keys().cloned().collect(),
+        };
+        for id in ids {
+            let r = self
+                .resolve_tool_call(
+                    &id,
+                    ToolCallResolved {
+                        request_id: id.clone(),
+                        outcome: ToolCallOutcome::Cancelled,
+                        content: vec![Content::Text {
+                            text: format!("ostler: {why}"),
+                        }],
+                        is_error: true,
+                        resolved_by: by.to_owned(),
+                    },
+                )
+                .await;
+            if let Err(e) = r {
+                tracing::warn!(session = %self.sid(), request_id = %id, error = %e, "cannot cancel tool call");
+            }
+        }
+    }
+}
