@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Give a session a tool the client runs itself (client-hosted tools, issue 11).
+"""Give a session a tool the client runs itself, and guard its Bash calls with a hook
+(client-hosted tools and remote hooks, issue 11).
 
-Creates a session with a `tickets` tool server declaring `lookup_ticket`, asks the model to
-look up a ticket, answers the model's ToolCallRequested with RespondToToolCall (the tool's
-result as text), and checks that the turn ends successfully with the call resolved by this
-client. (A PreToolUse hook that denies `rm -rf` is the other half of issue 11's example;
-it needs remote hooks, which are not part of this branch.)
+Creates a session with a `tickets` tool server declaring `lookup_ticket` and a PreToolUse
+hook on Bash answered by this client. Asks the model to look up a ticket; answers the
+model's ToolCallRequested with RespondToToolCall (the tool's result as text); answers each
+HookRequested with RespondToHook: DENY for a command containing `rm -rf` (the tool does not
+run; the reason reaches the model), CONTINUE otherwise. Checks that the turn ends
+successfully with the call and the denial both made by this client.
 
     python tools.py --addr 127.0.0.1:7433 --cwd /some/dir
 
@@ -27,6 +29,14 @@ def lookup_ticket(arguments):
     if ticket is None:
         return None
     return f"{arguments['id']}: {ticket}"
+
+
+def guard_bash(hook_input):
+    """The hook itself: (decision, reason) for a Bash call the CLI is about to run."""
+    command = (hook_input.get("tool_input") or {}).get("command", "")
+    if "rm -rf" in command:
+        return "HOOK_DECISION_DENY", f"`{command}` is not allowed from this session"
+    return "HOOK_DECISION_CONTINUE", ""
 
 
 def main():
@@ -65,6 +75,11 @@ def main():
             first_prompt=session_pb2.MessageContent(text=args.prompt),
             labels={"example": "python-tools"},
             tool_servers=[tickets],
+            # Bash calls wait for this client's answer (60 s, then the default: deny).
+            hooks=[session_pb2.HookRegistration(
+                id="no-rm-rf", event="PreToolUse", matcher="Bash", timeout_secs=60,
+                default_decision=events_pb2.HOOK_DECISION_DENY,
+                default_reason="nobody answered the guard hook")],
             # Without this the CLI asks permission for the tool first, like for any tool.
             allowed_tools=["mcp__tickets__lookup_ticket"],
         ),
@@ -74,6 +89,7 @@ def main():
     print(f"tools session {session.id}")
 
     resolved_by = None
+    denied_by = None
     stream = sessions.Subscribe(
         session_pb2.SubscribeRequest(session_id=session.id, after_seq=0, follow=True),
         metadata=metadata,
@@ -99,6 +115,30 @@ def main():
                 except grpc.RpcError as e:
                     # FAILED_PRECONDITION: another client answered first (or it expired).
                     print(f"tool result refused: {e.code().name}: {e.details()}")
+            elif kind == "hook_requested":
+                h = ev.hook_requested
+                hook_input = json.loads(h.input_json or "{}")
+                decision, reason = guard_bash(hook_input)
+                print(f"hook {h.hook_event} ({h.registration_id}) on {h.tool_name}: "
+                      f"{(hook_input.get('tool_input') or {}).get('command')!r} -> {decision}")
+                try:
+                    resp = sessions.RespondToHook(
+                        session_pb2.RespondToHookRequest(
+                            session_id=session.id, request_id=h.request_id,
+                            decision=events_pb2.HookDecision.Value(decision), reason=reason),
+                        metadata=metadata,
+                        timeout=30,
+                    )
+                    print(f"hook answer recorded at seq {resp.seq}")
+                except grpc.RpcError as e:
+                    # FAILED_PRECONDITION: another client answered first (or its default).
+                    print(f"hook answer refused: {e.code().name}: {e.details()}")
+            elif kind == "hook_resolved":
+                r = ev.hook_resolved
+                name = events_pb2.HookDecision.Name(r.decision)
+                if name == "HOOK_DECISION_DENY":
+                    denied_by = r.resolved_by
+                print(f"hook {name} by {r.resolved_by}")
             elif kind == "tool_call_resolved":
                 r = ev.tool_call_resolved
                 resolved_by = r.resolved_by
@@ -110,9 +150,11 @@ def main():
                 print(f"tools result: {t.subtype}: {t.result}")
                 stream.cancel()
                 ok = (t.subtype == "success" and not t.is_error
-                      and resolved_by == "client:python-tools-example")
+                      and resolved_by == "client:python-tools-example"
+                      and denied_by == "client:python-tools-example")
                 if not ok:
-                    print(f"FAILED: subtype={t.subtype} resolved_by={resolved_by}", file=sys.stderr)
+                    print(f"FAILED: subtype={t.subtype} tool call resolved_by={resolved_by} "
+                          f"hook denied_by={denied_by}", file=sys.stderr)
                 return 0 if ok else 1
     except grpc.RpcError as e:
         if e.code() != grpc.StatusCode.CANCELLED:

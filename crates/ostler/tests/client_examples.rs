@@ -17,6 +17,9 @@ fn run_example(lang: &str) {
     let d = Served::start(&scenario_text());
     let cwd = d.work.join(lang);
     std::fs::create_dir_all(&cwd).expect("example cwd");
+    // What the model tries to delete in the Python example (its hook must stop it).
+    std::fs::create_dir_all(cwd.join("ticket-cache")).expect("ticket-cache");
+    std::fs::write(cwd.join("ticket-cache").join("keep.txt"), "keep").expect("keep.txt");
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples")
         .join(lang)
@@ -57,6 +60,16 @@ fn run_example(lang: &str) {
         assert!(
             stdout.contains("assistant: The ticket is handled."),
             "{stdout}"
+        );
+        // Remote hooks (issue 11): tools.py's PreToolUse hook denied the model's `rm -rf`,
+        // and the directory it named is still there.
+        assert!(
+            stdout.contains("hook HOOK_DECISION_DENY by client:python-tools-example"),
+            "{stdout}"
+        );
+        assert!(
+            cwd.join("ticket-cache").join("keep.txt").exists(),
+            "the denied `rm -rf ticket-cache` did not run"
         );
     }
     assert!(

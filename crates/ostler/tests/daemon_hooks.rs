@@ -608,6 +608,24 @@ async fn client_lists_and_answers_a_hook() {
                 .collect::<Vec<_>>()
         }
     };
+    // `ostler attach` without a terminal cannot answer it: it says how, and exits 3
+    // ("needs an answer"), as for a permission prompt.
+    let mut attach = client_command(
+        &world,
+        &daemon.addr.to_string(),
+        &["attach".into(), s.id.clone(), "--until-turn".into()],
+    );
+    attach
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = attach.spawn().unwrap();
+    let out = tokio::task::spawn_blocking(move || common::wait_output(child))
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "attach: {stderr}");
+    assert!(stderr.contains("ostler hook"), "attach: {stderr}");
     let listed = client(vec!["pending".into(), "--json".into()]).await;
     let item = listed
         .iter()

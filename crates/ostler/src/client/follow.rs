@@ -104,6 +104,12 @@ fn settled_by(ev: &pb::SessionEvent, request_id: &str) -> Option<String> {
         Some(Payload::QuestionAnswered(a)) if a.request_id == request_id => {
             (json::resolution_name(a.resolution), a.resolved_by.clone())
         }
+        Some(Payload::HookResolved(h)) if h.request_id == request_id => {
+            (json::resolution_name(h.resolution), h.resolved_by.clone())
+        }
+        Some(Payload::ToolCallResolved(t)) if t.request_id == request_id => {
+            (json::resolution_name(t.resolution), t.resolved_by.clone())
+        }
         _ => return None,
     };
     Some(if by.is_empty() {
@@ -212,7 +218,12 @@ impl Follower {
                         self.out.event(&ev);
                         let seq = ev.seq;
                         match ev.payload {
-                            Some(p @ (Payload::PermissionRequested(_) | Payload::QuestionAsked(_))) => {
+                            Some(
+                                p @ (Payload::PermissionRequested(_)
+                                | Payload::QuestionAsked(_)
+                                | Payload::HookRequested(_)
+                                | Payload::ToolCallRequested(_)),
+                            ) => {
                                 let id = request_id(&p);
                                 if !answered.contains(&id) && !pending.iter().any(|x| request_id(&x.event) == id) {
                                     pending.push(Pending { event: p });
@@ -223,6 +234,12 @@ impl Follower {
                             }
                             Some(Payload::QuestionAnswered(a)) => {
                                 pending.retain(|x| request_id(&x.event) != a.request_id);
+                            }
+                            Some(Payload::HookResolved(h)) => {
+                                pending.retain(|x| request_id(&x.event) != h.request_id);
+                            }
+                            Some(Payload::ToolCallResolved(t)) => {
+                                pending.retain(|x| request_id(&x.event) != t.request_id);
                             }
                             Some(Payload::TurnCompleted(t)) => {
                                 self.running = false;
@@ -488,6 +505,57 @@ impl Follower {
                     other => break other,
                 }
             },
+            Payload::HookRequested(h) => {
+                let asked = tokio::select! {
+                    a = self.answerer.hook(h, ctrlc) => a?,
+                    who = watch_settled(stream, backlog, &h.request_id) => {
+                        self.settled_elsewhere(&who);
+                        return Ok(None);
+                    }
+                };
+                let (decision, reason) = match asked {
+                    Asked::Answer(d) => d,
+                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
+                    Asked::CtrlC => return Ok(Some(Outcome::Detached)),
+                };
+                self.conn
+                    .sessions
+                    .respond_to_hook(pb::RespondToHookRequest {
+                        session_id: self.session_id.clone(),
+                        request_id: h.request_id.clone(),
+                        decision: decision as i32,
+                        reason,
+                        ..Default::default()
+                    })
+                    .await
+                    .map(|_| ())
+            }
+            Payload::ToolCallRequested(t) => {
+                let asked = tokio::select! {
+                    a = self.answerer.tool_call(t, ctrlc) => a?,
+                    who = watch_settled(stream, backlog, &t.request_id) => {
+                        self.settled_elsewhere(&who);
+                        return Ok(None);
+                    }
+                };
+                let (text, is_error) = match asked {
+                    Asked::Answer(a) => a,
+                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
+                    Asked::CtrlC => return Ok(Some(Outcome::Detached)),
+                };
+                self.conn
+                    .sessions
+                    .respond_to_tool_call(pb::RespondToToolCallRequest {
+                        session_id: self.session_id.clone(),
+                        request_id: t.request_id.clone(),
+                        content: vec![pb::ToolContent {
+                            block: Some(pb::tool_content::Block::Text(text)),
+                        }],
+                        is_error,
+                    })
+                    .await
+                    .map(|_| ())
+            }
             _ => Ok(()),
         };
         match result {
@@ -512,6 +580,8 @@ fn request_id(p: &Payload) -> String {
     match p {
         Payload::PermissionRequested(r) => r.request_id.clone(),
         Payload::QuestionAsked(q) => q.request_id.clone(),
+        Payload::HookRequested(h) => h.request_id.clone(),
+        Payload::ToolCallRequested(t) => t.request_id.clone(),
         _ => String::new(),
     }
 }

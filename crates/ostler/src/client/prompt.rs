@@ -436,6 +436,97 @@ impl Answerer {
         }
     }
 
+    /// Answer a hook call (issue 11): continue, allow, deny (with a reason) or block.
+    pub async fn hook(
+        &mut self,
+        h: &pb::HookRequested,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Asked<(pb::HookDecision, String)>> {
+        let what = super::hooks::describe(h);
+        let Some(tty) = self.tty.as_mut() else {
+            return Ok(Asked::Unanswerable(format!(
+                "the session's hook {what} waits for an answer, and there is no terminal to ask \
+                 on; answer it with `ostler hook {} --allow|--deny REASON|--continue` (its \
+                 registration's default is taken when it expires)",
+                h.request_id
+            )));
+        };
+        let st = tty.style;
+        let tool_event = h.hook_event == "PreToolUse";
+        tty.say(&format!(
+            "\n{} {}\n  {}\n",
+            st.yellow("? Hook"),
+            st.bold(&what),
+            if tool_event {
+                "[c] continue   [y] allow   [n] deny (reason told to the model)"
+            } else {
+                "[c] continue   [b] block (reason told to the model)"
+            }
+        ));
+        loop {
+            let Some(line) = tty.ask("  answer? ", ctrlc).await? else {
+                return Ok(Asked::CtrlC);
+            };
+            let decision = match (line.trim().to_ascii_lowercase().as_str(), tool_event) {
+                ("c" | "continue", _) => pb::HookDecision::Continue,
+                ("y" | "yes" | "allow", true) => pb::HookDecision::Allow,
+                ("n" | "no" | "deny", true) => pb::HookDecision::Deny,
+                ("b" | "block", false) => pb::HookDecision::Block,
+                _ => {
+                    tty.say("  please type one of the letters shown\n");
+                    continue;
+                }
+            };
+            let mut reason = String::new();
+            if matches!(decision, pb::HookDecision::Deny | pb::HookDecision::Block) {
+                let Some(r) = tty.ask("  reason: ", ctrlc).await? else {
+                    return Ok(Asked::CtrlC);
+                };
+                reason = if r.trim().is_empty() {
+                    "The user refused this.".to_owned()
+                } else {
+                    r.trim().to_owned()
+                };
+            }
+            return Ok(Asked::Answer((decision, reason)));
+        }
+    }
+
+    /// Answer a call of a client-hosted tool (issue 11): its result as text, or `!` and an
+    /// error message.
+    pub async fn tool_call(
+        &mut self,
+        t: &pb::ToolCallRequested,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Asked<(String, bool)>> {
+        let call = format!(
+            "{}.{} {}",
+            t.server_name,
+            t.tool_name,
+            clip(&t.arguments_json, 200)
+        );
+        let Some(tty) = self.tty.as_mut() else {
+            return Ok(Asked::Unanswerable(format!(
+                "the model called the client-hosted tool {call}, and there is no terminal to \
+                 ask on; answer it with `ostler tool-result {} --text ...|--error ...`",
+                t.request_id
+            )));
+        };
+        let st = tty.style;
+        tty.say(&format!(
+            "\n{} {}\n  type the tool's result (one line), or `!` and an error message\n",
+            st.yellow("? Tool call"),
+            st.bold(&call)
+        ));
+        let Some(line) = tty.ask("  result: ", ctrlc).await? else {
+            return Ok(Asked::CtrlC);
+        };
+        Ok(Asked::Answer(match line.trim().strip_prefix('!') {
+            Some(e) => (e.trim().to_owned(), true),
+            None => (line.trim().to_owned(), false),
+        }))
+    }
+
     /// Answer a question (every question of the call).
     pub async fn question(
         &mut self,
