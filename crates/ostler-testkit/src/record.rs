@@ -402,6 +402,41 @@ impl Driver<'_> {
                 }))
                 .await
             }
+            Step::RespondControl {
+                subtype,
+                method,
+                response,
+            } => {
+                let (sub, m) = (subtype.clone(), method.clone());
+                let what = format!(
+                    "control_request {subtype} {}",
+                    method.as_deref().unwrap_or("")
+                );
+                let req = self
+                    .await_msg(&what, move |v| {
+                        msg_type(v) == Some("control_request")
+                            && msg_subtype(v) == Some(sub.as_str())
+                            && m.as_deref().is_none_or(|m| {
+                                v.pointer("/request/message/method").and_then(Value::as_str)
+                                    == Some(m)
+                            })
+                    })
+                    .await?;
+                let rid = req.get("request_id").cloned().unwrap_or(Value::Null);
+                let mut response = response.clone();
+                if let (Some(Value::Object(r)), Some(id)) = (
+                    response.get_mut("mcp_response"),
+                    req.pointer("/request/message/id"),
+                ) {
+                    r.insert("id".into(), id.clone());
+                }
+                self.send(json!({
+                    "type": "control_response",
+                    "response": {"subtype": "success", "request_id": rid,
+                                 "response": Value::Object(response)},
+                }))
+                .await
+            }
             Step::SendControl {
                 subtype,
                 fields,

@@ -271,6 +271,17 @@ pub enum Step {
         #[serde(default = "yes")]
         await_response: bool,
     },
+    /// Await a control request of `subtype` from the CLI (e.g. `hook_callback`,
+    /// `mcp_message`) and answer it with `response` (a success carrying this object). For
+    /// `mcp_message`: `method` picks the JSON-RPC method, and an `mcp_response` in
+    /// `response` gets the request's JSON-RPC `id` (the CLI pairs answers by it).
+    RespondControl {
+        subtype: String,
+        #[serde(default)]
+        method: Option<String>,
+        #[serde(default)]
+        response: serde_json::Map<String, serde_json::Value>,
+    },
     /// Await `deltas` text deltas (stream events) then send `interrupt` and await its
     /// response.
     InterruptAfterDeltas { deltas: usize },
