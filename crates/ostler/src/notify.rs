@@ -50,7 +50,8 @@ pub struct NotifyConfig {
     /// Key of the HMAC-SHA256 signature (empty: no signature header).
     pub secret: String,
     /// Feed kinds to deliver (empty: all): session_created, state_changed, turn_completed,
-    /// permission_requested, question_asked, interaction_resolved, process_exited.
+    /// permission_requested, question_asked, interaction_resolved, process_exited,
+    /// hook_pending, tool_call_requested.
     pub kinds: Vec<String>,
     /// Only sessions carrying all of these labels.
     pub labels: BTreeMap<String, String>,
