@@ -47,6 +47,10 @@ pub struct ProbeArgs {
     /// (`cli_requests`), keeping the rest of the recorded evidence.
     #[arg(long)]
     pub cli_requests_only: bool,
+    /// Only measure the dialect facts (`dialect`: what `--resume-session-at` matches),
+    /// keeping the rest of the recorded evidence.
+    #[arg(long)]
+    pub dialect_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -87,6 +91,10 @@ pub struct Evidence {
     /// model and its result reached the model.
     #[serde(default)]
     pub cli_requests: BTreeMap<String, bool>,
+    /// Dialect facts (`ostler_supervisor::compat::Dialect`): `resume_session_at` = `uuid`,
+    /// `message_id` or `absent` (what `--resume-session-at` matches in the transcript).
+    #[serde(default)]
+    pub dialect: BTreeMap<String, String>,
 }
 
 fn root() -> PathBuf {
@@ -121,6 +129,15 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
             let cache = ostler_testkit::releases::default_cache_dir();
             let binary = ostler_testkit::releases::ensure(&v, &cache)?;
             ev.cli_requests = rt.block_on(cli_request_probe(&binary))?;
+            ev
+        } else if a.dialect_only {
+            let mut ev: Evidence = toml::from_str(
+                &std::fs::read_to_string(evidence_path(&v))
+                    .with_context(|| format!("no recorded evidence for {v}"))?,
+            )?;
+            let cache = ostler_testkit::releases::default_cache_dir();
+            let binary = ostler_testkit::releases::ensure(&v, &cache)?;
+            ev.dialect = rt.block_on(dialect_probe(&binary))?;
             ev
         } else if a.options_only {
             let mut ev: Evidence = toml::from_str(
@@ -214,7 +231,141 @@ async fn measure(version: &str) -> Result<Evidence> {
         control_errors,
         options: option_probe(&binary).await?,
         cli_requests: cli_request_probe(&binary).await?,
+        dialect: dialect_probe(&binary).await?,
     })
+}
+
+const RESUME_AT_SCENARIO: &str = r#"
+description = "compat probe: what does --resume-session-at match?"
+default_text = "ok"
+[[model]]
+name = "first"
+when = { last_user_text_contains = "PROBE-FIRST" }
+blocks = [ { type = "text", text = "first answer" } ]
+[[model]]
+name = "second"
+when = { last_user_text_contains = "PROBE-SECOND" }
+blocks = [ { type = "text", text = "second answer" } ]
+"#;
+
+/// One stream-json run in `herm` with `extra` arguments and one user message: the lines
+/// up to its `result` (or the end of output) and its stderr.
+async fn probe_turn(
+    herm: &ostler_testkit::cli::Hermetic,
+    binary: &Path,
+    server: &ostler_testkit::FakeModelServer,
+    extra: &[&str],
+    text: &str,
+) -> Result<(Vec<serde_json::Value>, String)> {
+    // A text-only turn: no permission prompt (older releases lack the stdio tool).
+    let mut args = ostler_protocol::argv::StreamJsonArgs::base();
+    for pair in extra.chunks(2) {
+        if let [flag, value] = pair {
+            args.option(flag, *value);
+        }
+    }
+    let mut child = herm
+        .command(binary, &args.into_args(), &server.url(), &BTreeMap::new())
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let err_task = tokio::spawn(async move {
+        let mut s = String::new();
+        let mut r = BufReader::new(stderr);
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s).await;
+        s
+    });
+    let user = serde_json::json!({"type":"user","message":{"role":"user","content":text},"parent_tool_use_id":null,"session_id":""});
+    // A release that exits at once may have closed stdin already.
+    let _ = stdin.write_all(format!("{user}\n").as_bytes()).await;
+    let _ = stdin.flush().await;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut out = Vec::new();
+    let run = async {
+        while let Some(line) = lines.next_line().await? {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            let done = v["type"] == "result";
+            out.push(v);
+            if done {
+                break;
+            }
+        }
+        anyhow::Ok(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(90), run).await;
+    drop(stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let _ = child.start_kill();
+    let stderr = tokio::time::timeout(Duration::from_secs(5), err_task)
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_default();
+    Ok((out, stderr))
+}
+
+/// What `--resume-session-at` matches: one turn, then a resume at that turn's assistant
+/// entry by its transcript `uuid`. The flag unknown: `absent`; the resumed turn runs:
+/// `uuid`; "No assistant message found with message.id" (1.0.128 matches the API
+/// `message.id`): `message_id`, confirmed by a resume at the message id. Anything else is
+/// left unmeasured.
+async fn dialect_probe(binary: &Path) -> Result<BTreeMap<String, String>> {
+    use ostler_supervisor::compat::{Dialect, ResumeAtKey};
+    let scenario =
+        ostler_testkit::Scenario::from_toml("compat-probe-resume-at", RESUME_AT_SCENARIO)?;
+    let server = ostler_testkit::FakeModelServer::start(scenario).await?;
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let (first, stderr) = probe_turn(&herm, binary, &server, &[], "PROBE-FIRST").await?;
+    let session = first
+        .iter()
+        .find_map(|v| v["session_id"].as_str().filter(|s| !s.is_empty()))
+        .with_context(|| format!("resume-at probe: no session id in the first turn: {stderr}"))?
+        .to_string();
+    let assistant = first
+        .iter()
+        .rfind(|v| v["type"] == "assistant")
+        .with_context(|| format!("resume-at probe: no assistant message: {stderr}"))?;
+    let uuid = assistant["uuid"].as_str().unwrap_or_default().to_string();
+    let message_id = assistant["message"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ran = |out: &[serde_json::Value]| {
+        out.iter()
+            .any(|v| v["type"] == "result" && v["subtype"] == "success")
+    };
+    let (out, err) = probe_turn(
+        &herm,
+        binary,
+        &server,
+        &["--resume", &session, "--resume-session-at", &uuid],
+        "PROBE-SECOND",
+    )
+    .await?;
+    let value = if err.contains("unknown option '--resume-session-at'") {
+        Some(ResumeAtKey::ABSENT)
+    } else if ran(&out) && !uuid.is_empty() {
+        Some(ResumeAtKey::Uuid.as_str())
+    } else if err.contains("No assistant message found with message.id") {
+        let (out, _) = probe_turn(
+            &herm,
+            binary,
+            &server,
+            &["--resume", &session, "--resume-session-at", &message_id],
+            "PROBE-SECOND",
+        )
+        .await?;
+        ran(&out).then_some(ResumeAtKey::MessageId.as_str())
+    } else {
+        None
+    };
+    Ok(value
+        .map(|v| (Dialect::RESUME_SESSION_AT.to_string(), v.to_string()))
+        .into_iter()
+        .collect())
 }
 
 const SDK_MCP_SCENARIO: &str = r#"
@@ -811,6 +962,15 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
+        if e.dialect.is_empty() {
+            s.push_str("            dialect: &[],\n");
+        } else {
+            s.push_str("            dialect: &[\n");
+            for (k, val) in &e.dialect {
+                writeln!(s, "                ({k:?}, {val:?}),")?;
+            }
+            s.push_str("            ],\n");
+        }
         if e.control.is_empty() {
             s.push_str("            control: &[],\n");
         } else {
@@ -1002,6 +1162,24 @@ fn render_md(d: &Derived) -> Result<String> {
             write!(s, " {mark} |")?;
         }
         s.push('\n');
+    }
+    s.push_str("\n## Resuming at a message\n\n");
+    s.push_str(
+        "What `--resume-session-at <x>` matches in the CLI's transcript (`cargo xtask compat \
+         probe`, `--dialect-only` for just this): `uuid` (an entry's uuid), `message_id` (the \
+         API `message.id` of an assistant entry) or `absent` (no such flag: ResumeSession / \
+         CreateSession at a message are refused with FAILED_PRECONDITION). ostler takes the \
+         message id clients see (`AssistantBlock.message_id`, or a `UserMessage.message_id`) \
+         and passes what the release matches. `-` not measured.\n\n",
+    );
+    s.push_str("| release | `--resume-session-at` matches |\n| --- | --- |\n");
+    for (v, e, _) in &d.rows {
+        let key = ostler_supervisor::compat::Dialect::RESUME_SESSION_AT;
+        writeln!(
+            s,
+            "| {v} | {} |",
+            e.dialect.get(key).map_or("-", String::as_str)
+        )?;
     }
     s.push_str("\n## Evidence of the permission probe\n\n");
     for (v, e, _) in &d.rows {

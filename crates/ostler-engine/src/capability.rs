@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use ostler_protocol::outbound::OutRequest;
 use ostler_supervisor::Installation;
-use ostler_supervisor::compat::ControlSupport;
+use ostler_supervisor::compat::{ControlSupport, ResumeAtKey};
 
 use crate::blocking::blocking;
 use crate::error::{Error, Result};
@@ -109,10 +109,14 @@ pub(crate) fn with_checkpointing(
 
 /// How `ResumeSession` treats the CLI conversation. A plain `bool` converts into it as
 /// `fork`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResumeOptions {
     /// Branch the CLI conversation (`--fork-session`) instead of continuing it in place.
     pub fork: bool,
+    /// Cut the conversation after this message (`--resume-session-at`): an
+    /// `AssistantBlock.message_id` (the whole API message is kept) or a
+    /// `UserMessage.message_id`; releases without the flag refuse it at once.
+    pub at_message_id: Option<String>,
     /// When the CLI's transcript of the conversation is gone, continue in the same ostler
     /// session with a fresh CLI conversation (an `engine_notice` `context_lost` says the
     /// model's earlier context is lost) instead of failing with `FailedPrecondition`.
@@ -123,7 +127,7 @@ impl From<bool> for ResumeOptions {
     fn from(fork: bool) -> Self {
         ResumeOptions {
             fork,
-            fresh_if_missing: false,
+            ..Default::default()
         }
     }
 }
@@ -172,19 +176,106 @@ fn config_dir(spawn_env: &[(String, String)]) -> Option<PathBuf> {
         .or_else(|| get("HOME").map(|h| Path::new(&h).join(".claude")))
 }
 
+/// The transcript file of CLI conversation `id` under `config`, if there is one.
+fn transcript_file(config: &Path, id: &str) -> Option<PathBuf> {
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return None;
+    }
+    let file = format!("{id}.jsonl");
+    std::fs::read_dir(config.join("projects"))
+        .ok()?
+        .flatten()
+        .map(|d| d.path().join(&file))
+        .find(|p| p.is_file())
+}
+
+/// Longest message id accepted to resume at.
+pub const MESSAGE_ID_BYTES: usize = 128;
+
+/// A message id to resume at: 1 to [`MESSAGE_ID_BYTES`] letters, digits, `-`, `_` (the
+/// CLI's uuids and the API's `msg_...` ids), not starting with `-`.
+pub(crate) fn validate_message_id(field: &str, id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= MESSAGE_ID_BYTES
+        && !id.starts_with('-')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        field,
+        format!(
+            "{} is not a message id (an AssistantBlock.message_id or a \
+             UserMessage.message_id: letters, digits, `-`, `_`)",
+            ostler_supervisor::options::shown(id)
+        ),
+    ))
+}
+
+/// The value `--resume-session-at` takes to cut CLI conversation `cid` after message `at`,
+/// in what the release matches (`key`). Blocking (reads the transcript): call through
+/// `blocking`. `at` is an entry's `uuid` or an assistant entry's API `message.id` (by
+/// uuid: the last entry of that message, so the whole message is kept). Not in the
+/// transcript: `NotFound`. No transcript or configuration to look in: `at` as given (the
+/// CLI then decides).
+pub(crate) fn resume_at_value(
+    spawn_env: &[(String, String)],
+    cid: &str,
+    field: &str,
+    at: &str,
+    key: ResumeAtKey,
+) -> Result<String> {
+    let Some(file) = config_dir(spawn_env).and_then(|c| transcript_file(&c, cid)) else {
+        return Ok(at.to_string());
+    };
+    let text = std::fs::File::open(&file)
+        .map_err(|e| Error::Internal(format!("cannot read {}: {e}", file.display())))?;
+    let mut by_uuid: Option<serde_json::Value> = None;
+    let mut last_of_message: Option<String> = None;
+    for line in std::io::BufRead::lines(std::io::BufReader::new(text)) {
+        let Ok(line) = line else { break };
+        if !line.contains(at) {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v["uuid"] == at {
+            by_uuid = Some(v);
+        } else if v["type"] == "assistant" && v["message"]["id"] == at {
+            last_of_message = v["uuid"].as_str().map(str::to_string).or(last_of_message);
+        }
+    }
+    let found = by_uuid.is_some() || last_of_message.is_some();
+    if !found {
+        return Err(Error::not_found(format!(
+            "{field}: message {at} in the CLI's transcript of conversation {cid}"
+        )));
+    }
+    match key {
+        ResumeAtKey::Uuid => Ok(last_of_message.unwrap_or_else(|| at.to_string())),
+        ResumeAtKey::MessageId => match by_uuid {
+            None => Ok(at.to_string()),
+            Some(v) if v["type"] == "assistant" => v["message"]["id"]
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| Error::not_found(format!("{field}: the API id of message {at}"))),
+            Some(_) => Err(Error::invalid(
+                field,
+                "this Claude Code release resumes only at an assistant message (give an \
+                 AssistantBlock.message_id)",
+            )),
+        },
+    }
+}
+
 /// Whether `<config>/projects/<any project>/<id>.jsonl` exists. `None`: no config directory
 /// is known, so nothing can be said.
 fn transcript_exists(config: &Path, id: &str) -> Option<bool> {
     // The CLI's session ids are uuids; anything else cannot name a file safely.
-    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-        return Some(false);
-    }
-    let projects = config.join("projects");
-    let Ok(dirs) = std::fs::read_dir(&projects) else {
-        return Some(false);
-    };
-    let file = format!("{id}.jsonl");
-    Some(dirs.flatten().any(|d| d.path().join(&file).is_file()))
+    Some(transcript_file(config, id).is_some())
 }
 
 /// Decides how to resume CLI conversation `claude_session_id` (blocking file system reads:
@@ -235,7 +326,9 @@ pub(crate) async fn resume_checked(
     match plan {
         ResumePlan::Continue(c) => Ok(Some(c)),
         ResumePlan::Fresh { lost } if opts.fork => Err(Error::precondition(format!(
-            "session {:?} cannot be forked: the CLI's transcript of conversation {lost} is              gone (resume without fork and with fresh_conversation_if_missing to continue in              a new conversation)",
+            "session {:?} cannot be forked: the CLI's transcript of conversation {lost} is \
+             gone (resume without fork and with fresh_conversation_if_missing to continue in \
+             a new conversation)",
             entry.id
         ))),
         ResumePlan::Fresh { lost } => {
@@ -244,7 +337,9 @@ pub(crate) async fn resume_checked(
                 .emit_one(EventPayload::EngineNotice(EngineNotice {
                     code: CONTEXT_LOST.into(),
                     message: format!(
-                        "the CLI's transcript of conversation {lost} is gone: continuing in a                          new CLI conversation; the model's earlier context is lost (this                          session's event log is complete)"
+                        "the CLI's transcript of conversation {lost} is gone: continuing in a \
+                         new CLI conversation; the model's earlier context is lost (this \
+                         session's event log is complete)"
                     ),
                     data: Some(serde_json::json!({ "lost_claude_session_id": lost })),
                 }))
@@ -280,6 +375,41 @@ mod tests {
         );
         // A path-like id never reaches the file system.
         assert!(resume_plan(&env, "s1", "../x".into(), false).is_err());
+    }
+
+    /// The message to resume at is looked up in the transcript and given in the release's
+    /// dialect: by uuid the last entry of an API message, by message id only assistants.
+    #[test]
+    fn resume_at_is_translated_per_dialect() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = vec![(
+            "HOME".to_string(),
+            dir.path().to_string_lossy().into_owned(),
+        )];
+        let id = "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a";
+        let project = dir.path().join(".claude/projects/-w");
+        std::fs::create_dir_all(&project).expect("mkdir");
+        let lines = [
+            r#"{"type":"user","uuid":"u-1","message":{"role":"user","content":"hi"}}"#,
+            r#"{"type":"assistant","uuid":"a-1","message":{"id":"msg_1","content":[]}}"#,
+            r#"{"type":"assistant","uuid":"a-2","message":{"id":"msg_1","content":[]}}"#,
+            r#"{"type":"assistant","uuid":"a-3","message":{"id":"msg_2","content":[]}}"#,
+        ];
+        std::fs::write(project.join(format!("{id}.jsonl")), lines.join("\n")).expect("write");
+        let at = |x: &str, k| resume_at_value(&env, id, "at", x, k);
+        assert_eq!(at("msg_1", ResumeAtKey::Uuid).expect("by id"), "a-2");
+        assert_eq!(at("a-1", ResumeAtKey::Uuid).expect("by uuid"), "a-1");
+        assert_eq!(at("u-1", ResumeAtKey::Uuid).expect("a user entry"), "u-1");
+        assert_eq!(at("msg_2", ResumeAtKey::MessageId).expect("id"), "msg_2");
+        assert_eq!(at("a-2", ResumeAtKey::MessageId).expect("uuid"), "msg_1");
+        let user = at("u-1", ResumeAtKey::MessageId).expect_err("user on message_id");
+        assert!(matches!(user, Error::InvalidArgument { .. }), "{user:?}");
+        let missing = at("msg_9", ResumeAtKey::Uuid).expect_err("absent");
+        assert!(matches!(missing, Error::NotFound { .. }), "{missing:?}");
+        assert!(validate_message_id("at", "msg_01ABC-x").is_ok());
+        for bad in ["", "-x", "a/b", "a b", &"a".repeat(MESSAGE_ID_BYTES + 1)] {
+            assert!(validate_message_id("at", bad).is_err(), "{bad:?}");
+        }
     }
 
     /// A session's own `HOME` or `CLAUDE_CONFIG_DIR` is where its CLI keeps transcripts:

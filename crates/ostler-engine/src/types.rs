@@ -130,8 +130,13 @@ pub enum Origin {
     Adopt { claude_session_id: String },
     /// Branch another ostler session's conversation into this new session (`--resume
     /// --fork-session`); the other session and its log are untouched, this session's
-    /// first event names the fork point (session, seq, CLI session).
-    Fork { session_id: String },
+    /// first event names the fork point (session, seq, CLI session). With
+    /// `at_message_id`, the branch is cut after that message (`--resume-session-at`).
+    Fork {
+        session_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_message_id: Option<String>,
+    },
 }
 
 /// Who makes a call: recorded on decisions and user messages.

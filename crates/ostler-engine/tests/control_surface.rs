@@ -111,6 +111,7 @@ async fn resume_without_transcript(version: &'static str) {
             ResumeOptions {
                 fork: true,
                 fresh_if_missing: true,
+                ..Default::default()
             },
         )
         .await
@@ -126,6 +127,7 @@ async fn resume_without_transcript(version: &'static str) {
             ResumeOptions {
                 fork: false,
                 fresh_if_missing: true,
+                ..Default::default()
             },
         )
         .await

@@ -513,6 +513,7 @@ async fn after_a_restart_resumable_and_suspended_sessions_resume_on_demand() {
             ResumeOptions {
                 fork: false,
                 fresh_if_missing: true,
+                ..Default::default()
             },
         )
         .await

@@ -12,6 +12,8 @@
 pub const INCLUDE_PARTIAL_MESSAGES: &str = "--include-partial-messages";
 /// `--fork-session`: resume into a new CLI session id.
 pub const FORK_SESSION: &str = "--fork-session";
+/// Cut the resumed conversation after a transcript entry (with `--resume`).
+pub const RESUME_SESSION_AT: &str = "--resume-session-at";
 /// `--permission-prompt-tool`: where permission prompts go (`stdio`: `can_use_tool`).
 pub const PERMISSION_PROMPT_TOOL: &str = "--permission-prompt-tool";
 /// `--max-turns`.

@@ -433,8 +433,18 @@ pub(crate) fn create_session(
             ));
         }
         (Some(claude_session_id), None) => Some(eng::Origin::Adopt { claude_session_id }),
-        (None, Some(session_id)) => Some(eng::Origin::Fork { session_id }),
-        (None, None) => None,
+        (None, Some(session_id)) => Some(eng::Origin::Fork {
+            session_id,
+            at_message_id: opt_string(r.fork_at_message_id),
+        }),
+        (None, None) => {
+            if !r.fork_at_message_id.is_empty() {
+                return Err(Status::invalid_argument(
+                    "fork_at_message_id: only with fork_from_session_id",
+                ));
+            }
+            None
+        }
     };
     Ok(eng::CreateSession {
         cwd: PathBuf::from(cwd),

@@ -314,6 +314,7 @@ impl SessionService for SessionSvc {
                         eng::ResumeOptions {
                             fork: r.fork,
                             fresh_if_missing: r.fresh_conversation_if_missing,
+                            at_message_id: (!r.at_message_id.is_empty()).then_some(r.at_message_id),
                         },
                     )
                     .await?,

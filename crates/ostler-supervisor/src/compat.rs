@@ -259,6 +259,10 @@ pub struct Capabilities {
     /// listed is unknown (then tried).
     #[serde(default)]
     pub cli_requests: BTreeMap<String, bool>,
+    /// How the release reads values whose meaning changed between releases, measured
+    /// (pinned releases) or where the pinned neighbours agree; see [`Dialect`].
+    #[serde(default)]
+    pub dialect: BTreeMap<String, String>,
     pub source: CapabilitySource,
 }
 
@@ -271,6 +275,19 @@ impl Capabilities {
             Flag::ForkSession => self.fork_session,
             Flag::MaxTurns => self.max_turns,
             Flag::SdkUrl => !matches!(self.sdk_url, SdkUrl::Absent | SdkUrl::Unknown),
+        }
+    }
+
+    /// What `--resume-session-at` matches on this release.
+    pub fn resume_at(&self) -> ResumeAt {
+        match self
+            .dialect
+            .get(Dialect::RESUME_SESSION_AT)
+            .map(String::as_str)
+        {
+            Some(ResumeAtKey::ABSENT) => ResumeAt::Absent,
+            Some(v) => ResumeAtKey::parse(v).map_or(ResumeAt::Unknown, ResumeAt::Key),
+            None => ResumeAt::Unknown,
         }
     }
 
@@ -363,8 +380,64 @@ pub struct TestedRelease {
     /// Control requests from the CLI ostler serves -> whether the whole exchange worked
     /// (`mcp_message`: SDK MCP servers; empty: not measured).
     pub cli_requests: &'static [(&'static str, bool)],
+    /// Dialect facts measured on the release ([`Dialect`] names -> value; empty: not
+    /// measured).
+    pub dialect: &'static [(&'static str, &'static str)],
     /// Why the release is pinned (boundary, contract recording, ...).
     pub note: &'static str,
+}
+
+/// Names of the dialect facts `cargo xtask compat probe` measures (the keys of
+/// [`TestedRelease::dialect`] and [`Capabilities::dialect`]).
+pub struct Dialect;
+
+impl Dialect {
+    /// What `--resume-session-at <x>` matches in the transcript: `uuid` (an entry's
+    /// `uuid`), `message_id` (the API `message.id` of an assistant entry) or `absent`
+    /// (the release has no such flag).
+    pub const RESUME_SESSION_AT: &'static str = "resume_session_at";
+}
+
+/// Whether and how a release resumes at a message ([`Capabilities::resume_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeAt {
+    /// The release has no `--resume-session-at`.
+    Absent,
+    /// It has, matching this.
+    Key(ResumeAtKey),
+    /// Not measured, and the pinned neighbours disagree.
+    Unknown,
+}
+
+/// What `--resume-session-at` matches (see [`Dialect::RESUME_SESSION_AT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeAtKey {
+    /// The transcript entry's `uuid` (2.0.x and newer).
+    Uuid,
+    /// The API `message.id` of an assistant entry (1.0.128: the first entry of it).
+    MessageId,
+}
+
+impl ResumeAtKey {
+    /// The recorded value of a release without the flag.
+    pub const ABSENT: &'static str = "absent";
+
+    /// The recorded value (`uuid`, `message_id`) as a key; anything else is `None`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "uuid" => Some(ResumeAtKey::Uuid),
+            "message_id" => Some(ResumeAtKey::MessageId),
+            _ => None,
+        }
+    }
+
+    /// The recorded value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResumeAtKey::Uuid => "uuid",
+            ResumeAtKey::MessageId => "message_id",
+        }
+    }
 }
 
 /// Name of the boundary after which `--sdk-url` refuses non-Anthropic hosts.
@@ -583,6 +656,10 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
         control: infer_control(m, version),
         options: infer_options(m, version),
         cli_requests: infer(m, version, |t| t.cli_requests, |o, n| o == n),
+        dialect: infer(m, version, |t| t.dialect, |o, n| o == n)
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect(),
         source: if row.is_some() {
             CapabilitySource::Matrix
         } else if probe.is_some() {

@@ -33,6 +33,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             cli_requests: &[
                 ("mcp_message", false),
             ],
+            dialect: &[
+                ("resume_session_at", "absent"),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::NoAnswer),
@@ -75,6 +78,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             cli_requests: &[
                 ("mcp_message", false),
+            ],
+            dialect: &[
+                ("resume_session_at", "absent"),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -119,6 +125,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             cli_requests: &[
                 ("mcp_message", true),
             ],
+            dialect: &[
+                ("resume_session_at", "absent"),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -161,6 +170,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             cli_requests: &[
                 ("mcp_message", true),
+            ],
+            dialect: &[
+                ("resume_session_at", "absent"),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -205,6 +217,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             cli_requests: &[
                 ("mcp_message", true),
             ],
+            dialect: &[
+                ("resume_session_at", "absent"),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -247,6 +262,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             cli_requests: &[
                 ("mcp_message", true),
+            ],
+            dialect: &[
+                ("resume_session_at", "absent"),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -291,6 +309,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             cli_requests: &[
                 ("mcp_message", true),
             ],
+            dialect: &[
+                ("resume_session_at", "absent"),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -333,6 +354,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             cli_requests: &[
                 ("mcp_message", true),
+            ],
+            dialect: &[
+                ("resume_session_at", "absent"),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -377,6 +401,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             cli_requests: &[
                 ("mcp_message", true),
             ],
+            dialect: &[
+                ("resume_session_at", "message_id"),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -419,6 +446,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             cli_requests: &[
                 ("mcp_message", true),
+            ],
+            dialect: &[
+                ("resume_session_at", "uuid"),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -463,6 +493,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             cli_requests: &[
                 ("mcp_message", true),
             ],
+            dialect: &[
+                ("resume_session_at", "uuid"),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -506,6 +539,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             cli_requests: &[
                 ("mcp_message", true),
             ],
+            dialect: &[
+                ("resume_session_at", "uuid"),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
                 ("hook_callback", ControlSupport::Answered),
@@ -548,6 +584,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             cli_requests: &[
                 ("mcp_message", true),
+            ],
+            dialect: &[
+                ("resume_session_at", "uuid"),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -614,6 +653,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             cli_requests: &[
                 ("mcp_message", true),
+            ],
+            dialect: &[
+                ("resume_session_at", "uuid"),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),

@@ -526,48 +526,6 @@ async fn a_client_chosen_id_makes_create_idempotent() {
     assert_eq!(sent, 1);
 }
 
-/// Sends `prompt` and returns the assistant's text of that turn.
-async fn turn(
-    c: &mut ostler_proto::v1::session_service_client::SessionServiceClient<
-        tonic::transport::Channel,
-    >,
-    id: &str,
-    prompt: &str,
-) -> String {
-    let after = c
-        .get_session(pb::GetSessionRequest {
-            session_id: id.to_owned(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .last_seq;
-    let mut events = subscribe(c, id, after, false).await;
-    send(c, id, prompt).await;
-    let mut seen = Vec::new();
-    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
-    // The session is idle again once its state change is logged (the log then rests).
-    read_until(&mut events, &mut seen, "idle", |e| {
-        matches!(&e.payload, Some(pb::session_event::Payload::StateChanged(s)) if s.to() == pb::SessionState::Idle)
-    })
-    .await;
-    seen.iter().filter_map(assistant_text).collect()
-}
-
-async fn session(
-    c: &mut ostler_proto::v1::session_service_client::SessionServiceClient<
-        tonic::transport::Channel,
-    >,
-    id: &str,
-) -> pb::Session {
-    c.get_session(pb::GetSessionRequest {
-        session_id: id.to_owned(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-}
-
 #[tokio::test]
 async fn fork_into_a_new_session_and_adopt_a_cli_conversation() {
     let world = World::new(NEW).await;

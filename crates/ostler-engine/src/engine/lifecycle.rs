@@ -43,6 +43,8 @@ struct OriginPlan {
     /// `--resume` this CLI session.
     resume: String,
     fork: bool,
+    /// `--resume-session-at` value (a fork at a message).
+    resume_at: Option<String>,
     /// Recorded in the `session_created` notice (`fork_point`).
     fork_point: Option<serde_json::Value>,
 }
@@ -122,6 +124,8 @@ struct Launch<'a> {
     /// `--resume` this CLI session.
     resume: Option<String>,
     fork: bool,
+    /// `--resume-session-at`: where `resume` is cut, in the release's dialect.
+    resume_at: Option<String>,
     /// The CLI session the actor starts with (none for a fork: the CLI assigns one).
     claude_session_id: Option<String>,
     /// The session's state before this process.
@@ -429,10 +433,14 @@ impl Engine {
                 Ok(OriginPlan {
                     resume,
                     fork: false,
+                    resume_at: None,
                     fork_point: None,
                 })
             }
-            Origin::Fork { session_id } => {
+            Origin::Fork {
+                session_id,
+                at_message_id,
+            } => {
                 validate_session_id(session_id)
                     .map_err(|_| Error::invalid("fork_from_session_id", "is not a session id"))?;
                 let source = self.get_session(session_id).await?;
@@ -460,17 +468,64 @@ impl Engine {
                     )));
                 }
                 let resume = transcript(cid, format!("forking session {session_id}")).await?;
+                let resume_at = match at_message_id {
+                    Some(at) => Some(
+                        self.resume_at(&env, &resume, "fork_at_message_id", at)
+                            .await?,
+                    ),
+                    None => None,
+                };
+                let mut point = serde_json::json!({
+                    "session_id": session_id,
+                    "seq": source.last_seq,
+                    "claude_session_id": resume,
+                });
+                if let Some(at) = at_message_id {
+                    point["at_message_id"] = at.as_str().into();
+                }
                 Ok(OriginPlan {
-                    fork_point: Some(serde_json::json!({
-                        "session_id": session_id,
-                        "seq": source.last_seq,
-                        "claude_session_id": resume,
-                    })),
+                    fork_point: Some(point),
                     resume,
                     fork: true,
+                    resume_at,
                 })
             }
         }
+    }
+
+    /// The `--resume-session-at` value that cuts CLI conversation `cid` after message `at`
+    /// (`field` names the request field in errors): refused at once where the release has
+    /// no such flag or what it matches is not measured; `NotFound` when the transcript
+    /// has no such message.
+    async fn resume_at(
+        &self,
+        env: &[(String, String)],
+        cid: &str,
+        field: &'static str,
+        at: &str,
+    ) -> Result<String> {
+        use ostler_supervisor::compat::ResumeAt;
+        crate::capability::validate_message_id(field, at)?;
+        let inst = self.installation();
+        let key = match inst.capabilities.resume_at() {
+            ResumeAt::Key(k) => k,
+            ResumeAt::Absent => {
+                return Err(Error::precondition(format!(
+                    "Claude Code {} cannot resume at a message (no `--resume-session-at`, \
+                     measured: see docs/compatibility.md); use 1.0.128 or newer",
+                    inst.version
+                )));
+            }
+            ResumeAt::Unknown => {
+                return Err(Error::precondition(format!(
+                    "how Claude Code {} resumes at a message was not measured and its \
+                     pinned neighbours differ (docs/compatibility.md); use a pinned release",
+                    inst.version
+                )));
+            }
+        };
+        let (env, cid, at) = (env.to_vec(), cid.to_string(), at.to_string());
+        blocking(move || crate::capability::resume_at_value(&env, &cid, field, &at, key)).await
     }
 
     /// A create with a client-chosen id that exists: the session when cwd, options and
@@ -586,6 +641,7 @@ impl Engine {
             spec: &spec,
             resume: plan.as_ref().map(|p| p.resume.clone()),
             fork: plan.as_ref().is_some_and(|p| p.fork),
+            resume_at: plan.as_ref().and_then(|p| p.resume_at.clone()),
             claude_session_id: plan.as_ref().filter(|p| !p.fork).map(|p| p.resume.clone()),
             from: SessionState::Starting,
             meta: Meta {
@@ -625,6 +681,7 @@ impl Engine {
             spec,
             resume,
             fork,
+            resume_at,
             claude_session_id,
             from,
             mut meta,
@@ -640,6 +697,7 @@ impl Engine {
             },
             resume,
             fork_session: fork,
+            resume_session_at: resume_at,
             include_partial_messages: self.shared.opts.partial_messages,
             env: crate::capability::with_checkpointing(
                 self.shared.opts.spawn_env.clone(),
@@ -782,10 +840,12 @@ impl Engine {
         let (spec, meta, last_fresh) = self.load_meta(entry).await?;
         let on_demand = opts.is_none();
         let opts = opts.unwrap_or(crate::capability::ResumeOptions {
-            fork: false,
             fresh_if_missing: last_fresh,
+            ..Default::default()
         });
         let fork = opts.fork;
+        let at_message_id = opts.at_message_id.clone();
+        let env = crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options);
         let cwd = PathBuf::from(&rec.cwd);
         let dir = cwd.clone();
         if !blocking(move || Ok::<_, Error>(dir.is_dir())).await? {
@@ -794,18 +854,27 @@ impl Engine {
                 cwd.display()
             )));
         }
-        let resume = crate::capability::resume_checked(
-            &crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options),
-            entry,
-            rec.claude_session_id.clone(),
-            opts,
-        )
-        .await?;
+        if let Some(at) = &at_message_id {
+            crate::capability::validate_message_id("at_message_id", at)?;
+        }
+        let fresh_if_missing = opts.fresh_if_missing;
+        let resume =
+            crate::capability::resume_checked(&env, entry, rec.claude_session_id.clone(), opts)
+                .await?;
         if resume.is_none() && fork {
             return Err(Error::precondition(format!(
                 "session {session_id:?} never started a conversation: nothing to fork"
             )));
         }
+        let resume_at = match (&at_message_id, &resume) {
+            (Some(at), Some(cid)) => Some(self.resume_at(&env, cid, "at_message_id", at).await?),
+            (Some(_), None) => {
+                return Err(Error::precondition(format!(
+                    "session {session_id:?} has no CLI conversation to resume at a message"
+                )));
+            }
+            (None, _) => None,
+        };
         let fork = fork && resume.is_some();
         let slot = self.acquire_slot(session_id).await?;
         let how = if on_demand { " (on demand)" } else { "" };
@@ -821,8 +890,9 @@ impl Engine {
                 data: Some(serde_json::json!({
                     "claude_session_id": resume,
                     "fork": fork,
-                    "fresh_if_missing": opts.fresh_if_missing,
+                    "fresh_if_missing": fresh_if_missing,
                     "on_demand": on_demand,
+                    "at_message_id": at_message_id,
                 })),
             }))
             .await?;
@@ -834,6 +904,7 @@ impl Engine {
             spec: &spec,
             resume: resume.clone(),
             fork,
+            resume_at,
             claude_session_id: if fork { None } else { resume },
             from: state,
             meta,
@@ -1010,6 +1081,7 @@ mod tests {
             rules: spec.rules.clone(),
             origin: Some(Origin::Fork {
                 session_id: "a".into(),
+                at_message_id: Some("msg_01".into()),
             }),
             enable_file_checkpointing: true,
         };

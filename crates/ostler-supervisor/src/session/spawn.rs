@@ -6,7 +6,9 @@ use std::ffi::OsString;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ostler_protocol::argv::{FORK_SESSION, INCLUDE_PARTIAL_MESSAGES, MAX_TURNS, StreamJsonArgs};
+use ostler_protocol::argv::{
+    FORK_SESSION, INCLUDE_PARTIAL_MESSAGES, MAX_TURNS, RESUME_SESSION_AT, StreamJsonArgs,
+};
 use ostler_protocol::outbound::{InitializeRequest, OutRequest};
 
 use super::error::{Error, Result};
@@ -89,6 +91,20 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
             });
         }
         a.flag(FORK_SESSION);
+    }
+    if let Some(at) = &opts.resume_session_at {
+        if opts.resume.is_none() {
+            return Err(Error::InvalidOptions(
+                "resume_session_at needs resume".into(),
+            ));
+        }
+        if at.is_empty() || at.starts_with('-') {
+            return Err(Error::InvalidOptions(format!(
+                "bad message to resume at: {}",
+                crate::options::shown(at)
+            )));
+        }
+        a.option(RESUME_SESSION_AT, at.as_str());
     }
     // Variadic flags last: each takes exactly the values that follow it up to the next
     // option, so they go after every other option with a value (every value was checked

@@ -20,6 +20,9 @@ pub struct SpawnOptions {
     pub resume: Option<String>,
     /// `--fork-session` (with `resume` only); an error on releases without it.
     pub fork_session: bool,
+    /// `--resume-session-at VALUE` (with `resume` only): the transcript entry, in the
+    /// release's dialect (`Capabilities::resume_at`), after which the conversation is cut.
+    pub resume_session_at: Option<String>,
     /// Dropped (with a warning; the installation reports `DEGRADED`) on releases without it.
     pub include_partial_messages: bool,
     /// The daemon's variables for every session (`[sessions.env]`), set after the

@@ -130,6 +130,10 @@ pub struct ResumeArgs {
     /// conversation (the model's earlier context is lost) instead of failing
     #[arg(long)]
     pub fresh_if_missing: bool,
+    /// Resume the conversation as it was after this message (an assistant block's
+    /// `message_id` from `ostler log --json`): later messages leave the model's context
+    #[arg(long, value_name = "MESSAGE_ID")]
+    pub at: Option<String>,
     /// Print the session as JSON
     #[arg(long)]
     pub json: bool,
@@ -539,6 +543,7 @@ pub async fn resume(a: ResumeArgs) -> Result<i32> {
             session_id: id.clone(),
             fork: a.fork,
             fresh_conversation_if_missing: a.fresh_if_missing,
+            at_message_id: a.at.clone().unwrap_or_default(),
         })
         .await;
     let s = match r {

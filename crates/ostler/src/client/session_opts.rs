@@ -54,6 +54,10 @@ pub struct SessionOptionArgs {
     /// Fork an ostler session's conversation into the new session
     #[arg(long, value_name = "SESSION_ID")]
     pub fork_from: Option<String>,
+    /// With --fork-from: branch after this message of the source (an assistant block's
+    /// `message_id`) instead of at its end
+    #[arg(long, value_name = "MESSAGE_ID", requires = "fork_from")]
+    pub fork_at: Option<String>,
 }
 
 /// The servers of one `--mcp-config` value.
@@ -163,6 +167,7 @@ impl SessionOptionArgs {
         r.session_id = self.session_id.clone().unwrap_or_default();
         r.adopt_claude_session_id = self.adopt.clone().unwrap_or_default();
         r.fork_from_session_id = self.fork_from.clone().unwrap_or_default();
+        r.fork_at_message_id = self.fork_at.clone().unwrap_or_default();
     }
 }
 

@@ -330,3 +330,34 @@ pub async fn send(c: &mut SessionServiceClient<Channel>, session_id: &str, t: &s
     .into_inner()
     .seq
 }
+
+/// Sends `prompt` and returns the assistant's text of that turn.
+pub async fn turn(c: &mut SessionServiceClient<Channel>, id: &str, prompt: &str) -> String {
+    let after = c
+        .get_session(pb::GetSessionRequest {
+            session_id: id.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .last_seq;
+    let mut events = subscribe(c, id, after, false).await;
+    send(c, id, prompt).await;
+    let mut seen = Vec::new();
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    // The session is idle again once its state change is logged (the log then rests).
+    read_until(&mut events, &mut seen, "idle", |e| {
+        matches!(&e.payload, Some(pb::session_event::Payload::StateChanged(s)) if s.to() == pb::SessionState::Idle)
+    })
+    .await;
+    seen.iter().filter_map(assistant_text).collect()
+}
+
+pub async fn session(c: &mut SessionServiceClient<Channel>, id: &str) -> pb::Session {
+    c.get_session(pb::GetSessionRequest {
+        session_id: id.to_owned(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}

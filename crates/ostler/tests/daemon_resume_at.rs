@@ -1,0 +1,200 @@
+//! Resuming and forking at a message (`ResumeSessionRequest.at_message_id`,
+//! `CreateSessionRequest.fork_at_message_id`) against the real CLI: the model's context is
+//! cut after the chosen message on 1.0.128 (which matches the API message id) and 2.1.330
+//! (which matches the transcript uuid ostler looks up); a message that is not in the
+//! conversation is NOT_FOUND; a release without `--resume-session-at` refuses at once.
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+
+mod common;
+
+use common::grpc::*;
+use common::*;
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use tonic::Code;
+use tonic::transport::Channel;
+
+/// Two words to remember; the recall names the last one the model's context holds.
+const SCENARIO: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "remember pineapple"
+when = { last_user_text_contains = "Remember the word PINEAPPLE" }
+blocks = [{ type = "text", text = "I will remember PINEAPPLE." }]
+
+[[model]]
+name = "remember mango"
+when = { last_user_text_contains = "Remember the word MANGO" }
+blocks = [{ type = "text", text = "I will remember MANGO." }]
+
+[[model]]
+name = "recall mango"
+when = { last_user_text_contains = "What was the word", messages_contain = "MANGO" }
+blocks = [{ type = "text", text = "The word was MANGO." }]
+
+[[model]]
+name = "recall pineapple"
+when = { last_user_text_contains = "What was the word", messages_contain = "PINEAPPLE" }
+blocks = [{ type = "text", text = "The word was PINEAPPLE." }]
+"#;
+
+/// The API message id of the assistant block whose text contains `text`, and the id of
+/// the user message before it that ostler sent.
+async fn ids_of(c: &mut SessionServiceClient<Channel>, id: &str, text: &str) -> (String, String) {
+    let log = history(c, id).await;
+    let at = log
+        .iter()
+        .position(|e| assistant_text(e).is_some_and(|t| t.contains(text)))
+        .unwrap_or_else(|| panic!("no assistant text {text:?} in the log"));
+    let Some(pb::session_event::Payload::AssistantBlock(b)) = &log[at].payload else {
+        unreachable!()
+    };
+    let user = log[..at]
+        .iter()
+        .rev()
+        .find_map(|e| match &e.payload {
+            Some(pb::session_event::Payload::UserMessage(u)) if !u.message_id.is_empty() => {
+                Some(u.message_id.clone())
+            }
+            _ => None,
+        })
+        .expect("the user message before it");
+    (b.message_id.clone(), user)
+}
+
+async fn stop(c: &mut SessionServiceClient<Channel>, id: &str) {
+    c.stop_session(pb::StopSessionRequest {
+        session_id: id.to_owned(),
+    })
+    .await
+    .unwrap();
+}
+
+async fn resume_at(
+    c: &mut SessionServiceClient<Channel>,
+    id: &str,
+    at: &str,
+) -> Result<pb::Session, tonic::Status> {
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: id.to_owned(),
+        at_message_id: at.to_owned(),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+async fn resume_cuts_the_conversation(release: &str) {
+    let world = World::with_scenario(release, SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let a = create_session(&mut c, &world.work, "cut").await;
+    turn(&mut c, &a.id, "Remember the word PINEAPPLE").await;
+    let (first_answer, first_prompt) = ids_of(&mut c, &a.id, "I will remember PINEAPPLE").await;
+    turn(&mut c, &a.id, "Remember the word MANGO").await;
+    let both = turn(&mut c, &a.id, "What was the word?").await;
+    assert!(
+        both.contains("MANGO"),
+        "{release}: before the cut: {both:?}"
+    );
+
+    if release == NEW {
+        // Fork at the first answer: a new session whose context ends there; A untouched.
+        let a_log = history(&mut c, &a.id).await;
+        let b = c
+            .create_session(pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                fork_from_session_id: a.id.clone(),
+                fork_at_message_id: first_answer.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let first = history(&mut c, &b.id).await;
+        let Some(pb::session_event::Payload::EngineNotice(n)) = &first[0].payload else {
+            panic!("first event: {:?}", first[0]);
+        };
+        let data: serde_json::Value = serde_json::from_str(&n.data_json).unwrap();
+        assert_eq!(data["fork_point"]["at_message_id"], first_answer.as_str());
+        let answer = turn(&mut c, &b.id, "What was the word?").await;
+        assert!(
+            answer.contains("PINEAPPLE"),
+            "{release}: the fork's context ends at the first answer: {answer:?}"
+        );
+        assert_eq!(
+            history(&mut c, &a.id).await,
+            a_log,
+            "the source is untouched"
+        );
+    }
+
+    stop(&mut c, &a.id).await;
+    // Not a message of this conversation: NOT_FOUND, and the session stays as it was.
+    let e = resume_at(&mut c, &a.id, "msg_not_in_this_conversation")
+        .await
+        .expect_err("unknown message");
+    assert_eq!(e.code(), Code::NotFound, "{release}: {e:?}");
+    assert!(e.message().contains("at_message_id"), "{}", e.message());
+    let e = resume_at(&mut c, &a.id, "../etc/passwd")
+        .await
+        .expect_err("not a message id");
+    assert_eq!(e.code(), Code::InvalidArgument, "{release}: {e:?}");
+    if release == OLD {
+        // 1.0.128 cuts only at assistant messages (it matches the API message id).
+        let e = resume_at(&mut c, &a.id, &first_prompt)
+            .await
+            .expect_err("a user message on 1.0.128");
+        assert_eq!(e.code(), Code::InvalidArgument, "{release}: {e:?}");
+    }
+
+    // In place: same session, seq continues, the model's context ends at the first answer.
+    let before = session(&mut c, &a.id).await.last_seq;
+    let resumed = resume_at(&mut c, &a.id, &first_answer).await.unwrap();
+    assert_eq!(resumed.id, a.id);
+    let answer = turn(&mut c, &a.id, "What was the word?").await;
+    assert!(
+        answer.contains("PINEAPPLE") && !answer.contains("MANGO"),
+        "{release}: resumed at the first answer: {answer:?}"
+    );
+    let log = history(&mut c, &a.id).await;
+    assert!(log.iter().any(|e| e.seq > before
+        && matches!(&e.payload, Some(pb::session_event::Payload::EngineNotice(n))
+            if n.code == "resuming" && n.data_json.contains(&first_answer))));
+    assert_gap_free(&log, 1);
+}
+
+#[tokio::test]
+async fn resume_cuts_the_conversation_new() {
+    resume_cuts_the_conversation(NEW).await;
+}
+
+#[tokio::test]
+async fn resume_cuts_the_conversation_old() {
+    resume_cuts_the_conversation(OLD).await;
+}
+
+/// 1.0.108 has no `--resume-session-at` (measured): refused at once, nothing spawned.
+#[tokio::test]
+async fn a_release_without_the_flag_refuses_at_once() {
+    let world = World::with_scenario("1.0.108", SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let a = create_session(&mut c, &world.work, "old").await;
+    turn(&mut c, &a.id, "Remember the word PINEAPPLE").await;
+    let (answer, _) = ids_of(&mut c, &a.id, "I will remember PINEAPPLE").await;
+    stop(&mut c, &a.id).await;
+    let before = session(&mut c, &a.id).await;
+    let e = resume_at(&mut c, &a.id, &answer)
+        .await
+        .expect_err("no --resume-session-at");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("--resume-session-at"),
+        "{}",
+        e.message()
+    );
+    let after = session(&mut c, &a.id).await;
+    assert_eq!(after.state, before.state, "nothing was spawned");
+}
