@@ -121,31 +121,25 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let mut drift = Vec::new();
     for v in releases {
-        let ev = if a.cli_requests_only {
-            let mut ev: Evidence = toml::from_str(
+        // A partial probe keeps the rest of the recorded evidence.
+        let recorded = || -> Result<(Evidence, PathBuf)> {
+            let ev: Evidence = toml::from_str(
                 &std::fs::read_to_string(evidence_path(&v))
                     .with_context(|| format!("no recorded evidence for {v}"))?,
             )?;
             let cache = ostler_testkit::releases::default_cache_dir();
-            let binary = ostler_testkit::releases::ensure(&v, &cache)?;
+            Ok((ev, ostler_testkit::releases::ensure(&v, &cache)?))
+        };
+        let ev = if a.cli_requests_only {
+            let (mut ev, binary) = recorded()?;
             ev.cli_requests = rt.block_on(cli_request_probe(&binary))?;
             ev
         } else if a.dialect_only {
-            let mut ev: Evidence = toml::from_str(
-                &std::fs::read_to_string(evidence_path(&v))
-                    .with_context(|| format!("no recorded evidence for {v}"))?,
-            )?;
-            let cache = ostler_testkit::releases::default_cache_dir();
-            let binary = ostler_testkit::releases::ensure(&v, &cache)?;
+            let (mut ev, binary) = recorded()?;
             ev.dialect = rt.block_on(dialect_probe(&binary))?;
             ev
         } else if a.options_only {
-            let mut ev: Evidence = toml::from_str(
-                &std::fs::read_to_string(evidence_path(&v))
-                    .with_context(|| format!("no recorded evidence for {v}"))?,
-            )?;
-            let cache = ostler_testkit::releases::default_cache_dir();
-            let binary = ostler_testkit::releases::ensure(&v, &cache)?;
+            let (mut ev, binary) = recorded()?;
             ev.options = rt.block_on(option_probe(&binary))?;
             ev
         } else {
