@@ -242,6 +242,33 @@ when = { last_user_text_contains = "PROBE-SECOND" }
 blocks = [ { type = "text", text = "second answer" } ]
 "#;
 
+/// Reads a probe child's whole stderr in the background.
+fn collect_stderr(child: &mut tokio::process::Child) -> Result<tokio::task::JoinHandle<String>> {
+    let stderr = child.stderr.take().context("stderr")?;
+    Ok(tokio::spawn(async move {
+        let mut s = String::new();
+        let mut r = BufReader::new(stderr);
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s).await;
+        s
+    }))
+}
+
+/// Ends a probe child (stdin closed, 10 s to exit, then killed) and returns its stderr.
+async fn finish(
+    mut child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    err_task: tokio::task::JoinHandle<String>,
+) -> String {
+    drop(stdin);
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let _ = child.start_kill();
+    tokio::time::timeout(Duration::from_secs(5), err_task)
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .unwrap_or_default()
+}
+
 /// One stream-json run in `herm` with `extra` arguments and one user message: the lines
 /// up to its `result` (or the end of output) and its stderr.
 async fn probe_turn(
@@ -263,13 +290,7 @@ async fn probe_turn(
         .spawn()?;
     let mut stdin = child.stdin.take().context("stdin")?;
     let stdout = child.stdout.take().context("stdout")?;
-    let stderr = child.stderr.take().context("stderr")?;
-    let err_task = tokio::spawn(async move {
-        let mut s = String::new();
-        let mut r = BufReader::new(stderr);
-        let _ = tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s).await;
-        s
-    });
+    let err_task = collect_stderr(&mut child)?;
     let user = serde_json::json!({"type":"user","message":{"role":"user","content":text},"parent_tool_use_id":null,"session_id":""});
     // A release that exits at once may have closed stdin already.
     let _ = stdin.write_all(format!("{user}\n").as_bytes()).await;
@@ -290,14 +311,7 @@ async fn probe_turn(
         anyhow::Ok(())
     };
     let _ = tokio::time::timeout(Duration::from_secs(90), run).await;
-    drop(stdin);
-    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-    let _ = child.start_kill();
-    let stderr = tokio::time::timeout(Duration::from_secs(5), err_task)
-        .await
-        .ok()
-        .and_then(|r| r.ok())
-        .unwrap_or_default();
+    let stderr = finish(child, stdin, err_task).await;
     Ok((out, stderr))
 }
 
@@ -718,13 +732,7 @@ async fn permission_probe(binary: &Path) -> Result<(bool, String, Vec<String>)> 
         .spawn()?;
     let mut stdin = child.stdin.take().context("stdin")?;
     let stdout = child.stdout.take().context("stdout")?;
-    let stderr = child.stderr.take().context("stderr")?;
-    let err_task = tokio::spawn(async move {
-        let mut s = String::new();
-        let mut r = BufReader::new(stderr);
-        let _ = tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s).await;
-        s
-    });
+    let err_task = collect_stderr(&mut child)?;
     let user = serde_json::json!({"type":"user","message":{"role":"user","content":"PROBE-PERMISSION please"},"parent_tool_use_id":null,"session_id":""});
     stdin.write_all(format!("{user}\n").as_bytes()).await?;
     stdin.flush().await?;
@@ -764,14 +772,7 @@ async fn permission_probe(binary: &Path) -> Result<(bool, String, Vec<String>)> 
     let timed_out = tokio::time::timeout(Duration::from_secs(90), run)
         .await
         .is_err();
-    drop(stdin);
-    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-    let _ = child.start_kill();
-    let stderr = tokio::time::timeout(Duration::from_secs(5), err_task)
-        .await
-        .ok()
-        .and_then(|r| r.ok())
-        .unwrap_or_default();
+    let stderr = finish(child, stdin, err_task).await;
     let ran = herm.cwd().join("probe-created.txt").exists();
     let works = can_use_tool && ran;
     let what = if works {
