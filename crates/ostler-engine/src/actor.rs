@@ -382,8 +382,14 @@ impl Actor {
             patch: Some(patch),
             ..Default::default()
         };
-        match self.entry.hub.emit_with(vec![item], with).await {
-            Ok(_) => self.shared.counts.moved(Some(from), Some(to)),
+        // The counts (health, metrics) move between the commit and the publication: whoever
+        // has seen the state event finds it counted.
+        let guard = self.entry.hub.lock().await;
+        match guard.persist_with(vec![item], Some(with)).await {
+            Ok((events, _)) => {
+                self.shared.counts.moved(Some(from), Some(to));
+                guard.publish(&events);
+            }
             Err(e) => tracing::error!(session = %self.sid(), error = %e, "cannot record state"),
         }
         if to == SessionState::Idle {
@@ -817,6 +823,9 @@ impl Actor {
         if let Err(e) = self.entry.hub.emit_with(vec![item], with).await {
             tracing::error!(session = %self.sid(), error = %e, "cannot record the exit");
         }
+        // The process is gone: its live-session slot is free before the final state is
+        // published (whoever saw the session end finds the slot, and the live count, free).
+        drop(self.view.slot.take());
         self.set_state(to, Some(reason)).await;
         for w in self.stop_waiters.drain(..) {
             let _ = w.send(Ok(()));

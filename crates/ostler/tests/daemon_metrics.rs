@@ -137,6 +137,11 @@ async fn metrics_follow_sessions_on_the_fake_cli() {
     let Some(P::PermissionRequested(req)) = asked.payload else {
         unreachable!()
     };
+    // The state change is stored (and counted) after the request it follows from.
+    read_until(&mut events, &mut seen, "awaiting permission", |e| {
+        is_state(e, pb::SessionState::AwaitingPermission)
+    })
+    .await;
 
     // While it waits: counted in its state, pending, followed, live.
     let m = Metrics::scrape(metrics).await;
