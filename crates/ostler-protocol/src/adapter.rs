@@ -134,6 +134,7 @@ static ADAPTERS: [AdapterInfo; 3] = [
             "rate_limit_event",
             "streamlined_text",
             "streamlined_tool_use_summary",
+            "command_lifecycle",
         ),
         // 2.1.0 does not announce capabilities yet (2.1.330 does).
         expected_absent: &["session_started.capabilities"],

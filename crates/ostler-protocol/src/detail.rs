@@ -15,9 +15,12 @@
 //!   "pre_tokens","post_tokens"}}`
 //! - `{"type":"system","subtype":"status","status":"requesting"|"compacting"|null,
 //!   "permissionMode"?}`
+//! - `{"type":"command_lifecycle","command_uuid","state":"queued"|"started"|"completed",
+//!   "uuid","session_id"}` (2.1.330, for user messages that carry a `uuid`)
 //!
-//! A notice whose required field (`task_id`, `status` of a notification or rate limit) is
-//! missing or of another type gets no detail: it stays a plain notice, never a guess.
+//! A notice whose required field (`task_id`, `status` of a notification or rate limit,
+//! `command_uuid` and `state` of a lifecycle) is missing or of another type gets no
+//! detail: it stays a plain notice, never a guess.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -56,6 +59,10 @@ struct WireNotice<'a> {
     compact_metadata: Option<&'a RawValue>,
     #[serde(borrow)]
     rate_limit_info: Option<&'a RawValue>,
+    #[serde(borrow)]
+    command_uuid: LStr<'a>,
+    #[serde(borrow)]
+    state: LStr<'a>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -92,7 +99,7 @@ struct WireRateLimit<'a> {
 /// Whether a notice of this wire `type` / `subtype` has a typed detail.
 pub fn has_detail(source_type: &str, subtype: Option<&str>) -> bool {
     match source_type {
-        "rate_limit_event" => true,
+        "rate_limit_event" | "command_lifecycle" => true,
         "system" => matches!(
             subtype,
             Some(
@@ -137,6 +144,12 @@ pub fn notice_detail(
             rate_limit_type: r.rate_limit_type.owned(),
             utilization: r.utilization.f64(),
             is_using_overage: r.is_using_overage.0,
+        }));
+    }
+    if source_type == "command_lifecycle" {
+        return Some(NoticeDetail::MessageLifecycle(MessageLifecycle {
+            message_id: n.command_uuid.owned()?,
+            state: n.state.owned()?,
         }));
     }
     Some(match subtype? {

@@ -432,6 +432,9 @@ pub enum NoticeDetail {
     /// `system/status`: what the CLI is doing (`requesting`, `compacting`, none), and the
     /// permission mode when it changed.
     Status(CliStatus),
+    /// `command_lifecycle` (2.1.x releases that announce `msg_lifecycle_v1`): what became
+    /// of a user message written to the CLI.
+    MessageLifecycle(MessageLifecycle),
 }
 
 /// `task_started`. `tool_use_id` is the tool call that started the task (the `Task`
@@ -524,6 +527,17 @@ pub struct CompactBoundary {
     pub pre_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_tokens: Option<u64>,
+}
+
+/// `command_lifecycle`: `{"type":"command_lifecycle","command_uuid","state","uuid",
+/// "session_id"}`. `message_id` is the `uuid` of the user message it is about (the id
+/// ostler sends and records as the UserMessage's `message_id`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct MessageLifecycle {
+    pub message_id: String,
+    /// `queued` (written while a turn runs), `started` (the CLI took it), `completed` (its
+    /// turn ended); other values are passed through as sent.
+    pub state: String,
 }
 
 /// `system/status`.

@@ -276,6 +276,8 @@ fn malformed_typed_notices_stay_plain_and_never_guess() {
         json!({"type":"rate_limit_event"}),
         json!({"type":"rate_limit_event","rate_limit_info":"soon"}),
         json!({"type":"rate_limit_event","rate_limit_info":{"resetsAt":1}}),
+        json!({"type":"command_lifecycle","state":"started"}),
+        json!({"type":"command_lifecycle","command_uuid":"u","state":7}),
     ] {
         let Event::SystemNotice(n) = one("2.1.330", line.clone()) else {
             panic!("{line}")
@@ -317,6 +319,33 @@ fn malformed_typed_notices_stay_plain_and_never_guess() {
         (m[0].model.as_str(), m[0].input_tokens, m[0].context_window),
         ("b", 5, 200_000)
     );
+}
+
+/// `command_lifecycle` (2.1.330, for user messages sent with a `uuid`; its shape as the
+/// release wrote it in a daemon test's log) is typed on 2.1.x; 2.0.x does not know it and
+/// keeps it whole as Unknown.
+#[test]
+fn message_lifecycle_is_typed_on_2_1() {
+    let line = json!({"type":"command_lifecycle","command_uuid":"f116060a-7900-430d-b0f8-991c512ad2aa","state":"completed","uuid":"1459da26-433f-4175-ac42-22bda0d4320f","session_id":"536dfad8-2195-4d87-8394-5161c9274234"});
+    let Event::SystemNotice(n) = one("2.1.330", line.clone()) else {
+        panic!("not a notice")
+    };
+    assert_eq!(n.source_type, "command_lifecycle");
+    assert_eq!(
+        n.detail,
+        Some(NoticeDetail::MessageLifecycle(MessageLifecycle {
+            message_id: "f116060a-7900-430d-b0f8-991c512ad2aa".into(),
+            state: "completed".into(),
+        }))
+    );
+    assert_eq!(n.fields.to_value().unwrap(), line);
+    let e = Event::SystemNotice(n);
+    let back: Event = serde_json::from_slice(&serde_json::to_vec(&e).unwrap()).unwrap();
+    assert_eq!(back, e, "stored and read back");
+    let Event::Unknown(u) = one("2.0.77", line) else {
+        panic!("2.0.x does not know command_lifecycle")
+    };
+    assert_eq!(u.message_type, "command_lifecycle");
 }
 
 /// A typed notice survives serde as stored (what replay reads back).

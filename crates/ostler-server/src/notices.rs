@@ -1,5 +1,5 @@
 //! Issue 10's typed events: the CLI notices whose fields clients need (background tasks,
-//! rate limits, compaction, status) and a result's per-model usage, mapped to `ostler.v1`.
+//! rate limits, compaction, status, a user message's lifecycle) and a result's per-model usage, mapped to `ostler.v1`.
 //! The engine stores them as `system_notice` with the typed `detail` the decoder read; the
 //! whole message goes out as `fields_json`, so nothing is lost to a client that wants more.
 
@@ -64,6 +64,11 @@ pub(crate) fn typed_notice(n: &cp::SystemNotice) -> Option<P> {
         cp::NoticeDetail::Status(c) => P::CliStatus(pb::CliStatus {
             status: s(&c.status),
             permission_mode: s(&c.permission_mode),
+            fields_json: fields_json(),
+        }),
+        cp::NoticeDetail::MessageLifecycle(m) => P::MessageLifecycle(pb::MessageLifecycle {
+            message_id: m.message_id.clone(),
+            state: m.state.clone(),
             fields_json: fields_json(),
         }),
     })

@@ -1,7 +1,7 @@
 //! Issue 10's typed events through the real daemon and the real CLI (2.1.330): a sub-agent's
 //! background task lifecycle (started / progress / notification) with the tree by tool use
 //! id, the sub-agent's id on its permission request, the CLI's status, per-model usage and
-//! the terminal reason on TurnCompleted, the interruption marker as a synthetic message, a
+//! the terminal reason on TurnCompleted, a sent message's lifecycle, the interruption marker as a synthetic message, a
 //! compaction's boundary; and replay (stored form) equals what was delivered live.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
@@ -161,6 +161,34 @@ async fn typed_events_on_the_real_cli_2_1_330() {
             Some(P::SystemNotice(n)) if matches!(n.subtype.as_str(),
                 "task_started" | "task_progress" | "task_notification" | "status"))),
         "typed notices are not sent as plain ones"
+    );
+    // The sent message's lifecycle, keyed by the UserMessage's id: queued, started, then
+    // completed (which may come after its turn's end).
+    let sent_id = seen
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(P::UserMessage(u)) if !u.sent_by.is_empty() => Some(u.message_id.clone()),
+            _ => None,
+        })
+        .expect("the sent message");
+    assert!(!sent_id.is_empty());
+    read_until(&mut events, &mut seen, "the message's completion", |e| {
+        matches!(&e.payload, Some(P::MessageLifecycle(m))
+            if m.message_id == sent_id && m.state == "completed")
+    })
+    .await;
+    let states: Vec<&str> = seen
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::MessageLifecycle(m)) if m.message_id == sent_id => Some(m.state.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(states, ["queued", "started", "completed"]);
+    assert!(
+        !seen.iter().any(|e| matches!(&e.payload,
+            Some(P::Unknown(u)) if u.message_type == "command_lifecycle")),
+        "command_lifecycle is understood"
     );
 
     // Interrupted mid-answer (a second session: the first one's task notification starts

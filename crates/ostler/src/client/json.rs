@@ -142,6 +142,7 @@ pub fn kind(p: Option<&Payload>) -> &'static str {
         Some(Payload::RateLimit(_)) => "rate_limit",
         Some(Payload::CompactBoundary(_)) => "compact_boundary",
         Some(Payload::CliStatus(_)) => "cli_status",
+        Some(Payload::MessageLifecycle(_)) => "message_lifecycle",
     }
 }
 
@@ -329,6 +330,10 @@ fn payload(p: &Payload) -> Value {
         Payload::CliStatus(c) => json!({
             "status": c.status, "permission_mode": c.permission_mode,
             "fields": parsed(&c.fields_json),
+        }),
+        Payload::MessageLifecycle(m) => json!({
+            "message_id": m.message_id, "state": m.state,
+            "fields": parsed(&m.fields_json),
         }),
     }
 }

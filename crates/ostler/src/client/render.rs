@@ -732,6 +732,15 @@ impl Human {
                     self.note(&self.err.dim(&format!("· CLI {status}")));
                 }
             }
+            Payload::MessageLifecycle(m) => {
+                if self.verbose {
+                    self.note(
+                        &self
+                            .err
+                            .dim(&format!("· message {} {}", m.message_id, m.state)),
+                    );
+                }
+            }
             // Issue 11: hook calls are answered with `ostler hook` (tool calls: in progress).
             Payload::HookRequested(h) => {
                 self.note(&format!(

@@ -249,6 +249,7 @@ pub fn describe(e: &pb::SessionEvent) -> String {
         Some(P::RateLimit(r)) => format!("rate_limit({})", r.status),
         Some(P::CompactBoundary(c)) => format!("compact_boundary({})", c.trigger),
         Some(P::CliStatus(c)) => format!("cli_status({:?})", c.status),
+        Some(P::MessageLifecycle(m)) => format!("message_lifecycle({})", m.state),
         None => "none".to_owned(),
     };
     format!("#{} {kind}", e.seq)
@@ -345,11 +346,29 @@ pub async fn turn(c: &mut SessionServiceClient<Channel>, id: &str, prompt: &str)
     send(c, id, prompt).await;
     let mut seen = Vec::new();
     read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
-    // The session is idle again once its state change is logged (the log then rests).
+    // The session is idle again once its state change is logged.
     read_until(&mut events, &mut seen, "idle", |e| {
         matches!(&e.payload, Some(pb::session_event::Payload::StateChanged(s)) if s.to() == pb::SessionState::Idle)
     })
     .await;
+    // A release that reports the message's lifecycle (2.1.330) may say `completed` after
+    // that: the log rests once it has.
+    let lifecycle = |e: &pb::SessionEvent| match &e.payload {
+        Some(pb::session_event::Payload::MessageLifecycle(m)) => {
+            Some((m.message_id.clone(), m.state.clone()))
+        }
+        _ => None,
+    };
+    let tracked: Vec<(String, String)> = seen.iter().filter_map(lifecycle).collect();
+    if let Some((id, _)) = tracked.first()
+        && !tracked.iter().any(|(i, s)| i == id && s == "completed")
+    {
+        let id = id.clone();
+        read_until(&mut events, &mut seen, "the message's completion", |e| {
+            lifecycle(e).is_some_and(|(i, s)| i == id && s == "completed")
+        })
+        .await;
+    }
     seen.iter().filter_map(assistant_text).collect()
 }
 
