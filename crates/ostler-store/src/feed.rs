@@ -1,8 +1,9 @@
 //! The daemon-wide feed: attention-worthy events of every session, in commit order.
 //!
-//! Rows of the `feed` table are written by a trigger on `events` (migration 0004), inside the
-//! transaction that stores the event, so the feed never shows an event that is not stored
-//! and never misses one that is. After each group commit the writer publishes the last feed
+//! Rows of the `feed` table are written with their event by the writer's append (`ops.rs`
+//! [`FeedKind::of_event`]; a trigger on `events` in schema versions 4-6), in the savepoint that stores
+//! the event, so the feed never shows an event that is not stored and never misses one
+//! that is. After each group commit the writer publishes the last feed
 //! id on a `tokio::sync::watch` ([`Store::feed_watch`]); readers page through the table
 //! with [`Store::feed_after`]. Also here: session titles and the notifiers' persisted
 //! delivery cursors (both small writes of the same migration).
@@ -88,6 +89,26 @@ pub enum FeedKind {
 }
 
 impl FeedKind {
+    /// The feed kind of a stored event of `kind` at `seq`; `None` for the events that do
+    /// not enter the feed (most of them). The writer's append inserts the feed row with the
+    /// event (schema versions 4-6 did this mapping in a row trigger on `events`).
+    pub(crate) fn of_event(kind: &str, seq: u64) -> Option<FeedKind> {
+        Some(match kind {
+            "engine_notice" if seq == 1 => FeedKind::SessionCreated,
+            "state_changed" => FeedKind::StateChanged,
+            "turn_completed" => FeedKind::TurnCompleted,
+            "permission_requested" => FeedKind::PermissionRequested,
+            "question_asked" => FeedKind::QuestionAsked,
+            "process_exited" => FeedKind::ProcessExited,
+            "hook_requested" => FeedKind::HookPending,
+            "tool_call_requested" => FeedKind::ToolCallRequested,
+            "interaction_resolved" | "hook_resolved" | "tool_call_resolved" => {
+                FeedKind::InteractionResolved
+            }
+            _ => return None,
+        })
+    }
+
     /// Every kind, in declaration order.
     pub const ALL: [FeedKind; 9] = [
         FeedKind::SessionCreated,

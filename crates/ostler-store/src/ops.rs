@@ -5,6 +5,7 @@ use rusqlite::{Connection, params};
 
 use crate::codec::EncodedEvent;
 use crate::error::{Error, Result};
+use crate::feed::FeedKind;
 use crate::rows::{self, u64_from_sql, u64_to_sql};
 use crate::types::*;
 use crate::writer::{Ctx, Slot};
@@ -27,15 +28,20 @@ pub(crate) fn append_op(
     let mut seq = slot.last_seq;
     for ev in events {
         seq += 1;
+        let sql_seq = u64_to_sql(seq, "seq")?;
         stmt.execute(params![
             slot.pk,
-            u64_to_sql(seq, "seq")?,
+            sql_seq,
             &*ev.kind,
             ev.ts_ms,
             ev.codec,
             &ev.payload[..],
             ev.raw.as_deref()
         ])?;
+        if let Some(kind) = FeedKind::of_event(&ev.kind, seq) {
+            conn.prepare_cached("INSERT INTO feed (session_pk, seq, kind) VALUES (?1, ?2, ?3)")?
+                .execute(params![slot.pk, sql_seq, kind.as_str()])?;
+        }
         seqs.push(seq);
     }
     ctx.set_slot(

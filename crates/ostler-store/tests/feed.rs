@@ -36,12 +36,18 @@ fn attention_events_enter_the_feed_with_their_commit() {
                 ev("state_changed", 7),
                 ev("process_exited", 8),
                 ev("question_asked", 9),
+                ev("hook_requested", 10),
+                ev("hook_resolved", 11),
+                ev("tool_call_requested", 12),
+                ev("tool_call_resolved", 13),
+                ev("partial_delta", 14),
+                ev("unknown", 15),
             ],
         )
         .unwrap();
     // Published after the commit.
     assert!(watch.has_changed().unwrap());
-    assert_eq!(*watch.borrow_and_update(), 7);
+    assert_eq!(*watch.borrow_and_update(), 11);
     let page = store.feed_after(0, 100).unwrap();
     let a = |seq, k| ("a".to_owned(), seq, k);
     assert_eq!(
@@ -54,9 +60,13 @@ fn attention_events_enter_the_feed_with_their_commit() {
             a(7, FeedKind::StateChanged),
             a(8, FeedKind::ProcessExited),
             a(9, FeedKind::QuestionAsked),
+            a(10, FeedKind::HookPending),
+            a(11, FeedKind::InteractionResolved),
+            a(12, FeedKind::ToolCallRequested),
+            a(13, FeedKind::InteractionResolved),
         ]
     );
-    assert_eq!(page.scanned_to, 7);
+    assert_eq!(page.scanned_to, 11);
     assert_eq!(page.entries[3].event.payload.as_ref(), b"{\"n\":6}");
     assert_eq!(page.entries[0].cwd, "/work/project");
 
@@ -64,12 +74,12 @@ fn attention_events_enter_the_feed_with_their_commit() {
     let first = store.feed_after(0, 3).unwrap();
     assert_eq!(first.entries.len(), 3);
     let rest = store.feed_after(first.scanned_to, 100).unwrap();
-    assert_eq!(rest.entries.len(), 4);
+    assert_eq!(rest.entries.len(), 8);
     assert_eq!(
-        store.feed_after(7, 100).unwrap(),
+        store.feed_after(11, 100).unwrap(),
         FeedPage {
             entries: vec![],
-            scanned_to: 7
+            scanned_to: 11
         }
     );
 
