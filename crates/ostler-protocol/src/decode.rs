@@ -874,6 +874,10 @@ fn turn_result(env: &Envelope<'_>) -> Event {
         errors,
         stop_reason: env.stop_reason.owned(),
         terminal_reason: env.terminal_reason.owned(),
+        structured_output: env
+            .structured_output
+            .filter(|v| v.get() != "null")
+            .map(raw_json),
         absent,
     })
 }

@@ -385,6 +385,10 @@ pub struct TurnResult {
     /// Why the CLI's query loop ended (`completed`, `aborted_streaming`, ...; 2.1.x).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal_reason: Option<String>,
+    /// The answer as JSON in the shape of the session's `--json-schema`, verbatim, when the
+    /// CLI sends one (`structured_output`; not sent, or `null`, without a schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<RawJson>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub absent: Absent,
 }

@@ -453,6 +453,9 @@ pub(crate) struct Envelope<'a> {
     pub stop_reason: LStr<'a>,
     #[serde(borrow)]
     pub terminal_reason: LStr<'a>,
+    /// The answer in the `--json-schema` shape (2.x sessions started with one).
+    #[serde(borrow)]
+    pub structured_output: Option<&'a RawValue>,
 }
 
 /// `message` of `assistant` / `user` frames.

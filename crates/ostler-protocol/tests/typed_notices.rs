@@ -348,6 +348,32 @@ fn message_lifecycle_is_typed_on_2_1() {
     assert_eq!(u.message_type, "command_lifecycle");
 }
 
+/// `structured_output` of a result (sessions with `--json-schema`) is kept verbatim; `null`
+/// or absent is none.
+#[test]
+fn structured_output_of_a_result() {
+    let Event::TurnResult(r) = one(
+        "2.1.330",
+        json!({"type":"result","subtype":"success","is_error":false,"result":"","structured_output":{"answer":"4","n":[1,2]}}),
+    ) else {
+        panic!()
+    };
+    let out = r.structured_output.as_ref().expect("structured output");
+    assert_eq!(out.to_value().unwrap(), json!({"answer":"4","n":[1,2]}));
+    let e = Event::TurnResult(r);
+    let back: Event = serde_json::from_slice(&serde_json::to_vec(&e).unwrap()).unwrap();
+    assert_eq!(back, e, "stored and read back");
+    for line in [
+        json!({"type":"result","subtype":"success","is_error":false,"structured_output":null}),
+        json!({"type":"result","subtype":"success","is_error":false}),
+    ] {
+        let Event::TurnResult(r) = one("2.1.330", line.clone()) else {
+            panic!("{line}")
+        };
+        assert_eq!(r.structured_output, None, "{line}");
+    }
+}
+
 /// A typed notice survives serde as stored (what replay reads back).
 #[test]
 fn typed_notices_round_trip_through_serde() {

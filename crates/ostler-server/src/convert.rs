@@ -920,6 +920,11 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 .collect(),
             model_usage: crate::notices::model_usage(t),
             terminal_reason: t.terminal_reason.clone().unwrap_or_default(),
+            structured_output_json: t
+                .structured_output
+                .as_ref()
+                .map(|s| s.get().to_owned())
+                .unwrap_or_default(),
         }),
         eng::EventPayload::StateChanged(s) => P::StateChanged(pb::StateChanged {
             from: state_to_pb(s.from) as i32,

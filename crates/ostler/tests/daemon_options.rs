@@ -285,6 +285,93 @@ async fn system_prompt_reaches_the_model_old() {
     system_prompt_reaches_the_model(OLD).await;
 }
 
+/// The model answers a `--json-schema` session through the CLI's `StructuredOutput` tool.
+const STRUCTURED: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "structured"
+when = { last_user_text_contains = "What is 2+2" }
+times = 1
+blocks = [{ type = "tool_use", id = "toolu_structured_1", name = "StructuredOutput", input = { answer = "4", confidence = 0.9 } }]
+
+[[model]]
+name = "after the structured answer"
+when = { tool_result_for = "toolu_structured_1" }
+blocks = [{ type = "text", text = "Answered." }]
+"#;
+
+/// `json_schema`: the schema reaches the model (as the CLI's `StructuredOutput` tool) and
+/// the answer in its shape reaches the client in `TurnCompleted.structured_output_json`,
+/// live and replayed; a session without a schema has none.
+#[tokio::test]
+async fn structured_output_reaches_the_client() {
+    let world = World::with_scenario(NEW, STRUCTURED).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let schema = r#"{"type":"object","properties":{"answer":{"type":"string"},"confidence":{"type":"number"}},"required":["answer"]}"#;
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            json_schema: schema.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    send(&mut c, &s.id, "What is 2+2?").await;
+    let mut seen = Vec::new();
+    let end = read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    let Some(pb::session_event::Payload::TurnCompleted(t)) = &end.payload else {
+        unreachable!()
+    };
+    let out: serde_json::Value =
+        serde_json::from_str(&t.structured_output_json).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {t:?}\n{:#?}",
+                seen.iter().map(describe).collect::<Vec<_>>()
+            )
+        });
+    assert_eq!(out, serde_json::json!({"answer": "4", "confidence": 0.9}));
+    let offered = world
+        .fake
+        .requests()
+        .iter()
+        .filter_map(|r| r.body.as_ref())
+        .any(|b| {
+            b["tools"].as_array().is_some_and(|tools| {
+                tools.iter().any(|t| {
+                    t["name"] == "StructuredOutput" && t.to_string().contains("confidence")
+                })
+            })
+        });
+    assert!(
+        offered,
+        "the schema reached the model as the StructuredOutput tool"
+    );
+    let stored = history(&mut c, &s.id).await;
+    assert!(stored.iter().any(|e| e == &end), "replayed as delivered");
+
+    let plain = create_session(&mut c, &world.work, "plain").await;
+    let mut events = subscribe(&mut c, &plain.id, 0, false).await;
+    send(&mut c, &plain.id, "Say hello").await;
+    let end = read_until(
+        &mut events,
+        &mut Vec::new(),
+        "the turn's end",
+        is_turn_completed,
+    )
+    .await;
+    let Some(pb::session_event::Payload::TurnCompleted(t)) = &end.payload else {
+        unreachable!()
+    };
+    assert_eq!(
+        t.structured_output_json, "",
+        "no schema, no structured output"
+    );
+}
+
 #[tokio::test]
 async fn an_option_the_old_release_lacks_fails_at_once() {
     let world = World::new(OLD).await;

@@ -1,8 +1,9 @@
 //! Resuming and forking at a message (`ResumeSessionRequest.at_message_id`,
 //! `CreateSessionRequest.fork_at_message_id`) against the real CLI: the model's context is
-//! cut after the chosen message on 1.0.128 (which matches the API message id) and 2.1.330
-//! (which matches the transcript uuid ostler looks up); a message that is not in the
-//! conversation is NOT_FOUND; a release without `--resume-session-at` refuses at once.
+//! cut after the chosen message, in a fork and in place, on 1.0.128 (which matches the API
+//! message id) and 2.1.330 (which matches the transcript uuid ostler looks up); a message
+//! that is not in the conversation is NOT_FOUND; a release without `--resume-session-at`
+//! refuses at once.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;
@@ -99,7 +100,7 @@ async fn resume_cuts_the_conversation(release: &str) {
         "{release}: before the cut: {both:?}"
     );
 
-    if release == NEW {
+    {
         // Fork at the first answer: a new session whose context ends there; A untouched.
         let a_log = history(&mut c, &a.id).await;
         let b = c

@@ -176,6 +176,7 @@ pub fn turn(t: &pb::TurnCompleted) -> Value {
             "context_window": m.context_window, "max_output_tokens": m.max_output_tokens,
         })).collect::<Vec<_>>(),
         "terminal_reason": t.terminal_reason,
+        "structured_output": parsed(&t.structured_output_json),
     })
 }
 

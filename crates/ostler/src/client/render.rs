@@ -565,6 +565,10 @@ impl Human {
                 self.clear_spinner();
                 self.last_turn_interrupted = self.interrupt_seen && !is_success(t);
                 self.interrupt_seen = false;
+                if !t.structured_output_json.is_empty() {
+                    // The answer in the session's --json-schema shape (it is not text).
+                    self.line(&t.structured_output_json);
+                }
                 if self.turn_summaries {
                     let line = summary(st, t, 0, self.last_turn_interrupted);
                     self.line(&line);
