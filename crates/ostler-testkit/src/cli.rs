@@ -68,6 +68,8 @@ pub struct CliInvocation {
     pub permission_mode: Option<String>,
     pub resume: Option<String>,
     pub fork_session: bool,
+    /// `--resume-session-at` (with `resume`): where the resumed conversation ends.
+    pub resume_session_at: Option<String>,
     /// Extra environment (e.g. `CLAUDE_CODE_MAX_RETRIES`), set after the hermetic base.
     pub env: BTreeMap<String, String>,
     /// Extra arguments, appended as given.
@@ -77,7 +79,9 @@ pub struct CliInvocation {
 /// The argument list for an invocation, dropping flags the release lacks. Returns
 /// `(args, unsupported flags that were left out)`.
 pub fn args_for(inv: &CliInvocation, f: CliFeatures) -> (Vec<String>, Vec<String>) {
-    use ostler_protocol::argv::{FORK_SESSION, INCLUDE_PARTIAL_MESSAGES, StreamJsonArgs};
+    use ostler_protocol::argv::{
+        FORK_SESSION, INCLUDE_PARTIAL_MESSAGES, RESUME_SESSION_AT, StreamJsonArgs,
+    };
     let mut args = StreamJsonArgs::session();
     let mut omitted = Vec::new();
     if inv.partial_messages {
@@ -97,6 +101,11 @@ pub fn args_for(inv: &CliInvocation, f: CliFeatures) -> (Vec<String>, Vec<String
             } else {
                 omitted.push(FORK_SESSION.into());
             }
+        }
+        // Hidden from `--help` on every release that has it: the scenario says when to use it
+        // (`if_release`, from the measured dialect in contracts/compat).
+        if let Some(at) = &inv.resume_session_at {
+            args.option(RESUME_SESSION_AT, at.as_str());
         }
     }
     let mut args = args.into_args();

@@ -184,6 +184,7 @@ impl Driver<'_> {
             permission_mode: c.permission_mode.clone(),
             resume,
             fork_session: fork,
+            resume_session_at: None,
             env: c.env.clone(),
             args: c.args.clone(),
         }
@@ -504,7 +505,12 @@ impl Driver<'_> {
                 .await_msg("result", |v| msg_type(v) == Some("result"))
                 .await
                 .map(|_| ()),
-            Step::Restart { resume, fork } => {
+            Step::Restart {
+                resume,
+                fork,
+                at_text,
+                at_key,
+            } => {
                 self.close().await?;
                 let sid = if *resume {
                     Some(
@@ -515,7 +521,12 @@ impl Driver<'_> {
                 } else {
                     None
                 };
-                let inv = self.invocation(sid, *fork);
+                let at = match at_text {
+                    Some(text) => Some(self.message_key(text, at_key.as_deref())?),
+                    None => None,
+                };
+                let mut inv = self.invocation(sid, *fork);
+                inv.resume_session_at = at;
                 self.spawn(&inv, false).await
             }
             Step::AwaitBackgroundTasks {
@@ -673,6 +684,35 @@ impl Driver<'_> {
             }
             _ => self.entries.push(Entry::Text(line)),
         }
+    }
+
+    /// The `uuid` (or, `key = "message_id"`, the API `message.id`) of the first assistant
+    /// line the CLI wrote whose text contains `text`.
+    fn message_key(&self, text: &str, key: Option<&str>) -> Result<String> {
+        let key = key.unwrap_or("uuid");
+        let found = self.entries.iter().find_map(|e| {
+            let Entry::Cli(line) = e else { return None };
+            let v: Value = serde_json::from_str(line).ok()?;
+            let content = v.get("message")?.get("content")?.as_array()?;
+            let hit = msg_type(&v) == Some("assistant")
+                && content.iter().any(|b| {
+                    b.get("text")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| t.contains(text))
+                });
+            if !hit {
+                return None;
+            }
+            match key {
+                "message_id" => v["message"]["id"].as_str().map(String::from),
+                _ => v["uuid"].as_str().map(String::from),
+            }
+        });
+        found.ok_or_else(|| {
+            self.err(format!(
+                "restart: no assistant line with {text:?} and a {key}"
+            ))
+        })
     }
 
     async fn await_msg(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Result<Value> {

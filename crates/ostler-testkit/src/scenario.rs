@@ -294,6 +294,15 @@ pub enum Step {
         resume: bool,
         #[serde(default)]
         fork: bool,
+        /// `--resume-session-at` the assistant message whose text contains this (with
+        /// `resume`); the conversation the new process continues ends there.
+        #[serde(default)]
+        at_text: Option<String>,
+        /// What identifies that message on this release (`uuid`: the line's `uuid`, or
+        /// `message_id`: its API `message.id`; see `[dialect] resume_session_at` in
+        /// contracts/compat). Default `uuid`.
+        #[serde(default)]
+        at_key: Option<String>,
     },
     /// For every sub-agent the CLI started in the background (`system/task_started` with
     /// `is_backgrounded: true`, 2.1.x), await its `system/task_notification` and the
