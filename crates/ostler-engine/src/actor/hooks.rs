@@ -137,46 +137,23 @@ impl Actor {
             event_seq: None,
             created_ms: now_ms(),
         };
-        let with = WithEvents {
-            interaction: Some((ni, 0)),
-            ..Default::default()
-        };
-        let entry = self.entry.clone();
-        let guard = entry.hub.lock().await;
         let item = Item {
             payload,
             raw,
             ts_ms: now_ms(),
         };
-        let event = match guard.persist_with(vec![item], Some(with)).await {
-            Ok((mut v, _)) => match v.pop() {
-                Some(e) => e,
-                None => return,
-            },
-            Err(e) => {
-                // Not recorded: nobody could answer durably; the dropped responder answers
-                // the CLI with an error (the CLI goes on as if the hook had failed).
-                tracing::error!(session = %self.sid(), error = %e, "cannot record hook call");
-                return;
-            }
+        let hook = PendingHook {
+            event: call.hook_event,
+            registration: reg,
+            responder,
+            deadline: Instant::now() + wait,
         };
-        self.hooks.insert(
-            request_id.clone(),
-            PendingHook {
-                event: call.hook_event,
-                registration: reg,
-                responder,
-                deadline: Instant::now() + wait,
-            },
-        );
-        // Visible through GetSession / ListPendingInteractions before any client sees it.
-        let to = self.live_state();
-        self.show(|v| {
-            v.pending.insert(request_id.clone(), event.clone());
-            v.state = to;
-        });
-        guard.publish(std::slice::from_ref(&event));
-        drop(guard);
+        // Not recorded: nobody could answer durably; the dropped responder answers the CLI
+        // with an error (the CLI goes on as if the hook had failed).
+        self.record_pending(item, ni, true, "hook call", |a| {
+            a.hooks.insert(request_id, hook);
+        })
+        .await;
         self.settle_state(None).await;
     }
 

@@ -3,6 +3,8 @@
 //! responses and answers, expiry, withdrawal by the CLI, cancellation at the end of a turn
 //! or process.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use ostler_protocol as proto;
 use ostler_protocol::CanUseTool;
@@ -97,28 +99,10 @@ impl Actor {
             event_seq: None,
             created_ms: now_ms(),
         };
-        let with = WithEvents {
-            interaction: Some((ni, 0)),
-            ..Default::default()
-        };
-        let entry = self.entry.clone();
-        let guard = entry.hub.lock().await;
         let item = Item {
             payload,
             raw,
             ts_ms: now_ms(),
-        };
-        let event = match guard.persist_with(vec![item], Some(with)).await {
-            Ok((mut v, _)) => match v.pop() {
-                Some(e) => e,
-                None => return,
-            },
-            Err(e) => {
-                // Not recorded: do not ask anyone (nobody could answer durably); the dropped
-                // responder denies with the supervisor's "no decision" message.
-                tracing::error!(session = %self.sid(), error = %e, "cannot record permission request");
-                return;
-            }
         };
         let pending = Pending {
             kind,
@@ -126,18 +110,17 @@ impl Actor {
             responder,
             deadline: expires.map(|d| Instant::now() + d),
         };
-        self.pending.insert(request_id.clone(), pending);
-        if rule.is_none() {
-            // Visible through GetSession / PendingInteractions before any client sees the
-            // request.
-            let to = self.live_state();
-            self.show(|v| {
-                v.pending.insert(request_id.clone(), event.clone());
-                v.state = to;
-            });
+        // A request a rule decides at once is not shown as pending.
+        let recorded = self
+            .record_pending(item, ni, rule.is_none(), "permission request", |a| {
+                a.pending.insert(request_id.clone(), pending);
+            })
+            .await;
+        if recorded.is_none() {
+            // Not recorded: do not ask anyone (nobody could answer durably); the dropped
+            // responder denies with the supervisor's "no decision" message.
+            return;
         }
-        guard.publish(std::slice::from_ref(&event));
-        drop(guard);
 
         if let Some(rule) = rule {
             let by = rule.decided_by();
@@ -181,6 +164,45 @@ impl Actor {
             }
         }
         self.settle_state(None).await;
+    }
+
+    /// Stores a request event (`item`) with its pending interaction in one transaction. Once
+    /// stored, `keep` records the caller's pending state and, when `visible`, the view shows
+    /// it pending (GetSession, ListPendingInteractions) before any subscriber gets the event;
+    /// then the event is published. `None` (logged as `what`) when it could not be stored:
+    /// `keep` is dropped unrun, so the CLI's responder it holds answers with an error.
+    pub(super) async fn record_pending(
+        &mut self,
+        item: Item,
+        interaction: NewInteraction,
+        visible: bool,
+        what: &str,
+        keep: impl FnOnce(&mut Self),
+    ) -> Option<Arc<EngineEvent>> {
+        let request_id = interaction.request_id.clone();
+        let with = WithEvents {
+            interaction: Some((interaction, 0)),
+            ..Default::default()
+        };
+        let entry = self.entry.clone();
+        let guard = entry.hub.lock().await;
+        let event = match guard.persist_with(vec![item], Some(with)).await {
+            Ok((mut v, _)) => v.pop()?,
+            Err(e) => {
+                tracing::error!(session = %self.sid(), error = %e, "cannot record {what}");
+                return None;
+            }
+        };
+        keep(self);
+        if visible {
+            let to = self.live_state();
+            self.show(|v| {
+                v.pending.insert(request_id, event.clone());
+                v.state = to;
+            });
+        }
+        guard.publish(std::slice::from_ref(&event));
+        Some(event)
     }
 
     /// Records the decision (first wins, in the store), publishes it, answers the CLI.

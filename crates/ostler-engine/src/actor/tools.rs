@@ -74,45 +74,23 @@ impl Actor {
             created_ms: now_ms(),
         };
         // The request event and the pending interaction commit together.
-        let with = WithEvents {
-            interaction: Some((ni, 0)),
-            ..Default::default()
-        };
-        let entry = self.entry.clone();
-        let guard = entry.hub.lock().await;
         let item = Item {
             payload: EventPayload::ToolCallRequested(payload),
             raw: line,
             ts_ms: now_ms(),
         };
-        let event = match guard.persist_with(vec![item], Some(with)).await {
-            Ok((mut v, _)) => match v.pop() {
-                Some(e) => e,
-                None => return,
-            },
-            Err(e) => {
-                // Not recorded: nobody could answer durably; the dropped responder answers
-                // the CLI with an error.
-                tracing::error!(session = %self.sid(), error = %e, "cannot record tool call");
-                return;
-            }
+        let pending = PendingToolCall {
+            rpc_id: call.id,
+            responder,
+            deadline: Instant::now() + after,
+            timeout_secs,
         };
-        self.tool_calls.insert(
-            request_id.clone(),
-            PendingToolCall {
-                rpc_id: call.id,
-                responder,
-                deadline: Instant::now() + after,
-                timeout_secs,
-            },
-        );
-        let to = self.live_state();
-        self.show(|v| {
-            v.pending.insert(request_id.clone(), event.clone());
-            v.state = to;
-        });
-        guard.publish(std::slice::from_ref(&event));
-        drop(guard);
+        // Not recorded: nobody could answer durably; the dropped responder answers the CLI
+        // with an error.
+        self.record_pending(item, ni, true, "tool call", |a| {
+            a.tool_calls.insert(request_id, pending);
+        })
+        .await;
         self.settle_state(None).await;
     }
 
