@@ -11,13 +11,14 @@ use ostler_protocol::hooks::{
     self as h, HookAnswer, HookRegistration, HookRequested, HookResolution, HookResolved,
 };
 use ostler_protocol::outbound::ResponseBody;
-use ostler_store::{DecideOutcome, Decision, InteractionState, NewInteraction, WithEvents};
+use ostler_store::{Decision, InteractionState, NewInteraction};
 use ostler_supervisor::Responder;
 use serde_json::Value;
 use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Actor;
+use super::interactions::Committed;
 use crate::error::{Error, Result};
 use crate::hub::{Item, now_ms};
 use crate::types::*;
@@ -211,27 +212,20 @@ impl Actor {
             decided_ms: now_ms(),
         };
         // The decision and its resolution event commit in one transaction.
-        let with = WithEvents {
-            decide: Some((request_id.to_owned(), decision)),
-            ..Default::default()
-        };
-        let entry = self.entry.clone();
-        let guard = entry.hub.lock().await;
         let item = Item::new(EventPayload::HookResolved(resolved.clone()));
-        let (events, outcome) = guard.persist_with(vec![item], Some(with)).await?;
-        if let Some(DecideOutcome::AlreadyDecided(i)) = outcome {
-            drop(guard);
-            self.remove_hook(request_id);
-            let by = i.decided_by.clone().unwrap_or_else(|| "unknown".into());
-            return Err(Error::FailedPrecondition {
-                message: format!("hook call {request_id:?} was already {} by {by}", i.state),
-                decided_by: Some(by),
-            });
-        }
-        let p = self.remove_hook(request_id);
-        self.show_live_state();
-        guard.publish(&events);
-        drop(guard);
+        let (events, p) = match self
+            .commit_decision(request_id, decision, item, |a| a.remove_hook(request_id))
+            .await?
+        {
+            Committed::Won(events, p) => (events, p),
+            Committed::Lost(i) => {
+                let by = i.decided_by.clone().unwrap_or_else(|| "unknown".into());
+                return Err(Error::FailedPrecondition {
+                    message: format!("hook call {request_id:?} was already {} by {by}", i.state),
+                    decided_by: Some(by),
+                });
+            }
+        };
         if let (Some(p), Some(output)) = (p, output)
             && let Err(e) = p.responder.respond(ResponseBody::Success(output))
         {

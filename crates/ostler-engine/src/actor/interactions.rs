@@ -205,6 +205,35 @@ impl Actor {
         Some(event)
     }
 
+    /// Commits `decision` on `request_id` with its resolution event `item`, in one
+    /// transaction (first wins: the store is the authority). Either way `remove` takes the
+    /// caller's pending state off; when this decision won, the view shows the live state
+    /// that follows before the event is published.
+    pub(super) async fn commit_decision<P>(
+        &mut self,
+        request_id: &str,
+        decision: Decision,
+        item: Item,
+        remove: impl FnOnce(&mut Self) -> Option<P>,
+    ) -> Result<Committed<P>> {
+        let with = WithEvents {
+            decide: Some((request_id.to_owned(), decision)),
+            ..Default::default()
+        };
+        let entry = self.entry.clone();
+        let guard = entry.hub.lock().await;
+        let (events, outcome) = guard.persist_with(vec![item], Some(with)).await?;
+        if let Some(DecideOutcome::AlreadyDecided(i)) = outcome {
+            drop(guard);
+            remove(self);
+            return Ok(Committed::Lost(i));
+        }
+        let p = remove(self);
+        self.show_live_state();
+        guard.publish(&events);
+        Ok(Committed::Won(events, p))
+    }
+
     /// Records the decision (first wins, in the store), publishes it, answers the CLI.
     pub(super) async fn decide(
         &mut self,
@@ -236,26 +265,16 @@ impl Actor {
             resolution,
             decided_by: decided_by.to_owned(),
         };
-        // The decision and its resolution event commit in one transaction.
-        let with = WithEvents {
-            decide: Some((request_id.to_owned(), decision)),
-            ..Default::default()
-        };
-        let entry = self.entry.clone();
-        let guard = entry.hub.lock().await;
         let item = Item::new(EventPayload::InteractionResolved(resolved.clone()));
-        let (events, outcome) = guard.persist_with(vec![item], Some(with)).await?;
-        if let Some(DecideOutcome::AlreadyDecided(i)) = outcome {
+        let (events, p) = match self
+            .commit_decision(request_id, decision, item, |a| a.remove_pending(request_id))
+            .await?
+        {
+            Committed::Won(events, p) => (events, p),
             // Someone decided durably first (cannot happen within one actor, which
             // serialises decisions, but the store is the authority).
-            drop(guard);
-            self.remove_pending(request_id);
-            return Err(decided_error(request_id, &i));
-        }
-        let p = self.remove_pending(request_id);
-        self.show_live_state();
-        guard.publish(&events);
-        drop(guard);
+            Committed::Lost(i) => return Err(decided_error(request_id, &i)),
+        };
         if let Some(p) = p
             && let Err(e) = p.responder.respond(body)
         {
@@ -509,6 +528,14 @@ impl Actor {
         )
         .await
     }
+}
+
+/// What [`Actor::commit_decision`] came to.
+pub(super) enum Committed<P> {
+    /// Stored with its resolution event (published); the caller's pending state, taken off.
+    Won(Vec<Arc<EngineEvent>>, Option<P>),
+    /// Decided durably before (nothing written): the interaction as stored.
+    Lost(ostler_store::Interaction),
 }
 
 fn decided_error(request_id: &str, i: &ostler_store::Interaction) -> Error {

@@ -9,12 +9,13 @@ use bytes::Bytes;
 use ostler_protocol::model::RawJson;
 use ostler_protocol::outbound::ResponseBody;
 use ostler_protocol::sdk_mcp::{self, Content, Handled};
-use ostler_store::{DecideOutcome, Decision, InteractionState, NewInteraction, WithEvents};
+use ostler_store::{Decision, InteractionState, NewInteraction};
 use ostler_supervisor::Responder;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::Actor;
+use super::interactions::Committed;
 use crate::error::{Error, Result};
 use crate::hub::{Item, now_ms};
 use crate::types::*;
@@ -116,23 +117,16 @@ impl Actor {
             decided_ms: now_ms(),
         };
         // The decision and its resolution event commit in one transaction.
-        let with = WithEvents {
-            decide: Some((request_id.to_owned(), decision)),
-            ..Default::default()
-        };
-        let entry = self.entry.clone();
-        let guard = entry.hub.lock().await;
         let item = Item::new(EventPayload::ToolCallResolved(resolved.clone()));
-        let (events, outcome) = guard.persist_with(vec![item], Some(with)).await?;
-        if let Some(DecideOutcome::AlreadyDecided(_)) = outcome {
-            drop(guard);
-            self.remove_tool_call(request_id);
-            return Err(self.not_pending(request_id).await);
-        }
-        let p = self.remove_tool_call(request_id);
-        self.show_live_state();
-        guard.publish(&events);
-        drop(guard);
+        let (events, p) = match self
+            .commit_decision(request_id, decision, item, |a| {
+                a.remove_tool_call(request_id)
+            })
+            .await?
+        {
+            Committed::Won(events, p) => (events, p),
+            Committed::Lost(_) => return Err(self.not_pending(request_id).await),
+        };
         if let Some(p) = p
             && let Err(e) = p
                 .responder
