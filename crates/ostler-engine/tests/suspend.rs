@@ -101,7 +101,7 @@ impl Fake {
     }
 
     async fn session(&self, prompt: &str) -> SessionInfo {
-        tokio::time::timeout(
+        let created = tokio::time::timeout(
             guard(),
             self.engine.create_session(CreateSession {
                 cwd: self.cwd.clone(),
@@ -110,9 +110,27 @@ impl Fake {
                 ..Default::default()
             }),
         )
-        .await
-        .expect("create within the guard")
-        .expect("create")
+        .await;
+        match created {
+            Ok(r) => r.expect("create"),
+            // Say what the engine looked like (a create stalled once in a busy CI run, and
+            // "Elapsed" alone does not tell why).
+            Err(_) => panic!(
+                "create within the guard ({:?}): timed out; engine {:?}; {} fake CLI \
+                 processes; sessions {:?}",
+                guard(),
+                self.engine.health().await,
+                fake_processes(),
+                self.engine
+                    .list_sessions(Default::default())
+                    .await
+                    .map(|l| l
+                        .sessions
+                        .iter()
+                        .map(|s| (s.id.clone(), s.state))
+                        .collect::<Vec<_>>()),
+            ),
+        }
     }
 
     async fn send(&self, id: &str, text: &str) -> Result<SendOutcome> {
