@@ -375,6 +375,49 @@ async fn forty_sessions_take_turns_on_ten_live_processes() {
 /// the resume and the next turn, on the same stream; the process is gone meanwhile, an
 /// interrupt does not bring it back, and concurrent messages resume it once, each message
 /// delivered once.
+/// A CLI that dies as soon as it starts: CreateSession with a first prompt ends (here with
+/// the error of a session without a process) instead of waiting for ever. It used to hold
+/// the new session's lifecycle lock while sending the first prompt, and sending to an
+/// ended process looks for a resume under that same lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_that_dies_at_start_does_not_hang_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("claude");
+    std::fs::write(&script, "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cwd = dir.path().join("work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let store = Store::open(dir.path().join("ostler.db"), StoreOptions::default()).unwrap();
+    let engine = Engine::start(
+        EngineOptions {
+            idle_suspend: None,
+            ..Default::default()
+        },
+        store,
+        Installation::assume(script, semver::Version::new(2, 1, 330), None),
+    )
+    .await
+    .unwrap();
+    for i in 0..20 {
+        let created = tokio::time::timeout(
+            guard(),
+            engine.create_session(CreateSession {
+                cwd: cwd.clone(),
+                first_prompt: Some(MessageContent::Text(format!("hello {i}"))),
+                client: ClientRef::new("creator"),
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("create ends although the CLI died at start");
+        // The prompt met the process still there (the session's CLI then exits), or its
+        // closed stdin, or no process at all: an answer either way.
+        if let Err(e) = created {
+            eprintln!("create {i}: {e}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_session_suspends_and_resumes_on_demand_for_its_subscriber() {
     let fx = Fake::start(|o| o.idle_suspend = Some(Duration::from_millis(300))).await;

@@ -653,6 +653,11 @@ impl Engine {
         // The new process does not suspend itself before its first prompt is sent.
         let _spawning = super::demand::hold(&entry);
         self.spawn_actor(&entry, launch, slot).await?;
+        // The lifecycle lock goes before the first prompt: sending to a process that already
+        // ended looks for a resume under that lock, and it would wait for itself (a CLI that
+        // died at start hung the create for good). The hold above still keeps the new
+        // process from being suspended until the prompt is sent.
+        drop(_life);
         if let Some(content) = req.first_prompt {
             self.send_message(
                 &id,
@@ -664,7 +669,6 @@ impl Engine {
             )
             .await?;
         }
-        drop(_life);
         self.get_session(&id).await
     }
 
