@@ -11,6 +11,10 @@
 //!   session in pages of 1,000 (replay through the store's read path); the setup prints the
 //!   database bytes per stored event next to the raw line's size.
 //!
+//! - `codec/*`: encoding recorded canonical payloads as deltas against their CLI lines (the
+//!   one-copy codec, on the appending thread), next to a `serde_json::Value` parse of the
+//!   same lines (`codec/value_parse_of_the_lines`), the baseline of issue 13.
+//!
 //! Numbers and ratios are recorded in docs/performance.md ("## Store (ostler-store)").
 
 use std::hint::black_box;
@@ -258,8 +262,51 @@ fn bench_read(c: &mut Criterion) {
     }
 }
 
+mod codec_pairs;
+
+fn bench_codec(c: &mut Criterion) {
+    let pairs = codec_pairs::PAIRS;
+    let bytes: usize = pairs.iter().map(|(_, _, raw)| raw.len()).sum();
+    let mut group = c.benchmark_group("codec");
+    group.throughput(Throughput::Bytes(bytes as u64));
+    group.bench_function("encode_recorded_pairs", |b| {
+        b.iter(|| {
+            pairs
+                .iter()
+                .map(|(_, payload, raw)| {
+                    ostler_store::bench_support::encoded_len(
+                        black_box(payload.as_bytes()),
+                        black_box(raw.as_bytes()),
+                    )
+                })
+                .sum::<usize>()
+        })
+    });
+    group.bench_function("value_parse_of_the_lines", |b| {
+        b.iter(|| {
+            pairs
+                .iter()
+                .map(|(_, _, raw)| {
+                    serde_json::from_slice::<serde_json::Value>(black_box(raw.as_bytes()))
+                        .map_or(0, |v| v.as_object().map_or(0, |o| o.len()))
+                })
+                .sum::<usize>()
+        })
+    });
+    group.finish();
+    for (kind, payload, raw) in pairs {
+        let stored = ostler_store::bench_support::encoded_len(payload.as_bytes(), raw.as_bytes());
+        eprintln!(
+            "codec: {kind}: payload {} B stored as {stored} B next to its {} B line",
+            payload.len(),
+            raw.len()
+        );
+    }
+}
+
 criterion_group!(
     benches,
+    bench_codec,
     bench_append_pipelined,
     bench_append_sessions,
     bench_latency,

@@ -24,6 +24,19 @@ pub use migrate::SCHEMA_VERSION;
 pub use store::{Store, Ticket};
 pub use types::*;
 
+/// The payload codec's entry points, for the `codec` benchmark only (not an API).
+#[doc(hidden)]
+pub mod bench_support {
+    /// Encodes `payload` against `raw` as the store would: the stored bytes' length (the
+    /// payload's own length when it stays plain).
+    pub fn encoded_len(payload: &[u8], raw: &[u8]) -> usize {
+        match crate::codec::encode(payload, Some(raw)) {
+            (_, Some(d)) => d.len(),
+            (_, None) => payload.len(),
+        }
+    }
+}
+
 /// The WAL's hard bound, in frames (pages): past it the writer checkpoints itself before
 /// the next group, so the WAL restarts; below it checkpoints run on the checkpointer thread
 /// only. See `README.md`, "Checkpoints".
