@@ -43,7 +43,7 @@ mod tools;
 pub(crate) use hooks::restart_resolution as hook_restart_resolution;
 
 /// Lines batched into one store append at most.
-const MAX_BATCH_LINES: usize = 256;
+const MAX_BATCH_LINES: usize = 64;
 
 struct Pending {
     kind: InteractionKind,

@@ -56,7 +56,7 @@ pub(crate) fn now_ms() -> i64 {
 
 /// The live ring holds this many times the stored ring's capacity: partials come in
 /// bursts of many small events.
-const LIVE_CAPACITY_FACTOR: usize = 4;
+const LIVE_CAPACITY_FACTOR: usize = 2;
 
 pub(crate) struct Hub {
     pub session_id: Arc<str>,

@@ -63,7 +63,7 @@ impl Default for EngineOptions {
             rules: Vec::new(),
             permission_expiry: None,
             allow_free_text_answers: false,
-            broadcast_capacity: 256,
+            broadcast_capacity: 1024,
             replay_page_size: 512,
             respawn_on_start: false,
             partial_messages: true,

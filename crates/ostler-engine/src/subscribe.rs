@@ -461,8 +461,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn partials_are_delivered_or_counted_missed_never_lost_silently() {
         let (_dir, store) = store_with_session().await;
-        // Stored ring of 4, live ring of 16.
-        let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 4));
+        // Stored ring of 8, live ring of 16.
+        let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 8));
         let mut keep = Subscription::new(hub.clone(), 0, true, true, None, 64, Vec::new());
         let mut stalled = Subscription::new(hub.clone(), 0, true, true, None, 64, Vec::new());
         let mut without = Subscription::new(hub.clone(), 0, false, true, None, 64, Vec::new());

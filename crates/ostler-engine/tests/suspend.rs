@@ -270,8 +270,10 @@ async fn forty_sessions_take_turns_on_ten_live_processes() {
     let fx = Fake::start(|o| o.max_live_sessions = MAX_LIVE).await;
 
     // Sampler: at every state change committed to the feed, the engine's live count and
-    // the fake CLI processes running.
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    // the fake CLI processes running. It is stopped with the feed cursor of the last state
+    // change to sample, and samples until it got there (it can fall behind the feed on a
+    // busy machine: each sample reads /proc).
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(None::<u64>);
     let sampler = {
         let engine = fx.engine.clone();
         tokio::spawn(async move {
@@ -282,18 +284,26 @@ async fn forty_sessions_take_turns_on_ten_live_processes() {
                 ..Default::default()
             });
             let (mut samples, mut max_live, mut max_procs) = (0usize, 0u64, 0usize);
+            let mut seen = 0;
             loop {
                 tokio::select! {
                     item = feed.next() => {
                         let Some(item) = item else { break };
-                        item.expect("feed item");
+                        seen = item.expect("feed item").cursor;
                         let live = engine.health().await.expect("health").live_sessions;
                         let procs = fake_processes();
                         samples += 1;
                         max_live = max_live.max(live);
                         max_procs = max_procs.max(procs);
+                        if stop_rx.borrow().is_some_and(|last| seen >= last) {
+                            break;
+                        }
                     }
-                    _ = stop_rx.changed() => break,
+                    _ = stop_rx.changed() => {
+                        if stop_rx.borrow().is_some_and(|last| seen >= last) {
+                            break;
+                        }
+                    }
                 }
             }
             (samples, max_live, max_procs)
@@ -346,7 +356,18 @@ async fn forty_sessions_take_turns_on_ten_live_processes() {
         );
         assert_eq!(count_kind(&hist, "turn_completed"), 2, "{:?}", kinds(&hist));
     }
-    stop_tx.send_replace(true);
+    // The last state change committed so far: the sampler stops once it sampled it.
+    let mut all = fx.engine.watch(WatchRequest {
+        after_cursor: 0,
+        follow: false,
+        kinds: Some(vec![FeedKind::StateChanged]),
+        ..Default::default()
+    });
+    let mut last = 0;
+    while let Some(item) = all.next().await {
+        last = item.expect("feed item").cursor;
+    }
+    stop_tx.send_replace(Some(last));
     let (samples, max_live, max_procs) = tokio::time::timeout(guard(), sampler)
         .await
         .expect("sampler ends")
