@@ -11,6 +11,20 @@
 //! Format: a sequence of ops, each starting with a varint `tag`:
 //! - `tag = len << 1`: `len` literal bytes follow;
 //! - `tag = len << 1 | 1`: a varint `off` follows; copy `raw[off..off + len]`.
+//!
+//! The same format also stores the raw line itself (and the payload of an event without
+//! one) as a delta against a built-in dictionary: typical CLI lines of several releases
+//! (`codec_dict_v1.ndjson`), so the keys, the framing and the constant values that every
+//! line repeats are a few copy ops instead of bytes. The dictionary is part of the format:
+//! it is never changed; a different one would be a new codec bit.
+//!
+//! `events.codec` is a set of bits (0 = everything stored as is):
+//! - [`PAYLOAD_FROM_RAW`]: the payload column is a delta against the raw line;
+//! - [`RAW_FROM_DICT`]: the raw column is a delta against the dictionary;
+//! - [`PAYLOAD_FROM_DICT`]: the payload column is a delta against the dictionary (events
+//!   without a raw line).
+//!
+//! Rows written before the dictionary (codec 0 and 1) read as before.
 
 use std::borrow::Cow;
 
@@ -19,10 +33,23 @@ use bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::types::NewEvent;
 
-/// `events.codec`: the payload column holds the payload itself.
+/// `events.codec`: the payload and raw columns hold the payload and the raw line as is.
 pub(crate) const CODEC_PLAIN: i64 = 0;
-/// `events.codec`: the payload column holds a delta against the raw line (see module docs).
-pub(crate) const CODEC_DELTA: i64 = 1;
+/// `events.codec` bit: the payload column holds a delta against the raw line.
+pub(crate) const PAYLOAD_FROM_RAW: i64 = 1;
+/// `events.codec` bit: the raw column holds a delta against the dictionary.
+pub(crate) const RAW_FROM_DICT: i64 = 2;
+/// `events.codec` bit: the payload column holds a delta against the dictionary (only
+/// without a raw line).
+pub(crate) const PAYLOAD_FROM_DICT: i64 = 4;
+/// `events.codec` as written by migration 0003: [`PAYLOAD_FROM_RAW`].
+pub(crate) const CODEC_DELTA: i64 = PAYLOAD_FROM_RAW;
+
+/// The dictionary of [`RAW_FROM_DICT`] and [`PAYLOAD_FROM_DICT`]: 33 lines of the CLI's
+/// own output (2.1.330, 2.1.0, 2.0.77, 1.0.128, 1.0.108, 1.0.59: up to two lines of each
+/// type/subtype/content-block mix from the contract recordings, partial stream events left
+/// out, each cut at 1,500 bytes), 20 KB. Frozen: rows refer to its offsets.
+static DICT_V1: &[u8] = include_bytes!("codec_dict_v1.ndjson");
 
 /// The shortest run copied from the raw line (shorter ones are cheaper as literals).
 const MIN_MATCH: usize = 12;
@@ -44,15 +71,75 @@ pub(crate) struct EncodedEvent {
 
 impl EncodedEvent {
     pub(crate) fn new(ev: NewEvent) -> Self {
-        let (codec, delta) = encode(&ev.payload, ev.raw.as_deref());
+        let mut codec = CODEC_PLAIN;
+        let payload = match ev.raw.as_deref() {
+            Some(raw) => match delta(&ev.payload, raw) {
+                Some(d) => {
+                    codec |= PAYLOAD_FROM_RAW;
+                    Bytes::from(d)
+                }
+                None => ev.payload,
+            },
+            None => match dict_delta(&ev.payload) {
+                Some(d) => {
+                    codec |= PAYLOAD_FROM_DICT;
+                    Bytes::from(d)
+                }
+                None => ev.payload,
+            },
+        };
+        let raw = ev.raw.map(|raw| match dict_delta(&raw) {
+            Some(d) => {
+                codec |= RAW_FROM_DICT;
+                Bytes::from(d)
+            }
+            None => raw,
+        });
         Self {
             kind: ev.kind,
             ts_ms: ev.ts_ms,
             codec,
-            payload: delta.map_or(ev.payload, Bytes::from),
-            raw: ev.raw,
+            payload,
+            raw,
         }
     }
+}
+
+/// The payload and the raw line as appended, from the stored columns of a row written
+/// with `codec` (copied once; every bound checked: the columns may be damaged).
+pub(crate) fn decode_row(
+    codec: i64,
+    payload: &[u8],
+    raw: Option<&[u8]>,
+) -> Result<(Bytes, Option<Bytes>)> {
+    if codec & !(PAYLOAD_FROM_RAW | RAW_FROM_DICT | PAYLOAD_FROM_DICT) != 0
+        || codec & (PAYLOAD_FROM_RAW | PAYLOAD_FROM_DICT) == PAYLOAD_FROM_RAW | PAYLOAD_FROM_DICT
+    {
+        return Err(Error::InvalidData(format!(
+            "unknown payload codec {codec} (written by a newer ostler?)"
+        )));
+    }
+    let raw = match raw {
+        Some(r) if codec & RAW_FROM_DICT != 0 => Some(Bytes::from(undelta(r, DICT_V1)?)),
+        Some(r) => Some(Bytes::copy_from_slice(r)),
+        None if codec & RAW_FROM_DICT != 0 => {
+            return Err(Error::InvalidData(
+                "dictionary-encoded raw line missing".into(),
+            ));
+        }
+        None => None,
+    };
+    let payload = if codec & PAYLOAD_FROM_RAW != 0 {
+        let r = raw
+            .as_deref()
+            .ok_or_else(|| Error::InvalidData("delta-encoded payload without a raw line".into()))?;
+        Bytes::from(undelta(payload, r)?)
+    } else if codec & PAYLOAD_FROM_DICT != 0 {
+        Bytes::from(undelta(payload, DICT_V1)?)
+    } else {
+        Bytes::copy_from_slice(payload)
+    };
+    Ok((payload, raw))
 }
 
 /// The form in which to store `payload` next to `raw`: `(codec, bytes)`. The delta is used
@@ -64,22 +151,6 @@ pub(crate) fn encode(payload: &[u8], raw: Option<&[u8]>) -> (i64, Option<Vec<u8>
     match delta(payload, raw) {
         Some(d) => (CODEC_DELTA, Some(d)),
         None => (CODEC_PLAIN, None),
-    }
-}
-
-/// The payload as appended, from the stored column `stored` written with `codec`.
-pub(crate) fn decode(codec: i64, stored: &[u8], raw: Option<&[u8]>) -> Result<Vec<u8>> {
-    match codec {
-        CODEC_PLAIN => Ok(stored.to_vec()),
-        CODEC_DELTA => {
-            let raw = raw.ok_or_else(|| {
-                Error::InvalidData("delta-encoded payload without a raw line".into())
-            })?;
-            undelta(stored, raw)
-        }
-        other => Err(Error::InvalidData(format!(
-            "unknown payload codec {other} (written by a newer ostler?)"
-        ))),
     }
 }
 
@@ -209,39 +280,100 @@ fn delta(payload: &[u8], raw: &[u8]) -> Option<Vec<u8>> {
             table.put_first(hash(read_window(raw, at), bits), at);
             at += STEP;
         }
-        let mut out = Vec::with_capacity(payload.len() / 4 + 16);
-        let mut lit_start = 0;
-        let mut i = 0;
-        while i + WINDOW <= payload.len() {
-            if let Some(r) = table.get(hash(read_window(payload, i), bits)) {
-                let fwd = common_prefix(&payload[i..], &raw[r..]);
-                if fwd >= WINDOW {
-                    // Extend backwards into the pending literal.
-                    let back = payload[lit_start..i]
-                        .iter()
-                        .rev()
-                        .zip(raw[..r].iter().rev())
-                        .take_while(|(a, b)| a == b)
-                        .count();
-                    let len = fwd + back;
-                    if len >= MIN_MATCH {
-                        put_literal(&mut out, &payload[lit_start..i - back]);
-                        put_varint(&mut out, ((len as u64) << 1) | 1);
-                        put_varint(&mut out, (r - back) as u64);
-                        i += fwd;
-                        lit_start = i;
-                        if out.len() >= payload.len() {
-                            return None;
-                        }
-                        continue;
-                    }
-                }
-            }
-            i += 1;
-        }
-        put_literal(&mut out, &payload[lit_start..]);
-        (out.len() < payload.len()).then_some(out)
+        delta_against(payload, raw, |w| [table.get(hash(w, bits)), None])
     })
+}
+
+/// The delta of `data` against the dictionary, or `None` when it would not be smaller.
+fn dict_delta(data: &[u8]) -> Option<Vec<u8>> {
+    if data.len() < MIN_MATCH {
+        return None;
+    }
+    let index = &*DICT_INDEX;
+    delta_against(data, DICT_V1, |w| index.candidates(w))
+}
+
+/// Every window of the dictionary, indexed once: per slot the first and the last position
+/// with that hash (a window that occurs in many contexts, like a key, then has two
+/// continuations to choose from).
+struct DictIndex {
+    first: Vec<u32>,
+    last: Vec<u32>,
+}
+
+const DICT_BITS: u32 = 15;
+
+impl DictIndex {
+    fn build(dict: &[u8]) -> Self {
+        let mut first = vec![u32::MAX; 1 << DICT_BITS];
+        let mut last = vec![u32::MAX; 1 << DICT_BITS];
+        let mut at = 0;
+        while at + WINDOW <= dict.len() {
+            let slot = hash(read_window(dict, at), DICT_BITS);
+            if first[slot] == u32::MAX {
+                first[slot] = at as u32;
+            } else {
+                last[slot] = at as u32;
+            }
+            at += 1;
+        }
+        Self { first, last }
+    }
+
+    fn candidates(&self, w: u64) -> [Option<usize>; 2] {
+        let slot = hash(w, DICT_BITS);
+        let get = |v: u32| (v != u32::MAX).then_some(v as usize);
+        [get(self.first[slot]), get(self.last[slot])]
+    }
+}
+
+static DICT_INDEX: std::sync::LazyLock<DictIndex> =
+    std::sync::LazyLock::new(|| DictIndex::build(DICT_V1));
+
+/// The ops that rebuild `data` from `reference`, given a lookup of candidate positions in
+/// `reference` for a window of `data` (each verified byte by byte); `None` when they would
+/// not be smaller than `data`.
+fn delta_against(
+    data: &[u8],
+    reference: &[u8],
+    mut find: impl FnMut(u64) -> [Option<usize>; 2],
+) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(data.len() / 4 + 16);
+    let mut lit_start = 0;
+    let mut i = 0;
+    while i + WINDOW <= data.len() {
+        let mut best: Option<(usize, usize)> = None;
+        for r in find(read_window(data, i)).into_iter().flatten() {
+            let fwd = common_prefix(&data[i..], &reference[r..]);
+            if fwd >= WINDOW && best.is_none_or(|(_, f)| fwd > f) {
+                best = Some((r, fwd));
+            }
+        }
+        if let Some((r, fwd)) = best {
+            // Extend backwards into the pending literal.
+            let back = data[lit_start..i]
+                .iter()
+                .rev()
+                .zip(reference[..r].iter().rev())
+                .take_while(|(a, b)| a == b)
+                .count();
+            let len = fwd + back;
+            if len >= MIN_MATCH {
+                put_literal(&mut out, &data[lit_start..i - back]);
+                put_varint(&mut out, ((len as u64) << 1) | 1);
+                put_varint(&mut out, (r - back) as u64);
+                i += fwd;
+                lit_start = i;
+                if out.len() >= data.len() {
+                    return None;
+                }
+                continue;
+            }
+        }
+        i += 1;
+    }
+    put_literal(&mut out, &data[lit_start..]);
+    (out.len() < data.len()).then_some(out)
 }
 
 /// Applies a delta written by [`delta`]; every bound is checked (the column may be damaged).
@@ -276,8 +408,9 @@ mod tests {
     fn round_trip(payload: &[u8], raw: &[u8]) -> (i64, usize) {
         let (codec, stored) = encode(payload, Some(raw));
         let stored = stored.unwrap_or_else(|| payload.to_vec());
-        let back = decode(codec, &stored, Some(raw)).expect("decodes");
+        let (back, back_raw) = decode_row(codec, &stored, Some(raw)).expect("decodes");
         assert_eq!(back, payload);
+        assert_eq!(back_raw.as_deref(), Some(raw));
         (codec, stored.len())
     }
 
@@ -334,6 +467,54 @@ mod tests {
         assert!(shortest_found >= 28, "{shortest_found} of 32 found");
     }
 
+    /// A whole event through the store's encoding and back, with what it cost.
+    fn event_round_trip(payload: &[u8], raw: Option<&[u8]>) -> (i64, usize) {
+        let ev = EncodedEvent::new(NewEvent {
+            kind: Cow::Borrowed("k"),
+            ts_ms: 0,
+            payload: Bytes::copy_from_slice(payload),
+            raw: raw.map(Bytes::copy_from_slice),
+        });
+        let (back, back_raw) =
+            decode_row(ev.codec, &ev.payload, ev.raw.as_deref()).expect("decodes");
+        assert_eq!(back, payload);
+        assert_eq!(back_raw.as_deref(), raw);
+        (ev.codec, ev.payload.len() + ev.raw.map_or(0, |r| r.len()))
+    }
+
+    #[test]
+    fn cli_lines_are_stored_against_the_dictionary_and_payloads_against_them() {
+        // A line of a release newer than the dictionary (the fake CLI's 2.1.330 shapes,
+        // keys in another order, other ids): still mostly copies.
+        let raw = br#"{"message":{"content":[{"text":"Firehose line 0: the fake model keeps talking.","type":"text"}],"context_management":null,"id":"msg_fh_1_0","model":"claude-opus-5-5","role":"assistant","stop_reason":null,"stop_sequence":null,"type":"message","usage":{"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"input_tokens":120,"output_tokens":1}},"parent_tool_use_id":null,"request_id":"request-1","session_id":"e363fd03-9a92-4cc3-8059-d9ae42cc72e8","timestamp":"1970-01-01T00:00:00.000Z","type":"assistant","uuid":"00000000-0000-4000-8000-000000000019"}"#;
+        let payload = br#"{"message_id":"msg_fh_1_0","index":0,"model":"claude-opus-5-5","block":{"type":"text","text":"Firehose line 0: the fake model keeps talking."},"usage":{"input_tokens":120,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}"#;
+        let (codec, stored) = event_round_trip(payload, Some(raw));
+        assert_eq!(codec, PAYLOAD_FROM_RAW | RAW_FROM_DICT);
+        assert!(
+            stored * 10 < raw.len() * 7,
+            "{stored} bytes for a {} byte line",
+            raw.len()
+        );
+
+        // An event without a raw line: its payload against the dictionary.
+        let notice = br#"{"source_type":"system","subtype":"status","fields":{"session_id":"e363fd03-9a92-4cc3-8059-d9ae42cc72e8","status":"requesting","subtype":"status","type":"system","uuid":"00000000-0000-4000-8000-000000000003"},"detail":{"type":"status","status":"requesting"}}"#;
+        let (codec, stored) = event_round_trip(notice, None);
+        assert_eq!(codec, PAYLOAD_FROM_DICT);
+        assert!(stored < notice.len(), "{stored} of {}", notice.len());
+
+        // What the dictionary cannot shorten is stored as is.
+        let (codec, stored) = event_round_trip(b"{}", Some(b"\x00\x01"));
+        assert_eq!((codec, stored), (CODEC_PLAIN, 2 + 2));
+        let noise: Vec<u8> = (0..3000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        assert_eq!(
+            event_round_trip(&noise, Some(&noise[..1000])).0 & RAW_FROM_DICT,
+            0
+        );
+        assert_eq!(event_round_trip(&noise, None).0, CODEC_PLAIN);
+    }
+
     #[test]
     fn any_bytes_round_trip() {
         // Deterministic pseudo-random payloads that mix copied runs, edits and literals,
@@ -373,17 +554,35 @@ mod tests {
             &[0x41, 0x30][..], // copy past the raw line (len 32 at 48)
             &[0xff; 11][..],   // overlong varint
         ] {
-            let r = decode(CODEC_DELTA, bad, Some(raw));
+            let r = decode_row(CODEC_DELTA, bad, Some(raw)).map(|(p, _)| p);
             if bad == [0x03, 0x00] {
-                assert_eq!(r.expect("valid"), b"0");
+                assert_eq!(r.expect("valid"), &b"0"[..]);
             } else {
                 assert!(matches!(r, Err(Error::InvalidData(_))), "{bad:?}: {r:?}");
             }
         }
         assert!(matches!(
-            decode(CODEC_DELTA, &[0x00], None),
+            decode_row(CODEC_DELTA, &[0x00], None),
             Err(Error::InvalidData(_))
         ));
-        assert!(matches!(decode(7, b"x", None), Err(Error::InvalidData(_))));
+        // Both payload references, an unknown bit, a dictionary raw line that is missing
+        // or copies past the dictionary's end.
+        for (codec, raw) in [
+            (PAYLOAD_FROM_RAW | PAYLOAD_FROM_DICT, Some(&raw[..])),
+            (8, Some(&raw[..])),
+            (RAW_FROM_DICT, None),
+            (RAW_FROM_DICT, Some(&[0xc1, 0x01, 0xff, 0xff, 0x03][..])),
+            (PAYLOAD_FROM_DICT, None),
+        ] {
+            let payload: &[u8] = if codec == PAYLOAD_FROM_DICT {
+                &[0xc1, 0x01, 0xff, 0xff, 0x03]
+            } else {
+                b"x"
+            };
+            assert!(
+                matches!(decode_row(codec, payload, raw), Err(Error::InvalidData(_))),
+                "codec {codec}"
+            );
+        }
     }
 }

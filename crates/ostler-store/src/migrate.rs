@@ -39,6 +39,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(5, "0005_hook.sql"),
     migration!(6, "0006_tool_call.sql"),
     migration!(7, "0007_feed_by_writer.sql"),
+    migration!(8, "0008_events_dictionary.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).

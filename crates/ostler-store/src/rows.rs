@@ -223,17 +223,17 @@ fn stored_events(
                 k
             }
         };
-        let raw = opt_blob(row, 3)?;
-        let payload = match row.get_ref(5)?.as_i64()? {
-            codec::CODEC_PLAIN => blob(row, 2)?,
-            codec => {
-                let stored = match row.get_ref(2)? {
-                    ValueRef::Blob(b) | ValueRef::Text(b) => b,
-                    _ => return Err(Error::InvalidData("payload is not a blob".into())),
-                };
-                Bytes::from(codec::decode(codec, stored, raw.as_deref())?)
-            }
+        let stored_raw = match row.get_ref(3)? {
+            ValueRef::Null => None,
+            ValueRef::Blob(b) | ValueRef::Text(b) => Some(b),
+            _ => return Err(Error::InvalidData("raw line is not a blob".into())),
         };
+        let stored_payload = match row.get_ref(2)? {
+            ValueRef::Blob(b) | ValueRef::Text(b) => b,
+            _ => return Err(Error::InvalidData("payload is not a blob".into())),
+        };
+        let (payload, raw) =
+            codec::decode_row(row.get_ref(5)?.as_i64()?, stored_payload, stored_raw)?;
         out.push(StoredEvent {
             session_id: Arc::clone(&sid),
             seq: u64_from_sql(row.get(0)?, "seq")?,
