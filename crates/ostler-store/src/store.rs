@@ -90,13 +90,16 @@ impl std::fmt::Debug for Store {
 #[must_use = "a ticket resolves when the write is committed; dropping it does not cancel the write"]
 #[derive(Debug)]
 pub struct Ticket<T> {
-    rx: oneshot::Receiver<Result<T>>,
+    rx: oneshot::Receiver<writer::Reply<T>>,
 }
 
 impl<T> Ticket<T> {
     fn ready(result: Result<T>) -> Self {
         let (tx, rx) = oneshot::channel();
-        let _ = tx.send(result);
+        let _ = tx.send(writer::Reply {
+            result,
+            _leftover: None,
+        });
         Self { rx }
     }
 
@@ -106,7 +109,10 @@ impl<T> Ticket<T> {
     /// When called from within an asynchronous (tokio) execution context; await the ticket
     /// there instead.
     pub fn wait(self) -> Result<T> {
-        self.rx.blocking_recv().unwrap_or(Err(Error::Closed))
+        // The request's data (see `writer::Reply`) is freed here, on the caller's thread.
+        self.rx
+            .blocking_recv()
+            .map_or(Err(Error::Closed), |reply| reply.result)
     }
 }
 
@@ -114,9 +120,10 @@ impl<T> Future for Ticket<T> {
     type Output = Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        // The request's data (see `writer::Reply`) is freed here, on the caller's thread.
         Pin::new(&mut self.rx)
             .poll(cx)
-            .map(|r| r.unwrap_or(Err(Error::Closed)))
+            .map(|r| r.map_or(Err(Error::Closed), |reply| reply.result))
     }
 }
 
