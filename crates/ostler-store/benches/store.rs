@@ -11,9 +11,10 @@
 //!   session in pages of 1,000 (replay through the store's read path); the setup prints the
 //!   database bytes per stored event next to the raw line's size.
 //!
-//! - `codec/*`: encoding recorded canonical payloads as deltas against their CLI lines (the
-//!   one-copy codec, on the appending thread), next to a `serde_json::Value` parse of the
-//!   same lines (`codec/value_parse_of_the_lines`), the baseline of issue 13.
+//! - `codec/*`: encoding recorded events as the store does on the appending thread (the
+//!   canonical payload as a delta against its CLI line, the line against the built-in
+//!   dictionary), next to a `serde_json::Value` parse of the same lines
+//!   (`codec/value_parse_of_the_lines`), the baseline of issue 13.
 //!
 //! Numbers and ratios are recorded in docs/performance.md ("## Store (ostler-store)").
 
@@ -297,7 +298,7 @@ fn bench_codec(c: &mut Criterion) {
     for (kind, payload, raw) in pairs {
         let stored = ostler_store::bench_support::encoded_len(payload.as_bytes(), raw.as_bytes());
         eprintln!(
-            "codec: {kind}: payload {} B stored as {stored} B next to its {} B line",
+            "codec: {kind}: payload {} B and its {} B line stored as {stored} B",
             payload.len(),
             raw.len()
         );
