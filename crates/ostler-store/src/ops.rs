@@ -41,6 +41,7 @@ pub(crate) fn append_op(
         if let Some(kind) = FeedKind::of_event(&ev.kind, seq) {
             conn.prepare_cached("INSERT INTO feed (session_pk, seq, kind) VALUES (?1, ?2, ?3)")?
                 .execute(params![slot.pk, sql_seq, kind.as_str()])?;
+            ctx.feed_touched = true;
         }
         seqs.push(seq);
     }

@@ -128,6 +128,9 @@ pub(crate) struct Ctx<'a> {
     overlay: HashMap<String, Option<Slot>>,
     /// Changes made by the running command; moved to `overlay` when it succeeds.
     staged: Vec<(String, Option<Slot>)>,
+    /// Set when a command inserted a feed row (possibly rolled back since): the feed
+    /// position is read again after the commit only then.
+    pub feed_touched: bool,
     /// Set when the transaction can no longer be committed.
     poisoned: Option<Arc<rusqlite::Error>>,
 }
@@ -558,11 +561,13 @@ impl Writer {
         let mut backoff = RETRY_FIRST;
         loop {
             let e = match self.attempt(batch) {
-                Ok(()) => {
+                Ok(feed_touched) => {
                     self.health.committed();
                     // Before the callers hear of the commit: a resolved ticket implies the
                     // feed position is published.
-                    self.feed.committed(&self.conn);
+                    if feed_touched {
+                        self.feed.committed(&self.conn);
+                    }
                     for cmd in batch.drain(..) {
                         cmd.0.finish(None);
                     }
@@ -613,7 +618,11 @@ impl Writer {
 
     /// Runs every command of the group in one transaction and commits it. On success the
     /// group's slot changes are merged into the cache.
-    fn attempt(&mut self, batch: &mut [Command]) -> std::result::Result<(), Arc<rusqlite::Error>> {
+    /// Runs the group in one transaction; `Ok(feed_touched)` once committed.
+    fn attempt(
+        &mut self,
+        batch: &mut [Command],
+    ) -> std::result::Result<bool, Arc<rusqlite::Error>> {
         // If the transaction cannot begin, the context starts poisoned: every command then
         // completes with the error without touching the connection.
         let poisoned = match exec(&self.conn, "BEGIN IMMEDIATE") {
@@ -629,13 +638,17 @@ impl Writer {
             cache: &self.cache,
             overlay: HashMap::new(),
             staged: Vec::new(),
+            feed_touched: false,
             poisoned,
         };
         for cmd in batch.iter_mut() {
             cmd.0.run(&mut ctx);
         }
         let Ctx {
-            overlay, poisoned, ..
+            overlay,
+            poisoned,
+            feed_touched,
+            ..
         } = ctx;
         match poisoned {
             Some(e) => Err(e),
@@ -647,6 +660,6 @@ impl Writer {
                 None => self.cache.remove(&id),
             };
         }
-        Ok(())
+        Ok(feed_touched)
     }
 }
