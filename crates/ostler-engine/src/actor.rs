@@ -584,17 +584,38 @@ impl Actor {
         self.turns_outstanding += 1;
         self.settle_state(Some("user message".into())).await;
         let tx = self.self_tx.clone();
+        let sid = self.sid().to_owned();
         tokio::spawn(async move {
             let result = ack.written().await;
-            if let Some(tx) = tx.upgrade() {
-                let _ = tx
-                    .send(Command::SendWritten {
-                        seq,
-                        message_id,
-                        result,
-                        reply,
-                    })
-                    .await;
+            if result.is_ok() {
+                // Written: the message is the CLI's now. Answered from here, not by the
+                // actor, which may already be gone (a CLI that exits on reading it).
+                let _ = reply.send(Ok(SendOutcome {
+                    seq,
+                    duplicate: false,
+                    message_id: Some(message_id),
+                }));
+                return;
+            }
+            let gone = move |reply: oneshot::Sender<Result<SendOutcome>>| {
+                let _ = reply.send(Err(Error::precondition(format!(
+                    "session {sid:?} ended before its CLI took the message"
+                ))));
+            };
+            let Some(tx) = tx.upgrade() else {
+                gone(reply);
+                return;
+            };
+            let cmd = Command::SendWritten {
+                seq,
+                message_id,
+                result,
+                reply,
+            };
+            if let Err(mpsc::error::SendError(Command::SendWritten { reply, .. })) =
+                tx.send(cmd).await
+            {
+                gone(reply);
             }
         });
     }

@@ -439,6 +439,23 @@ async fn a_cli_that_dies_at_start_does_not_hang_create() {
     }
 }
 
+/// A message the CLI exits on as soon as it reads it was still taken: SendMessage answers
+/// with its seq, although the session's actor may be gone before the write is confirmed
+/// (it answered "ended before answering" in that race).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_cli_exits_on_is_still_acknowledged() {
+    let fx = Fake::start(|_| {}).await;
+    for i in 0..12 {
+        let s = fx.session(&format!("hello {i}")).await;
+        fx.turns(&s.id, 1).await;
+        let sent = fx
+            .send(&s.id, "fake:exit 3")
+            .await
+            .unwrap_or_else(|e| panic!("send {i}: {e}"));
+        assert!(sent.seq > 0 && !sent.duplicate, "send {i}: {sent:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_session_suspends_and_resumes_on_demand_for_its_subscriber() {
     let fx = Fake::start(|o| o.idle_suspend = Some(Duration::from_millis(300))).await;
