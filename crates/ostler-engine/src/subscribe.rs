@@ -23,7 +23,6 @@ use std::sync::atomic::Ordering;
 use ostler_store::Store;
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 
-use crate::blocking::blocking;
 use crate::error::{Error, Result};
 use crate::hub::{Hub, LiveItem, LiveReceiver, decode_stored, now_ms};
 use crate::types::{EngineEvent, EventPayload, PartialsMissed};
@@ -57,10 +56,21 @@ pub struct Subscription {
     buf: VecDeque<Arc<EngineEvent>>,
     /// Store reads done (replay pages + lag/gap recoveries), for tests and metrics.
     store_reads: u64,
+    /// The next page, being read while the current one is delivered (after a full page).
+    prefetch: Option<Prefetch>,
     /// Partial deltas delivered and reported missed.
     partials_received: u64,
     partials_missed: u64,
 }
+
+/// A page read started ahead: the events after `after`, at most `limit`.
+struct Prefetch {
+    after: u64,
+    limit: usize,
+    page: tokio::task::JoinHandle<Result<Page>>,
+}
+
+type Page = Vec<(u64, Arc<EngineEvent>)>;
 
 impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,6 +105,7 @@ impl Subscription {
             mode: Mode::Replay,
             buf: redeliver.into(),
             store_reads: 0,
+            prefetch: None,
             partials_received: 0,
             partials_missed: 0,
         }
@@ -180,27 +191,51 @@ impl Subscription {
         self.store_reads
     }
 
-    /// Reads one page after `self.last`; returns how many events it held.
-    async fn read_page(&mut self) -> Result<usize> {
-        let limit = match self.until {
-            Some(u) if u <= self.last => return Ok(0),
+    /// How many events the next page after `self.last` should hold (0: none wanted).
+    fn page_limit(&self) -> usize {
+        match self.until {
+            Some(u) if u <= self.last => 0,
             Some(u) => self.page_size.min((u - self.last) as usize),
             None => self.page_size,
-        };
+        }
+    }
+
+    /// Starts reading (and decoding) the page after `after` on a blocking thread: replay is
+    /// CPU work that should not hold a runtime worker.
+    fn start_page(&mut self, after: u64, limit: usize) -> Prefetch {
         let store = self.store.clone();
         let sid = self.session_id.clone();
-        let after = self.last;
         self.store_reads += 1;
-        // Read and decode on a blocking thread: replay is CPU work that should not hold a
-        // runtime worker.
-        let page = blocking(move || {
-            store.events_after(&sid, after, limit).map(|page| {
-                page.iter()
-                    .map(|ev| (ev.seq, Arc::new(decode_stored(ev))))
-                    .collect::<Vec<_>>()
-            })
-        })
-        .await?;
+        let page = tokio::task::spawn_blocking(move || {
+            store
+                .events_after(&sid, after, limit)
+                .map(|page| {
+                    page.iter()
+                        .map(|ev| (ev.seq, Arc::new(decode_stored(ev))))
+                        .collect::<Page>()
+                })
+                .map_err(Error::from)
+        });
+        Prefetch { after, limit, page }
+    }
+
+    /// Reads one page after `self.last`; returns how many events it held. After a full
+    /// page the next one is read while this one is delivered (replay overlaps the store
+    /// read with the sending).
+    async fn read_page(&mut self) -> Result<usize> {
+        let limit = self.page_limit();
+        if limit == 0 {
+            return Ok(0);
+        }
+        let pending = match self.prefetch.take() {
+            Some(p) if p.after == self.last && p.limit == limit => p,
+            // Not the page wanted now (a lag moved `last`): read it afresh.
+            _ => self.start_page(self.last, limit),
+        };
+        let page = pending
+            .page
+            .await
+            .map_err(|e| Error::internal(format!("blocking task: {e}")))??;
         let n = page.len();
         for (seq, ev) in page {
             // The store returns a gap-free run starting at after + 1.
@@ -212,6 +247,12 @@ impl Subscription {
             }
             self.last = seq;
             self.buf.push_back(ev);
+        }
+        if n == limit {
+            let next = self.page_limit();
+            if next > 0 {
+                self.prefetch = Some(self.start_page(self.last, next));
+            }
         }
         Ok(n)
     }
@@ -549,5 +590,42 @@ mod tests {
             seqs.push(ev.expect("event").seq.expect("seq"));
         }
         assert_eq!(seqs, (4..=10).collect::<Vec<_>>());
+    }
+
+    /// Replay reads the next page while the current one is delivered: every seq once, in
+    /// order, across many full pages, with appends landing meanwhile (followed live after),
+    /// and a page read ahead is never delivered twice or out of place.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn replay_reads_ahead_without_gap_or_duplicate() {
+        let (_dir, store) = store_with_session().await;
+        let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 8));
+        for chunk in 0..10u64 {
+            hub.emit(
+                (1..=100)
+                    .map(|i| Item::new(notice(chunk * 100 + i)))
+                    .collect(),
+            )
+            .await
+            .expect("emit");
+        }
+        let mut sub = Subscription::new(hub.clone(), 0, false, true, None, 64, Vec::new());
+        let mut seqs = Vec::new();
+        while seqs.len() < 1_200 {
+            if seqs.len() % 100 == 0 && seqs.len() < 1_000 {
+                // Appends while replaying (10 x 20, 1,200 in all): beyond what the
+                // read-ahead pages hold.
+                hub.emit((0..20).map(|i| Item::new(notice(5_000 + i))).collect())
+                    .await
+                    .expect("emit");
+            }
+            let ev = next_event(&mut sub).await.expect("open");
+            seqs.push(ev.seq.expect("seq"));
+        }
+        assert_eq!(seqs, (1..=1_200).collect::<Vec<_>>());
+        assert!(
+            sub.store_reads() >= 1_000 / 64,
+            "{} store reads",
+            sub.store_reads()
+        );
     }
 }
