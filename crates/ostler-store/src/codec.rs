@@ -183,7 +183,7 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
 }
 
 /// The delta's hash table, kept per thread between calls: each slot holds the generation
-/// that wrote it (high half) and a position + 1 in the raw line (low half), so a new call
+/// that wrote it (high half) and a position in the raw line (low half), so a new call
 /// starts with an empty table by bumping the generation instead of clearing or allocating.
 struct Table {
     slots: Vec<u64>,
