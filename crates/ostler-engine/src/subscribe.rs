@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use ostler_store::Store;
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 
+use crate::blocking::{Started, start};
 use crate::error::{Error, Result};
 use crate::hub::{Hub, LiveItem, LiveReceiver, decode_stored, now_ms};
 use crate::types::{EngineEvent, EventPayload, PartialsMissed};
@@ -67,7 +68,7 @@ pub struct Subscription {
 struct Prefetch {
     after: u64,
     limit: usize,
-    page: tokio::task::JoinHandle<Result<Page>>,
+    page: Started<Page>,
 }
 
 type Page = Vec<(u64, Arc<EngineEvent>)>;
@@ -206,15 +207,12 @@ impl Subscription {
         let store = self.store.clone();
         let sid = self.session_id.clone();
         self.store_reads += 1;
-        let page = tokio::task::spawn_blocking(move || {
-            store
-                .events_after(&sid, after, limit)
-                .map(|page| {
-                    page.iter()
-                        .map(|ev| (ev.seq, Arc::new(decode_stored(ev))))
-                        .collect::<Page>()
-                })
-                .map_err(Error::from)
+        let page = start(move || {
+            store.events_after(&sid, after, limit).map(|page| {
+                page.iter()
+                    .map(|ev| (ev.seq, Arc::new(decode_stored(ev))))
+                    .collect::<Page>()
+            })
         });
         Prefetch { after, limit, page }
     }
@@ -232,10 +230,7 @@ impl Subscription {
             // Not the page wanted now (a lag moved `last`): read it afresh.
             _ => self.start_page(self.last, limit),
         };
-        let page = pending
-            .page
-            .await
-            .map_err(|e| Error::internal(format!("blocking task: {e}")))??;
+        let page = pending.page.result().await?;
         let n = page.len();
         for (seq, ev) in page {
             // The store returns a gap-free run starting at after + 1.

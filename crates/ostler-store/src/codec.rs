@@ -72,28 +72,27 @@ pub(crate) struct EncodedEvent {
 impl EncodedEvent {
     pub(crate) fn new(ev: NewEvent) -> Self {
         let mut codec = CODEC_PLAIN;
-        let payload = match ev.raw.as_deref() {
-            Some(raw) => match delta(&ev.payload, raw) {
-                Some(d) => {
-                    codec |= PAYLOAD_FROM_RAW;
-                    Bytes::from(d)
-                }
-                None => ev.payload,
-            },
-            None => match dict_delta(&ev.payload) {
-                Some(d) => {
-                    codec |= PAYLOAD_FROM_DICT;
-                    Bytes::from(d)
-                }
-                None => ev.payload,
-            },
-        };
-        let raw = ev.raw.map(|raw| match dict_delta(&raw) {
+        // `data` as its delta (setting `bit`), or as is when the delta would not be smaller.
+        let mut shrink = |data: Bytes, delta: Option<Vec<u8>>, bit: i64| match delta {
             Some(d) => {
-                codec |= RAW_FROM_DICT;
+                codec |= bit;
                 Bytes::from(d)
             }
-            None => raw,
+            None => data,
+        };
+        let payload = match ev.raw.as_deref() {
+            Some(raw) => {
+                let d = delta(&ev.payload, raw);
+                shrink(ev.payload, d, PAYLOAD_FROM_RAW)
+            }
+            None => {
+                let d = dict_delta(&ev.payload);
+                shrink(ev.payload, d, PAYLOAD_FROM_DICT)
+            }
+        };
+        let raw = ev.raw.map(|raw| {
+            let d = dict_delta(&raw);
+            shrink(raw, d, RAW_FROM_DICT)
         });
         Self {
             kind: ev.kind,
