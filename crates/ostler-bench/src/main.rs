@@ -135,7 +135,7 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
         let d = Daemon::start(o).await?;
         let mut c = d.client().await?;
         let io_before = d.write_bytes();
-        let (events, secs) = firehose(&mut c, &d, n).await?;
+        let (events, secs, cpu) = firehose(&mut c, &d, n).await?;
         let io_after = d.write_bytes();
         let rate = events as f64 / secs;
         if o.wants("a") {
@@ -160,6 +160,29 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
                 format!("insert {}", fmt_rate(base.insert_rate)),
                 format!("{:.2}x", rate / base.insert_rate),
             ));
+            if let Some(cpu) = cpu {
+                let per = |ticks: u64| {
+                    format!(
+                        "{:.1} µs",
+                        (ticks * TICK_NS) as f64 / 1e3 / events.max(1) as f64
+                    )
+                };
+                rows.push(row(
+                    "a",
+                    "same: CPU per event (daemon / fake CLI / this client)",
+                    format!(
+                        "{} / {} / {}",
+                        per(cpu.daemon),
+                        per(cpu.cli),
+                        per(cpu.client)
+                    ),
+                    format!("wall {:.1} µs", secs * 1e6 / events.max(1) as f64),
+                    format!(
+                        "{:.2} cores",
+                        (cpu.daemon + cpu.cli + cpu.client) as f64 * TICK_NS as f64 / (secs * 1e9)
+                    ),
+                ));
+            }
         }
         if o.wants("b") {
             let per = n / 4;
@@ -570,17 +593,62 @@ async fn until_turn_end(s: &mut Stream, mut f: impl FnMut(&SessionEvent)) -> Res
 }
 
 /// One session, `n` firehose lines: (events received, seconds from SendMessage to the
-/// turn's end).
-async fn firehose(c: &mut Client, d: &Daemon, n: u64) -> Result<(u64, f64)> {
+/// turn's end, the CPU the three processes spent meanwhile where /proc tells).
+async fn firehose(c: &mut Client, d: &Daemon, n: u64) -> Result<(u64, f64, Option<Cpu>)> {
     let sid = create(c, d).await?;
     let mut s = subscribe(c, &sid, false, true).await?;
     // Warm-up turn: the process is up and the subscription live.
     send(c, &sid, "hello").await?;
     until_turn_end(&mut s, |_| {}).await?;
+    let before = Cpu::read(d.child.id());
     let t = Instant::now();
     send(c, &sid, &format!("fake:firehose {n}")).await?;
     let events = until_turn_end(&mut s, |_| {}).await?;
-    Ok((events, t.elapsed().as_secs_f64()))
+    let secs = t.elapsed().as_secs_f64();
+    let after = Cpu::read(d.child.id());
+    Ok((events, secs, before.zip(after).map(|(b, a)| a.minus(&b))))
+}
+
+/// Nanoseconds per clock tick of /proc's CPU times (`USER_HZ`, 100 on Linux).
+const TICK_NS: u64 = 10_000_000;
+
+/// CPU time (user + system, in ticks) of the daemon, its CLI child and this process.
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    daemon: u64,
+    cli: u64,
+    client: u64,
+}
+
+impl Cpu {
+    fn read(daemon: u32) -> Option<Cpu> {
+        let ticks = |pid: &str| -> Option<u64> {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split(' ').collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        };
+        let children =
+            std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children")).ok()?;
+        let mut cli = 0;
+        for pid in children.split_whitespace() {
+            cli += ticks(pid)?;
+        }
+        Some(Cpu {
+            daemon: ticks(&daemon.to_string())?,
+            cli,
+            client: ticks("self")?,
+        })
+    }
+
+    fn minus(&self, before: &Cpu) -> Cpu {
+        Cpu {
+            daemon: self.daemon.saturating_sub(before.daemon),
+            cli: self.cli.saturating_sub(before.cli),
+            client: self.client.saturating_sub(before.client),
+        }
+    }
 }
 
 async fn concurrent_firehose(
