@@ -130,6 +130,9 @@ impl From<ostler_store::Error> for Error {
                 field: String::new(),
                 message,
             },
+            S::SessionFull { .. } => Error::ResourceExhausted {
+                message: e.to_string(),
+            },
             S::Closed => Error::Unavailable("the store is closed".into()),
             S::Unwritable { reason, .. } => {
                 Error::Unavailable(format!("store not writable: {reason}"))
@@ -158,5 +161,21 @@ impl From<ostler_supervisor::Error> for Error {
             S::ProcessGone | S::Stdin(_) | S::Spawn { .. } => Error::Unavailable(e.to_string()),
             S::NotPending(m) => Error::precondition(format!("not pending: {m}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session at its greatest seq is a limit reached (not a retry-later, not internal),
+    /// and the message says what to do.
+    #[test]
+    fn a_full_session_is_resource_exhausted() {
+        let e = Error::from(ostler_store::Error::SessionFull { max: 7 });
+        assert_eq!(e.code_kind(), CodeKind::ResourceExhausted);
+        assert!(e.to_string().contains("start a new session"), "{e}");
+        let closed = Error::from(ostler_store::Error::Closed);
+        assert_eq!(closed.code_kind(), CodeKind::Unavailable);
     }
 }

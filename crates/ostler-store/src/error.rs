@@ -103,6 +103,14 @@ pub enum Error {
         reason: String,
     },
 
+    /// The session holds the most events a session can (`max`, 2^36 - 1): nothing more can
+    /// be appended to it. Nothing of the refused append was stored.
+    #[error("the session holds the most events a session can ({max}); start a new session")]
+    SessionFull {
+        /// The greatest seq a session can have.
+        max: u64,
+    },
+
     /// A value read from the database is not one this build can represent (e.g. an unknown
     /// interaction state, a negative sequence number).
     #[error("invalid stored data: {0}")]

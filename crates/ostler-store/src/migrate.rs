@@ -40,6 +40,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(6, "0006_tool_call.sql"),
     migration!(7, "0007_feed_by_writer.sql"),
     migration!(8, "0008_events_dictionary.sql"),
+    migration!(9, "0009_events_by_id.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).
@@ -346,5 +347,120 @@ mod tests {
             .append_blocking("a", vec![NewEvent::new("user", b"{}".to_vec(), 30)])
             .expect("append");
         assert_eq!(seqs, vec![151]);
+    }
+
+    /// Events of schema 8 (a rowid table keyed by `(session_pk, seq)`) read back the same
+    /// after 0009 makes the key the row id: every session's events in seq order with their
+    /// bytes, last seqs, appends continuing without a gap, and a deleted session taking
+    /// exactly its own events along (the trigger that replaced ON DELETE CASCADE).
+    #[test]
+    fn events_of_schema_8_keep_their_order_and_bytes_under_the_id_key() {
+        use crate::types::*;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v8.db");
+        // (session pk, seq, kind, codec, payload, raw), three sessions interleaved; pk 3 is
+        // created first so that pk order differs from creation order.
+        type Row = (i64, i64, String, i64, Vec<u8>, Option<Vec<u8>>);
+        let mut rows: Vec<Row> = Vec::new();
+        for n in 0..240i64 {
+            let pk = [3, 1, 2][(n % 3) as usize];
+            let seq = n / 3 + 1;
+            let payload = format!(r#"{{"n":{n},"pk":{pk}}}"#).into_bytes();
+            let raw = (n % 4 != 0).then(|| format!(r#"{{"type":"x","n":{n}}}"#).into_bytes());
+            rows.push((pk, seq, format!("kind_{}", n % 5), 0, payload, raw));
+        }
+        {
+            let mut conn =
+                crate::connection::open_write_connection(&path, &StoreOptions::default())
+                    .expect("open");
+            migrate_to(&mut conn, &path, 8).expect("schema v8");
+            conn.execute_batch(
+                "INSERT INTO sessions (pk, id, cwd, state, created_ms, updated_ms)
+                 VALUES (3, 'c', '/w', 'idle', 1, 1), (1, 'a', '/w', 'idle', 2, 2),
+                        (2, 'b', '/w', 'idle', 3, 3);",
+            )
+            .expect("sessions");
+            let mut st = conn
+                .prepare(
+                    "INSERT INTO events (session_pk, seq, kind, ts_ms, codec, payload, raw)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )
+                .expect("insert");
+            for (pk, seq, kind, codec, payload, raw) in &rows {
+                st.execute(rusqlite::params![
+                    pk,
+                    seq,
+                    kind,
+                    seq * 10,
+                    codec,
+                    payload,
+                    raw
+                ])
+                .expect("row");
+            }
+        }
+
+        let store = crate::Store::open(&path, StoreOptions::default()).expect("migrating open");
+        for (sid, pk) in [("a", 1), ("b", 2), ("c", 3)] {
+            let want: Vec<_> = rows.iter().filter(|r| r.0 == pk).collect();
+            let got = store.events_after(sid, 0, 1000).expect("events");
+            assert_eq!(got.len(), want.len(), "{sid}");
+            for (ev, (_, seq, kind, _, payload, raw)) in got.iter().zip(&want) {
+                assert_eq!(ev.seq, *seq as u64);
+                assert_eq!(&*ev.kind, kind);
+                assert_eq!(ev.ts_ms, seq * 10);
+                assert_eq!(&ev.payload[..], &payload[..]);
+                assert_eq!(ev.raw.as_deref(), raw.as_deref());
+            }
+            // A page from the middle, and the newest-first read by kind.
+            let page = store.events_after(sid, 70, 5).expect("page");
+            assert_eq!(
+                page.iter().map(|e| e.seq).collect::<Vec<_>>(),
+                [71, 72, 73, 74, 75]
+            );
+            let newest: Vec<u64> = store
+                .events_of_kinds_before(sid, &["kind_0", "kind_1"], 40, 3)
+                .expect("by kind")
+                .iter()
+                .map(|e| e.seq)
+                .collect();
+            let want_newest: Vec<u64> = want
+                .iter()
+                .rev()
+                .filter(|r| r.1 < 40 && (r.2 == "kind_0" || r.2 == "kind_1"))
+                .take(3)
+                .map(|r| r.1 as u64)
+                .collect();
+            assert_eq!(newest.len(), 3);
+            assert_eq!(newest, want_newest, "{sid}");
+            assert_eq!(store.last_seq(sid).expect("last"), 80);
+            assert_eq!(store.get_session(sid).expect("record").last_seq, 80);
+        }
+        let seqs = store
+            .append_blocking("b", vec![NewEvent::new("user", b"{}".to_vec(), 1)])
+            .expect("append");
+        assert_eq!(seqs, vec![81]);
+        store.delete_session("b").wait().expect("delete");
+        assert_eq!(store.events_after("a", 0, 1000).expect("a").len(), 80);
+        assert_eq!(store.events_after("c", 0, 1000).expect("c").len(), 80);
+        drop(store);
+        let conn = rusqlite::Connection::open(&path).expect("raw");
+        let left: Vec<(i64, i64)> = conn
+            .prepare("SELECT session_pk, count(*) FROM events GROUP BY session_pk")
+            .expect("q")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("rows")
+            .collect::<rusqlite::Result<_>>()
+            .expect("collect");
+        assert_eq!(left, [(1, 80), (3, 80)]);
+        // One b-tree: no index on events.
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("indexes");
+        assert_eq!(indexes, 0);
     }
 }

@@ -20,9 +20,10 @@ pub(crate) fn append_op(
         return Ok(Vec::new());
     }
     let conn = ctx.conn;
+    // The whole batch's ids are checked up front (one session's range; see `event_id`).
+    rows::event_id(slot.pk, slot.last_seq.saturating_add(events.len() as u64))?;
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO events (session_pk, seq, kind, ts_ms, codec, payload, raw)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     let mut seqs = Vec::with_capacity(events.len());
     let mut seq = slot.last_seq;
@@ -30,8 +31,7 @@ pub(crate) fn append_op(
         seq += 1;
         let sql_seq = u64_to_sql(seq, "seq")?;
         stmt.execute(params![
-            slot.pk,
-            sql_seq,
+            rows::event_id(slot.pk, seq)?,
             &*ev.kind,
             ev.ts_ms,
             ev.codec,
@@ -156,7 +156,8 @@ pub(crate) fn update_session_op(
 pub(crate) fn delete_session_op(ctx: &mut Ctx<'_>, session_id: &str) -> Result<()> {
     let slot = ctx.slot(session_id)?;
     let conn = ctx.conn;
-    // Events, labels, interactions and usage go with it (ON DELETE CASCADE).
+    // Labels, interactions and usage go with it (ON DELETE CASCADE), events by the trigger
+    // `events_of_deleted_session` (migration 0009).
     conn.prepare_cached("DELETE FROM sessions WHERE pk = ?1")?
         .execute([slot.pk])?;
     // Hand the freed pages back: with auto_vacuum=INCREMENTAL this moves pages and

@@ -24,6 +24,34 @@ pub(crate) fn seq_from_sql(v: i64) -> Result<u64> {
     u64_from_sql(v, "seq")
 }
 
+/// Bits of an event's row id that hold its seq; the session's pk is above them (migration
+/// 0009: `events.id = session_pk << EVENT_SEQ_BITS | seq`).
+pub(crate) const EVENT_SEQ_BITS: u32 = 36;
+
+/// The greatest seq an event can have (2^36 - 1).
+pub(crate) const MAX_EVENT_SEQ: u64 = (1 << EVENT_SEQ_BITS) - 1;
+
+/// The greatest session pk whose events fit in a row id (2^27 - 1).
+pub(crate) const MAX_EVENT_SESSION_PK: i64 = (1 << (63 - EVENT_SEQ_BITS)) - 1;
+
+/// The row id of event `seq` of session `pk`, or why it has none.
+pub(crate) fn event_id(pk: i64, seq: u64) -> Result<i64> {
+    if !(0..=MAX_EVENT_SESSION_PK).contains(&pk) {
+        return Err(Error::InvalidData(format!(
+            "session row {pk} is beyond the {MAX_EVENT_SESSION_PK} sessions a store can hold events for"
+        )));
+    }
+    if seq > MAX_EVENT_SEQ {
+        return Err(Error::SessionFull { max: MAX_EVENT_SEQ });
+    }
+    Ok((pk << EVENT_SEQ_BITS) | seq as i64)
+}
+
+/// The seq of the event with row id `id`.
+pub(crate) fn seq_of_event_id(id: i64) -> u64 {
+    (id as u64) & MAX_EVENT_SEQ
+}
+
 /// Converts a caller's unsigned value into an SQLite INTEGER.
 pub(crate) fn u64_to_sql(v: u64, what: &str) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::InvalidArgument(format!("{what} too large: {v}")))
@@ -58,7 +86,9 @@ fn opt_blob(row: &Row<'_>, idx: usize) -> Result<Option<Bytes>> {
 /// The last seq of the session row aliased `s` (0 if none).
 macro_rules! last_seq_of_s {
     () => {
-        "(SELECT COALESCE(MAX(e.seq), 0) FROM events e WHERE e.session_pk = s.pk)"
+        // The greatest id of the session's id range (see `event_id`): one b-tree seek.
+        "(SELECT COALESCE(MAX(e.id) - (s.pk << 36), 0) FROM events e \
+          WHERE e.id > (s.pk << 36) AND e.id < ((s.pk + 1) << 36))"
     };
 }
 
@@ -154,11 +184,14 @@ pub(crate) fn events_after(
     limit: usize,
 ) -> Result<Vec<StoredEvent>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let after = u64_to_sql(after_seq, "after_seq")?;
+    // No seq is greater than MAX_EVENT_SEQ: after it, the range is empty.
+    let after = u64_to_sql(after_seq.min(MAX_EVENT_SEQ), "after_seq")?;
+    // The session's id range (see `event_id`), from just after `after_seq`.
     let mut stmt = conn.prepare_cached(
-        "SELECT seq, kind, payload, raw, ts_ms, codec FROM events
-         WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?1) AND seq > ?2
-         ORDER BY seq LIMIT ?3",
+        "SELECT id, kind, payload, raw, ts_ms, codec FROM events
+         WHERE id > ((SELECT pk FROM sessions WHERE id = ?1) << 36) + ?2
+           AND id < (((SELECT pk FROM sessions WHERE id = ?1) + 1) << 36)
+         ORDER BY id LIMIT ?3",
     )?;
     let rows = stmt.query(params![session_id, after, limit])?;
     stored_events(
@@ -178,7 +211,7 @@ pub(crate) fn events_of_kinds_before(
     limit: usize,
 ) -> Result<Vec<StoredEvent>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let before = u64_to_sql(before_seq.min(i64::MAX as u64), "before_seq")?;
+    let before = u64_to_sql(before_seq.min(MAX_EVENT_SEQ + 1), "before_seq")?;
     // Kinds are snake_case names: passed as one JSON array (no escaping needed).
     if let Some(bad) = kinds
         .iter()
@@ -195,10 +228,11 @@ pub(crate) fn events_of_kinds_before(
             .join(",")
     );
     let mut stmt = conn.prepare_cached(
-        "SELECT seq, kind, payload, raw, ts_ms, codec FROM events
-         WHERE session_pk = (SELECT pk FROM sessions WHERE id = ?1) AND seq < ?2
+        "SELECT id, kind, payload, raw, ts_ms, codec FROM events
+         WHERE id < ((SELECT pk FROM sessions WHERE id = ?1) << 36) + ?2
+           AND id > ((SELECT pk FROM sessions WHERE id = ?1) << 36)
            AND kind IN (SELECT value FROM json_each(?3))
-         ORDER BY seq DESC LIMIT ?4",
+         ORDER BY id DESC LIMIT ?4",
     )?;
     let rows = stmt.query(params![session_id, before, kinds, limit])?;
     stored_events(rows, session_id, 16)
@@ -236,7 +270,7 @@ fn stored_events(
             codec::decode_row(row.get_ref(5)?.as_i64()?, stored_payload, stored_raw)?;
         out.push(StoredEvent {
             session_id: Arc::clone(&sid),
-            seq: u64_from_sql(row.get(0)?, "seq")?,
+            seq: seq_of_event_id(row.get(0)?),
             kind,
             payload,
             raw,

@@ -335,6 +335,54 @@ fn seqs_continue_after_reopen() {
     assert_eq!(store.append_blocking("s", vec![event(9)]).unwrap(), vec![5]);
 }
 
+/// A session whose log reached the greatest seq a row id holds (2^36 - 1) refuses further
+/// appends with a typed error, storing nothing of them, while other sessions go on.
+#[test]
+fn a_session_at_the_greatest_seq_refuses_appends_and_keeps_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let max: u64 = (1 << 36) - 1;
+    {
+        let store = open(&path);
+        store.create_session(new_session("full", 1)).wait().unwrap();
+        store
+            .create_session(new_session("other", 2))
+            .wait()
+            .unwrap();
+        store.append_blocking("full", vec![event(1)]).unwrap();
+    }
+    {
+        // The last event of a (very long) log, written the way the store lays rows out.
+        let conn = raw_conn(&path);
+        conn.execute(
+            "INSERT INTO events (id, kind, ts_ms, payload)
+             SELECT (pk << 36) | ?1, 'user', 0, x'7b7d' FROM sessions WHERE id = 'full'",
+            [max as i64],
+        )
+        .unwrap();
+    }
+    let store = open(&path);
+    assert_eq!(store.last_seq("full").unwrap(), max);
+    let err = store
+        .append_blocking("full", vec![event(2), event(3)])
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::SessionFull { max: m } if m == max),
+        "{err:?}"
+    );
+    assert_eq!(store.last_seq("full").unwrap(), max);
+    let tail = store.events_after("full", max - 1, 10).unwrap();
+    assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![max]);
+    // Reading past the greatest seq is empty, not the next session's events.
+    assert!(store.events_after("full", max, 10).unwrap().is_empty());
+    assert!(store.events_after("full", u64::MAX, 10).unwrap().is_empty());
+    assert_eq!(
+        store.append_blocking("other", vec![event(4)]).unwrap(),
+        vec![1]
+    );
+    assert_eq!(store.events_after("full", 0, 10).unwrap().len(), 2);
+}
+
 #[test]
 fn dropping_the_store_completes_queued_writes() {
     let dir = tempfile::tempdir().unwrap();
