@@ -32,6 +32,7 @@ type Stream = tonic::Streaming<SessionEvent>;
 /// A guard against hangs (not a measurement).
 const GUARD: Duration = Duration::from_secs(600);
 
+#[derive(Clone)]
 struct Opts {
     ostler: PathBuf,
     fake: PathBuf,
@@ -235,6 +236,12 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
         let d = Daemon::start(o).await?;
         let c = d.client().await?;
         let l = latency(&c, &d, 100, 10, per_session).await?;
+        d.stop()?;
+        let relay = {
+            let o = o.clone();
+            tokio::task::spawn_blocking(move || relay_latency(&o, 1000, 100 * per_session))
+                .await??
+        };
         rows.push(row(
             "c",
             &format!(
@@ -257,7 +264,16 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
                     .unwrap_or_else(|| "-".into())
             ),
         ));
-        d.stop()?;
+        rows.push(row(
+            "c",
+            "same vs a bare relay of the fake's paced lines (pipe -> thread -> TCP loopback -> thread, nothing stored)",
+            format!("p50 {} p99 {}", fmt_us(l.p50), fmt_us(l.p99)),
+            format!("relay p50 {} p99 {}", fmt_us(relay.0), fmt_us(relay.1)),
+            format!(
+                "+{} at p50",
+                fmt_us(l.p50.saturating_sub(relay.0))
+            ),
+        ));
     }
     if o.wants("d") {
         let np: u64 = if o.quick { 20_000 } else { 100_000 };
@@ -774,6 +790,82 @@ async fn latency(
         bursts: bursts.len(),
         burst_interval_ms: gaps.get(gaps.len() / 2).copied(),
     })
+}
+
+/// The floor of item c on this machine: the fake's paced lines (`rate` per second, `lines` of
+/// them) read from its stdout by one thread, written to a TCP loopback socket, read by another
+/// thread, which takes the time as the client does. The same hops as the daemon's path
+/// (pipe wake-up, TCP wake-up, one process in between) with nothing decoded, stored or
+/// published. Returns (p50, p99) in ns.
+fn relay_latency(o: &Opts, rate: u64, lines: u64) -> Result<(u64, u64)> {
+    use std::io::{BufRead, BufReader};
+    let home = tempfile::Builder::new()
+        .prefix("ostler-bench-relay-")
+        .tempdir()?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let receiver = std::thread::spawn(move || -> Result<Vec<u64>> {
+        let (sock, _) = listener.accept()?;
+        sock.set_nodelay(true)?;
+        let mut lat = Vec::new();
+        for line in BufReader::new(sock).lines() {
+            let line = line?;
+            let now = now_ns();
+            if let Some(sent) = line
+                .split("sent_ns=")
+                .nth(1)
+                .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                lat.push(now.saturating_sub(sent));
+            }
+        }
+        Ok(lat)
+    });
+    let mut child = Command::new(&o.fake)
+        .args(ostler_protocol::argv::StreamJsonArgs::session().into_args())
+        .current_dir(home.path())
+        .env_clear()
+        .env("HOME", home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start the fake CLI")?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let msg = serde_json::json!({"type": "user", "message": {"role": "user",
+        "content": format!("fake:paced {rate} {lines}")}, "parent_tool_use_id": null, "session_id": ""});
+    writeln!(stdin, "{msg}")?;
+    let mut sock = std::net::TcpStream::connect(addr)?;
+    sock.set_nodelay(true)?;
+    let mut out = BufReader::new(child.stdout.take().context("stdout")?);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if out.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let paced = line.windows(8).any(|w| w == b"sent_ns=");
+        if !paced
+            && serde_json::from_slice::<serde_json::Value>(&line)
+                .is_ok_and(|v| v["type"] == "result")
+        {
+            break;
+        }
+        sock.write_all(&line)?;
+    }
+    drop(stdin);
+    drop(sock);
+    let _ = child.kill();
+    child.wait()?;
+    let mut lat = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("the relay's receiver panicked"))??;
+    if lat.is_empty() {
+        bail!("no paced lines relayed");
+    }
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+    Ok((pct(0.5), pct(0.99)))
 }
 
 /// Replays the whole stored log: (events, the last seq).

@@ -460,6 +460,24 @@ fn new_uuid() -> String {
     )
 }
 
+/// A paced line's stand-in for its write time: as many digits as nanoseconds since the Unix
+/// epoch have from 2001 to 2286, and found nowhere else in a line.
+const PLACEHOLDER_NS: u64 = 1_111_111_111_111_111_111;
+
+/// Overwrites every occurrence of `placeholder`'s digits in `line` with `digits` (as long).
+fn stamp(line: &mut [u8], placeholder: u64, digits: &[u8]) {
+    let pat = placeholder.to_string().into_bytes();
+    let mut i = 0;
+    while i + pat.len() <= line.len() {
+        if line[i..i + pat.len()] == pat[..] {
+            line[i..i + pat.len()].copy_from_slice(digits);
+            i += pat.len();
+        } else {
+            i += 1;
+        }
+    }
+}
+
 fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -709,14 +727,20 @@ impl Fake {
         }
     }
 
-    fn emit(&mut self, mut v: Value) -> Io<()> {
+    fn emit(&mut self, v: Value) -> Io<()> {
+        let v = self.with_session(v);
+        serde_json::to_writer(&mut self.out, &v)?;
+        self.out.write_all(b"\n")
+    }
+
+    /// `v` with this session's id in its `session_id`, if it has one.
+    fn with_session(&self, mut v: Value) -> Value {
         if let Some(o) = v.as_object_mut()
             && o.contains_key("session_id")
         {
             o.insert("session_id".into(), Value::String(self.session.id.clone()));
         }
-        serde_json::to_writer(&mut self.out, &v)?;
-        self.out.write_all(b"\n")
+        v
     }
 
     fn control(&mut self, request_id: &str, request: &Value) -> Io<()> {
@@ -958,13 +982,31 @@ impl Fake {
             if self.poll(rx)? {
                 return Ok(None);
             }
-            let sent = now_ns();
+            // The line is built first with a placeholder time of the same width (19 digits
+            // until the year 2286), which is then overwritten with the time just before
+            // the write: the stamp is the write's time, not the start of building the line.
             let mut v = self.shapes.assistant_text.clone();
             v["message"]["id"] = json!(format!("msg_paced_{turn}_{k}"));
             v["message"]["model"] = json!(self.model);
-            v["message"]["content"][0]["text"] = json!(format!("paced {k} sent_ns={sent}"));
-            v[SENT_NS_FIELD] = json!(u64::try_from(sent).unwrap_or(u64::MAX));
-            self.emit(v)?;
+            v["message"]["content"][0]["text"] =
+                json!(format!("paced {k} sent_ns={PLACEHOLDER_NS}"));
+            v[SENT_NS_FIELD] = json!(PLACEHOLDER_NS);
+            let v = self.with_session(v);
+            let mut line = serde_json::to_vec(&v)?;
+            line.push(b'\n');
+            let sent = now_ns().to_string();
+            if sent.len() == PLACEHOLDER_NS.to_string().len() {
+                stamp(&mut line, PLACEHOLDER_NS, sent.as_bytes());
+            } else {
+                // Not 19 digits: build the line again with the time in it.
+                let text = format!("paced {k} sent_ns={sent}");
+                let mut v = v;
+                v["message"]["content"][0]["text"] = json!(text);
+                v[SENT_NS_FIELD] = json!(u64::try_from(now_ns()).unwrap_or(u64::MAX));
+                line = serde_json::to_vec(&v)?;
+                line.push(b'\n');
+            }
+            self.out.write_all(&line)?;
             self.out.flush()?;
         }
         Ok(Some(format!("{lines} paced lines sent.")))

@@ -305,8 +305,16 @@ fn partials_only_with_the_flag() {
 fn paced_lines_carry_their_write_time() {
     let home = tempfile::tempdir().expect("tempdir");
     let mut f = Fake::start(home.path(), &[]);
+    let epoch_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos() as u64
+    };
+    let before = epoch_ns();
     f.user("fake:paced 5000 50");
     let lines = f.turn();
+    let after = epoch_ns();
     let mut last = 0u64;
     let mut n = 0;
     for l in &lines {
@@ -318,6 +326,11 @@ fn paced_lines_carry_their_write_time() {
         let text = v["message"]["content"][0]["text"].as_str().expect("text");
         assert_eq!(text, format!("paced {n} sent_ns={sent}"));
         assert!(sent >= last, "write times do not go back");
+        // The real time of the write (not a stand-in left in the line).
+        assert!(
+            before <= sent && sent <= after,
+            "{sent} not in {before}..={after}"
+        );
         last = sent;
         n += 1;
     }
