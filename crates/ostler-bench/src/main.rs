@@ -162,32 +162,12 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
                 format!("{:.2}x", rate / base.insert_rate),
             ));
             if let Some(cpu) = cpu {
-                let per = |ticks: u64| {
-                    format!(
-                        "{:.1} µs",
-                        (ticks * TICK_NS) as f64 / 1e3 / events.max(1) as f64
-                    )
-                };
-                rows.push(row(
-                    "a",
-                    "same: CPU per event (daemon / fake CLI / this client)",
-                    format!(
-                        "{} / {} / {}",
-                        per(cpu.daemon),
-                        per(cpu.cli),
-                        per(cpu.client)
-                    ),
-                    format!("wall {:.1} µs", secs * 1e6 / events.max(1) as f64),
-                    format!(
-                        "{:.2} cores",
-                        (cpu.daemon + cpu.cli + cpu.client) as f64 * TICK_NS as f64 / (secs * 1e9)
-                    ),
-                ));
+                rows.push(cpu_row("a", &cpu, events, secs));
             }
         }
         if o.wants("b") {
             let per = n / 4;
-            let (total, secs) = concurrent_firehose(&mut c, &d, 16, per).await?;
+            let (total, secs, cpu16) = concurrent_firehose(&mut c, &d, 16, per).await?;
             let rate16 = total as f64 / secs;
             rows.push(row(
                 "b",
@@ -196,6 +176,9 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
                 format!("1 session {}", fmt_rate(rate)),
                 format!("{:.2}x", rate16 / rate),
             ));
+            if let Some(cpu) = cpu16 {
+                rows.push(cpu_row("b", &cpu, total, secs));
+            }
         }
         drop(c);
         let store = d.store.clone();
@@ -625,6 +608,32 @@ async fn firehose(c: &mut Client, d: &Daemon, n: u64) -> Result<(u64, f64, Optio
     Ok((events, secs, before.zip(after).map(|(b, a)| a.minus(&b))))
 }
 
+/// The row of a firehose's CPU per event: daemon / fake CLI / client, next to the wall time
+/// per event and how many cores the three kept busy.
+fn cpu_row(item: &'static str, cpu: &Cpu, events: u64, secs: f64) -> Row {
+    let per = |ticks: u64| {
+        format!(
+            "{:.1} µs",
+            (ticks * TICK_NS) as f64 / 1e3 / events.max(1) as f64
+        )
+    };
+    row(
+        item,
+        "same: CPU per event (daemon / fake CLI / this client)",
+        format!(
+            "{} / {} / {}",
+            per(cpu.daemon),
+            per(cpu.cli),
+            per(cpu.client)
+        ),
+        format!("wall {:.1} µs", secs * 1e6 / events.max(1) as f64),
+        format!(
+            "{:.2} cores",
+            (cpu.daemon + cpu.cli + cpu.client) as f64 * TICK_NS as f64 / (secs * 1e9)
+        ),
+    )
+}
+
 /// Nanoseconds per clock tick of /proc's CPU times (`USER_HZ`, 100 on Linux).
 const TICK_NS: u64 = 10_000_000;
 
@@ -645,11 +654,14 @@ impl Cpu {
             let f: Vec<&str> = rest.split(' ').collect();
             Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
         };
-        let children =
-            std::fs::read_to_string(format!("/proc/{daemon}/task/{daemon}/children")).ok()?;
+        // A child is listed under the thread that spawned it.
         let mut cli = 0;
-        for pid in children.split_whitespace() {
-            cli += ticks(pid)?;
+        for task in std::fs::read_dir(format!("/proc/{daemon}/task")).ok()? {
+            let path = task.ok()?.path().join("children");
+            let children = std::fs::read_to_string(path).unwrap_or_default();
+            for pid in children.split_whitespace() {
+                cli += ticks(pid).unwrap_or(0);
+            }
         }
         Some(Cpu {
             daemon: ticks(&daemon.to_string())?,
@@ -672,7 +684,7 @@ async fn concurrent_firehose(
     d: &Daemon,
     sessions: usize,
     per: u64,
-) -> Result<(u64, f64)> {
+) -> Result<(u64, f64, Option<Cpu>)> {
     let mut subs = Vec::new();
     for _ in 0..sessions {
         let sid = create(c, d).await?;
@@ -681,6 +693,7 @@ async fn concurrent_firehose(
         until_turn_end(&mut s, |_| {}).await?;
         subs.push((sid, s));
     }
+    let before = Cpu::read(d.child.id());
     let t = Instant::now();
     let mut tasks = Vec::new();
     for (sid, mut s) in subs {
@@ -694,7 +707,9 @@ async fn concurrent_firehose(
     for t in tasks {
         total += t.await??;
     }
-    Ok((total, t.elapsed().as_secs_f64()))
+    let secs = t.elapsed().as_secs_f64();
+    let after = Cpu::read(d.child.id());
+    Ok((total, secs, before.zip(after).map(|(b, a)| a.minus(&b))))
 }
 
 struct Latency {
