@@ -837,19 +837,7 @@ fn relay_latency(o: &Opts, rate: u64, lines: u64) -> Result<(u64, u64)> {
         }
         Ok(lat)
     });
-    let mut child = Command::new(&o.fake)
-        .args(ostler_protocol::argv::StreamJsonArgs::session().into_args())
-        .current_dir(home.path())
-        .env_clear()
-        .env("HOME", home.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start the fake CLI")?;
-    let mut stdin = child.stdin.take().context("stdin")?;
-    let msg = serde_json::json!({"type": "user", "message": {"role": "user",
-        "content": format!("fake:paced {rate} {lines}")}, "parent_tool_use_id": null, "session_id": ""});
-    writeln!(stdin, "{msg}")?;
+    let (mut child, stdin) = bare_fake(o, home.path(), &format!("fake:paced {rate} {lines}"))?;
     let mut sock = std::net::TcpStream::connect(addr)?;
     sock.set_nodelay(true)?;
     let mut out = BufReader::new(child.stdout.take().context("stdout")?);
@@ -986,22 +974,10 @@ fn baselines(o: &Opts, n: u64) -> Result<Baselines> {
     let home = tempfile::Builder::new()
         .prefix("ostler-bench-pipe-")
         .tempdir()?;
-    let mut child = Command::new(&o.fake)
-        .args(ostler_protocol::argv::StreamJsonArgs::session().into_args())
-        .current_dir(home.path())
-        .env_clear()
-        .env("HOME", home.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start the fake CLI")?;
+    let (mut child, stdin) = bare_fake(o, home.path(), &format!("fake:firehose {n}"))?;
+    // From the message written (the process already started) to the last line read.
     let t = Instant::now();
-    {
-        let mut stdin = child.stdin.take().context("stdin")?;
-        let msg = serde_json::json!({"type": "user", "message": {"role": "user",
-            "content": format!("fake:firehose {n}")}, "parent_tool_use_id": null, "session_id": ""});
-        writeln!(stdin, "{msg}")?;
-    }
+    drop(stdin);
     let mut bytes = Vec::new();
     child
         .stdout
@@ -1037,6 +1013,25 @@ fn baselines(o: &Opts, n: u64) -> Result<Baselines> {
         insert_rate,
         line_bytes: body_bytes / n.max(1),
     })
+}
+
+/// The fake CLI run directly (no daemon) in `home`, its first user message `prompt` written;
+/// its stdin is handed back open (dropping it ends the conversation).
+fn bare_fake(o: &Opts, home: &Path, prompt: &str) -> Result<(Child, std::process::ChildStdin)> {
+    let mut child = Command::new(&o.fake)
+        .args(ostler_protocol::argv::StreamJsonArgs::session().into_args())
+        .current_dir(home)
+        .env_clear()
+        .env("HOME", home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start the fake CLI")?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let msg = serde_json::json!({"type": "user", "message": {"role": "user",
+        "content": prompt}, "parent_tool_use_id": null, "session_id": ""});
+    writeln!(stdin, "{msg}")?;
+    Ok((child, stdin))
 }
 
 /// A bare SQLite insert loop: the lines as BLOBs, 256 rows per transaction.
