@@ -177,6 +177,19 @@ pub(crate) fn session_pk(conn: &Connection, id: &str) -> Result<Option<i64>> {
 
 // ---------------------------------------------------------------- events
 
+/// A page of a session's events: its id range (see `event_id`) from just after `after_seq`.
+const EVENTS_AFTER_SQL: &str = "SELECT id, kind, payload, raw, ts_ms, codec FROM events
+     WHERE id > ((SELECT pk FROM sessions WHERE id = ?1) << 36) + ?2
+       AND id < (((SELECT pk FROM sessions WHERE id = ?1) + 1) << 36)
+     ORDER BY id LIMIT ?3";
+
+/// A session's events of some kinds before `before_seq`, newest first.
+const EVENTS_OF_KINDS_BEFORE_SQL: &str = "SELECT id, kind, payload, raw, ts_ms, codec FROM events
+     WHERE id < ((SELECT pk FROM sessions WHERE id = ?1) << 36) + ?2
+       AND id > ((SELECT pk FROM sessions WHERE id = ?1) << 36)
+       AND kind IN (SELECT value FROM json_each(?3))
+     ORDER BY id DESC LIMIT ?4";
+
 pub(crate) fn events_after(
     conn: &Connection,
     session_id: &str,
@@ -186,13 +199,7 @@ pub(crate) fn events_after(
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     // No seq is greater than MAX_EVENT_SEQ: after it, the range is empty.
     let after = u64_to_sql(after_seq.min(MAX_EVENT_SEQ), "after_seq")?;
-    // The session's id range (see `event_id`), from just after `after_seq`.
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, kind, payload, raw, ts_ms, codec FROM events
-         WHERE id > ((SELECT pk FROM sessions WHERE id = ?1) << 36) + ?2
-           AND id < (((SELECT pk FROM sessions WHERE id = ?1) + 1) << 36)
-         ORDER BY id LIMIT ?3",
-    )?;
+    let mut stmt = conn.prepare_cached(EVENTS_AFTER_SQL)?;
     let rows = stmt.query(params![session_id, after, limit])?;
     stored_events(
         rows,
@@ -227,13 +234,7 @@ pub(crate) fn events_of_kinds_before(
             .collect::<Vec<_>>()
             .join(",")
     );
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, kind, payload, raw, ts_ms, codec FROM events
-         WHERE id < ((SELECT pk FROM sessions WHERE id = ?1) << 36) + ?2
-           AND id > ((SELECT pk FROM sessions WHERE id = ?1) << 36)
-           AND kind IN (SELECT value FROM json_each(?3))
-         ORDER BY id DESC LIMIT ?4",
-    )?;
+    let mut stmt = conn.prepare_cached(EVENTS_OF_KINDS_BEFORE_SQL)?;
     let rows = stmt.query(params![session_id, before, kinds, limit])?;
     stored_events(rows, session_id, 16)
 }
@@ -375,4 +376,49 @@ pub(crate) fn turns(conn: &Connection, session_pk: i64) -> Result<Vec<StoredTurn
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every read of events seeks the session's id range in the table's own b-tree: none
+    /// scans `events` (a scan would read every session's events for one page).
+    #[test]
+    fn event_reads_seek_the_session_id_range() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plan.db");
+        drop(crate::Store::open(&path, crate::StoreOptions::default()).expect("open"));
+        let conn = Connection::open(&path).expect("raw");
+        let plan = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Vec<String> {
+            let mut st = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .expect("explain");
+            st.query_map(args, |r| r.get::<_, String>(3))
+                .expect("plan")
+                .collect::<rusqlite::Result<_>>()
+                .expect("rows")
+        };
+        let sessions = format!("SELECT s.pk, {LAST_SEQ_OF_S} FROM sessions s");
+        let reads: [(&str, &[&dyn rusqlite::ToSql]); 3] = [
+            (EVENTS_AFTER_SQL, params!["s", 0, 10]),
+            (
+                EVENTS_OF_KINDS_BEFORE_SQL,
+                params!["s", 9, r#"["user"]"#, 10],
+            ),
+            (&sessions, params![]),
+        ];
+        for (sql, args) in reads {
+            let steps = plan(sql, args);
+            let on_events: Vec<&String> = steps
+                .iter()
+                .filter(|d| d.contains("events") || d.contains(" e "))
+                .collect();
+            assert!(!on_events.is_empty(), "{sql}: {steps:?}");
+            for d in on_events {
+                assert!(d.starts_with("SEARCH"), "{sql}: {d}");
+                assert!(d.contains("INTEGER PRIMARY KEY"), "{sql}: {d}");
+            }
+        }
+    }
 }
