@@ -10,11 +10,14 @@
 -- columns (computed when read, not stored). Bounds, checked by the writer before an insert:
 -- seq < 2^36 (68.7 billion events per session), session pk < 2^27 (134 million sessions).
 --
+-- `id > 0`: a pk of 2^27 or more would overflow the shift into a negative id; the copy below
+-- then fails (and the migration with it, leaving version 8 intact) instead of mixing sessions.
+--
 -- The foreign key's ON DELETE CASCADE becomes a trigger that deletes the session's id range.
 -- Existing rows are copied as they are (same codec, payload and raw bytes), in id order.
 
 CREATE TABLE events_v9 (
-    id         INTEGER PRIMARY KEY CHECK ((id & 68719476735) >= 1),
+    id         INTEGER PRIMARY KEY CHECK (id > 0 AND (id & 68719476735) >= 1),
     kind       TEXT    NOT NULL,
     ts_ms      INTEGER NOT NULL,
     codec      INTEGER NOT NULL DEFAULT 0 CHECK (codec >= 0 AND codec <= 6 AND codec != 5),

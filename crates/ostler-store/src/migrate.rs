@@ -503,4 +503,33 @@ mod tests {
             .expect("indexes");
         assert_eq!(indexes, 0);
     }
+
+    /// A schema-8 store with a session pk too large for the id key (2^27) is not migrated:
+    /// the open fails, and the file stays at version 8 with its events as they were.
+    #[test]
+    fn a_session_pk_beyond_the_id_key_stops_migration_0009_without_loss() {
+        use crate::types::*;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v8-big-pk.db");
+        {
+            let mut conn =
+                crate::connection::open_write_connection(&path, &StoreOptions::default())
+                    .expect("open");
+            migrate_to(&mut conn, &path, 8).expect("schema v8");
+            conn.execute_batch(
+                "INSERT INTO sessions (pk, id, cwd, state, created_ms, updated_ms)
+                 VALUES (1, 'a', '/w', 'idle', 1, 1), (134217728, 'big', '/w', 'idle', 1, 1);
+                 INSERT INTO events (session_pk, seq, kind, ts_ms, codec, payload)
+                 VALUES (1, 1, 'user', 1, 0, x'7b7d'), (134217728, 1, 'user', 1, 0, x'7b7d');",
+            )
+            .expect("rows");
+        }
+        assert!(crate::Store::open(&path, StoreOptions::default()).is_err());
+        let conn = rusqlite::Connection::open(&path).expect("raw");
+        assert_eq!(current_version(&conn).expect("version"), 8);
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(n, 2);
+    }
 }
