@@ -120,6 +120,16 @@ fn give_space_back(conn: &Connection) -> rusqlite::Result<()> {
 mod tests {
     use super::*;
 
+    /// A new database at `path` with the schema of `version` (for data written by an older
+    /// ostler), and its write connection.
+    fn at_version(path: &Path, version: u32) -> Connection {
+        let mut conn =
+            crate::connection::open_write_connection(path, &crate::types::StoreOptions::default())
+                .expect("open");
+        migrate_to(&mut conn, path, version).expect("older schema");
+        conn
+    }
+
     /// Every `migrations/*.sql` file is embedded, in order, with contiguous versions that
     /// match the file name prefix.
     #[test]
@@ -154,10 +164,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("old.db");
         {
-            let mut conn =
-                crate::connection::open_write_connection(&path, &StoreOptions::default())
-                    .expect("open");
-            migrate_to(&mut conn, &path, 1).expect("schema v1");
+            let conn = at_version(&path, 1);
             assert_eq!(current_version(&conn).expect("version"), 1);
             conn.execute_batch(
                 r#"
@@ -311,10 +318,7 @@ mod tests {
         }
         let old_columns;
         {
-            let mut conn =
-                crate::connection::open_write_connection(&path, &StoreOptions::default())
-                    .expect("open");
-            migrate_to(&mut conn, &path, 2).expect("schema v2");
+            let conn = at_version(&path, 2);
             conn.execute_batch(
                 "INSERT INTO sessions (pk, id, cwd, state, created_ms, updated_ms)
                  VALUES (1, 'a', '/w', 'idle', 1, 1), (2, 'b', '/w', 'idle', 1, 1);",
@@ -402,10 +406,7 @@ mod tests {
             rows.push((pk, seq, format!("kind_{}", n % 5), 0, payload, raw));
         }
         {
-            let mut conn =
-                crate::connection::open_write_connection(&path, &StoreOptions::default())
-                    .expect("open");
-            migrate_to(&mut conn, &path, 8).expect("schema v8");
+            let conn = at_version(&path, 8);
             conn.execute_batch(
                 "INSERT INTO sessions (pk, id, cwd, state, created_ms, updated_ms)
                  VALUES (3, 'c', '/w', 'idle', 1, 1), (1, 'a', '/w', 'idle', 2, 2),
@@ -512,10 +513,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("v8-big-pk.db");
         {
-            let mut conn =
-                crate::connection::open_write_connection(&path, &StoreOptions::default())
-                    .expect("open");
-            migrate_to(&mut conn, &path, 8).expect("schema v8");
+            let conn = at_version(&path, 8);
             conn.execute_batch(
                 "INSERT INTO sessions (pk, id, cwd, state, created_ms, updated_ms)
                  VALUES (1, 'a', '/w', 'idle', 1, 1), (134217728, 'big', '/w', 'idle', 1, 1);
