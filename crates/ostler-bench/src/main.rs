@@ -604,8 +604,7 @@ async fn firehose(c: &mut Client, d: &Daemon, n: u64) -> Result<(u64, f64, Optio
     send(c, &sid, &format!("fake:firehose {n}")).await?;
     let events = until_turn_end(&mut s, |_| {}).await?;
     let secs = t.elapsed().as_secs_f64();
-    let after = Cpu::read(d.child.id());
-    Ok((events, secs, before.zip(after).map(|(b, a)| a.minus(&b))))
+    Ok((events, secs, Cpu::since(before, d.child.id())))
 }
 
 /// The row of a firehose's CPU per event: daemon / fake CLI / client, next to the wall time
@@ -670,12 +669,14 @@ impl Cpu {
         })
     }
 
-    fn minus(&self, before: &Cpu) -> Cpu {
-        Cpu {
-            daemon: self.daemon.saturating_sub(before.daemon),
-            cli: self.cli.saturating_sub(before.cli),
-            client: self.client.saturating_sub(before.client),
-        }
+    /// What was spent since `before` (read with [`Cpu::read`]), if both readings exist.
+    fn since(before: Option<Cpu>, daemon: u32) -> Option<Cpu> {
+        let (b, a) = (before?, Cpu::read(daemon)?);
+        Some(Cpu {
+            daemon: a.daemon.saturating_sub(b.daemon),
+            cli: a.cli.saturating_sub(b.cli),
+            client: a.client.saturating_sub(b.client),
+        })
     }
 }
 
@@ -708,8 +709,7 @@ async fn concurrent_firehose(
         total += t.await??;
     }
     let secs = t.elapsed().as_secs_f64();
-    let after = Cpu::read(d.child.id());
-    Ok((total, secs, before.zip(after).map(|(b, a)| a.minus(&b))))
+    Ok((total, secs, Cpu::since(before, d.child.id())))
 }
 
 struct Latency {
@@ -755,11 +755,7 @@ async fn latency(
                 let now = now_ns();
                 if let Some(Payload::AssistantBlock(b)) = &ev.payload
                     && let Some(ostler_proto::v1::assistant_block::Block::Text(t)) = &b.block
-                    && let Some(sent) = t
-                        .text
-                        .split("sent_ns=")
-                        .nth(1)
-                        .and_then(|v| v.trim().parse::<u64>().ok())
+                    && let Some(sent) = sent_ns_of(&t.text)
                 {
                     got.push((now, now.saturating_sub(sent)));
                 }
@@ -777,7 +773,7 @@ async fn latency(
     }
     let mut lat: Vec<u64> = all.iter().map(|x| x.1).collect();
     lat.sort_unstable();
-    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+    let pct = |p: f64| percentile(&lat, p);
     // Bursts: latencies over 5 ms, grouped when less than 100 ms apart.
     let mut spikes: Vec<u64> = all
         .iter()
@@ -807,6 +803,20 @@ async fn latency(
     })
 }
 
+/// The write time (ns since the epoch) a paced line of the fake carries after `sent_ns=`.
+fn sent_ns_of(text: &str) -> Option<u64> {
+    let digits = text.split("sent_ns=").nth(1)?;
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    digits[..end].parse().ok()
+}
+
+/// The value at fraction `p` (0..=1) of the non-empty, sorted `sorted`.
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
 /// The floor of item c on this machine: the fake's paced lines (`rate` per second, `lines` of
 /// them) read from its stdout by one thread, written to a TCP loopback socket, read by another
 /// thread, which takes the time as the client does. The same hops as the daemon's path
@@ -826,12 +836,7 @@ fn relay_latency(o: &Opts, rate: u64, lines: u64) -> Result<(u64, u64)> {
         for line in BufReader::new(sock).lines() {
             let line = line?;
             let now = now_ns();
-            if let Some(sent) = line
-                .split("sent_ns=")
-                .nth(1)
-                .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
-                .and_then(|v| v.parse::<u64>().ok())
-            {
+            if let Some(sent) = sent_ns_of(&line) {
                 lat.push(now.saturating_sub(sent));
             }
         }
@@ -867,8 +872,7 @@ fn relay_latency(o: &Opts, rate: u64, lines: u64) -> Result<(u64, u64)> {
         bail!("no paced lines relayed");
     }
     lat.sort_unstable();
-    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
-    Ok((pct(0.5), pct(0.99)))
+    Ok((percentile(&lat, 0.5), percentile(&lat, 0.99)))
 }
 
 /// Replays the whole stored log: (events, the last seq).

@@ -20,8 +20,10 @@ pub(crate) fn append_op(
         return Ok(Vec::new());
     }
     let conn = ctx.conn;
-    // The whole batch's ids are checked up front (one session's range; see `event_id`).
+    // The whole batch's ids are checked up front (one session's range; see `event_id`):
+    // event `seq` is then `base + seq`.
     rows::event_id(slot.pk, slot.last_seq.saturating_add(events.len() as u64))?;
+    let base = rows::event_id(slot.pk, 0)?;
     let mut stmt = conn.prepare_cached(
         "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
@@ -31,7 +33,7 @@ pub(crate) fn append_op(
         seq += 1;
         let sql_seq = u64_to_sql(seq, "seq")?;
         stmt.execute(params![
-            rows::event_id(slot.pk, seq)?,
+            base + sql_seq,
             &*ev.kind,
             ev.ts_ms,
             ev.codec,

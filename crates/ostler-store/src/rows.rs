@@ -24,6 +24,13 @@ pub(crate) fn seq_from_sql(v: i64) -> Result<u64> {
     u64_from_sql(v, "seq")
 }
 
+/// [`EVENT_SEQ_BITS`] as SQL text, for the queries' `<<` (fixed by migration 0009).
+macro_rules! seq_bits {
+    () => {
+        "36"
+    };
+}
+
 /// Bits of an event's row id that hold its seq; the session's pk is above them (migration
 /// 0009: `events.id = session_pk << EVENT_SEQ_BITS | seq`).
 pub(crate) const EVENT_SEQ_BITS: u32 = 36;
@@ -87,8 +94,16 @@ fn opt_blob(row: &Row<'_>, idx: usize) -> Result<Option<Bytes>> {
 macro_rules! last_seq_of_s {
     () => {
         // The greatest id of the session's id range (see `event_id`): one b-tree seek.
-        "(SELECT COALESCE(MAX(e.id) - (s.pk << 36), 0) FROM events e \
-          WHERE e.id > (s.pk << 36) AND e.id < ((s.pk + 1) << 36))"
+        concat!(
+            "(SELECT COALESCE(MAX(e.id) - (s.pk << ",
+            seq_bits!(),
+            "), 0) FROM events e \
+              WHERE e.id > (s.pk << ",
+            seq_bits!(),
+            ") AND e.id < ((s.pk + 1) << ",
+            seq_bits!(),
+            "))"
+        )
     };
 }
 
@@ -178,17 +193,29 @@ pub(crate) fn session_pk(conn: &Connection, id: &str) -> Result<Option<i64>> {
 // ---------------------------------------------------------------- events
 
 /// A page of a session's events: its id range (see `event_id`) from just after `after_seq`.
-const EVENTS_AFTER_SQL: &str = "SELECT id, kind, payload, raw, ts_ms, codec FROM events
-     WHERE id > ((SELECT pk FROM sessions WHERE id = ?1) << 36) + ?2
-       AND id < (((SELECT pk FROM sessions WHERE id = ?1) + 1) << 36)
-     ORDER BY id LIMIT ?3";
+const EVENTS_AFTER_SQL: &str = concat!(
+    "SELECT id, kind, payload, raw, ts_ms, codec FROM events
+     WHERE id > ((SELECT pk FROM sessions WHERE id = ?1) << ",
+    seq_bits!(),
+    ") + ?2
+       AND id < (((SELECT pk FROM sessions WHERE id = ?1) + 1) << ",
+    seq_bits!(),
+    ")
+     ORDER BY id LIMIT ?3"
+);
 
 /// A session's events of some kinds before `before_seq`, newest first.
-const EVENTS_OF_KINDS_BEFORE_SQL: &str = "SELECT id, kind, payload, raw, ts_ms, codec FROM events
-     WHERE id < ((SELECT pk FROM sessions WHERE id = ?1) << 36) + ?2
-       AND id > ((SELECT pk FROM sessions WHERE id = ?1) << 36)
+const EVENTS_OF_KINDS_BEFORE_SQL: &str = concat!(
+    "SELECT id, kind, payload, raw, ts_ms, codec FROM events
+     WHERE id < ((SELECT pk FROM sessions WHERE id = ?1) << ",
+    seq_bits!(),
+    ") + ?2
+       AND id > ((SELECT pk FROM sessions WHERE id = ?1) << ",
+    seq_bits!(),
+    ")
        AND kind IN (SELECT value FROM json_each(?3))
-     ORDER BY id DESC LIMIT ?4";
+     ORDER BY id DESC LIMIT ?4"
+);
 
 pub(crate) fn events_after(
     conn: &Connection,
@@ -381,6 +408,12 @@ pub(crate) fn turns(conn: &Connection, session_pk: i64) -> Result<Vec<StoredTurn
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The SQL's shift is the Rust one.
+    #[test]
+    fn the_sql_shift_is_event_seq_bits() {
+        assert_eq!(seq_bits!(), EVENT_SEQ_BITS.to_string());
+    }
 
     /// Every read of events seeks the session's id range in the table's own b-tree: none
     /// scans `events` (a scan would read every session's events for one page).

@@ -462,20 +462,24 @@ fn new_uuid() -> String {
 
 /// A paced line's stand-in for its write time: as many digits as nanoseconds since the Unix
 /// epoch have from 2001 to 2286, and found nowhere else in a line.
-const PLACEHOLDER_NS: u64 = 1_111_111_111_111_111_111;
+const PLACEHOLDER_NS: &str = "1111111111111111111";
 
-/// Overwrites every occurrence of `placeholder`'s digits in `line` with `digits` (as long).
-fn stamp(line: &mut [u8], placeholder: u64, digits: &[u8]) {
-    let pat = placeholder.to_string().into_bytes();
+/// Overwrites every occurrence of `placeholder` in `line` with `digits`; false (and nothing
+/// changed) when the two differ in length.
+fn stamp(line: &mut [u8], placeholder: &[u8], digits: &[u8]) -> bool {
+    if placeholder.len() != digits.len() {
+        return false;
+    }
     let mut i = 0;
-    while i + pat.len() <= line.len() {
-        if line[i..i + pat.len()] == pat[..] {
-            line[i..i + pat.len()].copy_from_slice(digits);
-            i += pat.len();
+    while i + placeholder.len() <= line.len() {
+        if &line[i..i + placeholder.len()] == placeholder {
+            line[i..i + placeholder.len()].copy_from_slice(digits);
+            i += placeholder.len();
         } else {
             i += 1;
         }
     }
+    true
 }
 
 fn now_ns() -> u128 {
@@ -982,31 +986,26 @@ impl Fake {
             if self.poll(rx)? {
                 return Ok(None);
             }
-            // The line is built first with a placeholder time of the same width (19 digits
-            // until the year 2286), which is then overwritten with the time just before
-            // the write: the stamp is the write's time, not the start of building the line.
-            let mut v = self.shapes.assistant_text.clone();
-            v["message"]["id"] = json!(format!("msg_paced_{turn}_{k}"));
-            v["message"]["model"] = json!(self.model);
-            v["message"]["content"][0]["text"] =
-                json!(format!("paced {k} sent_ns={PLACEHOLDER_NS}"));
-            v[SENT_NS_FIELD] = json!(PLACEHOLDER_NS);
-            let v = self.with_session(v);
-            let mut line = serde_json::to_vec(&v)?;
-            line.push(b'\n');
-            let sent = now_ns().to_string();
-            if sent.len() == PLACEHOLDER_NS.to_string().len() {
-                stamp(&mut line, PLACEHOLDER_NS, sent.as_bytes());
-            } else {
-                // Not 19 digits: build the line again with the time in it.
-                let text = format!("paced {k} sent_ns={sent}");
-                let mut v = v;
-                v["message"]["content"][0]["text"] = json!(text);
-                v[SENT_NS_FIELD] = json!(u64::try_from(now_ns()).unwrap_or(u64::MAX));
-                line = serde_json::to_vec(&v)?;
+            // The line is built with a placeholder time of the same width (19 digits until
+            // the year 2286), overwritten with the time just before the write: the stamp is
+            // the write's time, not the start of building the line.
+            let line = |sent: &str| -> Io<Vec<u8>> {
+                let mut v = self.shapes.assistant_text.clone();
+                v["message"]["id"] = json!(format!("msg_paced_{turn}_{k}"));
+                v["message"]["model"] = json!(self.model);
+                v["message"]["content"][0]["text"] = json!(format!("paced {k} sent_ns={sent}"));
+                v[SENT_NS_FIELD] = serde_json::from_str(sent)?;
+                let mut line = serde_json::to_vec(&self.with_session(v))?;
                 line.push(b'\n');
+                Ok(line)
+            };
+            let mut built = line(PLACEHOLDER_NS)?;
+            let sent = now_ns().to_string();
+            if !stamp(&mut built, PLACEHOLDER_NS.as_bytes(), sent.as_bytes()) {
+                // Not 19 digits (before 2001 or after 2286): built again with the time.
+                built = line(&sent)?;
             }
-            self.out.write_all(&line)?;
+            self.out.write_all(&built)?;
             self.out.flush()?;
         }
         Ok(Some(format!("{lines} paced lines sent.")))
