@@ -200,12 +200,22 @@ impl Hub {
     /// Queues the stored ones of `items` (all of them must be stored) without waiting for
     /// the commit: the caller awaits `ticket`, builds the events with [`Hub::built`] and
     /// publishes them through `place`. `None` when there is nothing to store.
-    pub fn queue(self: &Arc<Self>, items: Vec<Item>) -> Result<Option<InFlight>> {
+    ///
+    /// `now`: the caller has nothing else to do until the commit, and the batch is small;
+    /// the commit may then run on this thread ([`Store::append_now`]), resolving the ticket
+    /// before this returns.
+    pub fn queue(self: &Arc<Self>, items: Vec<Item>, now: bool) -> Result<Option<InFlight>> {
         if items.is_empty() {
             return Ok(None);
         }
         let rows = rows(&items)?;
-        let (place, ticket) = self.submit(|s| s.append(&self.session_id, rows));
+        let (place, ticket) = self.submit(|s| {
+            if now {
+                s.append_now(&self.session_id, rows)
+            } else {
+                s.append(&self.session_id, rows)
+            }
+        });
         Ok(Some(InFlight {
             place,
             ticket,

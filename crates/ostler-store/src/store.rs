@@ -5,7 +5,6 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::mpsc::Sender;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
@@ -20,7 +19,7 @@ use crate::migrate::{self, SCHEMA_VERSION};
 use crate::ops;
 use crate::read::ReadPool;
 use crate::types::*;
-use crate::writer::{self, Command, Ctx, Writer};
+use crate::writer::{self, Ctx, Writer};
 
 /// A cheap, cloneable handle on one open store. All clones share the writer thread and the
 /// read pool; the writer stops (after finishing what was queued) when the last clone is
@@ -43,7 +42,8 @@ pub struct Store {
 
 struct Inner {
     path: PathBuf,
-    tx: Option<Sender<Command>>,
+    /// The writer's queue and lock (closed on drop; `None` only while dropping).
+    writes: Option<Arc<writer::Shared>>,
     writer: Option<JoinHandle<()>>,
     checkpointer: Option<JoinHandle<()>>,
     /// For [`Store::wait_checkpointed`]; dropped before the checkpointer thread is joined.
@@ -57,13 +57,18 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Idle readers go first, so that the writer's final checkpoint can empty the WAL.
         self.readers.close_idle();
-        // Closing the channel lets the writer finish the queue and exit.
-        drop(self.tx.take());
+        // Closing the queue lets the writer finish it and exit.
+        if let Some(writes) = &self.writes {
+            writes.close();
+        }
         if let Some(handle) = self.writer.take()
             && handle.join().is_err()
         {
             tracing::error!(path = %self.path.display(), "store writer thread panicked");
         }
+        // The writer thread's share is gone with it: this closes the write connection and
+        // drops the writer's handle on the checkpointer.
+        drop(self.writes.take());
         // The writer held the checkpointer's channel, and so did this: with both gone the
         // checkpointer stops too (or is stopping).
         drop(self.checkpoint.take());
@@ -101,6 +106,16 @@ impl<T> Ticket<T> {
             _leftover: None,
         });
         Self { rx }
+    }
+
+    /// The result if the write has already committed (or failed), without waiting. After
+    /// `Some`, the ticket is spent: do not await it.
+    pub fn try_take(&mut self) -> Option<Result<T>> {
+        match self.rx.try_recv() {
+            Ok(reply) => Some(reply.result),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(Error::Closed)),
+        }
     }
 
     /// Blocks the current thread until the write has committed.
@@ -175,7 +190,6 @@ impl Store {
         };
 
         let checkpoint_handle = checkpoint.as_ref().map(writer::CheckpointNudge::handle);
-        let (tx, rx) = std::sync::mpsc::channel();
         let health = Arc::new(HealthCell::new());
         let writer = Writer::new(
             conn,
@@ -186,9 +200,16 @@ impl Store {
             opts.write_retry_limit,
         );
         let feed = writer.feed_watch();
+        // Commits on a caller's thread only where a commit does not fsync.
+        let writes = writer::Shared::new(
+            writer,
+            opts.synchronous == Synchronous::Normal,
+            opts.busy_timeout,
+        );
+        let thread_writes = Arc::clone(&writes);
         let handle = std::thread::Builder::new()
             .name("ostler-store-writer".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || thread_writes.run())
             .map_err(|source| Error::Io {
                 path: path.clone(),
                 source,
@@ -197,7 +218,7 @@ impl Store {
         Ok(Store {
             inner: Arc::new(Inner {
                 path,
-                tx: Some(tx),
+                writes: Some(writes),
                 writer: Some(handle),
                 checkpointer,
                 checkpoint: checkpoint_handle,
@@ -239,11 +260,24 @@ impl Store {
         T: Send + 'static,
         F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
     {
-        let Some(tx) = &self.inner.tx else {
-            return Ticket::ready(Err(Error::Closed));
-        };
+        self.submit_with(op, false)
+    }
+
+    /// [`Store::submit`]; `now`: commit on this thread if the writer is idle (see
+    /// `writer.rs`).
+    fn submit_with<T, F>(&self, op: F, now: bool) -> Ticket<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Ctx<'_>) -> Result<T> + Send + 'static,
+    {
         let (reply, rx) = oneshot::channel();
-        match tx.send(writer::command(op, reply)) {
+        let cmd = writer::command(op, reply);
+        let queued = match &self.inner.writes {
+            Some(writes) if now => writes.submit_now(cmd),
+            Some(writes) => writes.submit(cmd),
+            None => Err(cmd),
+        };
+        match queued {
             Ok(()) => Ticket { rx },
             Err(_) => Ticket::ready(Err(Error::Closed)),
         }
@@ -257,6 +291,19 @@ impl Store {
         let sid = session_id.to_owned();
         let events: Vec<EncodedEvent> = events.into_iter().map(EncodedEvent::new).collect();
         self.submit(move |ctx| ops::append_op(ctx, &sid, &events))
+    }
+
+    /// [`Store::append`] for a caller with nothing else to do until the commit: when the
+    /// writer is idle (nothing queued or committing, the store writable,
+    /// [`Synchronous::Normal`]) the commit runs on the calling thread, and the ticket is
+    /// resolved on return; otherwise the append is queued as by [`Store::append`]. It saves
+    /// the hand-offs to the writer thread and back, and blocks the caller for one commit
+    /// (tens of microseconds for a few events): do not use it for large batches. Order
+    /// with the caller's earlier writes is kept either way.
+    pub fn append_now(&self, session_id: &str, events: Vec<NewEvent>) -> Ticket<Vec<u64>> {
+        let sid = session_id.to_owned();
+        let events: Vec<EncodedEvent> = events.into_iter().map(EncodedEvent::new).collect();
+        self.submit_with(move |ctx| ops::append_op(ctx, &sid, &events), true)
     }
 
     /// [`Store::append`] for plain threads: blocks until committed.

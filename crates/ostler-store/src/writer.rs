@@ -14,14 +14,25 @@
 //! with [`Error::Unwritable`], and later groups fail at their first faulty attempt, until a
 //! write (or the writer's idle probe) commits again. Any other commit failure fails the
 //! group at once with [`Error::Commit`]; nothing of it is stored.
+//!
+//! **Commits on the caller's thread.** The [`Writer`] sits behind a lock shared by the
+//! writer thread and [`Shared::submit_now`]. A caller with nothing else to do until its write
+//! commits (a session actor with one small batch and no other line waiting) runs the
+//! commit itself when the writer is idle: nothing queued, nothing committing, the store
+//! writable, `synchronous=NORMAL`. That saves the two thread hand-offs (to the writer and
+//! back), about half of an event's latency at low load (docs/performance.md). Order is
+//! kept: the writer thread takes commands from the queue only while holding the lock, so an
+//! idle writer with an empty queue means every earlier write has committed. Whatever may
+//! block (the retries of a storage fault, the checkpoint at the WAL's hard bound) is left
+//! to the writer thread.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension};
@@ -479,49 +490,79 @@ impl Writer {
         self.feed.subscribe()
     }
 
-    /// Runs until every sender is gone, then returns (closing the write connection).
-    pub(crate) fn run(mut self, rx: Receiver<Command>) {
-        if self.checkpoint.is_some() {
-            // Replaces SQLite's automatic checkpoints (the same hook slot) on this connection.
-            self.conn.wal_hook(Some(record_wal_frames));
-        }
-        let mut batch = Vec::with_capacity(self.max_batch.min(4096));
+    /// Commits a group and finishes its commands, or hands it back (`Err`) after a storage
+    /// fault when `retry` is false.
+    fn commit_group(
+        &mut self,
+        batch: &mut Vec<Command>,
+        retry: bool,
+    ) -> std::result::Result<(), ()> {
+        let mut backoff = RETRY_FIRST;
         loop {
-            // While the store is faulty and nothing is queued, probe it now and then so that
-            // health recovers without waiting for a write.
-            let first = if self.health.current().is_writable() {
-                match rx.recv() {
-                    Ok(cmd) => cmd,
-                    Err(_) => break,
-                }
-            } else {
-                match rx.recv_timeout(RETRY_MAX) {
-                    Ok(cmd) => cmd,
-                    Err(RecvTimeoutError::Timeout) => {
-                        self.probe();
-                        continue;
+            let e = match self.attempt(batch) {
+                Ok(feed_touched) => {
+                    self.health.committed();
+                    // Before the callers hear of the commit: a resolved ticket implies the
+                    // feed position is published.
+                    if feed_touched {
+                        self.feed.committed(&self.conn);
                     }
-                    Err(RecvTimeoutError::Disconnected) => break,
+                    for cmd in batch.drain(..) {
+                        cmd.0.finish(None);
+                    }
+                    return Ok(());
                 }
+                Err(e) => e,
             };
-            batch.push(first);
-            while batch.len() < self.max_batch {
-                match rx.try_recv() {
-                    Ok(cmd) => batch.push(cmd),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            self.rollback();
+            // The group's changes were not merged into the cache; still, after a failed
+            // commit reload everything from the database rather than trust memory.
+            self.cache.clear();
+            if !is_storage_fault(&e) {
+                tracing::error!(path = %self.path.display(), error = %e, "write transaction failed");
+                let path = self.path.clone();
+                let make = move || Error::Commit(Arc::clone(&e)).at(&path);
+                for cmd in batch.drain(..) {
+                    cmd.0.finish(Some(&make));
                 }
+                return Ok(());
             }
-            ostler_metrics::store_commit(|| self.run_batch(&mut batch));
+            if !retry {
+                return Err(());
+            }
+            let fault = self.health.failed(e.to_string(), self.retry_limit);
+            if fault.given_up {
+                let path = self.path.clone();
+                let reason = fault.reason;
+                let make = move || Error::Unwritable {
+                    path: path.clone(),
+                    reason: reason.clone(),
+                };
+                for cmd in batch.drain(..) {
+                    cmd.0.finish(Some(&make));
+                }
+                return Ok(());
+            }
+            // Wait (never past the limit, so that giving up happens on time), then run the
+            // same group again on the rolled-back database.
+            let left = (fault.since + self.retry_limit).saturating_duration_since(Instant::now());
+            std::thread::sleep(backoff.min(left).max(Duration::from_millis(1)));
+            backoff = (backoff * 2).min(RETRY_MAX);
         }
-        // Closing: move everything into the database file and empty the WAL, so that a
-        // closed store is one self-contained file.
-        if let Err(e) = self
-            .conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-        {
-            tracing::warn!(path = %self.path.display(), error = %e, "final checkpoint failed");
+    }
+
+    /// Whether the last commit (on this thread) brought the WAL to its hard bound.
+    fn at_wal_bound(&mut self) -> bool {
+        self.checkpoint
+            .as_mut()
+            .is_some_and(|nudge| nudge.committed(WAL_FRAMES.with(Cell::get)))
+    }
+
+    /// The writer's checkpoint at the WAL's hard bound.
+    fn checkpoint_at_bound(&mut self) {
+        if let Some(nudge) = &mut self.checkpoint {
+            nudge.at_hard_bound(&self.conn, &self.path);
         }
-        tracing::debug!(path = %self.path.display(), "store writer stopped");
     }
 
     /// A write transaction that changes nothing but still writes a page (the header's
@@ -557,68 +598,8 @@ impl Writer {
         }
     }
 
-    fn run_batch(&mut self, batch: &mut Vec<Command>) {
-        let mut backoff = RETRY_FIRST;
-        loop {
-            let e = match self.attempt(batch) {
-                Ok(feed_touched) => {
-                    self.health.committed();
-                    // Before the callers hear of the commit: a resolved ticket implies the
-                    // feed position is published.
-                    if feed_touched {
-                        self.feed.committed(&self.conn);
-                    }
-                    for cmd in batch.drain(..) {
-                        cmd.0.finish(None);
-                    }
-                    if let Some(nudge) = &mut self.checkpoint
-                        && nudge.committed(WAL_FRAMES.with(Cell::get))
-                    {
-                        // Between groups, outside any transaction, after the callers have
-                        // their results; only at the WAL's hard bound.
-                        nudge.at_hard_bound(&self.conn, &self.path);
-                    }
-                    return;
-                }
-                Err(e) => e,
-            };
-            self.rollback();
-            // The group's changes were not merged into the cache; still, after a failed
-            // commit reload everything from the database rather than trust memory.
-            self.cache.clear();
-            if !is_storage_fault(&e) {
-                tracing::error!(path = %self.path.display(), error = %e, "write transaction failed");
-                let path = self.path.clone();
-                let make = move || Error::Commit(Arc::clone(&e)).at(&path);
-                for cmd in batch.drain(..) {
-                    cmd.0.finish(Some(&make));
-                }
-                return;
-            }
-            let fault = self.health.failed(e.to_string(), self.retry_limit);
-            if fault.given_up {
-                let path = self.path.clone();
-                let reason = fault.reason;
-                let make = move || Error::Unwritable {
-                    path: path.clone(),
-                    reason: reason.clone(),
-                };
-                for cmd in batch.drain(..) {
-                    cmd.0.finish(Some(&make));
-                }
-                return;
-            }
-            // Wait (never past the limit, so that giving up happens on time), then run the
-            // same group again on the rolled-back database.
-            let left = (fault.since + self.retry_limit).saturating_duration_since(Instant::now());
-            std::thread::sleep(backoff.min(left).max(Duration::from_millis(1)));
-            backoff = (backoff * 2).min(RETRY_MAX);
-        }
-    }
-
-    /// Runs every command of the group in one transaction and commits it. On success the
-    /// group's slot changes are merged into the cache.
-    /// Runs the group in one transaction; `Ok(feed_touched)` once committed.
+    /// Runs every command of the group in one transaction and commits it; `Ok(feed_touched)`
+    /// once committed, with the group's slot changes merged into the cache.
     fn attempt(
         &mut self,
         batch: &mut [Command],
@@ -661,5 +642,190 @@ impl Writer {
             };
         }
         Ok(feed_touched)
+    }
+}
+
+/// The writer's queue, the writer itself behind its lock, and what decides whether a caller
+/// may commit on its own thread (see the module documentation). Lock order: `writer`, then
+/// `queue`.
+pub(crate) struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a command is queued, a checkpoint is due or the store closes.
+    wake: Condvar,
+    writer: Mutex<Writer>,
+    health: Arc<HealthCell>,
+    max_batch: usize,
+    /// Commits on the caller's thread are allowed (`synchronous=NORMAL`: no fsync per commit).
+    inline: bool,
+    /// The write connection's busy timeout, which a commit on a caller's thread does not
+    /// wait out: a lock held elsewhere hands the write to the writer thread at once.
+    busy_timeout: Duration,
+}
+
+#[derive(Default)]
+struct Queue {
+    cmds: VecDeque<Command>,
+    /// The store handle is gone: the writer finishes the queue and stops.
+    closed: bool,
+    /// A commit on a caller's thread brought the WAL to its hard bound.
+    bound_due: bool,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// `inline`: whether [`Shared::submit_now`] may commit on the caller's thread;
+    /// `busy_timeout`: the write connection's.
+    pub(crate) fn new(writer: Writer, inline: bool, busy_timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            health: Arc::clone(&writer.health),
+            max_batch: writer.max_batch,
+            writer: Mutex::new(writer),
+            inline,
+            busy_timeout,
+        })
+    }
+
+    /// Queues a command for the writer thread; `Err` (the command back) once closed.
+    pub(crate) fn submit(&self, cmd: Command) -> std::result::Result<(), Command> {
+        let mut q = locked(&self.queue);
+        if q.closed {
+            return Err(cmd);
+        }
+        q.cmds.push_back(cmd);
+        drop(q);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Commits `cmd` on this thread if the writer is idle (see the module documentation),
+    /// else queues it like [`Shared::submit`].
+    pub(crate) fn submit_now(&self, cmd: Command) -> std::result::Result<(), Command> {
+        if !self.inline || !self.health.current().is_writable() {
+            return self.submit(cmd);
+        }
+        let mut w = match self.writer.try_lock() {
+            Ok(w) => w,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return self.submit(cmd),
+        };
+        {
+            let q = locked(&self.queue);
+            if q.closed || !q.cmds.is_empty() || q.bound_due {
+                drop(q);
+                drop(w);
+                return self.submit(cmd);
+            }
+        }
+        let mut batch = vec![cmd];
+        // Never wait on a lock held elsewhere on the caller's thread (an async worker).
+        let no_wait = w.conn.busy_timeout(Duration::ZERO);
+        let committed = ostler_metrics::store_commit(|| w.commit_group(&mut batch, false));
+        if no_wait.is_ok()
+            && let Err(e) = w.conn.busy_timeout(self.busy_timeout)
+        {
+            tracing::warn!(path = %w.path.display(), error = %e, "cannot restore the busy timeout");
+        }
+        let bound = committed.is_ok() && w.at_wal_bound();
+        if committed.is_err() || bound {
+            // The retries of a storage fault, or the checkpoint at the bound: the writer
+            // thread's (still holding the lock, so nothing overtakes the handed-back group).
+            let mut q = locked(&self.queue);
+            q.cmds.extend(batch);
+            q.bound_due |= bound;
+            drop(q);
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The store handle is gone: the writer thread finishes the queue and stops.
+    pub(crate) fn close(&self) {
+        locked(&self.queue).closed = true;
+        self.wake.notify_one();
+    }
+
+    /// The writer thread: runs until the store closes and the queue is empty, then
+    /// checkpoints the WAL away (closing the write connection).
+    pub(crate) fn run(&self) {
+        {
+            let w = locked(&self.writer);
+            if w.checkpoint.is_some() {
+                // Replaces SQLite's automatic checkpoints (the same hook slot) on this
+                // connection.
+                w.conn.wal_hook(Some(record_wal_frames));
+            }
+        }
+        let mut batch = Vec::with_capacity(self.max_batch.min(4096));
+        loop {
+            // While the store is faulty and nothing is queued, probe it now and then so that
+            // health recovers without waiting for a write.
+            let mut probe = false;
+            {
+                let mut q = locked(&self.queue);
+                while q.cmds.is_empty() && !q.bound_due {
+                    if q.closed {
+                        drop(q);
+                        self.finish();
+                        return;
+                    }
+                    if self.health.current().is_writable() {
+                        q = self.wake.wait(q).unwrap_or_else(PoisonError::into_inner);
+                    } else {
+                        let (g, waited) = self
+                            .wake
+                            .wait_timeout(q, RETRY_MAX)
+                            .unwrap_or_else(PoisonError::into_inner);
+                        q = g;
+                        if waited.timed_out() && q.cmds.is_empty() {
+                            probe = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            let mut w = locked(&self.writer);
+            if probe {
+                w.probe();
+                continue;
+            }
+            // Taken only while holding the writer: see the module documentation.
+            let bound_due = {
+                let mut q = locked(&self.queue);
+                let n = q.cmds.len().min(self.max_batch);
+                batch.extend(q.cmds.drain(..n));
+                std::mem::take(&mut q.bound_due)
+            };
+            if bound_due {
+                w.checkpoint_at_bound();
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            // The writer thread retries storage faults itself, so the group always ends here.
+            let _ = ostler_metrics::store_commit(|| w.commit_group(&mut batch, true));
+            if w.at_wal_bound() {
+                // Between groups, outside any transaction, after the callers have their
+                // results; only at the WAL's hard bound.
+                w.checkpoint_at_bound();
+            }
+        }
+    }
+
+    /// Closing: moves everything into the database file and empties the WAL, so that a
+    /// closed store is one self-contained file.
+    fn finish(&self) {
+        let w = locked(&self.writer);
+        if let Err(e) = w
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        {
+            tracing::warn!(path = %w.path.display(), error = %e, "final checkpoint failed");
+        }
+        tracing::debug!(path = %w.path.display(), "store writer stopped");
     }
 }

@@ -27,6 +27,11 @@ use crate::types::*;
 /// supervisor's bounded channel).
 pub(super) const MAX_IN_FLIGHT: usize = 4;
 
+/// The most stored events of a batch that the actor commits on its own thread when it has
+/// nothing else to do ([`ostler_store::Store::append_now`]); larger batches always go to the
+/// writer thread, so that the actor is never blocked for long.
+const MAX_COMMIT_NOW: usize = 8;
+
 /// A batch of CLI output queued to the store, finished when its commit resolves.
 pub(super) struct Batch {
     flight: InFlight,
@@ -178,13 +183,24 @@ impl Actor {
         if !results.is_empty() {
             self.show_live_state();
         }
-        match self.entry.hub.queue(items) {
-            Ok(Some(flight)) => self.in_flight.push_back(Batch {
-                flight,
-                started,
-                results,
-                turns_changed,
-            }),
+        // Nothing in flight and no line waiting: the actor would only wait for this commit,
+        // so it may as well run it (saving the hand-offs to the writer thread and back).
+        let now =
+            items.len() <= MAX_COMMIT_NOW && self.in_flight.is_empty() && self.events.is_empty();
+        match self.entry.hub.queue(items, now) {
+            Ok(Some(flight)) => {
+                let mut batch = Batch {
+                    flight,
+                    started,
+                    results,
+                    turns_changed,
+                };
+                // Committed already unless the writer was busy: then finish it at once.
+                match now.then(|| batch.ticket().try_take()).flatten() {
+                    Some(committed) => self.finish_batch(batch, committed).await,
+                    None => self.in_flight.push_back(batch),
+                }
+            }
             Ok(None) => {
                 if turns_changed {
                     self.settle_state(None).await;
