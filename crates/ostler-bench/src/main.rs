@@ -257,6 +257,10 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
                 fmt_us(l.p50.saturating_sub(relay.0))
             ),
         ));
+        if let Some((cpu, secs)) = &l.cpu {
+            // At low load the fixed cost of each wake-up dominates: compare with item a's.
+            rows.push(cpu_row("c", cpu, l.samples as u64, *secs));
+        }
     }
     if o.wants("d") {
         let np: u64 = if o.quick { 20_000 } else { 100_000 };
@@ -720,6 +724,8 @@ struct Latency {
     spikes: usize,
     bursts: usize,
     burst_interval_ms: Option<f64>,
+    /// CPU spent while the paced lines flowed, and for how long (where /proc tells).
+    cpu: Option<(Cpu, f64)>,
 }
 
 /// `sessions` sessions, each `fake:paced rate lines`, started evenly over one period.
@@ -739,6 +745,7 @@ async fn latency(
         until_turn_end(&mut s, |_| {}).await?;
         subs.push((sid, s));
     }
+    let before = Cpu::read(d.child.id());
     let start = Instant::now();
     let period = Duration::from_nanos(1_000_000_000 / rate);
     let mut tasks = Vec::new();
@@ -768,6 +775,7 @@ async fn latency(
     for t in tasks {
         all.extend(t.await??);
     }
+    let cpu = Cpu::since(before, d.child.id()).map(|c| (c, start.elapsed().as_secs_f64()));
     if all.is_empty() {
         bail!("no paced events received");
     }
@@ -800,6 +808,7 @@ async fn latency(
         spikes: spikes.len(),
         bursts: bursts.len(),
         burst_interval_ms: gaps.get(gaps.len() / 2).copied(),
+        cpu,
     })
 }
 
