@@ -288,9 +288,18 @@ impl Store {
     /// Appends events to a session's log. Resolves, once committed, to the seqs assigned
     /// (consecutive, continuing the session's log without gaps).
     pub fn append(&self, session_id: &str, events: Vec<NewEvent>) -> Ticket<Vec<u64>> {
+        self.append_events(session_id, events, false)
+    }
+
+    fn append_events(
+        &self,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        now: bool,
+    ) -> Ticket<Vec<u64>> {
         let sid = session_id.to_owned();
         let events: Vec<EncodedEvent> = events.into_iter().map(EncodedEvent::new).collect();
-        self.submit(move |ctx| ops::append_op(ctx, &sid, &events))
+        self.submit_with(move |ctx| ops::append_op(ctx, &sid, &events), now)
     }
 
     /// [`Store::append`] for a caller with nothing else to do until the commit: when the
@@ -301,9 +310,7 @@ impl Store {
     /// (tens of microseconds for a few events): do not use it for large batches. Order
     /// with the caller's earlier writes is kept either way.
     pub fn append_now(&self, session_id: &str, events: Vec<NewEvent>) -> Ticket<Vec<u64>> {
-        let sid = session_id.to_owned();
-        let events: Vec<EncodedEvent> = events.into_iter().map(EncodedEvent::new).collect();
-        self.submit_with(move |ctx| ops::append_op(ctx, &sid, &events), true)
+        self.append_events(session_id, events, true)
     }
 
     /// [`Store::append`] for plain threads: blocks until committed.
