@@ -47,7 +47,17 @@ pub struct ProcStat {
     pub state: char,
     /// Start time in clock ticks after boot: with the pid, the process's identity.
     pub start_ticks: u64,
+    /// A kernel thread (`PF_KTHREAD` in the flags field): no memory map, no environment.
+    pub kernel: bool,
+    /// Where the environment lies in the process's memory (`env_start`, `env_end`);
+    /// `(0, 0)` when not shown (another user's process, a kernel before 3.5). An exec
+    /// moves it (the stack is placed at random), so two equal readings around a read of
+    /// `environ` show that the read saw one whole environment.
+    pub env_span: (u64, u64),
 }
+
+/// `PF_KTHREAD` (include/linux/sched.h).
+const PF_KTHREAD: u64 = 0x0020_0000;
 
 impl ProcStat {
     pub fn is_zombie(&self) -> bool {
@@ -61,7 +71,9 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     let (head, rest) = text.rsplit_once(')')?;
     let pid: u32 = head.split_once('(')?.0.trim().parse().ok()?;
     // rest: " S ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime
-    //        stime cutime cstime priority nice num_threads itrealvalue starttime ..."
+    //        stime cutime cstime priority nice num_threads itrealvalue starttime ...
+    //        arg_start arg_end env_start env_end exit_code" (proc_pid_stat(5): f[i] is
+    //        field i + 3)
     let f: Vec<&str> = rest.split_ascii_whitespace().collect();
     let state = f.first()?.chars().next()?;
     let num = |i: usize| -> Option<u64> { f.get(i)?.parse().ok() };
@@ -72,6 +84,8 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
         pgid: u32::try_from(num(2)?).ok()?,
         sid: u32::try_from(num(3)?).ok()?,
         start_ticks: num(19)?,
+        kernel: num(6)? & PF_KTHREAD != 0,
+        env_span: (num(47).unwrap_or(0), num(48).unwrap_or(0)),
     })
 }
 
@@ -110,10 +124,42 @@ pub fn environ_has_mark(environ: &[u8], mark: Mark<'_>) -> bool {
     })
 }
 
-fn has_mark(pid: u32, mark: Mark<'_>) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .map(|env| environ_has_mark(&env, mark))
-        .unwrap_or(false)
+/// What `/proc/<pid>/environ` says about a process's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkRead {
+    Marked,
+    Unmarked,
+    /// The process was caught in the middle of an `execve`, so the read proves nothing.
+    /// From the moment the new memory map is in place until the kernel has written the
+    /// arguments and environment into it, `environ` reads empty; a read of the old map as
+    /// it is torn down stops short. A process spawned with `vfork` semantics
+    /// (`posix_spawn`) lets its parent go on in exactly that window. Ask again.
+    Unsure,
+}
+
+/// Read the mark of `p` (live, no kernel thread; `p` read from `/proc/<pid>/stat` just
+/// before). The read counts only if the environment's place is the same before and after
+/// it and the bytes read fill it; an empty environment counts as unsure too (the moment
+/// inside an exec cannot be told apart from a process that cleared its environment:
+/// [`settle`] tells them apart by asking again).
+fn read_mark(p: &ProcStat, mark: Mark<'_>) -> MarkRead {
+    let Ok(env) = std::fs::read(format!("/proc/{}/environ", p.pid)) else {
+        return MarkRead::Unmarked; // gone, or not ours to read
+    };
+    if env.is_empty() {
+        return MarkRead::Unsure;
+    }
+    let (start, end) = p.env_span;
+    let whole = start == 0 // not shown: take the read as it is
+        || (end.checked_sub(start) == Some(env.len() as u64)
+            && stat(p.pid).is_some_and(|now| {
+                now.start_ticks == p.start_ticks && now.env_span == p.env_span
+            }));
+    match (whole, environ_has_mark(&env, mark)) {
+        (_, true) => MarkRead::Marked, // the mark was in this process's memory: it is ours
+        (true, false) => MarkRead::Unmarked,
+        (false, false) => MarkRead::Unsure,
+    }
 }
 
 /// Every process on the system (`/proc` snapshot; vanished ones are skipped).
@@ -131,8 +177,22 @@ pub fn all_processes() -> Vec<ProcStat> {
 
 /// The processes that belong to a session: those carrying `mark`, the members of the
 /// process group led by `leader`, and every descendant of either (by ppid). The calling
-/// process is never included.
+/// process is never included. A process caught in the middle of an exec is asked again
+/// until its mark can be read ([`settle`]).
 pub fn members(mark: Mark<'_>, leader: Option<u32>) -> Vec<ProcStat> {
+    const RESCANS: usize = 8;
+    let (mut found, mut unsure) = scan(mark, leader);
+    for _ in 0..RESCANS {
+        if !settle(&unsure, mark) {
+            break;
+        }
+        (found, unsure) = scan(mark, leader);
+    }
+    found
+}
+
+/// [`members`], and the processes that were caught mid-exec ([`MarkRead::Unsure`]).
+fn scan(mark: Mark<'_>, leader: Option<u32>) -> (Vec<ProcStat>, Vec<ProcStat>) {
     let me = std::process::id();
     let all = all_processes();
     let mut children: HashMap<u32, Vec<usize>> = HashMap::new();
@@ -141,9 +201,24 @@ pub fn members(mark: Mark<'_>, leader: Option<u32>) -> Vec<ProcStat> {
     }
     let mut picked: HashSet<usize> = HashSet::new();
     let mut stack: Vec<usize> = Vec::new();
+    let mut unsure = Vec::new();
     for (i, p) in all.iter().enumerate() {
+        if p.pid == me {
+            continue;
+        }
         let in_group = leader.is_some_and(|l| p.pgid == l || p.pid == l);
-        if p.pid != me && (in_group || (!p.is_zombie() && has_mark(p.pid, mark))) {
+        let marked = !in_group
+            && !p.is_zombie()
+            && !p.kernel
+            && match read_mark(p, mark) {
+                MarkRead::Marked => true,
+                MarkRead::Unmarked => false,
+                MarkRead::Unsure => {
+                    unsure.push(*p);
+                    false
+                }
+            };
+        if in_group || marked {
             stack.push(i);
         }
     }
@@ -157,7 +232,7 @@ pub fn members(mark: Mark<'_>, leader: Option<u32>) -> Vec<ProcStat> {
     }
     let mut out: Vec<ProcStat> = picked.into_iter().map(|i| all[i]).collect();
     out.sort_by_key(|p| p.pid);
-    out
+    (out, unsure)
 }
 
 /// SIGKILL `p` if the pid still names the same process (same start time).
@@ -177,7 +252,8 @@ fn kill_if_same(p: &ProcStat) -> bool {
 }
 
 /// End every process of a session ([`members`]), repeating while new ones appear (a
-/// process may fork while its siblings are being killed). Returns how many were signalled.
+/// process may fork while its siblings are being killed). Returns how many were
+/// signalled.
 /// `leader` itself is signalled too but never reaped here (its parent, tokio, reaps it).
 pub fn kill_tree(mark: Mark<'_>, leader: Option<u32>) -> usize {
     const ROUNDS: usize = 8;
@@ -201,6 +277,34 @@ pub fn kill_tree(mark: Mark<'_>, leader: Option<u32>) -> usize {
     }
     killed
 }
+
+/// Ask the processes caught mid-exec again, each until the answer is sure or the process
+/// is gone; true if one of them turns out marked (then scan again: its descendants count
+/// too). An exec takes about a millisecond, and the process may wait for a core
+/// meanwhile: the question is asked again, yielding the core in between, for up to
+/// [`SETTLE_FOR`] in all. A process whose environment still reads empty then has none, so
+/// no mark.
+fn settle(unsure: &[ProcStat], mark: Mark<'_>) -> bool {
+    let deadline = std::time::Instant::now() + SETTLE_FOR;
+    for p in unsure {
+        while std::time::Instant::now() < deadline {
+            let now = match stat(p.pid) {
+                Some(now) if now.start_ticks == p.start_ticks && !now.is_zombie() => now,
+                _ => break, // gone, or the pid names another process now
+            };
+            match read_mark(&now, mark) {
+                MarkRead::Marked => return true,
+                MarkRead::Unmarked => break,
+                MarkRead::Unsure => std::thread::yield_now(),
+            }
+        }
+    }
+    false
+}
+
+/// How long [`settle`] asks in all: far longer than an exec, short enough that a process
+/// without any environment (rare: `env -i`) delays a session's cleanup little.
+const SETTLE_FOR: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// End the processes of every session under `tag` (the leftovers of a previous life of the
 /// daemon that owns `tag`). Returns how many were signalled.
@@ -363,6 +467,10 @@ mod tests {
         let s = stat(std::process::id()).expect("own stat");
         assert_eq!(s.pid, std::process::id());
         assert!(!s.is_zombie());
+        assert!(!s.kernel);
+        // The environment's place fits what `environ` reads.
+        let env = std::fs::read("/proc/self/environ").expect("own environ");
+        assert_eq!(s.env_span.1 - s.env_span.0, env.len() as u64);
     }
 
     #[test]

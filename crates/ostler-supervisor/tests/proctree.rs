@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods)] // test support: bystander and leftover processes
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -175,7 +176,8 @@ async fn leftovers_of_a_previous_life_are_found_by_tag() {
         .spawn()
         .unwrap();
     let pid = leftover.id();
-    // `spawn` returns after exec: the environment (and its mark) is in /proc already.
+    // `spawn` may return in the middle of an exec (`posix_spawn` lets the parent go on once
+    // the new memory map is in place), and `setsid` execs once more: the scan asks again.
     assert!(
         proctree::members(Mark::Tag(&tag), None)
             .iter()
@@ -193,4 +195,56 @@ async fn leftovers_of_a_previous_life_are_found_by_tag() {
 
 fn libc_sigkill() -> i32 {
     nix::sys::signal::Signal::SIGKILL as i32
+}
+
+#[tokio::test]
+async fn a_leftover_caught_in_the_middle_of_exec_is_still_found() {
+    // While a process execs, `/proc/<pid>/environ` reads empty (the new memory map is in
+    // place, the environment not yet written into it) or stops short (the old map is torn
+    // down under the read), and `spawn` itself may return in that window. A leftover that
+    // execs again and again is often caught there (without asking again, one of these
+    // rounds missed it in most runs); every kill must still find it.
+    let d = tempfile::tempdir().unwrap();
+    let script = d.path().join("again");
+    std::fs::write(&script, "#!/bin/sh\nexec \"$0\"\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tag = format!("exec-{}", std::process::id());
+    for round in 0..40 {
+        let mut leftover = std::process::Command::new(&script)
+            .process_group(0)
+            .env(proctree::MARK_VAR, format!("{tag}/old-session/{round}"))
+            .spawn()
+            .unwrap();
+        let found = proctree::kill_marked(&tag);
+        if found == 0 {
+            leftover.kill().unwrap();
+            leftover.wait().unwrap();
+            panic!("round {round}: the exec'ing leftover was missed");
+        }
+        let status = leftover.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc_sigkill()),
+            "round {round}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_process_without_environment_is_left_alone() {
+    // Its environment reads empty like that of a process in the middle of an exec; asked
+    // again it stays empty, so it is no leftover of ours.
+    let tag = format!("bare-{}", std::process::id());
+    let mut bare = std::process::Command::new("/bin/sleep")
+        .arg("300")
+        .env_clear()
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    assert_eq!(proctree::kill_marked(&tag), 0);
+    assert!(proctree::members(Mark::Tag(&tag), None).is_empty());
+    let b = proctree::stat(bare.id()).expect("alive");
+    assert!(!b.is_zombie(), "the process without environment was killed");
+    bare.kill().unwrap();
+    bare.wait().unwrap();
 }
