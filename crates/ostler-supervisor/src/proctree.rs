@@ -50,9 +50,10 @@ pub struct ProcStat {
     /// A kernel thread (`PF_KTHREAD` in the flags field): no memory map, no environment.
     pub kernel: bool,
     /// Where the environment lies in the process's memory (`env_start`, `env_end`);
-    /// `(0, 0)` when not shown (another user's process, a kernel before 3.5). An exec
-    /// moves it (the stack is placed at random), so two equal readings around a read of
-    /// `environ` show that the read saw one whole environment.
+    /// `(0, 0)` when not shown (another user's process, whose environment cannot be read
+    /// either; a kernel thread; seen too in the middle of an exec). An exec moves it (the
+    /// stack is placed at random), so two equal readings around a read of `environ` show
+    /// that the read saw one whole environment.
     pub env_span: (u64, u64),
 }
 
@@ -104,10 +105,15 @@ pub enum Mark<'a> {
     Tag(&'a str),
 }
 
-/// Whether the NUL-separated environment block `environ` carries the mark.
+/// Whether the NUL-separated environment block `environ` carries the mark. Only
+/// NUL-terminated entries count: a read that stopped short may end in the middle of one
+/// (`tag/s1` cut from `tag/s17`).
 pub fn environ_has_mark(environ: &[u8], mark: Mark<'_>) -> bool {
     let prefix = MARK_VAR.len() + 1;
-    environ.split(|b| *b == 0).any(|entry| {
+    let Some(end) = environ.iter().rposition(|b| *b == 0) else {
+        return false;
+    };
+    environ[..end].split(|b| *b == 0).any(|entry| {
         if entry.len() <= prefix
             || !entry.starts_with(MARK_VAR.as_bytes())
             || entry[MARK_VAR.len()] != b'='
@@ -149,16 +155,19 @@ fn read_mark(p: &ProcStat, mark: Mark<'_>) -> MarkRead {
     if env.is_empty() {
         return MarkRead::Unsure;
     }
+    if environ_has_mark(&env, mark) {
+        return MarkRead::Marked; // the mark was in this process's memory: it is ours
+    }
     let (start, end) = p.env_span;
-    let whole = start == 0 // not shown: take the read as it is
-        || (end.checked_sub(start) == Some(env.len() as u64)
-            && stat(p.pid).is_some_and(|now| {
-                now.start_ticks == p.start_ticks && now.env_span == p.env_span
-            }));
-    match (whole, environ_has_mark(&env, mark)) {
-        (_, true) => MarkRead::Marked, // the mark was in this process's memory: it is ours
-        (true, false) => MarkRead::Unmarked,
-        (false, false) => MarkRead::Unsure,
+    // A span of (0, 0) next to a readable environment: caught as the memory map changed.
+    let whole = start != 0
+        && end.checked_sub(start) == Some(env.len() as u64)
+        && stat(p.pid)
+            .is_some_and(|now| now.start_ticks == p.start_ticks && now.env_span == p.env_span);
+    if whole {
+        MarkRead::Unmarked
+    } else {
+        MarkRead::Unsure
     }
 }
 
@@ -278,33 +287,49 @@ pub fn kill_tree(mark: Mark<'_>, leader: Option<u32>) -> usize {
     killed
 }
 
-/// Ask the processes caught mid-exec again, each until the answer is sure or the process
-/// is gone; true if one of them turns out marked (then scan again: its descendants count
-/// too). An exec takes about a millisecond, and the process may wait for a core
-/// meanwhile: the question is asked again, yielding the core in between, for up to
-/// [`SETTLE_FOR`] in all. A process whose environment still reads empty then has none, so
-/// no mark.
+/// Ask the processes caught mid-exec again until each answer is sure or the process is
+/// gone; true if one of them turns out marked (then scan again: its descendants count
+/// too). They are asked in turns, so a process that really has no environment (it reads
+/// empty every time) keeps none of the others from being asked.
+///
+/// The end of an exec is no event this process can wait for, so between turns it sleeps
+/// a little (from 100 µs, doubling up to 5 ms), which leaves the core to the exec'ing
+/// process (spinning with `yield` starved it when two scans ran at once on two cores). An
+/// exec takes about a millisecond; after [`SETTLE_FOR`] in all, what still reads empty has
+/// no environment, so no mark.
 fn settle(unsure: &[ProcStat], mark: Mark<'_>) -> bool {
     let deadline = std::time::Instant::now() + SETTLE_FOR;
-    for p in unsure {
-        while std::time::Instant::now() < deadline {
+    let mut pause = std::time::Duration::from_micros(100);
+    let mut pending: Vec<ProcStat> = unsure.to_vec();
+    while !pending.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(5));
+        let mut marked = false;
+        pending.retain(|p| {
             let now = match stat(p.pid) {
                 Some(now) if now.start_ticks == p.start_ticks && !now.is_zombie() => now,
-                _ => break, // gone, or the pid names another process now
+                _ => return false, // gone, or the pid names another process now
             };
             match read_mark(&now, mark) {
-                MarkRead::Marked => return true,
-                MarkRead::Unmarked => break,
-                MarkRead::Unsure => std::thread::yield_now(),
+                MarkRead::Marked => {
+                    marked = true;
+                    false
+                }
+                MarkRead::Unmarked => false,
+                MarkRead::Unsure => true,
             }
+        });
+        if marked {
+            return true;
         }
     }
     false
 }
 
-/// How long [`settle`] asks in all: far longer than an exec, short enough that a process
-/// without any environment (rare: `env -i`) delays a session's cleanup little.
-const SETTLE_FOR: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long [`settle`] asks in all: far longer than an exec, even on a busy machine, and
+/// short enough that a process without any environment (rare: `env -i`) delays a
+/// session's cleanup little.
+const SETTLE_FOR: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// End the processes of every session under `tag` (the leftovers of a previous life of the
 /// daemon that owns `tag`). Returns how many were signalled.
@@ -489,5 +514,10 @@ mod tests {
             Mark::Tag("store1")
         ));
         assert!(!environ_has_mark(b"", Mark::Tag("store1")));
+        // An entry cut short by the read's end is no mark.
+        assert!(!environ_has_mark(
+            b"PATH=/bin\0OSTLER_PROCESS_TREE=store1/s7",
+            Mark::Exact("store1/s7")
+        ));
     }
 }
