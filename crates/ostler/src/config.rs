@@ -76,6 +76,7 @@ const SECTIONS: &[&str] = &[
     "claude",
     "log",
     "metrics",
+    "runtime",
 ];
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7433";
@@ -92,6 +93,7 @@ pub struct Config {
     pub claude: ClaudeConfig,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
+    pub runtime: RuntimeConfig,
     /// `[[notify]]`: webhooks following the daemon-wide feed (config file only).
     pub notify: Vec<crate::notify::NotifyConfig>,
 }
@@ -281,6 +283,19 @@ pub struct MetricsConfig {
     pub listen: String,
 }
 
+/// `[runtime]`: the daemon's async runtime.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Async worker threads; 0 (the default): tokio's choice, one per core (or
+    /// `TOKIO_WORKER_THREADS`). The store's writer, its checkpointer and blocking work run
+    /// on threads of their own either way.
+    pub worker_threads: u64,
+}
+
+/// Most async worker threads `runtime.worker_threads` may ask for.
+pub const MAX_WORKER_THREADS: u64 = 256;
+
 /// Command-line overrides (the last layer). `None` / empty: not given.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -460,6 +475,8 @@ pub struct Validated {
     pub notifiers: Vec<crate::notify::Notifier>,
     /// `sessions.cgroup`, parsed.
     pub cgroup: ostler_supervisor::cgroup::CgroupSetting,
+    /// `runtime.worker_threads` (`None`: tokio's default).
+    pub worker_threads: Option<usize>,
 }
 
 impl Config {
@@ -590,6 +607,7 @@ impl Config {
         let env_allowlist = self.validate_env_allow()?;
         self.validate_session_env()?;
         let metrics = self.validate_metrics()?;
+        let worker_threads = self.validate_worker_threads()?;
         let cgroup = self
             .sessions
             .cgroup
@@ -602,6 +620,7 @@ impl Config {
             .map(|(i, n)| n.validate(i))
             .collect::<Result<Vec<_>>>()?;
         Ok(Validated {
+            worker_threads,
             cgroup,
             metrics,
             notifiers,
@@ -619,6 +638,17 @@ impl Config {
 }
 
 impl Config {
+    fn validate_worker_threads(&self) -> Result<Option<usize>> {
+        match self.runtime.worker_threads {
+            0 => Ok(None),
+            n if n > MAX_WORKER_THREADS => bail!(
+                "runtime.worker_threads: {n} is too many; at most {MAX_WORKER_THREADS} (0: one \
+                 per core)"
+            ),
+            n => Ok(Some(usize::try_from(n)?)),
+        }
+    }
+
     fn validate_metrics(&self) -> Result<Option<SocketAddr>> {
         let listen = self.metrics.listen.trim();
         if listen.is_empty() {
@@ -716,6 +746,47 @@ mod tests {
         let c = load(Some(&f), &o).unwrap();
         assert_eq!(c.listen.addr, "127.0.0.1:0", "flags win over the file");
         assert_eq!(c.sessions.max_live, 3);
+    }
+
+    #[test]
+    fn worker_threads_layer_and_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = load(
+            Some(&write(
+                dir.path(),
+                "a.toml",
+                "[store]\npath = \"/tmp/x.db\"\n",
+            )),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.runtime.worker_threads, 0);
+        assert_eq!(
+            c.validate().unwrap().worker_threads,
+            None,
+            "0: tokio's choice"
+        );
+        let f = write(
+            dir.path(),
+            "b.toml",
+            "[store]\npath = \"/tmp/x.db\"\n[runtime]\nworker_threads = 1\n",
+        );
+        let c = load(Some(&f), &Overrides::default()).unwrap();
+        assert_eq!(c.validate().unwrap().worker_threads, Some(1));
+        let f = write(
+            dir.path(),
+            "c.toml",
+            "[store]\npath = \"/tmp/x.db\"\n[runtime]\nworker_threads = 100000\n",
+        );
+        let e = load(Some(&f), &Overrides::default())
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("runtime.worker_threads") && e.contains("at most"),
+            "{e}"
+        );
     }
 
     #[test]

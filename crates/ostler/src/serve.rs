@@ -126,16 +126,22 @@ pub fn run(args: ServeArgs) -> i32 {
         }
     };
     init_logging(&cfg.log.filter, valid.json_logs);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(n) = valid.worker_threads {
+        builder.worker_threads(n);
+    }
+    let rt = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");
             return 1;
         }
     };
+    tracing::info!(
+        workers = rt.metrics().num_workers(),
+        "async runtime started"
+    );
     match rt.block_on(daemon(args, cfg, valid)) {
         Ok(code) => code,
         Err(e) => {

@@ -47,6 +47,36 @@ async fn serve_starts_without_a_config_file_and_uses_the_data_dir() {
     assert!(has_db, "no database under {}", data.display());
 }
 
+/// `runtime.worker_threads` sets the async worker threads the daemon runs, and a daemon on
+/// one of them serves a turn.
+#[tokio::test]
+async fn worker_threads_sets_the_async_workers() {
+    let world = World::new(NEW).await;
+    let ready = world.dir.path().join("ready");
+    let daemon = Daemon::spawn(
+        serve(&world, &ready),
+        &world,
+        ready,
+        &[("OSTLER_RUNTIME__WORKER_THREADS", "1")],
+    )
+    .await;
+    // The runtime reports its own worker count (tokio's metrics) in the start-up log;
+    // thread names cannot tell workers from blocking threads.
+    let started = daemon
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|l| l.contains("async runtime started"))
+        .cloned()
+        .expect("the runtime's start-up line");
+    assert!(started.contains("workers=1"), "{started}");
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "one-worker").await;
+    let text = turn(&mut c, &s.id, "Say hello").await;
+    assert!(!text.is_empty(), "the turn's answer reached the client");
+}
+
 #[tokio::test]
 async fn a_second_daemon_on_the_same_store_is_refused() {
     let world = World::new(NEW).await;
