@@ -19,6 +19,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod hooks;
+mod listen;
 mod notices;
 mod session;
 mod tools;
@@ -33,10 +34,8 @@ use ostler_engine::Engine;
 use ostler_proto::v1::daemon_service_server::DaemonServiceServer;
 use ostler_proto::v1::session_service_server::SessionServiceServer;
 use tokio::net::{TcpListener, UnixListener};
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 pub use auth::{AuthLayer, Token};
 pub use daemon::{ClaudeCodeInfo, Compatibility, DaemonInfo, DaemonSvc};
@@ -46,15 +45,9 @@ pub use session::{CLIENT_HEADER, SessionSvc};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("TLS configuration: {0}")]
-    Tls(#[source] tonic::transport::Error),
+    Tls(String),
     #[error("reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    #[error("serving {listener}: {source}")]
-    Serve {
-        listener: String,
-        #[source]
-        source: tonic::transport::Error,
-    },
     #[error("I/O on {listener}: {source}")]
     Io {
         listener: String,
@@ -181,52 +174,24 @@ impl Server {
             ))
         };
 
-        let tls = match &opts.tls {
-            None => None,
-            Some(t) => {
-                let mut cfg =
-                    ServerTlsConfig::new().identity(Identity::from_pem(&t.cert_pem, &t.key_pem));
-                if let Some(ca) = &t.client_ca_pem {
-                    cfg = cfg.client_ca_root(Certificate::from_pem(ca));
-                }
-                Some(cfg)
-            }
-        };
-        let auth = AuthLayer::new(opts.tokens.clone());
+        let tls = opts.tls.as_ref().map(listen::tls_acceptor).transpose()?;
+        let svc: listen::Svc = tower::util::BoxCloneService::new(
+            tower::ServiceBuilder::new()
+                .layer(AuthLayer::new(opts.tokens.clone()))
+                .layer(error::BadRequestLayer)
+                .service(routes),
+        );
 
         let mut tasks = tokio::task::JoinSet::new();
         for l in listeners {
             let name = l.describe();
-            let routes = routes.clone();
-            let signal = shutdown.clone().cancelled_owned();
-            let mut builder = tonic::transport::Server::builder();
-            match l {
-                Listener::Tcp(tcp) => {
-                    if let Some(cfg) = &tls {
-                        builder = builder.tls_config(cfg.clone()).map_err(Error::Tls)?;
-                    }
-                    // The builder's `tcp_nodelay` does not apply to a stream we hand in:
-                    // without TCP_NODELAY on each accepted socket, Nagle + delayed ACK add
-                    // ~40 ms to responses of several segments.
-                    let incoming =
-                        tonic::transport::server::TcpIncoming::from(tcp).with_nodelay(Some(true));
-                    let fut = builder
-                        .layer(auth.clone())
-                        .layer(error::BadRequestLayer)
-                        .add_routes(routes)
-                        .serve_with_incoming_shutdown(incoming, signal);
-                    tasks.spawn(finish(name, fut));
-                }
-                Listener::Unix { listener, .. } => {
-                    let incoming = UnixListenerStream::new(listener);
-                    let fut = builder
-                        .layer(auth.clone())
-                        .layer(error::BadRequestLayer)
-                        .add_routes(routes)
-                        .serve_with_incoming_shutdown(incoming, signal);
-                    tasks.spawn(finish(name, fut));
-                }
-            }
+            // TLS is for TCP listeners; Unix sockets are always plain.
+            let tls = match &l {
+                Listener::Tcp(_) => tls.clone(),
+                Listener::Unix { .. } => None,
+            };
+            let fut = listen::serve(l, tls, svc.clone(), shutdown.clone());
+            tasks.spawn(finish(name, fut));
         }
 
         let mut first_err = None;
@@ -268,11 +233,7 @@ impl Server {
     }
 }
 
-async fn finish(
-    listener: String,
-    fut: impl Future<Output = std::result::Result<(), tonic::transport::Error>>,
-) -> Result<()> {
+async fn finish(listener: String, fut: impl Future<Output = Result<()>>) -> Result<()> {
     tracing::info!(%listener, "gRPC server listening");
     fut.await
-        .map_err(|source| Error::Serve { listener, source })
 }

@@ -1,0 +1,442 @@
+//! Accepting and serving connections: TCP (optionally TLS) and Unix sockets, each
+//! connection an HTTP/2 connection of hyper's, until shutdown.
+//!
+//! We serve with hyper directly rather than through `tonic::transport::Server` for one
+//! reason: the executor. hyper runs every call on a task of its own (`H2Stream`), and for
+//! each DATA frame of a streaming response that task wakes itself from inside its own poll
+//! (it registers for `RST_STREAM`, then reserves send capacity, and h2 assigning that
+//! capacity wakes the registered waker). tokio answers a task that woke itself during its
+//! poll by putting it back in the run queue *and waking a parked worker*: on an idle
+//! 2-core machine that was ~0.5 futex wake-ups, and a spurious poll on the other core, per
+//! event a subscriber received. [`Executor`] spawns hyper's tasks inside [`Absorb`], which
+//! polls the task again at once when it woke only itself.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use futures::task::AtomicWaker;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
+
+use crate::{Error, Listener, Result, TlsOptions};
+
+/// How long a client may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The service every connection is served by (the routes behind the auth and
+/// bad-request layers).
+pub(crate) type Svc = tower::util::BoxCloneService<
+    http::Request<tonic::body::Body>,
+    http::Response<tonic::body::Body>,
+    std::convert::Infallible,
+>;
+
+/// The TLS acceptor for TCP listeners, from PEM material.
+pub(crate) fn tls_acceptor(t: &TlsOptions) -> Result<tokio_rustls::TlsAcceptor> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: &str, e: &dyn std::fmt::Display| Error::Tls(format!("{what}: {e}"));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = CertificateDer::pem_slice_iter(&t.cert_pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad("the server certificate is not valid PEM", &e))?;
+    if certs.is_empty() {
+        return Err(Error::Tls(
+            "the server certificate file holds no certificate".into(),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&t.key_pem)
+        .map_err(|e| bad("the server key is not a valid PEM private key", &e))?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("TLS protocol versions", &e))?;
+    let builder = match &t.client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca) {
+                let c = c.map_err(|e| bad("the client CA is not valid PEM", &e))?;
+                roots
+                    .add(c)
+                    .map_err(|e| bad("the client CA certificate", &e))?;
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .map_err(|e| bad("the client CA", &e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| bad("the server certificate and key", &e))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
+}
+
+/// Accepts on `listener` until `shutdown`, serving each connection on a task of its own;
+/// then stops accepting (the listening socket closes), asks every connection to finish
+/// gracefully (HTTP/2 GOAWAY: calls in progress go on) and waits for them. Dropping the
+/// returned future closes every connection at once.
+pub(crate) async fn serve(
+    listener: Listener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    svc: Svc,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let name = listener.describe();
+    let mut conns = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            // Reap finished connections so the set does not grow with the daemon's age.
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            a = accept(&listener) => a,
+        };
+        match accepted {
+            Ok(Accepted::Tcp(s)) => {
+                // Without TCP_NODELAY, Nagle + delayed ACK add ~40 ms to responses of
+                // several segments.
+                if let Err(e) = s.set_nodelay(true) {
+                    tracing::debug!(listener = %name, error = %e, "cannot set TCP_NODELAY");
+                }
+                match &tls {
+                    None => conns.spawn(connection(s, svc.clone(), shutdown.clone())),
+                    Some(acceptor) => {
+                        let (acceptor, svc, shutdown) =
+                            (acceptor.clone(), svc.clone(), shutdown.clone());
+                        let name = name.clone();
+                        conns.spawn(async move {
+                            let handshake =
+                                tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(s));
+                            let s = tokio::select! {
+                                () = shutdown.cancelled() => return,
+                                r = handshake => match r {
+                                    Ok(Ok(s)) => s,
+                                    Ok(Err(e)) => {
+                                        tracing::debug!(listener = %name, error = %e, "TLS handshake failed");
+                                        return;
+                                    }
+                                    Err(_) => {
+                                        tracing::debug!(listener = %name, "TLS handshake timed out");
+                                        return;
+                                    }
+                                },
+                            };
+                            connection(s, svc, shutdown).await;
+                        })
+                    }
+                };
+            }
+            Ok(Accepted::Unix(s)) => {
+                conns.spawn(connection(s, svc.clone(), shutdown.clone()));
+            }
+            Err(source) if broken(&source) => {
+                return Err(Error::Io {
+                    listener: name,
+                    source,
+                });
+            }
+            Err(e) => {
+                // Out of descriptors, or a network error of a connection not yet
+                // accepted (accept(2) passes those on): the listener itself is fine. Back
+                // off a little so a full descriptor table is not a busy loop.
+                tracing::warn!(listener = %name, error = %e, "accept failed; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    // Stop accepting now: new clients are refused rather than left waiting.
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+    Ok(())
+}
+
+enum Accepted {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept(l: &Listener) -> std::io::Result<Accepted> {
+    match l {
+        Listener::Tcp(l) => l.accept().await.map(|(s, _)| Accepted::Tcp(s)),
+        Listener::Unix { listener, .. } => listener.accept().await.map(|(s, _)| Accepted::Unix(s)),
+    }
+}
+
+/// Errors of `accept` that mean the listening socket itself is unusable.
+fn broken(e: &std::io::Error) -> bool {
+    // EBADF, EFAULT, EINVAL (not listening), ENOTSOCK (Linux numbers).
+    matches!(e.raw_os_error(), Some(9 | 14 | 22 | 88))
+}
+
+/// Serves one connection until it ends; on `shutdown`, asks it to finish gracefully.
+async fn connection<IO>(io: IO, svc: Svc, shutdown: CancellationToken)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = TowerToHyperService::new(
+        svc.map_request(|req: http::Request<hyper::body::Incoming>| {
+            req.map(tonic::body::Body::new)
+        }),
+    );
+    let mut builder = hyper::server::conn::http2::Builder::new(Executor);
+    // As tonic's server did: no cap on concurrent calls per connection (hyper's default is
+    // 200; one client may follow many sessions over one connection).
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(None);
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    let done = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        () = shutdown.cancelled() => None,
+    };
+    let r = match done {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// hyper's executor: spawns each task inside [`Absorb`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Executor;
+
+impl<F> hyper::rt::Executor<F> for Executor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        tokio::spawn(Absorb::new(fut));
+    }
+}
+
+/// How often [`Absorb`] polls again within one poll before it yields like any task.
+const MAX_REPOLLS: usize = 8;
+
+/// A future whose wake-ups of itself during its own poll make it poll again at once
+/// (up to [`MAX_REPOLLS`] times), instead of going through the scheduler.
+///
+/// The inner future gets a waker of ours. A wake while we poll only sets `woken`; any
+/// other wake is passed to the task's waker. No wake is lost: every access is `SeqCst`,
+/// so a wake either sets `woken` before we read it after the poll (and we poll again), or
+/// it reads `polling` after we cleared it (and wakes the task).
+pub(crate) struct Absorb<F> {
+    inner: Pin<Box<F>>,
+    flag: Arc<Flag>,
+    waker: Waker,
+}
+
+struct Flag {
+    polling: AtomicBool,
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, SeqCst);
+        if !self.polling.load(SeqCst) {
+            self.task.wake();
+        }
+    }
+}
+
+impl<F> Absorb<F> {
+    pub(crate) fn new(inner: F) -> Self {
+        let flag = Arc::new(Flag {
+            polling: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+            task: AtomicWaker::new(),
+        });
+        Self {
+            inner: Box::pin(inner),
+            waker: Waker::from(flag.clone()),
+            flag,
+        }
+    }
+}
+
+impl<F: Future> Future for Absorb<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        this.flag.task.register(cx.waker());
+        for _ in 0..MAX_REPOLLS {
+            this.flag.woken.store(false, SeqCst);
+            this.flag.polling.store(true, SeqCst);
+            let r = this
+                .inner
+                .as_mut()
+                .poll(&mut Context::from_waker(&this.waker));
+            this.flag.polling.store(false, SeqCst);
+            if r.is_ready() {
+                return r;
+            }
+            if !this.flag.woken.swap(false, SeqCst) {
+                return Poll::Pending;
+            }
+        }
+        // Still waking itself: let other tasks run first.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts how often it is polled; wakes itself during its first `selfish` polls, and
+    /// is ready once `ready` is set.
+    struct Probe {
+        polls: Arc<AtomicUsize>,
+        selfish: usize,
+        ready: Arc<AtomicBool>,
+        waker: Slot,
+    }
+
+    impl Future for Probe {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            let n = self.polls.fetch_add(1, SeqCst);
+            if self.ready.load(SeqCst) {
+                return Poll::Ready(());
+            }
+            *self.waker.lock().unwrap() = Some(cx.waker().clone());
+            if n < self.selfish {
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
+        }
+    }
+
+    struct Counter(AtomicUsize);
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// Where a probe keeps the waker of its last poll.
+    type Slot = Arc<std::sync::Mutex<Option<Waker>>>;
+
+    fn probe(selfish: usize) -> (Probe, Arc<AtomicUsize>, Arc<AtomicBool>, Slot) {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let ready = Arc::new(AtomicBool::new(false));
+        let waker = Arc::new(std::sync::Mutex::new(None));
+        (
+            Probe {
+                polls: polls.clone(),
+                selfish,
+                ready: ready.clone(),
+                waker: waker.clone(),
+            },
+            polls,
+            ready,
+            waker,
+        )
+    }
+
+    #[test]
+    fn only_a_broken_listening_socket_ends_the_accept_loop() {
+        let err = |n| std::io::Error::from_raw_os_error(n);
+        // EMFILE, ENFILE, ECONNABORTED, EPROTO, EPERM (a firewall), ENOBUFS: retried.
+        for n in [24, 23, 103, 71, 1, 105] {
+            assert!(!broken(&err(n)), "errno {n} is retried");
+        }
+        // EBADF, EINVAL: the listener is gone.
+        for n in [9, 22] {
+            assert!(broken(&err(n)), "errno {n} ends the listener");
+        }
+    }
+
+    #[test]
+    fn a_wake_of_itself_polls_again_without_waking_the_task() {
+        let (p, polls, _, _) = probe(2);
+        let task = Arc::new(Counter(AtomicUsize::new(0)));
+        let tw = Waker::from(task.clone());
+        let mut f = Box::pin(Absorb::new(p));
+        assert!(f.as_mut().poll(&mut Context::from_waker(&tw)).is_pending());
+        assert_eq!(polls.load(SeqCst), 3, "two self-wakes, three polls");
+        assert_eq!(task.0.load(SeqCst), 0, "the task itself was not woken");
+    }
+
+    #[test]
+    fn a_future_that_keeps_waking_itself_yields_after_a_bound() {
+        let (p, polls, _, _) = probe(usize::MAX);
+        let task = Arc::new(Counter(AtomicUsize::new(0)));
+        let tw = Waker::from(task.clone());
+        let mut f = Box::pin(Absorb::new(p));
+        assert!(f.as_mut().poll(&mut Context::from_waker(&tw)).is_pending());
+        assert_eq!(polls.load(SeqCst), MAX_REPOLLS);
+        assert_eq!(task.0.load(SeqCst), 1, "woken once, to run again later");
+    }
+
+    #[test]
+    fn a_wake_from_outside_the_poll_wakes_the_task_and_the_future_completes() {
+        let (p, polls, ready, inner_waker) = probe(0);
+        let task = Arc::new(Counter(AtomicUsize::new(0)));
+        let tw = Waker::from(task.clone());
+        let mut f = Box::pin(Absorb::new(p));
+        assert!(f.as_mut().poll(&mut Context::from_waker(&tw)).is_pending());
+        assert_eq!(task.0.load(SeqCst), 0);
+        ready.store(true, SeqCst);
+        let w = inner_waker.lock().unwrap().clone().unwrap();
+        std::thread::spawn(move || w.wake()).join().unwrap();
+        assert_eq!(
+            task.0.load(SeqCst),
+            1,
+            "a wake from elsewhere reaches the task"
+        );
+        assert!(f.as_mut().poll(&mut Context::from_waker(&tw)).is_ready());
+        assert_eq!(polls.load(SeqCst), 2);
+    }
+
+    /// Wakes racing with polls from another thread are never lost: each round, a thread
+    /// makes the future ready and wakes it while the task may be polling; the task must
+    /// be woken (or the poll see it ready) every time.
+    #[test]
+    fn wakes_racing_with_polls_are_not_lost() {
+        for _ in 0..2_000 {
+            let (p, _, ready, inner_waker) = probe(0);
+            let task = Arc::new(Counter(AtomicUsize::new(0)));
+            let tw = Waker::from(task.clone());
+            let mut f = Box::pin(Absorb::new(p));
+            assert!(f.as_mut().poll(&mut Context::from_waker(&tw)).is_pending());
+            let w = inner_waker.lock().unwrap().clone().unwrap();
+            let ready2 = ready.clone();
+            let t = std::thread::spawn(move || {
+                ready2.store(true, SeqCst);
+                w.wake();
+            });
+            let done = f.as_mut().poll(&mut Context::from_waker(&tw)).is_ready();
+            t.join().unwrap();
+            if !done {
+                assert!(task.0.load(SeqCst) >= 1, "the wake was lost");
+                assert!(f.as_mut().poll(&mut Context::from_waker(&tw)).is_ready());
+            }
+        }
+    }
+}
