@@ -230,7 +230,9 @@ where
 const MAX_REPOLLS: usize = 8;
 
 /// A future whose wake-ups of itself during its own poll make it poll again at once
-/// (up to [`MAX_REPOLLS`] times), instead of going through the scheduler.
+/// (up to [`MAX_REPOLLS`] times), instead of going through the scheduler. A future out of
+/// tokio's cooperative budget is not polled again: tokio defers the wake of a task out of
+/// budget until its poll has returned, so that wake reaches the task.
 ///
 /// The inner future gets a waker of ours. A wake while we poll only sets `woken`; any
 /// other wake is passed to the task's waker. No wake is lost: every access is `SeqCst`,
@@ -392,6 +394,30 @@ mod tests {
         assert!(f.as_mut().poll(&mut Context::from_waker(&tw)).is_pending());
         assert_eq!(polls.load(SeqCst), MAX_REPOLLS);
         assert_eq!(task.0.load(SeqCst), 1, "woken once, to run again later");
+    }
+
+    #[tokio::test]
+    async fn a_future_out_of_budget_is_not_polled_again_at_once() {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = polls.clone();
+        // Spends tokio's budget until it runs out; then it is pending, and tokio wakes the
+        // task once its poll has returned.
+        let mut spender = Box::pin(async {
+            loop {
+                tokio::task::coop::consume_budget().await;
+            }
+        });
+        let inner = std::future::poll_fn(move |cx| {
+            counted.fetch_add(1, SeqCst);
+            spender.as_mut().poll(cx)
+        });
+        let mut f = Box::pin(Absorb::new(inner));
+        std::future::poll_fn(|cx| {
+            assert!(f.as_mut().poll(cx).is_pending());
+            Poll::Ready(())
+        })
+        .await;
+        assert_eq!(polls.load(SeqCst), 1, "no re-poll without budget");
     }
 
     #[test]
