@@ -25,6 +25,8 @@
 //! idle writer with an empty queue means every earlier write has committed. Whatever may
 //! block (the retries of a storage fault, the checkpoint at the WAL's hard bound) is left
 //! to the writer thread.
+//! The writer thread tells callers their results after releasing the lock ([`Finished`]), so
+//! a caller woken by its result finds the writer free rather than falling back to the queue.
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
@@ -115,6 +117,32 @@ where
         reply,
         result: None,
     }))
+}
+
+/// The commands of a group that ended (committed, or failed for good), not yet told.
+///
+/// Sent after the writer's lock is released, so that a caller woken by its result finds
+/// the writer free (and may commit its next write on its own thread, [`Shared::submit_now`]).
+pub(crate) struct Finished {
+    cmds: Vec<Command>,
+    failed: Option<Box<dyn Fn() -> Error + Send>>,
+}
+
+impl Finished {
+    fn new(batch: &mut Vec<Command>, failed: Option<Box<dyn Fn() -> Error + Send>>) -> Self {
+        Self {
+            cmds: std::mem::take(batch),
+            failed,
+        }
+    }
+
+    /// Tells every caller its result.
+    fn send(self) {
+        let failed = self.failed.as_deref().map(|f| f as &dyn Fn() -> Error);
+        for cmd in self.cmds {
+            cmd.0.finish(failed);
+        }
+    }
 }
 
 /// First wait before a group that met a storage fault runs again; doubled per attempt.
@@ -490,13 +518,14 @@ impl Writer {
         self.feed.subscribe()
     }
 
-    /// Commits a group and finishes its commands, or hands it back (`Err`) after a storage
-    /// fault when `retry` is false.
+    /// Commits a group and returns its commands with their outcome, to be finished once
+    /// the writer's lock is released ([`Finished::send`]); or hands the group back (`Err`,
+    /// left in `batch`) after a storage fault when `retry` is false.
     fn commit_group(
         &mut self,
         batch: &mut Vec<Command>,
         retry: bool,
-    ) -> std::result::Result<(), ()> {
+    ) -> std::result::Result<Finished, ()> {
         let mut backoff = RETRY_FIRST;
         loop {
             let e = match self.attempt(batch) {
@@ -507,10 +536,7 @@ impl Writer {
                     if feed_touched {
                         self.feed.committed(&self.conn);
                     }
-                    for cmd in batch.drain(..) {
-                        cmd.0.finish(None);
-                    }
-                    return Ok(());
+                    return Ok(Finished::new(batch, None));
                 }
                 Err(e) => e,
             };
@@ -522,10 +548,7 @@ impl Writer {
                 tracing::error!(path = %self.path.display(), error = %e, "write transaction failed");
                 let path = self.path.clone();
                 let make = move || Error::Commit(Arc::clone(&e)).at(&path);
-                for cmd in batch.drain(..) {
-                    cmd.0.finish(Some(&make));
-                }
-                return Ok(());
+                return Ok(Finished::new(batch, Some(Box::new(make))));
             }
             if !retry {
                 return Err(());
@@ -538,10 +561,7 @@ impl Writer {
                     path: path.clone(),
                     reason: reason.clone(),
                 };
-                for cmd in batch.drain(..) {
-                    cmd.0.finish(Some(&make));
-                }
-                return Ok(());
+                return Ok(Finished::new(batch, Some(Box::new(make))));
             }
             // Wait (never past the limit, so that giving up happens on time), then run the
             // same group again on the rolled-back database.
@@ -740,6 +760,10 @@ impl Shared {
             drop(q);
             self.wake.notify_one();
         }
+        drop(w);
+        if let Ok(done) = committed {
+            done.send();
+        }
         Ok(())
     }
 
@@ -807,11 +831,20 @@ impl Shared {
                 continue;
             }
             // The writer thread retries storage faults itself, so the group always ends here.
-            let _ = ostler_metrics::store_commit(|| w.commit_group(&mut batch, true));
+            let done = ostler_metrics::store_commit(|| w.commit_group(&mut batch, true));
             if w.at_wal_bound() {
                 // Between groups, outside any transaction, after the callers have their
                 // results; only at the WAL's hard bound.
+                if let Ok(done) = done {
+                    done.send();
+                }
                 w.checkpoint_at_bound();
+            } else {
+                // The lock first: a caller woken by its result finds the writer free.
+                drop(w);
+                if let Ok(done) = done {
+                    done.send();
+                }
             }
         }
     }
