@@ -108,32 +108,16 @@ pub(crate) async fn serve(
                 if let Err(e) = s.set_nodelay(true) {
                     tracing::debug!(listener = %name, error = %e, "cannot set TCP_NODELAY");
                 }
+                let (svc, shutdown) = (svc.clone(), shutdown.clone());
                 match &tls {
-                    None => conns.spawn(connection(s, svc.clone(), shutdown.clone())),
-                    Some(acceptor) => {
-                        let (acceptor, svc, shutdown) =
-                            (acceptor.clone(), svc.clone(), shutdown.clone());
-                        let name = name.clone();
-                        conns.spawn(async move {
-                            let handshake =
-                                tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(s));
-                            let s = tokio::select! {
-                                () = shutdown.cancelled() => return,
-                                r = handshake => match r {
-                                    Ok(Ok(s)) => s,
-                                    Ok(Err(e)) => {
-                                        tracing::debug!(listener = %name, error = %e, "TLS handshake failed");
-                                        return;
-                                    }
-                                    Err(_) => {
-                                        tracing::debug!(listener = %name, "TLS handshake timed out");
-                                        return;
-                                    }
-                                },
-                            };
-                            connection(s, svc, shutdown).await;
-                        })
-                    }
+                    None => conns.spawn(connection(s, svc, shutdown)),
+                    Some(acceptor) => conns.spawn(tls_connection(
+                        acceptor.clone(),
+                        s,
+                        svc,
+                        shutdown,
+                        name.clone(),
+                    )),
                 };
             }
             Ok(Accepted::Unix(s)) => {
@@ -178,6 +162,33 @@ fn broken(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(9 | 14 | 22 | 88))
 }
 
+/// Completes the TLS handshake (within [`HANDSHAKE_TIMEOUT`], given up at `shutdown`), then
+/// serves the connection.
+async fn tls_connection(
+    acceptor: tokio_rustls::TlsAcceptor,
+    s: tokio::net::TcpStream,
+    svc: Svc,
+    shutdown: CancellationToken,
+    listener: String,
+) {
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(s));
+    let s = tokio::select! {
+        () = shutdown.cancelled() => return,
+        r = handshake => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(%listener, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%listener, "TLS handshake timed out");
+                return;
+            }
+        },
+    };
+    connection(s, svc, shutdown).await;
+}
+
 /// Serves one connection until it ends; on `shutdown`, asks it to finish gracefully.
 async fn connection<IO>(io: IO, svc: Svc, shutdown: CancellationToken)
 where
@@ -196,13 +207,9 @@ where
         .max_concurrent_streams(None);
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
-    let done = tokio::select! {
-        r = conn.as_mut() => Some(r),
-        () = shutdown.cancelled() => None,
-    };
-    let r = match done {
-        Some(r) => r,
-        None => {
+    let r = tokio::select! {
+        r = conn.as_mut() => r,
+        () = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
         }
