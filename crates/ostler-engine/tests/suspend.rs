@@ -120,7 +120,7 @@ impl Fake {
                  processes; sessions {:?}",
                 guard(),
                 self.engine.health().await,
-                fake_processes(),
+                fake_processes(&self.cwd),
                 self.engine
                     .list_sessions(Default::default())
                     .await
@@ -197,9 +197,10 @@ impl Fake {
     }
 }
 
-/// Live `ostler-fake-claude` processes that are children of this test process (zombies
-/// excluded: a reaped-to-be child is no longer running).
-fn fake_processes() -> usize {
+/// Live `ostler-fake-claude` processes that are children of this test process and run in
+/// `cwd` (zombies excluded: a reaped-to-be child is no longer running). The other tests of
+/// this binary run at the same time with their own directories: their CLIs are not counted.
+fn fake_processes(cwd: &Path) -> usize {
     let me = std::process::id().to_string();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0;
@@ -211,6 +212,7 @@ fn fake_processes() -> usize {
                 .bytes()
                 .all(|b| b.is_ascii_digit())
         })
+        .filter(|d| std::fs::read_link(d.path().join("cwd")).is_ok_and(|c| c == cwd))
         .filter_map(|d| std::fs::read_to_string(d.path().join("stat")).ok())
         .filter(|stat| {
             // pid (comm) state ppid ...
@@ -276,6 +278,7 @@ async fn forty_sessions_take_turns_on_ten_live_processes() {
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(None::<u64>);
     let sampler = {
         let engine = fx.engine.clone();
+        let cwd = fx.cwd.clone();
         tokio::spawn(async move {
             let mut feed = engine.watch(WatchRequest {
                 after_cursor: 0,
@@ -291,7 +294,7 @@ async fn forty_sessions_take_turns_on_ten_live_processes() {
                         let Some(item) = item else { break };
                         seen = item.expect("feed item").cursor;
                         let live = engine.health().await.expect("health").live_sessions;
-                        let procs = fake_processes();
+                        let procs = fake_processes(&cwd);
                         samples += 1;
                         max_live = max_live.max(live);
                         max_procs = max_procs.max(procs);
@@ -472,7 +475,7 @@ async fn idle_session_suspends_and_resumes_on_demand_for_its_subscriber() {
     );
     assert_eq!(fx.state(&s.id).await, SessionState::Suspended);
     assert_eq!(
-        fake_processes(),
+        fake_processes(&fx.cwd),
         0,
         "the suspended session's process is gone"
     );
