@@ -35,6 +35,10 @@ use crate::hub::{Item, now_ms};
 use crate::shared::{Shared, SlotGuard};
 use crate::types::*;
 
+/// Code of the notice recorded when a user message could not be written to the CLI; its
+/// data names the message's `seq` and `client_message_id`.
+pub(crate) const DELIVERY_FAILED: &str = "delivery_failed";
+
 mod hooks;
 mod interactions;
 mod output;
@@ -627,12 +631,27 @@ impl Actor {
         counted: bool,
     ) -> Result<SendOutcome> {
         if let Err(e) = result {
+            // The CLI never took the message: its client id is free again, so that the
+            // retry UNAVAILABLE asks for is delivered, not answered as a duplicate. The
+            // notice carries the id, so a session rebuilt from its log frees it too.
+            let client_message_id = self
+                .meta
+                .messages
+                .iter()
+                .find(|&(_, &s)| s == seq)
+                .map(|(id, _)| id.clone());
+            if let Some(id) = &client_message_id {
+                self.meta.messages.remove(id);
+            }
             self.emit_logged(EventPayload::EngineNotice(EngineNotice {
-                code: "delivery_failed".into(),
+                code: DELIVERY_FAILED.into(),
                 message: format!(
                     "the user message (seq {seq}) could not be written to the CLI: {e}"
                 ),
-                data: None,
+                data: Some(serde_json::json!({
+                    "seq": seq,
+                    "client_message_id": client_message_id,
+                })),
             }))
             .await;
             if counted && self.turns_outstanding > 0 {

@@ -268,6 +268,133 @@ async fn a_decision_never_exists_without_its_resolution_event() {
     fake.engine.shutdown().await;
 }
 
+/// First run: reads up to the first prompt, closes its stdin, ends the turn, then waits on the
+/// `gate` FIFO next to it before exiting. Any later run (a resume) answers each user message
+/// with a result naming the message's text.
+const CLOSES_STDIN_ONCE: &str = r#"
+d=$(dirname "$0")
+if [ ! -e "$d/ran-once" ]; then
+  : > "$d/ran-once"
+  while IFS= read -r line; do
+    case "$line" in *'"type":"user"'*) break ;; esac
+  done
+  exec 0<&-
+  echo '{"type":"system","subtype":"init","session_id":"fake-3","model":"fake-model","cwd":"/","tools":[]}'
+  echo '{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"num_turns":1,"result":"first","session_id":"fake-3"}'
+  read gate < "$d/gate"
+  exit 0
+fi
+echo '{"type":"system","subtype":"init","session_id":"fake-3","model":"fake-model","cwd":"/","tools":[]}'
+while IFS= read -r line; do
+  case "$line" in
+    *'retry me'*)
+      echo '{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"num_turns":1,"result":"got retry me","session_id":"fake-3"}'
+      ;;
+  esac
+done
+"#;
+
+/// A message whose write to the CLI fails is answered UNAVAILABLE ("retry later"), and the
+/// retry with the same client message id is then delivered: not answered as a duplicate
+/// of the message the CLI never took, neither by the live actor nor by a session resumed
+/// (rebuilt from its log) after the CLI exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_cli_never_took_is_delivered_on_retry_with_the_same_id() {
+    let fake = Fake::start(CLOSES_STDIN_ONCE).await;
+    let gate = fake.cwd.parent().unwrap().join("gate");
+    #[allow(clippy::disallowed_methods)] // the test's own set-up, not a session's process
+    let made = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let s = fake.session(Some("first")).await;
+    let mut sub = fake.follow(&s.id).await;
+    until(&mut sub, |e| {
+        matches!(e.payload, EventPayload::TurnCompleted(_))
+    })
+    .await;
+    let send = || {
+        tokio::time::timeout(
+            guard(),
+            fake.engine.send_message(
+                &s.id,
+                SendMessage {
+                    content: MessageContent::Text("retry me".into()),
+                    client_message_id: Some("m-1".into()),
+                    client: ClientRef::default(),
+                },
+            ),
+        )
+    };
+    // The CLI's stdin is closed: the write fails, twice, and neither answer is a duplicate.
+    for attempt in 1..=2 {
+        match send().await.expect("an answer within the guard") {
+            Err(e) => assert_eq!(
+                e.code_kind(),
+                CodeKind::Unavailable,
+                "attempt {attempt}: {e}"
+            ),
+            Ok(o) => panic!("attempt {attempt}: the write to a closed stdin succeeded: {o:?}"),
+        }
+        let failed = until(
+            &mut sub,
+            |e| matches!(&e.payload, EventPayload::EngineNotice(n) if n.code == "delivery_failed"),
+        )
+        .await;
+        let EventPayload::EngineNotice(n) = &failed.payload else {
+            unreachable!()
+        };
+        let data = n.data.as_ref().expect("the notice names the message");
+        assert_eq!(data["client_message_id"], "m-1");
+        assert!(
+            data["seq"]
+                .as_u64()
+                .is_some_and(|seq| seq < failed.seq.unwrap())
+        );
+    }
+    // The CLI exits; resumed at once (the resume waits for the old actor to finish, not
+    // "already running"), the session rebuilds its ids from its log, and the retry reaches
+    // the new CLI.
+    tokio::task::spawn_blocking(move || std::fs::write(gate, "go\n"))
+        .await
+        .unwrap()
+        .unwrap();
+    until(
+        &mut sub,
+        |e| matches!(&e.payload, EventPayload::StateChanged(c) if c.to == SessionState::Exited),
+    )
+    .await;
+    let fresh = ResumeOptions {
+        fresh_if_missing: true, // a fake CLI writes no transcript
+        ..Default::default()
+    };
+    tokio::time::timeout(guard(), fake.engine.resume_session(&s.id, fresh))
+        .await
+        .unwrap()
+        .unwrap();
+    let last_failure = fake.store.last_seq(&s.id).unwrap();
+    let sent = send()
+        .await
+        .expect("an answer within the guard")
+        .expect("the retry is delivered");
+    assert!(!sent.duplicate, "the retry was answered as a duplicate");
+    assert!(sent.seq > last_failure);
+    let end = until(&mut sub, |e| {
+        matches!(e.payload, EventPayload::TurnCompleted(_)) && e.seq.unwrap() > sent.seq
+    })
+    .await;
+    let EventPayload::TurnCompleted(r) = &end.payload else {
+        unreachable!()
+    };
+    assert_eq!(r.result.as_deref(), Some("got retry me"));
+    // Delivered once: a further retry with the same id is the duplicate now.
+    let again = send().await.unwrap().unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.seq, sent.seq);
+    fake.engine.shutdown().await;
+}
+
 /// Stores `n` sessions in `state` directly (as an earlier daemon run would have left them).
 async fn stored_sessions(store: &Store, cwd: &Path, state: SessionState, n: usize) -> Vec<String> {
     let mut ids = Vec::new();

@@ -13,7 +13,7 @@ use ostler_supervisor::{CliOptions, Installation, SessionProcess, SpawnOptions};
 use serde::{Deserialize, Serialize};
 
 use super::{Engine, KNOWN_MODES};
-use crate::actor::{Actor, ActorOptions};
+use crate::actor::{Actor, ActorOptions, DELIVERY_FAILED};
 use crate::blocking::blocking;
 use crate::error::{Error, Result};
 use crate::handle::{Meta, SessionEntry};
@@ -798,12 +798,15 @@ impl Engine {
         let entry = self.entry(session_id).await?;
         let _life = entry.lifecycle.lock().await;
         if let Some(h) = self.live_handle(session_id) {
-            if !entry.suspending.load(std::sync::atomic::Ordering::SeqCst) {
+            // Suspending right now, or its process gone and its end already shown (a
+            // client that saw the session's exit may resume at once): resume it once
+            // its actor has finished.
+            let ending = !LIVE_STATES.contains(&h.view().state);
+            if !ending && !entry.suspending.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err(Error::precondition(format!(
                     "session {session_id:?} is already running"
                 )));
             }
-            // Suspending right now: resume it once its process has ended.
             h.ended().await;
         }
         let rec = self.record(session_id).await?;
@@ -962,6 +965,16 @@ impl Engine {
                     Ok(EventPayload::UserMessageSent(u)) => {
                         if let Some(id) = u.client_message_id {
                             meta.messages.entry(id).or_insert(ev.seq);
+                        }
+                    }
+                    // A message its CLI never took frees its client id for a retry.
+                    Ok(EventPayload::EngineNotice(n)) if n.code == DELIVERY_FAILED => {
+                        if let Some(d) = n.data
+                            && let (Some(id), Some(seq)) =
+                                (d["client_message_id"].as_str(), d["seq"].as_u64())
+                            && meta.messages.get(id) == Some(&seq)
+                        {
+                            meta.messages.remove(id);
                         }
                     }
                     _ => {}
