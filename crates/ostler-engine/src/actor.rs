@@ -39,6 +39,18 @@ use crate::types::*;
 /// data names the message's `seq` and `client_message_id`.
 pub(crate) const DELIVERY_FAILED: &str = "delivery_failed";
 
+/// The notice of a user message the CLI never took.
+fn delivery_failed(seq: u64, client_message_id: Option<String>, why: &str) -> EventPayload {
+    EventPayload::EngineNotice(EngineNotice {
+        code: DELIVERY_FAILED.into(),
+        message: format!("the user message (seq {seq}) could not be written to the CLI: {why}"),
+        data: Some(serde_json::json!({
+            "seq": seq,
+            "client_message_id": client_message_id,
+        })),
+    })
+}
+
 mod hooks;
 mod interactions;
 mod output;
@@ -337,6 +349,18 @@ impl Actor {
                 ProcessEvent::Exited(info) => {
                     self.flush().await;
                     self.exited(info).await;
+                    // Writes that failed while the process was ending are still recorded
+                    // and answered (their ids freed); other queued calls are dropped and
+                    // their callers told the session ended.
+                    self.cmds.close();
+                    while let Ok(cmd) = self.cmds.try_recv() {
+                        if let Command::SendWritten {
+                            seq, result, reply, ..
+                        } = cmd
+                        {
+                            let _ = reply.send(self.send_written(seq, result, false).await);
+                        }
+                    }
                     return;
                 }
             }
@@ -567,8 +591,8 @@ impl Actor {
             }
         };
         let seq = event.seq.unwrap_or_default();
-        if let Some(id) = msg.client_message_id {
-            self.meta.messages.insert(id, seq);
+        if let Some(id) = &msg.client_message_id {
+            self.meta.messages.insert(id.clone(), seq);
         }
         let content = match msg.content {
             MessageContent::Text(t) => UserContent::Text(t),
@@ -588,7 +612,8 @@ impl Actor {
         self.turns_outstanding += 1;
         self.settle_state(Some("user message".into())).await;
         let tx = self.self_tx.clone();
-        let sid = self.sid().to_owned();
+        let entry = self.entry.clone();
+        let client_message_id = msg.client_message_id;
         tokio::spawn(async move {
             let result = ack.written().await;
             if result.is_ok() {
@@ -601,13 +626,23 @@ impl Actor {
                 }));
                 return;
             }
-            let gone = move |reply: oneshot::Sender<Result<SendOutcome>>| {
+            // The actor is gone: the notice is recorded from here (the log frees the
+            // id for the session's next process), then the caller is told.
+            let gone = async move |reply: oneshot::Sender<Result<SendOutcome>>,
+                                   result: ostler_supervisor::Result<()>| {
+                let e = result.err().map(|e| e.to_string()).unwrap_or_default();
+                let notice = delivery_failed(seq, client_message_id, &e);
+                if let Err(err) = entry.hub.emit_one(notice).await {
+                    tracing::error!(session = %entry.id, error = %err, "cannot record event");
+                }
                 let _ = reply.send(Err(Error::precondition(format!(
-                    "session {sid:?} ended before its CLI took the message"
+                    "session {:?} ended before its CLI took the message ({e}); resume it \
+                     and send again",
+                    entry.id
                 ))));
             };
             let Some(tx) = tx.upgrade() else {
-                gone(reply);
+                gone(reply, result).await;
                 return;
             };
             let cmd = Command::SendWritten {
@@ -616,10 +651,10 @@ impl Actor {
                 result,
                 reply,
             };
-            if let Err(mpsc::error::SendError(Command::SendWritten { reply, .. })) =
+            if let Err(mpsc::error::SendError(Command::SendWritten { reply, result, .. })) =
                 tx.send(cmd).await
             {
-                gone(reply);
+                gone(reply, result).await;
             }
         });
     }
@@ -643,17 +678,8 @@ impl Actor {
             if let Some(id) = &client_message_id {
                 self.meta.messages.remove(id);
             }
-            self.emit_logged(EventPayload::EngineNotice(EngineNotice {
-                code: DELIVERY_FAILED.into(),
-                message: format!(
-                    "the user message (seq {seq}) could not be written to the CLI: {e}"
-                ),
-                data: Some(serde_json::json!({
-                    "seq": seq,
-                    "client_message_id": client_message_id,
-                })),
-            }))
-            .await;
+            self.emit_logged(delivery_failed(seq, client_message_id, &e.to_string()))
+                .await;
             if counted && self.turns_outstanding > 0 {
                 self.turns_outstanding -= 1;
                 self.settle_state(None).await;

@@ -268,8 +268,9 @@ async fn a_decision_never_exists_without_its_resolution_event() {
     fake.engine.shutdown().await;
 }
 
-/// First run: reads up to the first prompt, closes its stdin, ends the turn, then waits on the
-/// `gate` FIFO next to it before exiting. Any later run (a resume) answers each user message
+/// First run: reads up to the first prompt, closes its stdin (or, with a `hold` file next
+/// to it, only stops reading it), ends the turn, then waits on the `gate` FIFO next to it
+/// before exiting. Any later run (a resume) answers each user message
 /// with a result naming the message's text.
 const CLOSES_STDIN_ONCE: &str = r#"
 d=$(dirname "$0")
@@ -278,7 +279,7 @@ if [ ! -e "$d/ran-once" ]; then
   while IFS= read -r line; do
     case "$line" in *'"type":"user"'*) break ;; esac
   done
-  exec 0<&-
+  [ -e "$d/hold" ] || exec 0<&-
   echo '{"type":"system","subtype":"init","session_id":"fake-3","model":"fake-model","cwd":"/","tools":[]}'
   echo '{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"num_turns":1,"result":"first","session_id":"fake-3"}'
   read gate < "$d/gate"
@@ -301,13 +302,7 @@ done
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_cli_never_took_is_delivered_on_retry_with_the_same_id() {
     let fake = Fake::start(CLOSES_STDIN_ONCE).await;
-    let gate = fake.cwd.parent().unwrap().join("gate");
-    #[allow(clippy::disallowed_methods)] // the test's own set-up, not a session's process
-    let made = std::process::Command::new("mkfifo")
-        .arg(&gate)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    let gate = make_gate(&fake);
     let s = fake.session(Some("first")).await;
     let mut sub = fake.follow(&s.id).await;
     until(&mut sub, |e| {
@@ -356,31 +351,56 @@ async fn a_message_the_cli_never_took_is_delivered_on_retry_with_the_same_id() {
     // The CLI exits; resumed at once (the resume waits for the old actor to finish, not
     // "already running"), the session rebuilds its ids from its log, and the retry reaches
     // the new CLI.
-    tokio::task::spawn_blocking(move || std::fs::write(gate, "go\n"))
-        .await
-        .unwrap()
-        .unwrap();
+    open_gate(gate).await;
     until(
         &mut sub,
         |e| matches!(&e.payload, EventPayload::StateChanged(c) if c.to == SessionState::Exited),
     )
     .await;
+    resume_and_retry(&fake, &s.id, &mut sub, send).await;
+}
+
+/// A FIFO the fake CLI waits on before it exits.
+fn make_gate(fake: &Fake) -> PathBuf {
+    let gate = fake.cwd.parent().unwrap().join("gate");
+    #[allow(clippy::disallowed_methods)] // the test's own set-up, not a session's process
+    let made = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    gate
+}
+
+async fn open_gate(gate: PathBuf) {
+    tokio::task::spawn_blocking(move || std::fs::write(gate, "go\n"))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// Resumes the exited session, then `send` must be delivered (not a duplicate) and
+/// answered by the new CLI; sent again, it is the duplicate.
+async fn resume_and_retry<F>(fake: &Fake, id: &str, sub: &mut Subscription, send: impl Fn() -> F)
+where
+    F: Future<Output = Result<Result<SendOutcome>, tokio::time::error::Elapsed>>,
+{
     let fresh = ResumeOptions {
         fresh_if_missing: true, // a fake CLI writes no transcript
         ..Default::default()
     };
-    tokio::time::timeout(guard(), fake.engine.resume_session(&s.id, fresh))
+    tokio::time::timeout(guard(), fake.engine.resume_session(id, fresh))
         .await
         .unwrap()
         .unwrap();
-    let last_failure = fake.store.last_seq(&s.id).unwrap();
+    let last_failure = fake.store.last_seq(id).unwrap();
     let sent = send()
         .await
         .expect("an answer within the guard")
         .expect("the retry is delivered");
     assert!(!sent.duplicate, "the retry was answered as a duplicate");
     assert!(sent.seq > last_failure);
-    let end = until(&mut sub, |e| {
+    let end = until(sub, |e| {
         matches!(e.payload, EventPayload::TurnCompleted(_)) && e.seq.unwrap() > sent.seq
     })
     .await;
@@ -393,6 +413,73 @@ async fn a_message_the_cli_never_took_is_delivered_on_retry_with_the_same_id() {
     assert!(again.duplicate);
     assert_eq!(again.seq, sent.seq);
     fake.engine.shutdown().await;
+}
+
+/// A message still being written when the CLI exits (it stopped reading stdin; the message
+/// is larger than the pipe) fails, whichever of the session's paths sees the failure first
+/// (the live actor, the actor at its end, or the write's own task once the actor is gone):
+/// the failure is recorded with the message's id, and after a resume the retry with that
+/// id is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_cut_off_by_the_cli_exiting_is_delivered_on_retry_with_the_same_id() {
+    let fake = Fake::start(CLOSES_STDIN_ONCE).await;
+    std::fs::write(fake.cwd.parent().unwrap().join("hold"), "").unwrap();
+    let gate = make_gate(&fake);
+    let s = fake.session(Some("first")).await;
+    let mut sub = fake.follow(&s.id).await;
+    until(&mut sub, |e| {
+        matches!(e.payload, EventPayload::TurnCompleted(_))
+    })
+    .await;
+    let text = format!("retry me {}", "z".repeat(256 * 1024));
+    let send = || {
+        tokio::time::timeout(
+            guard(),
+            fake.engine.send_message(
+                &s.id,
+                SendMessage {
+                    content: MessageContent::Text(text.clone()),
+                    client_message_id: Some("m-2".into()),
+                    client: ClientRef::default(),
+                },
+            ),
+        )
+    };
+    let first = send();
+    let exit = async {
+        // Recorded, so its write is under way (and stuck on the full pipe): the CLI exits.
+        until(&mut sub, |e| {
+            matches!(e.payload, EventPayload::UserMessageSent(_))
+        })
+        .await;
+        open_gate(gate).await;
+    };
+    let (answer, ()) = tokio::join!(first, exit);
+    let e = answer
+        .expect("an answer within the guard")
+        .expect_err("a message the CLI never read was acknowledged");
+    eprintln!("the first send: {e}");
+    assert!(
+        matches!(
+            e.code_kind(),
+            CodeKind::Unavailable | CodeKind::FailedPrecondition
+        ),
+        "{e}"
+    );
+    // Both the failure (with the id) and the exit are recorded, in either order.
+    let (mut failed, mut exited) = (false, false);
+    while !(failed && exited) {
+        let ev = until(&mut sub, |_| true).await;
+        match &ev.payload {
+            EventPayload::EngineNotice(n) if n.code == "delivery_failed" => {
+                assert_eq!(n.data.as_ref().unwrap()["client_message_id"], "m-2");
+                failed = true;
+            }
+            EventPayload::StateChanged(c) if c.to == SessionState::Exited => exited = true,
+            _ => {}
+        }
+    }
+    resume_and_retry(&fake, &s.id, &mut sub, send).await;
 }
 
 /// Stores `n` sessions in `state` directly (as an earlier daemon run would have left them).
