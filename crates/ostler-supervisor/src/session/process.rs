@@ -62,7 +62,17 @@ impl Drop for DropGuard {
         if !self.0.exited() {
             self.0.set_requested();
             self.0.kill_group(Signal::SIGKILL);
-            self.0.kill_tree(true);
+            // The processes outside the group: a scan of /proc that may wait up to
+            // `SETTLE_FOR` for a process caught mid-exec. The last handle is often dropped
+            // on an async worker, which must not block that long: the scan runs on a thread
+            // of its own (inline only if no thread can be started).
+            let shared = self.0.clone();
+            let scan = std::thread::Builder::new()
+                .name("ostler-reap".into())
+                .spawn(move || shared.kill_tree(true));
+            if scan.is_err() {
+                self.0.kill_tree(true);
+            }
         }
     }
 }
