@@ -86,6 +86,16 @@ pub struct ServerOptions {
     pub health_interval: Duration,
     /// How long to wait for open calls after shutdown began before giving up on them.
     pub drain_timeout: Duration,
+    /// Connections served at once, over every listener. One more is closed as soon as it
+    /// is accepted: its client sees `UNAVAILABLE` and can retry later. At least 1.
+    pub max_connections: usize,
+    /// HTTP/2 keep-alive: a PING after this long without a frame from the client, and the
+    /// connection closed if the PING is not answered within [`Self::keepalive_timeout`]. A
+    /// client gone without closing its connection (a phone off the network) then stops
+    /// holding its calls and subscriptions. `None`: never.
+    pub keepalive_interval: Option<Duration>,
+    /// See [`Self::keepalive_interval`].
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -95,6 +105,9 @@ impl Default for ServerOptions {
             tls: None,
             health_interval: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(5),
+            max_connections: 1024,
+            keepalive_interval: Some(Duration::from_secs(60)),
+            keepalive_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -182,6 +195,7 @@ impl Server {
                 .service(routes),
         );
 
+        let conns = listen::Conns::new(&opts);
         let mut tasks = tokio::task::JoinSet::new();
         for l in listeners {
             let name = l.describe();
@@ -190,7 +204,7 @@ impl Server {
                 Listener::Tcp(_) => tls.clone(),
                 Listener::Unix { .. } => None,
             };
-            let fut = listen::serve(l, tls, svc.clone(), shutdown.clone());
+            let fut = listen::serve(l, tls, svc.clone(), conns.clone(), shutdown.clone());
             tasks.spawn(finish(name, fut));
         }
 

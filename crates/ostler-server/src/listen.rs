@@ -82,6 +82,50 @@ pub(crate) fn tls_acceptor(t: &TlsOptions) -> Result<tokio_rustls::TlsAcceptor> 
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
 }
 
+/// What every connection shares: the connection slots (over all listeners), the
+/// refusals' slots and service, and the HTTP/2 settings.
+#[derive(Clone)]
+pub(crate) struct Conns {
+    slots: Arc<tokio::sync::Semaphore>,
+    max: usize,
+    refusing: Arc<tokio::sync::Semaphore>,
+    refuse: Svc,
+    keepalive: Option<(Duration, Duration)>,
+}
+
+impl Conns {
+    pub(crate) fn new(opts: &crate::ServerOptions) -> Self {
+        let max = opts.max_connections.max(1);
+        let message = format!(
+            "the daemon serves {max} connections at once (listen.max_connections) and all \
+             are in use; retry later"
+        );
+        let refuse = tower::service_fn(move |_req: http::Request<tonic::body::Body>| {
+            let status = tonic::Status::unavailable(message.clone());
+            std::future::ready(Ok::<_, std::convert::Infallible>(status.into_http()))
+        });
+        Self {
+            slots: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+            refusing: Arc::new(tokio::sync::Semaphore::new(REFUSING_MAX)),
+            refuse: tower::util::BoxCloneService::new(refuse),
+            keepalive: opts
+                .keepalive_interval
+                .map(|every| (every, opts.keepalive_timeout)),
+        }
+    }
+}
+
+/// Connections over the cap answered (every call UNAVAILABLE) at once; more are closed
+/// unanswered.
+const REFUSING_MAX: usize = 64;
+
+/// How long a refused connection is kept to answer its calls.
+const REFUSING_FOR: Duration = Duration::from_secs(5);
+
+/// How often a listener says that it refuses connections over the cap (at most).
+const REFUSED_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// Accepts on `listener` until `shutdown`, serving each connection on a task of its own;
 /// then stops accepting (the listening socket closes), asks every connection to finish
 /// gracefully (HTTP/2 GOAWAY: calls in progress go on) and waits for them. Dropping the
@@ -90,10 +134,13 @@ pub(crate) async fn serve(
     listener: Listener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     svc: Svc,
+    shared: Conns,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let name = listener.describe();
     let mut conns = JoinSet::new();
+    let mut refused = 0u64;
+    let mut refused_logged: Option<tokio::time::Instant> = None;
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -101,28 +148,8 @@ pub(crate) async fn serve(
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
             a = accept(&listener) => a,
         };
-        match accepted {
-            Ok(Accepted::Tcp(s)) => {
-                // Without TCP_NODELAY, Nagle + delayed ACK add ~40 ms to responses of
-                // several segments.
-                if let Err(e) = s.set_nodelay(true) {
-                    tracing::debug!(listener = %name, error = %e, "cannot set TCP_NODELAY");
-                }
-                let (svc, shutdown) = (svc.clone(), shutdown.clone());
-                match &tls {
-                    None => conns.spawn(connection(s, svc, shutdown)),
-                    Some(acceptor) => conns.spawn(tls_connection(
-                        acceptor.clone(),
-                        s,
-                        svc,
-                        shutdown,
-                        name.clone(),
-                    )),
-                };
-            }
-            Ok(Accepted::Unix(s)) => {
-                conns.spawn(connection(s, svc.clone(), shutdown.clone()));
-            }
+        let accepted = match accepted {
+            Ok(a) => a,
             Err(source) if broken(&source) => {
                 return Err(Error::Io {
                     listener: name,
@@ -135,8 +162,63 @@ pub(crate) async fn serve(
                 // off a little so a full descriptor table is not a busy loop.
                 tracing::warn!(listener = %name, error = %e, "accept failed; retrying");
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             }
-        }
+        };
+        // Over the cap: the connection is served only to answer every call UNAVAILABLE
+        // (a message that names the cap), for a few seconds, so the client fails fast and
+        // retries rather than waiting in the backlog. Past that many refusals at once, it
+        // is closed unanswered.
+        let (slot, svc, lifetime) = match shared.slots.clone().try_acquire_owned() {
+            Ok(slot) => (slot, svc.clone(), None),
+            Err(_) => {
+                refused += 1;
+                if refused_logged.is_none_or(|t| t.elapsed() >= REFUSED_LOG_EVERY) {
+                    tracing::warn!(
+                        listener = %name,
+                        max_connections = shared.max,
+                        refused,
+                        "too many connections; refusing new ones (listen.max_connections)"
+                    );
+                    refused_logged = Some(tokio::time::Instant::now());
+                }
+                match shared.refusing.clone().try_acquire_owned() {
+                    Ok(slot) => (slot, shared.refuse.clone(), Some(REFUSING_FOR)),
+                    Err(_) => continue,
+                }
+            }
+        };
+        let (conn_shutdown, keepalive) = (shutdown.clone(), shared.keepalive);
+        let served: Pin<Box<dyn Future<Output = ()> + Send>> = match accepted {
+            Accepted::Tcp(s) => {
+                // Without TCP_NODELAY, Nagle + delayed ACK add ~40 ms to responses of
+                // several segments.
+                if let Err(e) = s.set_nodelay(true) {
+                    tracing::debug!(listener = %name, error = %e, "cannot set TCP_NODELAY");
+                }
+                match &tls {
+                    None => Box::pin(connection(s, svc, keepalive, conn_shutdown)),
+                    Some(acceptor) => Box::pin(tls_connection(
+                        acceptor.clone(),
+                        s,
+                        svc,
+                        keepalive,
+                        conn_shutdown,
+                        name.clone(),
+                    )),
+                }
+            }
+            Accepted::Unix(s) => Box::pin(connection(s, svc, keepalive, conn_shutdown)),
+        };
+        conns.spawn(async move {
+            let _slot = slot;
+            match lifetime {
+                None => served.await,
+                Some(d) => {
+                    let _ = tokio::time::timeout(d, served).await;
+                }
+            }
+        });
     }
     // Stop accepting now: new clients are refused rather than left waiting.
     drop(listener);
@@ -168,6 +250,7 @@ async fn tls_connection(
     acceptor: tokio_rustls::TlsAcceptor,
     s: tokio::net::TcpStream,
     svc: Svc,
+    keepalive: Option<(Duration, Duration)>,
     shutdown: CancellationToken,
     listener: String,
 ) {
@@ -186,12 +269,17 @@ async fn tls_connection(
             }
         },
     };
-    connection(s, svc, shutdown).await;
+    connection(s, svc, keepalive, shutdown).await;
 }
 
 /// Serves one connection until it ends; on `shutdown`, asks it to finish gracefully.
-async fn connection<IO>(io: IO, svc: Svc, shutdown: CancellationToken)
-where
+/// `keepalive`: the PING interval and how long an answer may take.
+async fn connection<IO>(
+    io: IO,
+    svc: Svc,
+    keepalive: Option<(Duration, Duration)>,
+    shutdown: CancellationToken,
+) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc = TowerToHyperService::new(
@@ -205,6 +293,11 @@ where
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(None);
+    if let Some((every, timeout)) = keepalive {
+        builder
+            .keep_alive_interval(Some(every))
+            .keep_alive_timeout(timeout);
+    }
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let r = tokio::select! {

@@ -104,6 +104,12 @@ pub struct ListenConfig {
     /// TCP address; port 0 picks a free port (see `--ready-file`). Empty string: no TCP.
     pub addr: String,
     pub unix_socket: Option<PathBuf>,
+    /// gRPC connections served at once (TCP and Unix together); more are closed at once.
+    pub max_connections: u64,
+    /// HTTP/2 PING after this many seconds without a frame from a client; 0: never.
+    pub keepalive_secs: u64,
+    /// A PING not answered within this many seconds closes the connection.
+    pub keepalive_timeout_secs: u64,
 }
 
 impl Default for ListenConfig {
@@ -111,9 +117,15 @@ impl Default for ListenConfig {
         Self {
             addr: DEFAULT_ADDR.to_owned(),
             unix_socket: None,
+            max_connections: 1024,
+            keepalive_secs: 60,
+            keepalive_timeout_secs: 20,
         }
     }
 }
+
+/// Most connections `listen.max_connections` may allow (each is a file descriptor).
+pub const MAX_CONNECTIONS: u64 = 1 << 20;
 
 #[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -477,6 +489,10 @@ pub struct Validated {
     pub cgroup: ostler_supervisor::cgroup::CgroupSetting,
     /// `runtime.worker_threads` (`None`: tokio's default).
     pub worker_threads: Option<usize>,
+    /// `listen.max_connections`.
+    pub max_connections: usize,
+    /// `listen.keepalive_secs` and `listen.keepalive_timeout_secs` (`None`: off).
+    pub keepalive: Option<(std::time::Duration, std::time::Duration)>,
 }
 
 impl Config {
@@ -608,6 +624,7 @@ impl Config {
         self.validate_session_env()?;
         let metrics = self.validate_metrics()?;
         let worker_threads = self.validate_worker_threads()?;
+        let (max_connections, keepalive) = self.validate_connections()?;
         let cgroup = self
             .sessions
             .cgroup
@@ -621,6 +638,8 @@ impl Config {
             .collect::<Result<Vec<_>>>()?;
         Ok(Validated {
             worker_threads,
+            max_connections,
+            keepalive,
             cgroup,
             metrics,
             notifiers,
@@ -637,7 +656,34 @@ impl Config {
     }
 }
 
+/// A connection cap and the keep-alive (interval, timeout), validated.
+type Connections = (usize, Option<(std::time::Duration, std::time::Duration)>);
+
 impl Config {
+    fn validate_connections(&self) -> Result<Connections> {
+        let l = &self.listen;
+        if l.max_connections == 0 || l.max_connections > MAX_CONNECTIONS {
+            bail!(
+                "listen.max_connections: {} is out of range; 1 to {MAX_CONNECTIONS} (each \
+                 connection is a file descriptor: keep it under the daemon's `ulimit -n`)",
+                l.max_connections
+            );
+        }
+        let keepalive = match (l.keepalive_secs, l.keepalive_timeout_secs) {
+            (0, _) => None,
+            (_, 0) => bail!(
+                "listen.keepalive_timeout_secs: 0 would close every connection at its first \
+                 PING; give the client at least 1 second (or set listen.keepalive_secs = 0 \
+                 to send no PINGs)"
+            ),
+            (every, timeout) => Some((
+                std::time::Duration::from_secs(every),
+                std::time::Duration::from_secs(timeout),
+            )),
+        };
+        Ok((usize::try_from(l.max_connections)?, keepalive))
+    }
+
     fn validate_worker_threads(&self) -> Result<Option<usize>> {
         match self.runtime.worker_threads {
             0 => Ok(None),
@@ -774,6 +820,35 @@ mod tests {
         let c = load(Some(&f), &Overrides::default()).unwrap();
         assert_eq!(c.validate().unwrap().worker_threads, Some(1));
         // Too many: see `bad_values_name_their_key`.
+    }
+
+    #[test]
+    fn connection_keys_default_and_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(dir.path(), "a.toml", "[store]\npath = \"/tmp/x.db\"\n");
+        let v = load(Some(&f), &Overrides::default())
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(v.max_connections, 1024);
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(v.keepalive, Some((secs(60), secs(20))));
+        let f = write(
+            dir.path(),
+            "b.toml",
+            "[store]\npath = \"/tmp/x.db\"\n[listen]\nmax_connections = 8\n\
+             keepalive_secs = 0\nkeepalive_timeout_secs = 0\n",
+        );
+        let v = load(Some(&f), &Overrides::default())
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(v.max_connections, 8);
+        assert_eq!(
+            v.keepalive, None,
+            "0: no PINGs (the timeout is then unused)"
+        );
+        // Out of range: see `bad_values_name_their_key`.
     }
 
     #[test]
@@ -919,6 +994,14 @@ mod tests {
             (
                 Box::new(|c| c.runtime.worker_threads = 100_000),
                 "runtime.worker_threads",
+            ),
+            (
+                Box::new(|c| c.listen.max_connections = 0),
+                "listen.max_connections",
+            ),
+            (
+                Box::new(|c| c.listen.keepalive_timeout_secs = 0),
+                "listen.keepalive_timeout_secs",
             ),
             (
                 Box::new(|c| c.sessions.allowed_roots = vec!["/nonexistent/root".into()]),

@@ -336,6 +336,12 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     let server_opts = ostler_server::ServerOptions {
         tokens: valid.tokens.clone(),
         tls,
+        max_connections: valid.max_connections,
+        keepalive_interval: valid.keepalive.map(|(every, _)| every),
+        keepalive_timeout: valid.keepalive.map_or(
+            ostler_server::ServerOptions::default().keepalive_timeout,
+            |(_, t)| t,
+        ),
         ..Default::default()
     };
     let info = ostler_server::DaemonInfo::new(
