@@ -39,6 +39,23 @@ use crate::types::*;
 /// data names the message's `seq` and `client_message_id`.
 pub(crate) const DELIVERY_FAILED: &str = "delivery_failed";
 
+/// The answer to a send whose message the CLI never took. At shutdown the session comes
+/// back (resumable) with the daemon: retry later. Otherwise the CLI is ending by itself,
+/// and a plain retry would fail the same way until the session is resumed.
+fn not_taken(sid: &str, why: &str, shutting_down: bool) -> Error {
+    if shutting_down {
+        Error::Unavailable(format!(
+            "the daemon is shutting down and the CLI of session {sid:?} did not take the \
+             message ({why}); send it again (same client_message_id) once the daemon is back"
+        ))
+    } else {
+        Error::precondition(format!(
+            "the CLI of session {sid:?} did not take the message ({why}): its process is \
+             ending; resume the session and send again (the client_message_id is free again)"
+        ))
+    }
+}
+
 /// The notice of a user message the CLI never took.
 fn delivery_failed(seq: u64, client_message_id: Option<String>, why: &str) -> EventPayload {
     EventPayload::EngineNotice(EngineNotice {
@@ -613,6 +630,7 @@ impl Actor {
         self.settle_state(Some("user message".into())).await;
         let tx = self.self_tx.clone();
         let entry = self.entry.clone();
+        let shared = self.shared.clone();
         let client_message_id = msg.client_message_id;
         tokio::spawn(async move {
             let result = ack.written().await;
@@ -635,11 +653,7 @@ impl Actor {
                 if let Err(err) = entry.hub.emit_one(notice).await {
                     tracing::error!(session = %entry.id, error = %err, "cannot record event");
                 }
-                let _ = reply.send(Err(Error::precondition(format!(
-                    "session {:?} ended before its CLI took the message ({e}); resume it \
-                     and send again",
-                    entry.id
-                ))));
+                let _ = reply.send(Err(not_taken(&entry.id, &e, shared.is_shutting_down())));
             };
             let Some(tx) = tx.upgrade() else {
                 gone(reply, result).await;
@@ -666,9 +680,9 @@ impl Actor {
         counted: bool,
     ) -> Result<SendOutcome> {
         if let Err(e) = result {
-            // The CLI never took the message: its client id is free again, so that the
-            // retry UNAVAILABLE asks for is delivered, not answered as a duplicate. The
-            // notice carries the id, so a session rebuilt from its log frees it too.
+            // The CLI never took the message: its client id is free again, so that a
+            // retry is delivered, not answered as a duplicate. The notice carries the id,
+            // so a session rebuilt from its log frees it too.
             let client_message_id = self
                 .meta
                 .messages
@@ -684,10 +698,8 @@ impl Actor {
                 self.turns_outstanding -= 1;
                 self.settle_state(None).await;
             }
-            return Err(Error::Unavailable(format!(
-                "the CLI of session {:?} did not take the message: {e}",
-                self.sid()
-            )));
+            let shutting_down = self.shutdown || self.shared.is_shutting_down();
+            return Err(not_taken(self.sid(), &e.to_string(), shutting_down));
         }
         Ok(SendOutcome {
             seq,

@@ -295,10 +295,10 @@ while IFS= read -r line; do
 done
 "#;
 
-/// A message whose write to the CLI fails is answered UNAVAILABLE ("retry later"), and the
-/// retry with the same client message id is then delivered: not answered as a duplicate
-/// of the message the CLI never took, neither by the live actor nor by a session resumed
-/// (rebuilt from its log) after the CLI exited.
+/// A message whose write to the CLI fails is answered FAILED_PRECONDITION (the process is
+/// ending: resume, then send again), and the retry with the same client message id is then
+/// delivered: not answered as a duplicate of the message the CLI never took, neither by
+/// the live actor nor by a session resumed (rebuilt from its log) after the CLI exited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_cli_never_took_is_delivered_on_retry_with_the_same_id() {
     let fake = Fake::start(CLOSES_STDIN_ONCE).await;
@@ -325,9 +325,10 @@ async fn a_message_the_cli_never_took_is_delivered_on_retry_with_the_same_id() {
     // The CLI's stdin is closed: the write fails, twice, and neither answer is a duplicate.
     for attempt in 1..=2 {
         match send().await.expect("an answer within the guard") {
+            // Not UNAVAILABLE: a plain retry would fail the same way until a resume.
             Err(e) => assert_eq!(
                 e.code_kind(),
-                CodeKind::Unavailable,
+                CodeKind::FailedPrecondition,
                 "attempt {attempt}: {e}"
             ),
             Ok(o) => panic!("attempt {attempt}: the write to a closed stdin succeeded: {o:?}"),
@@ -459,13 +460,7 @@ async fn a_message_cut_off_by_the_cli_exiting_is_delivered_on_retry_with_the_sam
         .expect("an answer within the guard")
         .expect_err("a message the CLI never read was acknowledged");
     eprintln!("the first send: {e}");
-    assert!(
-        matches!(
-            e.code_kind(),
-            CodeKind::Unavailable | CodeKind::FailedPrecondition
-        ),
-        "{e}"
-    );
+    assert_eq!(e.code_kind(), CodeKind::FailedPrecondition, "{e}");
     // Both the failure (with the id) and the exit are recorded, in either order.
     let (mut failed, mut exited) = (false, false);
     while !(failed && exited) {
@@ -480,6 +475,55 @@ async fn a_message_cut_off_by_the_cli_exiting_is_delivered_on_retry_with_the_sam
         }
     }
     resume_and_retry(&fake, &s.id, &mut sub, send).await;
+}
+
+/// A message still being written when the daemon shuts down is answered UNAVAILABLE: the
+/// session comes back resumable with the daemon, so "retry later" holds. The failure is
+/// recorded with the message's id (which a restarted daemon frees for that retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_cut_off_by_shutdown_is_unavailable_and_recorded() {
+    let fake = Fake::start(CLOSES_STDIN_ONCE).await;
+    std::fs::write(fake.cwd.parent().unwrap().join("hold"), "").unwrap();
+    make_gate(&fake); // never opened: the CLI lives until the shutdown kills it
+    let s = fake.session(Some("first")).await;
+    let mut sub = fake.follow(&s.id).await;
+    until(&mut sub, |e| {
+        matches!(e.payload, EventPayload::TurnCompleted(_))
+    })
+    .await;
+    let send = fake.engine.send_message(
+        &s.id,
+        SendMessage {
+            content: MessageContent::Text(format!("retry me {}", "z".repeat(256 * 1024))),
+            client_message_id: Some("m-3".into()),
+            client: ClientRef::default(),
+        },
+    );
+    let shutdown = async {
+        // Recorded, so its write is under way (stuck on the full pipe): shut down.
+        until(&mut sub, |e| {
+            matches!(e.payload, EventPayload::UserMessageSent(_))
+        })
+        .await;
+        fake.engine.shutdown().await;
+    };
+    let (answer, ()) = tokio::time::timeout(guard(), async { tokio::join!(send, shutdown) })
+        .await
+        .expect("an answer and a shutdown within the guard");
+    let e = answer.expect_err("a message the CLI never read was acknowledged");
+    assert_eq!(e.code_kind(), CodeKind::Unavailable, "{e}");
+    let log = fake.store.events_after(&s.id, 0, 1000).unwrap();
+    let failed =
+        log.iter().find_map(
+            |ev| match EventPayload::decode_stored(&ev.kind, &ev.payload) {
+                Ok(EventPayload::EngineNotice(n)) if n.code == "delivery_failed" => n.data,
+                _ => None,
+            },
+        );
+    assert_eq!(
+        failed.expect("the failure is recorded")["client_message_id"],
+        "m-3"
+    );
 }
 
 /// Stores `n` sessions in `state` directly (as an earlier daemon run would have left them).
