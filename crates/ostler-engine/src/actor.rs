@@ -731,8 +731,19 @@ impl Actor {
                     ControlError::Timeout(d) => {
                         Error::Unavailable(format!("the CLI did not answer within {d:?}"))
                     }
-                    ControlError::ProcessGone => Error::Unavailable(format!(
-                        "the CLI of session {:?} has exited",
+                    // As for a message the CLI never took: retry later only when the
+                    // daemon is shutting down (the session comes back resumable).
+                    ControlError::ProcessGone
+                        if self.shutdown || self.shared.is_shutting_down() =>
+                    {
+                        Error::Unavailable(format!(
+                            "the daemon is shutting down and the CLI of session {:?} has \
+                             exited; retry once the daemon is back",
+                            self.sid()
+                        ))
+                    }
+                    ControlError::ProcessGone => Error::precondition(format!(
+                        "the CLI of session {:?} has exited; resume the session and retry",
                         self.sid()
                     )),
                 });

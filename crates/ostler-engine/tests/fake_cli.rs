@@ -526,6 +526,37 @@ async fn a_message_cut_off_by_shutdown_is_unavailable_and_recorded() {
     );
 }
 
+/// A control request whose CLI exits instead of answering is FAILED_PRECONDITION (resume,
+/// then retry), not UNAVAILABLE: retried as is, it would fail again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_request_the_cli_exits_on_is_failed_precondition() {
+    let fake = Fake::start(
+        r#"
+echo '{"type":"system","subtype":"init","session_id":"fake-4","model":"fake-model","cwd":"/","tools":[]}'
+while IFS= read -r line; do
+  case "$line" in *'"set_model"'*) exit 0 ;; esac
+done
+"#,
+    )
+    .await;
+    let s = fake.session(None).await;
+    let mut sub = fake.follow(&s.id).await;
+    until(&mut sub, |e| {
+        matches!(e.payload, EventPayload::SessionStarted(_))
+    })
+    .await;
+    let e = tokio::time::timeout(
+        guard(),
+        fake.engine.set_model(&s.id, Some("other-model".into())),
+    )
+    .await
+    .expect("an answer within the guard")
+    .expect_err("the CLI exited without answering");
+    eprintln!("set_model: {e}");
+    assert_eq!(e.code_kind(), CodeKind::FailedPrecondition, "{e}");
+    fake.engine.shutdown().await;
+}
+
 /// Stores `n` sessions in `state` directly (as an earlier daemon run would have left them).
 async fn stored_sessions(store: &Store, cwd: &Path, state: SessionState, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
