@@ -301,27 +301,8 @@ done
 /// the live actor nor by a session resumed (rebuilt from its log) after the CLI exited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_cli_never_took_is_delivered_on_retry_with_the_same_id() {
-    let fake = Fake::start(CLOSES_STDIN_ONCE).await;
-    let gate = make_gate(&fake);
-    let s = fake.session(Some("first")).await;
-    let mut sub = fake.follow(&s.id).await;
-    until(&mut sub, |e| {
-        matches!(e.payload, EventPayload::TurnCompleted(_))
-    })
-    .await;
-    let send = || {
-        tokio::time::timeout(
-            guard(),
-            fake.engine.send_message(
-                &s.id,
-                SendMessage {
-                    content: MessageContent::Text("retry me".into()),
-                    client_message_id: Some("m-1".into()),
-                    client: ClientRef::default(),
-                },
-            ),
-        )
-    };
+    let (fake, gate, s, mut sub) = after_first_turn(Stdin::Closed).await;
+    let send = || send_with_id(&fake, &s.id, "retry me".into(), "m-1");
     // The CLI's stdin is closed: the write fails, twice, and neither answer is a duplicate.
     for attempt in 1..=2 {
         match send().await.expect("an answer within the guard") {
@@ -359,6 +340,51 @@ async fn a_message_the_cli_never_took_is_delivered_on_retry_with_the_same_id() {
     )
     .await;
     resume_and_retry(&fake, &s.id, &mut sub, send).await;
+}
+
+/// How [`CLOSES_STDIN_ONCE`]'s first run treats its stdin after the first prompt.
+enum Stdin {
+    Closed,
+    /// Open but never read again (a `hold` file next to the script).
+    Unread,
+}
+
+/// A session of [`CLOSES_STDIN_ONCE`] after its first turn, with its gate (made, closed)
+/// and a subscriber.
+async fn after_first_turn(stdin: Stdin) -> (Fake, PathBuf, SessionInfo, Subscription) {
+    let fake = Fake::start(CLOSES_STDIN_ONCE).await;
+    if let Stdin::Unread = stdin {
+        std::fs::write(fake.cwd.parent().unwrap().join("hold"), "").unwrap();
+    }
+    let gate = make_gate(&fake);
+    let s = fake.session(Some("first")).await;
+    let mut sub = fake.follow(&s.id).await;
+    until(&mut sub, |e| {
+        matches!(e.payload, EventPayload::TurnCompleted(_))
+    })
+    .await;
+    (fake, gate, s, sub)
+}
+
+/// `text` sent with client message id `id`, answered within the guard.
+async fn send_with_id(
+    fake: &Fake,
+    session: &str,
+    text: String,
+    id: &str,
+) -> Result<Result<SendOutcome>, tokio::time::error::Elapsed> {
+    tokio::time::timeout(
+        guard(),
+        fake.engine.send_message(
+            session,
+            SendMessage {
+                content: MessageContent::Text(text),
+                client_message_id: Some(id.into()),
+                client: ClientRef::default(),
+            },
+        ),
+    )
+    .await
 }
 
 /// A FIFO the fake CLI waits on before it exits.
@@ -423,29 +449,9 @@ where
 /// id is delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_cut_off_by_the_cli_exiting_is_delivered_on_retry_with_the_same_id() {
-    let fake = Fake::start(CLOSES_STDIN_ONCE).await;
-    std::fs::write(fake.cwd.parent().unwrap().join("hold"), "").unwrap();
-    let gate = make_gate(&fake);
-    let s = fake.session(Some("first")).await;
-    let mut sub = fake.follow(&s.id).await;
-    until(&mut sub, |e| {
-        matches!(e.payload, EventPayload::TurnCompleted(_))
-    })
-    .await;
+    let (fake, gate, s, mut sub) = after_first_turn(Stdin::Unread).await;
     let text = format!("retry me {}", "z".repeat(256 * 1024));
-    let send = || {
-        tokio::time::timeout(
-            guard(),
-            fake.engine.send_message(
-                &s.id,
-                SendMessage {
-                    content: MessageContent::Text(text.clone()),
-                    client_message_id: Some("m-2".into()),
-                    client: ClientRef::default(),
-                },
-            ),
-        )
-    };
+    let send = || send_with_id(&fake, &s.id, text.clone(), "m-2");
     let first = send();
     let exit = async {
         // Recorded, so its write is under way (and stuck on the full pipe): the CLI exits.
@@ -482,23 +488,10 @@ async fn a_message_cut_off_by_the_cli_exiting_is_delivered_on_retry_with_the_sam
 /// recorded with the message's id (which a restarted daemon frees for that retry).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_cut_off_by_shutdown_is_unavailable_and_recorded() {
-    let fake = Fake::start(CLOSES_STDIN_ONCE).await;
-    std::fs::write(fake.cwd.parent().unwrap().join("hold"), "").unwrap();
-    make_gate(&fake); // never opened: the CLI lives until the shutdown kills it
-    let s = fake.session(Some("first")).await;
-    let mut sub = fake.follow(&s.id).await;
-    until(&mut sub, |e| {
-        matches!(e.payload, EventPayload::TurnCompleted(_))
-    })
-    .await;
-    let send = fake.engine.send_message(
-        &s.id,
-        SendMessage {
-            content: MessageContent::Text(format!("retry me {}", "z".repeat(256 * 1024))),
-            client_message_id: Some("m-3".into()),
-            client: ClientRef::default(),
-        },
-    );
+    // The gate is never opened: the CLI lives until the shutdown kills it.
+    let (fake, _gate, s, mut sub) = after_first_turn(Stdin::Unread).await;
+    let text = format!("retry me {}", "z".repeat(256 * 1024));
+    let send = send_with_id(&fake, &s.id, text, "m-3");
     let shutdown = async {
         // Recorded, so its write is under way (stuck on the full pipe): shut down.
         until(&mut sub, |e| {
@@ -507,10 +500,10 @@ async fn a_message_cut_off_by_shutdown_is_unavailable_and_recorded() {
         .await;
         fake.engine.shutdown().await;
     };
-    let (answer, ()) = tokio::time::timeout(guard(), async { tokio::join!(send, shutdown) })
-        .await
-        .expect("an answer and a shutdown within the guard");
-    let e = answer.expect_err("a message the CLI never read was acknowledged");
+    let (answer, ()) = tokio::join!(send, shutdown);
+    let e = answer
+        .expect("an answer within the guard")
+        .expect_err("a message the CLI never read was acknowledged");
     assert_eq!(e.code_kind(), CodeKind::Unavailable, "{e}");
     let log = fake.store.events_after(&s.id, 0, 1000).unwrap();
     let failed =
