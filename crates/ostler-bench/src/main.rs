@@ -39,6 +39,9 @@ struct Opts {
     quick: bool,
     only: Option<Vec<String>>,
     sync: String,
+    /// The client's tokio worker threads (0 = a current-thread runtime); tokio's default
+    /// (one per core) when not given.
+    client_threads: Option<usize>,
 }
 
 impl Opts {
@@ -55,6 +58,7 @@ fn parse_opts() -> Result<Opts> {
     let mut quick = false;
     let mut only = None;
     let mut sync = "normal".to_string();
+    let mut client_threads = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -67,8 +71,14 @@ fn parse_opts() -> Result<Opts> {
                     .map(|s| s.split(',').map(str::to_string).collect())
             }
             "--sync" => sync = args.next().context("--sync needs normal or full")?,
+            "--client-threads" => {
+                client_threads =
+                    args.next().and_then(|n| n.parse().ok()).map(Some).context(
+                        "--client-threads needs a number (0 = one current-thread runtime)",
+                    )?
+            }
             other => bail!(
-                "unknown argument {other:?}; usage: ostler-bench --ostler PATH --fake PATH [--quick] [--only a,b,...] [--sync normal|full]"
+                "unknown argument {other:?}; usage: ostler-bench --ostler PATH --fake PATH [--quick] [--only a,b,...] [--sync normal|full] [--client-threads N]"
             ),
         }
     }
@@ -82,6 +92,7 @@ fn parse_opts() -> Result<Opts> {
         quick,
         only,
         sync,
+        client_threads,
     })
 }
 
@@ -107,9 +118,18 @@ fn row(item: &'static str, what: &str, value: String, baseline: String, ratio: S
 
 fn main() -> Result<()> {
     let opts = parse_opts()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = match opts.client_threads {
+        Some(0) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()?,
+        None => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?,
+    };
     let rows = rt.block_on(run(&opts))?;
     println!();
     println!(
