@@ -35,8 +35,9 @@ use crate::hub::{Item, now_ms};
 use crate::shared::{Shared, SlotGuard};
 use crate::types::*;
 
-/// Code of the notice recorded when a user message could not be written to the CLI; its
-/// data names the message's `seq` and `client_message_id`.
+/// Code of the notice recorded when the CLI did not take a user message (its write failed,
+/// or its process ended before the message reached its transcript); its data names the
+/// message's `seq` and `client_message_id`.
 pub(crate) const DELIVERY_FAILED: &str = "delivery_failed";
 
 /// The answer to a send whose message the CLI never took. At shutdown the session comes
@@ -57,10 +58,14 @@ fn not_taken(sid: &str, why: &str, shutting_down: bool) -> Error {
 }
 
 /// The notice of a user message the CLI never took.
-fn delivery_failed(seq: u64, client_message_id: Option<String>, why: &str) -> EventPayload {
+pub(crate) fn delivery_failed(
+    seq: u64,
+    client_message_id: Option<String>,
+    why: &str,
+) -> EventPayload {
     EventPayload::EngineNotice(EngineNotice {
         code: DELIVERY_FAILED.into(),
-        message: format!("the user message (seq {seq}) could not be written to the CLI: {why}"),
+        message: format!("the CLI did not take the user message (seq {seq}): {why}"),
         data: Some(serde_json::json!({
             "seq": seq,
             "client_message_id": client_message_id,

@@ -189,6 +189,57 @@ fn transcript_file(config: &Path, id: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Which of the user messages `uuids` the CLI's transcript of conversation `cid` holds
+/// (entries of type `user` with that `uuid`: every release checked, 1.0.128 to 2.1.330,
+/// keeps the uuid ostler sends with a message). `None` when nothing can be said: no
+/// configuration directory to look in, or a transcript that cannot be read. An empty set
+/// when the CLI wrote no transcript (no conversation id, or no file). Blocking: call
+/// through `blocking`.
+pub(crate) fn transcript_user_entries(
+    spawn_env: &[(String, String)],
+    cid: Option<&str>,
+    uuids: &[String],
+) -> Option<std::collections::HashSet<String>> {
+    use std::io::BufRead;
+    let config = config_dir(spawn_env)?;
+    let mut found = std::collections::HashSet::new();
+    let Some(file) = cid.and_then(|cid| transcript_file(&config, cid)) else {
+        return Some(found);
+    };
+    let text = std::fs::File::open(&file).ok()?;
+    let mut reader = std::io::BufReader::new(text);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "cannot read the CLI's transcript");
+                return None;
+            }
+        }
+        let Ok(l) = std::str::from_utf8(&line) else {
+            continue;
+        };
+        for u in uuids {
+            if found.contains(u) || !l.contains(u.as_str()) {
+                continue;
+            }
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(l)
+                && v["type"] == "user"
+                && v["uuid"] == u.as_str()
+            {
+                found.insert(u.clone());
+            }
+        }
+        if found.len() == uuids.len() {
+            break;
+        }
+    }
+    Some(found)
+}
+
 /// Longest message id accepted to resume at.
 pub const MESSAGE_ID_BYTES: usize = 128;
 
@@ -375,6 +426,37 @@ mod tests {
         );
         // A path-like id never reaches the file system.
         assert!(resume_plan(&env, "s1", "../x".into(), false).is_err());
+    }
+
+    /// The transcript says which user messages the CLI took: by the uuid of a `user`
+    /// entry; no transcript means none; no configuration directory means "cannot say".
+    #[test]
+    fn transcript_user_entries_by_uuid() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = vec![(
+            "HOME".to_string(),
+            dir.path().to_string_lossy().into_owned(),
+        )];
+        let id = "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a";
+        let project = dir.path().join(".claude/projects/-w");
+        std::fs::create_dir_all(&project).expect("mkdir");
+        let lines = [
+            r#"{"type":"queue-operation","operation":"enqueue","content":"u-2"}"#,
+            r#"{"type":"user","uuid":"u-1","message":{"role":"user","content":"hi"}}"#,
+            r#"{"type":"assistant","uuid":"a-1","parentUuid":"u-3","message":{"content":[]}}"#,
+            "not json u-4",
+        ];
+        std::fs::write(project.join(format!("{id}.jsonl")), lines.join("\n")).expect("write");
+        let ids: Vec<String> = ["u-1", "u-2", "u-3", "u-4"].map(String::from).into();
+        let found = transcript_user_entries(&env, Some(id), &ids).expect("a transcript");
+        assert_eq!(found, ["u-1".to_string()].into_iter().collect());
+        let none = transcript_user_entries(&env, Some("other"), &ids).expect("no transcript");
+        assert!(none.is_empty());
+        assert!(
+            transcript_user_entries(&env, None, &ids)
+                .expect("no id")
+                .is_empty()
+        );
     }
 
     /// The message to resume at is looked up in the transcript and given in the release's

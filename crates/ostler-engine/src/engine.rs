@@ -7,6 +7,7 @@ mod control;
 mod demand;
 mod lifecycle;
 mod tools;
+mod untaken;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -15,7 +15,9 @@
 //!   (a running turn ends with the recorded interrupted `result`), `set_model`,
 //!   `set_permission_mode`; any other subtype gets the recorded `unsupported_request` error;
 //! - the conversation is kept in a transcript file under
-//!   `$HOME/.claude/projects/<cwd with every non-alphanumeric character as '-'>/<id>.jsonl`;
+//!   `$HOME/.claude/projects/<cwd with every non-alphanumeric character as '-'>/<id>.jsonl`
+//!   (a user entry is written when its turn starts and keeps the message's `uuid`, like the
+//!   real CLI's; a message queued behind a running turn is not there yet);
 //!   `--resume ID` continues it (`--fork-session`: under a new id), and a resume without a
 //!   transcript fails like the real CLI: `No conversation found with session ID: ID` on
 //!   stderr, exit 1.
@@ -425,11 +427,24 @@ impl Session {
     }
 
     fn record(&self, kind: &str, text: &str) -> std::io::Result<()> {
+        self.append(json!({"type": kind, "text": text}))
+    }
+
+    /// A user entry keeps the `uuid` the message came with, as the real CLI's does.
+    fn record_user(&self, text: &str, uuid: Option<&str>) -> std::io::Result<()> {
+        let mut entry = json!({"type": "user", "text": text});
+        if let Some(u) = uuid {
+            entry["uuid"] = json!(u);
+        }
+        self.append(entry)
+    }
+
+    fn append(&self, entry: Value) -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.transcript)?;
-        let mut line = serde_json::to_vec(&json!({"type": kind, "text": text}))?;
+        let mut line = serde_json::to_vec(&entry)?;
         line.push(b'\n');
         f.write_all(&line)
     }
@@ -491,7 +506,8 @@ fn now_ns() -> u128 {
 
 /// One line read from stdin.
 enum Input {
-    User(String),
+    /// A user message's text and the `uuid` it came with.
+    User(String, Option<String>),
     Control {
         request_id: String,
         request: Value,
@@ -523,7 +539,10 @@ fn spawn_stdin_reader() -> mpsc::Receiver<Input> {
                 continue;
             };
             let input = match v["type"].as_str() {
-                Some("user") => Input::User(user_text(&v["message"]["content"])),
+                Some("user") => Input::User(
+                    user_text(&v["message"]["content"]),
+                    v["uuid"].as_str().map(str::to_string),
+                ),
                 Some("control_request") => Input::Control {
                     request_id: v["request_id"].as_str().unwrap_or("").to_string(),
                     request: v["request"].clone(),
@@ -681,7 +700,7 @@ struct Fake {
     permission_mode: String,
     default_mode: Option<String>,
     /// User messages received during a turn, for the turns after it.
-    queued: VecDeque<String>,
+    queued: VecDeque<(String, Option<String>)>,
     eof: bool,
     interrupted: bool,
     /// Our own control requests (`can_use_tool`) so far.
@@ -693,8 +712,8 @@ type Io<T> = std::io::Result<T>;
 impl Fake {
     fn main_loop(&mut self, rx: &mpsc::Receiver<Input>) -> Io<i32> {
         loop {
-            if let Some(text) = self.queued.pop_front() {
-                if let Some(code) = self.turn(rx, &text)? {
+            if let Some((text, uuid)) = self.queued.pop_front() {
+                if let Some(code) = self.turn(rx, &text, uuid.as_deref())? {
                     return Ok(code);
                 }
                 continue;
@@ -704,7 +723,7 @@ impl Fake {
                 return Ok(0);
             }
             match rx.recv() {
-                Ok(Input::User(text)) => self.queued.push_back(text),
+                Ok(Input::User(text, uuid)) => self.queued.push_back((text, uuid)),
                 Ok(Input::Control {
                     request_id,
                     request,
@@ -719,7 +738,7 @@ impl Fake {
     fn poll(&mut self, rx: &mpsc::Receiver<Input>) -> Io<bool> {
         loop {
             match rx.try_recv() {
-                Ok(Input::User(t)) => self.queued.push_back(t),
+                Ok(Input::User(t, u)) => self.queued.push_back((t, u)),
                 Ok(Input::Control {
                     request_id,
                     request,
@@ -793,7 +812,12 @@ impl Fake {
     }
 
     /// One turn; `Some(code)` when the process must exit.
-    fn turn(&mut self, rx: &mpsc::Receiver<Input>, text: &str) -> Io<Option<i32>> {
+    fn turn(
+        &mut self,
+        rx: &mpsc::Receiver<Input>,
+        text: &str,
+        uuid: Option<&str>,
+    ) -> Io<Option<i32>> {
         self.interrupted = false;
         let mode = match Mode::parse(text)
             .or_else(|| self.default_mode.as_deref().and_then(Mode::parse))
@@ -811,7 +835,7 @@ impl Fake {
         }
         let previous = self.session.history.last().cloned();
         self.session.history.push(text.to_string());
-        self.session.record("user", text)?;
+        self.session.record_user(text, uuid)?;
         let turn = self.session.history.len();
         let mut init = self.shapes.init.clone();
         init["cwd"] = json!(self.session.cwd);
@@ -1034,7 +1058,7 @@ impl Fake {
                     response,
                 }) if id == request_id => break Some(response),
                 Ok(Input::Response { .. }) => {}
-                Ok(Input::User(t)) => self.queued.push_back(t),
+                Ok(Input::User(t, u)) => self.queued.push_back((t, u)),
                 Ok(Input::Control {
                     request_id,
                     request,

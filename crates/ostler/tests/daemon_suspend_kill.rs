@@ -4,7 +4,8 @@
 //! event is stored with the same seq and payload, logs gap-free) and every session comes
 //! back on demand: the next message resumes it and completes a turn that still knows the
 //! conversation (the fake's `fake:recall` answers with the previous user message, read back
-//! from its transcript).
+//! from its transcript). Also: a message the CLI had not taken when the daemon was killed
+//! is failed at the next resume and its id is free for the retry.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;
@@ -185,5 +186,99 @@ async fn kill9_while_suspended_and_while_resuming_loses_nothing() {
     for (i, id) in ids.iter().enumerate().skip(1) {
         comes_back(&mut c, id, &[&format!("remember KIWI-{i}")]).await;
     }
+    drop(daemon);
+}
+
+async fn send_with_id(
+    c: &mut pb::session_service_client::SessionServiceClient<tonic::transport::Channel>,
+    id: &str,
+    prompt: &str,
+    client_message_id: &str,
+) -> pb::SendMessageResponse {
+    c.send_message(pb::SendMessageRequest {
+        session_id: id.to_owned(),
+        content: text(prompt),
+        client_message_id: client_message_id.to_owned(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+/// A message the CLI had not taken when the daemon was killed (queued behind a running
+/// turn) is not answered as a duplicate after the restart: the resume finds it missing from
+/// the CLI's transcript, records `delivery_failed` for it, and the retry with the same
+/// client id is delivered. The message the CLI did take (the running turn's) stays taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_with_a_message_the_cli_had_not_taken_frees_its_id() {
+    let mut world = World::new(NEW).await;
+    world.claude = fake_claude_binary().await;
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "q").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    // A turn that runs until the kill. The fake writes the message to its transcript and
+    // then its init line, so once the init is seen the CLI has taken this one.
+    let taken = send_with_id(&mut c, &s.id, "fake:sleep 600000", "m-taken").await;
+    read_until(&mut events, &mut seen, "the long turn's init", |e| {
+        matches!(&e.payload, Some(P::SessionStarted(_)))
+    })
+    .await;
+    // Written to the CLI's stdin (answered), but queued behind the running turn.
+    let queued = send_with_id(&mut c, &s.id, "fake:recall", "m-queued").await;
+    assert!(!queued.duplicate);
+    daemon.kill9();
+    drop(events);
+
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let last = history(&mut c, &s.id)
+        .await
+        .last()
+        .map(|e| e.seq)
+        .unwrap_or(0);
+    let mut events = subscribe(&mut c, &s.id, last, false).await;
+    let mut seen = Vec::new();
+    let retry = send_with_id(&mut c, &s.id, "fake:recall", "m-queued").await;
+    assert!(
+        !retry.duplicate && retry.seq > queued.seq,
+        "the retry of the message the CLI never took is delivered: {retry:?} (first: {queued:?})"
+    );
+    read_until(
+        &mut events,
+        &mut seen,
+        "the retried turn's end",
+        is_turn_completed,
+    )
+    .await;
+    let answer: Vec<&str> = seen.iter().filter_map(assistant_text).collect();
+    assert!(
+        answer.contains(&"fake:sleep 600000"),
+        "the resumed conversation holds the taken message and not the queued one: {answer:?}"
+    );
+
+    let h = history(&mut c, &s.id).await;
+    assert_gap_free(&h, 1);
+    let failed: Vec<serde_json::Value> = h
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code == "delivery_failed" => {
+                Some(serde_json::from_str(&n.data_json).unwrap())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        vec![serde_json::json!({"seq": queued.seq, "client_message_id": "m-queued"})],
+        "exactly the queued message is failed"
+    );
+    // The taken message is still taken: its retry is the duplicate.
+    let again = send_with_id(&mut c, &s.id, "fake:sleep 600000", "m-taken").await;
+    assert!(
+        again.duplicate && again.seq == taken.seq,
+        "the message the CLI took stays taken: {again:?}"
+    );
     drop(daemon);
 }

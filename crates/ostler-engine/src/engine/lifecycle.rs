@@ -115,6 +115,9 @@ const LIVE_STATES: [SessionState; 4] = [
 
 pub(crate) const SESSION_CREATED: &str = "session_created";
 
+/// Code of the notice recorded before a session's next process is spawned.
+pub(crate) const RESUMING: &str = "resuming";
+
 /// How to start a session's CLI process and actor.
 struct Launch<'a> {
     cwd: &'a Path,
@@ -844,7 +847,7 @@ impl Engine {
                 "session {session_id:?} is {state} in the store but has no process; retry"
             )));
         }
-        let (spec, meta, last_fresh) = self.load_meta(entry).await?;
+        let (spec, mut meta, last_fresh) = self.load_meta(entry).await?;
         let on_demand = opts.is_none();
         let opts = opts.unwrap_or(crate::capability::ResumeOptions {
             fresh_if_missing: last_fresh,
@@ -853,6 +856,8 @@ impl Engine {
         let fork = opts.fork;
         let at_message_id = opts.at_message_id.clone();
         let env = crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options);
+        self.fail_untaken(entry, &env, rec.claude_session_id.as_deref(), &mut meta)
+            .await?;
         let cwd = PathBuf::from(&rec.cwd);
         let dir = cwd.clone();
         if !blocking(move || Ok::<_, Error>(dir.is_dir())).await? {
@@ -888,7 +893,7 @@ impl Engine {
         entry
             .hub
             .emit_one(EventPayload::EngineNotice(EngineNotice {
-                code: "resuming".into(),
+                code: RESUMING.into(),
                 message: match &resume {
                     Some(c) if fork => format!("resuming CLI session {c} as a fork{how}"),
                     Some(c) => format!("resuming CLI session {c}{how}"),
@@ -947,7 +952,7 @@ impl Engine {
                             spec = s;
                         }
                     }
-                    Ok(EventPayload::EngineNotice(n)) if n.code == "resuming" => {
+                    Ok(EventPayload::EngineNotice(n)) if n.code == RESUMING => {
                         fresh_if_missing = n
                             .data
                             .and_then(|d| d["fresh_if_missing"].as_bool())

@@ -1,0 +1,138 @@
+//! Messages a CLI process never took. A message is recorded (`user_message_sent`) before it
+//! is written to the CLI's stdin, so a process that ends between the two (the daemon
+//! killed, the CLI killed with the message still in its pipe or its queue) leaves a
+//! recorded message the conversation does not have. Before a session is resumed, the
+//! messages of its last process that are not matched by a finished turn are looked up in
+//! the CLI's transcript (by the uuid ostler sends with each message); each one missing gets
+//! a `delivery_failed` notice, which frees its `client_message_id` for the retry.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::Engine;
+use super::lifecycle::{RESUMING, SESSION_CREATED};
+use crate::actor::{DELIVERY_FAILED, delivery_failed};
+use crate::blocking::blocking;
+use crate::error::{Error, Result};
+use crate::handle::{Meta, SessionEntry};
+use crate::types::*;
+
+/// A recorded message of the last process.
+struct Sent {
+    seq: u64,
+    message_id: Option<String>,
+    client_message_id: Option<String>,
+}
+
+/// Why a message left out of the transcript failed.
+const NOT_IN_TRANSCRIPT: &str = "its process ended before the message reached the CLI's \
+    transcript; send it again (the client_message_id is free again)";
+
+impl Engine {
+    /// Records `delivery_failed` for each message of the session's last process that its
+    /// CLI never took (see the module's text) and frees its client id in `meta`. `env`:
+    /// the session's CLI environment; `cid`: its CLI conversation.
+    pub(super) async fn fail_untaken(
+        &self,
+        entry: &Arc<SessionEntry>,
+        env: &[(String, String)],
+        cid: Option<&str>,
+        meta: &mut Meta,
+    ) -> Result<()> {
+        let store = self.shared.store.clone();
+        let sid = entry.id.clone();
+        let doubtful = blocking(move || {
+            // Newest first, back to the start of the last process: its messages (minus
+            // those already failed) and its finished turns.
+            let mut sent = Vec::new();
+            let mut failed = HashSet::new();
+            let mut turns = 0usize;
+            let mut before = u64::MAX;
+            'scan: loop {
+                let page = store.events_of_kinds_before(
+                    &sid,
+                    &["user_message_sent", "turn_completed", "engine_notice"],
+                    before,
+                    64,
+                )?;
+                let Some(last) = page.last() else { break };
+                before = last.seq;
+                for ev in &page {
+                    match EventPayload::decode_stored(&ev.kind, &ev.payload) {
+                        Ok(EventPayload::TurnCompleted(_)) => turns += 1,
+                        Ok(EventPayload::UserMessageSent(u)) if !failed.contains(&ev.seq) => {
+                            sent.push(Sent {
+                                seq: ev.seq,
+                                message_id: u.message_id,
+                                client_message_id: u.client_message_id,
+                            });
+                        }
+                        Ok(EventPayload::EngineNotice(n)) => {
+                            if n.code == SESSION_CREATED || n.code == RESUMING {
+                                break 'scan;
+                            }
+                            if n.code == DELIVERY_FAILED
+                                && let Some(seq) = n.data.as_ref().and_then(|d| d["seq"].as_u64())
+                            {
+                                failed.insert(seq);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            // The CLI takes messages in order and ends a turn for each: the oldest `turns`
+            // were taken; the newer ones may not have been.
+            let open = sent.len().saturating_sub(turns);
+            sent.truncate(open);
+            sent.retain(|m| m.message_id.is_some());
+            sent.reverse();
+            Ok::<_, Error>(sent)
+        })
+        .await?;
+        if doubtful.is_empty() {
+            return Ok(());
+        }
+        let uuids: Vec<String> = doubtful
+            .iter()
+            .filter_map(|m| m.message_id.clone())
+            .collect();
+        let env = env.to_vec();
+        let cid = cid.map(str::to_owned);
+        let taken = blocking(move || {
+            Ok::<_, Error>(crate::capability::transcript_user_entries(
+                &env,
+                cid.as_deref(),
+                &uuids,
+            ))
+        })
+        .await?;
+        let Some(taken) = taken else {
+            tracing::warn!(
+                session = %entry.id,
+                messages = doubtful.len(),
+                "cannot read the CLI's transcript: messages of the last process not checked"
+            );
+            return Ok(());
+        };
+        for m in doubtful {
+            if m.message_id.as_ref().is_some_and(|u| taken.contains(u)) {
+                continue;
+            }
+            entry
+                .hub
+                .emit_one(delivery_failed(
+                    m.seq,
+                    m.client_message_id.clone(),
+                    NOT_IN_TRANSCRIPT,
+                ))
+                .await?;
+            if let Some(id) = &m.client_message_id
+                && meta.messages.get(id) == Some(&m.seq)
+            {
+                meta.messages.remove(id);
+            }
+        }
+        Ok(())
+    }
+}
