@@ -5,7 +5,8 @@
 //! back on demand: the next message resumes it and completes a turn that still knows the
 //! conversation (the fake's `fake:recall` answers with the previous user message, read back
 //! from its transcript). Also: a message the CLI had not taken when the daemon was killed
-//! is failed at the next resume and its id is free for the retry.
+//! (queued in the fake, and in the real 2.1.330) is failed at the next resume and its id
+//! is free for the retry.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;
@@ -276,6 +277,134 @@ async fn kill9_with_a_message_the_cli_had_not_taken_frees_its_id() {
     );
     // The taken message is still taken: its retry is the duplicate.
     let again = send_with_id(&mut c, &s.id, "fake:sleep 600000", "m-taken").await;
+    assert!(
+        again.duplicate && again.seq == taken.seq,
+        "the message the CLI took stays taken: {again:?}"
+    );
+    drop(daemon);
+}
+
+/// Whether a CLI transcript under `home` mentions `text`.
+fn transcripts_mention(home: &std::path::Path, text: &str) -> bool {
+    let Ok(projects) = std::fs::read_dir(home.join(".claude").join("projects")) else {
+        return false;
+    };
+    projects.flatten().any(|p| {
+        std::fs::read_dir(p.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|f| {
+                f.path().extension().is_some_and(|e| e == "jsonl")
+                    && std::fs::read_to_string(f.path()).is_ok_and(|t| t.contains(text))
+            })
+    })
+}
+
+/// The real CLI's side of it (2.1.330): a turn held at the fake model, a second message
+/// the CLI has queued behind it (its `command_lifecycle` says `queued`, so it is in the
+/// CLI's memory, not in its pipe), then kill -9 of the daemon (the CLI dies with it). The
+/// transcript has the first message only, so the second one is failed at the resume and its
+/// retry starts a turn; the first stays taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_with_a_message_queued_in_the_real_cli_frees_its_id() {
+    const HELD: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "held"
+when = { last_user_text_contains = "HOLD-THIS-TURN" }
+hold_until = "never"
+blocks = [{ type = "text", text = "late" }]
+"#;
+    let world = World::with_scenario(NEW, HELD).await;
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "q").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    let lifecycle = |id: String, state: &'static str| move |e: &pb::SessionEvent| matches!(&e.payload, Some(P::MessageLifecycle(l)) if l.message_id == id && l.state == state);
+    // A first complete turn: the CLI writes its transcript.
+    send_with_id(&mut c, &s.id, "hello", "m-first").await;
+    read_until(
+        &mut events,
+        &mut seen,
+        "the first turn's end",
+        is_turn_completed,
+    )
+    .await;
+    let asked = world.fake.requests().len();
+    let taken = send_with_id(&mut c, &s.id, "HOLD-THIS-TURN", "m-taken").await;
+    read_until(
+        &mut events,
+        &mut seen,
+        "the held turn starts",
+        lifecycle(taken.message_id.clone(), "started"),
+    )
+    .await;
+    assert!(
+        world.fake.wait_for_requests(asked + 1, guard()).await > asked,
+        "the held turn asks the model"
+    );
+    // The CLI writes the message to its transcript around that request; the file has no
+    // event to await, so it is looked at until the entry is there.
+    let deadline = std::time::Instant::now() + guard();
+    while !transcripts_mention(&world.home, &taken.message_id) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the CLI's transcript never got the held message"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let queued = send_with_id(&mut c, &s.id, "second message", "m-queued").await;
+    read_until(
+        &mut events,
+        &mut seen,
+        "the CLI queues the second message",
+        lifecycle(queued.message_id.clone(), "queued"),
+    )
+    .await;
+    daemon.kill9();
+    drop(events);
+
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let last = history(&mut c, &s.id)
+        .await
+        .last()
+        .map(|e| e.seq)
+        .unwrap_or(0);
+    let mut events = subscribe(&mut c, &s.id, last, false).await;
+    let mut seen = Vec::new();
+    let retry = send_with_id(&mut c, &s.id, "second message", "m-queued").await;
+    assert!(
+        !retry.duplicate && retry.seq > queued.seq,
+        "the retry of the message the CLI had queued is delivered: {retry:?} (first: {queued:?})"
+    );
+    read_until(
+        &mut events,
+        &mut seen,
+        "the retried turn's end",
+        is_turn_completed,
+    )
+    .await;
+    let h = history(&mut c, &s.id).await;
+    assert_gap_free(&h, 1);
+    let failed: Vec<serde_json::Value> = h
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code == "delivery_failed" => {
+                Some(serde_json::from_str(&n.data_json).unwrap())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        vec![serde_json::json!({"seq": queued.seq, "client_message_id": "m-queued"})],
+        "exactly the queued message is failed"
+    );
+    let again = send_with_id(&mut c, &s.id, "HOLD-THIS-TURN", "m-taken").await;
     assert!(
         again.duplicate && again.seq == taken.seq,
         "the message the CLI took stays taken: {again:?}"
