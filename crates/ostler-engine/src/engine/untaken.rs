@@ -42,8 +42,9 @@ impl Engine {
         let store = self.shared.store.clone();
         let sid = entry.id.clone();
         let doubtful = blocking(move || {
-            // Newest first, back to the start of the last process: its messages (minus
-            // those already failed) and its finished turns.
+            // Newest first, back to the start of the last process: the seqs of its messages
+            // (minus those already failed) and its finished turns. Only notices are decoded
+            // here; a message's content can be large.
             let mut sent = Vec::new();
             let mut failed = HashSet::new();
             let mut turns = 0usize;
@@ -58,16 +59,19 @@ impl Engine {
                 let Some(last) = page.last() else { break };
                 before = last.seq;
                 for ev in &page {
-                    match EventPayload::decode_stored(&ev.kind, &ev.payload) {
-                        Ok(EventPayload::TurnCompleted(_)) => turns += 1,
-                        Ok(EventPayload::UserMessageSent(u)) if !failed.contains(&ev.seq) => {
-                            sent.push(Sent {
-                                seq: ev.seq,
-                                message_id: u.message_id,
-                                client_message_id: u.client_message_id,
-                            });
+                    match &*ev.kind {
+                        "turn_completed" => turns += 1,
+                        "user_message_sent" => {
+                            if !failed.contains(&ev.seq) {
+                                sent.push(ev.seq);
+                            }
                         }
-                        Ok(EventPayload::EngineNotice(n)) => {
+                        _ => {
+                            let Ok(EventPayload::EngineNotice(n)) =
+                                EventPayload::decode_stored(&ev.kind, &ev.payload)
+                            else {
+                                continue;
+                            };
                             if n.code == SESSION_CREATED || n.code == RESUMING {
                                 break 'scan;
                             }
@@ -77,17 +81,29 @@ impl Engine {
                                 failed.insert(seq);
                             }
                         }
-                        _ => {}
                     }
                 }
             }
             // The CLI takes messages in order and ends a turn for each: the oldest `turns`
             // were taken; the newer ones may not have been.
-            let open = sent.len().saturating_sub(turns);
-            sent.truncate(open);
-            sent.retain(|m| m.message_id.is_some());
-            sent.reverse();
-            Ok::<_, Error>(sent)
+            sent.truncate(sent.len().saturating_sub(turns));
+            let mut doubtful = Vec::new();
+            for seq in sent.into_iter().rev() {
+                let ev = store.events_after(&sid, seq.saturating_sub(1), 1)?;
+                if let Some(Ok(EventPayload::UserMessageSent(u))) = ev
+                    .first()
+                    .filter(|e| e.seq == seq)
+                    .map(|e| EventPayload::decode_stored(&e.kind, &e.payload))
+                    && u.message_id.is_some()
+                {
+                    doubtful.push(Sent {
+                        seq,
+                        message_id: u.message_id,
+                        client_message_id: u.client_message_id,
+                    });
+                }
+            }
+            Ok::<_, Error>(doubtful)
         })
         .await?;
         if doubtful.is_empty() {
