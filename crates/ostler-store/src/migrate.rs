@@ -64,10 +64,21 @@ pub(crate) fn migrate_to(conn: &mut Connection, path: &Path, target: u32) -> Res
         });
     }
     let mut applied = false;
+    if found > 0 && found < target {
+        // Before the daemon listens: on a large store this can take a while, and probes
+        // see nothing until it is done (docs/operations.md, "Upgrades").
+        tracing::info!(
+            path = %path.display(),
+            from = found,
+            to = target,
+            "upgrading the store's schema before serving"
+        );
+    }
     for m in MIGRATIONS
         .iter()
         .filter(|m| m.version > found && m.version <= target)
     {
+        let started = std::time::Instant::now();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(at)?;
@@ -83,7 +94,12 @@ pub(crate) fn migrate_to(conn: &mut Connection, path: &Path, target: u32) -> Res
             .map_err(at)?;
         tx.commit().map_err(at)?;
         applied = true;
-        tracing::info!(path = %path.display(), migration = m.name, "applied schema migration");
+        tracing::info!(
+            path = %path.display(),
+            migration = m.name,
+            secs = started.elapsed().as_secs_f64(),
+            "applied schema migration"
+        );
     }
     if applied {
         give_space_back(conn).map_err(at)?;
