@@ -428,10 +428,11 @@ mod tests {
         assert!(resume_plan(&env, "s1", "../x".into(), false).is_err());
     }
 
-    /// The transcript says which user messages the CLI took: by the uuid of a `user`
-    /// entry; no transcript means none; no configuration directory means "cannot say".
-    #[test]
-    fn transcript_user_entries_by_uuid() {
+    /// A HOME whose CLI transcript of one conversation holds `lines`: (the directory, the
+    /// environment naming it, the conversation id).
+    fn transcript_at_home(
+        lines: &[&str],
+    ) -> (tempfile::TempDir, Vec<(String, String)>, &'static str) {
         let dir = tempfile::tempdir().expect("tempdir");
         let env = vec![(
             "HOME".to_string(),
@@ -440,13 +441,20 @@ mod tests {
         let id = "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a";
         let project = dir.path().join(".claude/projects/-w");
         std::fs::create_dir_all(&project).expect("mkdir");
-        let lines = [
+        std::fs::write(project.join(format!("{id}.jsonl")), lines.join("\n")).expect("write");
+        (dir, env, id)
+    }
+
+    /// The transcript says which user messages the CLI took: by the uuid of a `user`
+    /// entry; no transcript means none; no configuration directory means "cannot say".
+    #[test]
+    fn transcript_user_entries_by_uuid() {
+        let (_dir, env, id) = transcript_at_home(&[
             r#"{"type":"queue-operation","operation":"enqueue","content":"u-2"}"#,
             r#"{"type":"user","uuid":"u-1","message":{"role":"user","content":"hi"}}"#,
             r#"{"type":"assistant","uuid":"a-1","parentUuid":"u-3","message":{"content":[]}}"#,
             "not json u-4",
-        ];
-        std::fs::write(project.join(format!("{id}.jsonl")), lines.join("\n")).expect("write");
+        ]);
         let ids: Vec<String> = ["u-1", "u-2", "u-3", "u-4"].map(String::from).into();
         let found = transcript_user_entries(&env, Some(id), &ids).expect("a transcript");
         assert_eq!(found, ["u-1".to_string()].into_iter().collect());
@@ -463,21 +471,12 @@ mod tests {
     /// dialect: by uuid the last entry of an API message, by message id only assistants.
     #[test]
     fn resume_at_is_translated_per_dialect() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let env = vec![(
-            "HOME".to_string(),
-            dir.path().to_string_lossy().into_owned(),
-        )];
-        let id = "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a";
-        let project = dir.path().join(".claude/projects/-w");
-        std::fs::create_dir_all(&project).expect("mkdir");
-        let lines = [
+        let (_dir, env, id) = transcript_at_home(&[
             r#"{"type":"user","uuid":"u-1","message":{"role":"user","content":"hi"}}"#,
             r#"{"type":"assistant","uuid":"a-1","message":{"id":"msg_1","content":[]}}"#,
             r#"{"type":"assistant","uuid":"a-2","message":{"id":"msg_1","content":[]}}"#,
             r#"{"type":"assistant","uuid":"a-3","message":{"id":"msg_2","content":[]}}"#,
-        ];
-        std::fs::write(project.join(format!("{id}.jsonl")), lines.join("\n")).expect("write");
+        ]);
         let at = |x: &str, k| resume_at_value(&env, id, "at", x, k);
         assert_eq!(at("msg_1", ResumeAtKey::Uuid).expect("by id"), "a-2");
         assert_eq!(at("a-1", ResumeAtKey::Uuid).expect("by uuid"), "a-1");

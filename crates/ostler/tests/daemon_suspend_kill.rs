@@ -206,6 +206,62 @@ async fn send_with_id(
     .into_inner()
 }
 
+/// A message sent before a kill -9 of the daemon: its prompt, client id and answer.
+struct Sent<'a> {
+    prompt: &'a str,
+    id: &'a str,
+    answer: pb::SendMessageResponse,
+}
+
+/// After the restart: the retry of `queued` (same prompt and id) is delivered and its turn
+/// ends; the log is gap-free and holds exactly one `delivery_failed`, for `queued`; the
+/// retry of `taken` is the duplicate. Returns the retried turn's events.
+async fn retry_after_restart(
+    c: &mut pb::session_service_client::SessionServiceClient<tonic::transport::Channel>,
+    sid: &str,
+    queued: &Sent<'_>,
+    taken: &Sent<'_>,
+) -> Vec<pb::SessionEvent> {
+    let last = history(c, sid).await.last().map(|e| e.seq).unwrap_or(0);
+    let mut events = subscribe(c, sid, last, false).await;
+    let mut seen = Vec::new();
+    let retry = send_with_id(c, sid, queued.prompt, queued.id).await;
+    assert!(
+        !retry.duplicate && retry.seq > queued.answer.seq,
+        "the retry of the message the CLI never took is delivered: {retry:?} (first: {:?})",
+        queued.answer
+    );
+    read_until(
+        &mut events,
+        &mut seen,
+        "the retried turn's end",
+        is_turn_completed,
+    )
+    .await;
+    let h = history(c, sid).await;
+    assert_gap_free(&h, 1);
+    let failed: Vec<serde_json::Value> = h
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code == "delivery_failed" => {
+                Some(serde_json::from_str(&n.data_json).unwrap())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        vec![serde_json::json!({"seq": queued.answer.seq, "client_message_id": queued.id})],
+        "exactly the queued message is failed"
+    );
+    let again = send_with_id(c, sid, taken.prompt, taken.id).await;
+    assert!(
+        again.duplicate && again.seq == taken.answer.seq,
+        "the message the CLI took stays taken: {again:?}"
+    );
+    seen
+}
+
 /// A message the CLI had not taken when the daemon was killed (queued behind a running
 /// turn) is not answered as a duplicate after the restart: the resume finds it missing from
 /// the CLI's transcript, records `delivery_failed` for it, and the retry with the same
@@ -234,52 +290,21 @@ async fn kill9_with_a_message_the_cli_had_not_taken_frees_its_id() {
 
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let last = history(&mut c, &s.id)
-        .await
-        .last()
-        .map(|e| e.seq)
-        .unwrap_or(0);
-    let mut events = subscribe(&mut c, &s.id, last, false).await;
-    let mut seen = Vec::new();
-    let retry = send_with_id(&mut c, &s.id, "fake:recall", "m-queued").await;
-    assert!(
-        !retry.duplicate && retry.seq > queued.seq,
-        "the retry of the message the CLI never took is delivered: {retry:?} (first: {queued:?})"
-    );
-    read_until(
-        &mut events,
-        &mut seen,
-        "the retried turn's end",
-        is_turn_completed,
-    )
-    .await;
+    let queued = Sent {
+        prompt: "fake:recall",
+        id: "m-queued",
+        answer: queued,
+    };
+    let taken = Sent {
+        prompt: "fake:sleep 600000",
+        id: "m-taken",
+        answer: taken,
+    };
+    let seen = retry_after_restart(&mut c, &s.id, &queued, &taken).await;
     let answer: Vec<&str> = seen.iter().filter_map(assistant_text).collect();
     assert!(
         answer.contains(&"fake:sleep 600000"),
         "the resumed conversation holds the taken message and not the queued one: {answer:?}"
-    );
-
-    let h = history(&mut c, &s.id).await;
-    assert_gap_free(&h, 1);
-    let failed: Vec<serde_json::Value> = h
-        .iter()
-        .filter_map(|e| match &e.payload {
-            Some(P::EngineNotice(n)) if n.code == "delivery_failed" => {
-                Some(serde_json::from_str(&n.data_json).unwrap())
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        failed,
-        vec![serde_json::json!({"seq": queued.seq, "client_message_id": "m-queued"})],
-        "exactly the queued message is failed"
-    );
-    // The taken message is still taken: its retry is the duplicate.
-    let again = send_with_id(&mut c, &s.id, "fake:sleep 600000", "m-taken").await;
-    assert!(
-        again.duplicate && again.seq == taken.seq,
-        "the message the CLI took stays taken: {again:?}"
     );
     drop(daemon);
 }
@@ -369,45 +394,16 @@ blocks = [{ type = "text", text = "late" }]
 
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let last = history(&mut c, &s.id)
-        .await
-        .last()
-        .map(|e| e.seq)
-        .unwrap_or(0);
-    let mut events = subscribe(&mut c, &s.id, last, false).await;
-    let mut seen = Vec::new();
-    let retry = send_with_id(&mut c, &s.id, "second message", "m-queued").await;
-    assert!(
-        !retry.duplicate && retry.seq > queued.seq,
-        "the retry of the message the CLI had queued is delivered: {retry:?} (first: {queued:?})"
-    );
-    read_until(
-        &mut events,
-        &mut seen,
-        "the retried turn's end",
-        is_turn_completed,
-    )
-    .await;
-    let h = history(&mut c, &s.id).await;
-    assert_gap_free(&h, 1);
-    let failed: Vec<serde_json::Value> = h
-        .iter()
-        .filter_map(|e| match &e.payload {
-            Some(P::EngineNotice(n)) if n.code == "delivery_failed" => {
-                Some(serde_json::from_str(&n.data_json).unwrap())
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        failed,
-        vec![serde_json::json!({"seq": queued.seq, "client_message_id": "m-queued"})],
-        "exactly the queued message is failed"
-    );
-    let again = send_with_id(&mut c, &s.id, "HOLD-THIS-TURN", "m-taken").await;
-    assert!(
-        again.duplicate && again.seq == taken.seq,
-        "the message the CLI took stays taken: {again:?}"
-    );
+    let queued = Sent {
+        prompt: "second message",
+        id: "m-queued",
+        answer: queued,
+    };
+    let taken = Sent {
+        prompt: "HOLD-THIS-TURN",
+        id: "m-taken",
+        answer: taken,
+    };
+    retry_after_restart(&mut c, &s.id, &queued, &taken).await;
     drop(daemon);
 }
