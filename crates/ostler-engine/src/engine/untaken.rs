@@ -20,7 +20,8 @@ use crate::types::*;
 /// A recorded message of the last process.
 struct Sent {
     seq: u64,
-    message_id: Option<String>,
+    /// The uuid sent with it (messages recorded without one are not checked).
+    message_id: String,
     client_message_id: Option<String>,
 }
 
@@ -94,11 +95,11 @@ impl Engine {
                     .first()
                     .filter(|e| e.seq == seq)
                     .map(|e| EventPayload::decode_stored(&e.kind, &e.payload))
-                    && u.message_id.is_some()
+                    && let Some(message_id) = u.message_id
                 {
                     doubtful.push(Sent {
                         seq,
-                        message_id: u.message_id,
+                        message_id,
                         client_message_id: u.client_message_id,
                     });
                 }
@@ -109,10 +110,7 @@ impl Engine {
         if doubtful.is_empty() {
             return Ok(());
         }
-        let uuids: Vec<String> = doubtful
-            .iter()
-            .filter_map(|m| m.message_id.clone())
-            .collect();
+        let uuids: Vec<String> = doubtful.iter().map(|m| m.message_id.clone()).collect();
         let env = env.to_vec();
         let cid = cid.map(str::to_owned);
         let taken = blocking(move || {
@@ -132,7 +130,7 @@ impl Engine {
             return Ok(());
         };
         for m in doubtful {
-            if m.message_id.as_ref().is_some_and(|u| taken.contains(u)) {
+            if taken.contains(&m.message_id) {
                 continue;
             }
             entry
