@@ -439,6 +439,27 @@ where
     let again = send().await.unwrap().unwrap();
     assert!(again.duplicate);
     assert_eq!(again.seq, sent.seq);
+    // The resume does not fail again what already failed (nor the delivered retry).
+    let mut failed: Vec<u64> = fake
+        .store
+        .events_after(id, 0, 100_000)
+        .unwrap()
+        .iter()
+        .filter_map(|e| match EventPayload::decode_stored(&e.kind, &e.payload) {
+            Ok(EventPayload::EngineNotice(n)) if n.code == "delivery_failed" => {
+                n.data.and_then(|d| d["seq"].as_u64())
+            }
+            _ => None,
+        })
+        .collect();
+    let all = failed.len();
+    failed.sort_unstable();
+    failed.dedup();
+    assert_eq!(failed.len(), all, "a message failed twice: {failed:?}");
+    assert!(
+        !failed.contains(&sent.seq),
+        "the delivered retry was failed"
+    );
     fake.engine.shutdown().await;
 }
 
