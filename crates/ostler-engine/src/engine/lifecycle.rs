@@ -856,8 +856,12 @@ impl Engine {
         let fork = opts.fork;
         let at_message_id = opts.at_message_id.clone();
         let env = crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options);
-        self.fail_untaken(entry, &env, rec.claude_session_id.as_deref(), &mut meta)
-            .await?;
+        // A session suspends only when every message it took has had its turn; any other
+        // end may have left messages the CLI never took.
+        if state != SessionState::Suspended {
+            self.fail_untaken(entry, &env, rec.claude_session_id.as_deref(), &mut meta)
+                .await?;
+        }
         let cwd = PathBuf::from(&rec.cwd);
         let dir = cwd.clone();
         if !blocking(move || Ok::<_, Error>(dir.is_dir())).await? {
