@@ -22,6 +22,10 @@ pub struct BenchArgs {
     /// Skip the criterion benches of the crates.
     #[arg(long)]
     pub no_criterion: bool,
+    /// Run items a, b, c and e this many times (a daemon and baselines per round) and end
+    /// with each target's median over the rounds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
 }
 
 fn root() -> PathBuf {
@@ -82,6 +86,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     if let Some(o) = &a.only {
         run.args(["--only", o]);
+    }
+    if a.rounds > 1 {
+        run.args(["--rounds", &a.rounds.to_string()]);
     }
     status("end-to-end benchmarks (ostler-bench)", run)?;
     if !a.no_criterion {

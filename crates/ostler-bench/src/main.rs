@@ -4,7 +4,11 @@
 //! `cargo xtask bench [--quick]`, which builds the binaries in release first; see
 //! docs/performance.md for what each row means.
 //!
-//! Usage: `ostler-bench --ostler PATH --fake PATH [--quick] [--only a,c,scale,...] [--sync normal|full]`
+//! Usage: `ostler-bench --ostler PATH --fake PATH [--quick] [--only a,c,scale,...] [--sync normal|full] [--rounds N]`
+//!
+//! `--rounds N` runs items a, b, c and e N times (each round with its own daemon and its
+//! own baselines) and ends with the median of each target's figure over the rounds: on a
+//! small shared machine one round's figure can move by a third from the next one's.
 
 #![allow(clippy::disallowed_methods)] // starts the daemon and the fake CLI
 
@@ -42,6 +46,8 @@ struct Opts {
     /// The client's tokio worker threads (0 = a current-thread runtime); tokio's default
     /// (one per core) when not given.
     client_threads: Option<usize>,
+    /// Rounds of items a, b, c and e (at least 1).
+    rounds: usize,
 }
 
 impl Opts {
@@ -59,6 +65,7 @@ fn parse_opts() -> Result<Opts> {
     let mut only = None;
     let mut sync = "normal".to_string();
     let mut client_threads = None;
+    let mut rounds = 1;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -77,8 +84,15 @@ fn parse_opts() -> Result<Opts> {
                         "--client-threads needs a number (0 = one current-thread runtime)",
                     )?
             }
+            "--rounds" => {
+                rounds = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|&n| n >= 1)
+                    .context("--rounds needs a number of at least 1")?
+            }
             other => bail!(
-                "unknown argument {other:?}; usage: ostler-bench --ostler PATH --fake PATH [--quick] [--only a,b,...] [--sync normal|full] [--client-threads N]"
+                "unknown argument {other:?}; usage: ostler-bench --ostler PATH --fake PATH [--quick] [--only a,b,...] [--sync normal|full] [--client-threads N] [--rounds N]"
             ),
         }
     }
@@ -93,6 +107,7 @@ fn parse_opts() -> Result<Opts> {
         only,
         sync,
         client_threads,
+        rounds,
     })
 }
 
@@ -148,8 +163,107 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// The targets' figures of each round (`--rounds`).
+#[derive(Default)]
+struct Tally {
+    /// Item a: events/s over the same round's `Value` loop.
+    a: Vec<f64>,
+    /// Item b: 16 sessions' total over one session's.
+    b: Vec<f64>,
+    /// Item c: p50, p99 and max (ns).
+    c: Vec<(u64, u64, u64)>,
+    /// Item e: database bytes per stored event over the CLI line.
+    e: Vec<f64>,
+}
+
+/// The median of `v` (the upper one of an even count).
+fn median<T: Copy + PartialOrd>(v: &[T]) -> Option<T> {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v.get(v.len() / 2).copied()
+}
+
+/// The summary rows of `--rounds`: each target's median over the rounds, with every round's
+/// figure.
+fn medians(t: &Tally, rounds: usize, rows: &mut Vec<Row>) {
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(m) = median(&t.a) {
+        rows.push(row(
+            "a",
+            &format!("median of {rounds} rounds: firehose / Value loop"),
+            format!("{m:.2}x"),
+            format!("rounds {}", list(&t.a)),
+            "target >= 0.55x".into(),
+        ));
+    }
+    if let Some(m) = median(&t.b) {
+        rows.push(row(
+            "b",
+            &format!("median of {rounds} rounds: 16 sessions / 1 session"),
+            format!("{m:.2}x"),
+            format!("rounds {}", list(&t.b)),
+            "target >= 1.6x".into(),
+        ));
+    }
+    let pick = |f: fn(&(u64, u64, u64)) -> u64| t.c.iter().map(f).collect::<Vec<u64>>();
+    if let (Some(p50), Some(p99), Some(max)) = (
+        median(&pick(|x| x.0)),
+        median(&pick(|x| x.1)),
+        median(&pick(|x| x.2)),
+    ) {
+        rows.push(row(
+            "c",
+            &format!("median of {rounds} rounds: latency p50 / p99 / max"),
+            format!("{} / {} / {}", fmt_us(p50), fmt_us(p99), fmt_us(max)),
+            format!(
+                "rounds p50 {}",
+                pick(|x| x.0)
+                    .iter()
+                    .map(|&x| fmt_us(x))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "targets 150 µs / 2 ms / 10 ms".into(),
+        ));
+    }
+    if let Some(m) = median(&t.e) {
+        rows.push(row(
+            "e",
+            &format!("median of {rounds} rounds: database bytes per event / CLI line"),
+            format!("{m:.2}x"),
+            format!("rounds {}", list(&t.e)),
+            "target <= 1.2x".into(),
+        ));
+    }
+}
+
 async fn run(o: &Opts) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
+    let mut tally = Tally::default();
+    for round in 1..=o.rounds {
+        if o.rounds > 1 {
+            println!("-- round {round} of {}", o.rounds);
+        }
+        firehose_items(o, &mut rows, &mut tally).await?;
+        if o.wants("c") {
+            latency_item(o, &mut rows, &mut tally).await?;
+        }
+    }
+    if o.rounds > 1 {
+        println!("-- medians");
+        medians(&tally, o.rounds, &mut rows);
+    }
+    other_items(o, &mut rows).await?;
+    Ok(rows)
+}
+
+/// Items a, b and e: the firehoses on one daemon, then the store's size.
+async fn firehose_items(o: &Opts, rows: &mut Vec<Row>, tally: &mut Tally) -> Result<()> {
     let n: u64 = if o.quick { 20_000 } else { 100_000 };
     if o.wants("a") || o.wants("b") || o.wants("e") {
         let base = baselines(o, n)?;
@@ -167,6 +281,7 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
                 format!("serde_json Value loop {}", fmt_rate(base.parse_rate)),
                 format!("{:.2}x", rate / base.parse_rate),
             ));
+            tally.a.push(rate / base.parse_rate);
             rows.push(row(
                 "a",
                 "same vs a pipe read of the fake's output",
@@ -196,6 +311,7 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
                 format!("1 session {}", fmt_rate(rate)),
                 format!("{:.2}x", rate16 / rate),
             ));
+            tally.b.push(rate16 / rate);
             if let Some(cpu) = cpu16 {
                 rows.push(cpu_row("b", &cpu, total, secs));
             }
@@ -213,6 +329,7 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
                 format!("CLI line {line:.0} B"),
                 format!("{:.2}x", s.file_bytes as f64 / s.events as f64 / line),
             ));
+            tally.e.push(s.file_bytes as f64 / s.events as f64 / line);
             rows.push(row(
                 "e",
                 "column bytes per stored event (sum of all columns)",
@@ -234,12 +351,18 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
             }
         }
     }
-    if o.wants("c") {
+    Ok(())
+}
+
+/// Item c: 1k events/s over 100 sessions, and the bare relay of the same lines.
+async fn latency_item(o: &Opts, rows: &mut Vec<Row>, tally: &mut Tally) -> Result<()> {
+    {
         let per_session: u64 = if o.quick { 100 } else { 300 };
         let d = Daemon::start(o).await?;
         let c = d.client().await?;
         let l = latency(&c, &d, 100, 10, per_session).await?;
         d.stop()?;
+        tally.c.push((l.p50, l.p99, l.max));
         let relay = {
             let o = o.clone();
             tokio::task::spawn_blocking(move || relay_latency(&o, 1000, 100 * per_session))
@@ -282,6 +405,11 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
             rows.push(cpu_row("c", cpu, l.samples as u64, *secs));
         }
     }
+    Ok(())
+}
+
+/// Items d, f, g and the others: once, whatever `--rounds` says.
+async fn other_items(o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
     if o.wants("d") {
         let np: u64 = if o.quick { 20_000 } else { 100_000 };
         let d = Daemon::start(o).await?;
@@ -384,7 +512,7 @@ async fn run(o: &Opts) -> Result<Vec<Row>> {
     if o.wants("resume") {
         rows.extend(resume::resume(o).await?);
     }
-    Ok(rows)
+    Ok(())
 }
 
 fn fmt_rate(r: f64) -> String {
@@ -1166,4 +1294,17 @@ fn sqlite_read_loop(store: &Path) -> Result<(u64, f64)> {
     let t = Instant::now();
     let (n, _) = read_all_events(&conn)?;
     Ok((n, t.elapsed().as_secs_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_is_the_middle_figure_or_the_upper_of_two() {
+        assert_eq!(median::<u64>(&[]), None);
+        assert_eq!(median(&[7u64]), Some(7));
+        assert_eq!(median(&[0.9, 0.2, 0.5]), Some(0.5));
+        assert_eq!(median(&[40u64, 10, 30, 20]), Some(30));
+    }
 }
