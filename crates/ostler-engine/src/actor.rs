@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -130,6 +131,10 @@ pub(crate) struct Actor {
     suspend_reason: Option<String>,
     /// Batches of CLI output whose commit is in flight, oldest first.
     in_flight: VecDeque<output::Batch>,
+    /// How long the actor had had nothing to handle when the event it handles now came: a
+    /// batch that ends a quiet spell may be committed on the actor's thread
+    /// ([`output::QUIET_FOR_COMMIT_NOW`]).
+    quiet_for: Duration,
 }
 
 /// What an actor starts with.
@@ -213,6 +218,7 @@ impl Actor {
             last_active: Instant::now(),
             suspend_reason: None,
             in_flight: VecDeque::new(),
+            quiet_for: Duration::ZERO,
         };
         actor.start(pid).await;
         tokio::spawn(actor.run());
@@ -335,7 +341,9 @@ impl Actor {
                 }
             };
             let Some(ev) = ev else { continue };
-            self.last_active = Instant::now();
+            let now = Instant::now();
+            self.quiet_for = now.saturating_duration_since(self.last_active);
+            self.last_active = now;
             match ev {
                 ProcessEvent::Line(line) => {
                     // A batch ends with a line that opens or withdraws a control request:
