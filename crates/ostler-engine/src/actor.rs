@@ -26,7 +26,6 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -131,10 +130,6 @@ pub(crate) struct Actor {
     suspend_reason: Option<String>,
     /// Batches of CLI output whose commit is in flight, oldest first.
     in_flight: VecDeque<output::Batch>,
-    /// How long the actor had had nothing to handle when the event it handles now came: a
-    /// batch that ends a quiet spell may be committed on the actor's thread
-    /// ([`output::QUIET_FOR_COMMIT_NOW`]).
-    quiet_for: Duration,
 }
 
 /// What an actor starts with.
@@ -218,7 +213,6 @@ impl Actor {
             last_active: Instant::now(),
             suspend_reason: None,
             in_flight: VecDeque::new(),
-            quiet_for: Duration::ZERO,
         };
         actor.start(pid).await;
         tokio::spawn(actor.run());
@@ -341,9 +335,7 @@ impl Actor {
                 }
             };
             let Some(ev) = ev else { continue };
-            let now = Instant::now();
-            self.quiet_for = now.saturating_duration_since(self.last_active);
-            self.last_active = now;
+            self.last_active = Instant::now();
             match ev {
                 ProcessEvent::Line(line) => {
                     // A batch ends with a line that opens or withdraws a control request:

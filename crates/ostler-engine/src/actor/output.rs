@@ -17,7 +17,6 @@ use ostler_store::{InteractionState, SessionPatch, TurnUsage};
 use ostler_supervisor::{Line, Responder};
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::Actor;
 use crate::hub::{InFlight, Item, now_ms};
@@ -32,15 +31,6 @@ pub(super) const MAX_IN_FLIGHT: usize = 4;
 /// nothing else to do ([`ostler_store::Store::append_now`]); larger batches always go to the
 /// writer thread, so that the actor is never blocked for long.
 const MAX_COMMIT_NOW: usize = 8;
-
-/// How long the actor must have had nothing to handle before a batch for that batch to be
-/// committed on its own thread. Output that keeps coming (a firehose) goes to the writer
-/// thread even in small batches: committed here one by one, they kept the actor from
-/// gathering the lines that arrive meanwhile into the next, larger commit (item a of the
-/// bench: median 0.34x -> 0.375x over 8 rounds each, docs/performance.md, session 15).
-/// Output at a human pace (each line tens of milliseconds or more after the last) still
-/// commits here, which is what item c's latency needs.
-pub(super) const QUIET_FOR_COMMIT_NOW: Duration = Duration::from_micros(500);
 
 /// A batch of CLI output queued to the store, finished when its commit resolves.
 pub(super) struct Batch {
@@ -193,13 +183,10 @@ impl Actor {
         if !results.is_empty() {
             self.show_live_state();
         }
-        // Nothing in flight, no line waiting and none before this one for a while: the actor
-        // would only wait for this commit, so it may as well run it (saving the hand-offs to
-        // the writer thread and back).
-        let now = items.len() <= MAX_COMMIT_NOW
-            && self.quiet_for >= QUIET_FOR_COMMIT_NOW
-            && self.in_flight.is_empty()
-            && self.events.is_empty();
+        // Nothing in flight and no line waiting: the actor would only wait for this commit,
+        // so it may as well run it (saving the hand-offs to the writer thread and back).
+        let now =
+            items.len() <= MAX_COMMIT_NOW && self.in_flight.is_empty() && self.events.is_empty();
         match self.entry.hub.queue(items, now) {
             Ok(Some(flight)) => {
                 let mut batch = Batch {
