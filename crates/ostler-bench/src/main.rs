@@ -8,7 +8,7 @@
 //!
 //! `--rounds N` runs items a, b, c and e N times (each round with its own daemon and its
 //! own baselines) and ends with the median of each target's figure over the rounds: on a
-//! small shared machine one round's figure can move by a third from the next one's.
+//! small shared machine one round's figure can be twice the next one's.
 
 #![allow(clippy::disallowed_methods)] // starts the daemon and the fake CLI
 
