@@ -200,7 +200,8 @@ impl Store {
             opts.write_retry_limit,
         );
         let feed = writer.feed_watch();
-        // Commits on a caller's thread only where a commit does not fsync.
+        // Commits on a caller's thread only where a commit does not fsync (but the one that
+        // restarts the WAL, which syncs its new header: a small write, see `writer`).
         let writes = writer::Shared::new(
             writer,
             opts.synchronous == Synchronous::Normal,

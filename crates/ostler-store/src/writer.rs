@@ -270,11 +270,15 @@ const CHASE_MIN_FRAMES: u64 = 64;
 
 /// The hard bound on the WAL: at this size the writer waits for a running checkpoint and then
 /// checkpoints itself (copying only what the checkpointer has not copied yet), so that the
-/// WAL restarts from its beginning. Below it the writer never checkpoints, never waits for the
-/// checkpointer, and no commit fsyncs (with `synchronous=NORMAL`). About 32 MiB with 4 KiB
-/// pages. Under continuous load this is the only point where the WAL restarts (a checkpoint
-/// only completes if no commit lands while it runs); under bursty load the checkpointer
-/// catches up between bursts and the WAL restarts for free at the next commit.
+/// WAL restarts from its beginning. Below it the writer never checkpoints and never waits for
+/// the checkpointer, and with `synchronous=NORMAL` the only commit that fsyncs is the one that
+/// restarts the WAL: SQLite syncs the WAL's new header then (against reordered writes after a
+/// restart; ~0.2-1 ms here, the checkpointer having synced the frames before). About 32 MiB
+/// with 4 KiB pages. Under continuous load this is the only point where the WAL restarts (a
+/// checkpoint only completes if no commit lands while it runs): at 1k one-event commits a
+/// second, every ~3.3 s, costing the commit path the wait for a running pass plus the WAL
+/// and database syncs (docs/performance.md, session 15). Under bursty load the checkpointer
+/// catches up between bursts and the WAL restarts at the next commit (its header sync only).
 pub(crate) const WAL_HARD_LIMIT_FRAMES: u64 = 8 * 1024;
 
 thread_local! {
