@@ -64,6 +64,9 @@ pub(crate) struct Hub {
     tx: broadcast::Sender<Arc<EngineEvent>>,
     order: Mutex<Order>,
     live: LiveRing,
+    /// The seq of the last stored event sent on the stored ring: each live item carries it
+    /// (`LiveItem::after_seq`), so a subscriber behind on stored events delivers them first.
+    published_seq: AtomicU64,
 }
 
 /// Places taken and not yet published, in seq order.
@@ -135,6 +138,9 @@ impl Hub {
             tx,
             order: Mutex::new(Order::default()),
             live: LiveRing::new(capacity.saturating_mul(LIVE_CAPACITY_FACTOR)),
+            // 0 until this hub publishes a stored event: a subscriber reads every event
+            // stored before from the store (replay) before it takes live items.
+            published_seq: AtomicU64::new(0),
         }
     }
 
@@ -155,7 +161,8 @@ impl Hub {
 
     /// Publishes a live-only event now (not stored, never behind a commit).
     pub fn publish_live(&self, event: Arc<EngineEvent>) {
-        self.live.publish(event);
+        self.live
+            .publish(event, self.published_seq.load(Ordering::Relaxed));
     }
 
     /// Queues a write to the store and takes its place in the publish order, in one
@@ -187,11 +194,13 @@ impl Hub {
                 break;
             };
             for e in events {
-                if e.seq.is_some() {
+                if let Some(seq) = e.seq {
+                    self.published_seq.fetch_max(seq, Ordering::Relaxed);
                     // Nobody listening is fine.
                     let _ = self.tx.send(e);
                 } else {
-                    self.live.publish(e);
+                    self.live
+                        .publish(e, self.published_seq.load(Ordering::Relaxed));
                 }
             }
         }
@@ -380,6 +389,9 @@ impl WriteGuard {
 #[derive(Debug, Clone)]
 pub(crate) struct LiveItem {
     pub ord: u64,
+    /// The seq of the last stored event published before this item: it follows that event
+    /// in the session's order.
+    pub after_seq: u64,
     pub event: Arc<EngineEvent>,
 }
 
@@ -416,10 +428,14 @@ impl LiveRing {
         }
     }
 
-    fn publish(&self, event: Arc<EngineEvent>) {
+    fn publish(&self, event: Arc<EngineEvent>, after_seq: u64) {
         let tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         let ord = self.deltas.load(Ordering::Relaxed);
-        let item = LiveItem { ord, event };
+        let item = LiveItem {
+            ord,
+            after_seq,
+            event,
+        };
         if item.is_delta() {
             self.deltas.store(ord + 1, Ordering::Relaxed);
         }

@@ -14,7 +14,10 @@
 //! next partial or, when the session's live events end, at the end; so received + missed
 //! is every delta published while it followed. When both rings have events ready, the
 //! live one goes first (a delta is published at once, the stored event after it only after
-//! its commit).
+//! its commit), unless the subscriber is behind: a live item carries the seq of the last
+//! stored event published before it (`LiveItem::after_seq`) and waits until that event is
+//! delivered, so a subscriber that fell behind gets every event in the session's order (a
+//! later turn's partials never before an earlier turn's end).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -52,6 +55,8 @@ pub struct Subscription {
     until: Option<u64>,
     /// The live ring, when following with partials; `None` once it closed.
     live: Option<LiveReceiver>,
+    /// A live item taken from the ring that follows a stored event not delivered yet.
+    held_live: Option<LiveItem>,
     page_size: usize,
     mode: Mode,
     buf: VecDeque<Arc<EngineEvent>>,
@@ -102,6 +107,7 @@ impl Subscription {
             last: after_seq,
             until: if follow { None } else { until },
             live,
+            held_live: None,
             page_size: page_size.max(1),
             mode: Mode::Replay,
             buf: redeliver.into(),
@@ -159,6 +165,9 @@ impl Subscription {
     /// The live ring closed (or the stored one did: the hub is gone): delivers what is
     /// left in it, then reports the deltas published that this subscriber never got.
     fn close_live(&mut self) {
+        if let Some(item) = self.held_live.take() {
+            self.take_live(item);
+        }
         loop {
             let Some(live) = self.live.as_mut() else {
                 return;
@@ -290,7 +299,16 @@ impl Subscription {
                         Live(std::result::Result<LiveItem, RecvError>),
                         Stored(std::result::Result<Arc<EngineEvent>, RecvError>),
                     }
-                    let got = match self.live.as_mut() {
+                    if self
+                        .held_live
+                        .as_ref()
+                        .is_some_and(|item| item.after_seq <= self.last)
+                        && let Some(item) = self.held_live.take()
+                    {
+                        self.take_live(item);
+                        continue;
+                    }
+                    let got = match self.live.as_mut().filter(|_| self.held_live.is_none()) {
                         Some(live) => tokio::select! {
                             biased;
                             r = live.rx.recv() => Got::Live(r),
@@ -299,6 +317,10 @@ impl Subscription {
                         None => Got::Stored(rx.recv().await),
                     };
                     match got {
+                        // Behind on stored events: those published before it go first.
+                        Got::Live(Ok(item)) if item.after_seq > self.last => {
+                            self.held_live = Some(item);
+                        }
                         Got::Live(Ok(item)) => self.take_live(item),
                         // The next item's ordinal tells how many deltas were missed.
                         Got::Live(Err(RecvError::Lagged(_))) => {}
@@ -568,6 +590,52 @@ mod tests {
             (stalled.partials_received(), stalled.partials_missed()),
             (received, missed)
         );
+    }
+
+    /// A subscriber that fell behind gets live items in the session's order: a partial
+    /// published after stored event `r` comes after `r` and before `r + 1`, never ahead of
+    /// stored events it has still to read (a later turn's partials before an earlier
+    /// turn's end, as the bench's stalled subscriber saw before).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscriber_behind_gets_partials_in_the_sessions_order() {
+        let (_dir, store) = store_with_session().await;
+        // Rings large enough that nothing lags: only the order is tested.
+        let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 64));
+        let mut behind = Subscription::new(hub.clone(), 0, true, true, None, 64, Vec::new());
+        hub.emit(vec![Item::new(notice(0))]).await.expect("emit");
+        // Read from the store: it follows the live rings from then on.
+        assert_eq!(next_event(&mut behind).await.expect("open").seq, Some(1));
+        const ROUNDS: u64 = 10;
+        const PER: u64 = 3;
+        for r in 2..=ROUNDS + 1 {
+            hub.emit(vec![Item::new(notice(r))]).await.expect("emit");
+            for _ in 0..PER {
+                hub.publish_live(partial(&hub));
+            }
+        }
+        // It reads only now: stored event, its partials, the next stored event, ...
+        let (mut last, mut since) = (1, PER);
+        while last < ROUNDS + 1 || since < PER {
+            let ev = next_event(&mut behind).await.expect("open");
+            match (ev.seq, &ev.payload) {
+                (Some(s), _) => {
+                    assert_eq!(s, last + 1, "stored events in seq order");
+                    assert_eq!(since, PER, "stored event {s} before the partials of {last}");
+                    (last, since) = (s, 0);
+                }
+                (None, EventPayload::PartialDelta(_)) => {
+                    since += 1;
+                    assert!(
+                        since <= PER,
+                        "a partial of a later event before stored {}",
+                        last + 1
+                    );
+                }
+                (None, p) => panic!("unexpected live event {p:?}"),
+            }
+        }
+        assert_eq!(behind.partials_received(), ROUNDS * PER);
+        assert_eq!(behind.partials_missed(), 0);
     }
 
     /// Without `follow`, the subscription ends at the last seq at subscribe time.
