@@ -58,6 +58,22 @@ impl Opts {
     }
 }
 
+/// The items `--only` may name.
+const ITEMS: [&str; 9] = ["a", "b", "c", "d", "e", "f", "g", "resume", "scale"];
+
+const USAGE: &str = "\
+usage: ostler-bench --ostler PATH --fake PATH [options]
+  (usually run through `cargo xtask bench`; docs/performance.md describes each item)
+
+  --ostler PATH          the daemon binary to measure (`ostler serve` on a temporary store)
+  --fake PATH            the test kit's fake CLI (`ostler-fake-claude`)
+  --quick                20k-line firehoses, no 1M replay, a 10 s latency run
+  --only a,b,...         items to run: a b c d e f g resume scale (default: all)
+  --sync normal|full     the daemon's store.synchronous (default: normal)
+  --client-threads N     the client's tokio workers (0: one current-thread runtime)
+  --rounds N             run items a, b, c and e N times and print their medians
+  -h, --help             this text";
+
 fn parse_opts() -> Result<Opts> {
     let mut ostler = None;
     let mut fake = None;
@@ -73,9 +89,19 @@ fn parse_opts() -> Result<Opts> {
             "--fake" => fake = args.next().map(PathBuf::from),
             "--quick" => quick = true,
             "--only" => {
-                only = args
+                let items: Vec<String> = args
                     .next()
-                    .map(|s| s.split(',').map(str::to_string).collect())
+                    .context("--only needs a list of items, e.g. a,c")?
+                    .split(',')
+                    .map(str::to_string)
+                    .collect();
+                if let Some(bad) = items.iter().find(|i| !ITEMS.contains(&i.as_str())) {
+                    bail!(
+                        "--only: no item {bad:?}; the items are {}",
+                        ITEMS.join(", ")
+                    );
+                }
+                only = Some(items);
             }
             "--sync" => sync = args.next().context("--sync needs normal or full")?,
             "--client-threads" => {
@@ -91,9 +117,11 @@ fn parse_opts() -> Result<Opts> {
                     .filter(|&n| n >= 1)
                     .context("--rounds needs a number of at least 1")?
             }
-            other => bail!(
-                "unknown argument {other:?}; usage: ostler-bench --ostler PATH --fake PATH [--quick] [--only a,b,...] [--sync normal|full] [--client-threads N] [--rounds N]"
-            ),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?}\n\n{USAGE}"),
         }
     }
     // Absolute: the fake runs in other working directories.
