@@ -26,6 +26,11 @@ pub struct BenchArgs {
     /// with each target's median over the rounds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: u32,
+    /// An `OSTLER_*` variable for the daemon under test, as `KEY=VALUE` (repeatable), e.g.
+    /// `OSTLER_RUNTIME__WORKER_THREADS=1`. The harness clears the daemon's environment, so
+    /// variables set for `cargo xtask bench` itself do not reach it.
+    #[arg(long = "daemon-env", value_name = "KEY=VALUE")]
+    pub daemon_env: Vec<String>,
 }
 
 fn root() -> PathBuf {
@@ -89,6 +94,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     if a.rounds > 1 {
         run.args(["--rounds", &a.rounds.to_string()]);
+    }
+    for kv in &a.daemon_env {
+        run.args(["--daemon-env", kv]);
     }
     status("end-to-end benchmarks (ostler-bench)", run)?;
     if !a.no_criterion {

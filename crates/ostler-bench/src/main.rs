@@ -48,6 +48,8 @@ struct Opts {
     client_threads: Option<usize>,
     /// Rounds of items a, b, c and e (at least 1).
     rounds: usize,
+    /// `OSTLER_*` variables set for the daemon (its environment is cleared otherwise).
+    daemon_env: Vec<(String, String)>,
 }
 
 impl Opts {
@@ -72,6 +74,9 @@ usage: ostler-bench --ostler PATH --fake PATH [options]
   --sync normal|full     the daemon's store.synchronous (default: normal)
   --client-threads N     the client's tokio workers (0: one current-thread runtime)
   --rounds N             run items a, b, c and e N times and print their medians
+  --daemon-env K=V       set OSTLER_* variable K for the daemon, e.g.
+                         OSTLER_RUNTIME__WORKER_THREADS=1 (repeatable; the daemon's
+                         environment is otherwise cleared, so the caller's is not seen)
   -h, --help             this text";
 
 fn parse_opts() -> Result<Opts> {
@@ -82,6 +87,7 @@ fn parse_opts() -> Result<Opts> {
     let mut sync = "normal".to_string();
     let mut client_threads = None;
     let mut rounds = 1;
+    let mut daemon_env = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -117,6 +123,17 @@ fn parse_opts() -> Result<Opts> {
                     .filter(|&n| n >= 1)
                     .context("--rounds needs a number of at least 1")?
             }
+            "--daemon-env" => {
+                let kv = args.next().context("--daemon-env needs OSTLER_KEY=VALUE")?;
+                match kv.split_once('=') {
+                    Some((k, v)) if k.starts_with("OSTLER_") => {
+                        daemon_env.push((k.to_string(), v.to_string()))
+                    }
+                    _ => bail!(
+                        "--daemon-env: {kv:?} is not OSTLER_KEY=VALUE (e.g. OSTLER_RUNTIME__WORKER_THREADS=1)"
+                    ),
+                }
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -136,6 +153,7 @@ fn parse_opts() -> Result<Opts> {
         sync,
         client_threads,
         rounds,
+        daemon_env,
     })
 }
 
@@ -611,6 +629,7 @@ impl Daemon {
             .env("XDG_CONFIG_HOME", dir.path().join("config"))
             .env("XDG_DATA_HOME", dir.path().join("data"))
             .env("RUST_LOG", "warn")
+            .envs(o.daemon_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
