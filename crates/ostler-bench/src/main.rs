@@ -238,24 +238,21 @@ fn medians(t: &Tally, rounds: usize, rows: &mut Vec<Row>) {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    if let Some(m) = median(&t.a) {
-        rows.push(row(
-            "a",
-            &format!("median of {rounds} rounds: firehose / Value loop"),
-            format!("{m:.2}x"),
-            format!("rounds {}", list(&t.a)),
-            "target >= 0.55x".into(),
-        ));
-    }
-    if let Some(m) = median(&t.b) {
-        rows.push(row(
-            "b",
-            &format!("median of {rounds} rounds: 16 sessions / 1 session"),
-            format!("{m:.2}x"),
-            format!("rounds {}", list(&t.b)),
-            "target >= 1.6x".into(),
-        ));
-    }
+    // One row for a target that is a ratio per round.
+    let ratio =
+        |rows: &mut Vec<Row>, item: &'static str, values: &[f64], what: &str, target: &str| {
+            if let Some(m) = median(values) {
+                rows.push(row(
+                    item,
+                    &format!("median of {rounds} rounds: {what}"),
+                    format!("{m:.2}x"),
+                    format!("rounds {}", list(values)),
+                    format!("target {target}"),
+                ));
+            }
+        };
+    ratio(rows, "a", &t.a, "firehose / Value loop", ">= 0.55x");
+    ratio(rows, "b", &t.b, "16 sessions / 1 session", ">= 1.6x");
     let pick = |f: fn(&(u64, u64, u64)) -> u64| t.c.iter().map(f).collect::<Vec<u64>>();
     if let (Some(p50), Some(p99), Some(max)) = (
         median(&pick(|x| x.0)),
@@ -277,15 +274,13 @@ fn medians(t: &Tally, rounds: usize, rows: &mut Vec<Row>) {
             "targets 150 µs / 2 ms / 10 ms".into(),
         ));
     }
-    if let Some(m) = median(&t.e) {
-        rows.push(row(
-            "e",
-            &format!("median of {rounds} rounds: database bytes per event / CLI line"),
-            format!("{m:.2}x"),
-            format!("rounds {}", list(&t.e)),
-            "target <= 1.2x".into(),
-        ));
-    }
+    ratio(
+        rows,
+        "e",
+        &t.e,
+        "database bytes per event / CLI line",
+        "<= 1.2x",
+    );
 }
 
 async fn run(o: &Opts) -> Result<Vec<Row>> {
