@@ -12,7 +12,7 @@
 //!     first user message, one real turn, then every other probed subtype at once with
 //!     harmless arguments; each is recorded as answered, error-answered (known subtype,
 //!     refused arguments), unsupported (`unsupported_request`) or no answer within
-//!     `CONTROL_BOUND`.
+//!     [`control_bound`].
 //! - `generate [--check]`: turn the evidence of every pinned release
 //!   (`contracts/releases.toml`) into `crates/ostler-supervisor/src/matrix_generated.rs` and
 //!   `docs/compatibility.md`; the minimum supported release and the capability boundaries
@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use ostler_testkit::timeouts::secs;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -33,6 +34,9 @@ pub struct ProbeArgs {
     /// Releases to measure (default: every pinned release).
     #[arg(long = "release")]
     pub releases: Vec<String>,
+    /// Only the newest pinned release (what `cargo xtask test` checks with `--check`).
+    #[arg(long, conflicts_with = "releases")]
+    pub newest: bool,
     /// Only print the evidence, do not write it.
     #[arg(long)]
     pub dry_run: bool,
@@ -110,7 +114,14 @@ fn evidence_path(v: &str) -> PathBuf {
 }
 
 pub fn probe(a: ProbeArgs) -> Result<()> {
-    let releases = if a.releases.is_empty() {
+    let releases: Vec<String> = if a.newest {
+        let newest = ostler_testkit::releases::pinned()?
+            .into_iter()
+            .filter_map(|r| semver::Version::parse(&r.version).ok())
+            .max()
+            .context("no pinned release")?;
+        vec![newest.to_string()]
+    } else if a.releases.is_empty() {
         ostler_testkit::releases::pinned()?
             .into_iter()
             .map(|r| r.version)
@@ -204,7 +215,7 @@ async fn measure(version: &str) -> Result<Evidence> {
     let v = version.to_string();
     let binary =
         tokio::task::spawn_blocking(move || ostler_testkit::releases::ensure(&v, &cache)).await??;
-    let flags = ostler_supervisor::discover::probe_flags(&binary, Duration::from_secs(30))
+    let flags = ostler_supervisor::discover::probe_flags(&binary, secs(30))
         .await
         .with_context(|| format!("flag probe of {version}"))?;
     let (stdio, what, announced) = permission_probe(&binary).await?;
@@ -260,9 +271,9 @@ async fn finish(
     err_task: tokio::task::JoinHandle<String>,
 ) -> String {
     drop(stdin);
-    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let _ = tokio::time::timeout(secs(10), child.wait()).await;
     let _ = child.start_kill();
-    tokio::time::timeout(Duration::from_secs(5), err_task)
+    tokio::time::timeout(secs(5), err_task)
         .await
         .ok()
         .and_then(|r| r.ok())
@@ -310,7 +321,7 @@ async fn probe_turn(
         }
         anyhow::Ok(())
     };
-    let _ = tokio::time::timeout(Duration::from_secs(90), run).await;
+    let _ = tokio::time::timeout(secs(90), run).await;
     let stderr = finish(child, stdin, err_task).await;
     Ok((out, stderr))
 }
@@ -459,9 +470,9 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
         }
         anyhow::Ok(())
     };
-    let _ = tokio::time::timeout(Duration::from_secs(90), run).await;
+    let _ = tokio::time::timeout(secs(90), run).await;
     drop(stdin);
-    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let _ = tokio::time::timeout(secs(10), child.wait()).await;
     let _ = child.start_kill();
     let reached = server.requests().iter().any(|r| {
         r.body.as_ref().is_some_and(|b| {
@@ -493,7 +504,7 @@ async fn option_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
             );
             cmd.stdin(std::process::Stdio::null());
             async move {
-                let out = tokio::time::timeout(Duration::from_secs(60), cmd.output()).await;
+                let out = tokio::time::timeout(secs(60), cmd.output()).await;
                 let accepted = match out {
                     Err(_) => true,
                     Ok(out) => {
@@ -520,8 +531,11 @@ async fn option_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
 }
 
 /// How long a release gets to answer a control request before it counts as `no_answer`
-/// (1.0.x answers in milliseconds; it never answers subtypes it does not know).
-const CONTROL_BOUND: Duration = Duration::from_secs(10);
+/// (1.0.x answers in milliseconds; it never answers subtypes it does not know): 10 s,
+/// scaled by `OSTLER_TEST_TIMEOUT_SCALE` like every other wait of the probe.
+fn control_bound() -> Duration {
+    secs(10)
+}
 
 /// The harmless arguments of each probed subtype (field names as the Agent SDKs send them).
 fn control_fields(subtype: &str) -> serde_json::Value {
@@ -581,7 +595,7 @@ fn classify(response: &serde_json::Value) -> (&'static str, Option<String>) {
 type Answers = BTreeMap<String, (&'static str, Option<String>)>;
 
 /// Which control request subtypes a release serves: `initialize` before the first message,
-/// one turn, then every other subtype at once; answers are collected for `CONTROL_BOUND`.
+/// one turn, then every other subtype at once; answers are collected for [`control_bound`].
 async fn control_probe(
     binary: &Path,
 ) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>)> {
@@ -638,7 +652,7 @@ async fn control_probe(
         &mut lines,
         &mut answers,
         &subtype_of,
-        CONTROL_BOUND,
+        control_bound(),
         &|_, a| a.contains_key("initialize"),
     )
     .await?;
@@ -674,7 +688,7 @@ async fn control_probe(
         }
         anyhow::Ok(false)
     };
-    let turned = tokio::time::timeout(Duration::from_secs(90), turn)
+    let turned = tokio::time::timeout(secs(90), turn)
         .await
         .unwrap_or(Ok(false))?;
     if hook_called {
@@ -692,18 +706,20 @@ async fn control_probe(
                 .await?;
         }
         stdin.flush().await?;
-        let want = rest.len() + 1;
+        // Until every one of them is answered: `answers` also holds `initialize` and
+        // `hook_callback`, so a count would stop one answer early (the slowest, which
+        // 2.1.330 and later make `get_context_usage`: it calls the token-count API).
         read_until(
             &mut lines,
             &mut answers,
             &subtype_of,
-            CONTROL_BOUND,
-            &|_, a| a.len() >= want,
+            control_bound(),
+            &|_, a| rest.iter().all(|c| a.contains_key(*c)),
         )
         .await?;
     }
     drop(stdin);
-    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    let _ = tokio::time::timeout(secs(10), child.wait()).await;
     let _ = child.start_kill();
     let mut control = BTreeMap::new();
     let mut errors = BTreeMap::new();
@@ -769,9 +785,7 @@ async fn permission_probe(binary: &Path) -> Result<(bool, String, Vec<String>)> 
         }
         anyhow::Ok(())
     };
-    let timed_out = tokio::time::timeout(Duration::from_secs(90), run)
-        .await
-        .is_err();
+    let timed_out = tokio::time::timeout(secs(90), run).await.is_err();
     let stderr = finish(child, stdin, err_task).await;
     let ran = herm.cwd().join("probe-created.txt").exists();
     let works = can_use_tool && ran;
@@ -1058,8 +1072,8 @@ fn render_md(d: &Derived) -> Result<String> {
         "How each release treats the control requests ostler can send (`cargo xtask compat probe`): \
          `yes` answered, `yes (error)` answered with an error about the probe's harmless arguments \
          (the subtype is known), `unsupported` refused as an unknown subtype, `no answer` nothing \
-         within 10 s (1.0.x ignores subtypes it does not know), `-` not measured. An RPC that needs \
-         a request the running release does not serve fails at once with FAILED_PRECONDITION. \
+         within 10 s times `OSTLER_TEST_TIMEOUT_SCALE` (default 3; 1.0.x ignores subtypes it does \
+         not know), `-` not measured. An RPC that needs a request the running release does not serve fails at once with FAILED_PRECONDITION. \
          `hook_callback` goes the other way: `yes` when the CLI called a hook registered in \
          `initialize` during the probe's turn (remote hooks, CreateSession `hooks`, need it; \
          elsewhere CreateSession with hooks fails with FAILED_PRECONDITION).\n\n",

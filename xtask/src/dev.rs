@@ -135,6 +135,22 @@ pub fn test(a: TestArgs) -> Result<()> {
         run(&format!("cargo xtask {}", check.join(" ")), c)?;
     }
 
+    // The newest pinned release, measured again: the probe's own logic meets each new
+    // release here (a probe that misreads a release would put a wrong row in the matrix).
+    let mut probe = cargo();
+    probe.args([
+        "run",
+        "--quiet",
+        "--package",
+        "xtask",
+        "--",
+        "compat",
+        "probe",
+        "--check",
+        "--newest",
+    ]);
+    run("cargo xtask compat probe --check --newest", probe)?;
+
     eprintln!("==> cargo xtask fuzz --secs 60");
     crate::fuzz::fuzz(crate::fuzz::FuzzArgs {
         secs: 60,
