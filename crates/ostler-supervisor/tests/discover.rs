@@ -272,7 +272,9 @@ fn matrix_levels_of_pinned_and_unpinned_releases() {
     assert_eq!(level("1.0.128"), CompatLevel::FullyCompatible);
     assert_eq!(level("2.0.10"), CompatLevel::FullyCompatible); // unpinned, in range
     assert_eq!(level("2.1.330"), CompatLevel::FullyCompatible);
-    assert_eq!(level("2.1.331"), CompatLevel::LikelyCompatible);
+    assert_eq!(level("2.1.331"), CompatLevel::FullyCompatible); // unpinned, in range
+    assert_eq!(level("2.1.332"), CompatLevel::FullyCompatible); // newest pinned
+    assert_eq!(level("2.1.333"), CompatLevel::LikelyCompatible);
     assert_eq!(level("3.0.0"), CompatLevel::LikelyCompatible);
 
     let a = compat::assess(&v("1.0.100"), None);
@@ -288,6 +290,14 @@ fn matrix_levels_of_pinned_and_unpinned_releases() {
             .capabilities
             .announces("interrupt_receipt_v1")
     );
+    // ... each release its own: 2.1.332 added `mcp_call_soft_error_result_v1`.
+    let announces = |s: &str| {
+        compat::assess(&v(s), None)
+            .capabilities
+            .announces("mcp_call_soft_error_result_v1")
+    };
+    assert!(announces("2.1.332"));
+    assert!(!announces("2.1.330"));
     assert!(
         compat::assess(&v("1.0.128"), None)
             .capabilities
