@@ -674,9 +674,9 @@ async fn real_cli_suspends_and_resumes_with_its_context() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_background_task_keeps_the_session_live() {
     use std::os::unix::fs::PermissionsExt;
-    // Turn 1 starts a background task (2.1.330's `background_tasks_changed`); turn 2
+    // Turn 1 starts a background task (2.1.332's `background_tasks_changed`); turn 2
     // reports it finished.
-    // The engine's `initialize` comes first (2.1.330 answers it): answered, then the turns.
+    // The engine's `initialize` comes first (2.1.332 answers it): answered, then the turns.
     let script = r#"#!/bin/sh
 IFS= read -r init
 id=$(printf '%s' "$init" | sed -n 's/.*"request_id":"\([^"]*\)".*/\1/p')

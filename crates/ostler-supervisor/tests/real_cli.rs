@@ -304,7 +304,7 @@ async fn v1_0_128_turns_permissions_model_and_stop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v2_1_330_turns_permissions_model_and_stop() {
-    turns_permissions_model_and_stop("2.1.330").await;
+    turns_permissions_model_and_stop("2.1.332").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,7 +314,7 @@ async fn v1_0_128_interrupt_then_turn_then_crash() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v2_1_330_interrupt_then_turn_then_crash() {
-    interrupt_then_turn_then_crash("2.1.330").await;
+    interrupt_then_turn_then_crash("2.1.332").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,5 +324,5 @@ async fn v1_0_128_resume() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v2_1_330_resume() {
-    resume("2.1.330").await;
+    resume("2.1.332").await;
 }

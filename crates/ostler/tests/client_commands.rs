@@ -33,7 +33,7 @@ fn session_lifecycle_through_the_commands() {
 
     // show: the session, and its stored log with gap-free seqs from 1.
     let shown = d.ok_json(&["show", &id, "--json"]);
-    assert_eq!(shown[0]["cli_version"], "2.1.330");
+    assert_eq!(shown[0]["cli_version"], "2.1.332");
     let last_seq = shown[0]["last_seq"].as_u64().expect("last_seq");
     let log = d.ok_json(&["show", &id, "--events", "--json"]);
     let seqs: Vec<u64> = log[1..]
@@ -257,7 +257,7 @@ fn health_tokens_unix_socket_and_unreachable() {
     ]);
     let out = d.client(&["health", "--json", "--token", "secret-token-1"], None);
     let h = &json_lines(&out.stdout)[0];
-    assert_eq!(h["details"]["claude_code"]["version"], "2.1.330", "{h}");
+    assert_eq!(h["details"]["claude_code"]["version"], "2.1.332", "{h}");
     assert_eq!(h["details"]["store"]["ok"], true);
 
     // Over the Unix socket.

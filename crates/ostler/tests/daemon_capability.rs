@@ -54,7 +54,7 @@ async fn set_model_is_refused_at_once_on_a_release_that_ignores_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn health_lists_the_capabilities_of_a_2_1_release() {
-    let world = World::new("2.1.330").await;
+    let world = World::new("2.1.332").await;
     let daemon = world.daemon(&[]).await;
     let caps = capabilities(&daemon).await;
     for want in [

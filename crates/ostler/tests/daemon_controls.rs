@@ -511,7 +511,7 @@ fn control_commands() {
     assert!(info[0]["initialized"]["commands"].is_array(), "{info:?}");
     let human = d.client(&["info", &id], None);
     assert!(
-        String::from_utf8_lossy(&human.stdout).contains("Claude Code 2.1.330"),
+        String::from_utf8_lossy(&human.stdout).contains("Claude Code 2.1.332"),
         "{}",
         describe(&human)
     );

@@ -1,5 +1,5 @@
 //! gRPC-level acceptance tests of the daemon: the real `ostler serve` process, the real
-//! Claude Code CLI (1.0.128 and 2.1.330) against the fake model server, real gRPC clients.
+//! Claude Code CLI (1.0.128 and 2.1.332) against the fake model server, real gRPC clients.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;

@@ -16,7 +16,7 @@ use ostler_proto::v1::session_service_client::SessionServiceClient;
 use pb::session_event::Payload as P;
 use tonic::transport::Channel;
 
-const NEW: &str = "2.1.330";
+const NEW: &str = "2.1.332";
 const V2_0: &str = "2.0.77";
 /// Measured: does not answer `initialize`, never calls hooks.
 const NO_HOOKS: &str = "1.0.59";

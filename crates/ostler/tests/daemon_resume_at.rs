@@ -1,7 +1,7 @@
 //! Resuming and forking at a message (`ResumeSessionRequest.at_message_id`,
 //! `CreateSessionRequest.fork_at_message_id`) against the real CLI: the model's context is
 //! cut after the chosen message, in a fork and in place, on 1.0.128 (which matches the API
-//! message id) and 2.1.330 (which matches the transcript uuid ostler looks up); a message
+//! message id) and 2.1.332 (which matches the transcript uuid ostler looks up); a message
 //! that is not in the conversation is NOT_FOUND; a release without `--resume-session-at`
 //! refuses at once.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
@@ -124,7 +124,7 @@ async fn resume_cuts_the_conversation(release: &str) {
             answer.contains("PINEAPPLE"),
             "{release}: the fork's context ends at the first answer: {answer:?}"
         );
-        // The source is untouched (`turn` waited until A's log rested, 2.1.330's
+        // The source is untouched (`turn` waited until A's log rested, 2.1.332's
         // message lifecycle included).
         assert_eq!(
             history(&mut c, &a.id).await,

@@ -5,7 +5,7 @@
 //! back on demand: the next message resumes it and completes a turn that still knows the
 //! conversation (the fake's `fake:recall` answers with the previous user message, read back
 //! from its transcript). Also: a message the CLI had not taken when the daemon was killed
-//! (queued in the fake, and in the real 2.1.330) is failed at the next resume and its id
+//! (queued in the fake, and in the real 2.1.332) is failed at the next resume and its id
 //! is free for the retry.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
@@ -326,7 +326,7 @@ fn transcripts_mention(home: &std::path::Path, text: &str) -> bool {
     })
 }
 
-/// The real CLI's side of it (2.1.330): a turn held at the fake model, a second message
+/// The real CLI's side of it (2.1.332): a turn held at the fake model, a second message
 /// the CLI has queued behind it (its `command_lifecycle` says `queued`, so it is in the
 /// CLI's memory, not in its pipe), then kill -9 of the daemon (the CLI dies with it). The
 /// transcript has the first message only, so the second one is failed at the resume and its

@@ -1,4 +1,4 @@
-//! gRPC acceptance of client-hosted tools (issue 11) against the real CLI (2.1.330 and
+//! gRPC acceptance of client-hosted tools (issue 11) against the real CLI (2.1.332 and
 //! 2.0.77) and the fake model server: the daemon serves the session's declared tool server
 //! to the CLI as an SDK MCP server; the model's call becomes a ToolCallRequested that two
 //! clients see, the second client's answer wins and reaches the model, the first client's

@@ -1,4 +1,4 @@
-//! Issue 10's typed events through the real daemon and the real CLI (2.1.330): a sub-agent's
+//! Issue 10's typed events through the real daemon and the real CLI (2.1.332): a sub-agent's
 //! background task lifecycle (started / progress / notification) with the tree by tool use
 //! id, the sub-agent's id on its permission request, the CLI's status, per-model usage and
 //! the terminal reason on TurnCompleted, a sent message's lifecycle, the interruption marker as a synthetic message, a

@@ -50,7 +50,7 @@ fn repo() -> PathBuf {
 }
 
 fn a_recording() -> PathBuf {
-    let dir = repo().join("contracts/claude-code/2.1.330");
+    let dir = repo().join("contracts/claude-code/2.1.332");
     let preferred = dir.join("tool_allowed.ndjson");
     if preferred.exists() {
         return preferred;
@@ -60,7 +60,7 @@ fn a_recording() -> PathBuf {
         .flatten()
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|e| e == "ndjson"))
-        .expect("no 2.1.330 recording")
+        .expect("no 2.1.332 recording")
 }
 
 #[test]
@@ -70,7 +70,7 @@ fn decodes_a_recording_with_header_release() {
     assert!(out.status.success(), "{out:?}");
     let s = summary(&out);
     assert_eq!(s["recording"], true);
-    assert_eq!(s["release"], "2.1.330");
+    assert_eq!(s["release"], "2.1.332");
     assert_eq!(s["adapter"], "v2_1");
     assert_eq!(s["tolerant"], false);
     assert_eq!(s["diagnostics"], 0);

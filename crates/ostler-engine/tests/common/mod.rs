@@ -11,7 +11,7 @@ use ostler_store::{Store, StoreOptions};
 use ostler_supervisor::Installation;
 use ostler_testkit::{FakeModelServer, Scenario};
 
-pub const NEW: &str = "2.1.330";
+pub const NEW: &str = "2.1.332";
 pub const OLD: &str = "1.0.128";
 
 /// Failure guard for awaits (never used to synchronise): the test kit's scaled guard.

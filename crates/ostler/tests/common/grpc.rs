@@ -351,7 +351,7 @@ pub async fn turn(c: &mut SessionServiceClient<Channel>, id: &str, prompt: &str)
         matches!(&e.payload, Some(pb::session_event::Payload::StateChanged(s)) if s.to() == pb::SessionState::Idle)
     })
     .await;
-    // A release that reports the message's lifecycle (2.1.330) may say `completed` after
+    // A release that reports the message's lifecycle (2.1.332) may say `completed` after
     // that: the log rests once it has.
     let lifecycle = |e: &pb::SessionEvent| match &e.payload {
         Some(pb::session_event::Payload::MessageLifecycle(m)) => {

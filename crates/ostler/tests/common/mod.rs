@@ -30,7 +30,7 @@ pub const OSTLER: &str = env!("CARGO_BIN_EXE_ostler");
 
 /// The pinned releases the tests run against.
 pub const OLD: &str = "1.0.128";
-pub const NEW: &str = "2.1.330";
+pub const NEW: &str = "2.1.332";
 
 /// Guard against a wedged test (the test kit's scaled guard); never used to wait for
 /// something to happen.
