@@ -115,12 +115,7 @@ fn evidence_path(v: &str) -> PathBuf {
 
 pub fn probe(a: ProbeArgs) -> Result<()> {
     let releases: Vec<String> = if a.newest {
-        let newest = ostler_testkit::releases::pinned()?
-            .into_iter()
-            .filter_map(|r| semver::Version::parse(&r.version).ok())
-            .max()
-            .context("no pinned release")?;
-        vec![newest.to_string()]
+        vec![ostler_testkit::releases::newest()?.version]
     } else if a.releases.is_empty() {
         ostler_testkit::releases::pinned()?
             .into_iter()

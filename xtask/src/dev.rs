@@ -194,10 +194,7 @@ fn generated_checks() -> Vec<Vec<String>> {
 pub fn daemon(a: DaemonArgs) -> Result<()> {
     let release = match a.release {
         Some(r) => r,
-        None => ostler_testkit::releases::pinned()?
-            .last()
-            .map(|r| r.version.clone())
-            .context("contracts/releases.toml pins no release")?,
+        None => ostler_testkit::releases::newest()?.version,
     };
     let bin = ostler_testkit::releases::installed(&release)
         .with_context(|| format!("installing Claude Code {release}"))?;

@@ -68,6 +68,23 @@ pub fn pinned() -> Result<Vec<PinnedRelease>> {
     parse_releases(&text)
 }
 
+/// The newest pinned release by version (the file lists the boundary releases after the
+/// newest one, so its last entry is not the newest).
+pub fn newest() -> Result<PinnedRelease> {
+    newest_of(pinned()?).ok_or_else(|| Error::Release {
+        version: "*".into(),
+        message: "contracts/releases.toml pins no release".into(),
+    })
+}
+
+fn newest_of(pinned: Vec<PinnedRelease>) -> Option<PinnedRelease> {
+    pinned
+        .into_iter()
+        .filter_map(|r| semver::Version::parse(&r.version).ok().map(|v| (v, r)))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, r)| r)
+}
+
 /// The cache directory: `$OSTLER_CLAUDE_CACHE` or `<workspace>/target/claude-code`.
 pub fn default_cache_dir() -> PathBuf {
     match std::env::var_os(CACHE_ENV) {
@@ -186,6 +203,22 @@ mod tests {
         let pinned = pinned().expect("contracts/releases.toml");
         for v in ["1.0.128", "2.0.77", "2.1.0", "2.1.330"] {
             assert!(pinned.iter().any(|r| r.version == v), "{v} not pinned");
+        }
+    }
+
+    #[test]
+    fn newest_is_by_version_not_by_place_in_the_file() {
+        let rels = parse_releases(
+            "[[release]]\nversion = \"2.1.10\"\n[[release]]\nversion = \"2.1.9\"\n\
+             [[release]]\nversion = \"1.0.58\"\nsessions = false\n",
+        )
+        .expect("parse");
+        assert_eq!(newest_of(rels).expect("one").version, "2.1.10");
+        assert_eq!(newest_of(Vec::new()), None);
+        // The repository's file: every pinned release is at most the newest.
+        let n = semver::Version::parse(&newest().expect("newest").version).expect("semver");
+        for r in pinned().expect("pinned") {
+            assert!(semver::Version::parse(&r.version).expect("semver") <= n);
         }
     }
 
