@@ -31,19 +31,29 @@ pub struct BenchArgs {
     /// variables set for `cargo xtask bench` itself do not reach it.
     #[arg(long = "daemon-env", value_name = "KEY=VALUE")]
     pub daemon_env: Vec<String>,
+    /// Measure the profile-guided daemon (`cargo xtask pgo` first: needs llvm-profdata).
+    #[arg(long)]
+    pub pgo: bool,
 }
 
 fn root() -> PathBuf {
     ostler_testkit::workspace_root()
 }
 
-fn cargo() -> Command {
+/// `$CARGO_TARGET_DIR` or `<workspace>/target`.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root());
     c
 }
 
-fn status(step: &str, mut cmd: Command) -> Result<()> {
+pub fn status(step: &str, mut cmd: Command) -> Result<()> {
     eprintln!("==> {step}");
     let st = cmd
         .status()
@@ -54,7 +64,8 @@ fn status(step: &str, mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
-pub fn bench(a: BenchArgs) -> Result<()> {
+/// Builds the daemon, the fake CLI and the harness in release; returns their directory.
+pub fn release_tools() -> Result<PathBuf> {
     let mut build = cargo();
     build.args([
         "build",
@@ -76,13 +87,19 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         "build the daemon, the fake CLI and the harness (release)",
         build,
     )?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
-        .join("release");
+    Ok(target_dir().join("release"))
+}
+
+pub fn bench(a: BenchArgs) -> Result<()> {
+    let target = release_tools()?;
+    let daemon = if a.pgo {
+        crate::pgo::build()?
+    } else {
+        target.join("ostler")
+    };
     let mut run = Command::new(target.join("ostler-bench"));
     run.arg("--ostler")
-        .arg(target.join("ostler"))
+        .arg(daemon)
         .arg("--fake")
         .arg(target.join("ostler-fake-claude"))
         .args(["--sync", &a.sync]);

@@ -21,6 +21,10 @@ pub struct DaemonArgs {
     /// Claude Code release to install and drive (default: the newest pinned release).
     #[arg(long)]
     pub release: Option<String>,
+    /// Run the profile-guided build (`cargo xtask pgo`: needs llvm-profdata) instead of
+    /// the plain release build.
+    #[arg(long)]
+    pub pgo: bool,
     /// Arguments passed to `ostler serve`.
     #[arg(last = true)]
     pub rest: Vec<String>,
@@ -198,6 +202,11 @@ pub fn daemon(a: DaemonArgs) -> Result<()> {
     };
     let bin = ostler_testkit::releases::installed(&release)
         .with_context(|| format!("installing Claude Code {release}"))?;
+    if a.pgo {
+        let mut c = Command::new(crate::pgo::build()?);
+        c.args(["serve", "--claude"]).arg(&bin).args(&a.rest);
+        return run("ostler serve (profile-guided build)", c);
+    }
     let mut c = cargo();
     c.args([
         "run",

@@ -14,6 +14,7 @@ mod contracts_record;
 mod dev;
 mod fuzz;
 mod goldens;
+mod pgo;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "ostler project automation")]
@@ -36,6 +37,9 @@ enum Cmd {
     /// End-to-end benchmarks (daemon + fake CLI + tonic client, ratios to same-run
     /// baselines), then the crates' criterion benches (docs/performance.md).
     Bench(bench::BenchArgs),
+    /// A profile-guided release build of the daemon (instrumented build, a training run of
+    /// the benchmark harness, llvm-profdata, optimized build); prints the binary's path.
+    Pgo(pgo::PgoArgs),
     /// The Claude Code compatibility matrix (measured evidence -> embedded matrix + docs).
     Compat {
         #[command(subcommand)]
@@ -75,6 +79,7 @@ fn main() -> Result<()> {
         Cmd::Test(a) => dev::test(a),
         Cmd::Daemon(a) => dev::daemon(a),
         Cmd::Bench(a) => bench::bench(a),
+        Cmd::Pgo(a) => pgo::pgo(a),
         Cmd::Fuzz(a) => fuzz::fuzz(a),
         Cmd::Chaos(a) => chaos::chaos(a),
         Cmd::Compat { cmd } => match cmd {
