@@ -31,7 +31,8 @@ pub struct BenchArgs {
     /// variables set for `cargo xtask bench` itself do not reach it.
     #[arg(long = "daemon-env", value_name = "KEY=VALUE")]
     pub daemon_env: Vec<String>,
-    /// Measure the profile-guided daemon (`cargo xtask pgo` first: needs llvm-profdata).
+    /// Measure the profile-guided daemon instead (built as by `cargo xtask pgo`, which needs
+    /// llvm-profdata).
     #[arg(long)]
     pub pgo: bool,
 }
