@@ -94,7 +94,7 @@ pub fn release_tools() -> Result<PathBuf> {
 pub fn bench(a: BenchArgs) -> Result<()> {
     let target = release_tools()?;
     let daemon = if a.pgo {
-        crate::pgo::build()?
+        crate::pgo::build(&target)?
     } else {
         target.join("ostler")
     };

@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+use crate::bench::cargo;
+
 #[derive(clap::Args)]
 pub struct TestArgs {
     /// Skip `cargo fmt --check` and `cargo clippy` (faster local iterations).
@@ -28,16 +30,6 @@ pub struct DaemonArgs {
     /// Arguments passed to `ostler serve`.
     #[arg(last = true)]
     pub rest: Vec<String>,
-}
-
-fn root() -> std::path::PathBuf {
-    ostler_testkit::workspace_root()
-}
-
-fn cargo() -> Command {
-    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    c.current_dir(root());
-    c
 }
 
 fn run(step: &str, mut cmd: Command) -> Result<()> {
@@ -93,7 +85,8 @@ fn install_pinned() -> Result<()> {
     Ok(())
 }
 
-fn have(cmd: &str, arg: &str) -> bool {
+/// Whether `cmd arg` runs and exits 0.
+pub fn have(cmd: impl AsRef<std::ffi::OsStr>, arg: &str) -> bool {
     Command::new(cmd)
         .arg(arg)
         .output()
@@ -203,7 +196,7 @@ pub fn daemon(a: DaemonArgs) -> Result<()> {
     let bin = ostler_testkit::releases::installed(&release)
         .with_context(|| format!("installing Claude Code {release}"))?;
     if a.pgo {
-        let mut c = Command::new(crate::pgo::build()?);
+        let mut c = Command::new(crate::pgo::build(&crate::bench::release_tools()?)?);
         c.args(["serve", "--claude"]).arg(&bin).args(&a.rest);
         return run("ostler serve (profile-guided build)", c);
     }

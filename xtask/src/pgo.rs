@@ -23,15 +23,15 @@ pub struct PgoArgs {}
 
 /// Builds the profile-guided daemon and returns its path.
 pub fn pgo(_: PgoArgs) -> Result<()> {
-    let bin = build()?;
+    let bin = build(&release_tools()?)?;
     println!("{}", bin.display());
     Ok(())
 }
 
-/// Runs the four steps of the module's text; returns the optimized daemon.
-pub fn build() -> Result<PathBuf> {
+/// Runs the four steps of the module's text with the harness and fake CLI in `tools`
+/// ([`release_tools`]); returns the optimized daemon.
+pub fn build(tools: &Path) -> Result<PathBuf> {
     let profdata = find_profdata()?;
-    let tools = release_tools()?;
     let dir = target_dir().join("pgo");
     let raw = dir.join("raw");
     let gen_target = dir.join("gen");
@@ -93,13 +93,6 @@ fn daemon_build(target: &Path, flag: &str) -> Command {
     c
 }
 
-fn runs(p: &Path) -> bool {
-    Command::new(p)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// The first `llvm-profdata` that runs, in the order of the module's text.
 fn find_profdata() -> Result<PathBuf> {
     let mut candidates: Vec<PathBuf> = Vec::new();
@@ -140,8 +133,11 @@ fn find_profdata() -> Result<PathBuf> {
         .collect();
     distro.sort_by_key(|d| std::cmp::Reverse(d.0));
     candidates.extend(distro.into_iter().map(|(_, p)| p));
-    candidates.into_iter().find(|p| runs(p)).context(
-        "PGO needs llvm-profdata: `rustup component add llvm-tools`, a distribution's LLVM \
+    candidates
+        .into_iter()
+        .find(|p| crate::dev::have(p, "--version"))
+        .context(
+            "PGO needs llvm-profdata: `rustup component add llvm-tools`, a distribution's LLVM \
          package (Debian: `apt-get install llvm-19`), or LLVM_PROFDATA=/path/to/llvm-profdata",
-    )
+        )
 }
