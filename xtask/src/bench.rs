@@ -35,6 +35,10 @@ pub struct BenchArgs {
     /// llvm-profdata).
     #[arg(long)]
     pub pgo: bool,
+    /// Leave out item a's in-process baselines, the official Agent SDKs (otherwise installed
+    /// on first use under target/agent-sdk: npm and a Python virtual environment).
+    #[arg(long)]
+    pub no_sdk: bool,
 }
 
 fn root() -> PathBuf {
@@ -115,6 +119,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     for kv in &a.daemon_env {
         run.args(["--daemon-env", kv]);
+    }
+    if a.no_sdk {
+        run.arg("--no-sdk");
     }
     status("end-to-end benchmarks (ostler-bench)", run)?;
     if !a.no_criterion {

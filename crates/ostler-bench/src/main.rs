@@ -29,6 +29,7 @@ use tonic::transport::Channel;
 mod partials;
 mod resume;
 mod scale;
+mod sdk;
 
 type Client = SessionServiceClient<Channel>;
 type Stream = tonic::Streaming<SessionEvent>;
@@ -50,6 +51,9 @@ struct Opts {
     rounds: usize,
     /// `OSTLER_*` variables set for the daemon (its environment is cleared otherwise).
     daemon_env: Vec<(String, String)>,
+    /// Where the Agent SDKs of item a's in-process baselines are installed (`None`:
+    /// `--no-sdk`, not measured).
+    sdk_dir: Option<PathBuf>,
 }
 
 impl Opts {
@@ -77,6 +81,11 @@ usage: ostler-bench --ostler PATH --fake PATH [options]
   --daemon-env K=V       set OSTLER_* variable K for the daemon, e.g.
                          OSTLER_RUNTIME__WORKER_THREADS=1 (repeatable; the daemon's
                          environment is otherwise cleared, so the caller's is not seen)
+  --sdk-dir DIR          where item a's baselines, the official Agent SDKs (TypeScript
+                         with npm, Python in a virtual environment), are installed on
+                         first use (default: agent-sdk next to the fake's directory,
+                         i.e. target/agent-sdk)
+  --no-sdk               leave the Agent SDK baselines out
   -h, --help             this text";
 
 fn parse_opts() -> Result<Opts> {
@@ -88,6 +97,8 @@ fn parse_opts() -> Result<Opts> {
     let mut client_threads = None;
     let mut rounds = 1;
     let mut daemon_env = Vec::new();
+    let mut sdk_dir = None;
+    let mut no_sdk = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -134,6 +145,12 @@ fn parse_opts() -> Result<Opts> {
                     ),
                 }
             }
+            "--sdk-dir" => {
+                sdk_dir = Some(PathBuf::from(
+                    args.next().context("--sdk-dir needs a directory")?,
+                ))
+            }
+            "--no-sdk" => no_sdk = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -145,15 +162,26 @@ fn parse_opts() -> Result<Opts> {
     let abs = |p: PathBuf, what: &str| {
         std::fs::canonicalize(&p).with_context(|| format!("{what} {}", p.display()))
     };
+    let fake = abs(fake.context("--fake PATH is required")?, "--fake")?;
+    let sdk_dir = match (no_sdk, sdk_dir) {
+        (true, _) => None,
+        (false, Some(d)) => Some(std::path::absolute(d)?),
+        // target/release/ostler-fake-claude -> target/agent-sdk
+        (false, None) => fake
+            .parent()
+            .and_then(Path::parent)
+            .map(|t| t.join("agent-sdk")),
+    };
     Ok(Opts {
         ostler: abs(ostler.context("--ostler PATH is required")?, "--ostler")?,
-        fake: abs(fake.context("--fake PATH is required")?, "--fake")?,
+        fake,
         quick,
         only,
         sync,
         client_threads,
         rounds,
         daemon_env,
+        sdk_dir,
     })
 }
 
@@ -214,6 +242,8 @@ fn main() -> Result<()> {
 struct Tally {
     /// Item a: events/s over the same round's `Value` loop.
     a: Vec<f64>,
+    /// Item a: events/s over the same round's in-process TypeScript Agent SDK.
+    a_sdk: Vec<f64>,
     /// Item b: 16 sessions' total over one session's.
     b: Vec<f64>,
     /// Item c: p50, p99 and max (ns).
@@ -252,6 +282,13 @@ fn medians(t: &Tally, rounds: usize, rows: &mut Vec<Row>) {
             }
         };
     ratio(rows, "a", &t.a, "firehose / Value loop", ">= 0.55x");
+    ratio(
+        rows,
+        "a",
+        &t.a_sdk,
+        "firehose / TypeScript Agent SDK in process",
+        "> 1x (ahead of the SDKs, durably)",
+    );
     ratio(rows, "b", &t.b, "16 sessions / 1 session", ">= 1.6x");
     let pick = |f: fn(&(u64, u64, u64)) -> u64| t.c.iter().map(f).collect::<Vec<u64>>();
     if let (Some(p50), Some(p99), Some(max)) = (
@@ -308,6 +345,16 @@ async fn firehose_items(o: &Opts, rows: &mut Vec<Row>, tally: &mut Tally) -> Res
     let n: u64 = if o.quick { 20_000 } else { 100_000 };
     if o.wants("a") || o.wants("b") || o.wants("e") {
         let base = baselines(o, n)?;
+        // The SDKs run before the daemon starts, on an otherwise idle machine, as the
+        // loops above do.
+        let mut sdks = Vec::new();
+        if o.wants("a")
+            && let Some(dir) = &o.sdk_dir
+        {
+            for s in sdk::Sdk::ALL {
+                sdks.push((s, sdk::measure(s, dir, &o.fake, n).await));
+            }
+        }
         let d = Daemon::start(o).await?;
         let mut c = d.client().await?;
         let io_before = d.write_bytes();
@@ -337,6 +384,37 @@ async fn firehose_items(o: &Opts, rows: &mut Vec<Row>, tally: &mut Tally) -> Res
                 format!("insert {}", fmt_rate(base.insert_rate)),
                 format!("{:.2}x", rate / base.insert_rate),
             ));
+            for (s, r) in sdks {
+                let what = format!(
+                    "same vs the {} in process (the same fake CLI; nothing stored, no client)",
+                    s.label()
+                );
+                match r {
+                    Ok(m) => {
+                        rows.push(row(
+                            "a",
+                            &what,
+                            fmt_rate(rate),
+                            format!(
+                                "SDK {}, its CPU {:.1} µs per message",
+                                fmt_rate(m.rate),
+                                m.cpu_per_message * 1e6
+                            ),
+                            format!("{:.2}x", rate / m.rate),
+                        ));
+                        if s == sdk::Sdk::TypeScript {
+                            tally.a_sdk.push(rate / m.rate);
+                        }
+                    }
+                    Err(e) => rows.push(row(
+                        "a",
+                        &what,
+                        fmt_rate(rate),
+                        format!("not measured: {e:#}"),
+                        "-".into(),
+                    )),
+                }
+            }
             if let Some(cpu) = cpu {
                 rows.push(cpu_row("a", &cpu, events, secs));
             }

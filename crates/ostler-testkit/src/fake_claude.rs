@@ -3,7 +3,8 @@
 //!
 //! What it does, like the real CLI:
 //! - `--version` prints `2.1.330 (Claude Code)` (before any option is validated);
-//! - print mode with `--input-format stream-json --output-format stream-json --verbose`;
+//! - print mode with `--input-format stream-json --output-format stream-json --verbose`
+//!   (`-p` may be left out with both formats stream-json, as the Agent SDKs start it);
 //!   an unknown option gives `error: unknown option '--x'` and exit 1 (so the daemon's flag
 //!   probe passes: every flag ostler uses is accepted, `--sdk-url` refuses non-Anthropic
 //!   hosts as 2.1.121+ do); stdin at EOF without a message exits 0;
@@ -315,7 +316,11 @@ fn check_args(a: &Args) -> Result<(), String> {
         }
         return Err("Error: ostler-fake-claude does not implement the --sdk-url transport".into());
     }
-    if !a.print {
+    // The real CLI runs headless without `-p` when both formats are stream-json (the way
+    // the Agent SDKs start it); anything else needs `-p` here.
+    let sdk_mode = a.input_format.as_deref() == Some("stream-json")
+        && a.output_format.as_deref() == Some("stream-json");
+    if !a.print && !sdk_mode {
         return Err("Error: ostler-fake-claude only runs in print mode (-p)".into());
     }
     if a.input_format.as_deref() != Some("stream-json") {

@@ -176,6 +176,72 @@ fn unknown_options_are_named() {
     );
 }
 
+/// The Agent SDKs start the CLI without `-p` (the real CLI runs headless when both formats
+/// are stream-json); the fake takes their argv too (ostler-bench's SDK baselines), and still
+/// refuses a session without `-p` otherwise.
+#[test]
+fn the_agent_sdks_argv_runs_without_print() {
+    let home = tempfile::tempdir().expect("tempdir");
+    // What `@anthropic-ai/claude-agent-sdk` 0.3.332 and `claude-agent-sdk` 0.2.189 pass.
+    let ts = [
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--input-format",
+        "stream-json",
+    ];
+    let py = [
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--system-prompt",
+        "",
+        "--input-format",
+        "stream-json",
+    ];
+    for argv in [&ts[..], &py[..]] {
+        let mut child = Command::new(FAKE)
+            .args(argv)
+            .current_dir(home.path())
+            .env_clear()
+            .env("HOME", home.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the fake");
+        let mut stdin = child.stdin.take().expect("stdin");
+        for v in [
+            json!({"type": "control_request", "request_id": "i", "request": {"subtype": "initialize"}}),
+            json!({"type": "user", "message": {"role": "user", "content": "fake:firehose 3"},
+                "parent_tool_use_id": null, "session_id": ""}),
+        ] {
+            writeln!(stdin, "{v}").expect("write");
+        }
+        drop(stdin);
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(out.status.code(), Some(0), "{argv:?}");
+        let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(json)
+            .collect();
+        assert_eq!(lines[0]["response"]["request_id"], "i", "{argv:?}");
+        // The answer, then init, status, 3 firehose lines and the result.
+        assert_eq!(lines.len(), 1 + 6, "{argv:?}: {lines:?}");
+        assert_eq!(lines.last().expect("a line")["type"], "result");
+    }
+    let out = Command::new(FAKE)
+        .args(["--output-format", "stream-json", "--verbose"])
+        .current_dir(home.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("only runs in print mode (-p)"),
+        "{out:?}"
+    );
+}
+
 #[tokio::test]
 async fn discovery_accepts_it() {
     let opts = ostler_supervisor::DiscoverOptions {
