@@ -248,6 +248,8 @@ struct Tally {
     b: Vec<f64>,
     /// Item c: p50, p99 and max (ns).
     c: Vec<(u64, u64, u64)>,
+    /// Item c: p50 minus the same round's in-process TypeScript Agent SDK's p50 (ns).
+    c_sdk: Vec<f64>,
     /// Item e: database bytes per stored event over the CLI line.
     e: Vec<f64>,
 }
@@ -311,6 +313,23 @@ fn medians(t: &Tally, rounds: usize, rows: &mut Vec<Row>) {
             "targets 150 µs / 2 ms / 10 ms".into(),
         ));
     }
+    if let Some(m) = median(&t.c_sdk) {
+        let list = t
+            .c_sdk
+            .iter()
+            .map(|x| format!("{:+.0}", x / 1e3))
+            .collect::<Vec<_>>()
+            .join(", ");
+        rows.push(row(
+            "c",
+            &format!(
+                "median of {rounds} rounds: latency p50 minus the TypeScript Agent SDK's in process"
+            ),
+            format!("{:+.0} µs", m / 1e3),
+            format!("rounds {list} µs"),
+            "(what the durable, remote path adds)".into(),
+        ));
+    }
     ratio(
         rows,
         "e",
@@ -352,7 +371,7 @@ async fn firehose_items(o: &Opts, rows: &mut Vec<Row>, tally: &mut Tally) -> Res
             && let Some(dir) = &o.sdk_dir
         {
             for s in sdk::Sdk::ALL {
-                sdks.push((s, sdk::measure(s, dir, &o.fake, n).await));
+                sdks.push((s, sdk::firehose(s, dir, &o.fake, n).await));
             }
         }
         let d = Daemon::start(o).await?;
@@ -522,6 +541,51 @@ async fn latency_item(o: &Opts, rows: &mut Vec<Row>, tally: &mut Tally) -> Resul
         if let Some((cpu, secs)) = &l.cpu {
             // At low load the fixed cost of each wake-up dominates: compare with item a's.
             rows.push(cpu_row("c", cpu, l.samples as u64, *secs));
+        }
+        // The same sessions and pacing in one process of each Agent SDK (after the daemon
+        // has stopped, so that the machine is as idle as for the daemon's run).
+        if let Some(dir) = &o.sdk_dir {
+            for s in sdk::Sdk::ALL {
+                let what = format!(
+                    "same vs the {} in process (100 sessions, the same fake CLIs and pacing; nothing stored, no client)",
+                    s.label()
+                );
+                match sdk::latency(s, dir, &o.fake, 100, 10, per_session).await {
+                    Ok(m) => {
+                        let sp50 = percentile(&m.sorted_ns, 0.5);
+                        let sp99 = percentile(&m.sorted_ns, 0.99);
+                        let smax = m.sorted_ns.last().copied().unwrap_or(0);
+                        if s == sdk::Sdk::TypeScript {
+                            tally.c_sdk.push(l.p50 as f64 - sp50 as f64);
+                        }
+                        rows.push(row(
+                            "c",
+                            &what,
+                            format!(
+                                "p50 {} p99 {} max {}",
+                                fmt_us(l.p50),
+                                fmt_us(l.p99),
+                                fmt_us(l.max)
+                            ),
+                            format!(
+                                "SDK p50 {} p99 {} max {}, its CPU {:.0} µs per line",
+                                fmt_us(sp50),
+                                fmt_us(sp99),
+                                fmt_us(smax),
+                                m.cpu_per_line * 1e6
+                            ),
+                            format!("{:+.0} µs at p50", (l.p50 as f64 - sp50 as f64) / 1e3),
+                        ));
+                    }
+                    Err(e) => rows.push(row(
+                        "c",
+                        &what,
+                        format!("p50 {}", fmt_us(l.p50)),
+                        format!("not measured: {e:#}"),
+                        "-".into(),
+                    )),
+                }
+            }
         }
     }
     Ok(())
