@@ -306,7 +306,11 @@ fn rows(items: &[Item]) -> Result<Vec<NewEvent>> {
     for it in items.iter().filter(|i| !i.payload.is_live_only()) {
         rows.push(NewEvent {
             kind: it.payload.kind().into(),
-            payload: Bytes::from(encode_payload(&it.payload)?),
+            // About the line's length when there is one (the payload repeats most of it).
+            payload: Bytes::from(encode_payload(
+                &it.payload,
+                it.raw.as_ref().map_or(256, |r| r.len() + 64),
+            )?),
             raw: it.raw.clone(),
             ts_ms: it.ts_ms,
         });
@@ -458,8 +462,8 @@ impl LiveRing {
     }
 }
 
-pub(crate) fn encode_payload(p: &EventPayload) -> Result<Vec<u8>> {
-    p.encode_stored()
+pub(crate) fn encode_payload(p: &EventPayload, capacity: usize) -> Result<Vec<u8>> {
+    p.encode_stored_sized(capacity)
         .map_err(|e| crate::Error::internal(format!("encoding {}: {e}", p.kind())))
 }
 /// Rebuilds an event read from the store. A payload this build cannot read (written by a

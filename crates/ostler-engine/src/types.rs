@@ -545,10 +545,18 @@ impl EventPayload {
     /// the kind in its own column). Decoding by kind avoids serde's buffering of internally
     /// tagged enums, which made replay several times slower.
     pub fn encode_stored(&self) -> serde_json::Result<Vec<u8>> {
+        self.encode_stored_sized(128)
+    }
+
+    /// [`EventPayload::encode_stored`] into a buffer of `capacity` bytes to start with (a
+    /// payload read from a CLI line is about as long as the line: sized so, it is written
+    /// without growing the buffer on the way).
+    pub fn encode_stored_sized(&self, capacity: usize) -> serde_json::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(capacity);
         macro_rules! enc {
             ($($v:ident),*) => {
                 match self {
-                    $(EventPayload::$v(x) => serde_json::to_vec(x),)*
+                    $(EventPayload::$v(x) => serde_json::to_writer(&mut out, x),)*
                 }
             };
         }
@@ -578,7 +586,8 @@ impl EventPayload {
             HookResolved,
             ToolCallRequested,
             ToolCallResolved
-        )
+        )?;
+        Ok(out)
     }
 
     /// Decodes a stored payload of `kind` (see [`EventPayload::encode_stored`]); the tagged

@@ -14,7 +14,9 @@
 //! - `codec/*`: encoding recorded events as the store does on the appending thread (the
 //!   canonical payload as a delta against its CLI line, the line against the built-in
 //!   dictionary), next to a `serde_json::Value` parse of the same lines
-//!   (`codec/value_parse_of_the_lines`), the baseline of issue 13.
+//!   (`codec/value_parse_of_the_lines`), the baseline of issue 13;
+//!   `codec/encode_long_tool_result`: one 32 KiB tool result line (its text literals for the
+//!   dictionary, copies for the payload).
 //!
 //! Numbers and ratios are recorded in docs/performance.md ("## Store (ostler-store)").
 
@@ -295,6 +297,44 @@ fn bench_codec(c: &mut Criterion) {
         })
     });
     group.finish();
+    // One long line: a tool result of 32 KiB (a file's text), where nearly every byte is a
+    // literal for the dictionary and a copy for the payload.
+    let text: String = (0..)
+        .map(|i| {
+            format!(
+                "{i:5}: let value_{i} = compute(&input[{i}..], {});\n",
+                i * 7919 % 104729
+            )
+        })
+        .scan(0usize, |len, l| {
+            *len += l.len();
+            (*len <= 32 * 1024).then_some(l)
+        })
+        .collect();
+    let quoted = serde_json::to_string(&text).expect("a string");
+    let payload = format!(
+        r#"{{"tool_use_id":"toolu_long","content":{{"type":"text","value":{quoted}}},"is_error":false}}"#
+    );
+    let raw = format!(
+        r#"{{"message":{{"content":[{{"content":{quoted},"is_error":false,"tool_use_id":"toolu_long","type":"tool_result"}}],"role":"user"}},"parent_tool_use_id":null,"session_id":"e363fd03-9a92-4cc3-8059-d9ae42cc72e8","type":"user","uuid":"2a0c3a4e-5f0e-4b8e-9a57-1f2f7e0c9d11"}}"#
+    );
+    let mut group = c.benchmark_group("codec");
+    group.throughput(Throughput::Bytes(raw.len() as u64));
+    group.bench_function("encode_long_tool_result", |b| {
+        b.iter(|| {
+            ostler_store::bench_support::encoded_len(
+                black_box(payload.as_bytes()),
+                black_box(raw.as_bytes()),
+            )
+        })
+    });
+    group.finish();
+    eprintln!(
+        "codec: long tool_result: payload {} B and its {} B line stored as {} B",
+        payload.len(),
+        raw.len(),
+        ostler_store::bench_support::encoded_len(payload.as_bytes(), raw.as_bytes())
+    );
     for (kind, payload, raw) in pairs {
         let stored = ostler_store::bench_support::encoded_len(payload.as_bytes(), raw.as_bytes());
         eprintln!(

@@ -279,7 +279,11 @@ fn delta(payload: &[u8], raw: &[u8]) -> Option<Vec<u8>> {
             table.put_first(hash(read_window(raw, at), bits), at);
             at += STEP;
         }
-        delta_against(payload, raw, 1, |w| [table.get(hash(w, bits)), None])
+        // The payload is mostly copies of the line: a short list of ops.
+        let cap = payload.len() / 4 + 16;
+        delta_against(payload, raw, 1, false, cap, |w| {
+            [table.get(hash(w, bits)), None]
+        })
     })
 }
 
@@ -287,8 +291,9 @@ fn delta(payload: &[u8], raw: &[u8]) -> Option<Vec<u8>> {
 ///
 /// The dictionary is indexed at every position, so `data` is probed only at every
 /// `DICT_STEP`-th one (the roles of the raw line's delta, reversed): a common run of at least
-/// `MIN_MATCH` bytes still holds a probed window. Fewer probes into a table that fits the
-/// CPU's caches: this runs once per stored line, often with cold caches.
+/// `MIN_MATCH` bytes still holds a probed window, up to the acceleration in long literal runs
+/// (see [`delta_against`]). Fewer probes into a table that fits the CPU's caches: this runs
+/// once per stored line, often with cold caches.
 fn dict_delta(data: &[u8]) -> Option<Vec<u8>> {
     const DICT_STEP: usize = 4;
     const _: () = assert!(MIN_MATCH >= WINDOW + DICT_STEP - 1);
@@ -296,7 +301,10 @@ fn dict_delta(data: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let index = &*DICT_INDEX;
-    delta_against(data, DICT_V1, DICT_STEP, |w| index.candidates(w))
+    // A line keeps about 0.6 of its bytes (its text and ids are literals): sized so, the
+    // ops are written without growing the buffer.
+    let cap = data.len() * 3 / 4 + 16;
+    delta_against(data, DICT_V1, DICT_STEP, true, cap, |w| index.candidates(w))
 }
 
 /// Every window of the dictionary, indexed once: per slot the first and the last position
@@ -346,18 +354,33 @@ impl DictIndex {
 static DICT_INDEX: std::sync::LazyLock<DictIndex> =
     std::sync::LazyLock::new(|| DictIndex::build(DICT_V1));
 
+/// After this many probes without a match in a row, each further one steps a byte farther
+/// (`accelerate`).
+const MISSES_PER_EXTRA_BYTE: usize = 8;
+
 /// The ops that rebuild `data` from `reference`, given a lookup of candidate positions in
 /// `reference` for a window of `data` (each verified byte by byte), probing `data` at every
 /// `step`-th position between matches; `None` when they would not be smaller than `data`.
+///
+/// `accelerate`: the step grows by a byte for every [`MISSES_PER_EXTRA_BYTE`] probes that
+/// found nothing since the last match (LZ4's "acceleration"). Against the dictionary, a
+/// line's long literal runs (texts, tool output, ids) rarely match anything, and probing
+/// them at the same density as the framing costs the most CPU of the whole encoding. A run
+/// that follows a long literal is still found when it is longer than the step then (the
+/// match is extended backwards); shorter ones stay literals. Any choice of probes gives a
+/// valid delta: decoding does not depend on it.
 fn delta_against(
     data: &[u8],
     reference: &[u8],
     step: usize,
+    accelerate: bool,
+    capacity: usize,
     mut find: impl FnMut(u64) -> [Option<usize>; 2],
 ) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(data.len() / 4 + 16);
+    let mut out = Vec::with_capacity(capacity);
     let mut lit_start = 0;
     let mut i = 0;
+    let mut misses = 0usize;
     while i + WINDOW <= data.len() {
         let mut best: Option<(usize, usize)> = None;
         for r in find(read_window(data, i)).into_iter().flatten() {
@@ -381,13 +404,19 @@ fn delta_against(
                 put_varint(&mut out, (r - back) as u64);
                 i += fwd;
                 lit_start = i;
+                misses = 0;
                 if out.len() >= data.len() {
                     return None;
                 }
                 continue;
             }
         }
-        i += step;
+        i += if accelerate {
+            misses += 1;
+            step + misses / MISSES_PER_EXTRA_BYTE
+        } else {
+            step
+        };
     }
     put_literal(&mut out, &data[lit_start..]);
     (out.len() < data.len()).then_some(out)
