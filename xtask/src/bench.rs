@@ -35,8 +35,9 @@ pub struct BenchArgs {
     /// llvm-profdata).
     #[arg(long)]
     pub pgo: bool,
-    /// Leave out item a's in-process baselines, the official Agent SDKs (otherwise installed
-    /// on first use under target/agent-sdk: npm and a Python virtual environment).
+    /// Leave out the in-process baselines of items a and c, the official Agent SDKs
+    /// (otherwise installed on first use under target/agent-sdk: npm and a Python virtual
+    /// environment).
     #[arg(long)]
     pub no_sdk: bool,
 }

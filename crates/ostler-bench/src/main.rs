@@ -4,7 +4,7 @@
 //! `cargo xtask bench [--quick]`, which builds the binaries in release first; see
 //! docs/performance.md for what each row means.
 //!
-//! Usage: `ostler-bench --ostler PATH --fake PATH [--quick] [--only a,c,scale,...] [--sync normal|full] [--rounds N]`
+//! Usage: `ostler-bench --ostler PATH --fake PATH [--quick] [--only a,c,scale,...] [--sync normal|full] [--rounds N] [--no-sdk]` (`--help` lists all)
 //!
 //! `--rounds N` runs items a, b, c and e N times (each round with its own daemon and its
 //! own baselines) and ends with the median of each target's figure over the rounds: on a
@@ -51,8 +51,8 @@ struct Opts {
     rounds: usize,
     /// `OSTLER_*` variables set for the daemon (its environment is cleared otherwise).
     daemon_env: Vec<(String, String)>,
-    /// Where the Agent SDKs of item a's in-process baselines are installed (`None`:
-    /// `--no-sdk`, not measured).
+    /// Where the Agent SDKs of items a's and c's in-process baselines are installed
+    /// (`None`: `--no-sdk`, not measured).
     sdk_dir: Option<PathBuf>,
 }
 
@@ -81,10 +81,10 @@ usage: ostler-bench --ostler PATH --fake PATH [options]
   --daemon-env K=V       set OSTLER_* variable K for the daemon, e.g.
                          OSTLER_RUNTIME__WORKER_THREADS=1 (repeatable; the daemon's
                          environment is otherwise cleared, so the caller's is not seen)
-  --sdk-dir DIR          where item a's baselines, the official Agent SDKs (TypeScript
-                         with npm, Python in a virtual environment), are installed on
-                         first use (default: agent-sdk next to the fake's directory,
-                         i.e. target/agent-sdk)
+  --sdk-dir DIR          where the baselines of items a and c, the official Agent SDKs
+                         (TypeScript with npm, Python in a virtual environment), are
+                         installed on first use (default: agent-sdk next to the fake's
+                         directory, i.e. target/agent-sdk)
   --no-sdk               leave the Agent SDK baselines out
   -h, --help             this text";
 
