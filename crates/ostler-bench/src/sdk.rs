@@ -86,7 +86,8 @@ impl Sdk {
                         .map(|v| v == TS_VERSION)
                 });
                 if installed != Some(true) {
-                    std::fs::create_dir_all(&prefix)?;
+                    std::fs::create_dir_all(&prefix)
+                        .with_context(|| format!("cannot create {}", prefix.display()))?;
                     install_step(
                         std::process::Command::new("npm")
                             .arg("install")
@@ -143,7 +144,9 @@ impl Sdk {
             }
         };
         for (name, text) in scripts {
-            std::fs::write(home.join(name), text)?;
+            let path = home.join(name);
+            std::fs::write(&path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
         Ok((interpreter, home))
     }
