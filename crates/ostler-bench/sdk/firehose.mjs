@@ -7,25 +7,15 @@
 // Prints one JSON line: {"messages": M, "secs": S, "cpu_secs": C} (C: this process's CPU
 // time over the same span, user and system).
 import { query } from "@anthropic-ai/claude-agent-sdk";
+import { deferred, user } from "./common.mjs";
 
 const [cli, n] = [process.argv[2], Number(process.argv[3])];
 if (!cli || !(n > 0)) {
   console.error("usage: node firehose.mjs CLI N");
   process.exit(2);
 }
-const user = (content) => ({
-  type: "user",
-  message: { role: "user", content },
-  parent_tool_use_id: null,
-  session_id: "",
-});
 
 // The prompts, one per turn: the next is handed over when the turn before has ended.
-const deferred = () => {
-  let resolve;
-  const promise = new Promise((r) => (resolve = r));
-  return { promise, resolve };
-};
 const ended = [deferred(), deferred()];
 let t0 = 0n;
 let cpu0;

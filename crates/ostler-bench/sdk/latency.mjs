@@ -9,6 +9,7 @@
 // {"latencies_us": [...], "cpu_secs": C} (C: this process's CPU time while the paced
 // turns ran, user and system).
 import { query } from "@anthropic-ai/claude-agent-sdk";
+import { deferred, user } from "./common.mjs";
 
 const [cli, sessions, rate, lines] = [
   process.argv[2],
@@ -20,17 +21,6 @@ if (!cli || !(sessions > 0) || !(rate > 0) || !(lines > 0)) {
   console.error("usage: node latency.mjs CLI SESSIONS RATE LINES");
   process.exit(2);
 }
-const user = (content) => ({
-  type: "user",
-  message: { role: "user", content },
-  parent_tool_use_id: null,
-  session_id: "",
-});
-const deferred = () => {
-  let resolve;
-  const promise = new Promise((r) => (resolve = r));
-  return { promise, resolve };
-};
 // Microseconds since the epoch, the clock the fake stamps its lines with.
 const nowUs = () => (performance.timeOrigin + performance.now()) * 1000;
 

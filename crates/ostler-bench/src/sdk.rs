@@ -27,10 +27,12 @@ pub const TS_VERSION: &str = "0.3.332";
 /// `claude-agent-sdk` on PyPI: the newest release on 2026-11-27.
 pub const PY_VERSION: &str = "0.2.189";
 
-/// The scripts of each SDK: (file name, text).
-const TS_SCRIPTS: [(&str, &str); 2] = [
+/// The scripts of each SDK: (file name, text); the ones measured come first, in
+/// [`Script`]'s order.
+const TS_SCRIPTS: [(&str, &str); 3] = [
     ("firehose.mjs", include_str!("../sdk/firehose.mjs")),
     ("latency.mjs", include_str!("../sdk/latency.mjs")),
+    ("common.mjs", include_str!("../sdk/common.mjs")),
 ];
 const PY_SCRIPTS: [(&str, &str); 2] = [
     ("firehose.py", include_str!("../sdk/firehose.py")),
@@ -106,7 +108,7 @@ impl Sdk {
                     )?;
                 }
                 // Node resolves the package from the script's own directory.
-                (PathBuf::from("node"), prefix, TS_SCRIPTS)
+                (PathBuf::from("node"), prefix, &TS_SCRIPTS[..])
             }
             Sdk::Python => {
                 let venv = dir.join(format!("py-{PY_VERSION}"));
@@ -140,10 +142,10 @@ impl Sdk {
                         "pip install",
                     )?;
                 }
-                (python, venv, PY_SCRIPTS)
+                (python, venv, &PY_SCRIPTS[..])
             }
         };
-        for (name, text) in scripts {
+        for &(name, text) in scripts {
             let path = home.join(name);
             std::fs::write(&path, text)
                 .with_context(|| format!("cannot write {}", path.display()))?;
