@@ -27,8 +27,7 @@ pub const TS_VERSION: &str = "0.3.332";
 /// `claude-agent-sdk` on PyPI: the newest release on 2026-11-27.
 pub const PY_VERSION: &str = "0.2.189";
 
-/// The scripts of each SDK: (file name, text); the ones measured come first, in
-/// [`Script`]'s order.
+/// The scripts of each SDK, written next to its installation: (file name, text).
 const TS_SCRIPTS: [(&str, &str); 3] = [
     ("firehose.mjs", include_str!("../sdk/firehose.mjs")),
     ("latency.mjs", include_str!("../sdk/latency.mjs")),
@@ -63,15 +62,17 @@ impl Sdk {
         }
     }
 
-    fn script_name(self, s: Script) -> &'static str {
-        let i = match s {
-            Script::Firehose => 0,
-            Script::Latency => 1,
+    /// The file name of `s` among this SDK's scripts.
+    fn script_name(self, s: Script) -> String {
+        let stem = match s {
+            Script::Firehose => "firehose",
+            Script::Latency => "latency",
         };
-        match self {
-            Sdk::TypeScript => TS_SCRIPTS[i].0,
-            Sdk::Python => PY_SCRIPTS[i].0,
-        }
+        let extension = match self {
+            Sdk::TypeScript => "mjs",
+            Sdk::Python => "py",
+        };
+        format!("{stem}.{extension}")
     }
 
     /// The SDK installed under `dir` (installed now if it is missing or another version),
