@@ -591,6 +591,43 @@ mod tests {
     }
 
     #[test]
+    fn dictionary_deltas_round_trip() {
+        // Pieces of the dictionary's own lines (so that probes find runs, also right after
+        // runs and at the very end) cut at random places, between random bytes and quotes,
+        // as payloads without a raw line and as raw lines with payloads against them.
+        let mut seed = 0x005e_ed0f_d1c7_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut shrunk = 0;
+        for round in 0..300 {
+            let n = (next() % if round % 50 == 0 { 100_000 } else { 2000 }) as usize;
+            let mut data = Vec::with_capacity(n);
+            while data.len() < n {
+                match next() % 3 {
+                    0 => {
+                        let off = (next() as usize) % DICT_V1.len();
+                        let len = (next() as usize % 200).min(DICT_V1.len() - off);
+                        data.extend_from_slice(&DICT_V1[off..off + len]);
+                    }
+                    1 => data.extend((0..next() % 4).map(|_| b'"')),
+                    _ => data.extend((0..next() % 30).map(|_| next() as u8)),
+                }
+            }
+            let (codec, stored) = event_round_trip(&data, None);
+            if codec == PAYLOAD_FROM_DICT {
+                assert!(stored < data.len());
+                shrunk += 1;
+            }
+            event_round_trip(&data[data.len() / 3..], Some(&data));
+        }
+        assert!(shrunk >= 250, "{shrunk} of 300 shrunk");
+    }
+
+    #[test]
     fn damaged_deltas_are_errors_not_panics() {
         let raw = b"0123456789abcdefghijklmnopqrstuvwxyz";
         for bad in [
