@@ -145,7 +145,7 @@ impl DaemonService for DaemonSvc {
 /// Service names whose status the standard health service reports.
 /// Per-service names first, the overall `""` last: a client that sees the overall status
 /// change can rely on every per-service status having changed already.
-const HEALTH_NAMES: [&str; 2] = ["ostler.v1.SessionService", ""];
+pub(crate) const HEALTH_NAMES: [&str; 2] = ["ostler.v1.SessionService", ""];
 
 /// Sets every health entry from the engine's current state (when it differs from `last`)
 /// and returns the status now reported.

@@ -9,7 +9,9 @@
 //! - [`error::BadRequestLayer`]: an undecodable request is INVALID_ARGUMENT, not INTERNAL.
 //! - [`Server::run`]: serves on already-bound listeners (TCP, optionally TLS; Unix socket)
 //!   until a [`CancellationToken`] fires; then health turns NOT_SERVING, every subscriber
-//!   stream ends with `UNAVAILABLE`, and accepting stops.
+//!   stream ends with `UNAVAILABLE`, and accepting stops. [`Server::run_starting`] serves
+//!   them before the engine exists (health NOT_SERVING, other calls `UNAVAILABLE`) until
+//!   [`Starting::ready`].
 
 pub mod auth;
 mod controls;
@@ -147,6 +149,43 @@ impl Listener {
 #[derive(Debug)]
 pub struct Server;
 
+/// What the full service needs: given to [`Server::run_starting`] once the daemon has
+/// opened its store and started its engine.
+#[derive(Debug)]
+pub struct Ready {
+    pub engine: Engine,
+    pub info: DaemonInfo,
+}
+
+type Ack = tokio::sync::oneshot::Sender<()>;
+
+/// The handle of a server started by [`Server::run_starting`].
+#[derive(Debug)]
+pub struct Starting {
+    tx: tokio::sync::oneshot::Sender<(Ready, Ack)>,
+}
+
+impl Starting {
+    /// Switches the server to the full service. Returns once every listener serves it and
+    /// health reports the engine's status (SERVING with a usable store), so that whoever
+    /// is told next that the daemon is ready finds it so; at once if the server has ended.
+    pub async fn ready(self, ready: Ready) {
+        let (ack, done) = tokio::sync::oneshot::channel();
+        if self.tx.send((ready, ack)).is_ok() {
+            let _ = done.await;
+        }
+    }
+}
+
+/// What a call other than health and reflection is answered while the daemon starts.
+const STARTING: &str = "the ostler daemon is starting (opening its store, which applies any \
+     schema migration first; that can take minutes on a large store); retry shortly";
+
+/// Paths served while the daemon starts: the standard health service and reflection.
+fn served_while_starting(path: &str) -> bool {
+    path.starts_with("/grpc.health.v1.Health/") || path.starts_with("/grpc.reflection.")
+}
+
 impl Server {
     /// Serves every listener until `shutdown` is cancelled, then drains.
     pub async fn run(
@@ -156,6 +195,36 @@ impl Server {
         listeners: Vec<Listener>,
         shutdown: CancellationToken,
     ) -> Result<()> {
+        Self::serve(opts, listeners, Err(Ready { engine, info }), shutdown).await
+    }
+
+    /// Serves every listener at once, while the daemon is still starting: until
+    /// [`Starting::ready`] gives the engine, `grpc.health.v1.Health` says NOT_SERVING,
+    /// reflection answers, and every other call gets `UNAVAILABLE` (retry later), so a
+    /// probe or a client can tell a daemon that is migrating its store from one that is
+    /// down. Then as [`Self::run`]. If the [`Starting`] handle is dropped (the start
+    /// failed), the listeners close and the future ends.
+    pub fn run_starting(
+        opts: ServerOptions,
+        listeners: Vec<Listener>,
+        shutdown: CancellationToken,
+    ) -> (Starting, impl Future<Output = Result<()>> + Send + 'static) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (
+            Starting { tx },
+            Self::serve(opts, listeners, Ok(rx), shutdown),
+        )
+    }
+
+    /// `ready`: `Err` when the engine is there already (then nothing is accepted before the
+    /// full service and its first health status are in place).
+    async fn serve(
+        opts: ServerOptions,
+        listeners: Vec<Listener>,
+        ready: std::result::Result<tokio::sync::oneshot::Receiver<(Ready, Ack)>, Ready>,
+        shutdown: CancellationToken,
+    ) -> Result<()> {
+        use tower::ServiceExt as _;
         let (reporter, health_svc) = tonic_health::server::health_reporter();
         let reflection_v1 = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(ostler_proto::FILE_DESCRIPTOR_SET)
@@ -165,28 +234,41 @@ impl Server {
             .register_encoded_file_descriptor_set(ostler_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?;
-
-        let session = SessionSvc::new(engine.clone(), shutdown.clone());
-        let daemon = DaemonSvc::new(engine.clone(), info, shutdown.clone());
-        let routes = Routes::new(health_svc)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(SessionServiceServer::new(session))
-            .add_service(DaemonServiceServer::new(daemon))
+        let starting = Routes::new(health_svc.clone())
+            .add_service(reflection_v1.clone())
+            .add_service(reflection_v1alpha.clone())
             .prepare();
 
-        // The first health check happens before any listener accepts, so a client that
-        // connects once the daemon is ready never sees an unset status.
-        let first = daemon::update_health(&engine, &reporter, None).await;
-        let health_task = {
-            let engine = engine.clone();
-            let shutdown = shutdown.clone();
-            let interval = opts.health_interval;
-            tokio::spawn(daemon::watch_health(
-                engine, reporter, interval, shutdown, first,
-            ))
+        // The full routes, once the engine is there; until then the starting ones.
+        let full = std::sync::Arc::new(std::sync::OnceLock::<Routes>::new());
+        let routes = {
+            let full = std::sync::Arc::clone(&full);
+            tower::service_fn(move |req: http::Request<tonic::body::Body>| {
+                let (full, starting) = (full.get().cloned(), starting.clone());
+                async move {
+                    match full {
+                        Some(routes) => routes.oneshot(req).await,
+                        None if served_while_starting(req.uri().path()) => {
+                            starting.oneshot(req).await
+                        }
+                        None => Ok(tonic::Status::unavailable(STARTING).into_http()),
+                    }
+                }
+            })
         };
-
+        let become_ready = |ready: Ready| {
+            let session = SessionSvc::new(ready.engine.clone(), shutdown.clone());
+            let daemon = DaemonSvc::new(ready.engine.clone(), ready.info, shutdown.clone());
+            let routes = Routes::new(health_svc.clone())
+                .add_service(reflection_v1.clone())
+                .add_service(reflection_v1alpha.clone())
+                .add_service(SessionServiceServer::new(session))
+                .add_service(DaemonServiceServer::new(daemon))
+                .prepare();
+            // Set once, here: the routes first, then the health status that announces them.
+            let _ = full.set(routes);
+            ready.engine
+        };
         let tls = opts.tls.as_ref().map(listen::tls_acceptor).transpose()?;
         let svc: listen::Svc = tower::util::BoxCloneService::new(
             tower::ServiceBuilder::new()
@@ -194,6 +276,34 @@ impl Server {
                 .layer(error::BadRequestLayer)
                 .service(routes),
         );
+
+        let (ready, mut health_task) = match ready {
+            // The first health check happens before any listener accepts, so a client that
+            // connects once the daemon is ready never sees an unset status.
+            Err(now) => {
+                let engine = become_ready(now);
+                (
+                    None,
+                    Some(
+                        start_health(
+                            engine,
+                            reporter.clone(),
+                            opts.health_interval,
+                            shutdown.clone(),
+                        )
+                        .await,
+                    ),
+                )
+            }
+            Ok(later) => {
+                for name in daemon::HEALTH_NAMES {
+                    reporter
+                        .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                        .await;
+                }
+                (Some(later), None)
+            }
+        };
 
         let conns = listen::Conns::new(&opts);
         let mut tasks = tokio::task::JoinSet::new();
@@ -209,15 +319,40 @@ impl Server {
         }
 
         let mut first_err = None;
-        // Serve until shutdown (or until a listener fails).
-        tokio::select! {
-            () = shutdown.cancelled() => {}
-            Some(res) = tasks.join_next() => {
-                if let Ok(Err(e)) = res {
-                    tracing::error!(error = %e, "listener failed; shutting down");
-                    first_err = Some(e);
+        let mut listener_ended = |res: std::result::Result<Result<()>, _>| {
+            if let Ok(Err(e)) = res {
+                tracing::error!(error = %e, "listener failed; shutting down");
+                first_err = Some(e);
+            }
+        };
+        if let Some(ready) = ready {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                Some(res) = tasks.join_next() => {
+                    listener_ended(res);
+                    shutdown.cancel();
                 }
-                shutdown.cancel();
+                r = ready => match r {
+                    Ok((r, ack)) => {
+                        let engine = become_ready(r);
+                        let (every, stop) = (opts.health_interval, shutdown.clone());
+                        let watcher = start_health(engine, reporter.clone(), every, stop).await;
+                        health_task = Some(watcher);
+                        let _ = ack.send(());
+                    }
+                    // The start failed: nothing more to serve.
+                    Err(_) => shutdown.cancel(),
+                },
+            }
+        }
+        // Serve until shutdown (or until a listener fails).
+        if !shutdown.is_cancelled() {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                Some(res) = tasks.join_next() => {
+                    listener_ended(res);
+                    shutdown.cancel();
+                }
             }
         }
         tracing::info!("gRPC server: shutting down, no longer accepting");
@@ -239,12 +374,27 @@ impl Server {
             );
             tasks.abort_all();
         }
-        let _ = health_task.await;
+        if let Some(t) = health_task {
+            let _ = t.await;
+        }
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
+}
+
+/// The first health check from the engine's state, then the task that keeps it current.
+async fn start_health(
+    engine: Engine,
+    reporter: tonic_health::server::HealthReporter,
+    interval: Duration,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let first = daemon::update_health(&engine, &reporter, None).await;
+    tokio::spawn(daemon::watch_health(
+        engine, reporter, interval, shutdown, first,
+    ))
 }
 
 async fn finish(listener: String, fut: impl Future<Output = Result<()>>) -> Result<()> {

@@ -55,6 +55,142 @@ async fn wait_serving(ch: Channel) {
     }
 }
 
+/// The health status of `service` ("" for the daemon as a whole).
+async fn health_of(ch: &Channel, service: &str) -> ServingStatus {
+    HealthClient::new(ch.clone())
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .unwrap()
+        .get_ref()
+        .status()
+}
+
+/// The names reflection (v1) lists.
+async fn reflected_services(ch: &Channel) -> Vec<String> {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = ServerReflectionClient::new(ch.clone())
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    match stream.message().await.unwrap().unwrap().message_response {
+        Some(MessageResponse::ListServicesResponse(l)) => {
+            l.service.into_iter().map(|s| s.name).collect()
+        }
+        other => panic!("unexpected reflection answer: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_starting_daemon_answers_health_not_serving_and_calls_unavailable_until_ready() {
+    // The daemon listens before its store is open (a migration can take minutes): probes
+    // must see NOT_SERVING, not a refused connection, and calls a retryable UNAVAILABLE.
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (starting, server) = ostler_server::Server::run_starting(
+        ServerOptions::default(),
+        vec![ostler_server::Listener::Tcp(listener)],
+        shutdown.clone(),
+    );
+    let server = tokio::spawn(server);
+    let ch = channel(addr).await;
+
+    for service in ["", "ostler.v1.SessionService"] {
+        assert_eq!(
+            health_of(&ch, service).await,
+            ServingStatus::NotServing,
+            "{service:?}"
+        );
+    }
+    // A health watcher started now sees the change without asking again.
+    let mut watch = HealthClient::new(ch.clone())
+        .watch(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status(), ServingStatus::NotServing);
+    assert!(
+        reflected_services(&ch)
+            .await
+            .contains(&"ostler.v1.SessionService".to_owned())
+    );
+    let err = SessionServiceClient::new(ch.clone())
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("starting"), "{}", err.message());
+    let err = DaemonServiceClient::new(ch.clone())
+        .get_health_details(pb::GetHealthDetailsRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+
+    // Ready: once `ready` returns, the same connection is fully served.
+    let ready = common::ready_in(
+        dir.path(),
+        EngineOptions::default(),
+        "/nonexistent/claude".into(),
+    )
+    .await;
+    starting.ready(ready).await;
+    assert_eq!(health_of(&ch, "").await, ServingStatus::Serving);
+    let next = watch.message().await.unwrap().unwrap();
+    assert_eq!(next.status(), ServingStatus::Serving);
+    let listed = SessionServiceClient::new(ch.clone())
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.sessions.is_empty());
+    let d = DaemonServiceClient::new(ch.clone())
+        .get_health_details(pb::GetHealthDetailsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.daemon_version, "9.9.9");
+
+    // (An open health watch would hold the drain for its whole timeout.)
+    drop(watch);
+    shutdown.cancel();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_start_that_fails_closes_the_listeners() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (starting, server) = ostler_server::Server::run_starting(
+        ServerOptions::default(),
+        vec![ostler_server::Listener::Tcp(listener)],
+        shutdown.clone(),
+    );
+    let server = tokio::spawn(server);
+    let ch = channel(addr).await;
+    assert_eq!(health_of(&ch, "").await, ServingStatus::NotServing);
+    // The daemon could not open its store: it drops the handle.
+    drop(starting);
+    server.await.unwrap().unwrap();
+    assert!(shutdown.is_cancelled());
+    let refused = tokio::net::TcpStream::connect(addr).await;
+    assert!(refused.is_err(), "still accepting after a failed start");
+}
+
 #[tokio::test]
 async fn health_serving_details_and_reflection() {
     let h = start(ServerOptions::default(), EngineOptions::default()).await;

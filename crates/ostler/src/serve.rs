@@ -212,7 +212,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     }
     let claude_info = claude_info(&installation);
 
-    // 2. Store.
+    // 2. The store's lock and the process trees.
     if let Some(dir) = valid.store_path.parent()
         && !dir.as_os_str().is_empty()
     {
@@ -229,56 +229,9 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     let cgroups = session_cgroups(&valid.cgroup, &process_tag)?;
     let cgroup_dir = cgroups.as_ref().map(|cg| cg.dir().to_path_buf());
     take_charge_of_process_trees(&process_tag, cgroups.clone()).await?;
-    let store_opts = ostler_store::StoreOptions {
-        synchronous: if cfg.store.synchronous == "full" {
-            ostler_store::Synchronous::Full
-        } else {
-            ostler_store::Synchronous::Normal
-        },
-        write_retry_limit: Duration::from_secs(cfg.store.write_retry_secs),
-        ..Default::default()
-    };
-    let store_path = valid.store_path.clone();
-    let store =
-        tokio::task::spawn_blocking(move || ostler_store::Store::open(&store_path, store_opts))
-            .await
-            .context("store open task")?
-            .with_context(|| format!("store.path: cannot open {}", valid.store_path.display()))?;
-    tracing::info!(path = %valid.store_path.display(), "store open");
-
-    // 3. Engine.
-    let engine_opts = ostler_engine::EngineOptions {
-        max_live_sessions: usize::try_from(cfg.sessions.max_live).unwrap_or(usize::MAX),
-        allowed_roots: cfg.sessions.allowed_roots.clone(),
-        rules: valid.rules.clone(),
-        permission_expiry: (cfg.sessions.permission_expiry_secs > 0)
-            .then(|| Duration::from_secs(cfg.sessions.permission_expiry_secs)),
-        allow_free_text_answers: cfg.sessions.allow_free_text_answers,
-        respawn_on_start: cfg.sessions.respawn_on_start,
-        idle_suspend: (cfg.sessions.idle_suspend_secs > 0)
-            .then(|| Duration::from_secs(cfg.sessions.idle_suspend_secs)),
-        live_wait: Duration::from_secs(cfg.sessions.live_wait_secs),
-        supervisor: ostler_supervisor::SupervisorOptions {
-            stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
-            process_tag,
-            cgroups,
-            env_allowlist: valid.env_allowlist.clone(),
-            ..Default::default()
-        },
-        spawn_env: valid
-            .session_env
-            .0
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        ..Default::default()
-    };
-    let notify_store = store.clone();
-    let engine = ostler_engine::Engine::start(engine_opts, store, installation)
-        .await
-        .context("starting the session engine")?;
-
-    // 4. Listeners.
+    // 3. Listeners, served from now on: while the store opens (a schema migration of a
+    // large store can take minutes), health says NOT_SERVING and other calls get
+    // UNAVAILABLE, so probes and clients can tell a starting daemon from a dead one.
     let mut listeners = Vec::new();
     if let Some(addr) = valid.tcp {
         let l = tokio::net::TcpListener::bind(addr)
@@ -344,6 +297,25 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         ),
         ..Default::default()
     };
+    let shutdown = CancellationToken::new();
+    let (starting, server) =
+        ostler_server::Server::run_starting(server_opts, listeners, shutdown.clone());
+    let server = tokio::spawn(server);
+    tracing::info!("listening while the store opens");
+
+    // 4. Store and engine.
+    let (engine, notify_store) =
+        match open_store_and_engine(&cfg, &valid, installation, process_tag, cgroups).await {
+            Ok(started) => started,
+            Err(e) => {
+                drop(starting);
+                let _ = server.await;
+                if let Some(path) = &valid.unix_socket {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e);
+            }
+        };
     let info = ostler_server::DaemonInfo::new(
         version,
         valid.store_path.display().to_string(),
@@ -351,7 +323,6 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     );
 
     // 5. Signals.
-    let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone())?;
 
     if let Some(l) = metrics_listener {
@@ -368,13 +339,12 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     }
     let notifiers =
         crate::notify::spawn_all(valid.notifiers.clone(), &engine, &notify_store, &shutdown);
-    let server = tokio::spawn(ostler_server::Server::run(
-        server_opts,
-        engine.clone(),
-        info,
-        listeners,
-        shutdown.clone(),
-    ));
+    starting
+        .ready(ostler_server::Ready {
+            engine: engine.clone(),
+            info,
+        })
+        .await;
     // The file first: whoever waits for the log line may read it at once.
     if let Some(f) = &args.ready_file {
         write_ready_file(f, &described)
@@ -407,6 +377,67 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         Ok(Err(e)) => Err(e.into()),
         Err(e) => Err(anyhow::anyhow!("server task failed: {e}")),
     }
+}
+
+/// Opens the store (applying any schema migration first) and starts the session engine;
+/// also returns the store for the notifiers.
+async fn open_store_and_engine(
+    cfg: &config::Config,
+    valid: &config::Validated,
+    installation: ostler_supervisor::Installation,
+    process_tag: String,
+    cgroups: Option<std::sync::Arc<ostler_supervisor::cgroup::Cgroups>>,
+) -> Result<(ostler_engine::Engine, ostler_store::Store)> {
+    let store_opts = ostler_store::StoreOptions {
+        synchronous: if cfg.store.synchronous == "full" {
+            ostler_store::Synchronous::Full
+        } else {
+            ostler_store::Synchronous::Normal
+        },
+        write_retry_limit: Duration::from_secs(cfg.store.write_retry_secs),
+        ..Default::default()
+    };
+    let store_path = valid.store_path.clone();
+    let store =
+        tokio::task::spawn_blocking(move || ostler_store::Store::open(&store_path, store_opts))
+            .await
+            .context("store open task")?
+            .with_context(|| format!("store.path: cannot open {}", valid.store_path.display()))?;
+    tracing::info!(path = %valid.store_path.display(), "store open");
+
+    // 3. Engine.
+    let engine_opts = ostler_engine::EngineOptions {
+        max_live_sessions: usize::try_from(cfg.sessions.max_live).unwrap_or(usize::MAX),
+        allowed_roots: cfg.sessions.allowed_roots.clone(),
+        rules: valid.rules.clone(),
+        permission_expiry: (cfg.sessions.permission_expiry_secs > 0)
+            .then(|| Duration::from_secs(cfg.sessions.permission_expiry_secs)),
+        allow_free_text_answers: cfg.sessions.allow_free_text_answers,
+        respawn_on_start: cfg.sessions.respawn_on_start,
+        idle_suspend: (cfg.sessions.idle_suspend_secs > 0)
+            .then(|| Duration::from_secs(cfg.sessions.idle_suspend_secs)),
+        live_wait: Duration::from_secs(cfg.sessions.live_wait_secs),
+        supervisor: ostler_supervisor::SupervisorOptions {
+            stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
+            process_tag,
+            cgroups,
+            env_allowlist: valid.env_allowlist.clone(),
+            ..Default::default()
+        },
+        spawn_env: valid
+            .session_env
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        ..Default::default()
+    };
+    let notify_store = store.clone();
+    let engine = ostler_engine::Engine::start(engine_opts, store, installation)
+        .await
+        .context("starting the session engine")?;
+
+    Ok((engine, notify_store))
 }
 
 /// Take the store's daemon lock (`<store>.lock`), or say who holds it.

@@ -15,15 +15,14 @@ pub struct Harness {
     pub dir: tempfile::TempDir,
 }
 
-/// Starts a server whose engine would run `claude` (a path that need not exist).
-pub async fn start_with(
-    opts: ServerOptions,
+/// A real engine on a store in `dir` and the daemon's info, as a starting daemon hands
+/// them to its server.
+pub async fn ready_in(
+    dir: &std::path::Path,
     engine_opts: EngineOptions,
     claude: PathBuf,
-) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let store =
-        ostler_store::Store::open(dir.path().join("ostler.db"), Default::default()).unwrap();
+) -> ostler_server::Ready {
+    let store = ostler_store::Store::open(dir.join("ostler.db"), Default::default()).unwrap();
     let installation = ostler_supervisor::Installation::assume(
         claude.clone(),
         semver::Version::new(2, 1, 330),
@@ -32,11 +31,9 @@ pub async fn start_with(
     let engine = Engine::start(engine_opts, store, installation)
         .await
         .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let info = DaemonInfo::new(
         "9.9.9",
-        dir.path().join("ostler.db").display().to_string(),
+        dir.join("ostler.db").display().to_string(),
         ClaudeCodeInfo {
             version: "2.1.330".into(),
             api_date: None,
@@ -46,11 +43,24 @@ pub async fn start_with(
             capabilities: vec![],
         },
     );
+    ostler_server::Ready { engine, info }
+}
+
+/// Starts a server whose engine would run `claude` (a path that need not exist).
+pub async fn start_with(
+    opts: ServerOptions,
+    engine_opts: EngineOptions,
+    claude: PathBuf,
+) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = ready_in(dir.path(), engine_opts, claude).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(Server::run(
         opts,
-        engine,
-        info,
+        ready.engine,
+        ready.info,
         vec![Listener::Tcp(listener)],
         shutdown.clone(),
     ));
