@@ -20,6 +20,7 @@ mod daemon;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod health;
 mod hooks;
 mod listen;
 mod notices;
@@ -226,6 +227,9 @@ impl Server {
     ) -> Result<()> {
         use tower::ServiceExt as _;
         let (reporter, health_svc) = tonic_health::server::health_reporter();
+        // Health streams end once shutdown has set NOT_SERVING (see below).
+        let health_ended = CancellationToken::new();
+        let health_svc = health::Ending::new(health_svc, health_ended.clone());
         let reflection_v1 = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(ostler_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -356,6 +360,14 @@ impl Server {
             }
         }
         tracing::info!("gRPC server: shutting down, no longer accepting");
+        // NOT_SERVING for every name (the watcher does so too, racing with this), then the
+        // health streams end: a watcher has seen the status and does not hold the drain.
+        for name in daemon::HEALTH_NAMES {
+            reporter
+                .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                .await;
+        }
+        health_ended.cancel();
         let drain = async {
             while let Some(res) = tasks.join_next().await {
                 if let Ok(Err(e)) = res {

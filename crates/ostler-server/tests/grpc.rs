@@ -164,10 +164,63 @@ async fn a_starting_daemon_answers_health_not_serving_and_calls_unavailable_unti
         .into_inner();
     assert_eq!(d.daemon_version, "9.9.9");
 
-    // (An open health watch would hold the drain for its whole timeout.)
-    drop(watch);
     shutdown.cancel();
     server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn health_watches_see_not_serving_and_end_at_shutdown_without_holding_the_drain() {
+    // A drain that would wait far longer than the test allows: only streams that end make
+    // the server stop in time.
+    let opts = ServerOptions {
+        drain_timeout: Duration::from_secs(600),
+        ..Default::default()
+    };
+    let h = start(opts, EngineOptions::default()).await;
+    let ch = channel(h.addr).await;
+    wait_serving(ch.clone()).await;
+    let mut watches = Vec::new();
+    for service in ["", "ostler.v1.SessionService"] {
+        let mut w = HealthClient::new(ch.clone())
+            .watch(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            w.message().await.unwrap().unwrap().status(),
+            ServingStatus::Serving
+        );
+        watches.push(w);
+    }
+
+    h.shutdown.cancel();
+    for mut w in watches {
+        // Every status until the end; the last one is NOT_SERVING, then the stream ends
+        // with UNAVAILABLE (retry elsewhere or later).
+        let mut last = None;
+        let end = tokio::time::timeout(ostler_testkit::timeouts::secs(30), async {
+            loop {
+                match w.message().await {
+                    Ok(Some(m)) => last = Some(m.status()),
+                    Ok(None) => break None,
+                    Err(status) => break Some(status),
+                }
+            }
+        })
+        .await
+        .expect("the health watch ended at shutdown");
+        assert_eq!(last, Some(ServingStatus::NotServing));
+        let end = end.expect("the stream ends with a status");
+        assert_eq!(end.code(), Code::Unavailable, "{end:?}");
+        assert!(end.message().contains("shutting down"), "{}", end.message());
+    }
+    tokio::time::timeout(ostler_testkit::timeouts::secs(30), h.server)
+        .await
+        .expect("the server drained without waiting for the health watches' timeout")
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test]
