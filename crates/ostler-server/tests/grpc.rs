@@ -55,16 +55,42 @@ async fn wait_serving(ch: Channel) {
     }
 }
 
+fn health_request(service: &str) -> tonic_health::pb::HealthCheckRequest {
+    tonic_health::pb::HealthCheckRequest {
+        service: service.into(),
+    }
+}
+
 /// The health status of `service` ("" for the daemon as a whole).
 async fn health_of(ch: &Channel, service: &str) -> ServingStatus {
     HealthClient::new(ch.clone())
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: service.into(),
-        })
+        .check(health_request(service))
         .await
         .unwrap()
         .get_ref()
         .status()
+}
+
+/// A `grpc.health.v1.Health/Watch` stream of `service` ("" for the daemon as a whole).
+async fn health_watch(
+    ch: &Channel,
+    service: &str,
+) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+    HealthClient::new(ch.clone())
+        .watch(health_request(service))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Waits for a server to stop after its shutdown began: within the scaled test timeout,
+/// far less than a drain that waited for open calls.
+async fn stops(server: tokio::task::JoinHandle<ostler_server::Result<()>>) {
+    tokio::time::timeout(ostler_testkit::timeouts::secs(10), server)
+        .await
+        .expect("the server stopped after shutdown")
+        .unwrap()
+        .unwrap();
 }
 
 /// The names reflection (v1) lists.
@@ -90,11 +116,14 @@ async fn reflected_services(ch: &Channel) -> Vec<String> {
     }
 }
 
-#[tokio::test]
-async fn a_starting_daemon_answers_health_not_serving_and_calls_unavailable_until_ready() {
-    // The daemon listens before its store is open (a migration can take minutes): probes
-    // must see NOT_SERVING, not a refused connection, and calls a retryable UNAVAILABLE.
-    let dir = tempfile::tempdir().unwrap();
+/// A server started before its engine (`run_starting`) on a loopback port: the handle that
+/// makes it ready, its task, its shutdown token and its address.
+async fn start_starting() -> (
+    ostler_server::Starting,
+    tokio::task::JoinHandle<ostler_server::Result<()>>,
+    tokio_util::sync::CancellationToken,
+    std::net::SocketAddr,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -103,7 +132,15 @@ async fn a_starting_daemon_answers_health_not_serving_and_calls_unavailable_unti
         vec![ostler_server::Listener::Tcp(listener)],
         shutdown.clone(),
     );
-    let server = tokio::spawn(server);
+    (starting, tokio::spawn(server), shutdown, addr)
+}
+
+#[tokio::test]
+async fn a_starting_daemon_answers_health_not_serving_and_calls_unavailable_until_ready() {
+    // The daemon listens before its store is open (a migration can take minutes): probes
+    // must see NOT_SERVING, not a refused connection, and calls a retryable UNAVAILABLE.
+    let dir = tempfile::tempdir().unwrap();
+    let (starting, server, shutdown, addr) = start_starting().await;
     let ch = channel(addr).await;
 
     for service in ["", "ostler.v1.SessionService"] {
@@ -114,13 +151,7 @@ async fn a_starting_daemon_answers_health_not_serving_and_calls_unavailable_unti
         );
     }
     // A health watcher started now sees the change without asking again.
-    let mut watch = HealthClient::new(ch.clone())
-        .watch(tonic_health::pb::HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = health_watch(&ch, "").await;
     let first = watch.message().await.unwrap().unwrap();
     assert_eq!(first.status(), ServingStatus::NotServing);
     assert!(
@@ -165,7 +196,7 @@ async fn a_starting_daemon_answers_health_not_serving_and_calls_unavailable_unti
     assert_eq!(d.daemon_version, "9.9.9");
 
     shutdown.cancel();
-    server.await.unwrap().unwrap();
+    stops(server).await;
 }
 
 #[tokio::test]
@@ -181,13 +212,7 @@ async fn health_watches_see_not_serving_and_end_at_shutdown_without_holding_the_
     wait_serving(ch.clone()).await;
     let mut watches = Vec::new();
     for service in ["", "ostler.v1.SessionService"] {
-        let mut w = HealthClient::new(ch.clone())
-            .watch(tonic_health::pb::HealthCheckRequest {
-                service: service.into(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let mut w = health_watch(&ch, service).await;
         assert_eq!(
             w.message().await.unwrap().unwrap().status(),
             ServingStatus::Serving
@@ -216,29 +241,18 @@ async fn health_watches_see_not_serving_and_end_at_shutdown_without_holding_the_
         assert_eq!(end.code(), Code::Unavailable, "{end:?}");
         assert!(end.message().contains("shutting down"), "{}", end.message());
     }
-    tokio::time::timeout(ostler_testkit::timeouts::secs(30), h.server)
-        .await
-        .expect("the server drained without waiting for the health watches' timeout")
-        .unwrap()
-        .unwrap();
+    // Well before the drain's timeout.
+    stops(h.server).await;
 }
 
 #[tokio::test]
 async fn a_start_that_fails_closes_the_listeners() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let (starting, server) = ostler_server::Server::run_starting(
-        ServerOptions::default(),
-        vec![ostler_server::Listener::Tcp(listener)],
-        shutdown.clone(),
-    );
-    let server = tokio::spawn(server);
+    let (starting, server, shutdown, addr) = start_starting().await;
     let ch = channel(addr).await;
     assert_eq!(health_of(&ch, "").await, ServingStatus::NotServing);
     // The daemon could not open its store: it drops the handle.
     drop(starting);
-    server.await.unwrap().unwrap();
+    stops(server).await;
     assert!(shutdown.is_cancelled());
     let refused = tokio::net::TcpStream::connect(addr).await;
     assert!(refused.is_err(), "still accepting after a failed start");
@@ -325,13 +339,7 @@ async fn health_serving_details_and_reflection() {
     );
 
     // Shutdown: health turns NOT_SERVING through Watch, and the server ends.
-    let mut watch = health
-        .watch(tonic_health::pb::HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = health_watch(&ch, "").await;
     let first = watch.message().await.unwrap().unwrap();
     assert_eq!(first.status(), ServingStatus::Serving);
     h.shutdown.cancel();
@@ -342,13 +350,9 @@ async fn health_serving_details_and_reflection() {
         .expect("watch stream ok")
         .expect("a status before the stream ends");
     assert_eq!(m.status(), ServingStatus::NotServing);
-    // An open Watch keeps its connection busy until the drain timeout; hang up.
+    // The watch stays open here: it ends at shutdown and does not hold the drain.
+    stops(h.server).await;
     drop(watch);
-    tokio::time::timeout(ostler_testkit::timeouts::secs(10), h.server)
-        .await
-        .expect("server stops after shutdown")
-        .unwrap()
-        .unwrap();
 }
 
 #[tokio::test]
