@@ -160,6 +160,12 @@ pub struct Ready {
 
 type Ack = tokio::sync::oneshot::Sender<()>;
 
+/// Whether the engine is there when the server starts.
+enum EngineAtStart {
+    Now(Ready),
+    Later(tokio::sync::oneshot::Receiver<(Ready, Ack)>),
+}
+
 /// The handle of a server started by [`Server::run_starting`].
 #[derive(Debug)]
 pub struct Starting {
@@ -179,7 +185,7 @@ impl Starting {
 }
 
 /// What a call other than health and reflection is answered while the daemon starts.
-const STARTING: &str = "the ostler daemon is starting (opening its store, which applies any \
+const STARTING_MESSAGE: &str = "the ostler daemon is starting (opening its store, which applies any \
      schema migration first; that can take minutes on a large store); retry shortly";
 
 /// Paths served while the daemon starts: the standard health service and reflection.
@@ -196,7 +202,13 @@ impl Server {
         listeners: Vec<Listener>,
         shutdown: CancellationToken,
     ) -> Result<()> {
-        Self::serve(opts, listeners, Err(Ready { engine, info }), shutdown).await
+        Self::serve(
+            opts,
+            listeners,
+            EngineAtStart::Now(Ready { engine, info }),
+            shutdown,
+        )
+        .await
     }
 
     /// Serves every listener at once, while the daemon is still starting: until
@@ -213,16 +225,16 @@ impl Server {
         let (tx, rx) = tokio::sync::oneshot::channel();
         (
             Starting { tx },
-            Self::serve(opts, listeners, Ok(rx), shutdown),
+            Self::serve(opts, listeners, EngineAtStart::Later(rx), shutdown),
         )
     }
 
-    /// `ready`: `Err` when the engine is there already (then nothing is accepted before the
-    /// full service and its first health status are in place).
+    /// With the engine there already, nothing is accepted before the full service and its
+    /// first health status are in place.
     async fn serve(
         opts: ServerOptions,
         listeners: Vec<Listener>,
-        ready: std::result::Result<tokio::sync::oneshot::Receiver<(Ready, Ack)>, Ready>,
+        engine: EngineAtStart,
         shutdown: CancellationToken,
     ) -> Result<()> {
         use tower::ServiceExt as _;
@@ -255,7 +267,7 @@ impl Server {
                         None if served_while_starting(req.uri().path()) => {
                             starting.oneshot(req).await
                         }
-                        None => Ok(tonic::Status::unavailable(STARTING).into_http()),
+                        None => Ok(tonic::Status::unavailable(STARTING_MESSAGE).into_http()),
                     }
                 }
             })
@@ -281,10 +293,10 @@ impl Server {
                 .service(routes),
         );
 
-        let (ready, mut health_task) = match ready {
+        let (ready, mut health_task) = match engine {
             // The first health check happens before any listener accepts, so a client that
             // connects once the daemon is ready never sees an unset status.
-            Err(now) => {
+            EngineAtStart::Now(now) => {
                 let engine = become_ready(now);
                 (
                     None,
@@ -299,7 +311,7 @@ impl Server {
                     ),
                 )
             }
-            Ok(later) => {
+            EngineAtStart::Later(later) => {
                 for name in daemon::HEALTH_NAMES {
                     reporter
                         .set_service_status(name, tonic_health::ServingStatus::NotServing)

@@ -405,7 +405,7 @@ async fn open_store_and_engine(
             .with_context(|| format!("store.path: cannot open {}", valid.store_path.display()))?;
     tracing::info!(path = %valid.store_path.display(), "store open");
 
-    // 3. Engine.
+    // The engine.
     let engine_opts = ostler_engine::EngineOptions {
         max_live_sessions: usize::try_from(cfg.sessions.max_live).unwrap_or(usize::MAX),
         allowed_roots: cfg.sessions.allowed_roots.clone(),
