@@ -145,7 +145,14 @@ impl DaemonService for DaemonSvc {
 /// Service names whose status the standard health service reports.
 /// Per-service names first, the overall `""` last: a client that sees the overall status
 /// change can rely on every per-service status having changed already.
-pub(crate) const HEALTH_NAMES: [&str; 2] = ["ostler.v1.SessionService", ""];
+const HEALTH_NAMES: [&str; 2] = ["ostler.v1.SessionService", ""];
+
+/// Sets `status` for every name the health service reports (per-service names first).
+pub(crate) async fn report(reporter: &HealthReporter, status: tonic_health::ServingStatus) {
+    for name in HEALTH_NAMES {
+        reporter.set_service_status(name, status).await;
+    }
+}
 
 /// Sets every health entry from the engine's current state (when it differs from `last`)
 /// and returns the status now reported.
@@ -171,9 +178,7 @@ pub(crate) async fn update_health(
         }
     };
     if last != Some(status) {
-        for name in HEALTH_NAMES {
-            reporter.set_service_status(name, status).await;
-        }
+        report(reporter, status).await;
     }
     status
 }
@@ -200,9 +205,5 @@ pub(crate) async fn watch_health(
         }
         last = update_health(&engine, &reporter, Some(last)).await;
     }
-    for name in HEALTH_NAMES {
-        reporter
-            .set_service_status(name, ServingStatus::NotServing)
-            .await;
-    }
+    report(&reporter, ServingStatus::NotServing).await;
 }

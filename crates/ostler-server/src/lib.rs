@@ -312,11 +312,7 @@ impl Server {
                 )
             }
             EngineAtStart::Later(later) => {
-                for name in daemon::HEALTH_NAMES {
-                    reporter
-                        .set_service_status(name, tonic_health::ServingStatus::NotServing)
-                        .await;
-                }
+                daemon::report(&reporter, tonic_health::ServingStatus::NotServing).await;
                 (Some(later), None)
             }
         };
@@ -374,11 +370,7 @@ impl Server {
         tracing::info!("gRPC server: shutting down, no longer accepting");
         // NOT_SERVING for every name (the watcher does so too, racing with this), then the
         // health streams end: a watcher has seen the status and does not hold the drain.
-        for name in daemon::HEALTH_NAMES {
-            reporter
-                .set_service_status(name, tonic_health::ServingStatus::NotServing)
-                .await;
-        }
+        daemon::report(&reporter, tonic_health::ServingStatus::NotServing).await;
         health_ended.cancel();
         let drain = async {
             while let Some(res) = tasks.join_next().await {

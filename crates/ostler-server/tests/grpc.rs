@@ -83,6 +83,14 @@ async fn health_watch(
         .into_inner()
 }
 
+async fn health_details(ch: &Channel) -> pb::HealthDetailsResponse {
+    DaemonServiceClient::new(ch.clone())
+        .get_health_details(pb::GetHealthDetailsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// Waits for a server to stop after its shutdown began: within the scaled test timeout,
 /// far less than a drain that waited for open calls.
 async fn stops(server: tokio::task::JoinHandle<ostler_server::Result<()>>) {
@@ -188,11 +196,7 @@ async fn a_starting_daemon_answers_health_not_serving_and_calls_unavailable_unti
         .unwrap()
         .into_inner();
     assert!(listed.sessions.is_empty());
-    let d = DaemonServiceClient::new(ch.clone())
-        .get_health_details(pb::GetHealthDetailsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let d = health_details(&ch).await;
     assert_eq!(d.daemon_version, "9.9.9");
 
     shutdown.cancel();
@@ -274,11 +278,7 @@ async fn health_serving_details_and_reflection() {
         .unwrap();
     assert_eq!(r.get_ref().status(), ServingStatus::Serving);
 
-    let d = DaemonServiceClient::new(ch.clone())
-        .get_health_details(pb::GetHealthDetailsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let d = health_details(&ch).await;
     assert_eq!(d.daemon_version, "9.9.9");
     assert!(d.store.as_ref().unwrap().ok);
     let cc = d.claude_code.unwrap();

@@ -561,17 +561,21 @@ mod tests {
         assert_eq!(event_round_trip(&noise, None).0, CODEC_PLAIN);
     }
 
-    #[test]
-    fn any_bytes_round_trip() {
-        // Deterministic pseudo-random payloads that mix copied runs, edits and literals,
-        // including lines over the hash table's size and runs at both ends.
-        let mut seed = 0x1234_5678_9abc_def0u64;
-        let mut next = move || {
+    /// A deterministic pseudo-random sequence (xorshift64) from `seed`.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed
-        };
+        }
+    }
+
+    #[test]
+    fn any_bytes_round_trip() {
+        // Deterministic pseudo-random payloads that mix copied runs, edits and literals,
+        // including lines over the hash table's size and runs at both ends.
+        let mut next = xorshift(0x1234_5678_9abc_def0u64);
         for round in 0..200 {
             let n = (next() % if round % 20 == 0 { 200_000 } else { 3000 }) as usize;
             let raw: Vec<u8> = (0..n).map(|_| (next() % 6) as u8 + b'a').collect();
@@ -595,13 +599,7 @@ mod tests {
         // Pieces of the dictionary's own lines (so that probes find runs, also right after
         // runs and at the very end) cut at random places, between random bytes and quotes,
         // as payloads without a raw line and as raw lines with payloads against them.
-        let mut seed = 0x005e_ed0f_d1c7_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x005e_ed0f_d1c7_u64);
         let mut shrunk = 0;
         for round in 0..300 {
             let n = (next() % if round % 50 == 0 { 100_000 } else { 2000 }) as usize;
