@@ -255,16 +255,46 @@ impl Collector for Gauges {
     }
 }
 
-/// The whole exposition: the process-wide counters and histograms, then `gauges` (when the
-/// caller could read them), then `# EOF`.
-pub fn render(gauges: Option<&Gauges>) -> Result<String, std::fmt::Error> {
+/// Where the daemon is at a scrape.
+#[derive(Debug, Clone, Copy)]
+pub enum Phase<'a> {
+    /// Listening while it opens its store (a schema migration may run): no gauges yet.
+    Starting,
+    /// Serving, with the gauges read from its state (`None`: they could not be read).
+    Ready(Option<&'a Gauges>),
+}
+
+/// `ostler_ready`: 0 while the daemon starts, 1 once it serves.
+#[derive(Debug)]
+struct ReadyGauge(bool);
+
+impl Collector for ReadyGauge {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let g = ConstGauge::new(u64::from(self.0));
+        g.encode(encoder.encode_descriptor(
+            "ready",
+            "1 once the daemon serves, 0 while it opens its store",
+            None,
+            g.metric_type(),
+        )?)
+    }
+}
+
+/// The whole exposition: the process-wide counters and histograms, `ostler_ready`, the
+/// gauges of a daemon that is ready (when it could read them), then `# EOF`.
+pub fn render(phase: Phase<'_>) -> Result<String, std::fmt::Error> {
     let mut out = String::with_capacity(8 * 1024);
     text::encode_registry(&mut out, &METRICS.registry)?;
+    let mut scrape = Registry::with_prefix(PREFIX);
+    let (ready, gauges) = match phase {
+        Phase::Starting => (false, None),
+        Phase::Ready(g) => (true, g),
+    };
+    scrape.register_collector(Box::new(ReadyGauge(ready)));
     if let Some(g) = gauges {
-        let mut scrape = Registry::with_prefix(PREFIX);
         scrape.register_collector(Box::new(g.clone()));
-        text::encode_registry(&mut out, &scrape)?;
     }
+    text::encode_registry(&mut out, &scrape)?;
     text::encode_eof(&mut out)?;
     Ok(out)
 }
@@ -275,7 +305,11 @@ mod tests {
     use prometheus_parse::{Scrape, Value};
 
     fn scrape(g: Option<&Gauges>) -> Scrape {
-        let text = render(g).expect("render");
+        scrape_in(Phase::Ready(g))
+    }
+
+    fn scrape_in(phase: Phase<'_>) -> Scrape {
+        let text = render(phase).expect("render");
         assert!(text.ends_with("# EOF\n"), "{text}");
         Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("parse")
     }
@@ -380,10 +414,24 @@ mod tests {
         assert_eq!(value(&s, "ostler_pending_interactions", &[]), Some(4.0));
         assert_eq!(value(&s, "ostler_subscribers", &[]), Some(5.0));
         assert_eq!(value(&s, "ostler_store_up", &[]), Some(1.0));
+        assert_eq!(value(&s, "ostler_ready", &[]), Some(1.0));
         assert_eq!(
             value(&scrape(None), "ostler_subscribers", &[]),
             None,
             "no snapshot, no gauges"
+        );
+        assert_eq!(value(&scrape(None), "ostler_ready", &[]), Some(1.0));
+    }
+
+    #[test]
+    fn a_starting_daemon_reports_not_ready_its_counters_and_no_gauges() {
+        let s = scrape_in(Phase::Starting);
+        assert_eq!(value(&s, "ostler_ready", &[]), Some(0.0));
+        assert_eq!(value(&s, "ostler_store_up", &[]), None);
+        assert_eq!(value(&s, "ostler_sessions", &[("state", "idle")]), None);
+        assert!(
+            value(&s, "ostler_events_appended_total", &[]).is_some(),
+            "the process-wide counters are there from the start"
         );
     }
 

@@ -2,14 +2,18 @@
 //! `GET /metrics` (and `HEAD`) answers the OpenMetrics text of [`ostler_metrics::render`];
 //! any other path is 404, any other method 405.
 //!
-//! The gauges (sessions per state, live processes, pending interactions, subscribers, store
-//! up) are read from the engine at each scrape ([`Engine::health`]: in-memory counts and a
-//! cheap store probe), never copied; counters and histograms are the process-wide ones of
-//! `ostler-metrics`. No authentication: the output holds counts only (no session ids,
+//! Served from the moment the daemon listens, before its store is open: until
+//! [`Metrics::serve_engine`], a scrape answers `ostler_ready 0` and the counters (a long
+//! schema migration then shows as "up, not ready" instead of a scrape that times out).
+//! Then `ostler_ready 1` and the gauges (sessions per state, live processes, pending
+//! interactions, subscribers, store up), read from the engine at each scrape
+//! ([`Engine::health`]: in-memory counts and a cheap store probe), never copied; counters
+//! and histograms are the process-wide ones of `ostler-metrics`. No authentication: the output holds counts only (no session ids,
 //! prompts or paths); bind it to loopback or a private interface.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -38,12 +42,26 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
         .with_context(|| format!("metrics.listen: cannot listen on {addr}"))
 }
 
-/// Serves `/metrics` on `listener` until `shutdown` is cancelled.
-pub fn spawn(
-    listener: TcpListener,
-    engine: Engine,
-    shutdown: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+/// The running endpoint: hands it the engine once the daemon is ready.
+pub struct Metrics {
+    engine: Arc<OnceLock<Engine>>,
+}
+
+impl Metrics {
+    /// From now on scrapes report the engine's gauges and `ostler_ready 1`.
+    pub fn serve_engine(&self, engine: Engine) {
+        // Set once, by the one start of the daemon.
+        let _ = self.engine.set(engine);
+    }
+}
+
+/// Serves `/metrics` on `listener` until `shutdown` is cancelled, as a starting daemon until
+/// [`Metrics::serve_engine`].
+pub fn spawn(listener: TcpListener, shutdown: CancellationToken) -> Metrics {
+    let engine: Arc<OnceLock<Engine>> = Arc::default();
+    let metrics = Metrics {
+        engine: engine.clone(),
+    };
     tokio::spawn(async move {
         let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
@@ -86,12 +104,13 @@ pub fn spawn(
                 }
             });
         }
-    })
+    });
+    metrics
 }
 
 async fn answer(
     req: Request<Incoming>,
-    engine: Engine,
+    engine: Arc<OnceLock<Engine>>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.uri().path() != PATH {
         return Ok(plain(
@@ -108,15 +127,22 @@ async fn answer(
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return Ok(r);
     }
-    let gauges = match engine.health().await {
-        Ok(report) => Some(gauges(&report)),
-        Err(e) => {
-            // Counters and histograms are still worth serving.
-            tracing::warn!(error = %e, "metrics endpoint: engine health unavailable");
-            None
-        }
+    let gauges = match engine.get() {
+        None => None,
+        Some(engine) => Some(match engine.health().await {
+            Ok(report) => Some(gauges(&report)),
+            Err(e) => {
+                // Counters and histograms are still worth serving.
+                tracing::warn!(error = %e, "metrics endpoint: engine health unavailable");
+                None
+            }
+        }),
     };
-    Ok(match ostler_metrics::render(gauges.as_ref()) {
+    let phase = match &gauges {
+        None => ostler_metrics::Phase::Starting,
+        Some(g) => ostler_metrics::Phase::Ready(g.as_ref()),
+    };
+    Ok(match ostler_metrics::render(phase) {
         Ok(text) => {
             let mut r = Response::new(Full::new(Bytes::from(text)));
             r.headers_mut().insert(
@@ -159,4 +185,59 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// GET /metrics on a fresh connection: the status line and the body.
+    async fn scrape(addr: SocketAddr) -> (String, String) {
+        let exchange = async {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut raw = String::new();
+            s.read_to_string(&mut raw).await.unwrap();
+            raw
+        };
+        let text = tokio::time::timeout(ostler_testkit::timeouts::guard(), exchange)
+            .await
+            .expect("a starting daemon's endpoint answers at once");
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        (head.lines().next().unwrap().to_owned(), body.to_owned())
+    }
+
+    #[tokio::test]
+    async fn before_the_engine_a_scrape_answers_not_ready_with_the_counters() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let _metrics = spawn(listener, shutdown.clone());
+        let (status, body) = scrape(addr).await;
+        assert!(status.contains(" 200 "), "{status}");
+        let parsed = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned())))
+            .expect("parsable");
+        let value = |name: &str| {
+            parsed
+                .samples
+                .iter()
+                .find(|x| x.metric == name)
+                .map(|x| x.value.clone())
+        };
+        assert!(
+            matches!(value("ostler_ready"), Some(prometheus_parse::Value::Gauge(v)) if v == 0.0),
+            "{body}"
+        );
+        assert!(
+            value("ostler_store_up").is_none(),
+            "no gauges before the engine: {body}"
+        );
+        assert!(value("ostler_events_appended_total").is_some(), "{body}");
+        shutdown.cancel();
+    }
 }

@@ -2,8 +2,9 @@
 //!
 //! Start-up: configuration (see [`crate::config`]) -> logging -> the Claude Code version
 //! check (exit 72 when no usable binary is found, 78 when the one found is unusable) ->
-//! store -> engine -> listeners. Once every listener is bound, the addresses are logged and,
-//! with `--ready-file`, written to that file (atomically, one `tcp://ADDR` / `unix://PATH`
+//! the store's lock -> listeners, served at once (health NOT_SERVING, other calls
+//! UNAVAILABLE, metrics `ostler_ready 0`) -> store (schema migrations) -> engine -> ready.
+//! Once ready, the addresses are logged and, with `--ready-file`, written to that file (atomically, one `tcp://ADDR` / `unix://PATH`
 //! per line, and `http://ADDR/metrics` for the metrics endpoint when `[metrics] listen` is
 //! set) so that scripts and tests can wait for it instead of sleeping.
 //!
@@ -231,7 +232,8 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     take_charge_of_process_trees(&process_tag, cgroups.clone()).await?;
     // 3. Listeners, served from now on: while the store opens (a schema migration of a
     // large store can take minutes), health says NOT_SERVING and other calls get
-    // UNAVAILABLE, so probes and clients can tell a starting daemon from a dead one.
+    // UNAVAILABLE (the metrics endpoint answers `ostler_ready 0`), so probes, clients and
+    // scrapers can tell a starting daemon from a dead one.
     let mut listeners = Vec::new();
     if let Some(addr) = valid.tcp {
         let l = tokio::net::TcpListener::bind(addr)
@@ -301,6 +303,22 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     let (starting, server) =
         ostler_server::Server::run_starting(server_opts, listeners, shutdown.clone());
     let server = tokio::spawn(server);
+    let metrics = match metrics_listener {
+        Some(l) => {
+            // The ready file lists it as `http://ADDR/metrics` (readers of the gRPC
+            // addresses look for `tcp://` and `unix://`).
+            let addr = l
+                .local_addr()
+                .context("metrics.listen: the bound address")?;
+            if !addr.ip().is_loopback() {
+                tracing::warn!(%addr, "the metrics endpoint has no authentication and is reachable beyond loopback");
+            }
+            described.push(format!("http://{addr}{}", crate::metrics::PATH));
+            // Scrapes answer `ostler_ready 0` until the engine is handed over below.
+            Some(crate::metrics::spawn(l, shutdown.clone()))
+        }
+        None => None,
+    };
     tracing::info!("listening while the store opens");
 
     // 4. Store and engine.
@@ -309,6 +327,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             Ok(started) => started,
             Err(e) => {
                 drop(starting);
+                shutdown.cancel();
                 let _ = server.await;
                 if let Some(path) = &valid.unix_socket {
                     let _ = std::fs::remove_file(path);
@@ -325,17 +344,8 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     // 5. Signals.
     spawn_signal_handler(shutdown.clone())?;
 
-    if let Some(l) = metrics_listener {
-        // The ready file lists it as `http://ADDR/metrics` (readers of the gRPC addresses
-        // look for `tcp://` and `unix://`).
-        let addr = l
-            .local_addr()
-            .context("metrics.listen: the bound address")?;
-        if !addr.ip().is_loopback() {
-            tracing::warn!(%addr, "the metrics endpoint has no authentication and is reachable beyond loopback");
-        }
-        described.push(format!("http://{addr}{}", crate::metrics::PATH));
-        crate::metrics::spawn(l, engine.clone(), shutdown.clone());
+    if let Some(metrics) = &metrics {
+        metrics.serve_engine(engine.clone());
     }
     let notifiers =
         crate::notify::spawn_all(valid.notifiers.clone(), &engine, &notify_store, &shutdown);

@@ -114,6 +114,11 @@ async fn metrics_follow_sessions_on_the_fake_cli() {
     assert_eq!(http(metrics, "HEAD", "/metrics").await.0, 200);
 
     let m = Metrics::scrape(metrics).await;
+    assert_eq!(
+        m.get("ostler_ready", &[]),
+        Some(1.0),
+        "a ready daemon says so"
+    );
     assert_eq!(m.get("ostler_store_up", &[]), Some(1.0));
     assert_eq!(m.get("ostler_live_processes", &[]), Some(0.0));
     assert_eq!(m.get("ostler_subscribers", &[]), Some(0.0));
