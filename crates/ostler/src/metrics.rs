@@ -8,8 +8,10 @@
 //! Then `ostler_ready 1` and the gauges (sessions per state, live processes, pending
 //! interactions, subscribers, store up), read from the engine at each scrape
 //! ([`Engine::health`]: in-memory counts and a cheap store probe), never copied; counters
-//! and histograms are the process-wide ones of `ostler-metrics`. No authentication: the output holds counts only (no session ids,
-//! prompts or paths); bind it to loopback or a private interface.
+//! and histograms are the process-wide ones of `ostler-metrics`.
+//!
+//! No authentication: the output holds counts only (no session ids, prompts or paths);
+//! bind it to loopback or a private interface.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -63,7 +65,7 @@ pub fn spawn(listener: TcpListener, shutdown: CancellationToken) -> Metrics {
         engine: engine.clone(),
     };
     tokio::spawn(async move {
-        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
             let stream = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -127,18 +129,19 @@ async fn answer(
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return Ok(r);
     }
-    let gauges = match engine.get() {
+    // `None` while the daemon starts; then the gauges, or `None` inside when they could
+    // not be read (the counters and histograms are still worth serving).
+    let read = match engine.get() {
         None => None,
         Some(engine) => Some(match engine.health().await {
             Ok(report) => Some(gauges(&report)),
             Err(e) => {
-                // Counters and histograms are still worth serving.
                 tracing::warn!(error = %e, "metrics endpoint: engine health unavailable");
                 None
             }
         }),
     };
-    let phase = match &gauges {
+    let phase = match &read {
         None => ostler_metrics::Phase::Starting,
         Some(g) => ostler_metrics::Phase::Ready(g.as_ref()),
     };
