@@ -23,6 +23,7 @@
 //! path = "/var/lib/ostler/ostler.db" # default: <data dir>/ostler.db
 //! synchronous = "normal"           # or "full"
 //! write_retry_secs = 120           # how long writes wait out a full/read-only disk
+//! busy_timeout_secs = 5            # how long to wait for a lock held by another process
 //!
 //! [sessions]
 //! max_live = 256                  # live CLI processes at most (the LRU idle one is suspended)
@@ -160,6 +161,9 @@ pub struct StoreConfig {
     /// How long a write that meets a storage fault (disk full, read-only files) is retried
     /// before it fails and the affected sessions are stopped.
     pub write_retry_secs: u64,
+    /// How long an access to the database waits for a lock that another process holds (a
+    /// backup tool, the `sqlite3` shell in a write transaction) before it fails.
+    pub busy_timeout_secs: u64,
 }
 
 impl Default for StoreConfig {
@@ -168,6 +172,7 @@ impl Default for StoreConfig {
             path: None,
             synchronous: "normal".to_owned(),
             write_retry_secs: 120,
+            busy_timeout_secs: 5,
         }
     }
 }
@@ -580,6 +585,11 @@ impl Config {
         if self.store.write_retry_secs == 0 {
             bail!("store.write_retry_secs must be at least 1");
         }
+        if self.store.busy_timeout_secs == 0 {
+            // The daemon's own connections (writer, readers, checkpointer) wait on each
+            // other's locks for moments; without any wait they would fail instead.
+            bail!("store.busy_timeout_secs must be at least 1");
+        }
         if self.sessions.max_live == 0 {
             bail!("sessions.max_live must be at least 1");
         }
@@ -989,6 +999,10 @@ mod tests {
             (
                 Box::new(|c| c.store.synchronous = "sometimes".into()),
                 "store.synchronous",
+            ),
+            (
+                Box::new(|c| c.store.busy_timeout_secs = 0),
+                "store.busy_timeout_secs",
             ),
             (Box::new(|c| c.sessions.max_live = 0), "sessions.max_live"),
             (

@@ -319,7 +319,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         }
         None => None,
     };
-    tracing::info!("listening while the store opens");
+    tracing::info!(listeners = %described.join(" "), "listening while the store opens");
 
     // 4. Store and engine.
     let (engine, notify_store) =
@@ -405,6 +405,7 @@ async fn open_store_and_engine(
             ostler_store::Synchronous::Normal
         },
         write_retry_limit: Duration::from_secs(cfg.store.write_retry_secs),
+        busy_timeout: Duration::from_secs(cfg.store.busy_timeout_secs),
         ..Default::default()
     };
     let store_path = valid.store_path.clone();

@@ -6,78 +6,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
-
 use common::grpc::*;
+use common::metrics::*;
 use common::*;
 use ostler_proto::v1 as pb;
 use pb::session_event::Payload as P;
-use prometheus_parse::{Scrape, Value};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-/// One HTTP/1.1 request on a fresh connection: (status code, body).
-async fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(
-            format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).await.unwrap();
-        String::from_utf8(raw).unwrap()
-    };
-    let text = tokio::time::timeout(guard(), exchange)
-        .await
-        .expect("the metrics endpoint answers");
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    (status, body.to_owned())
-}
-
-struct Metrics(Scrape);
-
-impl Metrics {
-    async fn scrape(addr: SocketAddr) -> Metrics {
-        let (status, body) = http(addr, "GET", "/metrics").await;
-        assert_eq!(status, 200, "{body}");
-        assert!(
-            body.ends_with("# EOF\n"),
-            "OpenMetrics text ends with # EOF"
-        );
-        Metrics(Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).expect("parsable"))
-    }
-
-    /// The value of the sample `name` whose labels include `labels` (a histogram: its
-    /// count, the `+Inf` bucket); `None` when absent.
-    fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        self.0
-            .samples
-            .iter()
-            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-            .map(|s| match &s.value {
-                Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
-                Value::Histogram(h) => h.last().map(|b| b.count).unwrap_or(0.0),
-                Value::Summary(_) => f64::NAN,
-            })
-    }
-
-    /// Like [`Metrics::get`], absent counted as 0 (a labelled counter appears on first use).
-    fn count(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.get(name, labels).unwrap_or(0.0)
-    }
-
-    fn sessions(&self, state: &str) -> f64 {
-        self.get("ostler_sessions", &[("state", state)])
-            .unwrap_or_else(|| panic!("ostler_sessions{{state={state:?}}} is always listed"))
-    }
-}
 
 /// The stored events of a session, from the store (not following).
 async fn last_seq(
@@ -99,13 +32,8 @@ async fn metrics_follow_sessions_on_the_fake_cli() {
     std::fs::write(&world.config, "[metrics]\nlisten = \"127.0.0.1:0\"\n").unwrap();
     let (cmd, ready) = world.serve_command(&[]);
     let daemon = Daemon::spawn(cmd, &world, ready.clone(), &[]).await;
-    let metrics: SocketAddr = std::fs::read_to_string(&ready)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("http://")?.strip_suffix("/metrics"))
-        .expect("the metrics endpoint in the ready file")
-        .parse()
-        .unwrap();
+    let metrics = metrics_addr(&std::fs::read_to_string(&ready).unwrap())
+        .expect("the metrics endpoint in the ready file");
 
     // Only /metrics, only GET/HEAD.
     assert_eq!(http(metrics, "GET", "/").await.0, 404);

@@ -1,5 +1,6 @@
 //! Daemon start-up: the README's run command on a fresh machine (no config file, no
-//! `--store`), one daemon per database, and `[permissions]` rules from the config file.
+//! `--store`), one daemon per database, a daemon that answers while its store is held by
+//! another process, and `[permissions]` rules from the config file.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 #![allow(clippy::disallowed_methods)] // the test runs the daemon binary itself
 
@@ -9,6 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::grpc::*;
+use common::metrics::*;
 use common::*;
 use ostler_proto::v1 as pb;
 use pb::session_event::Payload as P;
@@ -99,6 +101,73 @@ async fn a_second_daemon_on_the_same_store_is_refused() {
     // The first daemon is unaffected.
     let mut c = first.sessions().await;
     let _ = create_session(&mut c, &world.work, "still-serving").await;
+}
+
+/// While another process holds a write transaction on the store, the daemon cannot apply
+/// its schema and waits (`store.busy_timeout_secs`). It listens all the while and says
+/// that it is starting: health `NOT_SERVING`, other calls `UNAVAILABLE` with a message to
+/// retry, metrics `ostler_ready 0`. Once the lock goes it serves on the same addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_whose_store_is_held_answers_that_it_is_starting_until_the_lock_goes() {
+    use tonic_health::ServingStatus;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let world = World::new(NEW).await;
+    std::fs::create_dir_all(world.store.parent().unwrap()).unwrap();
+    let holder = rusqlite::Connection::open(&world.store).unwrap();
+    holder.pragma_update(None, "journal_mode", "wal").unwrap();
+    holder
+        .execute_batch("BEGIN EXCLUSIVE; CREATE TABLE held_by_another_process (x);")
+        .unwrap();
+    // The daemon waits for the lock longer than this test waits for anything.
+    let busy = (guard().as_secs() * 2).max(1).to_string();
+    let daemon = world.start_daemon(
+        &["--metrics-listen", "127.0.0.1:0"],
+        &[("OSTLER_STORE__BUSY_TIMEOUT_SECS", &busy)],
+    );
+    let line = daemon.line("listening while the store opens");
+    let addr = listed(&line, "tcp")
+        .unwrap_or_else(|| panic!("no tcp:// address in {line:?}"))
+        .to_owned();
+    let metrics = metrics_addr(&line).unwrap_or_else(|| panic!("no metrics address in {line:?}"));
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel.clone());
+    let status = |r: tonic_health::pb::HealthCheckResponse| r.status;
+    let check = HealthCheckRequest {
+        service: String::new(),
+    };
+    let starting = health.check(check.clone()).await.unwrap().into_inner();
+    assert_eq!(status(starting), ServingStatus::NotServing as i32);
+    let mut sessions = pb::session_service_client::SessionServiceClient::new(channel.clone());
+    let refused = sessions
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .expect_err("no answers before the store is open");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("starting"), "{refused:?}");
+    let m = Metrics::scrape(metrics).await;
+    assert_eq!(m.get("ostler_ready", &[]), Some(0.0));
+    assert_eq!(m.get("ostler_store_up", &[]), None);
+
+    holder.execute_batch("COMMIT").unwrap();
+    drop(holder);
+    let daemon = daemon.ready().await;
+    assert_eq!(daemon.addr.to_string(), addr, "the same listener");
+    let serving = health.check(check).await.unwrap().into_inner();
+    assert_eq!(status(serving), ServingStatus::Serving as i32);
+    let listed = sessions
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .expect("answers once ready on the same connection");
+    assert!(listed.into_inner().sessions.is_empty());
+    let m = Metrics::scrape(metrics).await;
+    assert_eq!(m.get("ostler_ready", &[]), Some(1.0));
+    assert_eq!(m.get("ostler_store_up", &[]), Some(1.0));
 }
 
 /// `[permissions]` rules from the config file decide before any client is asked.

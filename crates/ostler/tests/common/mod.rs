@@ -5,7 +5,8 @@
 //!
 //! - here: [`World`] (what outlives one daemon process), [`Daemon`] (one `ostler serve`);
 //! - [`grpc`]: the daemon tests' script and gRPC helpers;
-//! - [`client`]: the client-command tests' [`client::Served`] and pseudo-terminal.
+//! - [`client`]: the client-command tests' [`client::Served`] and pseudo-terminal;
+//! - [`metrics`]: scraping the metrics endpoint.
 //!
 //! Readiness is an event: the daemon's "ostler daemon ready" log line, read from its stderr
 //! as it is written; the address comes from `--ready-file`. Every wait is guarded by
@@ -15,6 +16,7 @@
 
 pub mod client;
 pub mod grpc;
+pub mod metrics;
 
 use std::io::{BufRead as _, BufReader};
 use std::net::SocketAddr;
@@ -175,6 +177,21 @@ impl World {
         Daemon::spawn(cmd, self, ready, env).await
     }
 
+    /// Starts a daemon on this world's store (see [`World::serve_command`]) without waiting
+    /// for it to be ready.
+    pub fn start_daemon(&self, extra: &[&str], env: &[(&str, &str)]) -> StartingDaemon {
+        let (mut cmd, ready) = self.serve_command(extra);
+        self.daemon_env(&mut cmd);
+        cmd.envs(env.iter().copied());
+        let (child, log, lines) = Daemon::start_child(cmd);
+        StartingDaemon {
+            child: Some(child),
+            log,
+            lines: Some(lines),
+            ready,
+        }
+    }
+
     /// [`World::daemon`] for tests without an async runtime, with extra environment.
     pub fn daemon_blocking(&self, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let (mut cmd, ready) = self.serve_command(extra);
@@ -197,15 +214,76 @@ impl World {
     }
 }
 
+/// The first address listed with `scheme` (`tcp`, `http`, ...) in a ready file or a log
+/// line (`listeners=tcp://ADDR http://ADDR/metrics`, in text or JSON), without the scheme.
+pub fn listed<'a>(text: &'a str, scheme: &str) -> Option<&'a str> {
+    let prefix = format!("{scheme}://");
+    text.split(|c: char| c.is_whitespace() || matches!(c, '"' | ',' | '='))
+        .find_map(|w| w.strip_prefix(prefix.as_str()))
+}
+
 /// Whether the daemon's "ready" log line arrives within the guard.
 fn wait_ready(lines: &mpsc::Receiver<String>) -> bool {
+    wait_line(lines, "ostler daemon ready").is_some()
+}
+
+/// The next log line containing `needle`, if one arrives within the guard.
+fn wait_line(lines: &mpsc::Receiver<String>, needle: &str) -> Option<String> {
     let deadline = std::time::Instant::now() + guard();
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match lines.recv_timeout(left) {
-            Ok(l) if l.contains("ostler daemon ready") => return true,
+            Ok(l) if l.contains(needle) => return Some(l),
             Ok(_) => {}
-            Err(_) => return false,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// An `ostler serve` started and not waited for ([`World::start_daemon`]): its log lines
+/// as they are written. Dropped before [`StartingDaemon::ready`], it SIGKILLs the daemon.
+pub struct StartingDaemon {
+    child: Option<Child>,
+    log: Arc<Mutex<Vec<String>>>,
+    lines: Option<mpsc::Receiver<String>>,
+    ready: PathBuf,
+}
+
+impl StartingDaemon {
+    /// The next log line containing `needle`; panics with the log when none comes within
+    /// the guard. Blocks its thread: call it from a multi-threaded test runtime.
+    pub fn line(&self, needle: &str) -> String {
+        self.lines
+            .as_ref()
+            .and_then(|lines| wait_line(lines, needle))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no log line with {needle:?}:\n{}",
+                    self.log
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .join("\n")
+                )
+            })
+    }
+
+    /// Waits until the daemon is ready (see [`Daemon::spawn`]).
+    pub async fn ready(mut self) -> Daemon {
+        let (Some(child), Some(lines)) = (self.child.take(), self.lines.take()) else {
+            unreachable!("taken only here, which consumes self")
+        };
+        let ready_line = tokio::task::spawn_blocking(move || wait_ready(&lines))
+            .await
+            .expect("ready waiter");
+        Daemon::finish(child, self.log.clone(), ready_line, &self.ready)
+    }
+}
+
+impl Drop for StartingDaemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
         }
     }
 }
