@@ -173,33 +173,37 @@ impl World {
 
     /// [`World::daemon`] with extra environment (e.g. `OSTLER_*` configuration).
     pub async fn daemon_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let (cmd, ready) = self.serve_command(extra);
-        Daemon::spawn(cmd, self, ready, env).await
+        self.start_daemon(extra, env).ready().await
     }
 
     /// Starts a daemon on this world's store (see [`World::serve_command`]) without waiting
     /// for it to be ready.
     pub fn start_daemon(&self, extra: &[&str], env: &[(&str, &str)]) -> StartingDaemon {
-        let (mut cmd, ready) = self.serve_command(extra);
+        let (cmd, ready) = self.serve_command(extra);
+        self.start(cmd, ready, env)
+    }
+
+    /// Starts `cmd` (an `ostler serve` command line with `--ready-file ready`) in this
+    /// world's environment plus `env`, without waiting for it to be ready.
+    pub fn start(&self, mut cmd: Command, ready: PathBuf, env: &[(&str, &str)]) -> StartingDaemon {
         self.daemon_env(&mut cmd);
-        cmd.envs(env.iter().copied());
-        let (child, log, lines) = Daemon::start_child(cmd);
+        cmd.envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn ostler serve");
+        let (log, lines) = collect_stderr(&mut child);
         StartingDaemon {
             child: Some(child),
             log,
-            lines: Some(lines),
+            lines,
             ready,
         }
     }
 
     /// [`World::daemon`] for tests without an async runtime, with extra environment.
     pub fn daemon_blocking(&self, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let (mut cmd, ready) = self.serve_command(extra);
-        self.daemon_env(&mut cmd);
-        cmd.envs(env.iter().copied());
-        let (child, log, lines) = Daemon::start_child(cmd);
-        let ready_line = wait_ready(&lines);
-        Daemon::finish(child, log, ready_line, &ready)
+        self.start_daemon(extra, env).ready_blocking()
     }
 
     /// The daemon's environment: nothing inherited but PATH; the fake model's URL.
@@ -222,11 +226,6 @@ pub fn listed<'a>(text: &'a str, scheme: &str) -> Option<&'a str> {
         .find_map(|w| w.strip_prefix(prefix.as_str()))
 }
 
-/// Whether the daemon's "ready" log line arrives within the guard.
-fn wait_ready(lines: &mpsc::Receiver<String>) -> bool {
-    wait_line(lines, "ostler daemon ready").is_some()
-}
-
 /// The next log line containing `needle`, if one arrives within the guard.
 fn wait_line(lines: &mpsc::Receiver<String>, needle: &str) -> Option<String> {
     let deadline = std::time::Instant::now() + guard();
@@ -245,7 +244,7 @@ fn wait_line(lines: &mpsc::Receiver<String>, needle: &str) -> Option<String> {
 pub struct StartingDaemon {
     child: Option<Child>,
     log: Arc<Mutex<Vec<String>>>,
-    lines: Option<mpsc::Receiver<String>>,
+    lines: mpsc::Receiver<String>,
     ready: PathBuf,
 }
 
@@ -253,29 +252,42 @@ impl StartingDaemon {
     /// The next log line containing `needle`; panics with the log when none comes within
     /// the guard. Blocks its thread: call it from a multi-threaded test runtime.
     pub fn line(&self, needle: &str) -> String {
-        self.lines
-            .as_ref()
-            .and_then(|lines| wait_line(lines, needle))
-            .unwrap_or_else(|| {
-                panic!(
-                    "no log line with {needle:?}:\n{}",
-                    self.log
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .join("\n")
-                )
-            })
+        wait_line(&self.lines, needle).unwrap_or_else(|| {
+            panic!(
+                "no log line with {needle:?}:\n{}",
+                self.log
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .join("\n")
+            )
+        })
     }
 
-    /// Waits until the daemon is ready (see [`Daemon::spawn`]).
-    pub async fn ready(mut self) -> Daemon {
-        let (Some(child), Some(lines)) = (self.child.take(), self.lines.take()) else {
-            unreachable!("taken only here, which consumes self")
-        };
-        let ready_line = tokio::task::spawn_blocking(move || wait_ready(&lines))
+    /// Waits until the daemon is ready: its "ostler daemon ready" log line, then its
+    /// address from the ready file. Panics with the log when it does not come within the
+    /// guard.
+    pub async fn ready(self) -> Daemon {
+        tokio::task::spawn_blocking(move || self.ready_blocking())
             .await
-            .expect("ready waiter");
-        Daemon::finish(child, self.log.clone(), ready_line, &self.ready)
+            .expect("ready waiter")
+    }
+
+    /// [`StartingDaemon::ready`] on the caller's thread.
+    pub fn ready_blocking(mut self) -> Daemon {
+        self.line("ostler daemon ready");
+        let text =
+            std::fs::read_to_string(&self.ready).expect("ready file written before the log line");
+        let addr = text
+            .lines()
+            .find_map(|l| l.strip_prefix("tcp://"))
+            .expect("a tcp listener in the ready file")
+            .parse()
+            .expect("listener address");
+        Daemon {
+            child: self.child.take(),
+            addr,
+            log: self.log.clone(),
+        }
     }
 }
 
@@ -299,56 +311,8 @@ pub struct Daemon {
 impl Daemon {
     /// Start `cmd` (an `ostler serve` command line) in `world`'s environment and wait until it
     /// is ready; `ready` is the command's `--ready-file`.
-    pub async fn spawn(
-        mut cmd: Command,
-        world: &World,
-        ready: PathBuf,
-        env: &[(&str, &str)],
-    ) -> Self {
-        world.daemon_env(&mut cmd);
-        cmd.envs(env.iter().copied());
-        let (child, log, lines) = Self::start_child(cmd);
-        let ready_line = tokio::task::spawn_blocking(move || wait_ready(&lines))
-            .await
-            .expect("ready waiter");
-        Self::finish(child, log, ready_line, &ready)
-    }
-
-    fn start_child(mut cmd: Command) -> (Child, Arc<Mutex<Vec<String>>>, mpsc::Receiver<String>) {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn ostler serve");
-        let (log, lines) = collect_stderr(&mut child);
-        (child, log, lines)
-    }
-
-    fn finish(
-        mut child: Child,
-        log: Arc<Mutex<Vec<String>>>,
-        ready_line: bool,
-        ready: &std::path::Path,
-    ) -> Self {
-        if !ready_line {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "daemon never became ready:\n{}",
-                log.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
-            );
-        }
-        let text = std::fs::read_to_string(ready).expect("ready file written before the log line");
-        let addr = text
-            .lines()
-            .find_map(|l| l.strip_prefix("tcp://"))
-            .expect("a tcp listener in the ready file")
-            .parse()
-            .expect("listener address");
-        Self {
-            child: Some(child),
-            addr,
-            log,
-        }
+    pub async fn spawn(cmd: Command, world: &World, ready: PathBuf, env: &[(&str, &str)]) -> Self {
+        world.start(cmd, ready, env).ready().await
     }
 
     pub fn pid(&self) -> u32 {
