@@ -18,6 +18,12 @@
 //!   `codec/encode_long_tool_result`: one 32 KiB tool result line (its text literals for the
 //!   dictionary, copies for the payload).
 //!
+//! - `rows/*`: a bare SQLite loop (no ostler code), 10,000 events of ~250 B (the size the
+//!   store's codec leaves of a firehose line) in transactions of 64 events, with 1, 16 or 64
+//!   events per row, WAL without automatic checkpoints (the store's checkpointer runs on its
+//!   own thread): what the insert costs per event when a row holds one event, as today, or
+//!   many (issue 13's item a; docs/performance.md "Session 21").
+//!
 //! Numbers and ratios are recorded in docs/performance.md ("## Store (ostler-store)").
 
 use std::hint::black_box;
@@ -345,8 +351,81 @@ fn bench_codec(c: &mut Criterion) {
     }
 }
 
+/// See the module's text (`rows/*`).
+fn bench_rows(c: &mut Criterion) {
+    const EVENTS: usize = 10_000;
+    const PER_TXN: usize = 64;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut bytes = |len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 64 + 32) as u8
+            })
+            .collect()
+    };
+    let events: Vec<(Vec<u8>, Vec<u8>)> = (0..EVENTS).map(|_| (bytes(60), bytes(190))).collect();
+    let mut group = c.benchmark_group("rows");
+    group.throughput(Throughput::Elements(EVENTS as u64));
+    for per_row in [1usize, 16, 64] {
+        group.bench_function(BenchmarkId::new("events_per_row", per_row), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let dir = tempfile::tempdir().expect("temp dir");
+                    let conn =
+                        rusqlite::Connection::open(dir.path().join("rows.db")).expect("open");
+                    conn.execute_batch(
+                        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+                         PRAGMA wal_autocheckpoint = 0;
+                         CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT NOT NULL,
+                           ts_ms INTEGER NOT NULL, codec INTEGER NOT NULL,
+                           payload BLOB NOT NULL, raw BLOB) STRICT;",
+                    )
+                    .expect("schema");
+                    let (mut payload, mut raw) = (Vec::new(), Vec::new());
+                    let start = Instant::now();
+                    for (t, txn) in events.chunks(PER_TXN).enumerate() {
+                        conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+                        let mut insert = conn
+                            .prepare_cached(
+                                "INSERT INTO events (id, kind, ts_ms, codec, payload, raw)
+                                 VALUES (?1, 'assistant_block', 1, 3, ?2, ?3)",
+                            )
+                            .expect("prepare");
+                        for (r, row) in txn.chunks(per_row).enumerate() {
+                            payload.clear();
+                            raw.clear();
+                            for (p, l) in row {
+                                if per_row > 1 {
+                                    payload.extend_from_slice(&(p.len() as u32).to_le_bytes());
+                                    raw.extend_from_slice(&(l.len() as u32).to_le_bytes());
+                                }
+                                payload.extend_from_slice(p);
+                                raw.extend_from_slice(l);
+                            }
+                            let id = (1i64 << 36) + (t * PER_TXN + r * per_row + 1) as i64;
+                            insert
+                                .execute(rusqlite::params![id, &payload[..], &raw[..]])
+                                .expect("insert");
+                        }
+                        drop(insert);
+                        conn.execute_batch("COMMIT").expect("commit");
+                    }
+                    total += start.elapsed();
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    bench_rows,
     bench_codec,
     bench_append_pipelined,
     bench_append_sessions,
