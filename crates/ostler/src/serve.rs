@@ -4,9 +4,10 @@
 //! check (exit 72 when no usable binary is found, 78 when the one found is unusable) ->
 //! the store's lock -> listeners, served at once (health NOT_SERVING, other calls
 //! UNAVAILABLE, metrics `ostler_ready 0`) -> store (schema migrations) -> engine -> ready.
-//! Once ready, the addresses are logged and, with `--ready-file`, written to that file (atomically, one `tcp://ADDR` / `unix://PATH`
-//! per line, and `http://ADDR/metrics` for the metrics endpoint when `[metrics] listen` is
-//! set) so that scripts and tests can wait for it instead of sleeping.
+//! Once ready, the addresses are logged and, with `--ready-file`, written to that file
+//! (atomically, one `tcp://ADDR` / `unix://PATH` per line, and `http://ADDR/metrics` for
+//! the metrics endpoint when `[metrics] listen` is set) so that scripts and tests can wait
+//! for it instead of sleeping.
 //!
 //! Shutdown on SIGINT/SIGTERM: health turns NOT_SERVING, subscribers get `UNAVAILABLE`,
 //! listeners stop accepting, the engine stops every session the supervisor's way, and the

@@ -137,12 +137,11 @@ async fn a_daemon_whose_store_is_held_answers_that_it_is_starting_until_the_lock
         .await
         .unwrap();
     let mut health = HealthClient::new(channel.clone());
-    let status = |r: tonic_health::pb::HealthCheckResponse| r.status;
     let check = HealthCheckRequest {
         service: String::new(),
     };
     let starting = health.check(check.clone()).await.unwrap().into_inner();
-    assert_eq!(status(starting), ServingStatus::NotServing as i32);
+    assert_eq!(starting.status, ServingStatus::NotServing as i32);
     let mut sessions = pb::session_service_client::SessionServiceClient::new(channel.clone());
     let refused = sessions
         .list_sessions(pb::ListSessionsRequest::default())
@@ -159,12 +158,12 @@ async fn a_daemon_whose_store_is_held_answers_that_it_is_starting_until_the_lock
     let daemon = daemon.ready().await;
     assert_eq!(daemon.addr.to_string(), addr, "the same listener");
     let serving = health.check(check).await.unwrap().into_inner();
-    assert_eq!(status(serving), ServingStatus::Serving as i32);
-    let listed = sessions
+    assert_eq!(serving.status, ServingStatus::Serving as i32);
+    let answer = sessions
         .list_sessions(pb::ListSessionsRequest::default())
         .await
         .expect("answers once ready on the same connection");
-    assert!(listed.into_inner().sessions.is_empty());
+    assert!(answer.into_inner().sessions.is_empty());
     let m = Metrics::scrape(metrics).await;
     assert_eq!(m.get("ostler_ready", &[]), Some(1.0));
     assert_eq!(m.get("ostler_store_up", &[]), Some(1.0));
