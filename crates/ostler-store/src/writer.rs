@@ -3,8 +3,10 @@
 //!
 //! Each command runs inside its own savepoint of the group's transaction, so a command that
 //! fails (unknown session, constraint violation) is rolled back alone and reports its own
-//! error, while the rest of the group commits. Results are handed to the callers only after
-//! `COMMIT` returned.
+//! error, while the rest of the group commits. A group of one command (every commit at low
+//! load) needs no savepoint: the transaction is rolled back instead of committed when the
+//! command fails. Results are handed to the callers only after `COMMIT` (or that
+//! `ROLLBACK`) returned.
 //!
 //! Storage faults (disk full, read-only or vanished files, I/O errors, a lock held
 //! elsewhere; [`is_storage_fault`]) are not the requests' fault: the whole group is rolled
@@ -172,6 +174,12 @@ pub(crate) struct Ctx<'a> {
     pub feed_touched: bool,
     /// Set when the transaction can no longer be committed.
     poisoned: Option<Arc<rusqlite::Error>>,
+    /// The group's only command: the transaction itself is its savepoint (no `SAVEPOINT`
+    /// and `RELEASE` statements; a failure rolls the whole transaction back).
+    alone: bool,
+    /// Set when the group's only command failed: the transaction is rolled back, not
+    /// committed.
+    undo: bool,
 }
 
 impl Ctx<'_> {
@@ -212,27 +220,36 @@ impl Ctx<'_> {
         self.staged.push((session_id.to_owned(), slot));
     }
 
+    /// Runs `op` so that a failure undoes only its own changes: in a savepoint, or, for the
+    /// group's only command, in the transaction itself ([`Ctx::undo`] then has the group
+    /// rolled back instead of committed).
     fn in_savepoint<T>(&mut self, op: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         if let Some(e) = &self.poisoned {
             return Err(Error::Commit(Arc::clone(e)));
         }
-        if let Err(e) = exec(self.conn, "SAVEPOINT op") {
+        if !self.alone
+            && let Err(e) = exec(self.conn, "SAVEPOINT op")
+        {
             return Err(self.poison(e));
         }
         self.staged.clear();
         match op(self) {
-            Ok(v) => match exec(self.conn, "RELEASE op") {
-                Ok(()) => {
-                    for (id, slot) in self.staged.drain(..) {
-                        self.overlay.insert(id, slot);
-                    }
-                    Ok(v)
+            Ok(v) => {
+                if !self.alone
+                    && let Err(e) = exec(self.conn, "RELEASE op")
+                {
+                    return Err(self.poison(e));
                 }
-                Err(e) => Err(self.poison(e)),
-            },
+                for (id, slot) in self.staged.drain(..) {
+                    self.overlay.insert(id, slot);
+                }
+                Ok(v)
+            }
             Err(err) => {
                 self.staged.clear();
-                if let Err(e) =
+                if self.alone {
+                    self.undo = true;
+                } else if let Err(e) =
                     exec(self.conn, "ROLLBACK TO op").and_then(|()| exec(self.conn, "RELEASE op"))
                 {
                     self.poison(e);
@@ -645,6 +662,8 @@ impl Writer {
             staged: Vec::new(),
             feed_touched: false,
             poisoned,
+            alone: batch.len() == 1,
+            undo: false,
         };
         for cmd in batch.iter_mut() {
             cmd.0.run(&mut ctx);
@@ -653,10 +672,19 @@ impl Writer {
             overlay,
             poisoned,
             feed_touched,
+            undo,
             ..
         } = ctx;
         match poisoned {
             Some(e) => Err(e),
+            // The only command failed: nothing of it stays (its error is its result).
+            None if undo => {
+                if self.conn.is_autocommit() {
+                    Ok(())
+                } else {
+                    exec(&self.conn, "ROLLBACK").map_err(Arc::new)
+                }
+            }
             None => exec(&self.conn, "COMMIT").map_err(Arc::new),
         }?;
         for (id, slot) in overlay {

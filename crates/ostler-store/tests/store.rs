@@ -305,6 +305,48 @@ fn a_failing_write_does_not_spoil_its_group() {
 }
 
 #[test]
+fn a_write_that_fails_halfway_leaves_nothing_of_itself_alone_or_in_a_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    // The events are inserted first, then the interaction of an unknown session fails the
+    // write: none of its events may stay, and no seq may be used up.
+    let bad = || WithEvents {
+        interaction: Some((permission("missing", "r", 5), 0)),
+        ..Default::default()
+    };
+    // Alone: the only write of its transaction (nothing else queued).
+    let r = store
+        .append_with("s", vec![event(1), event(2)], bad())
+        .wait();
+    assert!(matches!(r, Err(Error::NotFound { .. })), "{r:?}");
+    assert_eq!(store.last_seq("s").unwrap(), 0);
+    assert!(store.events_after("s", 0, 10).unwrap().is_empty());
+    assert_eq!(store.append_blocking("s", vec![event(3)]).unwrap(), vec![1]);
+    // Queued without waiting, between good writes that share its transactions.
+    let mut good = Vec::new();
+    let mut bads = Vec::new();
+    for i in 0..200u64 {
+        if i % 5 == 2 {
+            bads.push(store.append_with("s", vec![event(i), event(i)], bad()));
+        } else {
+            good.push(store.append("s", vec![event(i)]));
+        }
+    }
+    for t in bads {
+        assert!(matches!(t.wait(), Err(Error::NotFound { .. })));
+    }
+    let seqs: Vec<u64> = good.into_iter().flat_map(|t| t.wait().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (2..=161).collect::<Vec<_>>(),
+        "no gaps, no seq used up"
+    );
+    assert_eq!(store.last_seq("s").unwrap(), 161);
+    assert_eq!(store.events_after("s", 0, 1000).unwrap().len(), 161);
+}
+
+#[test]
 fn empty_append_checks_the_session_and_assigns_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&db_path(&dir));
