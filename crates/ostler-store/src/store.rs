@@ -151,7 +151,8 @@ fn open_checkpointer(
     conn.busy_timeout(opts.busy_timeout).map_err(oe)?;
     conn.pragma_update(None, "synchronous", opts.synchronous.pragma_value())
         .map_err(oe)?;
-    writer::spawn_checkpointer(conn, path.to_path_buf()).map_err(|source| Error::Io {
+    let write_back = opts.synchronous == Synchronous::Normal;
+    writer::spawn_checkpointer(conn, path.to_path_buf(), write_back).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })

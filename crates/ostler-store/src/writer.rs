@@ -444,7 +444,10 @@ fn checkpoint_counts(conn: &Connection) -> rusqlite::Result<(bool, u64)> {
 /// and lets the WAL restart, if no commit lands meanwhile). It stops when every
 /// [`Checkpointer`] handle (the writer's and the store's) is gone.
 ///
-/// After a nudge's passes it writes the database file back (`fdatasync`). SQLite syncs the
+/// With `write_back`, after a nudge's passes it writes the database file back (`fdatasync`;
+/// only under `synchronous=NORMAL`: under `FULL`, where every commit waits for a WAL sync,
+/// the write-backs cost the commits more than they saved, docs/performance.md, session 23).
+/// SQLite syncs the
 /// file at the end of a pass only if the pass reached the WAL's current end; under
 /// continuous load a commit lands during every pass, so it never does (while the pass
 /// still answers "all copied": it counts up to the end as the pass began). Everything the
@@ -455,6 +458,7 @@ fn checkpoint_counts(conn: &Connection) -> rusqlite::Result<(bool, u64)> {
 pub(crate) fn spawn_checkpointer(
     conn: Connection,
     path: PathBuf,
+    write_back: bool,
 ) -> std::io::Result<(CheckpointNudge, std::thread::JoinHandle<()>)> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
     let shared = Checkpointer {
@@ -467,11 +471,14 @@ pub(crate) fn spawn_checkpointer(
     let writer_waiting = Arc::clone(&shared.writer_waiting);
     let progress = Arc::clone(&shared.progress);
     // A read-only handle is enough for `fdatasync`.
-    let db_file = std::fs::File::open(&path)
+    let db_file = write_back
+        .then(|| std::fs::File::open(&path))
+        .transpose()
         .inspect_err(|e| {
             tracing::warn!(path = %path.display(), error = %e, "the checkpointer cannot open the database file to write it back; the writer's checkpoints at the WAL's bound will sync it");
         })
-        .ok();
+        .ok()
+        .flatten();
     let handle = std::thread::Builder::new()
         .name("ostler-store-checkpoint".into())
         .spawn(move || {
@@ -946,7 +953,7 @@ mod tests {
             conn.execute("INSERT INTO t VALUES (zeroblob(10000))", [])
                 .unwrap();
         }
-        let (nudge, handle) = spawn_checkpointer(open(), path.clone()).unwrap();
+        let (nudge, handle) = spawn_checkpointer(open(), path.clone(), true).unwrap();
         let checkpointer = nudge.handle();
         let wait = ostler_testkit::timeouts::secs(30);
         assert!(checkpointer.caught_up(wait), "no pass copied the WAL");
