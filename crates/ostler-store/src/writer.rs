@@ -444,16 +444,15 @@ fn checkpoint_counts(conn: &Connection) -> rusqlite::Result<(bool, u64)> {
 /// and lets the WAL restart, if no commit lands meanwhile). It stops when every
 /// [`Checkpointer`] handle (the writer's and the store's) is gone.
 ///
-/// With `write_back`, after a nudge's passes it writes the database file back (`fdatasync`;
-/// only under `synchronous=NORMAL`: under `FULL`, where every commit waits for a WAL sync,
-/// the write-backs cost the commits more than they saved, docs/performance.md, session 23).
-/// SQLite syncs the
-/// file at the end of a pass only if the pass reached the WAL's current end; under
-/// continuous load a commit lands during every pass, so it never does (while the pass
-/// still answers "all copied": it counts up to the end as the pass began). Everything the
-/// passes copied since the WAL last restarted was then synced by the writer's checkpoint
-/// at the hard bound, on the commit path: 1.7-3 ms every ~3.3 s at 1k events/s. Written
-/// back here, off the commit path, that sync finds little left (docs/performance.md,
+/// With `write_back`, after a nudge's passes it writes the database file back
+/// (`fdatasync`). SQLite syncs the file at the end of a pass only if the pass reached the
+/// WAL's current end; under continuous load a commit lands during every pass, so it never
+/// does (while the pass still answers "all copied": it counts up to the end as the pass
+/// began). Everything the passes copied since the WAL last restarted was then synced by
+/// the writer's checkpoint at the hard bound, on the commit path: 1.7-3 ms every ~3.3 s
+/// at 1k events/s. Written back here, off the commit path, that sync finds little left.
+/// Only under `synchronous=NORMAL`: under `FULL`, where every commit waits for a WAL sync,
+/// the write-backs delayed those syncs more than they saved (docs/performance.md,
 /// session 23).
 pub(crate) fn spawn_checkpointer(
     conn: Connection,
