@@ -483,14 +483,15 @@ pub(crate) fn spawn_checkpointer(
         .spawn(move || {
             while rx.recv().is_ok() {
                 let mut tail_pass_done = false;
-                let mut copied = false;
+                // Whether a pass ran (and may have copied frames the file has not synced).
+                let mut ran = false;
                 // The writer checkpointing at the hard bound does this nudge's work.
                 while !writer_waiting.load(Ordering::SeqCst) {
                     let result = {
                         let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
                         checkpoint_counts(&conn)
                     };
-                    copied |= result.is_ok();
+                    ran |= result.is_ok();
                     let (complete, left) = match result {
                         Ok(r) => r,
                         Err(e) => {
@@ -510,7 +511,7 @@ pub(crate) fn spawn_checkpointer(
                     }
                     tail_pass_done = left < CHASE_MIN_FRAMES;
                 }
-                if copied && let Some(file) = &db_file {
+                if ran && let Some(file) = &db_file {
                     match file.sync_data() {
                         Ok(()) => {
                             let mut p = progress.0.lock().unwrap_or_else(|p| p.into_inner());
