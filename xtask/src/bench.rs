@@ -130,6 +130,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             ("ostler-protocol", "decode"),
             ("ostler-store", "store"),
             ("ostler-engine", "engine"),
+            ("ostler-supervisor", "proctree"),
         ] {
             let mut c = cargo();
             c.args(["bench", "-p", pkg, "--bench", bench]);
