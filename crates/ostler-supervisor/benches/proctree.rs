@@ -2,8 +2,9 @@
 //!
 //! 100 sessions run (each a fake CLI, a shell, with two tool processes), and this process
 //! is their child subreaper, as the daemon is. When a session ends, the supervisor scans
-//! for whatever it left behind, at least twice (until a scan finds nothing left), and reaps
-//! the orphans it adopted.
+//! for whatever it left behind (again after each kill, until a scan finds nothing left),
+//! and the reaper looks for adopted orphans to reap (on the CLI's `SIGCHLD`, and after
+//! a cleanup that killed something).
 //! - `session_scan/every_process` (baseline): a scan that reads every process of the system
 //!   (`/proc/<pid>/stat` and `environ`), as every session's end did before the scan was
 //!   confined to the daemon's own tree (`members` with a tag reads everything).

@@ -6,104 +6,11 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::time::Duration;
 
-use ostler_protocol::Event;
 use ostler_supervisor::proctree::{self, Mark};
-use ostler_supervisor::{
-    Installation, ProcessEvent, SessionProcess, SpawnOptions, SupervisorOptions,
-};
-use tokio::sync::mpsc;
 
-fn guard() -> Duration {
-    ostler_testkit::timeouts::guard()
-}
-
-/// A fake CLI that starts `sleep 300` in a session of its own (as a tool would with
-/// `setsid`), writes the sleeper's pid to `sleeper.pid`, announces itself with a
-/// `system/init` line once the pid is written, then runs `TAIL`.
-fn fake(dir: &Path, tail: &str) -> Installation {
-    let p = dir.join("claude");
-    let body = format!(
-        r#"#!/bin/sh
-setsid sh -c 'echo $$ > sleeper.pid.tmp; mv sleeper.pid.tmp sleeper.pid; exec sleep 300' </dev/null >/dev/null 2>&1 &
-while [ ! -s sleeper.pid ]; do sleep 0.01; done
-echo '{{"type":"system","subtype":"init","session_id":"s1","tools":[],"model":"m","cwd":"/"}}'
-{tail}
-"#
-    );
-    std::fs::write(&p, body).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Installation::assume(p, semver::Version::new(2, 1, 330), None)
-}
-
-fn sup() -> SupervisorOptions {
-    SupervisorOptions {
-        stop_grace: ostler_testkit::timeouts::secs(5),
-        term_grace: ostler_testkit::timeouts::secs(5),
-        stall_after: None,
-        process_tag: format!("test-{}", std::process::id()),
-        ..SupervisorOptions::default()
-    }
-}
-
-/// Spawn the fake and return the process, its events and the sleeper's pid, once the
-/// sleeper runs.
-async fn start(dir: &Path, tail: &str) -> (SessionProcess, mpsc::Receiver<ProcessEvent>, u32) {
-    let inst = fake(dir, tail);
-    let opts = SpawnOptions {
-        cwd: dir.to_path_buf(),
-        log_id: "tree".into(),
-        ..SpawnOptions::default()
-    };
-    let (proc, mut rx) = SessionProcess::spawn(&inst, opts, sup()).await.unwrap();
-    loop {
-        let ev = tokio::time::timeout(guard(), rx.recv())
-            .await
-            .expect("no init within the guard")
-            .expect("exited before init");
-        if let ProcessEvent::Line(l) = ev
-            && l.events()
-                .iter()
-                .any(|e| matches!(e, Event::SessionStarted(_)))
-        {
-            break;
-        }
-    }
-    let pid: u32 = std::fs::read_to_string(dir.join("sleeper.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let s = proctree::stat(pid).expect("the sleeper runs");
-    assert_eq!(s.sid, pid, "the sleeper leads a session of its own");
-    assert_ne!(
-        s.pgid,
-        proc.pid(),
-        "the sleeper left the CLI's process group"
-    );
-    (proc, rx, pid)
-}
-
-async fn assert_ends(pid: u32, what: &str) {
-    tokio::time::timeout(guard(), proctree::wait_terminated(pid))
-        .await
-        .unwrap_or_else(|_| panic!("{what}: the sleeper ({pid}) survived"))
-        .unwrap();
-}
-
-async fn exited(rx: &mut mpsc::Receiver<ProcessEvent>) {
-    loop {
-        match tokio::time::timeout(guard(), rx.recv())
-            .await
-            .expect("guard")
-        {
-            Some(ProcessEvent::Exited(_)) | None => return,
-            Some(_) => {}
-        }
-    }
-}
+mod tree;
+use tree::{assert_ends, exited, start, sup};
 
 #[tokio::test]
 async fn graceful_stop_ends_a_tool_that_left_the_group() {
@@ -247,50 +154,4 @@ async fn a_process_without_environment_is_left_alone() {
     assert!(!b.is_zombie(), "the process without environment was killed");
     bare.kill().unwrap();
     bare.wait().unwrap();
-}
-
-#[tokio::test]
-async fn as_subreaper_a_session_is_found_in_its_own_tree_and_among_the_orphans_only() {
-    // With this process as child subreaper (as the daemon is), a session's scan reads its
-    // CLI's tree and the orphans this process adopted, not the other sessions' trees nor
-    // the rest of the system; a tool orphaned when its CLI ends is still found there.
-    proctree::become_subreaper().unwrap();
-    let _reaper = proctree::spawn_reaper().unwrap();
-    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (a, mut rx_a, sleeper_a) = start(da.path(), "cat > /dev/null").await;
-    let (b, mut rx_b, sleeper_b) = start(db.path(), "cat > /dev/null").await;
-    let scope: std::collections::HashSet<u32> = proctree::own_tree(Some(a.pid()))
-        .expect("the kernel lists children")
-        .iter()
-        .map(|p| p.pid)
-        .collect();
-    assert!(scope.contains(&a.pid()), "A's CLI is read");
-    assert!(
-        scope.contains(&sleeper_a),
-        "A's tool (left the group) is read"
-    );
-    assert!(
-        !scope.contains(&b.pid()) && !scope.contains(&sleeper_b),
-        "B's tree is not read"
-    );
-    assert!(
-        !scope.contains(&1),
-        "nothing outside this process's tree is read"
-    );
-    // A's CLI exits on stop and orphans its tool, which this process adopts.
-    a.stop().await;
-    exited(&mut rx_a).await;
-    assert_ends(sleeper_a, "A stopped").await;
-    // Dead, it is this process's zombie until reaped (by the reaper, or by this call): the
-    // reaping reads this process's own children.
-    proctree::reap_adopted();
-    assert!(
-        proctree::stat(sleeper_a).is_none(),
-        "A's orphaned tool was not reaped"
-    );
-    let s = proctree::stat(sleeper_b).expect("B's tool runs");
-    assert!(!s.is_zombie(), "B's tool was killed with A");
-    b.stop().await;
-    exited(&mut rx_b).await;
-    assert_ends(sleeper_b, "B stopped").await;
 }
