@@ -222,8 +222,10 @@ fn children_of(pid: u32) -> Option<Vec<u32>> {
 /// The walk reads parents before children. A process reparented to this process in the
 /// middle of the walk (its parent read just after it left, this process's list just before
 /// it arrived) is caught by reading this process's children again until no new one
-/// appears. `None` (scan everything instead) when this process is no subreaper or the
-/// kernel lists no children.
+/// appears, at most [`OWN_TREE_PASSES`] times (orphans that keep coming, a fork loop,
+/// are left to the next scan, as a scan of every process leaves the processes started
+/// while it reads). `None` (scan everything instead) when this process is no subreaper or
+/// the kernel lists no children.
 pub fn own_tree(leader: Option<u32>) -> Option<Vec<ProcStat>> {
     if !ADOPTING.load(std::sync::atomic::Ordering::SeqCst) {
         return None;
@@ -231,7 +233,7 @@ pub fn own_tree(leader: Option<u32>) -> Option<Vec<ProcStat>> {
     let me = std::process::id();
     let mut seen: HashSet<u32> = HashSet::new();
     let mut out = Vec::new();
-    loop {
+    for _ in 0..OWN_TREE_PASSES {
         let kids = children_of(me)?;
         let mut stack: Vec<u32> = {
             let reg = registry();
@@ -253,7 +255,12 @@ pub fn own_tree(leader: Option<u32>) -> Option<Vec<ProcStat>> {
             }
         }
     }
+    Some(out)
 }
+
+/// How often [`own_tree`] reads this process's children for orphans adopted while it
+/// walked.
+const OWN_TREE_PASSES: usize = 8;
 
 /// The processes that belong to a session: those carrying `mark`, the members of the
 /// process group led by `leader`, and every descendant of either (by ppid). The calling
