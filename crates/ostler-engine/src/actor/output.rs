@@ -58,6 +58,8 @@ impl Actor {
         let mut cancelled = Vec::new();
         let keep_raw = self.shared.opts.store_raw_lines;
         let mut turns = self.turns_outstanding;
+        // The lines of a batch were read together: their events share one timestamp.
+        let now = now_ms();
         for line in lines {
             let Line {
                 decoded,
@@ -131,7 +133,7 @@ impl Actor {
                 if payload.is_live_only() {
                     // Published now, not behind the commit of the lines before it.
                     let hub = &self.entry.hub;
-                    hub.publish_live(Arc::new(hub.event(None, now_ms(), payload)));
+                    hub.publish_live(Arc::new(hub.event(None, now, payload)));
                     continue;
                 }
                 let raw_here = if keeps_line {
@@ -143,7 +145,7 @@ impl Actor {
                 items.push(Item {
                     payload,
                     raw: raw_here,
-                    ts_ms: now_ms(),
+                    ts_ms: now,
                 });
             }
         }

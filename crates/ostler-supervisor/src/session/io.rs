@@ -201,11 +201,12 @@ async fn deliver(
     junk: &mut JunkCoalescer,
     frames: &mut Vec<Frame>,
 ) -> bool {
+    // The frames of one read arrived together: one clock read for all of them.
+    let now = Instant::now();
     for frame in frames.drain(..) {
         let mut line = decoder.decode(frame);
         // Non-JSON output is coalesced: a few lines per window pass, the rest become one
         // summary diagnostic (a CLI must not fill the store with junk).
-        let now = Instant::now();
         let is_junk = matches!(
             line.events.as_slice(),
             [Event::Diagnostic(d)] if d.code == DiagnosticCode::NotJson
