@@ -3,8 +3,11 @@
 //! HTTP/2 windows) that reads nothing until the turn is over. Each counts the deltas it
 //! received and the deltas `PartialsMissed` told it it missed; received + missed must be
 //! N for the one that keeps up, and every delta published while they followed for both
-//! (never a silent loss). A miss is reported before the next delta received, so the
-//! stalled one's count for the partials turn may include the warm-up turn's deltas.
+//! (never a silent loss), or the run fails. The target is that the one that keeps up is
+//! told it missed none: a miss (a stall of the machine longer than the live ring holds)
+//! is reported in its row, and the run goes on. A miss is reported before the next delta
+//! received, so the stalled one's count for the partials turn may include the warm-up
+//! turn's deltas.
 
 use anyhow::{Result, bail};
 use ostler_proto::v1::session_event::Payload;
@@ -52,16 +55,20 @@ pub async fn partials(c: &mut Client, d: &Daemon, n: u64) -> Result<(Got, Got)> 
     until_turn_end(&mut stalled, |ev| s_warm.add(ev.payload.as_ref())).await?;
     let mut s = Got::default();
     until_turn_end(&mut stalled, |ev| s.add(ev.payload.as_ref())).await?;
-    if k.received + k.missed != n || k.missed != 0 || warm.missed != 0 {
+    // A delta neither received nor told missed is a silent loss: the run fails. One told
+    // missed is the target not met in this run (the row shows it), not a failure of the
+    // harness: the run goes on to the other items.
+    if k.received + k.missed != n {
         bail!(
-            "the keeping up subscriber received {} and was told it missed {} of {n} deltas",
+            "the keeping up subscriber received {} and was told it missed {} of {n} deltas: {} lost silently",
             k.received,
-            k.missed
+            k.missed,
+            n.abs_diff(k.received + k.missed)
         );
     }
-    // Every delta published while it followed: the warm-up turn's (the keeping-up one got
-    // them all) and the partials turn's.
-    let published = warm.received + n;
+    // Every delta published while it followed: the warm-up turn's (all that the keeping-up
+    // one received or was told it missed) and the partials turn's.
+    let published = warm.received + warm.missed + n;
     let accounted = s_warm.received + s_warm.missed + s.received + s.missed;
     if accounted != published {
         bail!(
