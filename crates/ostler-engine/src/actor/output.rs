@@ -58,7 +58,7 @@ impl Actor {
         let mut cancelled = Vec::new();
         let keep_raw = self.shared.opts.store_raw_lines;
         let mut turns = self.turns_outstanding;
-        // The lines of a batch were read together: their events share one timestamp.
+        // The lines of a batch (what the reader had queued) share one timestamp.
         let now = now_ms();
         for line in lines {
             let Line {
