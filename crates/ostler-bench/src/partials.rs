@@ -4,8 +4,8 @@
 //! received and the deltas `PartialsMissed` told it it missed; received + missed must be
 //! N for the one that keeps up, and every delta published while they followed for both
 //! (never a silent loss), or the run fails. The target is that the one that keeps up is
-//! told it missed none: a miss (a stall of the machine longer than the live ring holds)
-//! is reported in its row, and the run goes on. A miss is reported before the next delta
+//! told it missed none: a miss (a stall of the client or the machine longer than the
+//! live ring holds) is reported in its row, and the run goes on. A miss is reported before the next delta
 //! received, so the stalled one's count for the partials turn may include the warm-up
 //! turn's deltas.
 
