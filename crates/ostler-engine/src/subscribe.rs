@@ -152,6 +152,7 @@ impl Subscription {
             return;
         }
         self.partials_missed += n;
+        ostler_metrics::partial_deltas_missed(n);
         self.buf.push_back(Arc::new(EngineEvent {
             session_id: self.session_id.clone(),
             seq: None,

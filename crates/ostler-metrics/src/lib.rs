@@ -3,7 +3,8 @@
 //!
 //! - **Counters and histograms** are process-wide, like the process's log: the crate where a
 //!   thing happens calls one function here, once per site ([`events_appended`],
-//!   [`store_commit`], [`control_request`], [`cli_exited`], [`interaction_decided`]). They
+//!   [`store_commit`], [`control_request`], [`cli_exited`], [`interaction_decided`],
+//!   [`partial_deltas_missed`]). They
 //!   cost an atomic add (a histogram: a few) and never block.
 //! - **Gauges** that are state owned elsewhere (sessions per state, live processes, pending
 //!   interactions, subscribers) are never copied here: whoever serves `/metrics` reads them
@@ -47,6 +48,7 @@ const CONTROL_BUCKETS: [f64; 14] = [
 struct Metrics {
     registry: Registry,
     events_appended: Counter,
+    partial_deltas_missed: Counter,
     store_commit: Histogram,
     control_latency: Histogram,
     control_timeouts: Counter,
@@ -61,6 +63,13 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "events_appended",
         "Session events committed to the store (live-only partial deltas are not stored)",
         events_appended.clone(),
+    );
+    let partial_deltas_missed = Counter::default();
+    registry.register(
+        "partial_deltas_missed",
+        "Partial deltas that a subscriber with include_partial fell too far behind to receive, \
+         summed over subscribers (each was told its count in a PartialsMissed event)",
+        partial_deltas_missed.clone(),
     );
     let store_commit = Histogram::new(COMMIT_BUCKETS);
     registry.register_with_unit(
@@ -103,6 +112,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     Metrics {
         registry,
         events_appended,
+        partial_deltas_missed,
         store_commit,
         control_latency,
         control_timeouts,
@@ -118,6 +128,11 @@ pub fn events_appended(n: usize) {
             .events_appended
             .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
     }
+}
+
+/// A subscriber was told it missed `n` partial deltas.
+pub fn partial_deltas_missed(n: u64) {
+    METRICS.partial_deltas_missed.inc_by(n);
 }
 
 /// Runs one group commit of the store's writer, observing how long it took.

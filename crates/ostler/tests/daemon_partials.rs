@@ -1,12 +1,14 @@
 //! Partial deltas through the real daemon, on the fast fake CLI (`fake:partials N`): a
 //! client that keeps up receives every delta the CLI sent; a client that stalls is told
 //! how many it missed (`PartialsMissed`, never silently: received + missed = sent) and
-//! still receives every stored event.
+//! still receives every stored event; the daemon's `ostler_partial_deltas_missed_total`
+//! counts exactly what it was told.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;
 
 use common::grpc::*;
+use common::metrics::*;
 use common::*;
 use ostler_proto::v1 as pb;
 use pb::session_event::Payload as P;
@@ -47,7 +49,11 @@ impl Count {
 async fn partials_reach_a_client_that_keeps_up_and_a_stalled_one_is_told_what_it_missed() {
     let mut world = World::new(NEW).await;
     world.claude = fake_claude_binary().await;
-    let daemon = world.daemon(&[]).await;
+    std::fs::write(&world.config, "[metrics]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let (cmd, ready) = world.serve_command(&[]);
+    let daemon = Daemon::spawn(cmd, &world, ready.clone(), &[]).await;
+    let metrics = metrics_addr(&std::fs::read_to_string(&ready).unwrap())
+        .expect("the metrics endpoint in the ready file");
     let mut c = daemon.sessions().await;
     let s = create_session(&mut c, &world.work, "partials").await;
     let mut keep = subscribe(&mut c, &s.id, 0, true).await;
@@ -126,6 +132,13 @@ async fn partials_reach_a_client_that_keeps_up_and_a_stalled_one_is_told_what_it
         "received {} + missed {} must be every delta sent",
         st.partials,
         st.missed
+    );
+    // What the two clients were told, and nothing more (the one that keeps up: none).
+    let m = Metrics::scrape(metrics).await;
+    assert_eq!(
+        m.count("ostler_partial_deltas_missed_total", &[]),
+        (k.missed + st.missed) as f64,
+        "the metric counts the deltas the subscribers were told they missed"
     );
 }
 
