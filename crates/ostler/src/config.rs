@@ -29,6 +29,7 @@
 //! max_live = 256                  # live CLI processes at most (the LRU idle one is suspended)
 //! idle_suspend_secs = 900          # suspend a session idle this long (0: never)
 //! live_wait_secs = 30              # at max_live with every session busy: wait, then fail
+//! subscriber_buffer = 1024         # events a subscriber may fall behind the live stream
 //! allowed_roots = ["/home/me/src"]  # empty: any existing directory
 //! env_allow = ["MYCO_*", "EXTRA"] # more inherited variables passed to sessions
 //!
@@ -188,6 +189,11 @@ pub struct SessionsConfig {
     /// At `max_live` with every live session busy, a call waits this many seconds for one
     /// to become idle, then fails with RESOURCE_EXHAUSTED.
     pub live_wait_secs: u64,
+    /// Events a subscriber may fall behind a session's live stream: one further behind
+    /// continues from the store (stored events) and is told how many partial deltas it
+    /// missed (the live-only buffer holds twice as many). More tolerates longer stalls of
+    /// a client for more memory per session.
+    pub subscriber_buffer: u64,
     pub allowed_roots: Vec<PathBuf>,
     /// Deny pending permission requests / questions after this many seconds (0: never).
     pub permission_expiry_secs: u64,
@@ -223,6 +229,12 @@ impl fmt::Debug for SessionEnv {
 /// provider would lowercase the name and parse the value).
 const SESSION_ENV_PREFIX: &str = "OSTLER_SESSIONS__ENV__";
 
+/// `sessions.subscriber_buffer`: the default, and the range allowed. Below 256, one burst
+/// of resolved commits (the engine's 4 batches in flight of up to 64 stored events) would
+/// push a subscriber that keeps up out to the store; above 65,536 the ring slots alone
+/// (~150 B per buffered event in every session with subscribers) outweigh a session.
+const SUBSCRIBER_BUFFER: (u64, std::ops::RangeInclusive<u64>) = (1024, 256..=65_536);
+
 /// Most variables in `[sessions.env]`.
 const MAX_SESSION_ENV: usize = 256;
 /// Most bytes of one `NAME=VALUE` (Linux refuses a longer string at exec: `MAX_ARG_STRLEN`).
@@ -236,6 +248,7 @@ impl Default for SessionsConfig {
             max_live: 256,
             idle_suspend_secs: 900,
             live_wait_secs: 30,
+            subscriber_buffer: SUBSCRIBER_BUFFER.0,
             allowed_roots: Vec::new(),
             permission_expiry_secs: 0,
             allow_free_text_answers: false,
@@ -593,6 +606,15 @@ impl Config {
         if self.sessions.max_live == 0 {
             bail!("sessions.max_live must be at least 1");
         }
+        let range = &SUBSCRIBER_BUFFER.1;
+        if !range.contains(&self.sessions.subscriber_buffer) {
+            bail!(
+                "sessions.subscriber_buffer is {}; it must be from {} to {} events",
+                self.sessions.subscriber_buffer,
+                range.start(),
+                range.end()
+            );
+        }
         for (i, r) in self.sessions.allowed_roots.iter().enumerate() {
             if !r.is_dir() {
                 bail!(
@@ -874,15 +896,18 @@ mod tests {
         .unwrap();
         assert_eq!(c.sessions.idle_suspend_secs, 900);
         assert_eq!(c.sessions.live_wait_secs, 30);
+        assert_eq!(c.sessions.subscriber_buffer, 1024);
         let dir = tempfile::tempdir().unwrap();
         let f = write(
             dir.path(),
             "c.toml",
-            "[sessions]\nidle_suspend_secs = 0\nlive_wait_secs = 5\nmax_live = 10\n",
+            "[sessions]\nidle_suspend_secs = 0\nlive_wait_secs = 5\nmax_live = 10\nsubscriber_buffer = 8192\n",
         );
         let c = load(Some(&f), &Overrides::default()).unwrap();
         assert_eq!(c.sessions.idle_suspend_secs, 0, "0 = never");
         assert_eq!(c.sessions.live_wait_secs, 5);
+        assert_eq!(c.sessions.subscriber_buffer, 8192);
+        c.validate().unwrap();
         let o = Overrides {
             max_live: Some(4),
             ..Default::default()
@@ -1005,6 +1030,14 @@ mod tests {
                 "store.busy_timeout_secs",
             ),
             (Box::new(|c| c.sessions.max_live = 0), "sessions.max_live"),
+            (
+                Box::new(|c| c.sessions.subscriber_buffer = 100),
+                "sessions.subscriber_buffer",
+            ),
+            (
+                Box::new(|c| c.sessions.subscriber_buffer = 1 << 20),
+                "sessions.subscriber_buffer",
+            ),
             (
                 Box::new(|c| c.runtime.worker_threads = 100_000),
                 "runtime.worker_threads",

@@ -429,6 +429,7 @@ async fn open_store_and_engine(
         idle_suspend: (cfg.sessions.idle_suspend_secs > 0)
             .then(|| Duration::from_secs(cfg.sessions.idle_suspend_secs)),
         live_wait: Duration::from_secs(cfg.sessions.live_wait_secs),
+        broadcast_capacity: usize::try_from(cfg.sessions.subscriber_buffer).unwrap_or(usize::MAX),
         supervisor: ostler_supervisor::SupervisorOptions {
             stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
             process_tag,

@@ -101,6 +101,22 @@ fn bad_config_key_is_named() {
 }
 
 #[test]
+fn a_subscriber_buffer_out_of_range_is_refused_with_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = serve_env(
+        &["--listen", "127.0.0.1:0"],
+        dir.path(),
+        &[("OSTLER_SESSIONS__SUBSCRIBER_BUFFER", "100000000")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("sessions.subscriber_buffer") && stderr.contains("65536"),
+        "names the key and the range: {stderr}"
+    );
+}
+
+#[test]
 fn environment_layer_is_read_and_flags_win() {
     let dir = tempfile::tempdir().unwrap();
     // OSTLER_LISTEN__ADDR is read (and refused: non-loopback without tokens) ...
