@@ -232,7 +232,8 @@ const SESSION_ENV_PREFIX: &str = "OSTLER_SESSIONS__ENV__";
 /// `sessions.subscriber_buffer`: the default, and the range allowed. Below 256, one burst
 /// of resolved commits (the engine's 4 batches in flight of up to 64 stored events) would
 /// push a subscriber that keeps up out to the store; above 65,536 the ring slots alone
-/// (~150 B per buffered event in every session with subscribers) outweigh a session.
+/// (~40 B per buffered event in every live session, ~110 B more with a partials
+/// subscriber) outweigh a session.
 const SUBSCRIBER_BUFFER: (u64, std::ops::RangeInclusive<u64>) = (1024, 256..=65_536);
 
 /// Most variables in `[sessions.env]`.
