@@ -4,8 +4,8 @@
 //! - **Counters and histograms** are process-wide, like the process's log: the crate where a
 //!   thing happens calls one function here, once per site ([`events_appended`],
 //!   [`store_commit`], [`control_request`], [`cli_exited`], [`interaction_decided`],
-//!   [`partial_deltas_missed`]). They
-//!   cost an atomic add (a histogram: a few) and never block.
+//!   [`partial_deltas_missed`]). They cost an atomic add (a histogram: a few) and never
+//!   block.
 //! - **Gauges** that are state owned elsewhere (sessions per state, live processes, pending
 //!   interactions, subscribers) are never copied here: whoever serves `/metrics` reads them
 //!   at scrape time and passes them to [`render`] as a [`Gauges`] snapshot, which is
