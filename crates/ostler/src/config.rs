@@ -229,12 +229,12 @@ impl fmt::Debug for SessionEnv {
 /// provider would lowercase the name and parse the value).
 const SESSION_ENV_PREFIX: &str = "OSTLER_SESSIONS__ENV__";
 
-/// `sessions.subscriber_buffer`: the default, and the range allowed. Below 256, one burst
+/// `sessions.subscriber_buffer`: the range allowed (the default is 1,024). Below 256, one burst
 /// of resolved commits (the engine's 4 batches in flight of up to 64 stored events) would
 /// push a subscriber that keeps up out to the store; above 65,536 the ring slots alone
 /// (~40 B per buffered event in every live session, ~110 B more with a partials
 /// subscriber) outweigh a session.
-const SUBSCRIBER_BUFFER: (u64, std::ops::RangeInclusive<u64>) = (1024, 256..=65_536);
+const SUBSCRIBER_BUFFER: std::ops::RangeInclusive<u64> = 256..=65_536;
 
 /// Most variables in `[sessions.env]`.
 const MAX_SESSION_ENV: usize = 256;
@@ -249,7 +249,7 @@ impl Default for SessionsConfig {
             max_live: 256,
             idle_suspend_secs: 900,
             live_wait_secs: 30,
-            subscriber_buffer: SUBSCRIBER_BUFFER.0,
+            subscriber_buffer: 1024,
             allowed_roots: Vec::new(),
             permission_expiry_secs: 0,
             allow_free_text_answers: false,
@@ -607,7 +607,7 @@ impl Config {
         if self.sessions.max_live == 0 {
             bail!("sessions.max_live must be at least 1");
         }
-        let range = &SUBSCRIBER_BUFFER.1;
+        let range = &SUBSCRIBER_BUFFER;
         if !range.contains(&self.sessions.subscriber_buffer) {
             bail!(
                 "sessions.subscriber_buffer is {}; it must be from {} to {} events",
