@@ -399,16 +399,7 @@ async fn open_store_and_engine(
     process_tag: String,
     cgroups: Option<std::sync::Arc<ostler_supervisor::cgroup::Cgroups>>,
 ) -> Result<(ostler_engine::Engine, ostler_store::Store)> {
-    let store_opts = ostler_store::StoreOptions {
-        synchronous: if cfg.store.synchronous == "full" {
-            ostler_store::Synchronous::Full
-        } else {
-            ostler_store::Synchronous::Normal
-        },
-        write_retry_limit: Duration::from_secs(cfg.store.write_retry_secs),
-        busy_timeout: Duration::from_secs(cfg.store.busy_timeout_secs),
-        ..Default::default()
-    };
+    let store_opts = store_options(cfg);
     let store_path = valid.store_path.clone();
     let store =
         tokio::task::spawn_blocking(move || ostler_store::Store::open(&store_path, store_opts))
@@ -417,8 +408,38 @@ async fn open_store_and_engine(
             .with_context(|| format!("store.path: cannot open {}", valid.store_path.display()))?;
     tracing::info!(path = %valid.store_path.display(), "store open");
 
-    // The engine.
-    let engine_opts = ostler_engine::EngineOptions {
+    let engine_opts = engine_options(cfg, valid, process_tag, cgroups);
+    let notify_store = store.clone();
+    let engine = ostler_engine::Engine::start(engine_opts, store, installation)
+        .await
+        .context("starting the session engine")?;
+
+    Ok((engine, notify_store))
+}
+
+/// `[store]` as the store's options.
+fn store_options(cfg: &config::Config) -> ostler_store::StoreOptions {
+    ostler_store::StoreOptions {
+        synchronous: if cfg.store.synchronous == "full" {
+            ostler_store::Synchronous::Full
+        } else {
+            ostler_store::Synchronous::Normal
+        },
+        write_retry_limit: Duration::from_secs(cfg.store.write_retry_secs),
+        busy_timeout: Duration::from_secs(cfg.store.busy_timeout_secs),
+        ..Default::default()
+    }
+}
+
+/// `[sessions]` (and what validation made of it) as the engine's options: every key of
+/// the section reaches the engine here (`tests::every_sessions_key_reaches_the_engine`).
+fn engine_options(
+    cfg: &config::Config,
+    valid: &config::Validated,
+    process_tag: String,
+    cgroups: Option<std::sync::Arc<ostler_supervisor::cgroup::Cgroups>>,
+) -> ostler_engine::EngineOptions {
+    ostler_engine::EngineOptions {
         max_live_sessions: usize::try_from(cfg.sessions.max_live).unwrap_or(usize::MAX),
         allowed_roots: cfg.sessions.allowed_roots.clone(),
         rules: valid.rules.clone(),
@@ -444,13 +465,7 @@ async fn open_store_and_engine(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         ..Default::default()
-    };
-    let notify_store = store.clone();
-    let engine = ostler_engine::Engine::start(engine_opts, store, installation)
-        .await
-        .context("starting the session engine")?;
-
-    Ok((engine, notify_store))
+    }
 }
 
 /// Take the store's daemon lock (`<store>.lock`), or say who holds it.
@@ -566,4 +581,100 @@ fn write_ready_file(path: &std::path::Path, lines: &[String]) -> std::io::Result
     text.push('\n');
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(toml: &str) -> (ostler_store::StoreOptions, ostler_engine::EngineOptions) {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("ostler.toml");
+        std::fs::write(&f, toml).unwrap();
+        let cfg = config::load(Some(&f), &Overrides::default()).unwrap();
+        let valid = cfg.validate().unwrap();
+        (
+            store_options(&cfg),
+            engine_options(&cfg, &valid, "tag".into(), None),
+        )
+    }
+
+    /// Each key of `[sessions]` and `[store]` set to a value other than its default must
+    /// arrive in the options the engine and the store are started with: a key that is
+    /// parsed and validated but never handed on would otherwise do nothing, silently.
+    #[test]
+    fn every_sessions_key_reaches_the_engine() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().canonicalize().unwrap();
+        let (store, e) = options(&format!(
+            r#"
+[store]
+path = "/tmp/x.db"
+synchronous = "full"
+write_retry_secs = 7
+busy_timeout_secs = 9
+[sessions]
+max_live = 3
+idle_suspend_secs = 11
+live_wait_secs = 13
+subscriber_buffer = 4096
+allowed_roots = ["{}"]
+permission_expiry_secs = 17
+allow_free_text_answers = true
+respawn_on_start = true
+stop_timeout_secs = 19
+cgroup = "off"
+env_allow = ["MYCO_*"]
+[sessions.env]
+MYCO_REGION = "eu"
+[permissions]
+allow = ["Read"]
+deny = ["Bash(rm)"]
+"#,
+            root.display()
+        ));
+        let secs = Duration::from_secs;
+        assert_eq!(store.synchronous, ostler_store::Synchronous::Full);
+        assert_eq!(store.write_retry_limit, secs(7));
+        assert_eq!(store.busy_timeout, secs(9));
+        assert_eq!(e.max_live_sessions, 3);
+        assert_eq!(e.idle_suspend, Some(secs(11)));
+        assert_eq!(e.live_wait, secs(13));
+        assert_eq!(e.broadcast_capacity, 4096, "sessions.subscriber_buffer");
+        assert_eq!(e.allowed_roots, vec![root]);
+        assert_eq!(e.permission_expiry, Some(secs(17)));
+        assert!(e.allow_free_text_answers);
+        assert!(e.respawn_on_start);
+        assert_eq!(e.supervisor.stop_grace, secs(19));
+        assert!(e.supervisor.env_allowlist.iter().any(|p| p == "MYCO_*"));
+        assert_eq!(e.spawn_env, vec![("MYCO_REGION".into(), "eu".into())]);
+        assert_eq!(
+            e.rules.len(),
+            2,
+            "permissions.allow and .deny: {:?}",
+            e.rules
+        );
+        assert_eq!(e.supervisor.process_tag, "tag");
+    }
+
+    /// The defaults: 0 means off for the optional durations, and the config's defaults are
+    /// the engine's and the store's own where both have one.
+    #[test]
+    fn the_default_config_gives_the_engines_defaults() {
+        let (store, e) = options("[store]\npath = \"/tmp/x.db\"\n");
+        let (store_default, engine_default) = (
+            ostler_store::StoreOptions::default(),
+            ostler_engine::EngineOptions::default(),
+        );
+        assert_eq!(store.synchronous, store_default.synchronous);
+        assert_eq!(e.broadcast_capacity, engine_default.broadcast_capacity);
+        assert_eq!(e.max_live_sessions, engine_default.max_live_sessions);
+        assert_eq!(
+            e.permission_expiry, None,
+            "permission_expiry_secs = 0: never"
+        );
+        assert!(e.allowed_roots.is_empty() && e.rules.is_empty() && e.spawn_env.is_empty());
+        let (_, e) = options("[store]\npath = \"/tmp/x.db\"\n[sessions]\nidle_suspend_secs = 0\n");
+        assert_eq!(e.idle_suspend, None, "idle_suspend_secs = 0: never");
+    }
 }

@@ -14,8 +14,9 @@ use ostler_proto::v1 as pb;
 use pb::session_event::Payload as P;
 use pb::session_service_client::SessionServiceClient;
 
-/// Deltas per turn: below the live buffer (4 x the default 256-event stored buffer), so a
-/// client that reads each turn to its end before the next can never fall out of it.
+/// Deltas per turn: below the live buffer (2 x the default `sessions.subscriber_buffer`
+/// of 1,024 = 2,048 items), so a client that reads each turn to its end before the next
+/// can never fall out of it.
 const PER_TURN: u64 = 900;
 /// 9,000 deltas: more than the stalled client's HTTP/2 buffers (its 16 KiB window, the
 /// daemon's 400 KB per-stream send buffer: ~100 B per delta) and the live buffer hold.
