@@ -4,6 +4,7 @@
 //! still receives every stored event; the daemon's `ostler_partial_deltas_missed_total`
 //! counts exactly what it was told.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+#![allow(clippy::disallowed_methods)] // spawns the ostler binary as a client
 
 mod common;
 
@@ -152,4 +153,112 @@ fn seen_stored(c: &Count) -> Vec<pb::SessionEvent> {
             ..Default::default()
         })
         .collect()
+}
+
+/// The answer of `fake:partials n`: its deltas' texts, in order.
+fn partials_text(n: u64) -> String {
+    (0..n).map(|k| format!("p{k} ")).collect()
+}
+
+/// Runs `ostler send ID TEXT` (human output) against the daemon at `addr`; its stdout is a
+/// pipe the caller reads only through the returned child.
+fn send_command(world: &World, addr: &str, id: &str, text: &str) -> std::process::Child {
+    std::process::Command::new(OSTLER)
+        .args(["send", id, text])
+        .env_clear()
+        .envs(world.client_env(addr))
+        .env("NO_COLOR", "1")
+        .current_dir(&world.work)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn ostler send")
+}
+
+const FELL_BEHIND: &str = "part of this text's stream was missed";
+
+/// `ostler send` shows the answer as its deltas stream. When it falls behind (here: its
+/// stdout is a pipe nobody reads until the turn is over, so it stops reading the daemon
+/// after ~64 KiB of text) the daemon drops deltas for it and says so; what it showed then
+/// has holes, and it must print the whole text of the block when the block comes, after a
+/// note, instead of leaving the reader with the holes. A client that keeps up prints the
+/// text once (the next test).
+///
+/// This is the `ostler` client's side of item d of issue 13: the daemon tells a subscriber
+/// what it missed; the client must not show a text with holes as if it were the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_that_fell_behind_prints_the_whole_answer() {
+    // ~690 KB of text: far more than the pipe, the HTTP/2 windows and the live buffer hold.
+    const N: u64 = 100_000;
+    let mut world = World::new(NEW).await;
+    world.claude = fake_claude_binary().await;
+    let (cmd, ready) = world.serve_command(&[]);
+    let daemon = Daemon::spawn(cmd, &world, ready, &[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "partials").await;
+    let mut watch = subscribe(&mut c, &s.id, 0, false).await;
+    let child = send_command(
+        &world,
+        &daemon.addr.to_string(),
+        &s.id,
+        &format!("fake:partials {N}"),
+    );
+    // The turn ends in the daemon while the client is stuck on its full stdout.
+    let mut seen = Vec::new();
+    read_until(&mut watch, &mut seen, "the turn's end", is_turn_completed).await;
+    let out = tokio::task::spawn_blocking(move || wait_output(child))
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert!(
+        stderr.contains(FELL_BEHIND),
+        "the client was not told it fell behind (nothing was tested?): {stderr}"
+    );
+    assert!(
+        stdout.contains(&partials_text(N)),
+        "the whole answer is not in the output ({} bytes; stderr: {stderr})",
+        stdout.len()
+    );
+}
+
+/// A client that keeps up shows the streamed answer once, whole and unbroken on its
+/// redirected stdout: its subscription is opened before the message goes out (a
+/// subscription opened after the send loses the first deltas, which the fast fake CLI
+/// publishes at once), and the notices it prints meanwhile (the session's start, on
+/// stderr) put no line break into the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_that_keeps_up_prints_the_answer_once() {
+    // Fewer deltas than the live buffer holds: this client cannot fall behind.
+    const N: u64 = 1_000;
+    let mut world = World::new(NEW).await;
+    world.claude = fake_claude_binary().await;
+    let (cmd, ready) = world.serve_command(&[]);
+    let daemon = Daemon::spawn(cmd, &world, ready, &[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "partials").await;
+    let child = send_command(
+        &world,
+        &daemon.addr.to_string(),
+        &s.id,
+        &format!("fake:partials {N}"),
+    );
+    let out = tokio::task::spawn_blocking(move || wait_output(child))
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert!(!stderr.contains(FELL_BEHIND), "{stderr}");
+    assert_eq!(
+        stdout.matches(&partials_text(N)).count(),
+        1,
+        "the streamed answer, shown once: {stdout}"
+    );
 }

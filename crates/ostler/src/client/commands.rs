@@ -428,22 +428,23 @@ pub async fn send(a: SendArgs) -> Result<i32> {
     let (mut conn, id) = connect_to_session(&a.connect, &raw).await?;
     let mut ctrlc = CtrlC::install()?;
     let started = Instant::now();
-    let sent = conn
-        .sessions
-        .send_message(pb::SendMessageRequest {
-            session_id: id.clone(),
-            content: Some(pb::MessageContent {
-                content: Some(pb::message_content::Content::Text(text)),
-            }),
-            client_message_id: a
-                .message_id
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
-        })
-        .await
-        .map_err(|s| status_error("send message", s))?
-        .into_inner();
+    let message = pb::SendMessageRequest {
+        session_id: id.clone(),
+        content: Some(pb::MessageContent {
+            content: Some(pb::message_content::Content::Text(text)),
+        }),
+        client_message_id: a
+            .message_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+    };
     if a.no_wait {
+        let sent = conn
+            .sessions
+            .send_message(message)
+            .await
+            .map_err(|s| status_error("send message", s))?
+            .into_inner();
         if a.json {
             json_line(&json!({
                 "seq": sent.seq,
@@ -474,11 +475,8 @@ pub async fn send(a: SendArgs) -> Result<i32> {
         interrupted: false,
         follow_respawns: false,
     };
-    // Show from our own message on; the turn it starts ends with the next TurnCompleted.
-    let from = sent.seq.saturating_sub(1);
-    let outcome = f
-        .follow(from, Until::TurnAfter(sent.seq), &mut ctrlc)
-        .await?;
+    // The turn our message starts ends with the next TurnCompleted after it.
+    let outcome = f.send_and_follow(message, &mut ctrlc).await?;
     Ok(super::run::finish(&mut f, &id, outcome, started, a.json))
 }
 

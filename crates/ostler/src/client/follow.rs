@@ -150,6 +150,57 @@ impl Follower {
         until: Until,
         ctrlc: &mut CtrlC,
     ) -> Result<Outcome> {
+        self.follow_opened(after_seq, None, until, ctrlc).await
+    }
+
+    /// Sends a message and follows the turn it starts. The subscription is opened before
+    /// the message goes out (from the session's last event): a live session publishes the
+    /// turn's first partial deltas within a millisecond of the send, and a subscription
+    /// opened after the send would never see them (they are not stored, and were published
+    /// before it began, so it is not told of them either).
+    pub async fn send_and_follow(
+        &mut self,
+        message: pb::SendMessageRequest,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Outcome> {
+        let after = self.conn.session(&self.session_id).await?.last_seq;
+        let stream = self
+            .conn
+            .sessions
+            .subscribe(self.subscribe_request(after))
+            .await
+            .map_err(|s| status_error("subscribe", s))?
+            .into_inner();
+        let sent = self
+            .conn
+            .sessions
+            .send_message(message)
+            .await
+            .map_err(|s| status_error("send message", s))?
+            .into_inner();
+        self.running = true;
+        self.interrupted = false;
+        self.follow_opened(after, Some(stream), Until::TurnAfter(sent.seq), ctrlc)
+            .await
+    }
+
+    fn subscribe_request(&self, after_seq: u64) -> pb::SubscribeRequest {
+        pb::SubscribeRequest {
+            session_id: self.session_id.clone(),
+            after_seq,
+            include_partial: self.include_partial,
+            follow: true,
+        }
+    }
+
+    /// [`Follower::follow`] on a subscription already `opened` from `after_seq`, if any.
+    async fn follow_opened(
+        &mut self,
+        after_seq: u64,
+        mut opened: Option<tonic::Streaming<pb::SessionEvent>>,
+        until: Until,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Outcome> {
         let mut after = after_seq;
         if let Output::Human(h) = &mut self.out {
             h.interactive = self.answerer.tty.is_some();
@@ -170,18 +221,17 @@ impl Follower {
         // Events read while a prompt was open, shown and handled before reading on.
         let mut backlog: VecDeque<StreamItem> = VecDeque::new();
         loop {
-            let sub = self
-                .conn
-                .sessions
-                .subscribe(pb::SubscribeRequest {
-                    session_id: self.session_id.clone(),
-                    after_seq: after,
-                    include_partial: self.include_partial,
-                    follow: true,
-                })
-                .await;
+            let sub = match opened.take() {
+                Some(stream) => Ok(stream),
+                None => self
+                    .conn
+                    .sessions
+                    .subscribe(self.subscribe_request(after))
+                    .await
+                    .map(tonic::Response::into_inner),
+            };
             let mut stream = match sub {
-                Ok(s) => s.into_inner(),
+                Ok(s) => s,
                 Err(s) if is_transient(&s) && retries < 30 => {
                     retries += 1;
                     self.out

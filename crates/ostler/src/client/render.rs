@@ -1,7 +1,7 @@
 //! Terminal output: colours (only on a terminal, never with `NO_COLOR`), the human form of
 //! events, the progress spinner, and `--json` lines.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::{IsTerminal as _, Write as _};
 use std::time::Instant;
 
@@ -216,10 +216,13 @@ const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧"
 pub struct Human {
     st: Style,
     err: Style,
-    /// Blocks already shown through partial deltas.
-    streamed: HashSet<(String, u32)>,
+    /// Blocks being shown through partial deltas, with the text shown so far (compared
+    /// with the whole block when it comes: deltas this client missed leave holes).
+    streamed: HashMap<(String, u32), String>,
     /// Whether stdout is at the start of a line.
     at_line_start: bool,
+    /// Whether stdout is a terminal (then it shares the screen with stderr's notes).
+    stdout_tty: bool,
     /// The current partial block, if text is streaming.
     streaming: Option<(String, u32)>,
     spinner: bool,
@@ -251,8 +254,9 @@ impl Human {
         Self {
             st: Style::stdout(),
             err: Style::stderr(),
-            streamed: HashSet::new(),
+            streamed: HashMap::new(),
             at_line_start: true,
+            stdout_tty: std::io::stdout().is_terminal(),
             streaming: None,
             spinner: spinner && std::io::stderr().is_terminal(),
             spinner_shown: false,
@@ -345,14 +349,17 @@ impl Human {
         self.streaming = None;
     }
 
-    /// Print a notice on stderr (ending a streaming stdout line first).
+    /// Print a notice on stderr. On a terminal, where stdout and stderr share the screen, a
+    /// streaming stdout line is ended first so that the notice stands on its own; when
+    /// stdout is redirected it keeps the text as it came (a notice must not put a line
+    /// break into the middle of an answer that is being captured).
     pub fn note(&mut self, s: &str) {
         if self.notes_to_stdout {
             self.line(s);
             return;
         }
         self.clear_spinner();
-        if !self.at_line_start {
+        if self.stdout_tty && !self.at_line_start {
             println!();
             self.at_line_start = true;
             self.streaming = None;
@@ -425,7 +432,7 @@ impl Human {
                 }
                 if let Some(Delta::Text(t)) = &d.delta {
                     let key = (d.message_id.clone(), d.index);
-                    self.streamed.insert(key.clone());
+                    self.streamed.entry(key.clone()).or_default().push_str(t);
                     self.stream_text(key, t);
                 }
             }
@@ -433,10 +440,25 @@ impl Human {
                 let key = (b.message_id.clone(), b.index);
                 match &b.block {
                     Some(Block::Text(t)) => {
-                        if self.streamed.remove(&key) {
-                            // Already shown; end the line.
+                        let shown = self.streamed.remove(&key);
+                        if shown.is_some() {
+                            // Shown as it streamed; end the line.
                             self.end_line();
-                        } else if !t.text.is_empty() {
+                        }
+                        let whole = match shown {
+                            Some(s) if s == t.text => false,
+                            // Deltas of this block never reached this client (it fell
+                            // behind: PartialsMissed), so what it showed has holes.
+                            Some(_) => {
+                                self.note(&self.err.dim(
+                                    "· part of this text's stream was missed (this client \
+                                     fell behind); the whole text:",
+                                ));
+                                true
+                            }
+                            None => !t.text.is_empty(),
+                        };
+                        if whole {
                             let text = if indent.is_empty() {
                                 t.text.clone()
                             } else {
@@ -565,6 +587,8 @@ impl Human {
                 self.clear_spinner();
                 self.last_turn_interrupted = self.interrupt_seen && !is_success(t);
                 self.interrupt_seen = false;
+                // A block streamed but never completed (an interrupted turn) is done with.
+                self.streamed.clear();
                 if !t.structured_output_json.is_empty() {
                     // The answer in the session's --json-schema shape (it is not text).
                     self.line(&t.structured_output_json);

@@ -229,7 +229,7 @@ async fn chat(args: RunArgs) -> Result<i32> {
             break;
         }
         let started = Instant::now();
-        let (f, from, until) = match follower.as_mut() {
+        let (f, outcome) = match follower.as_mut() {
             None => {
                 let session = conn
                     .sessions
@@ -251,27 +251,21 @@ async fn chat(args: RunArgs) -> Result<i32> {
                     interrupted: false,
                     follow_respawns: false,
                 });
-                (f, 0, Until::TurnAfter(0))
+                let outcome = f.follow(0, Until::TurnAfter(0), &mut ctrlc).await?;
+                (f, outcome)
             }
             Some(f) => {
-                let sent = conn
-                    .sessions
-                    .send_message(pb::SendMessageRequest {
-                        session_id: f.session_id.clone(),
-                        content: Some(pb::MessageContent {
-                            content: Some(pb::message_content::Content::Text(text.to_owned())),
-                        }),
-                        client_message_id: uuid::Uuid::new_v4().to_string(),
-                    })
-                    .await
-                    .map_err(|s| status_error("send message", s))?
-                    .into_inner();
-                f.running = true;
-                f.interrupted = false;
-                (f, sent.seq.saturating_sub(1), Until::TurnAfter(sent.seq))
+                let message = pb::SendMessageRequest {
+                    session_id: f.session_id.clone(),
+                    content: Some(pb::MessageContent {
+                        content: Some(pb::message_content::Content::Text(text.to_owned())),
+                    }),
+                    client_message_id: uuid::Uuid::new_v4().to_string(),
+                };
+                let outcome = f.send_and_follow(message, &mut ctrlc).await?;
+                (f, outcome)
             }
         };
-        let outcome = f.follow(from, until, &mut ctrlc).await?;
         // Detached (second Ctrl-C), nothing could answer, or the session ended: the chat
         // ends; a completed (or interrupted) turn goes back to the prompt.
         let ends = !matches!(outcome, Outcome::Turn(_));

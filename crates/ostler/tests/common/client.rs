@@ -83,13 +83,7 @@ impl Served {
     /// The environment a client command gets: the daemon's address and config, a
     /// private HOME, no colour unless a test asks for it.
     pub fn client_env(&self) -> Vec<(String, String)> {
-        vec![
-            ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
-            ("HOME".into(), self.home.display().to_string()),
-            ("OSTLER_ADDR".into(), self.addr.clone()),
-            ("OSTLER_CONFIG".into(), self.config.display().to_string()),
-            ("USER".into(), "tester".into()),
-        ]
+        self.world.client_env(&self.addr)
     }
 
     /// `ostler ARGS` without a terminal, stdin from `stdin`.

@@ -132,6 +132,18 @@ impl World {
         }
     }
 
+    /// The environment a client command (`ostler send`, ...) of the daemon at `addr` gets:
+    /// the daemon's address and config, this world's HOME, a user name.
+    pub fn client_env(&self, addr: &str) -> Vec<(String, String)> {
+        vec![
+            ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
+            ("HOME".into(), self.home.display().to_string()),
+            ("OSTLER_ADDR".into(), addr.to_owned()),
+            ("OSTLER_CONFIG".into(), self.config.display().to_string()),
+            ("USER".into(), "tester".into()),
+        ]
+    }
+
     /// `ostler serve` on this world's store (listening on `127.0.0.1:0` unless `extra` says
     /// `--listen`), with its `--ready-file`.
     pub fn serve_command(&self, extra: &[&str]) -> (Command, PathBuf) {
