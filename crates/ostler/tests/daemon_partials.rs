@@ -176,7 +176,7 @@ fn send_command(world: &World, addr: &str, id: &str, text: &str) -> std::process
         .expect("spawn ostler send")
 }
 
-const FELL_BEHIND: &str = "part of this text's stream was missed";
+const FELL_BEHIND: &str = "part of this text's stream did not reach this client";
 
 /// `ostler send` shows the answer as its deltas stream. When it falls behind (here: its
 /// stdout is a pipe nobody reads until the turn is over, so it stops reading the daemon

@@ -447,12 +447,13 @@ impl Human {
                         }
                         let whole = match shown {
                             Some(s) if s == t.text => false,
-                            // Deltas of this block never reached this client (it fell
-                            // behind: PartialsMissed), so what it showed has holes.
+                            // Deltas of this block never reached this client: it fell
+                            // behind (PartialsMissed), or it subscribed while the block
+                            // was streaming (attach, run). What it showed has holes.
                             Some(_) => {
                                 self.note(&self.err.dim(
-                                    "· part of this text's stream was missed (this client \
-                                     fell behind); the whole text:",
+                                    "· part of this text's stream did not reach this client; \
+                                     the whole text:",
                                 ));
                                 true
                             }
