@@ -60,6 +60,22 @@ fn session_lifecycle_through_the_commands() {
             .all(|e| e["seq"].as_u64().is_none_or(|s| s == 0 || s > last_seq)
                 || e["type"] == "run_summary")
     );
+    // The human form: the answer the real CLI streams in deltas is shown once, whole (the
+    // text streamed equals the block's, so the block is not printed again).
+    let out = d.client(&["send", &id, "Say hello in words"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.matches("Hello from the fake model!").count(),
+        1,
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("did not reach this client"),
+        "{}",
+        describe(&out)
+    );
     let a = d.ok_json(&[
         "send",
         &id,
