@@ -97,6 +97,31 @@ fn session_lifecycle_through_the_commands() {
     assert_eq!(a[0]["duplicate"], false);
     assert_eq!(b[0]["duplicate"], true);
     assert_eq!(a[0]["seq"], b[0]["seq"]);
+    // A retry that waits, of a message whose turn is over: it shows that turn and ends
+    // (it does not wait for a turn after the session's last event).
+    let first = d.ok_json(&[
+        "send",
+        &id,
+        "--json",
+        "--message-id",
+        "m-2",
+        "Say hello twice",
+    ]);
+    let again = d.ok_json(&[
+        "send",
+        &id,
+        "--json",
+        "--message-id",
+        "m-2",
+        "Say hello twice",
+    ]);
+    let turn = |ev: &[Value]| {
+        ev.iter()
+            .find(|e| e["type"] == "turn_completed")
+            .map(|e| e["seq"].clone())
+    };
+    assert!(turn(&first).is_some(), "{first:?}");
+    assert_eq!(turn(&first), turn(&again), "the same turn, shown again");
 
     // stop -> resume continues the same session; fork branches a new one.
     let stopped = d.ok_json(&["stop", &id, "--json"]);

@@ -180,8 +180,16 @@ impl Follower {
             .into_inner();
         self.running = true;
         self.interrupted = false;
-        self.follow_opened(after, Some(stream), Until::TurnAfter(sent.seq), ctrlc)
-            .await
+        let until = Until::TurnAfter(sent.seq);
+        if sent.seq <= after {
+            // A retry of a message stored before (`duplicate`): its turn is in the log
+            // already, maybe over. Follow from the message itself, as it was the first time.
+            drop(stream);
+            return self
+                .follow_opened(sent.seq.saturating_sub(1), None, until, ctrlc)
+                .await;
+        }
+        self.follow_opened(after, Some(stream), until, ctrlc).await
     }
 
     fn subscribe_request(&self, after_seq: u64) -> pb::SubscribeRequest {
