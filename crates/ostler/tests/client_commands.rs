@@ -99,22 +99,18 @@ fn session_lifecycle_through_the_commands() {
     assert_eq!(a[0]["seq"], b[0]["seq"]);
     // A retry that waits, of a message whose turn is over: it shows that turn and ends
     // (it does not wait for a turn after the session's last event).
-    let first = d.ok_json(&[
-        "send",
-        &id,
-        "--json",
-        "--message-id",
-        "m-2",
-        "Say hello twice",
-    ]);
-    let again = d.ok_json(&[
-        "send",
-        &id,
-        "--json",
-        "--message-id",
-        "m-2",
-        "Say hello twice",
-    ]);
+    let send_m2 = || {
+        let args = [
+            "send",
+            &id,
+            "--json",
+            "--message-id",
+            "m-2",
+            "Say hello twice",
+        ];
+        d.ok_json(&args)
+    };
+    let (first, again) = (send_m2(), send_m2());
     let turn = |ev: &[Value]| {
         ev.iter()
             .find(|e| e["type"] == "turn_completed")

@@ -160,20 +160,62 @@ fn partials_text(n: u64) -> String {
     (0..n).map(|k| format!("p{k} ")).collect()
 }
 
-/// Runs `ostler send ID TEXT` (human output) against the daemon at `addr`; its stdout is a
-/// pipe the caller reads only through the returned child.
-fn send_command(world: &World, addr: &str, id: &str, text: &str) -> std::process::Child {
-    std::process::Command::new(OSTLER)
-        .args(["send", id, text])
-        .env_clear()
-        .envs(world.client_env(addr))
-        .env("NO_COLOR", "1")
-        .current_dir(&world.work)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn ostler send")
+/// A daemon on the fast fake CLI with one session, for the `ostler` client's tests.
+struct ClientWorld {
+    world: World,
+    daemon: Daemon,
+    c: SessionServiceClient<tonic::transport::Channel>,
+    session_id: String,
+}
+
+impl ClientWorld {
+    async fn start() -> Self {
+        let mut world = World::new(NEW).await;
+        world.claude = fake_claude_binary().await;
+        let (cmd, ready) = world.serve_command(&[]);
+        let daemon = Daemon::spawn(cmd, &world, ready, &[]).await;
+        let mut c = daemon.sessions().await;
+        let session_id = create_session(&mut c, &world.work, "partials").await.id;
+        Self {
+            world,
+            daemon,
+            c,
+            session_id,
+        }
+    }
+
+    /// Starts `ostler send ID "fake:partials n"` (human output). Its stdout is a pipe that
+    /// nobody reads until [`Sent::output`].
+    fn send_partials(&self, n: u64) -> Sent {
+        let child = std::process::Command::new(OSTLER)
+            .args(["send", &self.session_id, &format!("fake:partials {n}")])
+            .env_clear()
+            .envs(self.world.client_env(&self.daemon.addr.to_string()))
+            .env("NO_COLOR", "1")
+            .current_dir(&self.world.work)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ostler send");
+        Sent(child)
+    }
+}
+
+struct Sent(std::process::Child);
+
+impl Sent {
+    /// Reads the client's stdout and stderr to their end; asserts it succeeded.
+    async fn output(self) -> (String, String) {
+        let child = self.0;
+        let out = tokio::task::spawn_blocking(move || wait_output(child))
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+        (stdout, stderr)
+    }
 }
 
 const FELL_BEHIND: &str = "part of this text's stream did not reach this client";
@@ -191,30 +233,13 @@ const FELL_BEHIND: &str = "part of this text's stream did not reach this client"
 async fn the_client_that_fell_behind_prints_the_whole_answer() {
     // ~690 KB of text: far more than the pipe, the HTTP/2 windows and the live buffer hold.
     const N: u64 = 100_000;
-    let mut world = World::new(NEW).await;
-    world.claude = fake_claude_binary().await;
-    let (cmd, ready) = world.serve_command(&[]);
-    let daemon = Daemon::spawn(cmd, &world, ready, &[]).await;
-    let mut c = daemon.sessions().await;
-    let s = create_session(&mut c, &world.work, "partials").await;
-    let mut watch = subscribe(&mut c, &s.id, 0, false).await;
-    let child = send_command(
-        &world,
-        &daemon.addr.to_string(),
-        &s.id,
-        &format!("fake:partials {N}"),
-    );
+    let mut w = ClientWorld::start().await;
+    let mut watch = subscribe(&mut w.c, &w.session_id, 0, false).await;
+    let sent = w.send_partials(N);
     // The turn ends in the daemon while the client is stuck on its full stdout.
     let mut seen = Vec::new();
     read_until(&mut watch, &mut seen, "the turn's end", is_turn_completed).await;
-    let out = tokio::task::spawn_blocking(move || wait_output(child))
-        .await
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let (stdout, stderr) = sent.output().await;
     assert!(
         stderr.contains(FELL_BEHIND),
         "the client was not told it fell behind (nothing was tested?): {stderr}"
@@ -235,26 +260,8 @@ async fn the_client_that_fell_behind_prints_the_whole_answer() {
 async fn the_client_that_keeps_up_prints_the_answer_once() {
     // Fewer deltas than the live buffer holds: this client cannot fall behind.
     const N: u64 = 1_000;
-    let mut world = World::new(NEW).await;
-    world.claude = fake_claude_binary().await;
-    let (cmd, ready) = world.serve_command(&[]);
-    let daemon = Daemon::spawn(cmd, &world, ready, &[]).await;
-    let mut c = daemon.sessions().await;
-    let s = create_session(&mut c, &world.work, "partials").await;
-    let child = send_command(
-        &world,
-        &daemon.addr.to_string(),
-        &s.id,
-        &format!("fake:partials {N}"),
-    );
-    let out = tokio::task::spawn_blocking(move || wait_output(child))
-        .await
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let w = ClientWorld::start().await;
+    let (stdout, stderr) = w.send_partials(N).output().await;
     assert!(!stderr.contains(FELL_BEHIND), "{stderr}");
     assert_eq!(
         stdout.matches(&partials_text(N)).count(),
