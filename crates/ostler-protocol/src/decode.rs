@@ -859,6 +859,18 @@ fn turn_result(env: &Envelope<'_>) -> Event {
                 .unwrap_or_else(|| e.get().to_string())
         })
         .collect();
+    let mut user_message_uuids: Vec<String> = env
+        .user_message_uuids
+        .and_then(view::<Vec<&RawValue>>)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|u| view::<LStr<'_>>(u).and_then(|s| s.owned()))
+        .collect();
+    if user_message_uuids.is_empty()
+        && let Some(u) = env.user_message_uuid.owned()
+    {
+        user_message_uuids.push(u);
+    }
     Event::TurnResult(TurnResult {
         subtype,
         is_error,
@@ -878,6 +890,7 @@ fn turn_result(env: &Envelope<'_>) -> Event {
             .structured_output
             .filter(|v| v.get() != "null")
             .map(raw_json),
+        user_message_uuids,
         absent,
     })
 }

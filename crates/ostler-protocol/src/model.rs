@@ -389,6 +389,12 @@ pub struct TurnResult {
     /// CLI sends one (`structured_output`; not sent, or `null`, without a schema).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured_output: Option<RawJson>,
+    /// The wire ids (`uuid`) of the user messages this turn answered, in the order the CLI
+    /// took them: `user_message_uuids`, else `user_message_uuid` (2.1.330 and later). Queued
+    /// messages can run as one turn (2.1.x), so this is how a sender knows which result is
+    /// its answer. Empty when the release does not say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_message_uuids: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub absent: Absent,
 }

@@ -456,6 +456,12 @@ pub(crate) struct Envelope<'a> {
     /// The answer in the `--json-schema` shape (2.x sessions started with one).
     #[serde(borrow)]
     pub structured_output: Option<&'a RawValue>,
+    /// The user messages a turn answered (2.1.330+: on `result`, and also on a turn's first
+    /// `assistant` frame, where it is not read).
+    #[serde(borrow)]
+    pub user_message_uuids: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub user_message_uuid: LStr<'a>,
 }
 
 /// `message` of `assistant` / `user` frames.

@@ -259,6 +259,40 @@ fn double_encoded_result_and_error_subtypes() {
 }
 
 #[test]
+fn a_result_names_the_messages_it_answered() {
+    let ids = |line: serde_json::Value| {
+        let ev = one("2.1.332", line);
+        let Event::TurnResult(r) = &ev[0] else {
+            panic!("{ev:?}")
+        };
+        r.user_message_uuids.clone()
+    };
+    // Two queued messages answered in one turn (2.1.x): every id, in the order taken.
+    assert_eq!(
+        ids(json!({"type":"result","subtype":"success","is_error":false,
+                   "user_message_uuid":"b","user_message_uuids":["a","b"]})),
+        ["a", "b"]
+    );
+    // Only the single id.
+    assert_eq!(
+        ids(json!({"type":"result","subtype":"success","is_error":false,"user_message_uuid":"a"})),
+        ["a"]
+    );
+    // Releases that do not say, and shapes that are not a list of strings: none, no guess.
+    assert!(ids(json!({"type":"result","subtype":"success","is_error":false})).is_empty());
+    assert_eq!(
+        ids(json!({"type":"result","subtype":"success","is_error":false,
+                   "user_message_uuids":["a", 7, null, "b"]})),
+        ["a", "b"]
+    );
+    assert!(
+        ids(json!({"type":"result","subtype":"success","is_error":false,
+                   "user_message_uuids":{"a":1}}))
+        .is_empty()
+    );
+}
+
+#[test]
 fn tool_result_content_is_polymorphic() {
     let ev = one(
         "2.1.330",

@@ -925,6 +925,7 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 .as_ref()
                 .map(|s| s.get().to_owned())
                 .unwrap_or_default(),
+            user_message_ids: t.user_message_uuids.clone(),
         }),
         eng::EventPayload::StateChanged(s) => P::StateChanged(pb::StateChanged {
             from: state_to_pb(s.from) as i32,

@@ -324,15 +324,18 @@ impl Driver<'_> {
 
     async fn step(&mut self, step: &Step) -> Result<()> {
         match step {
-            Step::SendUser { text } => {
+            Step::SendUser { text, uuid } => {
                 let sid = self.session_id.clone().unwrap_or_default();
-                self.send(json!({
+                let mut line = json!({
                     "type": "user",
                     "message": {"role": "user", "content": text},
                     "parent_tool_use_id": null,
                     "session_id": sid,
-                }))
-                .await
+                });
+                if let (Some(u), Some(obj)) = (uuid, line.as_object_mut()) {
+                    obj.insert("uuid".into(), json!(u));
+                }
+                self.send(line).await
             }
             Step::Await {
                 kind,
@@ -457,6 +460,23 @@ impl Driver<'_> {
                         json!({"type": "control_request", "request_id": id, "request": request}),
                     )
                     .await
+                }
+            }
+            Step::AwaitModelRequest { rule } => {
+                let deadline = tokio::time::Instant::now() + self.opts.await_timeout;
+                loop {
+                    let log = self.server.requests();
+                    if log
+                        .iter()
+                        .any(|r| r.rule_name.as_deref() == Some(rule.as_str()))
+                    {
+                        return Ok(());
+                    }
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(self.err(format!("no model request for rule {rule:?}")));
+                    }
+                    self.server.wait_for_requests(log.len() + 1, left).await;
                 }
             }
             Step::InterruptAfterDeltas { deltas } if !self.features.include_partial_messages => {

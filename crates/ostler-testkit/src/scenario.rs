@@ -231,8 +231,13 @@ pub enum Behavior {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
-    /// Write a `user` message.
-    SendUser { text: String },
+    /// Write a `user` message (with this wire `uuid`, as ostler sends every message, when
+    /// given).
+    SendUser {
+        text: String,
+        #[serde(default)]
+        uuid: Option<String>,
+    },
     /// Await a CLI message of `type` (`"*"`: any type). `subtype` matches `subtype`, or
     /// `request.subtype` for
     /// `control_request`, `response.subtype` for `control_response`, `event.type` for
@@ -248,6 +253,10 @@ pub enum Step {
     },
     /// Release the fake model's answers held with `hold_until = name`.
     Signal { name: String },
+    /// Await the fake model server's receipt of a request answered by the `[[model]]` rule
+    /// named `rule`: the CLI is then inside that turn, on any release (with or without
+    /// stream events).
+    AwaitModelRequest { rule: String },
     /// Await a `can_use_tool` request (optionally for `tool`) and answer it.
     RespondPermission {
         #[serde(default)]

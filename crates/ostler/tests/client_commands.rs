@@ -398,6 +398,94 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
         && e["subtype"] == "success"));
 }
 
+/// `ostler send` to a session whose turn is running: the CLI queues the message and
+/// answers it in a turn of its own after the running one. `send` follows until the turn
+/// that answers its message (2.1.332 names it in the result), not the running turn's end.
+#[test]
+fn send_to_a_busy_session_shows_the_answer_to_its_own_message() {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    const SCENARIO: &str = r#"
+[[model]]
+name = "first"
+when = { last_user_text_contains = "First question", messages_lack = "Second question" }
+chunks = 4
+pause_after_deltas = 1
+hold_until = "go"
+blocks = [{ type = "text", text = "The first answer, in four parts." }]
+
+[[model]]
+name = "second"
+when = { messages_contain = "Second question" }
+blocks = [{ type = "text", text = "The second answer." }]
+"#;
+    let d = Served::start(SCENARIO);
+    let spawn = |args: &[&str]| {
+        Command::new(common::OSTLER)
+            .args(args)
+            .env_clear()
+            .envs(d.client_env())
+            .current_dir(&d.work)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ostler")
+    };
+    let first_line = |child: &mut std::process::Child, ty: &str| -> Value {
+        let stdout = child.stdout.as_mut().expect("stdout");
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        loop {
+            let line = lines.next().expect("a line").expect("utf-8");
+            let v: Value = serde_json::from_str(&line).expect("json");
+            if v["type"] == ty {
+                return v;
+            }
+        }
+    };
+    // The first turn runs, its answer held by the model after one delta.
+    let mut run = spawn(&["run", "--json", "First question."]);
+    let started = first_line(&mut run, "session_started");
+    let id = started["session_id"].as_str().expect("id").to_owned();
+    d.await_model_request("first");
+    // The second message goes in while it runs; its send follows from before the message.
+    let mut send = spawn(&["send", &id, "--json", "Second question."]);
+    let sent = first_line(&mut send, "user_message");
+    assert_eq!(sent["text"], "Second question.");
+    let message_id = sent["message_id"].as_str().expect("message_id").to_owned();
+    d.fake.signal("go");
+
+    let run = common::wait_output(run);
+    assert_eq!(run.status.code(), Some(0), "{}", describe(&run));
+    let send = common::wait_output(send);
+    assert_eq!(send.status.code(), Some(0), "{}", describe(&send));
+    let ev = json_lines(&send.stdout);
+    let done: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["type"] == "turn_completed")
+        .collect();
+    // The running turn's end is shown on the way (it came after the message), and the
+    // send ends at the turn that answers its message.
+    assert_eq!(done.len(), 2, "{}", describe(&send));
+    assert_eq!(done[0]["result"], "The first answer, in four parts.");
+    assert_eq!(done[1]["result"], "The second answer.");
+    assert_eq!(done[1]["user_message_ids"], serde_json::json!([message_id]));
+    assert_ne!(done[0]["user_message_ids"], serde_json::json!([message_id]));
+    let summary = ev.last().expect("a summary line");
+    assert_eq!(summary["type"], "run_summary", "{summary}");
+    // Read back from the store: the same ids.
+    let log = d.ok_json(&["show", &id, "--events", "--json"]);
+    let stored: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["type"] == "turn_completed")
+        .map(|e| &e["user_message_ids"])
+        .collect();
+    assert_eq!(
+        stored,
+        [&done[0]["user_message_ids"], &done[1]["user_message_ids"]]
+    );
+}
+
 #[test]
 fn interrupt_command_ends_a_running_turn() {
     use std::io::BufRead as _;

@@ -54,12 +54,35 @@ impl Output {
 }
 
 /// When following stops by itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Until {
     /// At the first TurnCompleted with a seq above this one (or when the session ends).
     TurnAfter(u64),
+    /// At the TurnCompleted that answers the message stored at `seq`, whose wire id is
+    /// `message_id` (learnt from the stored message when empty, e.g. for a duplicate send):
+    /// the first TurnCompleted after it that lists the id in `user_message_ids`. A message
+    /// sent while a turn runs is queued by the CLI: the running turn's result comes first
+    /// and does not list it. From a release that lists no ids, the first TurnCompleted after
+    /// it (or when the session ends).
+    AnswerTo { seq: u64, message_id: String },
     /// Until Ctrl-C, or the session stops, exits or is deleted.
     Forever,
+}
+
+impl Until {
+    /// Whether the TurnCompleted `t` stored at `seq` ends following.
+    fn ends_at(&self, seq: u64, t: &pb::TurnCompleted) -> bool {
+        match self {
+            Until::TurnAfter(s) => seq > *s,
+            Until::AnswerTo { seq: s, message_id } => {
+                seq > *s
+                    && (t.user_message_ids.is_empty()
+                        || message_id.is_empty()
+                        || t.user_message_ids.contains(message_id))
+            }
+            Until::Forever => false,
+        }
+    }
 }
 
 /// How following ended.
@@ -180,7 +203,10 @@ impl Follower {
             .into_inner();
         self.running = true;
         self.interrupted = false;
-        let until = Until::TurnAfter(sent.seq);
+        let until = Until::AnswerTo {
+            seq: sent.seq,
+            message_id: sent.message_id,
+        };
         if sent.seq <= after {
             // A retry of a message stored before (`duplicate`): its turn is in the log
             // already, maybe over. Follow from the message itself, as it was the first time.
@@ -206,7 +232,7 @@ impl Follower {
         &mut self,
         after_seq: u64,
         mut opened: Option<tonic::Streaming<pb::SessionEvent>>,
-        until: Until,
+        mut until: Until,
         ctrlc: &mut CtrlC,
     ) -> Result<Outcome> {
         let mut after = after_seq;
@@ -299,11 +325,27 @@ impl Follower {
                             Some(Payload::ToolCallResolved(t)) => {
                                 pending.retain(|x| request_id(&x.event) != t.request_id);
                             }
+                            Some(Payload::UserMessage(m)) => {
+                                if let Until::AnswerTo { seq: s, message_id } = &mut until
+                                    && *s == seq
+                                    && message_id.is_empty()
+                                {
+                                    message_id.clone_from(&m.message_id);
+                                }
+                            }
+                            // Withdrawn before the CLI answered it (an interrupt that
+                            // cancelled the queued messages): no turn will list it.
+                            Some(Payload::MessageLifecycle(m))
+                                if m.state == "cancelled"
+                                    && matches!(&until, Until::AnswerTo { message_id, .. } if *message_id == m.message_id) =>
+                            {
+                                return Ok(Outcome::Ended(
+                                    "the message was cancelled before the CLI answered it".into(),
+                                ));
+                            }
                             Some(Payload::TurnCompleted(t)) => {
                                 self.running = false;
-                                if let Until::TurnAfter(s) = until
-                                    && seq > s
-                                {
+                                if until.ends_at(seq, &t) {
                                     return Ok(Outcome::Turn(t));
                                 }
                             }
@@ -323,7 +365,7 @@ impl Follower {
                                 }
                             }
                             Some(Payload::ProcessExited(x))
-                                if matches!(until, Until::TurnAfter(_)) && seq > caught_up_at =>
+                                if !matches!(until, Until::Forever) && seq > caught_up_at =>
                             {
                                 return Ok(Outcome::Ended(format!(
                                     "the CLI process exited: {}",

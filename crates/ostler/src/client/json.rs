@@ -177,6 +177,7 @@ pub fn turn(t: &pb::TurnCompleted) -> Value {
         })).collect::<Vec<_>>(),
         "terminal_reason": t.terminal_reason,
         "structured_output": parsed(&t.structured_output_json),
+        "user_message_ids": t.user_message_ids,
     })
 }
 
