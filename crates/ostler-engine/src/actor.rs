@@ -76,6 +76,7 @@ pub(crate) fn delivery_failed(
 mod hooks;
 mod interactions;
 mod output;
+mod owed;
 mod tools;
 
 pub(crate) use hooks::restart_resolution as hook_restart_resolution;
@@ -111,6 +112,12 @@ pub(crate) struct Actor {
     tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
     tool_calls: HashMap<String, tools::PendingToolCall>,
     turns_outstanding: u32,
+    /// The messages written to the CLI still owed an answer (what a result leaves of
+    /// `turns_outstanding`).
+    owed: owed::Owed,
+    /// Whether a turn began (a message was sent, or the CLI's output came) since the last
+    /// result: when not, what is still pending at a result is stale.
+    turn_since_result: bool,
     claude_session_id: Option<String>,
     stop_waiters: Vec<oneshot::Sender<Result<()>>>,
     stop_requested: bool,
@@ -202,6 +209,8 @@ impl Actor {
             tool_servers: o.tool_servers,
             tool_calls: HashMap::new(),
             turns_outstanding: 0,
+            owed: owed::Owed::default(),
+            turn_since_result: false,
             claude_session_id: o.claude_session_id,
             stop_waiters: Vec::new(),
             stop_requested: false,
@@ -475,6 +484,9 @@ impl Actor {
                 result,
                 reply,
             } => {
+                if result.is_err() {
+                    self.owed.withdrawn(&message_id);
+                }
                 let r = self
                     .send_written(seq, result, true)
                     .await
@@ -632,6 +644,8 @@ impl Actor {
             }
         };
         self.turns_outstanding += 1;
+        self.owed.sent(&message_id);
+        self.turn_since_result = true;
         self.settle_state(Some("user message".into())).await;
         let tx = self.self_tx.clone();
         let entry = self.entry.clone();

@@ -113,6 +113,8 @@ struct Driver<'a> {
     stderr: Arc<Mutex<String>>,
     session_id: Option<String>,
     tools: Option<Vec<String>>,
+    /// The capabilities `system/init` announced (2.1.x; empty before init or without).
+    capabilities: Vec<String>,
     /// task ids of `system/task_started` with `is_backgrounded: true`
     background_tasks: Vec<String>,
     /// background tasks whose notification was awaited
@@ -146,6 +148,7 @@ pub async fn record(scenario: &Scenario, opts: &RecordOptions) -> Result<Recordi
         stderr: Arc::new(Mutex::new(String::new())),
         session_id: None,
         tools: None,
+        capabilities: Vec::new(),
         background_tasks: Vec::new(),
         notified: Vec::new(),
         interrupts: 0,
@@ -341,7 +344,14 @@ impl Driver<'_> {
                 kind,
                 subtype,
                 contains,
+                if_capability,
             } => {
+                if let Some(cap) = if_capability {
+                    self.ensure_init().await?;
+                    if !self.capabilities.iter().any(|c| c == cap) {
+                        return Ok(());
+                    }
+                }
                 let what = format!(
                     "{kind}/{} {}",
                     subtype.as_deref().unwrap_or("*"),
@@ -682,6 +692,16 @@ impl Driver<'_> {
                     && msg_type(&v) == Some("system")
                     && msg_subtype(&v) == Some("init")
                 {
+                    self.capabilities = v
+                        .get("capabilities")
+                        .and_then(Value::as_array)
+                        .map(|cs| {
+                            cs.iter()
+                                .filter_map(Value::as_str)
+                                .map(String::from)
+                                .collect()
+                        })
+                        .unwrap_or_default();
                     self.tools = v.get("tools").and_then(Value::as_array).map(|ts| {
                         ts.iter()
                             .filter_map(|t| {

@@ -250,6 +250,10 @@ pub enum Step {
         /// The serialized message contains this text.
         #[serde(default)]
         contains: Option<String>,
+        /// Only on releases whose `system/init` announces this capability (e.g.
+        /// `msg_lifecycle_v1`); skipped on the others.
+        #[serde(default)]
+        if_capability: Option<String>,
     },
     /// Release the fake model's answers held with `hold_until = name`.
     Signal { name: String },

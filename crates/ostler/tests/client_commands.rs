@@ -5,8 +5,11 @@
 
 mod common;
 
+use std::io::Read as _;
+use std::process::{Child, Command, Stdio};
+
 use common::client::{Pty, Served, describe, json_lines, scenario_text};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 #[test]
 fn session_lifecycle_through_the_commands() {
@@ -327,7 +330,6 @@ fn health_tokens_unix_socket_and_unreachable() {
 #[test]
 fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
     use std::io::BufRead as _;
-    use std::process::{Command, Stdio};
     let mut d = Served::start(&scenario_text());
     let ev = d.ok_json(&["run", "--json", "Say hello"]);
     let id = ev[0]["session"]["id"].as_str().expect("id").to_owned();
@@ -398,14 +400,9 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
         && e["subtype"] == "success"));
 }
 
-/// `ostler send` to a session whose turn is running: the CLI queues the message and
-/// answers it in a turn of its own after the running one. `send` follows until the turn
-/// that answers its message (2.1.332 names it in the result), not the running turn's end.
-#[test]
-fn send_to_a_busy_session_shows_the_answer_to_its_own_message() {
-    use std::io::BufRead as _;
-    use std::process::{Command, Stdio};
-    const SCENARIO: &str = r#"
+/// The fake model of the busy-session tests: the first answer is held after one delta
+/// until the test signals `go`.
+const QUEUED: &str = r#"
 [[model]]
 name = "first"
 when = { last_user_text_contains = "First question", messages_lack = "Second question" }
@@ -419,7 +416,11 @@ name = "second"
 when = { messages_contain = "Second question" }
 blocks = [{ type = "text", text = "The second answer." }]
 "#;
-    let d = Served::start(SCENARIO);
+
+/// A session whose first turn (`ostler run`) is running, held by the model, and an
+/// `ostler send` of a second message to it, recorded: (run, send, session id, the second
+/// message's id).
+fn busy_session_with_a_queued_send(d: &Served) -> (Child, Child, String, String) {
     let spawn = |args: &[&str]| {
         Command::new(common::OSTLER)
             .args(args)
@@ -432,27 +433,43 @@ blocks = [{ type = "text", text = "The second answer." }]
             .spawn()
             .expect("spawn ostler")
     };
-    let first_line = |child: &mut std::process::Child, ty: &str| -> Value {
+    // Reads stdout up to the first event of type `ty` (the rest stays in the pipe).
+    let first_line = |child: &mut Child, ty: &str| -> Value {
         let stdout = child.stdout.as_mut().expect("stdout");
-        let mut lines = std::io::BufReader::new(stdout).lines();
+        let mut line = Vec::new();
         loop {
-            let line = lines.next().expect("a line").expect("utf-8");
-            let v: Value = serde_json::from_str(&line).expect("json");
+            line.clear();
+            let mut byte = [0u8];
+            while stdout.read(&mut byte).expect("read") == 1 && byte[0] != b'\n' {
+                line.push(byte[0]);
+            }
+            assert!(!line.is_empty(), "stdout ended before a {ty} event");
+            let v: Value = serde_json::from_slice(&line).expect("json");
             if v["type"] == ty {
                 return v;
             }
         }
     };
-    // The first turn runs, its answer held by the model after one delta.
     let mut run = spawn(&["run", "--json", "First question."]);
     let started = first_line(&mut run, "session_started");
     let id = started["session_id"].as_str().expect("id").to_owned();
     d.await_model_request("first");
-    // The second message goes in while it runs; its send follows from before the message.
+    // The send follows from before its message: the message is its first event.
     let mut send = spawn(&["send", &id, "--json", "Second question."]);
     let sent = first_line(&mut send, "user_message");
     assert_eq!(sent["text"], "Second question.");
     let message_id = sent["message_id"].as_str().expect("message_id").to_owned();
+    (run, send, id, message_id)
+}
+
+/// `ostler send` to a session whose turn is running: the CLI queues the message and
+/// answers it in a turn of its own after the running one. `send` follows until the turn
+/// that answers its message (2.1.332 names it in the result), not the running turn's end;
+/// the session stays running in between.
+#[test]
+fn send_to_a_busy_session_shows_the_answer_to_its_own_message() {
+    let d = Served::start(QUEUED);
+    let (run, send, id, message_id) = busy_session_with_a_queued_send(&d);
     d.fake.signal("go");
 
     let run = common::wait_output(run);
@@ -469,11 +486,13 @@ blocks = [{ type = "text", text = "The second answer." }]
     assert_eq!(done.len(), 2, "{}", describe(&send));
     assert_eq!(done[0]["result"], "The first answer, in four parts.");
     assert_eq!(done[1]["result"], "The second answer.");
-    assert_eq!(done[1]["user_message_ids"], serde_json::json!([message_id]));
-    assert_ne!(done[0]["user_message_ids"], serde_json::json!([message_id]));
+    assert_eq!(done[1]["user_message_ids"], json!([message_id]));
+    assert_ne!(done[0]["user_message_ids"], json!([message_id]));
     let summary = ev.last().expect("a summary line");
     assert_eq!(summary["type"], "run_summary", "{summary}");
-    // Read back from the store: the same ids.
+    // Read back from the store: the same ids; and the session was running from the first
+    // message to the second answer (not idle between the turns, when it could have been
+    // suspended with the second message in the CLI's queue).
     let log = d.ok_json(&["show", &id, "--events", "--json"]);
     let stored: Vec<&Value> = log
         .iter()
@@ -484,12 +503,63 @@ blocks = [{ type = "text", text = "The second answer." }]
         stored,
         [&done[0]["user_message_ids"], &done[1]["user_message_ids"]]
     );
+    let (first, second) = (&done[0]["seq"], &done[1]["seq"]);
+    let between: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["type"] == "state_changed")
+        .filter(|e| e["seq"].as_u64() > first.as_u64() && e["seq"].as_u64() < second.as_u64())
+        .collect();
+    assert!(
+        between.iter().all(|e| e["to"] != "idle"),
+        "idle between the turns: {between:?}"
+    );
+    assert_eq!(d.ok_json(&["show", &id, "--json"])[0]["state"], "idle");
+}
+
+/// An interrupt that withdraws the queued messages: the `send` waiting for one is told
+/// (no turn will answer it) and ends, and the session is idle, not left running.
+#[test]
+fn a_queued_send_withdrawn_by_an_interrupt_ends_and_the_session_is_idle() {
+    let d = Served::start(QUEUED);
+    let (run, send, id, message_id) = busy_session_with_a_queued_send(&d);
+    let interrupted = d.ok_json(&["interrupt", &id, "--cancel-queued", "--json"]);
+    assert_eq!(interrupted[0]["interrupted"], true, "{interrupted:?}");
+    assert_eq!(
+        interrupted[0]["cancelled"],
+        json!([message_id]),
+        "{interrupted:?}"
+    );
+
+    let run = common::wait_output(run);
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "interrupted: {}",
+        describe(&run)
+    );
+    let send = common::wait_output(send);
+    assert_ne!(send.status.code(), Some(0), "{}", describe(&send));
+    let ev = json_lines(&send.stdout);
+    assert!(
+        !ev.iter().any(|e| e["result"] == "The second answer."),
+        "{}",
+        describe(&send)
+    );
+    let summary = ev.last().expect("a summary line");
+    assert_eq!(summary["outcome"], "ended", "{}", describe(&send));
+    assert!(
+        summary["message"].to_string().contains("cancelled"),
+        "{}",
+        describe(&send)
+    );
+    let shown = d.ok_json(&["show", &id, "--json"]);
+    assert_eq!(shown[0]["state"], "idle", "{shown:?}");
+    assert!(!d.model_saw("Second question"));
 }
 
 #[test]
 fn interrupt_command_ends_a_running_turn() {
     use std::io::BufRead as _;
-    use std::process::{Command, Stdio};
     let d = Served::start(&scenario_text());
     let mut run = Command::new(common::OSTLER)
         .args(["run", "--json", "Tell a long story"])
@@ -539,7 +609,6 @@ fn interrupt_command_ends_a_running_turn() {
 
 #[test]
 fn client_finds_the_daemon_through_the_daemons_config_file() {
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, "cfg-token\n").expect("tokens");

@@ -102,27 +102,36 @@ impl Actor {
                     Event::ControlResponse(r) => EventPayload::ControlResponse(r),
                     Event::TurnResult(r) => {
                         results.push(items.len());
-                        // A result ends whatever ran (the CLI may merge queued messages
-                        // into one turn, so results are not counted against sends).
-                        turns = 0;
+                        turns = self.owed.answered(&r.user_message_uuids);
+                        self.turn_since_result = false;
                         EventPayload::TurnCompleted(r)
                     }
-                    Event::SystemNotice(n) => EventPayload::SystemNotice(n),
+                    Event::SystemNotice(n) => {
+                        if let Some(proto::NoticeDetail::MessageLifecycle(l)) = &n.detail
+                            && l.state == "cancelled"
+                            && self.owed.withdrawn(&l.message_id)
+                        {
+                            turns = turns.saturating_sub(1);
+                        }
+                        EventPayload::SystemNotice(n)
+                    }
                     Event::Truncated(t) => EventPayload::Truncated(t),
                     Event::Diagnostic(d) => EventPayload::Diagnostic(d),
                     Event::Unknown(u) => EventPayload::Unknown(u),
                 };
-                if turns == 0
-                    && matches!(
-                        payload,
-                        EventPayload::SessionStarted(_)
-                            | EventPayload::AssistantBlock(_)
-                            | EventPayload::PartialDelta(_)
-                            | EventPayload::ToolResult(_)
-                    )
-                {
-                    // Output of a turn we did not count (e.g. the next queued message).
-                    turns = 1;
+                if matches!(
+                    payload,
+                    EventPayload::SessionStarted(_)
+                        | EventPayload::AssistantBlock(_)
+                        | EventPayload::PartialDelta(_)
+                        | EventPayload::ToolResult(_)
+                ) {
+                    self.turn_since_result = true;
+                    if turns == 0 {
+                        // Output of a turn we did not count (e.g. the next queued message
+                        // on a release that does not name what a result answered).
+                        turns = 1;
+                    }
                 }
                 // The raw line is stored once, with the line's first stored event, and not
                 // at all when the payload already holds the whole line verbatim.
@@ -347,12 +356,14 @@ impl Actor {
     }
 
     pub(super) async fn turn_completed(&mut self, subtype: &str) {
-        // A finished turn leaves nothing to decide: whatever is still pending is stale.
-        if self.turns_outstanding == 0 {
+        // A finished turn leaves nothing to decide: whatever is still pending is stale
+        // (unless the next turn began meanwhile; a message queued behind the turn that
+        // ended has not).
+        if !self.turn_since_result {
             self.cancel_tool_calls(None, "engine", "the turn ended")
                 .await;
         }
-        if self.turns_outstanding == 0 && !self.pending.is_empty() {
+        if !self.turn_since_result && !self.pending.is_empty() {
             let ids: Vec<String> = self.pending.keys().cloned().collect();
             for id in ids {
                 self.close_pending(&id, "engine", "the turn ended", InteractionState::Cancelled)

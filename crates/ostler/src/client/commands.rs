@@ -36,6 +36,16 @@ pub struct IdArgs {
 }
 
 #[derive(Debug, Clone, clap::Args)]
+pub struct InterruptArgs {
+    #[command(flatten)]
+    pub id: IdArgs,
+    /// Also withdraw the messages queued behind the turn (sent while it ran): they get
+    /// no answer. Needs a Claude Code release that can (2.1.332 and later)
+    #[arg(long)]
+    pub cancel_queued: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
 pub struct SessionsArgs {
     /// Only sessions in these states (comma-separated: starting, idle, running,
     /// awaiting_permission, stopped, exited, resumable, suspended)
@@ -480,9 +490,10 @@ pub async fn send(a: SendArgs) -> Result<i32> {
     Ok(super::run::finish(&mut f, &id, outcome, started, a.json))
 }
 
-/// `ostler interrupt ID`: interrupts a running turn; on an idle session there is nothing
-/// to interrupt, and it says so (exit 0, nothing sent).
-pub async fn interrupt(a: IdArgs) -> Result<i32> {
+/// `ostler interrupt ID [--cancel-queued]`: interrupts a running turn; on an idle session
+/// there is nothing to interrupt, and it says so (exit 0, nothing sent).
+pub async fn interrupt(args: InterruptArgs) -> Result<i32> {
+    let a = args.id;
     let (mut conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
     let s = conn.session(&id).await?;
     let state = pb::SessionState::try_from(s.state).unwrap_or(pb::SessionState::Unspecified);
@@ -490,22 +501,36 @@ pub async fn interrupt(a: IdArgs) -> Result<i32> {
         state,
         pb::SessionState::Running | pb::SessionState::AwaitingPermission
     );
+    let mut cancelled = Vec::new();
     if busy {
-        conn.sessions
+        cancelled = conn
+            .sessions
             .interrupt(pb::InterruptRequest {
                 session_id: id.clone(),
-                cancel_queued: false,
+                cancel_queued: args.cancel_queued,
             })
             .await
-            .map_err(|s| status_error("interrupt", s))?;
+            .map_err(|s| status_error("interrupt", s))?
+            .into_inner()
+            .cancelled;
     }
     let state_name = json::state_name(s.state);
     if a.json {
-        json_line(&json!({"session_id": id, "interrupted": busy, "state": state_name}));
+        json_line(
+            &json!({"session_id": id, "interrupted": busy, "state": state_name,
+                          "cancelled": cancelled}),
+        );
     } else if busy {
         println!(
             "interrupt sent to {id}: its {state_name} turn stops (`ostler attach {id}` shows the end)"
         );
+        if !cancelled.is_empty() {
+            println!(
+                "withdrawn, unanswered: {} queued message(s): {}",
+                cancelled.len(),
+                cancelled.join(", ")
+            );
+        }
     } else {
         println!("nothing to interrupt: session {id} is {state_name}, no turn is running");
     }

@@ -64,7 +64,7 @@ pub enum ClientCommand {
     /// Send a message to a session and stream the turn it starts.
     Send(commands::SendArgs),
     /// Interrupt a session's current turn.
-    Interrupt(commands::IdArgs),
+    Interrupt(commands::InterruptArgs),
     /// Stop a session's CLI process (history is kept; `resume` continues it).
     Stop(commands::IdArgs),
     /// Respawn a stopped, exited or resumable session (or, with --fork, branch a new one).
