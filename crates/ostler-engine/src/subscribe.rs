@@ -10,8 +10,9 @@
 //! Partials (live-only, never stored) come from the hub's own live ring, so they never
 //! push stored events out. They cannot be read back: a subscriber that lagged behind the
 //! live ring (or was reading the store meanwhile) gets a [`PartialsMissed`] event with the
-//! exact number of partial deltas it did not get (from the deltas' ordinals), before the
-//! next partial or, when the session's live events end, at the end; so received + missed
+//! exact number of partial deltas it did not get (from the deltas' ordinals), as soon as it
+//! finds out: before the next partial and the stored events that partial waits behind, or,
+//! when the session's live events end, at the end; so received + missed
 //! is every delta published while it followed. When both rings have events ready, the
 //! live one goes first (a delta is published at once, the stored event after it only after
 //! its commit), unless the subscriber is behind: a live item carries the seq of the last
@@ -319,7 +320,14 @@ impl Subscription {
                     };
                     match got {
                         // Behind on stored events: those published before it go first.
+                        // What it missed is told now, before them: they can end the
+                        // blocks whose deltas it missed.
                         Got::Live(Ok(item)) if item.after_seq > self.last => {
+                            if let Some(live) = self.live.as_mut() {
+                                let missed = item.ord.saturating_sub(live.next_ord);
+                                live.next_ord = live.next_ord.max(item.ord);
+                                self.missed(missed);
+                            }
                             self.held_live = Some(item);
                         }
                         Got::Live(Ok(item)) => self.take_live(item),
@@ -591,6 +599,42 @@ mod tests {
             (stalled.partials_received(), stalled.partials_missed()),
             (received, missed)
         );
+    }
+
+    /// A subscriber that fell behind the live ring is told what it missed as soon as it
+    /// finds out, before the stored events it has still to read (the blocks those deltas
+    /// were part of end there: a client that knows can show the whole block instead).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscriber_is_told_what_it_missed_before_the_stored_events_after_it() {
+        let (_dir, store) = store_with_session().await;
+        // Stored ring of 8, live ring of 16.
+        let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 8));
+        let mut sub = Subscription::new(hub.clone(), 0, true, true, None, 64, Vec::new());
+        hub.emit(vec![Item::new(notice(0))]).await.expect("emit");
+        assert_eq!(next_event(&mut sub).await.expect("open").seq, Some(1));
+        // Two blocks' deltas, each ended by a stored event; the subscriber reads nothing
+        // meanwhile, so the live ring keeps only the second block's last 16.
+        for r in 2..=3 {
+            for _ in 0..40 {
+                hub.publish_live(partial(&hub));
+            }
+            hub.emit(vec![Item::new(notice(r))]).await.expect("emit");
+        }
+        let ev = next_event(&mut sub).await.expect("open");
+        let EventPayload::PartialsMissed(m) = &ev.payload else {
+            panic!("first told {ev:?}, not what it missed")
+        };
+        assert_eq!(m.count, 64, "40 + 24 of 80");
+        let mut got = Vec::new();
+        for _ in 0..18 {
+            got.push(next_event(&mut sub).await.expect("open").seq);
+        }
+        // Seq 2, the 16 deltas it still has (published after seq 2), then seq 3.
+        let mut want = vec![Some(2)];
+        want.extend([None; 16]);
+        want.push(Some(3));
+        assert_eq!(got, want);
+        assert_eq!((sub.partials_received(), sub.partials_missed()), (16, 64));
     }
 
     /// A subscriber that fell behind gets live items in the session's order: a partial
