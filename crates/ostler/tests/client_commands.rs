@@ -334,15 +334,7 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
     let ev = d.ok_json(&["run", "--json", "Say hello"]);
     let id = ev[0]["session"]["id"].as_str().expect("id").to_owned();
 
-    let mut child = Command::new(common::OSTLER)
-        .args(["attach", &id, "--json", "--until-turn"])
-        .env_clear()
-        .envs(d.client_env())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn attach");
+    let mut child = d.spawn_client(&["attach", &id, "--json", "--until-turn"]);
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -421,18 +413,6 @@ blocks = [{ type = "text", text = "The second answer." }]
 /// `ostler send` of a second message to it, recorded: (run, send, session id, the second
 /// message's id).
 fn busy_session_with_a_queued_send(d: &Served) -> (Child, Child, String, String) {
-    let spawn = |args: &[&str]| {
-        Command::new(common::OSTLER)
-            .args(args)
-            .env_clear()
-            .envs(d.client_env())
-            .current_dir(&d.work)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn ostler")
-    };
     // Reads stdout up to the first event of type `ty` (the rest stays in the pipe).
     let first_line = |child: &mut Child, ty: &str| -> Value {
         let stdout = child.stdout.as_mut().expect("stdout");
@@ -450,12 +430,12 @@ fn busy_session_with_a_queued_send(d: &Served) -> (Child, Child, String, String)
             }
         }
     };
-    let mut run = spawn(&["run", "--json", "First question."]);
+    let mut run = d.spawn_client(&["run", "--json", "First question."]);
     let started = first_line(&mut run, "session_started");
     let id = started["session_id"].as_str().expect("id").to_owned();
     d.await_model_request("first");
     // The send follows from before its message: the message is its first event.
-    let mut send = spawn(&["send", &id, "--json", "Second question."]);
+    let mut send = d.spawn_client(&["send", &id, "--json", "Second question."]);
     let sent = first_line(&mut send, "user_message");
     assert_eq!(sent["text"], "Second question.");
     let message_id = sent["message_id"].as_str().expect("message_id").to_owned();
@@ -561,16 +541,7 @@ fn a_queued_send_withdrawn_by_an_interrupt_ends_and_the_session_is_idle() {
 fn interrupt_command_ends_a_running_turn() {
     use std::io::BufRead as _;
     let d = Served::start(&scenario_text());
-    let mut run = Command::new(common::OSTLER)
-        .args(["run", "--json", "Tell a long story"])
-        .env_clear()
-        .envs(d.client_env())
-        .current_dir(&d.work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn run");
+    let mut run = d.spawn_client(&["run", "--json", "Tell a long story"]);
     let mut lines = std::io::BufReader::new(run.stdout.take().expect("stdout")).lines();
     let mut first = Vec::new();
     // Wait until the model is answering (the turn is running), then interrupt it.

@@ -325,18 +325,9 @@ fn has_sgr(s: &str) -> bool {
 
 #[test]
 fn no_colour_without_a_terminal_even_without_no_color() {
-    use std::process::{Command, Stdio};
     let d = Served::start(&scenario_text());
-    let child = Command::new(common::OSTLER)
-        .args(["run", "--allow-tools", "Bash", "Create the file please"])
-        .env_clear()
-        .envs(d.client_env()) // no NO_COLOR here
-        .current_dir(&d.work)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    // No NO_COLOR here.
+    let child = d.spawn_client(&["run", "--allow-tools", "Bash", "Create the file please"]);
     let out = common::wait_output(child);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let all = format!(

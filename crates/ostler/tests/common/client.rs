@@ -99,6 +99,21 @@ impl Served {
         json_lines(&out.stdout)
     }
 
+    /// Starts `ostler ARGS` in the background (the client environment, in the work
+    /// directory, no stdin, stdout and stderr piped).
+    pub fn spawn_client(&self, args: &[&str]) -> std::process::Child {
+        Command::new(OSTLER)
+            .args(args)
+            .env_clear()
+            .envs(self.client_env())
+            .current_dir(&self.work)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn ostler {args:?}: {e}"))
+    }
+
     /// Blocks until the fake model got a request answered by its rule named `rule`.
     pub fn await_model_request(&self, rule: &str) {
         self._rt.block_on(async {
