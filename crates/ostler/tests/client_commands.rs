@@ -101,7 +101,8 @@ fn session_lifecycle_through_the_commands() {
     assert_eq!(b[0]["duplicate"], true);
     assert_eq!(a[0]["seq"], b[0]["seq"]);
     // A retry that waits, of a message whose turn is over: it shows that turn and ends
-    // (it does not wait for a turn after the session's last event).
+    // (it does not wait for a turn after the session's last event). The m-1 turn may
+    // still run when m-2 is sent: each ends at the turn that answers m-2, its last.
     let send_m2 = || {
         let args = [
             "send",
@@ -116,6 +117,7 @@ fn session_lifecycle_through_the_commands() {
     let (first, again) = (send_m2(), send_m2());
     let turn = |ev: &[Value]| {
         ev.iter()
+            .rev()
             .find(|e| e["type"] == "turn_completed")
             .map(|e| e["seq"].clone())
     };
