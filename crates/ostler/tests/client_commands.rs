@@ -415,33 +415,35 @@ blocks = [{ type = "text", text = "The second answer." }]
 /// `ostler send` of a second message to it, recorded: (run, send, session id, the second
 /// message's id).
 fn busy_session_with_a_queued_send(d: &Served) -> (Child, Child, String, String) {
-    // Reads stdout up to the first event of type `ty` (the rest stays in the pipe).
-    let first_line = |child: &mut Child, ty: &str| -> Value {
-        let stdout = child.stdout.as_mut().expect("stdout");
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            let mut byte = [0u8];
-            while stdout.read(&mut byte).expect("read") == 1 && byte[0] != b'\n' {
-                line.push(byte[0]);
-            }
-            assert!(!line.is_empty(), "stdout ended before a {ty} event");
-            let v: Value = serde_json::from_slice(&line).expect("json");
-            if v["type"] == ty {
-                return v;
-            }
-        }
-    };
     let mut run = d.spawn_client(&["run", "--json", "First question."]);
-    let started = first_line(&mut run, "session_started");
+    let started = read_until(&mut run, |v| v["type"] == "session_started");
     let id = started["session_id"].as_str().expect("id").to_owned();
     d.await_model_request("first");
     // The send follows from before its message: the message is its first event.
     let mut send = d.spawn_client(&["send", &id, "--json", "Second question."]);
-    let sent = first_line(&mut send, "user_message");
+    let sent = read_until(&mut send, |v| v["type"] == "user_message");
     assert_eq!(sent["text"], "Second question.");
     let message_id = sent["message_id"].as_str().expect("message_id").to_owned();
     (run, send, id, message_id)
+}
+
+/// Reads a `--json` client's stdout up to the first event that `wanted` (the rest stays
+/// in the pipe).
+fn read_until(child: &mut Child, wanted: impl Fn(&Value) -> bool) -> Value {
+    let stdout = child.stdout.as_mut().expect("stdout");
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let mut byte = [0u8];
+        while stdout.read(&mut byte).expect("read") == 1 && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+        assert!(!line.is_empty(), "stdout ended before the event waited for");
+        let v: Value = serde_json::from_slice(&line).expect("json");
+        if wanted(&v) {
+            return v;
+        }
+    }
 }
 
 /// `ostler send` to a session whose turn is running: the CLI queues the message and
@@ -537,6 +539,44 @@ fn a_queued_send_withdrawn_by_an_interrupt_ends_and_the_session_is_idle() {
     let shown = d.ok_json(&["show", &id, "--json"]);
     assert_eq!(shown[0]["state"], "idle", "{shown:?}");
     assert!(!d.model_saw("Second question"));
+}
+
+/// Ctrl-C while the turn that answers `send`'s own message runs, after the turn that was
+/// running when it was sent ended: the session stayed running (the message was still owed
+/// an answer), so the first Ctrl-C interrupts that turn; it does not detach.
+#[test]
+fn ctrl_c_in_the_turn_that_answers_a_queued_send_interrupts_it() {
+    let scenario = QUEUED.replace(
+        r#"blocks = [{ type = "text", text = "The second answer." }]"#,
+        r#"chunks = 4
+pause_after_deltas = 1
+hold_until = "go2"
+blocks = [{ type = "text", text = "Held: the second answer." }]"#,
+    );
+    assert_ne!(scenario, QUEUED);
+    let d = Served::start(&scenario);
+    let mut run = d.spawn_client(&["run", "--json", "First question."]);
+    let started = read_until(&mut run, |v| v["type"] == "session_started");
+    let id = started["session_id"].as_str().expect("id").to_owned();
+    d.await_model_request("first");
+    let mut t = Pty::spawn(&d, &["send", &id, "Second question."], false);
+    // The message is stored (queued by the CLI behind the running turn).
+    read_until(&mut run, |v| {
+        v["type"] == "user_message" && v["text"] == "Second question."
+    });
+    d.fake.signal("go");
+    let run = common::wait_output(run);
+    assert_eq!(run.status.code(), Some(0), "{}", describe(&run));
+    // The first delta of the second turn: the send has shown the first turn's end.
+    d.await_model_request("second");
+    t.expect("Held:");
+    t.type_text("\x03");
+    t.expect("interrupting the turn");
+    t.expect("⏹ interrupted");
+    assert_eq!(t.wait(), 130, "{}", t.seen);
+    assert!(!t.seen.contains("detached"), "{}", t.seen);
+    let shown = d.ok_json(&["show", &id, "--json"]);
+    assert_eq!(shown[0]["state"], "idle", "{shown:?}");
 }
 
 #[test]

@@ -344,10 +344,13 @@ impl Follower {
                                 ));
                             }
                             Some(Payload::TurnCompleted(t)) => {
-                                self.running = false;
                                 if until.ends_at(seq, &t) {
+                                    self.running = false;
                                     return Ok(Outcome::Turn(t));
                                 }
+                                // Not the end of what is followed: a message queued behind
+                                // this turn keeps the session running (no state change
+                                // comes), and one that goes idle says so in a StateChanged.
                             }
                             Some(Payload::StateChanged(s)) => {
                                 let to = s.to;
