@@ -790,3 +790,70 @@ async fn sessions_left_live_become_resumable_with_their_interactions_cancelled()
     }
     assert_counts(&engine, &store, "start").await;
 }
+
+/// Names the message each result answers (like 2.1.330+), except a message with
+/// `swallow` in it: the CLI says it started, ends a turn that names nothing, then says
+/// the message is `completed`.
+const COMPLETES_WITHOUT_NAMING: &str = r#"
+echo '{"type":"system","subtype":"init","session_id":"fake-4","model":"fake-model","cwd":"/","tools":[]}'
+while IFS= read -r line; do
+  case "$line" in
+    *'"type":"user"'*)
+      u=$(printf '%s\n' "$line" | sed -n 's/.*"uuid":"\([^"]*\)".*/\1/p')
+      case "$line" in
+        *swallow*)
+          echo "{\"type\":\"command_lifecycle\",\"command_uuid\":\"$u\",\"state\":\"started\",\"uuid\":\"l-1\",\"session_id\":\"fake-4\"}"
+          echo '{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"num_turns":1,"result":"","session_id":"fake-4"}'
+          echo "{\"type\":\"command_lifecycle\",\"command_uuid\":\"$u\",\"state\":\"completed\",\"uuid\":\"l-2\",\"session_id\":\"fake-4\"}"
+          ;;
+        *)
+          echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"duration_ms\":1,\"num_turns\":1,\"result\":\"answered\",\"session_id\":\"fake-4\",\"user_message_uuids\":[\"$u\"]}"
+          ;;
+      esac
+      ;;
+  esac
+done
+"#;
+
+/// From a release whose results name the messages they answer, a result that names none
+/// leaves the queued messages owed (a turn of the CLI's own). A message the CLI then says
+/// is `completed`, although no result named it, is no longer owed: the session goes idle
+/// (it is not left running, never to be idle-suspended, until its process ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_completed_without_a_result_naming_it_leaves_the_session_idle() {
+    let fake = Fake::start(COMPLETES_WITHOUT_NAMING).await;
+    let s = fake.session(Some("first")).await;
+    let mut sub = fake.follow(&s.id).await;
+    let first = until(&mut sub, |e| {
+        matches!(&e.payload, EventPayload::TurnCompleted(r) if !r.user_message_uuids.is_empty())
+    })
+    .await;
+    until(
+        &mut sub,
+        |e| matches!(&e.payload, EventPayload::StateChanged(c) if c.to == SessionState::Idle),
+    )
+    .await;
+    let sent = send_with_id(&fake, &s.id, "swallow this".into(), "m-1")
+        .await
+        .unwrap()
+        .unwrap();
+    let id = sent.message_id.expect("the wire id");
+    let completed = until(&mut sub, |e| {
+        matches!(&e.payload, EventPayload::SystemNotice(n)
+            if matches!(&n.detail, Some(ostler_protocol::NoticeDetail::MessageLifecycle(l))
+                if l.message_id == id && l.state == "completed"))
+    })
+    .await;
+    let idle = until(
+        &mut sub,
+        |e| matches!(&e.payload, EventPayload::StateChanged(c) if c.to == SessionState::Idle),
+    )
+    .await;
+    // Running from the send until the CLI said it was done with the message, not idle at
+    // the result that named nothing.
+    assert!(idle.seq > completed.seq, "{idle:?} before {completed:?}");
+    assert!(completed.seq > first.seq);
+    let info = fake.engine.get_session(&s.id).await.unwrap();
+    assert_eq!(info.state, SessionState::Idle);
+    fake.engine.shutdown().await;
+}

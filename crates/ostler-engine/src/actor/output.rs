@@ -107,8 +107,12 @@ impl Actor {
                         EventPayload::TurnCompleted(r)
                     }
                     Event::SystemNotice(n) => {
+                        // Withdrawn, or done with although no result named it (after a
+                        // result, before the next turn's output: a message the CLI consumed
+                        // without a turn of its own must not keep the session running).
                         if let Some(proto::NoticeDetail::MessageLifecycle(l)) = &n.detail
-                            && l.state == "cancelled"
+                            && (l.state == "cancelled"
+                                || (l.state == "completed" && !self.turn_since_result))
                             && self.owed.withdrawn(&l.message_id)
                         {
                             turns = turns.saturating_sub(1);

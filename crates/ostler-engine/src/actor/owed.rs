@@ -3,8 +3,9 @@
 //! The CLI answers the messages it is sent in order, but 2.1.x may answer several that
 //! queued up together in one turn, so results cannot be counted against sends. 2.1.330 and
 //! later name the messages a result answered (`user_message_uuids`) and say when a queued
-//! one is withdrawn (`command_lifecycle` `cancelled`); with them the session knows what is
-//! still to come. From releases that name nothing, a result ends whatever ran.
+//! one is withdrawn (`command_lifecycle` `cancelled`) or done with (`completed`, which ends
+//! a message no result named); with them the session knows what is still to come. From
+//! releases that name nothing, a result ends whatever ran.
 
 use std::collections::VecDeque;
 
