@@ -343,14 +343,13 @@ impl Follower {
                                     "the message was cancelled before the CLI answered it".into(),
                                 ));
                             }
-                            Some(Payload::TurnCompleted(t)) => {
-                                if until.ends_at(seq, &t) {
-                                    self.running = false;
-                                    return Ok(Outcome::Turn(t));
-                                }
-                                // Not the end of what is followed: a message queued behind
-                                // this turn keeps the session running (no state change
-                                // comes), and one that goes idle says so in a StateChanged.
+                            // Another TurnCompleted (not the end of what is followed)
+                            // leaves `running` as it is: a message queued behind that turn
+                            // keeps the session running (no state change comes), and a
+                            // session that goes idle says so in a StateChanged.
+                            Some(Payload::TurnCompleted(t)) if until.ends_at(seq, &t) => {
+                                self.running = false;
+                                return Ok(Outcome::Turn(t));
                             }
                             Some(Payload::StateChanged(s)) => {
                                 let to = s.to;
