@@ -702,6 +702,7 @@ fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
         content: None,
         is_synthetic: env.is_synthetic.0.unwrap_or(false),
         is_replay: env.is_replay.0.unwrap_or(false),
+        uuid: env.uuid.owned(),
     };
     let items = match &msg.content {
         LContent::Absent => {

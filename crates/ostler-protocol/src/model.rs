@@ -232,8 +232,14 @@ pub struct UserMessage {
     pub content: Option<RawJson>,
     #[serde(default)]
     pub is_synthetic: bool,
+    /// The echo of a message written to the CLI (`--replay-user-messages`): the CLI took it
+    /// into a turn. `isReplay` on 2.x; on 1.0.x the engine knows it by its `uuid`.
     #[serde(default)]
     pub is_replay: bool,
+    /// The frame's `uuid`: for an echo, the id of the message written (the
+    /// `UserMessageSent`'s `message_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -412,6 +412,10 @@ pub(crate) struct Envelope<'a> {
     pub is_synthetic: LBool,
     #[serde(rename = "isReplay")]
     pub is_replay: LBool,
+    /// The line's own id; on a `user` frame echoed by `--replay-user-messages`, the id of
+    /// the message that was written.
+    #[serde(borrow)]
+    pub uuid: LStr<'a>,
     #[serde(borrow)]
     pub error: LStr<'a>,
     // system/init

@@ -841,7 +841,12 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
             is_synthetic: u.is_synthetic,
             is_replay: u.is_replay,
             sent_by: String::new(),
-            message_id: String::new(),
+            // An echo names the message echoed.
+            message_id: if u.is_replay {
+                u.uuid.clone().unwrap_or_default()
+            } else {
+                String::new()
+            },
         }),
         eng::EventPayload::UserMessageSent(u) => {
             let (text, content_json) = user_content(&u.content);

@@ -204,7 +204,8 @@ pub const PROBED_CONTROLS: [&str; 13] = [
 /// Command-line options of session options (issue 10) whose presence `cargo xtask compat
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 13] = [
+/// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 14] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -218,7 +219,13 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 13] = [
     ("--session-id", Some("00000000-0000-4000-8000-000000000001")),
     ("--agents", Some("{}")),
     ("--json-schema", Some("{\"type\":\"object\"}")),
+    (REPLAY_USER_MESSAGES, None),
 ];
+
+/// `--replay-user-messages`: the CLI echoes each message written to it when it takes it
+/// into a turn (its `uuid` kept). From releases whose results do not name the messages
+/// they answered, the echoes say which turn answers which message.
+pub const REPLAY_USER_MESSAGES: &str = "--replay-user-messages";
 
 /// Where the capability facts of an installation came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

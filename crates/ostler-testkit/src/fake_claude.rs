@@ -134,6 +134,7 @@ struct Args {
     resume: Option<String>,
     fork: bool,
     sdk_url: Option<String>,
+    replay: bool,
 }
 
 enum Parsed {
@@ -176,6 +177,7 @@ const SWITCHES: &[&str] = &[
     "--fork-session",
     "--dangerously-skip-permissions",
     "--strict-mcp-config",
+    "--replay-user-messages",
 ];
 
 fn parse_args(argv: &[String]) -> Result<Parsed, String> {
@@ -204,6 +206,7 @@ fn parse_args(argv: &[String]) -> Result<Parsed, String> {
                 "--verbose" => a.verbose = true,
                 "--include-partial-messages" => a.partials = true,
                 "--fork-session" => a.fork = true,
+                "--replay-user-messages" => a.replay = true,
                 _ => {}
             }
         } else if WITH_VALUE.contains(&name) {
@@ -286,6 +289,7 @@ pub fn run(argv: &[String]) -> i32 {
         shapes: Shapes::load(),
         session,
         partials: args.partials,
+        replay: args.replay,
         model: args.model.unwrap_or_else(|| "claude-opus-5-5".into()),
         permission_mode: args.permission_mode.unwrap_or_else(|| "default".into()),
         default_mode,
@@ -701,6 +705,8 @@ struct Fake {
     shapes: Shapes,
     session: Session,
     partials: bool,
+    /// `--replay-user-messages`: echo each message when its turn starts.
+    replay: bool,
     model: String,
     permission_mode: String,
     default_mode: Option<String>,
@@ -841,6 +847,15 @@ impl Fake {
         let previous = self.session.history.last().cloned();
         self.session.history.push(text.to_string());
         self.session.record_user(text, uuid)?;
+        if self.replay {
+            // `--replay-user-messages`: the message taken into this turn, echoed.
+            let mut echo = self.shapes.set_model_replay.clone();
+            echo["message"]["content"] = json!(text);
+            if let Some(u) = uuid {
+                echo["uuid"] = json!(u);
+            }
+            self.emit(echo)?;
+        }
         let turn = self.session.history.len();
         let mut init = self.shapes.init.clone();
         init["cwd"] = json!(self.session.cwd);

@@ -421,7 +421,10 @@ fn busy_session_with_a_queued_send(d: &Served) -> (Child, Child, String, String)
     d.await_model_request("first");
     // The send follows from before its message: the message is its first event.
     let mut send = d.spawn_client(&["send", &id, "--json", "Second question."]);
-    let sent = read_until(&mut send, |v| v["type"] == "user_message");
+    // (Not the CLI's echo of the first message, when it is stored after the subscription.)
+    let sent = read_until(&mut send, |v| {
+        v["type"] == "user_message" && v["is_replay"] != true
+    });
     assert_eq!(sent["text"], "Second question.");
     let message_id = sent["message_id"].as_str().expect("message_id").to_owned();
     (run, send, id, message_id)
@@ -448,11 +451,22 @@ fn read_until(child: &mut Child, wanted: impl Fn(&Value) -> bool) -> Value {
 
 /// `ostler send` to a session whose turn is running: the CLI queues the message and
 /// answers it in a turn of its own after the running one. `send` follows until the turn
-/// that answers its message (2.1.332 names it in the result), not the running turn's end;
-/// the session stays running in between.
+/// that answers its message, not the running turn's end; the session stays running in
+/// between. 2.1.332 names the message in the result; 2.1.121 and 1.0.128 do not, and the
+/// CLI's echo of the message (`--replay-user-messages`) says which turn answers it.
 #[test]
 fn send_to_a_busy_session_shows_the_answer_to_its_own_message() {
-    let d = Served::start(QUEUED);
+    send_to_a_busy_session_on(common::NEW);
+}
+
+#[test]
+fn send_to_a_busy_session_on_a_release_that_names_no_answers() {
+    send_to_a_busy_session_on("2.1.121");
+    send_to_a_busy_session_on(common::OLD);
+}
+
+fn send_to_a_busy_session_on(release: &str) {
+    let d = Served::start_on(release, QUEUED, &[]);
     let (run, send, id, message_id) = busy_session_with_a_queued_send(&d);
     d.fake.signal("go");
 

@@ -78,7 +78,18 @@ impl Actor {
                     Event::AssistantBlock(b) => EventPayload::AssistantBlock(b),
                     Event::PartialDelta(d) => EventPayload::PartialDelta(d),
                     Event::StreamMarker(m) => EventPayload::StreamMarker(m),
-                    Event::UserMessage(u) => EventPayload::UserMessage(u),
+                    Event::UserMessage(mut u) => {
+                        // The echo of a message written (`--replay-user-messages`): the CLI
+                        // took it into this turn. Marked as such on every release (1.0.x
+                        // does not mark it).
+                        if u.parent_tool_use_id.is_none()
+                            && let Some(id) = u.uuid.as_deref()
+                            && self.owed.echoed(id)
+                        {
+                            u.is_replay = true;
+                        }
+                        EventPayload::UserMessage(u)
+                    }
                     Event::ToolResult(t) => EventPayload::ToolResult(t),
                     Event::ControlRequest(r) => {
                         // Recorded (with the line's raw bytes) once the lines before it are.
@@ -100,9 +111,14 @@ impl Actor {
                         continue;
                     }
                     Event::ControlResponse(r) => EventPayload::ControlResponse(r),
-                    Event::TurnResult(r) => {
+                    Event::TurnResult(mut r) => {
                         results.push(items.len());
-                        turns = self.owed.answered(&r.user_message_uuids);
+                        let answered = self.owed.answered(&r.user_message_uuids);
+                        turns = answered.owed;
+                        if r.user_message_uuids.is_empty() {
+                            // From a release that names nothing: what it echoed.
+                            r.user_message_uuids = answered.inferred;
+                        }
                         self.turn_since_result = false;
                         EventPayload::TurnCompleted(r)
                     }

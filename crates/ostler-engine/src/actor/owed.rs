@@ -9,18 +9,54 @@
 
 use std::collections::VecDeque;
 
+/// How many of the last ids written are remembered to know their echoes by.
+const RECENT: usize = 64;
+
 /// The messages a live session's CLI process still owes an answer, in the order sent.
 #[derive(Debug, Default)]
 pub(super) struct Owed {
     unanswered: VecDeque<String>,
     /// Whether this process's results name the messages they answered.
     names_answers: bool,
+    /// The messages the CLI echoed (`--replay-user-messages`: it took them into a turn)
+    /// since its last result.
+    taken: Vec<String>,
+    /// The last ids written, to know an echo by (1.0.x does not mark it `isReplay`).
+    recent: VecDeque<String>,
+}
+
+/// What a result answered.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Answered {
+    /// The turns still owed after it.
+    pub owed: u32,
+    /// From a release that names nothing: the messages echoed since the previous result
+    /// (what this turn answered), to be named in the result; empty otherwise.
+    pub inferred: Vec<String>,
 }
 
 impl Owed {
     /// A message (its wire id) was handed to the CLI.
     pub(super) fn sent(&mut self, message_id: &str) {
         self.unanswered.push_back(message_id.to_owned());
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(message_id.to_owned());
+    }
+
+    /// A user frame with this `uuid` came from the CLI: whether it is the echo of a message
+    /// written to it (then the CLI took that message into the turn running now). Not every
+    /// frame marked `isReplay` is one: the output of a local command (`set_model`) is
+    /// marked too, with an id of the CLI's own.
+    pub(super) fn echoed(&mut self, uuid: &str) -> bool {
+        if !self.recent.iter().any(|m| m == uuid) {
+            return false;
+        }
+        if !self.taken.iter().any(|m| m == uuid) {
+            self.taken.push(uuid.to_owned());
+        }
+        true
     }
 
     /// A message's write failed (or it was withdrawn before the CLI answered it): whether
@@ -31,23 +67,38 @@ impl Owed {
         self.unanswered.len() != before
     }
 
-    /// A result naming the messages it answered (`ids`) came: the turns still owed after
-    /// it. The messages it names and every one sent before the last of them are answered
-    /// (the CLI takes them in order); those sent after are still owed. A result that names
-    /// none is a turn of the CLI's own when this process's results name their messages
-    /// (the queued ones are still owed); otherwise it ends whatever ran: 0.
-    pub(super) fn answered(&mut self, ids: &[String]) -> u32 {
-        if ids.is_empty() {
-            if !self.names_answers {
-                self.unanswered.clear();
-            }
-        } else {
+    /// A result came, naming the messages it answered (`named`, maybe none).
+    /// - It names some: those and every one sent before the last of them are answered
+    ///   (the CLI takes them in order); those sent after are still owed.
+    /// - It names none, from a process whose results name their messages: a turn of the
+    ///   CLI's own (the queued ones are still owed).
+    /// - It names none, from a release that names nothing, after echoes: it answered the
+    ///   echoed messages (and those before them), which it is told in `inferred`.
+    /// - Otherwise nothing says what it answered: it ends whatever ran (owed 0).
+    pub(super) fn answered(&mut self, named: &[String]) -> Answered {
+        let taken = std::mem::take(&mut self.taken);
+        let mut inferred = Vec::new();
+        if !named.is_empty() {
             self.names_answers = true;
-            if let Some(last) = self.unanswered.iter().rposition(|m| ids.contains(m)) {
-                self.unanswered.drain(..=last);
+            self.drain_through(named);
+        } else if !self.names_answers {
+            if taken.is_empty() {
+                self.unanswered.clear();
+            } else {
+                self.drain_through(&taken);
+                inferred = taken;
             }
         }
-        u32::try_from(self.unanswered.len()).unwrap_or(u32::MAX)
+        Answered {
+            owed: u32::try_from(self.unanswered.len()).unwrap_or(u32::MAX),
+            inferred,
+        }
+    }
+
+    fn drain_through(&mut self, ids: &[String]) {
+        if let Some(last) = self.unanswered.iter().rposition(|m| ids.contains(m)) {
+            self.unanswered.drain(..=last);
+        }
     }
 }
 
@@ -70,32 +121,32 @@ mod tests {
     #[test]
     fn a_release_that_names_nothing_ends_everything_at_a_result() {
         let mut o = sent(&["a", "b"]);
-        assert_eq!(o.answered(&[]), 0);
+        assert_eq!(o.answered(&[]).owed, 0);
         o.sent("c");
-        assert_eq!(o.answered(&[]), 0);
+        assert_eq!(o.answered(&[]).owed, 0);
     }
 
     #[test]
     fn named_messages_and_those_before_them_are_answered_the_rest_are_owed() {
         let mut o = sent(&["a", "b", "c"]);
-        assert_eq!(o.answered(&ids(&["a"])), 2);
+        assert_eq!(o.answered(&ids(&["a"])).owed, 2);
         // b and c merged into one turn.
-        assert_eq!(o.answered(&ids(&["b", "c"])), 0);
+        assert_eq!(o.answered(&ids(&["b", "c"])).owed, 0);
 
         // A result naming only the last of a merged batch answers the earlier ones too.
         let mut o = sent(&["a", "b", "c", "d"]);
-        assert_eq!(o.answered(&ids(&["c"])), 1);
-        assert_eq!(o.answered(&ids(&["d"])), 0);
+        assert_eq!(o.answered(&ids(&["c"])).owed, 1);
+        assert_eq!(o.answered(&ids(&["d"])).owed, 0);
     }
 
     #[test]
     fn a_turn_of_the_clis_own_leaves_the_queued_messages_owed() {
         let mut o = sent(&["a", "b"]);
-        assert_eq!(o.answered(&ids(&["a"])), 1);
+        assert_eq!(o.answered(&ids(&["a"])).owed, 1);
         // A scheduled turn (no ids) or one naming an id ostler never sent.
-        assert_eq!(o.answered(&[]), 1);
-        assert_eq!(o.answered(&ids(&["cron-1"])), 1);
-        assert_eq!(o.answered(&ids(&["b"])), 0);
+        assert_eq!(o.answered(&[]).owed, 1);
+        assert_eq!(o.answered(&ids(&["cron-1"])).owed, 1);
+        assert_eq!(o.answered(&ids(&["b"])).owed, 0);
     }
 
     #[test]
@@ -104,8 +155,43 @@ mod tests {
         assert!(o.withdrawn("b"));
         assert!(!o.withdrawn("b"), "only once");
         assert!(!o.withdrawn("zz"));
-        assert_eq!(o.answered(&ids(&["a"])), 1);
+        assert_eq!(o.answered(&ids(&["a"])).owed, 1);
         assert!(o.withdrawn("c"));
-        assert_eq!(o.answered(&[]), 0);
+        assert_eq!(o.answered(&[]).owed, 0);
+    }
+
+    #[test]
+    fn echoes_say_what_a_result_that_names_nothing_answered() {
+        // 1.0.128: the echo is not marked, it is known by its id; a and b answered one
+        // turn each, c still owed.
+        let mut o = sent(&["a", "b", "c"]);
+        assert!(o.echoed("a"));
+        assert!(!o.echoed("local-command"), "not an id written");
+        let a = o.answered(&[]);
+        assert_eq!((a.owed, a.inferred), (2, ids(&["a"])));
+        // 2.1.121: b and c merged into one turn, both echoed.
+        assert!(o.echoed("b"));
+        assert!(o.echoed("c"));
+        assert!(o.echoed("c"), "an echo seen twice is named once");
+        let a = o.answered(&[]);
+        assert_eq!((a.owed, a.inferred), (0, ids(&["b", "c"])));
+        // A result with no echo before it (an interrupt before the CLI echoed): as before,
+        // it ends whatever ran.
+        o.sent("d");
+        o.sent("e");
+        let a = o.answered(&[]);
+        assert_eq!((a.owed, a.inferred), (0, vec![]));
+    }
+
+    #[test]
+    fn echoes_do_not_override_a_release_that_names_its_answers() {
+        let mut o = sent(&["a", "b"]);
+        assert!(o.echoed("a"));
+        let a = o.answered(&ids(&["a"]));
+        assert_eq!((a.owed, a.inferred), (1, vec![]));
+        assert!(o.echoed("b"));
+        // A turn of the CLI's own after the echo: b is still owed, nothing inferred.
+        let a = o.answered(&[]);
+        assert_eq!((a.owed, a.inferred), (1, vec![]));
     }
 }

@@ -42,6 +42,11 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
             tracing::warn!(session = %opts.log_id, version = %inst.version, "--include-partial-messages not supported: running without it (no token streaming)");
         }
     }
+    // The CLI's echo of each message it takes says which turn answers it (results name it
+    // from 2.1.330 on; earlier releases only echo).
+    if caps.accepts_option(crate::compat::REPLAY_USER_MESSAGES) == Some(true) {
+        a.flag(crate::compat::REPLAY_USER_MESSAGES);
+    }
     a.option_if("--model", cli.model.as_deref())
         .option_if("--permission-mode", cli.permission_mode.as_deref())
         .option_if("--system-prompt", cli.system_prompt.as_deref())

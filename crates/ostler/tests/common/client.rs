@@ -42,12 +42,17 @@ impl Served {
 
     /// Same, with extra `ostler serve` arguments.
     pub fn start_with(scenario_toml: &str, extra: &[&str]) -> Self {
+        Self::start_on(NEW, scenario_toml, extra)
+    }
+
+    /// Same, with the CLI of `release`.
+    pub fn start_on(release: &str, scenario_toml: &str, extra: &[&str]) -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("tokio runtime");
-        let world = rt.block_on(World::with_scenario(NEW, scenario_toml));
+        let world = rt.block_on(World::with_scenario(release, scenario_toml));
         let daemon = world.daemon_blocking(extra, &[]);
         Self {
             addr: daemon.addr.to_string(),
