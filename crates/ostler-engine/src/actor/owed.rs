@@ -5,7 +5,9 @@
 //! later name the messages a result answered (`user_message_uuids`) and say when a queued
 //! one is withdrawn (`command_lifecycle` `cancelled`) or done with (`completed`, which ends
 //! a message no result named); with them the session knows what is still to come. From
-//! releases that name nothing, a result ends whatever ran.
+//! releases that name nothing (from 1.0.108 on), the CLI's echo of each message it takes
+//! into a turn (`--replay-user-messages`) says which messages a result answered; with no
+//! echo before it (1.0.59), a result ends whatever ran.
 
 use std::collections::VecDeque;
 
