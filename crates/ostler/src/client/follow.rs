@@ -186,7 +186,8 @@ impl Follower {
         message: pb::SendMessageRequest,
         ctrlc: &mut CtrlC,
     ) -> Result<Outcome> {
-        let after = self.conn.session(&self.session_id).await?.last_seq;
+        let session = self.conn.session(&self.session_id).await?;
+        let after = session.last_seq;
         let stream = self
             .conn
             .sessions
@@ -215,7 +216,10 @@ impl Follower {
                 .follow_opened(sent.seq.saturating_sub(1), None, until, ctrlc)
                 .await;
         }
-        self.follow_opened(after, Some(stream), until, ctrlc).await
+        // Everything after `after` is new (the message and its turn): the snapshot taken
+        // before subscribing is where history ends, no second GetSession.
+        self.follow_opened(after, Some((stream, session)), until, ctrlc)
+            .await
     }
 
     fn subscribe_request(&self, after_seq: u64) -> pb::SubscribeRequest {
@@ -227,11 +231,12 @@ impl Follower {
         }
     }
 
-    /// [`Follower::follow`] on a subscription already `opened` from `after_seq`, if any.
+    /// [`Follower::follow`] on a subscription already `opened` from `after_seq`, if any,
+    /// with the session as read just before it was opened.
     async fn follow_opened(
         &mut self,
         after_seq: u64,
-        mut opened: Option<tonic::Streaming<pb::SessionEvent>>,
+        opened: Option<(tonic::Streaming<pb::SessionEvent>, pb::Session)>,
         mut until: Until,
         ctrlc: &mut CtrlC,
     ) -> Result<Outcome> {
@@ -241,7 +246,10 @@ impl Follower {
         }
         // Everything up to here is history: prompts in it are answered only once we know
         // they are still pending (their resolution would come before this seq).
-        let session = self.conn.session(&self.session_id).await?;
+        let (mut opened, session) = match opened {
+            Some((stream, session)) => (Some(stream), session),
+            None => (None, self.conn.session(&self.session_id).await?),
+        };
         let caught_up_at = session.last_seq;
         let state = session.state;
         self.running |= state == pb::SessionState::Running as i32
