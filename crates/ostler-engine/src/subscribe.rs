@@ -133,18 +133,26 @@ impl Subscription {
     /// Accounts for a live item: queues a [`PartialsMissed`] for the deltas before it that
     /// this subscriber did not get, then the item.
     fn take_live(&mut self, item: LiveItem) {
+        self.gap_before(item.ord);
         let Some(live) = self.live.as_mut() else {
             return;
         };
-        let missed = item.ord.saturating_sub(live.next_ord);
         if item.is_delta() {
             live.next_ord = item.ord + 1;
             self.partials_received += 1;
-        } else {
-            live.next_ord = live.next_ord.max(item.ord);
         }
-        self.missed(missed);
         self.buf.push_back(item.event);
+    }
+
+    /// The live item with ordinal `ord` is the next one this subscriber gets: the deltas
+    /// before it that it did not get are told missed now.
+    fn gap_before(&mut self, ord: u64) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let missed = ord.saturating_sub(live.next_ord);
+        live.next_ord = live.next_ord.max(ord);
+        self.missed(missed);
     }
 
     /// Queues a [`PartialsMissed`] event for `n` deltas (none for 0).
@@ -323,11 +331,7 @@ impl Subscription {
                         // What it missed is told now, before them: they can end the
                         // blocks whose deltas it missed.
                         Got::Live(Ok(item)) if item.after_seq > self.last => {
-                            if let Some(live) = self.live.as_mut() {
-                                let missed = item.ord.saturating_sub(live.next_ord);
-                                live.next_ord = live.next_ord.max(item.ord);
-                                self.missed(missed);
-                            }
+                            self.gap_before(item.ord);
                             self.held_live = Some(item);
                         }
                         Got::Live(Ok(item)) => self.take_live(item),
