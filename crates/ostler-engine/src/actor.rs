@@ -111,9 +111,8 @@ pub(crate) struct Actor {
     /// Client-hosted tool servers and the calls of their tools waiting for a client.
     tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
     tool_calls: HashMap<String, tools::PendingToolCall>,
-    turns_outstanding: u32,
-    /// The messages written to the CLI still owed an answer (what a result leaves of
-    /// `turns_outstanding`).
+    /// The messages written to the CLI still owed an answer, and so the turns still to
+    /// come (what keeps the session RUNNING).
     owed: owed::Owed,
     /// Whether a turn began (a message was sent, or the CLI's output came) since the last
     /// result: when not, what is still pending at a result is stale.
@@ -208,7 +207,6 @@ impl Actor {
             hooks: HashMap::new(),
             tool_servers: o.tool_servers,
             tool_calls: HashMap::new(),
-            turns_outstanding: 0,
             owed: owed::Owed::default(),
             turn_since_result: false,
             claude_session_id: o.claude_session_id,
@@ -461,7 +459,7 @@ impl Actor {
     fn live_state(&self) -> SessionState {
         if !self.pending.is_empty() || !self.hooks.is_empty() || !self.tool_calls.is_empty() {
             SessionState::AwaitingPermission
-        } else if self.turns_outstanding > 0 {
+        } else if self.owed.turns() > 0 {
             SessionState::Running
         } else {
             SessionState::Idle
@@ -484,11 +482,9 @@ impl Actor {
                 result,
                 reply,
             } => {
-                if result.is_err() {
-                    self.owed.withdrawn(&message_id);
-                }
+                let owed = result.is_err() && self.owed.withdrawn(&message_id);
                 let r = self
-                    .send_written(seq, result, true)
+                    .send_written(seq, result, owed)
                     .await
                     .map(|o| SendOutcome {
                         message_id: Some(message_id),
@@ -643,7 +639,6 @@ impl Actor {
                 return;
             }
         };
-        self.turns_outstanding += 1;
         self.owed.sent(&message_id);
         self.turn_since_result = true;
         self.settle_state(Some("user message".into())).await;
@@ -692,11 +687,13 @@ impl Actor {
         });
     }
 
+    /// A message's write to the CLI ended; `owed`: it failed and the message was still
+    /// owed an answer (it was counted among the turns to come).
     async fn send_written(
         &mut self,
         seq: u64,
         result: ostler_supervisor::Result<()>,
-        counted: bool,
+        owed: bool,
     ) -> Result<SendOutcome> {
         if let Err(e) = result {
             // The CLI never took the message: its client id is free again, so that a
@@ -713,8 +710,8 @@ impl Actor {
             }
             self.emit_logged(delivery_failed(seq, client_message_id, &e.to_string()))
                 .await;
-            if counted && self.turns_outstanding > 0 {
-                self.turns_outstanding -= 1;
+            if owed {
+                // A turn fewer to come.
                 self.settle_state(None).await;
             }
             let shutting_down = self.shutdown || self.shared.is_shutting_down();
@@ -949,7 +946,7 @@ impl Actor {
             && self.pending.is_empty()
             && self.hooks.is_empty()
             && self.tool_calls.is_empty()
-            && self.turns_outstanding == 0
+            && self.owed.turns() == 0
             && self.bg_tasks.is_empty()
     }
 

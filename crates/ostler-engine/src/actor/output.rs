@@ -57,7 +57,7 @@ impl Actor {
         let mut requests = Vec::new();
         let mut cancelled = Vec::new();
         let keep_raw = self.shared.opts.store_raw_lines;
-        let mut turns = self.turns_outstanding;
+        let turns_before = self.owed.turns();
         // The lines of a batch (what the reader had queued) share one timestamp.
         let now = now_ms();
         for line in lines {
@@ -113,11 +113,10 @@ impl Actor {
                     Event::ControlResponse(r) => EventPayload::ControlResponse(r),
                     Event::TurnResult(mut r) => {
                         results.push(items.len());
-                        let answered = self.owed.answered(&r.user_message_uuids);
-                        turns = answered.owed;
+                        let inferred = self.owed.answered(&r.user_message_uuids);
                         if r.user_message_uuids.is_empty() {
                             // From a release that names nothing: what it echoed.
-                            r.user_message_uuids = answered.inferred;
+                            r.user_message_uuids = inferred;
                         }
                         self.turn_since_result = false;
                         EventPayload::TurnCompleted(r)
@@ -129,9 +128,8 @@ impl Actor {
                         if let Some(proto::NoticeDetail::MessageLifecycle(l)) = &n.detail
                             && (l.state == "cancelled"
                                 || (l.state == "completed" && !self.turn_since_result))
-                            && self.owed.withdrawn(&l.message_id)
                         {
-                            turns = turns.saturating_sub(1);
+                            self.owed.withdrawn(&l.message_id);
                         }
                         EventPayload::SystemNotice(n)
                     }
@@ -147,11 +145,9 @@ impl Actor {
                         | EventPayload::ToolResult(_)
                 ) {
                     self.turn_since_result = true;
-                    if turns == 0 {
-                        // Output of a turn we did not count (e.g. the next queued message
-                        // on a release that does not name what a result answered).
-                        turns = 1;
-                    }
+                    // With nothing owed: a turn no message was counted for (e.g. the next
+                    // queued message on a release that names nothing and did not echo).
+                    self.owed.output();
                 }
                 // The raw line is stored once, with the line's first stored event, and not
                 // at all when the payload already holds the whole line verbatim.
@@ -178,8 +174,10 @@ impl Actor {
                 });
             }
         }
-        if !items.is_empty() || turns != self.turns_outstanding {
-            self.record_lines(items, started, results, turns).await;
+        let turns_changed = self.owed.turns() != turns_before;
+        if !items.is_empty() || turns_changed {
+            self.record_lines(items, started, results, turns_changed)
+                .await;
         }
         if !requests.is_empty() || !cancelled.is_empty() {
             // Handled once the lines before them are recorded and published.
@@ -198,19 +196,18 @@ impl Actor {
     }
 
     /// Queues the stored events of a batch of lines to the store (not waiting for the
-    /// commit: [`Actor::finish_batch`] records and publishes them once it resolved) and
-    /// moves the turn count.
+    /// commit: [`Actor::finish_batch`] records and publishes them once it resolved), and
+    /// settles the state once they are published if the batch moved the turns to come.
     pub(super) async fn record_lines(
         &mut self,
         items: Vec<Item>,
         started: Option<usize>,
         results: Vec<usize>,
-        turns: u32,
+        turns_changed: bool,
     ) {
-        // The turn count (and so the state GetSession reports) moves before the result is
-        // published, so a client that saw the result never reads a stale state.
-        let turns_changed = turns != self.turns_outstanding;
-        self.turns_outstanding = turns;
+        // The state GetSession reports follows the turns to come (moved already) before
+        // the result is published, so a client that saw the result never reads a stale
+        // state.
         if !results.is_empty() {
             self.show_live_state();
         }

@@ -8,6 +8,10 @@
 //! releases that name nothing (from 1.0.108 on), the CLI's echo of each message it takes
 //! into a turn (`--replay-user-messages`) says which messages a result answered; with no
 //! echo before it (1.0.59), a result ends whatever ran.
+//!
+//! It is also the session's count of turns still to come (what keeps it RUNNING): the
+//! messages owed, plus a turn the CLI runs that no message is owed for (its output came
+//! with none owed: a turn of its own, or the answer to a message whose echo it never sent).
 
 use std::collections::VecDeque;
 
@@ -25,19 +29,27 @@ pub(super) struct Owed {
     taken: Vec<String>,
     /// The last ids written, to know an echo by (1.0.x does not mark it `isReplay`).
     recent: VecDeque<String>,
-}
-
-/// What a result answered.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct Answered {
-    /// The turns still owed after it.
-    pub owed: u32,
-    /// From a release that names nothing: the messages echoed since the previous result
-    /// (what this turn answered), to be named in the result; empty otherwise.
-    pub inferred: Vec<String>,
+    /// A turn's output came while no message was owed: the CLI runs a turn of its own
+    /// until its result.
+    unowed_turn: bool,
 }
 
 impl Owed {
+    /// The turns still to come: the messages owed, and a turn of the CLI's own.
+    pub(super) fn turns(&self) -> u32 {
+        u32::try_from(self.unanswered.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(u32::from(self.unowed_turn))
+    }
+
+    /// A turn's output (not a result) came from the CLI: with nothing owed, it runs a turn
+    /// no message asked for.
+    pub(super) fn output(&mut self) {
+        if self.unanswered.is_empty() {
+            self.unowed_turn = true;
+        }
+    }
+
     /// A message (its wire id) was handed to the CLI.
     pub(super) fn sent(&mut self, message_id: &str) {
         self.unanswered.push_back(message_id.to_owned());
@@ -69,17 +81,20 @@ impl Owed {
         self.unanswered.len() != before
     }
 
-    /// A result came, naming the messages it answered (`named`, maybe none).
+    /// A result came, naming the messages it answered (`named`, maybe none). It ends any
+    /// turn of the CLI's own.
     /// - It names some: those and every one sent before the last of them are answered
     ///   (the CLI takes them in order); those sent after are still owed.
     /// - It names none, from a process whose results name their messages: a turn of the
     ///   CLI's own (the queued ones are still owed).
     /// - It names none, from a release that names nothing, after echoes: it answered the
-    ///   echoed messages (and those before them), which it is told in `inferred`.
-    /// - Otherwise nothing says what it answered: it ends whatever ran (owed 0).
-    pub(super) fn answered(&mut self, named: &[String]) -> Answered {
+    ///   echoed messages (and those before them). They are returned, to be named in the
+    ///   result.
+    /// - Otherwise nothing says what it answered: it ends whatever ran (nothing owed).
+    pub(super) fn answered(&mut self, named: &[String]) -> Vec<String> {
         let taken = std::mem::take(&mut self.taken);
         let mut inferred = Vec::new();
+        self.unowed_turn = false;
         if !named.is_empty() {
             self.names_answers = true;
             self.drain_through(named);
@@ -91,10 +106,7 @@ impl Owed {
                 inferred = taken;
             }
         }
-        Answered {
-            owed: u32::try_from(self.unanswered.len()).unwrap_or(u32::MAX),
-            inferred,
-        }
+        inferred
     }
 
     fn drain_through(&mut self, ids: &[String]) {
@@ -112,6 +124,13 @@ mod tests {
         v.iter().map(|s| (*s).to_owned()).collect()
     }
 
+    /// A result naming `named`: the turns still to come after it, and what it was found
+    /// to answer.
+    fn answer(o: &mut Owed, named: &[String]) -> (u32, Vec<String>) {
+        let inferred = o.answered(named);
+        (o.turns(), inferred)
+    }
+
     fn sent(v: &[&str]) -> Owed {
         let mut o = Owed::default();
         for m in v {
@@ -123,32 +142,32 @@ mod tests {
     #[test]
     fn a_release_that_names_nothing_ends_everything_at_a_result() {
         let mut o = sent(&["a", "b"]);
-        assert_eq!(o.answered(&[]).owed, 0);
+        assert_eq!(answer(&mut o, &[]).0, 0);
         o.sent("c");
-        assert_eq!(o.answered(&[]).owed, 0);
+        assert_eq!(answer(&mut o, &[]).0, 0);
     }
 
     #[test]
     fn named_messages_and_those_before_them_are_answered_the_rest_are_owed() {
         let mut o = sent(&["a", "b", "c"]);
-        assert_eq!(o.answered(&ids(&["a"])).owed, 2);
+        assert_eq!(answer(&mut o, &ids(&["a"])).0, 2);
         // b and c merged into one turn.
-        assert_eq!(o.answered(&ids(&["b", "c"])).owed, 0);
+        assert_eq!(answer(&mut o, &ids(&["b", "c"])).0, 0);
 
         // A result naming only the last of a merged batch answers the earlier ones too.
         let mut o = sent(&["a", "b", "c", "d"]);
-        assert_eq!(o.answered(&ids(&["c"])).owed, 1);
-        assert_eq!(o.answered(&ids(&["d"])).owed, 0);
+        assert_eq!(answer(&mut o, &ids(&["c"])).0, 1);
+        assert_eq!(answer(&mut o, &ids(&["d"])).0, 0);
     }
 
     #[test]
     fn a_turn_of_the_clis_own_leaves_the_queued_messages_owed() {
         let mut o = sent(&["a", "b"]);
-        assert_eq!(o.answered(&ids(&["a"])).owed, 1);
+        assert_eq!(answer(&mut o, &ids(&["a"])).0, 1);
         // A scheduled turn (no ids) or one naming an id ostler never sent.
-        assert_eq!(o.answered(&[]).owed, 1);
-        assert_eq!(o.answered(&ids(&["cron-1"])).owed, 1);
-        assert_eq!(o.answered(&ids(&["b"])).owed, 0);
+        assert_eq!(answer(&mut o, &[]).0, 1);
+        assert_eq!(answer(&mut o, &ids(&["cron-1"])).0, 1);
+        assert_eq!(answer(&mut o, &ids(&["b"])).0, 0);
     }
 
     #[test]
@@ -157,9 +176,9 @@ mod tests {
         assert!(o.withdrawn("b"));
         assert!(!o.withdrawn("b"), "only once");
         assert!(!o.withdrawn("zz"));
-        assert_eq!(o.answered(&ids(&["a"])).owed, 1);
+        assert_eq!(answer(&mut o, &ids(&["a"])).0, 1);
         assert!(o.withdrawn("c"));
-        assert_eq!(o.answered(&[]).owed, 0);
+        assert_eq!(answer(&mut o, &[]).0, 0);
     }
 
     #[test]
@@ -169,31 +188,52 @@ mod tests {
         let mut o = sent(&["a", "b", "c"]);
         assert!(o.echoed("a"));
         assert!(!o.echoed("local-command"), "not an id written");
-        let a = o.answered(&[]);
-        assert_eq!((a.owed, a.inferred), (2, ids(&["a"])));
+        assert_eq!(answer(&mut o, &[]), (2, ids(&["a"])));
         // 2.1.121: b and c merged into one turn, both echoed.
         assert!(o.echoed("b"));
         assert!(o.echoed("c"));
         assert!(o.echoed("c"), "an echo seen twice is named once");
-        let a = o.answered(&[]);
-        assert_eq!((a.owed, a.inferred), (0, ids(&["b", "c"])));
+        assert_eq!(answer(&mut o, &[]), (0, ids(&["b", "c"])));
         // A result with no echo before it (an interrupt before the CLI echoed): as before,
         // it ends whatever ran.
         o.sent("d");
         o.sent("e");
-        let a = o.answered(&[]);
-        assert_eq!((a.owed, a.inferred), (0, vec![]));
+        assert_eq!(answer(&mut o, &[]), (0, vec![]));
     }
 
     #[test]
     fn echoes_do_not_override_a_release_that_names_its_answers() {
         let mut o = sent(&["a", "b"]);
         assert!(o.echoed("a"));
-        let a = o.answered(&ids(&["a"]));
-        assert_eq!((a.owed, a.inferred), (1, vec![]));
+        assert_eq!(answer(&mut o, &ids(&["a"])), (1, vec![]));
         assert!(o.echoed("b"));
         // A turn of the CLI's own after the echo: b is still owed, nothing inferred.
-        let a = o.answered(&[]);
-        assert_eq!((a.owed, a.inferred), (1, vec![]));
+        assert_eq!(answer(&mut o, &[]), (1, vec![]));
+    }
+
+    #[test]
+    fn output_with_nothing_owed_is_a_turn_of_the_clis_own_until_a_result() {
+        let mut o = Owed::default();
+        assert_eq!(o.turns(), 0);
+        o.output();
+        o.output();
+        assert_eq!(o.turns(), 1, "one turn, however much output");
+        assert_eq!(answer(&mut o, &[]), (0, vec![]));
+
+        // Output while a message is owed is that message's turn.
+        let mut o = sent(&["a"]);
+        o.output();
+        assert_eq!(o.turns(), 1);
+        // A message sent while the CLI runs a turn of its own: both are to come.
+        let mut o = Owed::default();
+        o.output();
+        o.sent("a");
+        assert_eq!(o.turns(), 2);
+        // The result naming it ends both; a failed write takes back only the message.
+        assert_eq!(answer(&mut o, &ids(&["a"])), (0, vec![]));
+        o.output();
+        o.sent("b");
+        assert!(o.withdrawn("b"));
+        assert_eq!(o.turns(), 1);
     }
 }
