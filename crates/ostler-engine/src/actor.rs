@@ -114,6 +114,9 @@ pub(crate) struct Actor {
     /// The messages written to the CLI still owed an answer, and so the turns still to
     /// come (what keeps the session RUNNING).
     owed: owed::Owed,
+    /// A result left messages owed: by then the CLI shows it took the next one, or they
+    /// are forgotten (`queue_grace`).
+    next_turn_due: Option<Instant>,
     /// Whether a turn began (a message was sent, or the CLI's output came) since the last
     /// result: when not, what is still pending at a result is stale.
     turn_since_result: bool,
@@ -208,6 +211,7 @@ impl Actor {
             tool_servers: o.tool_servers,
             tool_calls: HashMap::new(),
             owed: owed::Owed::default(),
+            next_turn_due: None,
             turn_since_result: false,
             claude_session_id: o.claude_session_id,
             stop_waiters: Vec::new(),
@@ -289,6 +293,7 @@ impl Actor {
                 .chain(self.tool_deadline())
                 .min();
             let idle_at = self.idle_deadline();
+            let next_turn_due = self.next_turn_due;
             let ev = if let Some(ev) = held.take() {
                 Some(ev)
             } else {
@@ -330,6 +335,11 @@ impl Actor {
                         self.expire_due().await;
                         self.expire_hooks_due().await;
                         self.expire_tool_calls().await;
+                        None
+                    }
+                    () = sleep_until(next_turn_due), if next_turn_due.is_some() => {
+                        self.next_turn_due = None;
+                        self.no_next_turn().await;
                         None
                     }
                     () = sleep_until(idle_at), if idle_at.is_some() => {
@@ -948,6 +958,26 @@ impl Actor {
             && self.tool_calls.is_empty()
             && self.owed.turns() == 0
             && self.bg_tasks.is_empty()
+    }
+
+    /// `queue_grace` after a result that left messages owed: unless the CLI showed since
+    /// that it took the next one (a message sent, an echo, a turn's output), none is
+    /// queued there, and they are forgotten.
+    async fn no_next_turn(&mut self) {
+        if self.turn_since_result || self.owed.taken_since_result() {
+            return;
+        }
+        let n = self.owed.forget();
+        if n == 0 {
+            return;
+        }
+        tracing::warn!(session = %self.sid(), owed = n, "no turn came for the messages owed an answer: forgetting them");
+        let grace = self.shared.opts.queue_grace;
+        self.settle_state(Some(format!(
+            "the CLI took none of the {n} message(s) still owed an answer within {}s of its last result",
+            grace.as_secs()
+        )))
+        .await;
     }
 
     /// When the idle timer fires: `idle_suspend` after the last thing handled, while quiet.

@@ -53,6 +53,11 @@ pub struct EngineOptions {
     pub idle_suspend: Option<Duration>,
     /// How long a call that needs a live-session slot waits when every live session is busy.
     pub live_wait: Duration,
+    /// After a result that leaves messages owed an answer, the CLI starts on the next at
+    /// once (an echo, a turn's output). If nothing shows it did within this long, none is
+    /// queued there: they are forgotten and the session settles (idle), so it is not left
+    /// running, never to be idle-suspended.
+    pub queue_grace: Duration,
 }
 
 impl Default for EngineOptions {
@@ -72,6 +77,7 @@ impl Default for EngineOptions {
             store_raw_lines: true,
             idle_suspend: Some(Duration::from_secs(900)),
             live_wait: Duration::from_secs(30),
+            queue_grace: Duration::from_secs(30),
         }
     }
 }

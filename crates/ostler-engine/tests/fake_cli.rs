@@ -32,6 +32,11 @@ fn fake_cli(dir: &Path, body: &str) -> Installation {
 
 impl Fake {
     async fn start(body: &str) -> Fake {
+        Fake::start_with(body, |_| {}).await
+    }
+
+    /// With the engine's options changed by `f` first.
+    async fn start_with(body: &str, f: impl FnOnce(&mut EngineOptions)) -> Fake {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().canonicalize().unwrap();
         let cwd = base.join("work");
@@ -40,6 +45,7 @@ impl Fake {
         let mut opts = EngineOptions::default();
         opts.supervisor.stop_grace = ostler_testkit::timeouts::secs(3);
         opts.supervisor.stall_after = None;
+        f(&mut opts);
         let engine = Engine::start(opts, store.clone(), fake_cli(&base, body))
             .await
             .unwrap();
@@ -853,6 +859,67 @@ async fn a_message_completed_without_a_result_naming_it_leaves_the_session_idle(
     // the result that named nothing.
     assert!(idle.seq > completed.seq, "{idle:?} before {completed:?}");
     assert!(completed.seq > first.seq);
+    let info = fake.engine.get_session(&s.id).await.unwrap();
+    assert_eq!(info.state, SessionState::Idle);
+    fake.engine.shutdown().await;
+}
+
+/// Names no answers and echoes each message it takes (like 1.0.x), but while answering
+/// `first` it reads the next message and never takes it: after `first`'s result that
+/// message is owed, and nothing more comes from the CLI.
+const TAKES_ONE_OF_TWO: &str = r#"
+echo '{"type":"system","subtype":"init","session_id":"fake-5","model":"fake-model","cwd":"/","tools":[]}'
+while IFS= read -r line; do
+  case "$line" in
+    *'"type":"user"'*)
+      u=$(printf '%s\n' "$line" | sed -n 's/.*"uuid":"\([^"]*\)".*/\1/p')
+      echo "{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"taken\"},\"session_id\":\"fake-5\",\"uuid\":\"$u\"}"
+      case "$line" in
+        *first*) IFS= read -r next ;;
+      esac
+      echo '{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"num_turns":1,"result":"answered","session_id":"fake-5"}'
+      ;;
+  esac
+done
+"#;
+
+/// A message still owed after a result, which the CLI never takes (no echo, no output,
+/// `queue_grace` after the result), is forgotten: the session goes idle, saying why,
+/// instead of staying running, never to be idle-suspended, until its process ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_cli_never_takes_after_a_result_is_forgotten() {
+    let fake = Fake::start_with(TAKES_ONE_OF_TWO, |o| {
+        o.queue_grace = Duration::from_millis(300);
+    })
+    .await;
+    let s = fake.session(Some("first")).await;
+    let mut sub = fake.follow(&s.id).await;
+    let sent = send_with_id(&fake, &s.id, "never taken".into(), "m-1")
+        .await
+        .unwrap()
+        .unwrap();
+    let lost = sent.message_id.expect("the wire id");
+    let result = until(&mut sub, |e| {
+        matches!(&e.payload, EventPayload::TurnCompleted(_))
+    })
+    .await;
+    let EventPayload::TurnCompleted(r) = &result.payload else {
+        unreachable!()
+    };
+    // It answered the echoed message, not the one still owed.
+    assert_eq!(r.user_message_uuids.len(), 1, "{r:?}");
+    assert_ne!(r.user_message_uuids[0], lost);
+    let idle = until(
+        &mut sub,
+        |e| matches!(&e.payload, EventPayload::StateChanged(c) if c.to == SessionState::Idle),
+    )
+    .await;
+    let EventPayload::StateChanged(c) = &idle.payload else {
+        unreachable!()
+    };
+    assert_eq!(c.from, SessionState::Running);
+    let reason = c.reason.as_deref().unwrap_or_default();
+    assert!(reason.contains("took none of the 1 message"), "{reason}");
     let info = fake.engine.get_session(&s.id).await.unwrap();
     assert_eq!(info.state, SessionState::Idle);
     fake.engine.shutdown().await;

@@ -514,6 +514,86 @@ fn send_to_a_busy_session_on(release: &str) {
     assert_eq!(d.ok_json(&["show", &id, "--json"])[0]["state"], "idle");
 }
 
+/// A slash command queued behind a running turn, then a prompt, on releases that name no
+/// answers (1.0.128, 2.1.0): the CLI answers the slash command with a result of its own
+/// and echoes nothing for it. That result answers the slash command (its `send` ends
+/// there), not the prompt queued behind it (its `send` goes on to its own answer), and the
+/// session stays running from the first turn to the prompt's.
+#[test]
+fn a_send_queued_behind_a_slash_command_shows_its_own_answer() {
+    for release in [common::OLD, "2.1.0"] {
+        queued_behind_a_slash_command_on(release);
+    }
+}
+
+fn queued_behind_a_slash_command_on(release: &str) {
+    let d = Served::start_on(release, QUEUED, &[]);
+    let mut run = d.spawn_client(&["run", "--json", "First question."]);
+    let started = read_until(&mut run, |v| v["type"] == "session_started");
+    let id = started["session_id"].as_str().expect("id").to_owned();
+    d.await_model_request("first");
+    let own_message = |send: &mut Child, text: &str| {
+        let sent = read_until(send, |v| {
+            v["type"] == "user_message" && v["is_replay"] != true
+        });
+        assert_eq!(sent["text"], text);
+        sent["message_id"].as_str().expect("message_id").to_owned()
+    };
+    let mut cost = d.spawn_client(&["send", &id, "--json", "/cost"]);
+    let cost_id = own_message(&mut cost, "/cost");
+    let mut send = d.spawn_client(&["send", &id, "--json", "Second question."]);
+    let message_id = own_message(&mut send, "Second question.");
+    d.fake.signal("go");
+
+    let run = common::wait_output(run);
+    assert_eq!(run.status.code(), Some(0), "{release}: {}", describe(&run));
+    let completed = |out: &std::process::Output| -> Vec<Value> {
+        json_lines(&out.stdout)
+            .into_iter()
+            .filter(|e| e["type"] == "turn_completed")
+            .collect()
+    };
+    let cost = common::wait_output(cost);
+    assert_eq!(
+        cost.status.code(),
+        Some(0),
+        "{release}: {}",
+        describe(&cost)
+    );
+    let done = completed(&cost);
+    assert_eq!(done.len(), 2, "{release}: {}", describe(&cost));
+    assert_eq!(done[1]["user_message_ids"], json!([cost_id]), "{release}");
+    let send = common::wait_output(send);
+    assert_eq!(
+        send.status.code(),
+        Some(0),
+        "{release}: {}",
+        describe(&send)
+    );
+    let done = completed(&send);
+    // The first turn's end, the slash command's, then its own.
+    assert_eq!(done.len(), 3, "{release}: {}", describe(&send));
+    assert_eq!(done[1]["user_message_ids"], json!([cost_id]), "{release}");
+    assert_eq!(done[2]["result"], "The second answer.", "{release}");
+    assert_eq!(
+        done[2]["user_message_ids"],
+        json!([message_id]),
+        "{release}"
+    );
+    let log = d.ok_json(&["show", &id, "--events", "--json"]);
+    let (first, last) = (done[0]["seq"].as_u64(), done[2]["seq"].as_u64());
+    let idle: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["type"] == "state_changed" && e["to"] == "idle")
+        .filter(|e| e["seq"].as_u64() > first && e["seq"].as_u64() < last)
+        .collect();
+    assert!(
+        idle.is_empty(),
+        "{release}: idle between the turns: {idle:?}"
+    );
+    assert_eq!(d.ok_json(&["show", &id, "--json"])[0]["state"], "idle");
+}
+
 /// An interrupt that withdraws the queued messages: the `send` waiting for one is told
 /// (no turn will answer it) and ends, and the session is idle, not left running.
 #[test]

@@ -6,8 +6,11 @@
 //! one is withdrawn (`command_lifecycle` `cancelled`) or done with (`completed`, which ends
 //! a message no result named); with them the session knows what is still to come. From
 //! releases that name nothing (from 1.0.108 on), the CLI's echo of each message it takes
-//! into a turn (`--replay-user-messages`) says which messages a result answered; with no
-//! echo before it (1.0.59), a result ends whatever ran.
+//! into a turn (`--replay-user-messages`) says which messages a result answered. A result
+//! with no echo before it, from a process that echoes, answered one message the CLI runs
+//! without a turn (a slash command: 1.0.108-2.1.121 answer each queued one with a result
+//! of its own and echo none), the oldest owed. From a process that never echoed (1.0.59,
+//! or before its first echo), a result ends whatever ran.
 //!
 //! It is also the session's count of turns still to come (what keeps it RUNNING): the
 //! messages owed, plus a turn the CLI runs that no message is owed for (its output came
@@ -32,6 +35,8 @@ pub(super) struct Owed {
     /// A turn's output came while no message was owed: the CLI runs a turn of its own
     /// until its result.
     unowed_turn: bool,
+    /// This process echoes the messages it takes into a turn (one was seen).
+    echoes: bool,
 }
 
 impl Owed {
@@ -67,10 +72,25 @@ impl Owed {
         if !self.recent.iter().any(|m| m == uuid) {
             return false;
         }
+        self.echoes = true;
         if !self.taken.iter().any(|m| m == uuid) {
             self.taken.push(uuid.to_owned());
         }
         true
+    }
+
+    /// Whether the CLI echoed a message since its last result (it took one into a turn).
+    pub(super) fn taken_since_result(&self) -> bool {
+        !self.taken.is_empty()
+    }
+
+    /// Forgets every message owed (and a turn of the CLI's own): none is coming. Returns
+    /// how many messages were owed.
+    pub(super) fn forget(&mut self) -> usize {
+        self.unowed_turn = false;
+        let n = self.unanswered.len();
+        self.unanswered.clear();
+        n
     }
 
     /// A message's write failed (or it was withdrawn before the CLI answered it): whether
@@ -90,6 +110,9 @@ impl Owed {
     /// - It names none, from a release that names nothing, after echoes: it answered the
     ///   echoed messages (and those before them). They are returned, to be named in the
     ///   result.
+    /// - It names none and nothing was echoed before it, from a process that echoes: it
+    ///   answered the oldest message owed (one the CLI ran without a turn, a slash
+    ///   command), returned to be named.
     /// - Otherwise nothing says what it answered: it ends whatever ran (nothing owed).
     pub(super) fn answered(&mut self, named: &[String]) -> Vec<String> {
         let taken = std::mem::take(&mut self.taken);
@@ -100,7 +123,11 @@ impl Owed {
             self.drain_through(named);
         } else if !self.names_answers {
             if taken.is_empty() {
-                self.unanswered.clear();
+                if self.echoes {
+                    inferred.extend(self.unanswered.pop_front());
+                } else {
+                    self.unanswered.clear();
+                }
             } else {
                 self.drain_through(&taken);
                 inferred = taken;
@@ -194,11 +221,45 @@ mod tests {
         assert!(o.echoed("c"));
         assert!(o.echoed("c"), "an echo seen twice is named once");
         assert_eq!(answer(&mut o, &[]), (0, ids(&["b", "c"])));
-        // A result with no echo before it (an interrupt before the CLI echoed): as before,
-        // it ends whatever ran.
-        o.sent("d");
-        o.sent("e");
+    }
+
+    #[test]
+    fn a_result_with_no_echo_from_a_process_that_echoes_answers_the_oldest() {
+        // 1.0.128 with "/cost" and "/foo" queued behind a prompt, then another prompt: the
+        // prompt's turn (echoed), a result for each slash command (no echo), the prompt.
+        let mut o = sent(&["a", "cost", "foo", "b"]);
+        assert!(o.echoed("a"));
+        assert_eq!(answer(&mut o, &[]), (3, ids(&["a"])));
+        assert_eq!(answer(&mut o, &[]), (2, ids(&["cost"])));
+        assert_eq!(answer(&mut o, &[]), (1, ids(&["foo"])));
+        assert!(o.echoed("b"));
+        assert_eq!(answer(&mut o, &[]), (0, ids(&["b"])));
+        // Nothing owed: a result with no echo names nothing.
         assert_eq!(answer(&mut o, &[]), (0, vec![]));
+    }
+
+    #[test]
+    fn before_any_echo_a_result_with_none_ends_whatever_ran() {
+        // 1.0.59 never echoes; a slash command first on a process that does, likewise.
+        let mut o = sent(&["cost", "a"]);
+        assert_eq!(answer(&mut o, &[]), (0, vec![]));
+        assert!(!o.taken_since_result());
+    }
+
+    #[test]
+    fn forgetting_ends_every_turn_to_come() {
+        let mut o = sent(&["a", "b"]);
+        o.output();
+        assert!(o.echoed("a"));
+        assert!(o.taken_since_result());
+        assert_eq!(answer(&mut o, &[]), (1, ids(&["a"])));
+        assert!(!o.taken_since_result());
+        assert_eq!(o.forget(), 1);
+        assert_eq!(o.turns(), 0);
+        let mut o = Owed::default();
+        o.output();
+        assert_eq!(o.forget(), 0);
+        assert_eq!(o.turns(), 0);
     }
 
     #[test]
