@@ -118,3 +118,58 @@ fn every_event_of_the_corpus_round_trips() {
     }
     assert!(n > 0);
 }
+
+/// What the engine's answer inference (`ostler-engine`, `actor/owed.rs`) relies on, on
+/// every recorded release: a slash command queued behind a running turn gets a result of
+/// its own, after the running turn's. A release whose results do not name the messages
+/// they answered does not echo the slash command (`--replay-user-messages`), so a result
+/// with no echo before it answers the oldest message still owed.
+#[test]
+fn a_queued_slash_command_gets_a_result_of_its_own_echoed_only_where_named() {
+    use serde_json::Value;
+    let mut checked = 0;
+    for path in recordings().into_iter().filter(|p| {
+        p.file_name()
+            .is_some_and(|n| n == "queued_slash_command.ndjson")
+    }) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut slash: Option<String> = None;
+        let mut results: Vec<Value> = Vec::new();
+        let mut echoed = false;
+        for line in text.lines().skip(1) {
+            let envelope: Value = serde_json::from_str(line).unwrap();
+            let Some(m) = envelope.get("line") else {
+                continue;
+            };
+            let uuid = m.get("uuid").and_then(Value::as_str);
+            match envelope["dir"].as_str() {
+                Some("ostler") if m["message"]["content"] == "/foo" => {
+                    slash = uuid.map(str::to_owned);
+                }
+                Some("cli") if m["type"] == "result" => results.push(m.clone()),
+                Some("cli") if m["type"] == "user" && uuid.is_some() => {
+                    echoed |= uuid == slash.as_deref();
+                }
+                _ => {}
+            }
+        }
+        let p = path.display();
+        let slash = slash.unwrap_or_else(|| panic!("{p}: no slash command written"));
+        assert_eq!(results.len(), 2, "{p}: a result each");
+        match results[1]
+            .get("user_message_uuids")
+            .and_then(Value::as_array)
+        {
+            Some(named) => assert!(
+                named.iter().any(|id| id == slash.as_str()),
+                "{p}: the second result names {named:?}, not the slash command"
+            ),
+            None => assert!(!echoed, "{p}: the slash command was echoed"),
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= 13,
+        "recordings of queued_slash_command: {checked}"
+    );
+}
