@@ -29,6 +29,7 @@
 //! max_live = 256                  # live CLI processes at most (the LRU idle one is suspended)
 //! idle_suspend_secs = 900          # suspend a session idle this long (0: never)
 //! live_wait_secs = 30              # at max_live with every session busy: wait, then fail
+//! queue_grace_secs = 30            # after a result, how long queued messages may take to start
 //! subscriber_buffer = 1024         # events a subscriber may fall behind the live stream
 //! allowed_roots = ["/home/me/src"]  # empty: any existing directory
 //! env_allow = ["MYCO_*", "EXTRA"] # more inherited variables passed to sessions
@@ -189,6 +190,10 @@ pub struct SessionsConfig {
     /// At `max_live` with every live session busy, a call waits this many seconds for one
     /// to become idle, then fails with RESOURCE_EXHAUSTED.
     pub live_wait_secs: u64,
+    /// After a result that leaves messages owed an answer, how many seconds the CLI has to
+    /// show it took the next (an echo, a turn's output); then they are taken as not queued
+    /// and the session settles (`IDLE`), so it is not left running for good. 1 to 3,600.
+    pub queue_grace_secs: u64,
     /// Events a subscriber may fall behind a session's live stream: one further behind
     /// continues from the store (stored events) and is told how many partial deltas it
     /// missed (the live-only buffer holds twice as many). More tolerates longer stalls of
@@ -236,6 +241,11 @@ const SESSION_ENV_PREFIX: &str = "OSTLER_SESSIONS__ENV__";
 /// subscriber) outweigh a session.
 const SUBSCRIBER_BUFFER: std::ops::RangeInclusive<u64> = 256..=65_536;
 
+/// `sessions.queue_grace_secs`: the range allowed (the default is 30). 0 would forget every
+/// queued message at the result before it; past an hour a session the CLI dropped a
+/// message of stays `RUNNING` (never idle-suspended) for most of a working session.
+const QUEUE_GRACE_SECS: std::ops::RangeInclusive<u64> = 1..=3_600;
+
 /// Most variables in `[sessions.env]`.
 const MAX_SESSION_ENV: usize = 256;
 /// Most bytes of one `NAME=VALUE` (Linux refuses a longer string at exec: `MAX_ARG_STRLEN`).
@@ -249,6 +259,7 @@ impl Default for SessionsConfig {
             max_live: 256,
             idle_suspend_secs: 900,
             live_wait_secs: 30,
+            queue_grace_secs: 30,
             subscriber_buffer: 1024,
             allowed_roots: Vec::new(),
             permission_expiry_secs: 0,
@@ -606,6 +617,14 @@ impl Config {
         }
         if self.sessions.max_live == 0 {
             bail!("sessions.max_live must be at least 1");
+        }
+        if !QUEUE_GRACE_SECS.contains(&self.sessions.queue_grace_secs) {
+            bail!(
+                "sessions.queue_grace_secs is {}; it must be from {} to {} seconds",
+                self.sessions.queue_grace_secs,
+                QUEUE_GRACE_SECS.start(),
+                QUEUE_GRACE_SECS.end()
+            );
         }
         let range = &SUBSCRIBER_BUFFER;
         if !range.contains(&self.sessions.subscriber_buffer) {
@@ -1031,6 +1050,14 @@ mod tests {
                 "store.busy_timeout_secs",
             ),
             (Box::new(|c| c.sessions.max_live = 0), "sessions.max_live"),
+            (
+                Box::new(|c| c.sessions.queue_grace_secs = 0),
+                "sessions.queue_grace_secs",
+            ),
+            (
+                Box::new(|c| c.sessions.queue_grace_secs = 86_400),
+                "sessions.queue_grace_secs",
+            ),
             (
                 Box::new(|c| c.sessions.subscriber_buffer = 100),
                 "sessions.subscriber_buffer",
