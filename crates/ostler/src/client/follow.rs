@@ -252,8 +252,7 @@ impl Follower {
         };
         let caught_up_at = session.last_seq;
         let state = session.state;
-        self.running |= state == pb::SessionState::Running as i32
-            || state == pb::SessionState::AwaitingPermission as i32;
+        self.running |= is_running(state);
         let mut pending: Vec<Pending> = Vec::new();
         let mut answered: std::collections::HashSet<String> = Default::default();
         let mut ctrl_presses = 0u32;
@@ -351,18 +350,24 @@ impl Follower {
                                     "the message was cancelled before the CLI answered it".into(),
                                 ));
                             }
-                            // Another TurnCompleted (not the end of what is followed)
-                            // leaves `running` as it is: a message queued behind that turn
-                            // keeps the session running (no state change comes), and a
-                            // session that goes idle says so in a StateChanged.
                             Some(Payload::TurnCompleted(t)) if until.ends_at(seq, &t) => {
                                 self.running = false;
                                 return Ok(Outcome::Turn(t));
                             }
+                            // Another live TurnCompleted (not the end of what is followed):
+                            // a message queued behind that turn keeps the session running
+                            // (no state change comes), or it goes idle, but its StateChanged
+                            // comes after the result. Asked now: the daemon moves the state
+                            // it reports before it publishes a result. (So a Ctrl-C after
+                            // "done" detaches, and one in the queued turn interrupts.)
+                            Some(Payload::TurnCompleted(_)) if seq > caught_up_at => {
+                                if let Some(state) = self.state_now().await {
+                                    self.running = is_running(state);
+                                }
+                            }
                             Some(Payload::StateChanged(s)) => {
                                 let to = s.to;
-                                self.running = to == pb::SessionState::Running as i32
-                                    || to == pb::SessionState::AwaitingPermission as i32;
+                                self.running = is_running(to);
                                 // A live stop/exit ends following (a replayed one does not),
                                 // unless (attach) the session is already live again: a
                                 // restarted daemon marks it resumable, then respawns it.
@@ -459,17 +464,19 @@ impl Follower {
 
     /// Whether the session is live right now.
     async fn live_now(&mut self) -> bool {
-        match self
-            .conn
+        self.state_now().await.is_some_and(|s| !is_dead(s))
+    }
+
+    /// The session's state right now (`None`: it could not be read).
+    async fn state_now(&mut self) -> Option<i32> {
+        self.conn
             .sessions
             .get_session(pb::GetSessionRequest {
                 session_id: self.session_id.clone(),
             })
             .await
-        {
-            Ok(s) => !is_dead(s.into_inner().state),
-            Err(_) => false,
-        }
+            .ok()
+            .map(|s| s.into_inner().state)
     }
 
     /// First press while a turn runs: send an interrupt (in the background, so that a
@@ -694,6 +701,12 @@ fn request_id(p: &Payload) -> String {
         Payload::ToolCallRequested(t) => t.request_id.clone(),
         _ => String::new(),
     }
+}
+
+/// A turn runs (or waits on a prompt): the first Ctrl-C interrupts it.
+fn is_running(state: i32) -> bool {
+    state == pb::SessionState::Running as i32
+        || state == pb::SessionState::AwaitingPermission as i32
 }
 
 fn is_dead(state: i32) -> bool {
