@@ -467,7 +467,7 @@ impl Actor {
 
     /// The state a live session is in given its pending interactions and turns.
     fn live_state(&self) -> SessionState {
-        if !self.pending.is_empty() || !self.hooks.is_empty() || !self.tool_calls.is_empty() {
+        if self.waits_on_a_client() {
             SessionState::AwaitingPermission
         } else if self.owed.turns() > 0 {
             SessionState::Running
@@ -953,18 +953,22 @@ impl Actor {
     fn quiet(&self) -> bool {
         !self.stop_requested
             && self.state == SessionState::Idle
-            && self.pending.is_empty()
-            && self.hooks.is_empty()
-            && self.tool_calls.is_empty()
+            && !self.waits_on_a_client()
             && self.owed.turns() == 0
             && self.bg_tasks.is_empty()
     }
 
     /// `queue_grace` after a result that left messages owed: unless the CLI showed since
     /// that it took the next one (a message sent, an echo, a turn's output), none is
-    /// queued there, and they are forgotten.
+    /// queued there, and they are forgotten. While the CLI waits on a client (a hook, a
+    /// permission, a tool call: a UserPromptSubmit hook comes before the echo of the
+    /// message it is for), the grace starts again.
     async fn no_next_turn(&mut self) {
         if self.turn_since_result || self.owed.taken_since_result() {
+            return;
+        }
+        if self.waits_on_a_client() {
+            self.next_turn_due = Some(Instant::now() + self.shared.opts.queue_grace);
             return;
         }
         let n = self.owed.forget();
@@ -978,6 +982,19 @@ impl Actor {
             grace.as_secs()
         )))
         .await;
+    }
+
+    /// The CLI waits for a client's answer (a permission or question, a hook, a tool call).
+    fn waits_on_a_client(&self) -> bool {
+        !self.pending.is_empty() || !self.hooks.is_empty() || !self.tool_calls.is_empty()
+    }
+
+    /// A question the CLI asked a client was closed (answered, expired or cancelled): the
+    /// grace it has to take the next message owed (if one is running) counts from now.
+    fn grace_again(&mut self) {
+        if self.next_turn_due.is_some() {
+            self.next_turn_due = Some(Instant::now() + self.shared.opts.queue_grace);
+        }
     }
 
     /// When the idle timer fires: `idle_suspend` after the last thing handled, while quiet.

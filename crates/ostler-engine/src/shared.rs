@@ -56,7 +56,8 @@ pub struct EngineOptions {
     /// After a result that leaves messages owed an answer, the CLI starts on the next at
     /// once (an echo, a turn's output). If nothing shows it did within this long, none is
     /// queued there: they are forgotten and the session settles (idle), so it is not left
-    /// running, never to be idle-suspended. (`sessions.queue_grace_secs`)
+    /// running, never to be idle-suspended. It starts again while the CLI waits on a
+    /// client and when a client answers it. (`sessions.queue_grace_secs`)
     pub queue_grace: Duration,
 }
 

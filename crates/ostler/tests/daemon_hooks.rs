@@ -4,7 +4,8 @@
 //! reason reaches the model; a UserPromptSubmit hook's additional context reaches the
 //! model; an unanswered hook takes its registration's default at expiry; a hook pending
 //! when the daemon is killed (-9) is answered with its default at the restart and the
-//! session resumes; a release that does not call hooks refuses CreateSession with hooks.
+//! session resumes; a release that does not call hooks refuses CreateSession with hooks;
+//! a queued message whose UserPromptSubmit hook a client answers late is not given up.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;
@@ -653,4 +654,172 @@ async fn client_lists_and_answers_a_hook() {
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
     assert!(!world.work.join("hooked.txt").exists());
     assert!(model_saw(&world, "CLIDENY from the terminal"));
+}
+
+const QUEUED_SCENARIO: &str = r#"
+[[model]]
+name = "first"
+when = { last_user_text_contains = "First question", messages_lack = "Second question" }
+hold_until = "go"
+blocks = [{ type = "text", text = "The first answer." }]
+
+[[model]]
+name = "second"
+when = { messages_contain = "Second question" }
+blocks = [{ type = "text", text = "The second answer." }]
+"#;
+
+fn took_none(e: &pb::SessionEvent) -> bool {
+    matches!(&e.payload, Some(P::StateChanged(s)) if s.reason.contains("took none"))
+}
+
+/// A message queued behind a running turn, whose UserPromptSubmit hook a client answers
+/// only after twice `sessions.queue_grace_secs`: the CLI asked the hook for it after the
+/// first turn's result and waits on the client, so the message is not forgotten. The
+/// session never goes IDLE between the first message and the answer to the second, and
+/// that answer's TurnCompleted names the second message.
+async fn a_queued_message_waits_on_its_hook_past_the_grace(release: &str) {
+    let world = World::with_scenario(release, QUEUED_SCENARIO).await;
+    let grace = ostler_testkit::timeouts::secs(1).as_secs().max(1);
+    let grace_env = grace.to_string();
+    let daemon = world
+        .daemon_with_env(&[], &[("OSTLER_SESSIONS__QUEUE_GRACE_SECS", &grace_env)])
+        .await;
+    let mut c = daemon.sessions().await;
+    let s = create_with_hooks(
+        &mut c,
+        &world,
+        vec![pb::HookRegistration {
+            id: "prompt".into(),
+            event: "UserPromptSubmit".into(),
+            timeout_secs: 600,
+            ..Default::default()
+        }],
+    )
+    .await
+    .unwrap();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    let continue_hook = |request_id: &str| {
+        as_client(
+            "c",
+            pb::RespondToHookRequest {
+                session_id: s.id.clone(),
+                request_id: request_id.into(),
+                decision: pb::HookDecision::Continue as i32,
+                ..Default::default()
+            },
+        )
+    };
+
+    send(&mut c, &s.id, "First question.").await;
+    let ev = read_until(&mut events, &mut seen, "the first prompt's hook", |e| {
+        hook_requested(e).is_some()
+    })
+    .await;
+    let first_hook = hook_requested(&ev).unwrap().request_id.clone();
+    c.respond_to_hook(continue_hook(&first_hook)).await.unwrap();
+    let asked = world.fake.requests().len();
+    while !world
+        .fake
+        .requests()
+        .iter()
+        .any(|r| r.rule_name.as_deref() == Some("first"))
+    {
+        assert!(
+            world.fake.wait_for_requests(asked + 1, guard()).await > asked,
+            "the first turn never asked the model"
+        );
+    }
+    let second_id = c
+        .send_message(as_client(
+            "sender",
+            pb::SendMessageRequest {
+                session_id: s.id.clone(),
+                content: text("Second question."),
+                client_message_id: String::new(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .message_id;
+    world.fake.signal("go");
+    read_until(
+        &mut events,
+        &mut seen,
+        "the first answer",
+        is_turn_completed,
+    )
+    .await;
+    let ev = read_until(&mut events, &mut seen, "the queued prompt's hook", |e| {
+        hook_requested(e).is_some_and(|h| h.request_id != first_hook)
+    })
+    .await;
+    let h = hook_requested(&ev).unwrap().clone();
+    assert!(h.input_json.contains("Second question"), "{}", h.input_json);
+    // The client takes twice the grace to answer; the session must not give the message up.
+    let hold = std::time::Duration::from_secs(2 * grace);
+    let gave_up = tokio::time::timeout(hold, async {
+        loop {
+            match events.message().await {
+                Ok(Some(e)) => {
+                    let stop = took_none(&e);
+                    seen.push(e);
+                    if stop {
+                        return;
+                    }
+                }
+                other => panic!("the stream ended while the hook was pending: {other:?}"),
+            }
+        }
+    })
+    .await;
+    assert!(
+        gave_up.is_err(),
+        "{release}: the queued message was forgotten while its hook waited: {:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    c.respond_to_hook(continue_hook(&h.request_id))
+        .await
+        .unwrap();
+    let ev = read_until(
+        &mut events,
+        &mut seen,
+        "the second answer",
+        is_turn_completed,
+    )
+    .await;
+    let Some(P::TurnCompleted(done)) = &ev.payload else {
+        unreachable!()
+    };
+    assert_eq!(done.result, "The second answer.", "{release}");
+    assert!(
+        done.user_message_ids.contains(&second_id),
+        "{release}: {:?} does not name {second_id}",
+        done.user_message_ids
+    );
+    let first_send = seen
+        .iter()
+        .position(|e| matches!(&e.payload, Some(P::UserMessage(_))))
+        .unwrap();
+    let idle = seen[first_send..].iter().find(|e| {
+        matches!(&e.payload, Some(P::StateChanged(x)) if x.to() == pb::SessionState::Idle)
+            || took_none(e)
+    });
+    assert!(
+        idle.is_none(),
+        "{release}: the session went idle before the queued message's answer: {:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queued_message_waits_on_its_hook_past_the_grace_2_1_330() {
+    a_queued_message_waits_on_its_hook_past_the_grace(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queued_message_waits_on_its_hook_past_the_grace_2_0_77() {
+    a_queued_message_waits_on_its_hook_past_the_grace(V2_0).await;
 }

@@ -238,6 +238,7 @@ impl Actor {
     }
 
     fn remove_hook(&mut self, request_id: &str) -> Option<PendingHook> {
+        self.grace_again();
         let p = self.hooks.remove(request_id);
         self.show(|v| {
             v.pending.remove(request_id);

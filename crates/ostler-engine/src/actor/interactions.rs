@@ -287,6 +287,7 @@ impl Actor {
     }
 
     pub(super) fn remove_pending(&mut self, request_id: &str) -> Option<Pending> {
+        self.grace_again();
         let p = self.pending.remove(request_id);
         self.show(|v| {
             v.pending.remove(request_id);

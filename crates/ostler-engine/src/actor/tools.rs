@@ -141,6 +141,7 @@ impl Actor {
     }
 
     fn remove_tool_call(&mut self, request_id: &str) -> Option<PendingToolCall> {
+        self.grace_again();
         let p = self.tool_calls.remove(request_id);
         self.show(|v| {
             v.pending.remove(request_id);
