@@ -68,6 +68,7 @@ async fn session_environment_passes_credentials_and_config_and_scrubs_the_rest()
     let daemon = Daemon::spawn(cmd, &world, ready, &[]).await;
     let mut c = daemon.sessions().await;
     let session = create_session(&mut c, &world.work, "env-test").await;
+    settled(&mut c, &session).await;
 
     let kids = children(daemon.pid());
     assert_eq!(kids.len(), 1, "one CLI process under the daemon: {kids:?}");

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use common::grpc::*;
 use common::*;
 use ostler_proto::v1 as pb;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
 use tonic::Code;
+use tonic::transport::Channel;
 
 fn nul_separated(path: String) -> Vec<String> {
     std::fs::read(path)
@@ -25,8 +27,14 @@ fn nul_separated(path: String) -> Vec<String> {
         .collect()
 }
 
-/// The one CLI process of the daemon: its argv and environment.
-fn the_cli(daemon: &Daemon) -> (Vec<String>, BTreeMap<String, String>) {
+/// The one CLI process of the daemon (`session` just created or resumed): its argv and
+/// environment, read once the session settled (see [`settled`]).
+async fn the_cli(
+    daemon: &Daemon,
+    c: &mut SessionServiceClient<Channel>,
+    session: &pb::Session,
+) -> (Vec<String>, BTreeMap<String, String>) {
+    settled(c, session).await;
     let kids = children(daemon.pid());
     assert_eq!(kids.len(), 1, "one CLI process under the daemon: {kids:?}");
     let argv = nul_separated(format!("/proc/{}/cmdline", kids[0]));
@@ -108,7 +116,7 @@ async fn options_reach_the_cli(release: &str) {
         .unwrap_or_else(|s| panic!("{release}: create: {s:?}"))
         .into_inner();
 
-    let (argv, env) = the_cli(&daemon);
+    let (argv, env) = the_cli(&daemon, &mut c, &session).await;
     let show = argv.join(" ");
     assert_eq!(value_of(&argv, "--system-prompt"), Some(SYSTEM), "{show}");
     assert_eq!(value_of(&argv, "--append-system-prompt"), Some(APPENDED));
@@ -194,14 +202,16 @@ async fn options_reach_the_cli(release: &str) {
     })
     .await
     .unwrap();
-    c.resume_session(pb::ResumeSessionRequest {
-        session_id: session.id.clone(),
-        fresh_conversation_if_missing: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let (again, env) = the_cli(&daemon);
+    let resumed = c
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: session.id.clone(),
+            fresh_conversation_if_missing: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (again, env) = the_cli(&daemon, &mut c, &resumed).await;
     for flag in [
         "--system-prompt",
         "--append-system-prompt",

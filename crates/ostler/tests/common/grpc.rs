@@ -317,6 +317,22 @@ pub async fn create_session(
     .into_inner()
 }
 
+/// Waits until `session` (as CreateSession or ResumeSession returned it) is idle: its CLI
+/// answered `initialize`. Before that, `/proc/<pid>` of the CLI may be read inside the
+/// `execve` from `env` to `node` (the CLI's shebang), where `cmdline` and `environ` read
+/// empty.
+pub async fn settled(c: &mut SessionServiceClient<Channel>, session: &pb::Session) {
+    if session.state() == pb::SessionState::Idle {
+        return;
+    }
+    let mut events = subscribe(c, &session.id, session.last_seq, false).await;
+    read_until(&mut events, &mut Vec::new(), "the CLI to settle", |e| {
+        matches!(&e.payload, Some(pb::session_event::Payload::StateChanged(s))
+            if s.to() == pb::SessionState::Idle)
+    })
+    .await;
+}
+
 pub async fn send(c: &mut SessionServiceClient<Channel>, session_id: &str, t: &str) -> u64 {
     c.send_message(as_client(
         "sender",
