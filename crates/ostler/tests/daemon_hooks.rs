@@ -719,18 +719,7 @@ async fn a_queued_message_waits_on_its_hook_past_the_grace(release: &str) {
     .await;
     let first_hook = hook_requested(&ev).unwrap().request_id.clone();
     c.respond_to_hook(continue_hook(&first_hook)).await.unwrap();
-    let asked = world.fake.requests().len();
-    while !world
-        .fake
-        .requests()
-        .iter()
-        .any(|r| r.rule_name.as_deref() == Some("first"))
-    {
-        assert!(
-            world.fake.wait_for_requests(asked + 1, guard()).await > asked,
-            "the first turn never asked the model"
-        );
-    }
+    await_model_request(&world.fake, "first").await;
     let second_id = c
         .send_message(as_client(
             "sender",

@@ -121,18 +121,8 @@ impl Served {
 
     /// Blocks until the fake model got a request answered by its rule named `rule`.
     pub fn await_model_request(&self, rule: &str) {
-        self._rt.block_on(async {
-            let deadline = tokio::time::Instant::now() + super::guard();
-            loop {
-                let log = self.fake.requests();
-                if log.iter().any(|r| r.rule_name.as_deref() == Some(rule)) {
-                    return;
-                }
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                assert!(!left.is_zero(), "no model request for rule {rule:?}");
-                self.fake.wait_for_requests(log.len() + 1, left).await;
-            }
-        });
+        self._rt
+            .block_on(super::await_model_request(&self.fake, rule));
     }
 
     /// Whether any request to the fake model carried `text` in its messages.

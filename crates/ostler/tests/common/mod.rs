@@ -40,6 +40,20 @@ pub fn guard() -> Duration {
     ostler_testkit::timeouts::guard()
 }
 
+/// Waits until the fake model got a request answered by its rule named `rule`.
+pub async fn await_model_request(fake: &FakeModelServer, rule: &str) {
+    let deadline = tokio::time::Instant::now() + guard();
+    loop {
+        let log = fake.requests();
+        if log.iter().any(|r| r.rule_name.as_deref() == Some(rule)) {
+            return;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(!left.is_zero(), "no model request for rule {rule:?}");
+        fake.wait_for_requests(log.len() + 1, left).await;
+    }
+}
+
 /// The `claude` binary of a pinned release, from the test kit's cache (installed with npm
 /// when missing).
 pub fn claude_binary(version: &str) -> PathBuf {
