@@ -54,10 +54,11 @@ pub struct EngineOptions {
     /// How long a call that needs a live-session slot waits when every live session is busy.
     pub live_wait: Duration,
     /// After a result that leaves messages owed an answer, the CLI starts on the next at
-    /// once (an echo, a turn's output). If nothing shows it did within this long, none is
-    /// queued there: they are forgotten and the session settles (idle), so it is not left
-    /// running, never to be idle-suspended. It starts again while the CLI waits on a
-    /// client and when a client answers it. (`sessions.queue_grace_secs`)
+    /// once (an echo, a turn's output, its lifecycle `started`). If nothing shows it did
+    /// within this long, none is queued there: they are forgotten and the session settles
+    /// (idle), so it is not left running, never to be idle-suspended. It starts again
+    /// while the CLI waits on a client and when a client answers it.
+    /// (`sessions.queue_grace_secs`)
     pub queue_grace: Duration,
 }
 

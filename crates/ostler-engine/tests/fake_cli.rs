@@ -924,3 +924,73 @@ async fn a_message_the_cli_never_takes_after_a_result_is_forgotten() {
     assert_eq!(info.state, SessionState::Idle);
     fake.engine.shutdown().await;
 }
+
+/// Names its answers and says when it starts on each message (like 2.1.330 and later).
+/// While answering `first` it reads the next message; after `first`'s result it says it
+/// started on that one, then takes 2 s before it echoes and answers it (as the real CLI
+/// does while the message's UserPromptSubmit hooks run, or other work before the turn).
+const STARTS_THEN_TAKES_A_WHILE: &str = r#"
+echo '{"type":"system","subtype":"init","session_id":"fake-6","model":"fake-model","cwd":"/","tools":[]}'
+uuid() { printf '%s\n' "$1" | sed -n 's/.*"uuid":"\([^"]*\)".*/\1/p'; }
+while IFS= read -r line; do
+  case "$line" in
+    *'"type":"user"'*) case "$line" in *first*) ;; *) continue ;; esac
+      u=$(uuid "$line")
+      IFS= read -r next
+      n=$(uuid "$next")
+      echo "{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"first\"},\"session_id\":\"fake-6\",\"uuid\":\"$u\",\"isReplay\":true}"
+      echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"duration_ms\":1,\"num_turns\":1,\"result\":\"answered first\",\"session_id\":\"fake-6\",\"user_message_uuids\":[\"$u\"]}"
+      echo "{\"type\":\"command_lifecycle\",\"command_uuid\":\"$u\",\"state\":\"completed\",\"uuid\":\"l-1\",\"session_id\":\"fake-6\"}"
+      echo "{\"type\":\"command_lifecycle\",\"command_uuid\":\"$n\",\"state\":\"started\",\"uuid\":\"l-2\",\"session_id\":\"fake-6\"}"
+      sleep 2
+      echo "{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"second\"},\"session_id\":\"fake-6\",\"uuid\":\"$n\",\"isReplay\":true}"
+      echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"duration_ms\":1,\"num_turns\":1,\"result\":\"answered second\",\"session_id\":\"fake-6\",\"user_message_uuids\":[\"$n\"]}"
+      echo "{\"type\":\"command_lifecycle\",\"command_uuid\":\"$n\",\"state\":\"completed\",\"uuid\":\"l-3\",\"session_id\":\"fake-6\"}"
+      ;;
+  esac
+done
+"#;
+
+/// A queued message the CLI says it started on after a result is taken: it is not
+/// forgotten however long the CLI takes to echo it (`queue_grace` far shorter here), and
+/// the session stays running until its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_cli_started_on_is_not_forgotten_while_it_prepares_the_turn() {
+    let fake = Fake::start_with(STARTS_THEN_TAKES_A_WHILE, |o| {
+        o.queue_grace = Duration::from_millis(200);
+    })
+    .await;
+    let s = fake.session(Some("first")).await;
+    let mut sub = fake.follow(&s.id).await;
+    let sent = send_with_id(&fake, &s.id, "second".into(), "m-1")
+        .await
+        .unwrap()
+        .unwrap();
+    let second = sent.message_id.expect("the wire id");
+    // Idle is fine before the first message (the session's start), never after it.
+    let sent_any = std::cell::Cell::new(false);
+    let went_idle = std::cell::Cell::new(None);
+    let answer = until(&mut sub, |e| match &e.payload {
+        EventPayload::UserMessage(_) => {
+            sent_any.set(true);
+            false
+        }
+        EventPayload::StateChanged(c) if c.to == SessionState::Idle && sent_any.get() => {
+            went_idle.set(Some((e.seq, c.reason.clone())));
+            false
+        }
+        EventPayload::TurnCompleted(r) => r.user_message_uuids.contains(&second),
+        _ => false,
+    })
+    .await;
+    let EventPayload::TurnCompleted(r) = &answer.payload else {
+        unreachable!()
+    };
+    assert_eq!(r.result.as_deref(), Some("answered second"));
+    assert_eq!(
+        went_idle.take(),
+        None,
+        "idle while the CLI prepared the queued turn"
+    );
+    fake.engine.shutdown().await;
+}

@@ -126,11 +126,14 @@ impl Actor {
                         // Withdrawn, or done with although no result named it (after a
                         // result, before the next turn's output: a message the CLI consumed
                         // without a turn of its own must not keep the session running).
-                        if let Some(proto::NoticeDetail::MessageLifecycle(l)) = &n.detail
-                            && (l.state == "cancelled"
-                                || (l.state == "completed" && !self.turn_since_result))
-                        {
-                            self.owed.withdrawn(&l.message_id);
+                        if let Some(proto::NoticeDetail::MessageLifecycle(l)) = &n.detail {
+                            if l.state == "cancelled"
+                                || (l.state == "completed" && !self.turn_since_result)
+                            {
+                                self.owed.withdrawn(&l.message_id);
+                            } else if l.state == "started" {
+                                self.owed.started(&l.message_id);
+                            }
                         }
                         EventPayload::SystemNotice(n)
                     }

@@ -12,6 +12,9 @@
 //! of its own and echo none), the oldest owed. From a process that never echoed (1.0.59,
 //! or before its first echo), a result ends whatever ran.
 //!
+//! After a result, an echo or the lifecycle `started` of a message owed shows the CLI took
+//! it (the actor's `queue_grace` waits for one of them, or a turn's output).
+//!
 //! It is also the session's count of turns still to come (what keeps it RUNNING): the
 //! messages owed, plus a turn the CLI runs that no message is owed for (its output came
 //! with none owed: a turn of its own, or the answer to a message whose echo it never sent).
@@ -37,6 +40,9 @@ pub(super) struct Owed {
     unowed_turn: bool,
     /// This process echoes the messages it takes into a turn (one was seen).
     echoes: bool,
+    /// The CLI said it started on a message owed (lifecycle `started`, 2.1.330 and later)
+    /// since its last result.
+    started: bool,
 }
 
 impl Owed {
@@ -79,9 +85,19 @@ impl Owed {
         true
     }
 
-    /// Whether the CLI echoed a message since its last result (it took one into a turn).
+    /// The CLI says it started on `message_id` (lifecycle `started`): if that is owed, the
+    /// CLI took it, as its echo (which may come much later: after the message's
+    /// UserPromptSubmit hooks) would show.
+    pub(super) fn started(&mut self, message_id: &str) {
+        if self.unanswered.iter().any(|m| m == message_id) {
+            self.started = true;
+        }
+    }
+
+    /// Whether the CLI took a message into a turn since its last result (it echoed it or
+    /// said it started on it).
     pub(super) fn taken_since_result(&self) -> bool {
-        !self.taken.is_empty()
+        !self.taken.is_empty() || self.started
     }
 
     /// Forgets every message owed (and a turn of the CLI's own): none is coming. Returns
@@ -118,6 +134,7 @@ impl Owed {
         let taken = std::mem::take(&mut self.taken);
         let mut inferred = Vec::new();
         self.unowed_turn = false;
+        self.started = false;
         if !named.is_empty() {
             self.names_answers = true;
             self.drain_through(named);
@@ -243,6 +260,20 @@ mod tests {
         // 1.0.59 never echoes; a slash command first on a process that does, likewise.
         let mut o = sent(&["cost", "a"]);
         assert_eq!(answer(&mut o, &[]), (0, vec![]));
+        assert!(!o.taken_since_result());
+    }
+
+    #[test]
+    fn a_message_the_cli_says_it_started_is_taken_until_the_next_result() {
+        let mut o = sent(&["a", "b"]);
+        assert_eq!(answer(&mut o, &ids(&["a"])).0, 1);
+        o.started("not-sent");
+        o.started("a");
+        assert!(!o.taken_since_result(), "only a message still owed counts");
+        o.started("b");
+        assert!(o.taken_since_result());
+        // It says nothing of what a result answered.
+        assert_eq!(answer(&mut o, &ids(&["b"])), (0, vec![]));
         assert!(!o.taken_since_result());
     }
 
