@@ -959,10 +959,10 @@ impl Actor {
     }
 
     /// `queue_grace` after a result that left messages owed: unless the CLI showed since
-    /// that it took the next one (a message sent, an echo, a turn's output), none is
-    /// queued there, and they are forgotten. While the CLI waits on a client (a hook, a
-    /// permission, a tool call: a UserPromptSubmit hook comes before the echo of the
-    /// message it is for), the grace starts again.
+    /// that it took the next one (a message sent, an echo or lifecycle `started`, a turn's
+    /// output), none is queued there, and they are forgotten. While the CLI waits on a
+    /// client (a hook, a permission, a tool call: a UserPromptSubmit hook comes before the
+    /// echo of the message it is for), the grace starts again.
     async fn no_next_turn(&mut self) {
         if self.turn_since_result || self.owed.taken_since_result() {
             return;
