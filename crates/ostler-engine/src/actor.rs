@@ -968,7 +968,7 @@ impl Actor {
             return;
         }
         if self.waits_on_a_client() {
-            self.next_turn_due = Some(Instant::now() + self.shared.opts.queue_grace);
+            self.start_grace();
             return;
         }
         let n = self.owed.forget();
@@ -989,11 +989,16 @@ impl Actor {
         !self.pending.is_empty() || !self.hooks.is_empty() || !self.tool_calls.is_empty()
     }
 
+    /// The CLI has `queue_grace` from now to show it took the next message owed.
+    pub(super) fn start_grace(&mut self) {
+        self.next_turn_due = Some(Instant::now() + self.shared.opts.queue_grace);
+    }
+
     /// A question the CLI asked a client was closed (answered, expired or cancelled): the
     /// grace it has to take the next message owed (if one is running) counts from now.
     fn grace_again(&mut self) {
         if self.next_turn_due.is_some() {
-            self.next_turn_due = Some(Instant::now() + self.shared.opts.queue_grace);
+            self.start_grace();
         }
     }
 

@@ -191,9 +191,9 @@ pub struct SessionsConfig {
     /// to become idle, then fails with RESOURCE_EXHAUSTED.
     pub live_wait_secs: u64,
     /// After a result that leaves messages owed an answer, how many seconds the CLI has to
-    /// show it took the next (an echo, a turn's output), not counting time it waits on a
-    /// client (a hook); then they are taken as not queued and the session settles
-    /// (`IDLE`), so it is not left running for good. 1 to 3,600.
+    /// show it took the next (an echo, a turn's output, its lifecycle `started`), not
+    /// counting time it waits on a client (a hook); then they are taken as not queued and
+    /// the session settles (`IDLE`), so it is not left running for good. 1 to 3,600.
     pub queue_grace_secs: u64,
     /// Events a subscriber may fall behind a session's live stream: one further behind
     /// continues from the store (stored events) and is told how many partial deltas it

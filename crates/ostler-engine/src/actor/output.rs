@@ -17,7 +17,6 @@ use ostler_store::{InteractionState, SessionPatch, TurnUsage};
 use ostler_supervisor::{Line, Responder};
 
 use std::sync::Arc;
-use tokio::time::Instant;
 
 use super::Actor;
 use crate::hub::{InFlight, Item, now_ms};
@@ -180,7 +179,7 @@ impl Actor {
         }
         if !results.is_empty() && self.owed.turns() > 0 {
             // Messages still owed after a result: the CLI should take the next at once.
-            self.next_turn_due = Some(Instant::now() + self.shared.opts.queue_grace);
+            self.start_grace();
         }
         let turns_changed = self.owed.turns() != turns_before;
         if !items.is_empty() || turns_changed {
