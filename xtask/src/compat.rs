@@ -440,7 +440,8 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
                         Some("mcp_message") => {
                             let name = v["request"]["server_name"].as_str().unwrap_or("");
                             let mcp = match sdk_mcp::handle(&decl, name, &v["request"]["message"]) {
-                                sdk_mcp::Handled::Respond(r) => r,
+                                sdk_mcp::Handled::Respond(r)
+                                | sdk_mcp::Handled::Cancelled { answer: r, .. } => r,
                                 sdk_mcp::Handled::Call(c) => sdk_mcp::call_result(
                                     &c.id,
                                     &[sdk_mcp::Content::Text {

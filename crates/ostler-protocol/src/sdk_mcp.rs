@@ -9,6 +9,10 @@
 //! all), `notifications/initialized` (a control request too: it gets an empty answer),
 //! `tools/list`, then `tools/call` with `{"name", "arguments", "_meta":
 //! {"claudecode/toolUseId"}}` per model tool use. 2.0.77 runs the handshake twice.
+//! A call the CLI gives up on (an interrupt, or its own `MCP_TOOL_TIMEOUT`) is withdrawn by
+//! a `notifications/cancelled` `{"requestId": <the call's id>, "reason"}` in a further
+//! `mcp_message`, not by a `control_cancel_request` (measured on 1.0.128, 2.0.77, 2.1.121
+//! and 2.1.332); the CLI goes on without the answer.
 //!
 //! Pure logic, no I/O: [`handle`] answers everything from the declaration except
 //! `tools/call` of a declared tool, which it hands back as a [`ToolCall`] for the owner to
@@ -64,6 +68,16 @@ pub enum Handled {
     Respond(Value),
     /// A tool call for a client.
     Call(ToolCall),
+    /// The CLI withdrew the call with JSON-RPC id `rpc_id` on `server`
+    /// (`notifications/cancelled`): answer the notification with `answer`, and close the
+    /// call without waiting for a client.
+    Cancelled {
+        answer: Value,
+        server: String,
+        rpc_id: Value,
+        /// The CLI's reason, at most 200 characters (empty when it gave none).
+        reason: String,
+    },
 }
 
 /// One content block of a tool's result.
@@ -181,8 +195,27 @@ pub fn handle(servers: &[ToolServerDecl], server_name: &str, message: &Value) ->
                 tool_use_id,
             })
         }
-        // Notifications (`notifications/initialized`, `notifications/cancelled`, ...) carry
-        // no id; the control request still wants an answer.
+        "notifications/cancelled" => {
+            let params = message.get("params");
+            match params.and_then(|p| p.get("requestId")) {
+                Some(rpc_id) if !rpc_id.is_null() => Handled::Cancelled {
+                    answer: ok(&id, json!({})),
+                    server: server.name.clone(),
+                    rpc_id: rpc_id.clone(),
+                    reason: clip_to(
+                        params
+                            .and_then(|p| p.get("reason"))
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                        200,
+                    )
+                    .to_owned(),
+                },
+                _ => Handled::Respond(ok(&id, json!({}))),
+            }
+        }
+        // Other notifications (`notifications/initialized`, ...) carry no id; the control
+        // request still wants an answer.
         m if m.starts_with("notifications/") => Handled::Respond(ok(&id, json!({}))),
         other => Handled::Respond(error(
             &id,
@@ -205,7 +238,12 @@ pub fn control_body(mcp_response: Value) -> Value {
 
 /// At most 100 characters of a name taken from the CLI, for messages.
 fn clip(s: &str) -> &str {
-    match s.char_indices().nth(100) {
+    clip_to(s, 100)
+}
+
+/// At most `n` characters of `s`.
+fn clip_to(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
         Some((i, _)) => &s[..i],
         None => s,
     }
@@ -238,7 +276,7 @@ mod tests {
     fn respond(h: Handled) -> Value {
         match h {
             Handled::Respond(v) => v,
-            Handled::Call(c) => panic!("expected an answer, got a call {c:?}"),
+            other => panic!("expected an answer, got {other:?}"),
         }
     }
 
@@ -305,6 +343,58 @@ mod tests {
             r,
             json!({"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"open"}],"isError":false}})
         );
+    }
+
+    #[test]
+    fn a_cancelled_notification_names_the_call_it_withdraws() {
+        let s = servers();
+        // As 2.1.332 writes it after its own MCP_TOOL_TIMEOUT.
+        let h = handle(
+            &s,
+            "tickets",
+            &json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+                "params":{"requestId":2,"reason":"McpError: MCP error -32001: Request timed out"}}),
+        );
+        let Handled::Cancelled {
+            answer,
+            server,
+            rpc_id,
+            reason,
+        } = h
+        else {
+            panic!("expected a cancellation: {h:?}")
+        };
+        assert_eq!(server, "tickets");
+        assert_eq!(rpc_id, json!(2));
+        assert_eq!(reason, "McpError: MCP error -32001: Request timed out");
+        assert!(answer.get("error").is_none(), "{answer}");
+        // A string id, a reason of any length (clipped), no reason.
+        let long = "x".repeat(5000);
+        let Handled::Cancelled { rpc_id, reason, .. } = handle(
+            &s,
+            "tickets",
+            &json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+                "params":{"requestId":"c-9","reason":long}}),
+        ) else {
+            panic!("expected a cancellation")
+        };
+        assert_eq!(rpc_id, json!("c-9"));
+        assert_eq!(reason.len(), 200);
+        let Handled::Cancelled { reason, .. } = handle(
+            &s,
+            "tickets",
+            &json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}),
+        ) else {
+            panic!("expected a cancellation")
+        };
+        assert_eq!(reason, "");
+        // Without a request id it names nothing: answered, nothing else.
+        let note = respond(handle(
+            &s,
+            "tickets",
+            &json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{}}),
+        ));
+        assert!(note.get("error").is_none());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! clients see, the second client's answer wins and reaches the model, the first client's
 //! late answer is refused; error results; expiry gives the CLI an error result and the turn
 //! goes on; kill -9 with a call pending resolves it with an error result (`restart`) and
-//! the resumed session goes on; a release without SDK MCP servers (1.0.59) refuses
+//! the resumed session goes on; a call the CLI gives up on (its own MCP timeout, an
+//! interrupt) is closed at once by `cli`; a release without SDK MCP servers (1.0.59) refuses
 //! CreateSession with tool_servers at once.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 #![allow(clippy::disallowed_methods)] // runs the ostler binary under test as a client
@@ -459,6 +460,144 @@ async fn expiry_2_1_330() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn expiry_2_0_77() {
     expiry(OLDEST_2_0).await;
+}
+
+/// How the CLI gives up on a tool call in [`withdrawn_by_the_cli`].
+#[derive(Clone, Copy)]
+enum GivesUp {
+    /// Its own `MCP_TOOL_TIMEOUT` (set in the session's environment): the turn goes on.
+    Timeout,
+    /// A client's `Interrupt`: the turn ends.
+    Interrupt,
+}
+
+/// The CLI withdraws a pending call with an MCP `notifications/cancelled` (not a
+/// `control_cancel_request`): the call is closed at once by `cli`, before the turn ends,
+/// not left for a client to answer into nothing.
+async fn withdrawn_by_the_cli(release: &str, how: GivesUp) {
+    let world = world(release).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let mut env = std::collections::HashMap::new();
+    if let GivesUp::Timeout = how {
+        env.insert("MCP_TOOL_TIMEOUT".to_owned(), "1000".to_owned());
+    }
+    // Far longer than the test: only the CLI can close the call.
+    let s = c
+        .create_session(as_client(
+            "creator",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                allowed_tools: vec!["mcp__tickets__lookup_ticket".into()],
+                tool_servers: vec![tickets(3600)],
+                env,
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Look up ticket T-7").await;
+    let call = await_call(&mut events, &mut seen).await;
+    if let GivesUp::Interrupt = how {
+        c.interrupt(pb::InterruptRequest {
+            session_id: s.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let ev = read_until(
+        &mut events,
+        &mut seen,
+        "the call closed or the turn ended",
+        |e| matches!(e.payload, Some(P::ToolCallResolved(_))) || is_turn_completed(e),
+    )
+    .await;
+    let Some(P::ToolCallResolved(r)) = ev.payload else {
+        panic!(
+            "the turn ended with the call still pending: {:?}",
+            seen.iter().map(describe).collect::<Vec<_>>()
+        )
+    };
+    assert_eq!(r.request_id, call.request_id);
+    assert_eq!(r.resolution(), pb::Resolution::Cancelled);
+    assert_eq!(r.resolved_by, "cli");
+    assert!(r.is_error);
+    let why: Vec<&str> = r
+        .content
+        .iter()
+        .filter_map(|b| match &b.block {
+            Some(pb::tool_content::Block::Text(t)) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        why.iter().any(|t| t.contains("withdrawn by the CLI")),
+        "{why:?}"
+    );
+    // Nothing is left for a client to answer.
+    let pending = c
+        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .interactions;
+    assert!(pending.is_empty(), "{pending:?}");
+    let late = c
+        .respond_to_tool_call(pb::RespondToToolCallRequest {
+            session_id: s.id.clone(),
+            request_id: call.request_id.clone(),
+            content: vec![text_block("late")],
+            is_error: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+    if let GivesUp::Timeout = how {
+        read_until(&mut events, &mut seen, "the turn goes on", |e| {
+            assistant_text(e) == Some("Ticket handled.")
+        })
+        .await;
+        let (content, is_error) =
+            tool_result_seen(&world).expect("the model got the CLI's own error result");
+        assert!(content.contains("timed out"), "{content}");
+        assert!(is_error);
+    }
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+    // Closed once: the turn's end found nothing more to close.
+    let closed = seen
+        .iter()
+        .filter(|e| matches!(e.payload, Some(P::ToolCallResolved(_))))
+        .count();
+    assert_eq!(
+        closed,
+        1,
+        "{:?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn withdrawn_by_the_cli_on_its_timeout_2_1_330() {
+    withdrawn_by_the_cli(NEW, GivesUp::Timeout).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn withdrawn_by_the_cli_on_its_timeout_2_0_77() {
+    withdrawn_by_the_cli(OLDEST_2_0, GivesUp::Timeout).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn withdrawn_by_the_cli_on_an_interrupt_2_1_330() {
+    withdrawn_by_the_cli(NEW, GivesUp::Interrupt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn withdrawn_by_the_cli_on_an_interrupt_2_0_77() {
+    withdrawn_by_the_cli(OLDEST_2_0, GivesUp::Interrupt).await;
 }
 
 /// kill -9 of the daemon with a tool call pending; the new daemon resolves it with an

@@ -22,6 +22,8 @@ use crate::types::*;
 
 /// A tool call waiting for a client.
 pub(super) struct PendingToolCall {
+    /// The tool server and the JSON-RPC id the CLI called it with.
+    server: String,
     rpc_id: Value,
     responder: Responder,
     pub(super) deadline: Instant,
@@ -43,6 +45,16 @@ impl Actor {
         let call = match sdk_mcp::handle(&self.tool_servers, server, &message) {
             Handled::Respond(v) => {
                 let _ = responder.respond(ResponseBody::Success(sdk_mcp::control_body(v)));
+                return;
+            }
+            Handled::Cancelled {
+                answer,
+                server,
+                rpc_id,
+                reason,
+            } => {
+                let _ = responder.respond(ResponseBody::Success(sdk_mcp::control_body(answer)));
+                self.tool_call_withdrawn(&server, &rpc_id, &reason).await;
                 return;
             }
             Handled::Call(c) => c,
@@ -81,6 +93,7 @@ impl Actor {
             ts_ms: now_ms(),
         };
         let pending = PendingToolCall {
+            server: call.server,
             rpc_id: call.id,
             responder,
             deadline: Instant::now() + after,
@@ -213,6 +226,27 @@ impl Actor {
                 tracing::warn!(session = %self.sid(), request_id = %id, error = %e, "cannot expire tool call");
             }
         }
+        self.settle_state(None).await;
+    }
+
+    /// The CLI gave up on the call with JSON-RPC id `rpc_id` to `server` (an interrupt, or
+    /// its own `MCP_TOOL_TIMEOUT`) and goes on without it: closed at once, by `cli`, so that
+    /// no client answers a call nobody waits for and the session does not show a wait the
+    /// CLI no longer has. A call already closed is left as it is.
+    async fn tool_call_withdrawn(&mut self, server: &str, rpc_id: &Value, reason: &str) {
+        let Some(id) = self
+            .tool_calls
+            .iter()
+            .find(|(_, p)| p.server == server && &p.rpc_id == rpc_id)
+            .map(|(id, _)| id.clone())
+        else {
+            return;
+        };
+        let why = match reason {
+            "" => "withdrawn by the CLI".to_owned(),
+            r => format!("withdrawn by the CLI ({r})"),
+        };
+        self.cancel_tool_calls(Some(&id), "cli", &why).await;
         self.settle_state(None).await;
     }
 
