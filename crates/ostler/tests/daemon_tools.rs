@@ -35,6 +35,23 @@ when = { tool_result_for = "toolu_t1", stream = true }
 blocks = [{ type = "text", text = "Ticket handled." }]
 "#;
 
+/// [`SCRIPT`] with the answer after the tool result held until the test signals
+/// `resolved`.
+const HELD_SCRIPT: &str = r#"
+[[model]]
+name = "ticket"
+when = { last_user_text_contains = "Look up ticket T-7", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_t1", name = "mcp__tickets__lookup_ticket", input = { id = "T-7" } },
+]
+
+[[model]]
+name = "after ticket"
+when = { tool_result_for = "toolu_t1", stream = true }
+hold_until = "resolved"
+blocks = [{ type = "text", text = "Ticket handled." }]
+"#;
+
 const OLDEST_2_0: &str = "2.0.77";
 /// A pinned release measured not to take SDK MCP servers (its `--mcp-config` parser
 /// refuses `{"type":"sdk"}`).
@@ -475,7 +492,10 @@ enum GivesUp {
 /// `control_cancel_request`): the call is closed at once by `cli`, before the turn ends,
 /// not left for a client to answer into nothing.
 async fn withdrawn_by_the_cli(release: &str, how: GivesUp) {
-    let world = world(release).await;
+    // The answer after the CLI's own error result waits until the test saw the call
+    // closed: 2.1.332 sends its notice after that error result, and could otherwise end
+    // the turn first on a busy machine.
+    let world = World::with_scenario(release, &format!("{SCENARIO}\n{HELD_SCRIPT}")).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
     let mut env = std::collections::HashMap::new();
@@ -557,6 +577,7 @@ async fn withdrawn_by_the_cli(release: &str, how: GivesUp) {
         .unwrap_err();
     assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
     if let GivesUp::Timeout = how {
+        world.fake.signal("resolved");
         read_until(&mut events, &mut seen, "the turn goes on", |e| {
             assistant_text(e) == Some("Ticket handled.")
         })
