@@ -21,36 +21,28 @@ use tonic::transport::Channel;
 
 type Client = SessionServiceClient<Channel>;
 
-const SCRIPT: &str = r#"
+/// The model calls the ticket tool, then answers after its result; with `hold`, that
+/// answer waits until the test signals `hold`.
+fn script(hold: Option<&str>) -> String {
+    let hold = hold
+        .map(|h| format!("hold_until = {h:?}\n"))
+        .unwrap_or_default();
+    format!(
+        r#"
 [[model]]
 name = "ticket"
-when = { last_user_text_contains = "Look up ticket T-7", stream = true }
+when = {{ last_user_text_contains = "Look up ticket T-7", stream = true }}
 blocks = [
-  { type = "tool_use", id = "toolu_t1", name = "mcp__tickets__lookup_ticket", input = { id = "T-7" } },
+  {{ type = "tool_use", id = "toolu_t1", name = "mcp__tickets__lookup_ticket", input = {{ id = "T-7" }} }},
 ]
 
 [[model]]
 name = "after ticket"
-when = { tool_result_for = "toolu_t1", stream = true }
-blocks = [{ type = "text", text = "Ticket handled." }]
-"#;
-
-/// [`SCRIPT`] with the answer after the tool result held until the test signals
-/// `resolved`.
-const HELD_SCRIPT: &str = r#"
-[[model]]
-name = "ticket"
-when = { last_user_text_contains = "Look up ticket T-7", stream = true }
-blocks = [
-  { type = "tool_use", id = "toolu_t1", name = "mcp__tickets__lookup_ticket", input = { id = "T-7" } },
-]
-
-[[model]]
-name = "after ticket"
-when = { tool_result_for = "toolu_t1", stream = true }
-hold_until = "resolved"
-blocks = [{ type = "text", text = "Ticket handled." }]
-"#;
+when = {{ tool_result_for = "toolu_t1", stream = true }}
+{hold}blocks = [{{ type = "text", text = "Ticket handled." }}]
+"#
+    )
+}
 
 const OLDEST_2_0: &str = "2.0.77";
 /// A pinned release measured not to take SDK MCP servers (its `--mcp-config` parser
@@ -58,7 +50,7 @@ const OLDEST_2_0: &str = "2.0.77";
 const WITHOUT_SDK_MCP: &str = "1.0.59";
 
 async fn world(release: &str) -> World {
-    World::with_scenario(release, &format!("{SCENARIO}\n{SCRIPT}")).await
+    World::with_scenario(release, &format!("{SCENARIO}\n{}", script(None))).await
 }
 
 fn tickets(timeout_secs: u32) -> pb::ToolServer {
@@ -76,14 +68,17 @@ fn tickets(timeout_secs: u32) -> pb::ToolServer {
 }
 
 async fn create(c: &mut Client, world: &World, timeout_secs: u32) -> pb::Session {
-    create_with(c, world, timeout_secs, true).await
+    create_with(c, world, timeout_secs, true, Default::default()).await
 }
 
+/// A session with the ticket server (`timeout_secs` for its calls), its tool allowed or
+/// not, `env` in the CLI's environment.
 async fn create_with(
     c: &mut Client,
     world: &World,
     timeout_secs: u32,
     allowed: bool,
+    env: std::collections::HashMap<String, String>,
 ) -> pb::Session {
     let allowed_tools = if allowed {
         vec!["mcp__tickets__lookup_ticket".into()]
@@ -96,6 +91,7 @@ async fn create_with(
             cwd: world.work.display().to_string(),
             allowed_tools,
             tool_servers: vec![tickets(timeout_secs)],
+            env,
             ..Default::default()
         },
     ))
@@ -136,6 +132,27 @@ async fn await_resolved(
         unreachable!()
     };
     t
+}
+
+/// No interaction is pending any more, and a late answer to `request_id` is refused.
+async fn nothing_left_to_answer(c: &mut Client, session_id: &str, request_id: &str) {
+    let pending = c
+        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .interactions;
+    assert!(pending.is_empty(), "{pending:?}");
+    let late = c
+        .respond_to_tool_call(pb::RespondToToolCallRequest {
+            session_id: session_id.to_owned(),
+            request_id: request_id.to_owned(),
+            content: vec![text_block("late")],
+            is_error: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
 }
 
 /// The `tool_result` block for `toolu_t1` in the model requests the fake server saw, as
@@ -330,7 +347,7 @@ async fn error_result(release: &str) {
     let world = world(release).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let s = create_with(&mut c, &world, 0, false).await;
+    let s = create_with(&mut c, &world, 0, false, Default::default()).await;
     let mut events = subscribe(&mut c, &s.id, 0, false).await;
     let mut seen = Vec::new();
     send(&mut c, &s.id, "Look up ticket T-7").await;
@@ -495,7 +512,11 @@ async fn withdrawn_by_the_cli(release: &str, how: GivesUp) {
     // The answer after the CLI's own error result waits until the test saw the call
     // closed: 2.1.332 sends its notice after that error result, and could otherwise end
     // the turn first on a busy machine.
-    let world = World::with_scenario(release, &format!("{SCENARIO}\n{HELD_SCRIPT}")).await;
+    let world = World::with_scenario(
+        release,
+        &format!("{SCENARIO}\n{}", script(Some("resolved"))),
+    )
+    .await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
     let mut env = std::collections::HashMap::new();
@@ -503,20 +524,7 @@ async fn withdrawn_by_the_cli(release: &str, how: GivesUp) {
         env.insert("MCP_TOOL_TIMEOUT".to_owned(), "1000".to_owned());
     }
     // Far longer than the test: only the CLI can close the call.
-    let s = c
-        .create_session(as_client(
-            "creator",
-            pb::CreateSessionRequest {
-                cwd: world.work.display().to_string(),
-                allowed_tools: vec!["mcp__tickets__lookup_ticket".into()],
-                tool_servers: vec![tickets(3600)],
-                env,
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let s = create_with(&mut c, &world, 3600, true, env).await;
     let mut events = subscribe(&mut c, &s.id, 0, false).await;
     let mut seen = Vec::new();
     send(&mut c, &s.id, "Look up ticket T-7").await;
@@ -558,24 +566,7 @@ async fn withdrawn_by_the_cli(release: &str, how: GivesUp) {
         why.iter().any(|t| t.contains("withdrawn by the CLI")),
         "{why:?}"
     );
-    // Nothing is left for a client to answer.
-    let pending = c
-        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .interactions;
-    assert!(pending.is_empty(), "{pending:?}");
-    let late = c
-        .respond_to_tool_call(pb::RespondToToolCallRequest {
-            session_id: s.id.clone(),
-            request_id: call.request_id.clone(),
-            content: vec![text_block("late")],
-            is_error: false,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+    nothing_left_to_answer(&mut c, &s.id, &call.request_id).await;
     if let GivesUp::Timeout = how {
         world.fake.signal("resolved");
         read_until(&mut events, &mut seen, "the turn goes on", |e| {
@@ -656,23 +647,7 @@ async fn kill9_with_call_pending(release: &str) {
     assert_eq!(resolved.resolved_by, "restart");
     assert!(resolved.is_error);
     assert_eq!(resolved.resolution(), pb::Resolution::Cancelled);
-    let pending = c
-        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .interactions;
-    assert!(pending.is_empty(), "{pending:?}");
-    let late = c
-        .respond_to_tool_call(pb::RespondToToolCallRequest {
-            session_id: s.id.clone(),
-            request_id: call.request_id.clone(),
-            content: vec![text_block("late")],
-            is_error: false,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+    nothing_left_to_answer(&mut c, &s.id, &call.request_id).await;
 
     let last = history.last().map(|e| e.seq).unwrap_or_default();
     c.resume_session(pb::ResumeSessionRequest {
