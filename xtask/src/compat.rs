@@ -12,7 +12,8 @@
 //!     first user message, one real turn, then every other probed subtype at once with
 //!     harmless arguments; each is recorded as answered, error-answered (known subtype,
 //!     refused arguments), unsupported (`unsupported_request`) or no answer within
-//!     [`control_bound`].
+//!     [`control_bound`];
+//!   - which hook events it knows (`hook_event_probe`: its own list of event names).
 //! - `generate [--check]`: turn the evidence of every pinned release
 //!   (`contracts/releases.toml`) into `crates/ostler-supervisor/src/matrix_generated.rs` and
 //!   `docs/compatibility.md`; the minimum supported release and the capability boundaries
@@ -55,6 +56,10 @@ pub struct ProbeArgs {
     /// keeping the rest of the recorded evidence.
     #[arg(long)]
     pub dialect_only: bool,
+    /// Only read which hook events the release knows (`hook_events`), keeping the rest of
+    /// the recorded evidence.
+    #[arg(long)]
+    pub hook_events_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -99,6 +104,10 @@ pub struct Evidence {
     /// `message_id` or `absent` (what `--resume-session-at` matches in the transcript).
     #[serde(default)]
     pub dialect: BTreeMap<String, String>,
+    /// Hook event (`ostler_protocol::hooks::HOOK_EVENTS`, the Agent SDKs' names) -> whether
+    /// the release's own list of hook event names has it ([`hook_event_probe`]).
+    #[serde(default)]
+    pub hook_events: BTreeMap<String, bool>,
 }
 
 fn root() -> PathBuf {
@@ -143,6 +152,10 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
         } else if a.dialect_only {
             let (mut ev, binary) = recorded()?;
             ev.dialect = rt.block_on(dialect_probe(&binary))?;
+            ev
+        } else if a.hook_events_only {
+            let (mut ev, binary) = recorded()?;
+            ev.hook_events = hook_event_probe(&binary)?;
             ev
         } else if a.options_only {
             let (mut ev, binary) = recorded()?;
@@ -232,7 +245,76 @@ async fn measure(version: &str) -> Result<Evidence> {
         options: option_probe(&binary).await?,
         cli_requests: cli_request_probe(&binary).await?,
         dialect: dialect_probe(&binary).await?,
+        hook_events: hook_event_probe(&binary)?,
     })
+}
+
+/// Which hook events ([`HOOK_EVENTS`]) the release knows, read from the list of hook event
+/// names it carries (`cli.js`, or the JavaScript in the native binary): the longest run of
+/// quoted names starting `"PreToolUse","PostToolUse"`. The CLI validates the hook settings
+/// it loads against that list and fires only its events; a registration of another event in
+/// `initialize` is accepted and never called (measured by hand on 1.0.128 and 2.0.77 with
+/// all 34 of the TypeScript SDK 0.3.332's events registered: only events in their lists
+/// were called).
+fn hook_event_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+    use ostler_protocol::hooks::HOOK_EVENTS;
+    let path =
+        std::fs::canonicalize(binary).with_context(|| format!("resolve {}", binary.display()))?;
+    let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+    let mut longest: Vec<&str> = Vec::new();
+    for at in memchr::memmem::find_iter(&bytes, br#""PreToolUse","PostToolUse""#) {
+        let names = quoted_names(&bytes[at..]);
+        if names.len() > longest.len() {
+            longest = names;
+        }
+    }
+    if longest.is_empty() {
+        bail!("{}: no list of hook event names found", path.display());
+    }
+    let unknown: Vec<&str> = longest
+        .iter()
+        .copied()
+        .filter(|n| !HOOK_EVENTS.contains(n))
+        .collect();
+    if !unknown.is_empty() {
+        println!(
+            "{}: hook events ostler does not take yet: {}",
+            path.display(),
+            unknown.join(", ")
+        );
+    }
+    Ok(HOOK_EVENTS
+        .iter()
+        .map(|e| (e.to_string(), longest.contains(e)))
+        .collect())
+}
+
+/// The names of a run `"A","B",...` at the start of `b` (letters only), up to the first
+/// byte that continues it no further.
+fn quoted_names(b: &[u8]) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while b.get(i) == Some(&b'"') {
+        let start = i + 1;
+        let len = b[start..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphabetic())
+            .count();
+        let end = start + len;
+        if len == 0 || b.get(end) != Some(&b'"') {
+            break;
+        }
+        // ASCII letters only, so this cannot fail.
+        if let Ok(name) = std::str::from_utf8(&b[start..end]) {
+            out.push(name);
+        }
+        i = end + 1;
+        if b.get(i) != Some(&b',') {
+            break;
+        }
+        i += 1;
+    }
+    out
 }
 
 const RESUME_AT_SCENARIO: &str = r#"
@@ -976,6 +1058,15 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
+        if e.hook_events.is_empty() {
+            s.push_str("            hook_events: &[],\n");
+        } else {
+            s.push_str("            hook_events: &[\n");
+            for (k, known) in &e.hook_events {
+                writeln!(s, "                ({k:?}, {known}),")?;
+            }
+            s.push_str("            ],\n");
+        }
         if e.control.is_empty() {
             s.push_str("            control: &[],\n");
         } else {
@@ -1184,6 +1275,41 @@ fn render_md(d: &Derived) -> Result<String> {
             s,
             "| {v} | {} |",
             e.dialect.get(key).map_or("-", String::as_str)
+        )?;
+    }
+    s.push_str("\n## Hook events\n\n");
+    s.push_str(
+        "Which hook events each release knows (`cargo xtask compat probe`, `--hook-events-only` \
+         for just these): the events of the TypeScript Agent SDK 0.3.332, each looked up in the \
+         release's own list of hook event names (in its `cli.js` or native binary). The CLI \
+         accepts a registration of an event it does not know and never calls it, so \
+         CreateSession refuses a hook registration (`hooks`) for an event the running release \
+         does not know with FAILED_PRECONDITION naming the event. Knowing an event is not \
+         firing it in every mode: 2.0.77 knows `PermissionRequest` but does not call it when \
+         permission prompts go to ostler (`can_use_tool`); 2.1.332 calls it beside the prompt \
+         and the first answer wins.\n\n",
+    );
+    s.push_str("| release | hook events known | not known |\n| --- | --- | --- |\n");
+    for (v, e, _) in &d.rows {
+        if e.hook_events.is_empty() {
+            writeln!(s, "| {v} | - | - |")?;
+            continue;
+        }
+        let known = e.hook_events.values().filter(|k| **k).count();
+        let missing: Vec<String> = ostler_protocol::hooks::HOOK_EVENTS
+            .iter()
+            .filter(|h| e.hook_events.get(**h) == Some(&false))
+            .map(|h| format!("`{h}`"))
+            .collect();
+        writeln!(
+            s,
+            "| {v} | {known} of {} | {} |",
+            e.hook_events.len(),
+            if missing.is_empty() {
+                "none".to_string()
+            } else {
+                missing.join(", ")
+            }
         )?;
     }
     s.push_str("\n## Evidence of the permission probe\n\n");

@@ -55,22 +55,38 @@ pub(crate) fn check_control(inst: &Installation, request: &OutRequest) -> Result
 
 /// `Ok` when the installed release calls hooks registered in `initialize`
 /// (`hook_callback`, measured by `cargo xtask compat probe`; a release not measured for it
-/// is judged by whether it answers `initialize`), else a `FailedPrecondition` naming the
-/// release (issue 11).
-pub(crate) fn check_hooks(inst: &Installation) -> Result<()> {
+/// is judged by whether it answers `initialize`) and knows the event of every registration
+/// (`hook_events`; an event not measured is allowed), else a `FailedPrecondition` naming
+/// the release (issue 11).
+pub(crate) fn check_hooks(
+    inst: &Installation,
+    hooks: &[ostler_protocol::hooks::HookRegistration],
+) -> Result<()> {
     let caps = &inst.capabilities;
     let support = match caps.control_support("hook_callback") {
         ControlSupport::Unknown => caps.control_support("initialize"),
         s => s,
     };
-    if support.served() {
-        return Ok(());
+    if !support.served() {
+        return Err(Error::precondition(format!(
+            "Claude Code {} does not call hooks registered over the control protocol \
+             (`hook_callback` measured: {}; see docs/compatibility.md); leave `hooks` empty or \
+             use a newer release",
+            inst.version,
+            support.as_str()
+        )));
     }
-    Err(Error::precondition(format!(
-        "Claude Code {} does not call hooks registered over the control protocol          (`hook_callback` measured: {}; see docs/compatibility.md); leave `hooks` empty or          use a newer release",
-        inst.version,
-        support.as_str()
-    )))
+    for (i, h) in hooks.iter().enumerate() {
+        if caps.knows_hook_event(&h.event) == Some(false) {
+            return Err(Error::precondition(format!(
+                "hooks[{i}].event: Claude Code {} does not know the hook event {} (it would \
+                 never be called; the events each release knows are in docs/compatibility.md, \
+                 \"Hook events\"); drop that registration or use a newer release",
+                inst.version, h.event
+            )));
+        }
+    }
+    Ok(())
 }
 /// `Ok` unless the session declares client-hosted tool servers and the installed release
 /// is measured not to serve SDK MCP servers (`mcp_message`): then `FailedPrecondition`

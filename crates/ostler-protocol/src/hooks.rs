@@ -15,32 +15,95 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-/// The hook events a registration may name (the Agent SDKs' list).
+/// The hook events a registration may name: the Agent SDKs' list (TypeScript SDK 0.3.332).
+/// Which of them a release knows is measured per release (`hook_events` in
+/// docs/compatibility.md); CreateSession refuses a registration the running release does
+/// not know.
 pub const HOOK_EVENTS: &[&str] = &[
     "PreToolUse",
     "PostToolUse",
     "PostToolUseFailure",
+    "PostToolBatch",
+    "Notification",
     "UserPromptSubmit",
+    "UserPromptExpansion",
+    "SessionStart",
+    "SessionEnd",
     "Stop",
+    "StopFailure",
     "SubagentStart",
     "SubagentStop",
     "PreCompact",
-    "Notification",
-    "SessionStart",
-    "SessionEnd",
+    "PostCompact",
+    "PreModelSwitch",
+    "PostModelSwitch",
     "PermissionRequest",
+    "PermissionDenied",
+    "Setup",
+    "TeammateIdle",
+    "TaskCreated",
+    "TaskCompleted",
+    "Elicitation",
+    "ElicitationResult",
+    "ConfigChange",
+    "WorktreeCreate",
+    "WorktreeRemove",
+    "InstructionsLoaded",
+    "CwdChanged",
+    "FileChanged",
+    "DirectoryAdded",
+    "MessageDisplay",
+    "PreSkillShellCommand",
 ];
 
-/// Events whose answer may carry `decision: "block"`.
-const BLOCK_EVENTS: &[&str] = &["PostToolUse", "UserPromptSubmit", "Stop", "SubagentStop"];
-/// Events whose answer may carry `hookSpecificOutput.additionalContext`.
-const CONTEXT_EVENTS: &[&str] = &[
-    "PostToolUse",
-    "PostToolUseFailure",
-    "UserPromptSubmit",
-    "SessionStart",
-    "SubagentStart",
-];
+/// What an event's answer may carry besides CONTINUE, `stop` and `system_message` (the
+/// Agent SDKs' `hookSpecificOutput` types of TypeScript SDK 0.3.332).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventTakes {
+    /// Decisions other than CONTINUE.
+    pub decisions: &'static [HookDecision],
+    /// `updated_input` (with ALLOW).
+    pub updated_input: bool,
+    /// `additional_context`.
+    pub additional_context: bool,
+}
+
+/// What `event`'s answer may carry.
+pub fn event_takes(event: &str) -> EventTakes {
+    use HookDecision::{Allow, Ask, Block, Deny};
+    const PERMISSION: &[HookDecision] = &[Allow, Deny, Ask];
+    let (decisions, updated_input, additional_context): (&'static [HookDecision], bool, bool) =
+        match event {
+            "PreToolUse" => (PERMISSION, true, true),
+            "PreSkillShellCommand" => (PERMISSION, true, false),
+            "PreModelSwitch" => (PERMISSION, false, false),
+            "PermissionRequest" => (&[Allow, Deny], true, false),
+            "PostToolUse" | "UserPromptSubmit" | "Stop" | "SubagentStop" => (&[Block], false, true),
+            "PostToolUseFailure"
+            | "PostToolBatch"
+            | "Notification"
+            | "UserPromptExpansion"
+            | "SessionStart"
+            | "Setup"
+            | "SubagentStart"
+            | "PostModelSwitch" => (&[], false, true),
+            _ => (&[], false, false),
+        };
+    EventTakes {
+        decisions,
+        updated_input,
+        additional_context,
+    }
+}
+
+fn events_where(f: impl Fn(&EventTakes) -> bool) -> String {
+    HOOK_EVENTS
+        .iter()
+        .filter(|e| f(&event_takes(e)))
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Limits of a registration and an answer.
 pub mod limits {
@@ -246,41 +309,25 @@ pub fn validate_registrations(field: &str, hooks: &[HookRegistration]) -> Result
 /// `""` for RespondToHook, `hooks[3].default_` for a registration's default).
 pub fn validate_answer(prefix: &str, event: &str, a: &HookAnswer) -> Result<(), HookError> {
     let f = |name: &str| format!("{prefix}{name}");
-    let decision_field = f("decision");
-    match a.decision {
-        HookDecision::Continue => {}
-        HookDecision::Allow | HookDecision::Deny | HookDecision::Ask => {
-            if event != "PreToolUse" {
-                return Err(bad(
-                    decision_field,
-                    format!(
-                        "{} is a PreToolUse decision; a {event} hook takes CONTINUE{}",
-                        a.decision.as_str().to_uppercase(),
-                        if BLOCK_EVENTS.contains(&event) {
-                            " or BLOCK"
-                        } else {
-                            ""
-                        }
-                    ),
-                ));
-            }
-        }
-        HookDecision::Block => {
-            if !BLOCK_EVENTS.contains(&event) {
-                return Err(bad(
-                    decision_field,
-                    format!(
-                        "a {event} hook does not take BLOCK (only {}){}",
-                        BLOCK_EVENTS.join(", "),
-                        if event == "PreToolUse" {
-                            "; use DENY"
-                        } else {
-                            ""
-                        }
-                    ),
-                ));
-            }
-        }
+    let takes = event_takes(event);
+    if a.decision != HookDecision::Continue && !takes.decisions.contains(&a.decision) {
+        let upper = |d: &HookDecision| d.as_str().to_uppercase();
+        let mut taken = vec!["CONTINUE".to_string()];
+        taken.extend(takes.decisions.iter().map(upper));
+        let d = a.decision;
+        let hint = if d == HookDecision::Block && event == "PreToolUse" {
+            "; use DENY".to_string()
+        } else {
+            format!("; {} takes it", events_where(|t| t.decisions.contains(&d)))
+        };
+        return Err(bad(
+            f("decision"),
+            format!(
+                "a {event} hook does not take {} (it takes {}){hint}",
+                upper(&d),
+                taken.join(", ")
+            ),
+        ));
     }
     for (name, v) in [
         ("reason", &a.reason),
@@ -293,22 +340,25 @@ pub fn validate_answer(prefix: &str, event: &str, a: &HookAnswer) -> Result<(), 
         }
     }
     if let Some(u) = &a.updated_input {
-        if !(event == "PreToolUse" && a.decision == HookDecision::Allow) {
+        if !(takes.updated_input && a.decision == HookDecision::Allow) {
             return Err(bad(
                 f("updated_input_json"),
-                "only a PreToolUse hook answered ALLOW takes a replacement input",
+                format!(
+                    "only a hook answered ALLOW takes a replacement input, and only of {}",
+                    events_where(|t| t.updated_input)
+                ),
             ));
         }
         if !u.is_object() {
             return Err(bad(f("updated_input_json"), "must be a JSON object"));
         }
     }
-    if a.additional_context.is_some() && !CONTEXT_EVENTS.contains(&event) {
+    if a.additional_context.is_some() && !takes.additional_context {
         return Err(bad(
             f("additional_context"),
             format!(
                 "a {event} hook does not take additional context (only {})",
-                CONTEXT_EVENTS.join(", ")
+                events_where(|t| t.additional_context)
             ),
         ));
     }
@@ -391,6 +441,28 @@ pub fn output_json(event: &str, a: &HookAnswer) -> Value {
     let mut specific = Map::new();
     match a.decision {
         HookDecision::Continue => {}
+        // PermissionRequest answers the permission prompt itself (the CLI then withdraws
+        // its `can_use_tool` request).
+        HookDecision::Allow if event == "PermissionRequest" => {
+            let mut d = Map::new();
+            d.insert("behavior".into(), "allow".into());
+            if let Some(u) = &a.updated_input {
+                d.insert("updatedInput".into(), u.clone());
+            }
+            specific.insert("decision".into(), Value::Object(d));
+        }
+        HookDecision::Deny if event == "PermissionRequest" => {
+            let mut d = Map::new();
+            d.insert("behavior".into(), "deny".into());
+            d.insert(
+                "message".into(),
+                a.reason
+                    .clone()
+                    .unwrap_or_else(|| "Denied by a hook".into())
+                    .into(),
+            );
+            specific.insert("decision".into(), Value::Object(d));
+        }
         HookDecision::Allow | HookDecision::Deny | HookDecision::Ask => {
             specific.insert("permissionDecision".into(), a.decision.as_str().into());
             if let Some(r) = &a.reason {
@@ -546,9 +618,27 @@ mod tests {
             ..Default::default()
         };
         assert!(validate_answer("", "UserPromptSubmit", &ctx).is_ok());
+        assert!(validate_answer("", "PostToolBatch", &ctx).is_ok());
         assert_eq!(
-            validate_answer("", "Stop", &ctx).unwrap_err().field,
+            validate_answer("", "PreCompact", &ctx).unwrap_err().field,
             "additional_context"
+        );
+        // Events of newer releases (the SDK's list): their own decisions only.
+        assert!(validate_answer("", "PreModelSwitch", &a(HookDecision::Deny)).is_ok());
+        assert!(validate_answer("", "PermissionRequest", &a(HookDecision::Allow)).is_ok());
+        let e = validate_answer("", "PermissionRequest", &a(HookDecision::Ask)).unwrap_err();
+        assert_eq!(e.field, "decision");
+        assert!(
+            e.message.contains("(it takes CONTINUE, ALLOW, DENY)"),
+            "{}",
+            e.message
+        );
+        let e = validate_answer("", "MessageDisplay", &a(HookDecision::Block)).unwrap_err();
+        assert!(
+            e.message
+                .contains("PostToolUse, UserPromptSubmit, Stop, SubagentStop takes it"),
+            "{}",
+            e.message
         );
         let edit = HookAnswer {
             decision: HookDecision::Deny,
@@ -605,6 +695,21 @@ mod tests {
             json!({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "more"}})
         );
         assert_eq!(output_json("Stop", &HookAnswer::default()), json!({}));
+        // PermissionRequest answers the prompt: `decision.behavior`, not permissionDecision.
+        assert_eq!(
+            output_json("PermissionRequest", &allow),
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                "decision": {"behavior": "allow", "updatedInput": {"command": "ls"}}}})
+        );
+        assert_eq!(
+            output_json("PermissionRequest", &deny),
+            json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                "decision": {"behavior": "deny", "message": "no rm"}}, "systemMessage": "told"})
+        );
+        assert_eq!(
+            output_json("PreModelSwitch", &deny)["hookSpecificOutput"]["permissionDecision"],
+            "deny"
+        );
     }
 
     #[test]

@@ -270,6 +270,11 @@ pub struct Capabilities {
     /// (pinned releases) or where the pinned neighbours agree; see [`Dialect`].
     #[serde(default)]
     pub dialect: BTreeMap<String, String>,
+    /// Hook events (the Agent SDKs' names) -> whether the release knows the event, as
+    /// measured (pinned releases) or where the pinned neighbours agree; an event not listed
+    /// is unknown (then allowed).
+    #[serde(default)]
+    pub hook_events: BTreeMap<String, bool>,
     pub source: CapabilitySource,
 }
 
@@ -301,6 +306,11 @@ impl Capabilities {
     /// Whether `name` is in the announced `capabilities` list.
     pub fn announces(&self, name: &str) -> bool {
         self.announced.iter().any(|c| c == name)
+    }
+
+    /// Whether the release knows the hook event `event` (`None`: not measured).
+    pub fn knows_hook_event(&self, event: &str) -> Option<bool> {
+        self.hook_events.get(event).copied()
     }
 
     /// How the release treats the control request `subtype`.
@@ -390,6 +400,9 @@ pub struct TestedRelease {
     /// Dialect facts measured on the release ([`Dialect`] names -> value; empty: not
     /// measured).
     pub dialect: &'static [(&'static str, &'static str)],
+    /// Hook events (the Agent SDKs' names) -> whether the release knows them (its own
+    /// list of hook event names; empty: not measured).
+    pub hook_events: &'static [(&'static str, bool)],
     /// Why the release is pinned (boundary, contract recording, ...).
     pub note: &'static str,
 }
@@ -667,6 +680,7 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
             .into_iter()
             .map(|(k, v)| (k, v.to_string()))
             .collect(),
+        hook_events: infer(m, version, |t| t.hook_events, |o, n| o == n),
         source: if row.is_some() {
             CapabilitySource::Matrix
         } else if probe.is_some() {

@@ -5,7 +5,9 @@
 //! model; an unanswered hook takes its registration's default at expiry; a hook pending
 //! when the daemon is killed (-9) is answered with its default at the restart and the
 //! session resumes; a release that does not call hooks refuses CreateSession with hooks;
-//! a queued message whose UserPromptSubmit hook a client answers late is not given up.
+//! a queued message whose UserPromptSubmit hook a client answers late is not given up;
+//! 2.1.332's PermissionRequest hook answers the permission prompt and its PostToolBatch
+//! hook adds context; events a release does not know are refused at CreateSession.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;
@@ -811,4 +813,185 @@ async fn a_queued_message_waits_on_its_hook_past_the_grace_2_1_330() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_queued_message_waits_on_its_hook_past_the_grace_2_0_77() {
     a_queued_message_waits_on_its_hook_past_the_grace(V2_0).await;
+}
+
+fn registration(id: &str, event: &str) -> pb::HookRegistration {
+    pb::HookRegistration {
+        id: id.into(),
+        event: event.into(),
+        timeout_secs: 600,
+        ..Default::default()
+    }
+}
+
+/// Events newer releases call (the Agent SDKs' list): on 2.1.332 a PermissionRequest hook
+/// answers the permission prompt itself. The CLI asks both the hook and ostler's prompt
+/// (`can_use_tool`); the hook's ALLOW with a replacement input wins, the CLI withdraws the
+/// prompt (`cli`), and the replaced command runs. A PostToolBatch hook's additional
+/// context then reaches the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn permission_request_and_post_tool_batch_hooks_2_1_332() {
+    let world = World::with_scenario(NEW, HOOKS_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_with_hooks(
+        &mut c,
+        &world,
+        vec![
+            registration("grant", "PermissionRequest"),
+            registration("batch", "PostToolBatch"),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Create the file hooked.txt please.").await;
+    let ev = read_until(&mut events, &mut seen, "permission hook", |e| {
+        hook_requested(e).is_some_and(|h| h.hook_event == "PermissionRequest")
+    })
+    .await;
+    let h = hook_requested(&ev).unwrap().clone();
+    assert_eq!(h.registration_id, "grant");
+    assert_eq!(h.tool_name, "Bash");
+    let input: serde_json::Value = serde_json::from_str(&h.input_json).unwrap();
+    assert_eq!(
+        input["tool_input"]["command"], "touch hooked.txt",
+        "{input}"
+    );
+
+    // ASK is a PreToolUse decision; PermissionRequest takes ALLOW and DENY.
+    let err = c
+        .respond_to_hook(respond(
+            "c",
+            &s.id,
+            &h.request_id,
+            pb::HookDecision::Ask,
+            "",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message()
+            .contains("PermissionRequest hook does not take ASK"),
+        "{}",
+        err.message()
+    );
+    c.respond_to_hook(as_client(
+        "c",
+        pb::RespondToHookRequest {
+            session_id: s.id.clone(),
+            request_id: h.request_id.clone(),
+            decision: pb::HookDecision::Allow as i32,
+            updated_input_json:
+                r#"{"command": "touch granted.txt", "description": "Create granted.txt"}"#.into(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap();
+
+    let ev = read_until(&mut events, &mut seen, "batch hook", |e| {
+        hook_requested(e).is_some_and(|h| h.hook_event == "PostToolBatch")
+    })
+    .await;
+    let batch = hook_requested(&ev).unwrap().clone();
+    assert_eq!(batch.registration_id, "batch");
+    let context = "BATCHCTX-9 both files are tracked by the audit log";
+    c.respond_to_hook(as_client(
+        "c",
+        pb::RespondToHookRequest {
+            session_id: s.id.clone(),
+            request_id: batch.request_id.clone(),
+            decision: pb::HookDecision::Continue as i32,
+            additional_context: context.into(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap();
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+
+    assert!(
+        world.work.join("granted.txt").exists(),
+        "the hook's replacement input ran"
+    );
+    assert!(!world.work.join("hooked.txt").exists());
+    assert!(
+        model_saw(&world, context),
+        "the batch context reaches the model"
+    );
+    // ostler's own prompt for the same tool use was withdrawn by the CLI, not left open.
+    let prompt = seen
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(P::PermissionRequested(p)) => Some(p.request_id.clone()),
+            _ => None,
+        })
+        .expect("the CLI asked ostler's prompt too");
+    let closed = seen
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(P::PermissionResolved(r)) if r.request_id == prompt => Some(r.clone()),
+            _ => None,
+        })
+        .expect("the prompt was closed");
+    assert_eq!(closed.resolution(), pb::Resolution::Cancelled, "{closed:?}");
+    assert_eq!(closed.resolved_by, "cli");
+    let pending = c
+        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .interactions;
+    assert!(pending.is_empty(), "{pending:?}");
+}
+
+/// A hook event the running release does not know would never be called: CreateSession
+/// refuses it at once (FAILED_PRECONDITION naming the field, the event and the release),
+/// creates nothing, and takes the events the release knows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn events_the_release_does_not_know_are_refused_2_0_77() {
+    let world = World::with_scenario(V2_0, HOOKS_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    for event in ["PostToolBatch", "PreModelSwitch", "MessageDisplay"] {
+        let started = std::time::Instant::now();
+        let err = create_with_hooks(
+            &mut c,
+            &world,
+            vec![
+                pre_tool_use(pb::HookDecision::Continue, "", 0),
+                registration("newer", event),
+            ],
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+        let m = err.message();
+        assert!(m.starts_with("hooks[1].event"), "{m}");
+        assert!(m.contains(V2_0) && m.contains(event), "{m}");
+        assert!(
+            started.elapsed() < ostler_testkit::timeouts::secs(5),
+            "refused at once"
+        );
+    }
+    let listed = c
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.sessions.is_empty(), "nothing was created");
+    // Events 2.0.77 knows (its list has 12) are taken.
+    create_with_hooks(
+        &mut c,
+        &world,
+        vec![
+            registration("start", "SessionStart"),
+            registration("failure", "PostToolUseFailure"),
+        ],
+    )
+    .await
+    .unwrap();
 }

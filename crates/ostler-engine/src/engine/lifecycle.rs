@@ -375,7 +375,7 @@ impl Engine {
             )));
         }
         if !options.hooks.is_empty() {
-            crate::capability::check_hooks(inst)?;
+            crate::capability::check_hooks(inst, &options.hooks)?;
         }
         crate::capability::check_tool_servers(inst, &options)?;
         Ok(SessionSpec {

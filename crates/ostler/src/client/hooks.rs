@@ -19,13 +19,14 @@ pub struct HookArgs {
     /// Request id (or a unique prefix) of the hook call, as `ostler pending` shows it
     #[arg(value_name = "ID")]
     pub id: String,
-    /// PreToolUse: allow the tool call
+    /// PreToolUse, PreSkillShellCommand, PreModelSwitch: allow; PermissionRequest: grant
     #[arg(long)]
     pub allow: bool,
-    /// PreToolUse: deny the tool call; REASON is told to the model
+    /// PreToolUse, PreSkillShellCommand, PreModelSwitch: deny; PermissionRequest: refuse;
+    /// REASON is told to the model
     #[arg(long, value_name = "REASON")]
     pub deny: Option<String>,
-    /// PreToolUse: let Claude Code ask for permission as usual
+    /// PreToolUse, PreSkillShellCommand, PreModelSwitch: let Claude Code ask as usual
     #[arg(long)]
     pub ask: bool,
     /// PostToolUse, UserPromptSubmit, Stop, SubagentStop: block; REASON is told to the model
@@ -37,10 +38,12 @@ pub struct HookArgs {
     /// The reason sent with --allow / --ask
     #[arg(long, value_name = "REASON")]
     pub reason: Option<String>,
-    /// PreToolUse with --allow: the replacement tool input (a JSON object)
+    /// With --allow (PreToolUse, PreSkillShellCommand, PermissionRequest): the replacement
+    /// tool input (a JSON object)
     #[arg(long, value_name = "JSON")]
     pub input: Option<String>,
-    /// Text added to the model's context (PostToolUse, UserPromptSubmit, SessionStart, ...)
+    /// Text added to the model's context (PostToolUse, PostToolBatch, UserPromptSubmit,
+    /// SessionStart, ...)
     #[arg(long, value_name = "TEXT")]
     pub context: Option<String>,
     /// Stop the session's turn, showing REASON to the user

@@ -452,26 +452,39 @@ impl Answerer {
             )));
         };
         let st = tty.style;
-        let tool_event = h.hook_event == "PreToolUse";
+        // The choices are what the event takes (the daemon would refuse the others).
+        let takes = ostler_protocol::hooks::event_takes(&h.hook_event);
+        let can = |d: ostler_protocol::hooks::HookDecision| takes.decisions.contains(&d);
+        use ostler_protocol::hooks::HookDecision as D;
+        let mut choices = vec!["[c] continue"];
+        if can(D::Allow) {
+            choices.push("[y] allow");
+        }
+        if can(D::Deny) {
+            choices.push("[n] deny (reason told to the model)");
+        }
+        if can(D::Ask) {
+            choices.push("[a] ask (the usual permission prompt)");
+        }
+        if can(D::Block) {
+            choices.push("[b] block (reason told to the model)");
+        }
         tty.say(&format!(
             "\n{} {}\n  {}\n",
             st.yellow("? Hook"),
             st.bold(&what),
-            if tool_event {
-                "[c] continue   [y] allow   [n] deny (reason told to the model)"
-            } else {
-                "[c] continue   [b] block (reason told to the model)"
-            }
+            choices.join("   ")
         ));
         loop {
             let Some(line) = tty.ask("  answer? ", ctrlc).await? else {
                 return Ok(Asked::CtrlC);
             };
-            let decision = match (line.trim().to_ascii_lowercase().as_str(), tool_event) {
-                ("c" | "continue", _) => pb::HookDecision::Continue,
-                ("y" | "yes" | "allow", true) => pb::HookDecision::Allow,
-                ("n" | "no" | "deny", true) => pb::HookDecision::Deny,
-                ("b" | "block", false) => pb::HookDecision::Block,
+            let decision = match line.trim().to_ascii_lowercase().as_str() {
+                "c" | "continue" => pb::HookDecision::Continue,
+                "y" | "yes" | "allow" if can(D::Allow) => pb::HookDecision::Allow,
+                "n" | "no" | "deny" if can(D::Deny) => pb::HookDecision::Deny,
+                "a" | "ask" if can(D::Ask) => pb::HookDecision::Ask,
+                "b" | "block" if can(D::Block) => pb::HookDecision::Block,
                 _ => {
                     tty.say("  please type one of the letters shown\n");
                     continue;
