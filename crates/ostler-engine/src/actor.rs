@@ -554,8 +554,9 @@ impl Actor {
                 }
                 let process = self.process.clone();
                 let tx = self.self_tx.clone();
+                let extra = self.hook_wait_within(&request);
                 tokio::spawn(async move {
-                    let result = process.request(request.clone()).await;
+                    let result = process.request_within(request.clone(), extra).await;
                     if let Some(tx) = tx.upgrade() {
                         let _ = tx
                             .send(Command::ControlDone {

@@ -30,6 +30,7 @@
 //! idle_suspend_secs = 900          # suspend a session idle this long (0: never)
 //! live_wait_secs = 30              # at max_live with every session busy: wait, then fail
 //! queue_grace_secs = 30            # after a result, how long queued messages may take to start
+//! control_timeout_secs = 30        # how long the CLI may take to answer a control request
 //! subscriber_buffer = 1024         # events a subscriber may fall behind the live stream
 //! allowed_roots = ["/home/me/src"]  # empty: any existing directory
 //! env_allow = ["MYCO_*", "EXTRA"] # more inherited variables passed to sessions
@@ -207,6 +208,10 @@ pub struct SessionsConfig {
     /// Respawn sessions that were live at the last stop, instead of leaving them resumable.
     pub respawn_on_start: bool,
     pub stop_timeout_secs: u64,
+    /// How long a control request ostler sends (SetModel, Interrupt, ...) may wait for the
+    /// CLI's answer, not counting the wait for a client's answer to a hook the request makes
+    /// the CLI call (a PreModelSwitch hook during SetModel). 1 to 600.
+    pub control_timeout_secs: u64,
     /// Session cgroups (cgroup v2): `auto` (under the daemon's own cgroup when it may write
     /// there, e.g. systemd `Delegate=yes`; otherwise off), `off`, or a cgroup v2 directory.
     pub cgroup: String,
@@ -247,6 +252,10 @@ const SUBSCRIBER_BUFFER: std::ops::RangeInclusive<u64> = 256..=65_536;
 /// message of stays `RUNNING` (never idle-suspended) for most of a working session.
 const QUEUE_GRACE_SECS: std::ops::RangeInclusive<u64> = 1..=3_600;
 
+/// `sessions.control_timeout_secs`: the range allowed (the default is 30). 0 would fail every
+/// request; past 10 minutes a CLI that never answers holds an RPC for most of an hour.
+const CONTROL_TIMEOUT_SECS: std::ops::RangeInclusive<u64> = 1..=600;
+
 /// Most variables in `[sessions.env]`.
 const MAX_SESSION_ENV: usize = 256;
 /// Most bytes of one `NAME=VALUE` (Linux refuses a longer string at exec: `MAX_ARG_STRLEN`).
@@ -267,6 +276,7 @@ impl Default for SessionsConfig {
             allow_free_text_answers: false,
             respawn_on_start: false,
             stop_timeout_secs: 5,
+            control_timeout_secs: 30,
             cgroup: "auto".into(),
             env_allow: Vec::new(),
             env: SessionEnv::default(),
@@ -625,6 +635,14 @@ impl Config {
                 self.sessions.queue_grace_secs,
                 QUEUE_GRACE_SECS.start(),
                 QUEUE_GRACE_SECS.end()
+            );
+        }
+        if !CONTROL_TIMEOUT_SECS.contains(&self.sessions.control_timeout_secs) {
+            bail!(
+                "sessions.control_timeout_secs is {}; it must be from {} to {} seconds",
+                self.sessions.control_timeout_secs,
+                CONTROL_TIMEOUT_SECS.start(),
+                CONTROL_TIMEOUT_SECS.end()
             );
         }
         let range = &SUBSCRIBER_BUFFER;
@@ -1062,6 +1080,10 @@ mod tests {
             (
                 Box::new(|c| c.sessions.subscriber_buffer = 100),
                 "sessions.subscriber_buffer",
+            ),
+            (
+                Box::new(|c| c.sessions.control_timeout_secs = 0),
+                "sessions.control_timeout_secs",
             ),
             (
                 Box::new(|c| c.sessions.subscriber_buffer = 1 << 20),

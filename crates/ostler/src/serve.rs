@@ -454,6 +454,7 @@ fn engine_options(
         broadcast_capacity: usize::try_from(cfg.sessions.subscriber_buffer).unwrap_or(usize::MAX),
         supervisor: ostler_supervisor::SupervisorOptions {
             stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
+            control_timeout: Duration::from_secs(cfg.sessions.control_timeout_secs),
             process_tag,
             cgroups,
             env_allowlist: valid.env_allowlist.clone(),

@@ -995,3 +995,82 @@ async fn events_the_release_does_not_know_are_refused_2_0_77() {
     .await
     .unwrap();
 }
+
+/// 2.1.332's PreModelSwitch hook: the CLI asks it before it answers `set_model`, so
+/// SetModel waits on a client's answer while the session's other calls go on, also past
+/// the control timeout (`sessions.control_timeout_secs`, short here). A DENY makes SetModel
+/// fail with the CLI's reason and the model stays; CONTINUE given after the control timeout
+/// still completes the SetModel and the session records the new model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_model_switch_waits_on_its_hook_2_1_332() {
+    let world = World::with_scenario(NEW, HOOKS_SCENARIO).await;
+    let control_timeout = ostler_testkit::timeouts::secs(2);
+    let daemon = world
+        .daemon_with_env(
+            &[],
+            &[(
+                "OSTLER_SESSIONS__CONTROL_TIMEOUT_SECS",
+                &control_timeout.as_secs().to_string(),
+            )],
+        )
+        .await;
+    let mut c = daemon.sessions().await;
+    let s = create_with_hooks(
+        &mut c,
+        &world,
+        vec![registration("switch", "PreModelSwitch")],
+    )
+    .await
+    .unwrap();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    // The CLI calls the hook for a switch after the first turn (before it, not at all).
+    send(&mut c, &s.id, "Say hello").await;
+    read_until(&mut events, &mut seen, "first turn", is_turn_completed).await;
+
+    let model = "claude-sonnet-4-5";
+    for (decision, reason) in [
+        (pb::HookDecision::Deny, "STAY-7 the budget is spent"),
+        (pb::HookDecision::Continue, ""),
+    ] {
+        let mut setter = c.clone();
+        let sid = s.id.clone();
+        let switch = tokio::spawn(async move {
+            setter
+                .set_model(pb::SetModelRequest {
+                    session_id: sid,
+                    model: model.into(),
+                })
+                .await
+        });
+        let ev = read_until(&mut events, &mut seen, "switch hook", |e| {
+            hook_requested(e).is_some_and(|h| h.hook_event == "PreModelSwitch")
+        })
+        .await;
+        let h = hook_requested(&ev).unwrap().clone();
+        let input: serde_json::Value = serde_json::from_str(&h.input_json).unwrap();
+        assert_eq!(input["to_model"], model, "{input}");
+        // The session answers other calls while the switch waits.
+        let got = session(&mut c, &s.id).await;
+        assert_eq!(got.id, s.id);
+        if decision == pb::HookDecision::Continue {
+            // The person takes longer than the control timeout: what is tested is time
+            // passing, not a wait for an event.
+            tokio::time::sleep(control_timeout + std::time::Duration::from_secs(1)).await;
+        }
+        assert!(!switch.is_finished(), "SetModel waits on the hook");
+        c.respond_to_hook(respond("c", &s.id, &h.request_id, decision, reason))
+            .await
+            .unwrap();
+        let r = switch.await.unwrap();
+        if decision == pb::HookDecision::Deny {
+            let err = r.unwrap_err();
+            assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+            assert!(err.message().contains("STAY-7"), "{}", err.message());
+            assert_ne!(session(&mut c, &s.id).await.model, model);
+        } else {
+            r.unwrap();
+            assert_eq!(session(&mut c, &s.id).await.model, model);
+        }
+    }
+}

@@ -10,7 +10,7 @@ use ostler_protocol::HookCallback;
 use ostler_protocol::hooks::{
     self as h, HookAnswer, HookRegistration, HookRequested, HookResolution, HookResolved,
 };
-use ostler_protocol::outbound::ResponseBody;
+use ostler_protocol::outbound::{OutRequest, ResponseBody};
 use ostler_store::{Decision, InteractionState, NewInteraction};
 use ostler_supervisor::Responder;
 use serde_json::Value;
@@ -76,6 +76,26 @@ pub(crate) fn restart_resolution(row: &ostler_store::Interaction) -> (Item, (Str
 }
 
 impl Actor {
+    /// How much longer than the control timeout the CLI may take to answer `request`: it
+    /// answers `set_model` only after the session's PreModelSwitch hooks returned (measured
+    /// on 2.1.332), and each waits for a client up to its registration's wait before ostler
+    /// answers with the default. Without this a SetModel waiting on a person failed after
+    /// the control timeout while the switch still happened at their answer.
+    pub(super) fn hook_wait_within(&self, request: &OutRequest) -> Duration {
+        let event = match request {
+            OutRequest::SetModel(_) => "PreModelSwitch",
+            _ => return Duration::ZERO,
+        };
+        let secs: u64 = self
+            .meta
+            .hooks
+            .iter()
+            .filter(|r| r.event == event)
+            .map(|r| u64::from(r.wait_secs()))
+            .sum();
+        Duration::from_secs(secs)
+    }
+
     /// A `hook_callback`: recorded and shown to clients when it names one of the session's
     /// registrations; otherwise recorded as a control request and answered with an error.
     pub(super) async fn hook_callback(

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use ostler_protocol::Outbound;
 use ostler_protocol::model::{
@@ -112,9 +113,10 @@ pub(super) fn clear(shared: &Shared) {
 pub(super) async fn request(
     shared: &Shared,
     request: OutRequest,
+    extra: Duration,
 ) -> Result<Option<RawJson>, ControlError> {
     let sent = send(shared, request)?;
-    wait(shared, sent).await
+    wait(shared, sent, extra).await
 }
 
 /// A control request queued for stdin whose answer is awaited with [`wait`].
@@ -161,8 +163,12 @@ pub(super) fn send(shared: &Shared, request: OutRequest) -> Result<Sent, Control
     }
 }
 
-/// Awaits the answer to a request [`send`] queued, at most the control timeout.
-pub(super) async fn wait(shared: &Shared, sent: Sent) -> Result<Option<RawJson>, ControlError> {
+/// Awaits the answer to a request [`send`] queued, at most the control timeout plus `extra`.
+pub(super) async fn wait(
+    shared: &Shared,
+    sent: Sent,
+    extra: Duration,
+) -> Result<Option<RawJson>, ControlError> {
     let Sent {
         request_id,
         rx,
@@ -172,7 +178,7 @@ pub(super) async fn wait(shared: &Shared, sent: Sent) -> Result<Option<RawJson>,
         lock(&shared.pending).remove(&request_id);
         return Err(ControlError::ProcessGone);
     }
-    let timeout = shared.opts.control_timeout;
+    let timeout = shared.opts.control_timeout.saturating_add(extra);
     match ostler_metrics::control_request(tokio::time::timeout(timeout, rx)).await {
         Ok(Ok(outcome)) => outcome_result(outcome),
         Ok(Err(_)) => Err(ControlError::ProcessGone),

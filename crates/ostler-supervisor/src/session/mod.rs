@@ -60,7 +60,7 @@ mod watchdog;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ostler_protocol::model::RawJson;
 use ostler_protocol::outbound::{OutRequest, UserContent};
@@ -175,7 +175,7 @@ impl SessionProcess {
             let sent = control::send(&shared, req);
             initialize_id = sent.as_ref().ok().map(|s| Arc::from(s.request_id()));
             let shared = shared.clone();
-            tokio::spawn(async move { control::wait(&shared, sent?).await })
+            tokio::spawn(async move { control::wait(&shared, sent?, Duration::ZERO).await })
         });
 
         Ok((
@@ -284,7 +284,17 @@ impl SessionProcess {
     /// Send a control request and await its `control_response`. The success payload is
     /// returned as is (`None` when the CLI sent none, e.g. 1.0.x's `interrupt`).
     pub async fn request(&self, request: OutRequest) -> Result<Option<RawJson>, ControlError> {
-        control::request(&self.shared, request).await
+        control::request(&self.shared, request, Duration::ZERO).await
+    }
+
+    /// [`Self::request`] allowed `extra` beyond the control timeout: for a request the CLI
+    /// answers only after a hook of ostler's (a client's answer) returns.
+    pub async fn request_within(
+        &self,
+        request: OutRequest,
+        extra: Duration,
+    ) -> Result<Option<RawJson>, ControlError> {
+        control::request(&self.shared, request, extra).await
     }
 
     /// How the process ended, if it has.
