@@ -173,7 +173,21 @@ pub struct HookAnswer {
     pub stop_reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_message: Option<String>,
+    /// More `hookSpecificOutput` fields, passed through (`displayContent`, `sessionTitle`,
+    /// ...); never one of [`OWN_SPECIFIC_KEYS`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook_specific: Option<Map<String, Value>>,
 }
+
+/// `hookSpecificOutput` keys ostler sets from an answer's own fields (key, field).
+pub const OWN_SPECIFIC_KEYS: &[(&str, &str)] = &[
+    ("hookEventName", "the hook's event"),
+    ("permissionDecision", "decision"),
+    ("permissionDecisionReason", "reason"),
+    ("decision", "decision"),
+    ("updatedInput", "updated_input_json"),
+    ("additionalContext", "additional_context"),
+];
 
 /// One hook a client answers (`ostler.v1.HookRegistration`), as recorded in the session's
 /// spec.
@@ -365,6 +379,16 @@ pub fn validate_answer(prefix: &str, event: &str, a: &HookAnswer) -> Result<(), 
     if a.stop_reason.is_some() && !a.stop {
         return Err(bad(f("stop_reason"), "is set but `stop` is not"));
     }
+    let own = a
+        .hook_specific
+        .as_ref()
+        .and_then(|m| OWN_SPECIFIC_KEYS.iter().find(|(k, _)| m.contains_key(*k)));
+    if let Some((key, field)) = own {
+        return Err(bad(
+            f("hook_specific_output_json"),
+            format!("sets `{key}`; ostler sets it from {field}"),
+        ));
+    }
     Ok(())
 }
 
@@ -485,6 +509,11 @@ pub fn output_json(event: &str, a: &HookAnswer) -> Value {
     }
     if let Some(c) = &a.additional_context {
         specific.insert("additionalContext".into(), c.clone().into());
+    }
+    if let Some(m) = &a.hook_specific {
+        for (k, v) in m {
+            specific.entry(k.clone()).or_insert_with(|| v.clone());
+        }
     }
     if !specific.is_empty() {
         specific.insert("hookEventName".into(), event.into());
@@ -640,6 +669,20 @@ mod tests {
             "{}",
             e.message
         );
+        for key in [
+            "hookEventName",
+            "permissionDecision",
+            "additionalContext",
+            "decision",
+        ] {
+            let own = HookAnswer {
+                hook_specific: json!({ key: 1 }).as_object().cloned(),
+                ..Default::default()
+            };
+            let e = validate_answer("", "PreToolUse", &own).unwrap_err();
+            assert_eq!(e.field, "hook_specific_output_json");
+            assert!(e.message.contains(key), "{}", e.message);
+        }
         let edit = HookAnswer {
             decision: HookDecision::Deny,
             updated_input: Some(json!({})),
@@ -709,6 +752,16 @@ mod tests {
         assert_eq!(
             output_json("PreModelSwitch", &deny)["hookSpecificOutput"]["permissionDecision"],
             "deny"
+        );
+        // Fields beyond ostler's own pass through into hookSpecificOutput.
+        let shown = HookAnswer {
+            hook_specific: json!({"displayContent": "[redacted]"}).as_object().cloned(),
+            ..Default::default()
+        };
+        assert!(validate_answer("", "MessageDisplay", &shown).is_ok());
+        assert_eq!(
+            output_json("MessageDisplay", &shown),
+            json!({"hookSpecificOutput": {"hookEventName": "MessageDisplay", "displayContent": "[redacted]"}})
         );
     }
 

@@ -116,6 +116,28 @@ pub(crate) fn answer(r: &pb::RespondToHookRequest) -> Result<HookAnswer, Status>
             }
         }
     };
+    bounded(
+        "hook_specific_output_json",
+        &r.hook_specific_output_json,
+        h::limits::INPUT_BYTES,
+    )?;
+    let hook_specific = if r.hook_specific_output_json.trim().is_empty() {
+        None
+    } else {
+        match serde_json::from_str::<serde_json::Value>(&r.hook_specific_output_json) {
+            Ok(serde_json::Value::Object(m)) => Some(m),
+            Ok(_) => {
+                return Err(Status::invalid_argument(
+                    "hook_specific_output_json: must be a JSON object",
+                ));
+            }
+            Err(e) => {
+                return Err(Status::invalid_argument(format!(
+                    "hook_specific_output_json: is not valid JSON: {e}"
+                )));
+            }
+        }
+    };
     Ok(HookAnswer {
         decision: decision_from_pb("decision", r.decision)?,
         reason: opt(r.reason.clone()),
@@ -124,6 +146,7 @@ pub(crate) fn answer(r: &pb::RespondToHookRequest) -> Result<HookAnswer, Status>
         stop: r.stop,
         stop_reason: opt(r.stop_reason.clone()),
         system_message: opt(r.system_message.clone()),
+        hook_specific,
     })
 }
 
@@ -161,6 +184,11 @@ pub(crate) fn resolved_to_pb(r: &HookResolved) -> pb::HookResolved {
         system_message: a.system_message.clone().unwrap_or_default(),
         resolved_by: r.resolved_by.clone(),
         output_json: r.output.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+        hook_specific_output_json: a
+            .hook_specific
+            .as_ref()
+            .map(|m| serde_json::Value::Object(m.clone()).to_string())
+            .unwrap_or_default(),
     }
 }
 

@@ -1074,3 +1074,106 @@ async fn a_model_switch_waits_on_its_hook_2_1_332() {
         }
     }
 }
+
+/// Fields of an event's answer that ostler has no own field for pass through
+/// (`hook_specific_output_json`). On 2.1.332 a MessageDisplay hook's `displayContent` is
+/// what every client is shown (live and read back) instead of the model's text, and a
+/// UserPromptSubmit hook's `sessionTitle` renames the CLI's session. A key ostler sets
+/// itself is refused, naming the field to use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn event_specific_fields_pass_through_2_1_332() {
+    let world = World::with_scenario(NEW, HOOKS_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_with_hooks(
+        &mut c,
+        &world,
+        vec![
+            registration("title", "UserPromptSubmit"),
+            registration("display", "MessageDisplay"),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Say hello").await;
+    let answer = |request_id: &str, specific: &str| {
+        as_client(
+            "c",
+            pb::RespondToHookRequest {
+                session_id: s.id.clone(),
+                request_id: request_id.into(),
+                hook_specific_output_json: specific.into(),
+                ..Default::default()
+            },
+        )
+    };
+    let ev = read_until(&mut events, &mut seen, "prompt hook", |e| {
+        hook_requested(e).is_some_and(|h| h.hook_event == "UserPromptSubmit")
+    })
+    .await;
+    let prompt = hook_requested(&ev).unwrap().request_id.clone();
+    let err = c
+        .respond_to_hook(answer(&prompt, r#"{"additionalContext": "x"}"#))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("additional_context"),
+        "{}",
+        err.message()
+    );
+    let err = c.respond_to_hook(answer(&prompt, "[1]")).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    c.respond_to_hook(answer(&prompt, r#"{"sessionTitle": "TITLE-4 greetings"}"#))
+        .await
+        .unwrap();
+
+    let ev = read_until(&mut events, &mut seen, "display hook", |e| {
+        hook_requested(e).is_some_and(|h| h.hook_event == "MessageDisplay")
+    })
+    .await;
+    let display = hook_requested(&ev).unwrap().request_id.clone();
+    let shown = "DISPLAYED-3 [the greeting was redacted]";
+    let resolved = c
+        .respond_to_hook(answer(
+            &display,
+            &serde_json::json!({"displayContent": shown}).to_string(),
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .resolved
+        .unwrap();
+    let output: serde_json::Value = serde_json::from_str(&resolved.output_json).unwrap();
+    assert_eq!(output["hookSpecificOutput"]["displayContent"], shown);
+    assert_eq!(
+        output["hookSpecificOutput"]["hookEventName"],
+        "MessageDisplay"
+    );
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+
+    let texts: Vec<&str> = seen.iter().filter_map(assistant_text).collect();
+    assert!(texts.contains(&shown), "{texts:?}");
+    assert!(
+        !texts
+            .iter()
+            .any(|t| t.contains("Hello from the fake model")),
+        "{texts:?}"
+    );
+    // The CLI's own line (`system/session_title_changed`, kept as an unknown message), not
+    // the hook's answer.
+    let titled = seen.iter().any(|e| match &e.payload {
+        Some(P::Unknown(u)) => {
+            u.message_type == "system/session_title_changed"
+                && u.raw_json.contains("TITLE-4 greetings")
+        }
+        _ => false,
+    });
+    assert!(
+        titled,
+        "the CLI announced the title: {:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+}

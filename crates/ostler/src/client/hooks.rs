@@ -52,6 +52,10 @@ pub struct HookArgs {
     /// A message shown to the user
     #[arg(long, value_name = "TEXT")]
     pub system_message: Option<String>,
+    /// More hookSpecificOutput fields (a JSON object), e.g. '{"displayContent": "..."}' for
+    /// MessageDisplay or '{"sessionTitle": "..."}' for UserPromptSubmit
+    #[arg(long, value_name = "JSON")]
+    pub specific: Option<String>,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
@@ -82,6 +86,7 @@ pub fn request(a: &HookArgs) -> pb::RespondToHookRequest {
         stop: a.stop.is_some(),
         stop_reason: a.stop.clone().unwrap_or_default(),
         system_message: a.system_message.clone().unwrap_or_default(),
+        hook_specific_output_json: a.specific.clone().unwrap_or_default(),
     }
 }
 
@@ -167,6 +172,8 @@ mod tests {
         assert_eq!(r.additional_context, "more");
         assert!(r.stop);
         assert_eq!(r.stop_reason, "enough");
+        let r = parse(&["abc", "--specific", "{\"sessionTitle\":\"t\"}"]).unwrap();
+        assert_eq!(r.hook_specific_output_json, "{\"sessionTitle\":\"t\"}");
         let r = parse(&["abc", "--block", "keep going"]).unwrap();
         assert_eq!(r.decision(), pb::HookDecision::Block);
         assert!(
