@@ -94,50 +94,9 @@ pub(crate) fn answer(r: &pb::RespondToHookRequest) -> Result<HookAnswer, Status>
     ] {
         bounded(field, v, h::limits::TEXT_BYTES)?;
     }
-    bounded(
-        "updated_input_json",
-        &r.updated_input_json,
-        h::limits::INPUT_BYTES,
-    )?;
-    let updated_input = if r.updated_input_json.trim().is_empty() {
-        None
-    } else {
-        match serde_json::from_str::<serde_json::Value>(&r.updated_input_json) {
-            Ok(v @ serde_json::Value::Object(_)) => Some(v),
-            Ok(_) => {
-                return Err(Status::invalid_argument(
-                    "updated_input_json: must be a JSON object",
-                ));
-            }
-            Err(e) => {
-                return Err(Status::invalid_argument(format!(
-                    "updated_input_json: is not valid JSON: {e}"
-                )));
-            }
-        }
-    };
-    bounded(
-        "hook_specific_output_json",
-        &r.hook_specific_output_json,
-        h::limits::INPUT_BYTES,
-    )?;
-    let hook_specific = if r.hook_specific_output_json.trim().is_empty() {
-        None
-    } else {
-        match serde_json::from_str::<serde_json::Value>(&r.hook_specific_output_json) {
-            Ok(serde_json::Value::Object(m)) => Some(m),
-            Ok(_) => {
-                return Err(Status::invalid_argument(
-                    "hook_specific_output_json: must be a JSON object",
-                ));
-            }
-            Err(e) => {
-                return Err(Status::invalid_argument(format!(
-                    "hook_specific_output_json: is not valid JSON: {e}"
-                )));
-            }
-        }
-    };
+    let updated_input =
+        json_object("updated_input_json", &r.updated_input_json)?.map(serde_json::Value::Object);
+    let hook_specific = json_object("hook_specific_output_json", &r.hook_specific_output_json)?;
     Ok(HookAnswer {
         decision: decision_from_pb("decision", r.decision)?,
         reason: opt(r.reason.clone()),
@@ -148,6 +107,27 @@ pub(crate) fn answer(r: &pb::RespondToHookRequest) -> Result<HookAnswer, Status>
         system_message: opt(r.system_message.clone()),
         hook_specific,
     })
+}
+
+/// An optional JSON object given as text (empty: none), at most
+/// [`h::limits::INPUT_BYTES`].
+fn json_object(
+    field: &str,
+    text: &str,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, Status> {
+    bounded(field, text, h::limits::INPUT_BYTES)?;
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(m)) => Ok(Some(m)),
+        Ok(_) => Err(Status::invalid_argument(format!(
+            "{field}: must be a JSON object"
+        ))),
+        Err(e) => Err(Status::invalid_argument(format!(
+            "{field}: is not valid JSON: {e}"
+        ))),
+    }
 }
 
 pub(crate) fn requested_to_pb(r: &HookRequested) -> pb::HookRequested {
@@ -246,6 +226,22 @@ mod tests {
             .unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument);
             assert!(e.message().starts_with("updated_input_json"));
+            let e = answer(&pb::RespondToHookRequest {
+                hook_specific_output_json: bad.into(),
+                ..Default::default()
+            })
+            .unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().starts_with("hook_specific_output_json"));
         }
+        let a = answer(&pb::RespondToHookRequest {
+            hook_specific_output_json: r#"{"sessionTitle":"t"}"#.into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            a.hook_specific.unwrap()["sessionTitle"],
+            serde_json::json!("t")
+        );
     }
 }

@@ -815,6 +815,33 @@ async fn a_queued_message_waits_on_its_hook_past_the_grace_2_0_77() {
     a_queued_message_waits_on_its_hook_past_the_grace(V2_0).await;
 }
 
+/// A daemon on `release` (with `env`) and a session with `hooks`, subscribed from its
+/// start.
+struct Hooked {
+    world: World,
+    _daemon: Daemon,
+    c: Client,
+    s: pb::Session,
+    events: Events,
+    seen: Vec<pb::SessionEvent>,
+}
+
+async fn hooked(release: &str, env: &[(&str, &str)], hooks: Vec<pb::HookRegistration>) -> Hooked {
+    let world = World::with_scenario(release, HOOKS_SCENARIO).await;
+    let daemon = world.daemon_with_env(&[], env).await;
+    let mut c = daemon.sessions().await;
+    let s = create_with_hooks(&mut c, &world, hooks).await.unwrap();
+    let events = subscribe(&mut c, &s.id, 0, false).await;
+    Hooked {
+        world,
+        _daemon: daemon,
+        c,
+        s,
+        events,
+        seen: Vec::new(),
+    }
+}
+
 fn registration(id: &str, event: &str) -> pb::HookRegistration {
     pb::HookRegistration {
         id: id.into(),
@@ -831,21 +858,22 @@ fn registration(id: &str, event: &str) -> pb::HookRegistration {
 /// context then reaches the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn permission_request_and_post_tool_batch_hooks_2_1_332() {
-    let world = World::with_scenario(NEW, HOOKS_SCENARIO).await;
-    let daemon = world.daemon(&[]).await;
-    let mut c = daemon.sessions().await;
-    let s = create_with_hooks(
-        &mut c,
-        &world,
+    let Hooked {
+        world,
+        _daemon,
+        mut c,
+        s,
+        mut events,
+        mut seen,
+    } = hooked(
+        NEW,
+        &[],
         vec![
             registration("grant", "PermissionRequest"),
             registration("batch", "PostToolBatch"),
         ],
     )
-    .await
-    .unwrap();
-    let mut events = subscribe(&mut c, &s.id, 0, false).await;
-    let mut seen = Vec::new();
+    .await;
     send(&mut c, &s.id, "Create the file hooked.txt please.").await;
     let ev = read_until(&mut events, &mut seen, "permission hook", |e| {
         hook_requested(e).is_some_and(|h| h.hook_event == "PermissionRequest")
@@ -1003,27 +1031,23 @@ async fn events_the_release_does_not_know_are_refused_2_0_77() {
 /// still completes the SetModel and the session records the new model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_model_switch_waits_on_its_hook_2_1_332() {
-    let world = World::with_scenario(NEW, HOOKS_SCENARIO).await;
     let control_timeout = ostler_testkit::timeouts::secs(2);
-    let daemon = world
-        .daemon_with_env(
-            &[],
-            &[(
-                "OSTLER_SESSIONS__CONTROL_TIMEOUT_SECS",
-                &control_timeout.as_secs().to_string(),
-            )],
-        )
-        .await;
-    let mut c = daemon.sessions().await;
-    let s = create_with_hooks(
-        &mut c,
-        &world,
+    let Hooked {
+        _daemon,
+        mut c,
+        s,
+        mut events,
+        mut seen,
+        world: _world,
+    } = hooked(
+        NEW,
+        &[(
+            "OSTLER_SESSIONS__CONTROL_TIMEOUT_SECS",
+            &control_timeout.as_secs().to_string(),
+        )],
         vec![registration("switch", "PreModelSwitch")],
     )
-    .await
-    .unwrap();
-    let mut events = subscribe(&mut c, &s.id, 0, false).await;
-    let mut seen = Vec::new();
+    .await;
     // The CLI calls the hook for a switch after the first turn (before it, not at all).
     send(&mut c, &s.id, "Say hello").await;
     read_until(&mut events, &mut seen, "first turn", is_turn_completed).await;
@@ -1082,21 +1106,22 @@ async fn a_model_switch_waits_on_its_hook_2_1_332() {
 /// itself is refused, naming the field to use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn event_specific_fields_pass_through_2_1_332() {
-    let world = World::with_scenario(NEW, HOOKS_SCENARIO).await;
-    let daemon = world.daemon(&[]).await;
-    let mut c = daemon.sessions().await;
-    let s = create_with_hooks(
-        &mut c,
-        &world,
+    let Hooked {
+        _daemon,
+        mut c,
+        s,
+        mut events,
+        mut seen,
+        world: _world,
+    } = hooked(
+        NEW,
+        &[],
         vec![
             registration("title", "UserPromptSubmit"),
             registration("display", "MessageDisplay"),
         ],
     )
-    .await
-    .unwrap();
-    let mut events = subscribe(&mut c, &s.id, 0, false).await;
-    let mut seen = Vec::new();
+    .await;
     send(&mut c, &s.id, "Say hello").await;
     let answer = |request_id: &str, specific: &str| {
         as_client(
