@@ -53,6 +53,73 @@ pub(crate) fn check_control(inst: &Installation, request: &OutRequest) -> Result
     )))
 }
 
+/// Control subtypes ostler sends or answers itself, with the call that does it: a
+/// `SendControlRequest` of one of them is refused (it would bypass what the call records,
+/// e.g. the session's model).
+const OWN_CONTROLS: &[(&str, &str)] = &[
+    (
+        "initialize",
+        "CreateSession / ResumeSession (sent at every start)",
+    ),
+    ("interrupt", "Interrupt"),
+    ("set_model", "SetModel"),
+    ("set_permission_mode", "SetPermissionMode"),
+    ("set_max_thinking_tokens", "SetMaxThinkingTokens"),
+    ("mcp_status", "GetMcpStatus"),
+    ("get_context_usage", "GetContextUsage"),
+    ("rewind_files", "RewindFiles"),
+    ("mcp_set_servers", "SetMcpServers"),
+    ("mcp_toggle", "ToggleMcpServer"),
+    ("mcp_reconnect", "ReconnectMcpServer"),
+    ("stop_task", "StopTask"),
+    ("can_use_tool", "RespondToPermission (the CLI sends it)"),
+    ("hook_callback", "RespondToHook (the CLI sends it)"),
+    ("mcp_message", "RespondToToolCall (the CLI sends it)"),
+];
+
+/// `Ok` when `subtype` may be sent by `SendControlRequest` on the installed release: not one
+/// ostler sends itself (else `Invalid` naming the call to use), and either measured served
+/// or the release answers control requests it does not know. Releases that ignore unknown
+/// subtypes (any probed subtype measured `no answer`: 1.0.x to 2.1.0) would leave an unknown
+/// one waiting for the control timeout, so it is refused at once.
+pub(crate) fn check_passthrough(inst: &Installation, subtype: &str) -> Result<()> {
+    if let Some((_, call)) = OWN_CONTROLS.iter().find(|(s, _)| *s == subtype) {
+        return Err(Error::invalid(
+            "subtype",
+            format!("`{subtype}` is sent by ostler itself; use {call}"),
+        ));
+    }
+    let caps = &inst.capabilities;
+    match caps.control_support(subtype) {
+        ControlSupport::Unknown => {}
+        _ => {
+            return check_control(
+                inst,
+                &OutRequest::Other {
+                    subtype: subtype.to_owned(),
+                    fields: Default::default(),
+                },
+            );
+        }
+    }
+    let ignored: Vec<&str> = caps
+        .control
+        .iter()
+        .filter(|(_, s)| **s == ControlSupport::NoAnswer)
+        .map(|(c, _)| c.as_str())
+        .collect();
+    if let Some(first) = ignored.first() {
+        return Err(Error::precondition(format!(
+            "Claude Code {} does not answer control requests it does not know (measured: it \
+             leaves `{first}` unanswered; see docs/compatibility.md), so `{subtype}` would wait \
+             for the control timeout; use a release that answers every probed control request \
+             (2.1.120 and later)",
+            inst.version
+        )));
+    }
+    Ok(())
+}
+
 /// `Ok` when the installed release calls hooks registered in `initialize`
 /// (`hook_callback`, measured by `cargo xtask compat probe`; a release not measured for it
 /// is judged by whether it answers `initialize`) and knows the event of every registration

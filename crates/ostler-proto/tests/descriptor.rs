@@ -50,6 +50,7 @@ fn descriptor_set_names_the_public_services() {
         "ReconnectMcpServer",
         "RewindFiles",
         "StopTask",
+        "SendControlRequest",
     ] {
         assert!(methods.contains(&m), "missing {m}: {methods:?}");
     }

@@ -60,6 +60,27 @@ pub mod limits {
 
 /// A value that is limited in length and may not contain NUL (the CLI gets it on its
 /// command line, or it is an id): `INVALID_ARGUMENT` naming `field` otherwise.
+/// An optional JSON object given as text (empty: none), at most `max` bytes.
+pub(crate) fn json_object(
+    field: &str,
+    text: &str,
+    max: usize,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, Status> {
+    bounded(field, text, max)?;
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(m)) => Ok(Some(m)),
+        Ok(_) => Err(Status::invalid_argument(format!(
+            "{field}: must be a JSON object"
+        ))),
+        Err(e) => Err(Status::invalid_argument(format!(
+            "{field}: is not valid JSON: {e}"
+        ))),
+    }
+}
+
 pub(crate) fn bounded(field: &str, value: &str, max: usize) -> Result<(), Status> {
     if value.len() > max {
         return Err(Status::invalid_argument(format!(

@@ -9,7 +9,7 @@ use ostler_protocol::hooks::{
 };
 use tonic::Status;
 
-use crate::convert::bounded;
+use crate::convert::{bounded, json_object};
 
 fn decision_from_pb(field: &str, v: i32) -> Result<HookDecision, Status> {
     match pb::HookDecision::try_from(v) {
@@ -94,9 +94,17 @@ pub(crate) fn answer(r: &pb::RespondToHookRequest) -> Result<HookAnswer, Status>
     ] {
         bounded(field, v, h::limits::TEXT_BYTES)?;
     }
-    let updated_input =
-        json_object("updated_input_json", &r.updated_input_json)?.map(serde_json::Value::Object);
-    let hook_specific = json_object("hook_specific_output_json", &r.hook_specific_output_json)?;
+    let updated_input = json_object(
+        "updated_input_json",
+        &r.updated_input_json,
+        h::limits::INPUT_BYTES,
+    )?
+    .map(serde_json::Value::Object);
+    let hook_specific = json_object(
+        "hook_specific_output_json",
+        &r.hook_specific_output_json,
+        h::limits::INPUT_BYTES,
+    )?;
     Ok(HookAnswer {
         decision: decision_from_pb("decision", r.decision)?,
         reason: opt(r.reason.clone()),
@@ -107,27 +115,6 @@ pub(crate) fn answer(r: &pb::RespondToHookRequest) -> Result<HookAnswer, Status>
         system_message: opt(r.system_message.clone()),
         hook_specific,
     })
-}
-
-/// An optional JSON object given as text (empty: none), at most
-/// [`h::limits::INPUT_BYTES`].
-fn json_object(
-    field: &str,
-    text: &str,
-) -> Result<Option<serde_json::Map<String, serde_json::Value>>, Status> {
-    bounded(field, text, h::limits::INPUT_BYTES)?;
-    if text.trim().is_empty() {
-        return Ok(None);
-    }
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Object(m)) => Ok(Some(m)),
-        Ok(_) => Err(Status::invalid_argument(format!(
-            "{field}: must be a JSON object"
-        ))),
-        Err(e) => Err(Status::invalid_argument(format!(
-            "{field}: is not valid JSON: {e}"
-        ))),
-    }
 }
 
 pub(crate) fn requested_to_pb(r: &HookRequested) -> pb::HookRequested {

@@ -525,6 +525,44 @@ impl SessionService for SessionSvc {
         .await
     }
 
+    async fn send_control_request(
+        &self,
+        req: Request<pb::SendControlRequestRequest>,
+    ) -> Res<pb::SendControlRequestResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let subtype = r.subtype.as_str();
+        let subtype_ok = (1..=64).contains(&subtype.len())
+            && subtype
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !subtype_ok {
+            let head: String = subtype.chars().take(64).collect();
+            return Err(Status::invalid_argument(format!(
+                "subtype: {head:?}{} is not a control request subtype (1-64 of a-z 0-9 _)",
+                if head.len() < subtype.len() {
+                    "..."
+                } else {
+                    ""
+                }
+            )));
+        }
+        let fields =
+            convert::json_object("request_json", &r.request_json, 1024 * 1024)?.unwrap_or_default();
+        if fields.contains_key("subtype") {
+            return Err(Status::invalid_argument(
+                "request_json: sets `subtype`; give it in the subtype field",
+            ));
+        }
+        in_session("SendControlRequest", id, async {
+            let answer = self.engine.send_control(id, subtype, fields).await?;
+            Ok(pb::SendControlRequestResponse {
+                response_json: answer.map(|v| v.to_string()).unwrap_or_default(),
+            })
+        })
+        .await
+    }
+
     async fn respond_to_hook(
         &self,
         req: Request<pb::RespondToHookRequest>,

@@ -449,6 +449,16 @@ async fn controls_1_0_128() {
             .unwrap_err(),
         ),
         (
+            "get_settings",
+            c.send_control_request(pb::SendControlRequestRequest {
+                session_id: id.clone(),
+                subtype: "get_settings".into(),
+                request_json: String::new(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
             "interrupt_cancel_queued_v1",
             c.interrupt(pb::InterruptRequest {
                 session_id: id.clone(),
@@ -490,8 +500,92 @@ async fn controls_1_0_128() {
     send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
 }
 
-/// The command line: `ostler info`, `context`, `mcp status|set|toggle|reconnect` and
-/// `rewind` with `--json`.
+/// SendControlRequest: control requests ostler has no RPC for reach the CLI and its answer
+/// comes back (get_settings, list_models, rename_session); one the release does not know is
+/// FAILED_PRECONDITION with the CLI's words; subtypes an RPC sends, bad subtypes and bad
+/// fields are INVALID_ARGUMENT; each answer is recorded in the session's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn control_requests_passed_through_2_1_332() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "passthrough").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    await_initialized(&mut events, &mut seen).await;
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
+    let id = s.id.clone();
+    let send = |subtype: &str, request_json: &str| {
+        let mut c = c.clone();
+        let req = pb::SendControlRequestRequest {
+            session_id: id.clone(),
+            subtype: subtype.into(),
+            request_json: request_json.into(),
+        };
+        async move { c.send_control_request(req).await.map(|r| r.into_inner()) }
+    };
+    let settings = send("get_settings", "").await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&settings.response_json).unwrap();
+    assert!(v.get("applied").is_some(), "{v}");
+    let models = send("list_models", "{}").await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&models.response_json).unwrap();
+    assert!(!v["models"].as_array().unwrap().is_empty(), "{v}");
+    send("rename_session", r#"{"title": "RENAMED-8"}"#)
+        .await
+        .unwrap();
+
+    let err = send("bogus_subtype", "").await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains("Unsupported control request"),
+        "{}",
+        err.message()
+    );
+    for (subtype, json, field) in [
+        ("set_model", "", "SetModel"),
+        ("initialize", "", "CreateSession"),
+        ("Get-Settings", "", "subtype"),
+        (&"x".repeat(100_000), "", "subtype"),
+        ("get_settings", "[1]", "request_json"),
+        ("get_settings", r#"{"subtype": "x"}"#, "request_json"),
+    ] {
+        let err = send(subtype, json).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(field), "{}", err.message());
+        assert!(err.message().len() < 400, "{}", err.message().len());
+    }
+    // The CLI renamed its session, and the answers are in the log.
+    read_until(&mut events, &mut seen, "title change", |e| {
+        matches!(&e.payload, Some(P::Unknown(u))
+            if u.message_type == "system/session_title_changed" && u.raw_json.contains("RENAMED-8"))
+    })
+    .await;
+    read_until(&mut events, &mut seen, "rename notice", |e| {
+        matches!(&e.payload, Some(P::EngineNotice(n))
+            if n.code == "control" && n.message == "rename_session done")
+    })
+    .await;
+    let logged: Vec<&str> = seen
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code == "control" => Some(n.message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        logged,
+        [
+            "get_settings done",
+            "list_models done",
+            "rename_session done"
+        ]
+    );
+    // The session still works.
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
+}
+
+/// The command line: `ostler info`, `context`, `mcp status|set|toggle|reconnect`,
+/// `control` and `rewind` with `--json`.
 #[test]
 fn control_commands() {
     use common::client::{Served, describe, scenario_text};
@@ -518,6 +612,15 @@ fn control_commands() {
 
     let context = d.ok_json(&["context", &id, "--json"]);
     assert!(context[0].is_object(), "{context:?}");
+    let settings = d.ok_json(&["control", &id, "get_settings", "--json"]);
+    assert!(settings[0].get("applied").is_some(), "{settings:?}");
+    let refused = d.client(&["control", &id, "set_model", "{}"], None);
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("use SetModel"),
+        "{}",
+        describe(&refused)
+    );
 
     let config = d.work.join("mcp.json");
     std::fs::write(

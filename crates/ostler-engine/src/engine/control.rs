@@ -71,6 +71,26 @@ impl Engine {
             .map(|_| ())
     }
 
+    /// `SendControlRequest`: a control request ostler has no call of its own for, sent as
+    /// is (`subtype` checked by [`crate::capability::check_passthrough`]); the CLI's success
+    /// payload.
+    pub async fn send_control(
+        &self,
+        session_id: &str,
+        subtype: &str,
+        fields: Map<String, Value>,
+    ) -> Result<Option<Value>> {
+        crate::capability::check_passthrough(&self.shared.installation, subtype)?;
+        self.control_answer(
+            session_id,
+            OutRequest::Other {
+                subtype: subtype.to_owned(),
+                fields,
+            },
+        )
+        .await
+    }
+
     /// `GetContextUsage`: the CLI's breakdown of the context window.
     pub async fn context_usage(&self, session_id: &str) -> Result<Option<Value>> {
         self.control_answer(session_id, OutRequest::get_context_usage())

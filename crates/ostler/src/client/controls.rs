@@ -1,4 +1,4 @@
-//! The session-control commands: `info`, `context`, `mcp`, `rewind`.
+//! The session-control commands: `info`, `context`, `mcp`, `rewind`, `control`.
 
 use anyhow::{Context as _, Result, anyhow};
 use ostler_proto::v1 as pb;
@@ -39,6 +39,27 @@ pub enum McpAction {
     /// Replace the servers added at runtime with those of FILE: a JSON object of name ->
     /// config, or `{"mcpServers": {...}}` as in an `--mcp-config` file
     Set { file: std::path::PathBuf },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:
+  ostler control @last get_settings
+  ostler control 3f2a list_models --json
+  ostler control 3f2a rename_session '{\"title\": \"release notes\"}'")]
+pub struct ControlArgs {
+    /// Session id, a unique prefix of one, or @last (the newest session)
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// The control request's subtype (the Agent SDKs' names)
+    pub subtype: String,
+    /// The request's other fields, a JSON object
+    #[arg(value_name = "FIELDS_JSON")]
+    pub fields: Option<String>,
+    /// Print the answer on one line
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -162,6 +183,33 @@ pub async fn info(a: InfoArgs) -> Result<i32> {
     println!("mcp servers");
     print_servers(&i.mcp_servers);
     println!("capabilities  {}", i.capabilities.join(" "));
+    Ok(0)
+}
+
+/// `ostler control ID SUBTYPE [FIELDS_JSON]`: the CLI's answer, as JSON (pretty unless
+/// `--json`; `null` when it sent none).
+pub async fn control(a: ControlArgs) -> Result<i32> {
+    let target = SessionArg {
+        id: Some(a.id.clone()),
+        last: false,
+    };
+    let (mut conn, id) = session(&a.connect, &target).await?;
+    let answer = conn
+        .sessions
+        .send_control_request(pb::SendControlRequestRequest {
+            session_id: id,
+            subtype: a.subtype.clone(),
+            request_json: a.fields.clone().unwrap_or_default(),
+        })
+        .await
+        .map_err(|s| status_error(&format!("send {}", a.subtype), s))?
+        .into_inner();
+    let v = raw(&answer.response_json);
+    if a.json {
+        json_line(&v);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
     Ok(0)
 }
 

@@ -1,7 +1,7 @@
 //! The `ostler` client commands: `run`, `sessions`, `show`, `attach`, `send`, `interrupt`,
 //! `stop`, `resume`, `delete`, `health`, `pending`, `approve`, `deny`, `answer`, `hook`,
 //! `watch`,
-//! `info`, `context`, `mcp`, `rewind`.
+//! `info`, `context`, `mcp`, `rewind`, `control`.
 //!
 //! Sessions are named by id, a unique id prefix, or `@last` / `--last` (`ids.rs`).
 //!
@@ -98,6 +98,9 @@ pub enum ClientCommand {
     /// Restore the files a session changed to their state at one of its messages (a
     /// session created with file checkpointing).
     Rewind(controls::RewindArgs),
+    /// Send a control request ostler has no command for (get_settings, list_models,
+    /// get_usage, rename_session, ...) and print the CLI's answer.
+    Control(controls::ControlArgs),
 }
 
 /// Runs a client command and exits the process with its exit code.
@@ -130,6 +133,7 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Context(a) => controls::context(a).await,
             ClientCommand::Mcp(a) => controls::mcp(a).await,
             ClientCommand::Rewind(a) => controls::rewind(a).await,
+            ClientCommand::Control(a) => controls::control(a).await,
         }
     });
     let code = match result {
