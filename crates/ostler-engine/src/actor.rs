@@ -108,6 +108,9 @@ pub(crate) struct Actor {
     pending: HashMap<String, Pending>,
     /// Hook calls waiting for a client (issue 11), by request id.
     hooks: HashMap<String, hooks::PendingHook>,
+    /// Tool uses whose permission prompt was answered in this turn: a PermissionRequest
+    /// hook call for one of them comes too late to count (see `prompt_answered_first`).
+    prompts_answered: std::collections::HashSet<String>,
     /// Client-hosted tool servers and the calls of their tools waiting for a client.
     tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
     tool_calls: HashMap<String, tools::PendingToolCall>,
@@ -208,6 +211,7 @@ impl Actor {
             state: o.state,
             pending: HashMap::new(),
             hooks: HashMap::new(),
+            prompts_answered: Default::default(),
             tool_servers: o.tool_servers,
             tool_calls: HashMap::new(),
             owed: owed::Owed::default(),

@@ -1202,3 +1202,99 @@ async fn event_specific_fields_pass_through_2_1_332() {
         seen.iter().map(describe).collect::<Vec<_>>()
     );
 }
+
+/// The other side of the race: on 2.1.332 the permission prompt answered first (by a client,
+/// or at once by a session rule) leaves the CLI's PermissionRequest hook call open (the CLI
+/// withdraws nothing and ignores a later answer). ostler closes it at once: CANCELLED by
+/// `engine` before the turn ends, nothing left pending, a late answer refused.
+async fn prompt_answered_before_the_hook(rule: bool) {
+    let world = World::with_scenario(NEW, HOOKS_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let rules = if rule {
+        vec![pb::PermissionRule {
+            tool: "Bash".into(),
+            pattern: "touch".into(),
+            ..Default::default()
+        }]
+    } else {
+        Vec::new()
+    };
+    let s = c
+        .create_session(as_client(
+            "creator",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                hooks: vec![registration("grant", "PermissionRequest")],
+                rules,
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Create the file hooked.txt please.").await;
+    let (mut hook, mut prompt) = (None, None);
+    read_until(&mut events, &mut seen, "hook call and prompt", |e| {
+        if let Some(h) = hook_requested(e) {
+            hook = Some(h.request_id.clone());
+        }
+        if let Some(P::PermissionRequested(p)) = &e.payload {
+            prompt = Some(p.request_id.clone());
+        }
+        hook.is_some() && (rule || prompt.is_some())
+    })
+    .await;
+    let hook = hook.unwrap();
+    if !rule {
+        c.respond_to_permission(as_client(
+            "c",
+            pb::RespondToPermissionRequest {
+                session_id: s.id.clone(),
+                request_id: prompt.unwrap(),
+                decision: Some(pb::respond_to_permission_request::Decision::Allow(
+                    pb::PermissionAllow::default(),
+                )),
+            },
+        ))
+        .await
+        .unwrap();
+    }
+    let ev = read_until(&mut events, &mut seen, "hook closed", |e| {
+        hook_resolved(e).is_some_and(|r| r.request_id == hook) || is_turn_completed(e)
+    })
+    .await;
+    let r = hook_resolved(&ev).expect("the hook call is closed before the turn ends");
+    assert_eq!(r.resolution(), pb::Resolution::Cancelled, "{r:?}");
+    assert_eq!(r.resolved_by, "engine");
+    assert!(r.reason.contains("answered first"), "{r:?}");
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+    assert!(
+        world.work.join("hooked.txt").exists(),
+        "the prompt's allow ran it"
+    );
+    let pending = c
+        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .interactions;
+    assert!(pending.is_empty(), "{pending:?}");
+    let late = c
+        .respond_to_hook(respond("c", &s.id, &hook, pb::HookDecision::Deny, "late"))
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_answers_the_prompt_before_the_permission_hook_2_1_332() {
+    prompt_answered_before_the_hook(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rule_answers_the_prompt_before_the_permission_hook_2_1_332() {
+    prompt_answered_before_the_hook(true).await;
+}

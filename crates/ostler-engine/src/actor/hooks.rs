@@ -27,6 +27,8 @@ use crate::types::*;
 pub(super) struct PendingHook {
     /// The hook event (`PreToolUse`, ...): what the answer is checked against.
     event: String,
+    /// The tool use the call is about (tool events).
+    tool_use_id: Option<String>,
     registration: HookRegistration,
     responder: Responder,
     pub(super) deadline: Instant,
@@ -137,6 +139,7 @@ impl Actor {
         let call = h::read_call(Some(&input), cb.tool_use_id.as_deref(), &reg.event);
         let wait = Duration::from_secs(u64::from(reg.wait_secs()));
         let expires_at_ms = now_ms() + wait.as_millis() as i64;
+        let call_tool_use_id = call.tool_use_id.clone();
         let payload = EventPayload::HookRequested(HookRequested {
             request_id: request_id.clone(),
             hook_event: call.hook_event.clone(),
@@ -165,16 +168,24 @@ impl Actor {
         };
         let hook = PendingHook {
             event: call.hook_event,
+            tool_use_id: call_tool_use_id,
             registration: reg,
             responder,
             deadline: Instant::now() + wait,
         };
         // Not recorded: nobody could answer durably; the dropped responder answers the CLI
         // with an error (the CLI goes on as if the hook had failed).
+        let late = (hook.event == "PermissionRequest")
+            .then(|| hook.tool_use_id.clone())
+            .flatten()
+            .filter(|t| self.prompts_answered.contains(t));
         self.record_pending(item, ni, true, "hook call", |a| {
             a.hooks.insert(request_id, hook);
         })
         .await;
+        if let Some(tool_use_id) = late {
+            self.prompt_answered_first(&tool_use_id).await;
+        }
         self.settle_state(None).await;
     }
 
@@ -300,6 +311,34 @@ impl Actor {
         self.cancel_hook(request_id, "cli").await;
         self.settle_state(None).await;
         true
+    }
+
+    /// The CLI asks a PermissionRequest hook and ostler's permission prompt for the same
+    /// tool use at once and goes on with the first answer. When the prompt's answer comes
+    /// first the CLI leaves the hook call open (measured on 2.1.332: no
+    /// `control_cancel_request`, a later answer is ignored), so it is closed here:
+    /// CANCELLED by `engine`, the CLI sent a CONTINUE it no longer reads.
+    pub(super) async fn prompt_answered_first(&mut self, tool_use_id: &str) {
+        let open: Vec<String> = self
+            .hooks
+            .iter()
+            .filter(|(_, p)| {
+                p.event == "PermissionRequest" && p.tool_use_id.as_deref() == Some(tool_use_id)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in open {
+            let answer = HookAnswer {
+                reason: Some("the permission prompt for this tool use was answered first".into()),
+                ..Default::default()
+            };
+            if let Err(e) = self
+                .resolve_hook(&id, HookResolution::Cancelled, Some(answer), "engine")
+                .await
+            {
+                tracing::warn!(session = %self.sid(), request_id = %id, error = %e, "cannot close a hook call");
+            }
+        }
     }
 
     /// Cancels every pending hook call (the process ended): nothing is sent.

@@ -275,10 +275,18 @@ impl Actor {
             // serialises decisions, but the store is the authority).
             Committed::Lost(i) => return Err(decided_error(request_id, &i)),
         };
+        let answered_tool_use = p
+            .as_ref()
+            .filter(|p| p.kind == InteractionKind::Permission)
+            .and_then(|p| p.request.tool_use_id.clone());
         if let Some(p) = p
             && let Err(e) = p.responder.respond(body)
         {
             tracing::warn!(session = %self.sid(), request_id, error = %e, "the CLI no longer waits for this decision");
+        }
+        if let Some(tool_use_id) = answered_tool_use {
+            self.prompt_answered_first(&tool_use_id).await;
+            self.prompts_answered.insert(tool_use_id);
         }
         Ok(Decided {
             seq: events.first().and_then(|e| e.seq).unwrap_or_default(),

@@ -380,6 +380,7 @@ impl Actor {
     }
 
     pub(super) async fn turn_completed(&mut self, subtype: &str) {
+        self.prompts_answered.clear();
         // A finished turn leaves nothing to decide: whatever is still pending is stale
         // (unless the next turn began meanwhile; a message queued behind the turn that
         // ended has not).
