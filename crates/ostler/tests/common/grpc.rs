@@ -396,3 +396,17 @@ pub async fn session(c: &mut SessionServiceClient<Channel>, id: &str) -> pb::Ses
     .unwrap()
     .into_inner()
 }
+
+/// Asserts that a call was refused with `code` and a message containing `needle` (and
+/// short: a refusal never echoes big input back).
+#[track_caller]
+pub fn assert_refused<T: std::fmt::Debug>(
+    r: Result<T, tonic::Status>,
+    code: tonic::Code,
+    needle: &str,
+) {
+    let err = r.expect_err("the call was refused");
+    assert_eq!(err.code(), code, "{err:?}");
+    assert!(err.message().contains(needle), "{}", err.message());
+    assert!(err.message().len() < 1000, "{} bytes", err.message().len());
+}
