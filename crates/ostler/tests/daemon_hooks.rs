@@ -158,12 +158,7 @@ async fn second_client_denies(release: &str) {
     assert!(h.expires_at_ms > 0);
 
     // Pending: listed, the session awaits a client.
-    let pending = a
-        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .interactions;
+    let pending = pending_interactions(&mut a).await;
     assert!(
         pending
             .iter()
@@ -450,12 +445,7 @@ async fn kill9_with_hook_pending(release: &str) {
     assert_eq!(r.resolution(), pb::Resolution::Expired);
     assert_eq!(r.decision(), pb::HookDecision::Deny);
     assert_eq!(r.reason, "restart default");
-    let listed = c
-        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .interactions;
+    let listed = pending_interactions(&mut c).await;
     assert!(
         listed.is_empty(),
         "nothing waits after the restart: {listed:?}"
@@ -962,12 +952,7 @@ async fn permission_request_and_post_tool_batch_hooks_2_1_332() {
         .expect("the prompt was closed");
     assert_eq!(closed.resolution(), pb::Resolution::Cancelled, "{closed:?}");
     assert_eq!(closed.resolved_by, "cli");
-    let pending = c
-        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .interactions;
+    let pending = pending_interactions(&mut c).await;
     assert!(pending.is_empty(), "{pending:?}");
 }
 
@@ -1267,12 +1252,7 @@ async fn prompt_answered_before_the_hook(rule: bool) {
         world.work.join("hooked.txt").exists(),
         "the prompt's allow ran it"
     );
-    let pending = c
-        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .interactions;
+    let pending = pending_interactions(&mut c).await;
     assert!(pending.is_empty(), "{pending:?}");
     assert_refused(
         c.respond_to_hook(respond("c", &s.id, &hook, pb::HookDecision::Deny, "late"))

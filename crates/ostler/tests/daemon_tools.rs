@@ -136,12 +136,7 @@ async fn await_resolved(
 
 /// No interaction is pending any more, and a late answer to `request_id` is refused.
 async fn nothing_left_to_answer(c: &mut Client, session_id: &str, request_id: &str) {
-    let pending = c
-        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .interactions;
+    let pending = pending_interactions(c).await;
     assert!(pending.is_empty(), "{pending:?}");
     let late = c
         .respond_to_tool_call(pb::RespondToToolCallRequest {
@@ -206,12 +201,7 @@ async fn answered_by_second_client(release: &str) {
     assert!(call.expires_at_ms > 0);
 
     // Listed among the pending interactions while it waits.
-    let pending = a
-        .list_pending_interactions(pb::ListPendingInteractionsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .interactions;
+    let pending = pending_interactions(&mut a).await;
     assert!(
         pending.iter().any(|p| p.request_id == call.request_id
             && matches!(

@@ -410,3 +410,14 @@ pub fn assert_refused<T: std::fmt::Debug>(
     assert!(err.message().contains(needle), "{}", err.message());
     assert!(err.message().len() < 1000, "{} bytes", err.message().len());
 }
+
+/// Every pending interaction across sessions (`ListPendingInteractions`).
+pub async fn pending_interactions(
+    c: &mut SessionServiceClient<Channel>,
+) -> Vec<pb::PendingInteraction> {
+    c.list_pending_interactions(pb::ListPendingInteractionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .interactions
+}
