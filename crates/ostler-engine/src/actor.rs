@@ -73,6 +73,7 @@ pub(crate) fn delivery_failed(
     })
 }
 
+mod elicitations;
 mod hooks;
 mod interactions;
 mod output;
@@ -114,6 +115,8 @@ pub(crate) struct Actor {
     /// Client-hosted tool servers and the calls of their tools waiting for a client.
     tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
     tool_calls: HashMap<String, tools::PendingToolCall>,
+    /// MCP servers' requests for the user's input waiting for a client.
+    elicitations: HashMap<String, elicitations::PendingElicitation>,
     /// The messages written to the CLI still owed an answer, and so the turns still to
     /// come (what keeps the session RUNNING).
     owed: owed::Owed,
@@ -214,6 +217,7 @@ impl Actor {
             prompts_answered: Default::default(),
             tool_servers: o.tool_servers,
             tool_calls: HashMap::new(),
+            elicitations: HashMap::new(),
             owed: owed::Owed::default(),
             next_turn_due: None,
             turn_since_result: false,
@@ -295,6 +299,7 @@ impl Actor {
                 .filter_map(|p| p.deadline)
                 .chain(self.hook_deadline())
                 .chain(self.tool_deadline())
+                .chain(self.elicitation_deadline())
                 .min();
             let idle_at = self.idle_deadline();
             let next_turn_due = self.next_turn_due;
@@ -339,6 +344,7 @@ impl Actor {
                         self.expire_due().await;
                         self.expire_hooks_due().await;
                         self.expire_tool_calls().await;
+                        self.expire_elicitations().await;
                         None
                     }
                     () = sleep_until(next_turn_due), if next_turn_due.is_some() => {
@@ -535,6 +541,18 @@ impl Actor {
             } => {
                 let r = self
                     .respond_tool_call(&request_id, content, is_error, &client)
+                    .await;
+                let _ = reply.send(r);
+            }
+            Command::RespondElicitation {
+                request_id,
+                action,
+                content,
+                client,
+                reply,
+            } => {
+                let r = self
+                    .respond_elicitation(&request_id, action, content, &client)
                     .await;
                 let _ = reply.send(r);
             }
@@ -895,6 +913,7 @@ impl Actor {
         }
         self.cancel_hooks("engine").await;
         self.cancel_tool_calls(None, "engine", why).await;
+        self.cancel_elicitations(None, "engine").await;
         let reason = if self.shutdown {
             "daemon shutdown".to_owned()
         } else if self.store_fault.is_some() {
@@ -991,7 +1010,28 @@ impl Actor {
 
     /// The CLI waits for a client's answer (a permission or question, a hook, a tool call).
     fn waits_on_a_client(&self) -> bool {
-        !self.pending.is_empty() || !self.hooks.is_empty() || !self.tool_calls.is_empty()
+        !self.pending.is_empty()
+            || !self.hooks.is_empty()
+            || !self.tool_calls.is_empty()
+            || !self.elicitations.is_empty()
+    }
+
+    /// What kind of interaction `request_id` is, when it is pending here.
+    fn pending_kind(&self, request_id: &str) -> Option<&'static str> {
+        if let Some(p) = self.pending.get(request_id) {
+            Some(match p.kind {
+                InteractionKind::Question => "question",
+                _ => "permission request",
+            })
+        } else if self.hooks.contains_key(request_id) {
+            Some("hook call")
+        } else if self.tool_calls.contains_key(request_id) {
+            Some("tool call")
+        } else if self.elicitations.contains_key(request_id) {
+            Some("elicitation")
+        } else {
+            None
+        }
     }
 
     /// The CLI has `queue_grace` from now to show it took the next message owed.

@@ -414,6 +414,9 @@ impl Engine {
                     EventPayload::ToolCallRequested(t) => {
                         (t.request_id.clone(), InteractionKind::ToolCall)
                     }
+                    EventPayload::ElicitationRequested(e) => {
+                        (e.request_id.clone(), InteractionKind::Elicitation)
+                    }
                     _ => return None,
                 };
                 Some(PendingInteraction {

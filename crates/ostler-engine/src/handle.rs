@@ -189,6 +189,13 @@ pub(crate) enum Command {
         client: ClientRef,
         reply: oneshot::Sender<Result<ToolCallDecided>>,
     },
+    RespondElicitation {
+        request_id: String,
+        action: ElicitationAction,
+        content: Option<serde_json::Value>,
+        client: ClientRef,
+        reply: oneshot::Sender<Result<ElicitationDecided>>,
+    },
     Answer {
         request_id: String,
         answers: Vec<QuestionAnswer>,

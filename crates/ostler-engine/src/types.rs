@@ -464,6 +464,79 @@ pub enum EventPayload {
     ToolCallRequested(ToolCallRequested),
     /// A client-hosted tool call was answered (client, expiry, restart, cancellation).
     ToolCallResolved(ToolCallResolved),
+    /// An MCP server asked the user for input (the CLI's `elicitation`), pending.
+    ElicitationRequested(ElicitationRequested),
+    /// An elicitation was answered (client, expiry, restart, cancellation).
+    ElicitationResolved(ElicitationResolved),
+}
+
+/// An MCP server's request for the user's input (MCP `elicitation/create`), passed on by
+/// the CLI as its `elicitation` control request, for clients to answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ElicitationRequested {
+    pub request_id: String,
+    pub mcp_server_name: String,
+    pub message: String,
+    /// `form` or `url` (the CLI's `mode`; `form` when it names none).
+    pub mode: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicitation_id: Option<String>,
+    /// Form mode: the JSON Schema of the content asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_schema: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// When it is answered `cancel` if nobody answered (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    /// The request as the CLI sent it (fields newer releases add included).
+    pub request: Value,
+}
+
+/// How the user answered an elicitation (MCP `ElicitResult.action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElicitationAction {
+    Accept,
+    Decline,
+    Cancel,
+}
+
+impl ElicitationAction {
+    /// The MCP name (`accept`, `decline`, `cancel`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ElicitationAction::Accept => "accept",
+            ElicitationAction::Decline => "decline",
+            ElicitationAction::Cancel => "cancel",
+        }
+    }
+}
+
+/// An elicitation was answered (`action` and `content` as sent to the CLI).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ElicitationResolved {
+    pub request_id: String,
+    pub outcome: ToolCallOutcome,
+    pub action: ElicitationAction,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
+    /// `client:<id>`, `expiry`, `restart`, `cli`, `engine`.
+    pub resolved_by: String,
+}
+
+/// An elicitation answered through `RespondToElicitation`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElicitationDecided {
+    /// The seq of the `elicitation_resolved` event.
+    pub seq: u64,
+    pub resolved: ElicitationResolved,
 }
 
 /// A call of a client-hosted tool (`mcp_message` `tools/call`), for clients to answer.
@@ -490,6 +563,17 @@ pub enum ToolCallOutcome {
     Answered,
     Expired,
     Cancelled,
+}
+
+impl ToolCallOutcome {
+    /// The stored interaction's final state.
+    pub fn state(self) -> ostler_store::InteractionState {
+        match self {
+            ToolCallOutcome::Answered => ostler_store::InteractionState::Answered,
+            ToolCallOutcome::Expired => ostler_store::InteractionState::Expired,
+            ToolCallOutcome::Cancelled => ostler_store::InteractionState::Cancelled,
+        }
+    }
 }
 
 /// A client-hosted tool call was answered (`content` and `is_error` as sent to the CLI).
@@ -538,6 +622,8 @@ impl EventPayload {
             EventPayload::HookResolved(_) => "hook_resolved",
             EventPayload::ToolCallRequested(_) => "tool_call_requested",
             EventPayload::ToolCallResolved(_) => "tool_call_resolved",
+            EventPayload::ElicitationRequested(_) => "elicitation_requested",
+            EventPayload::ElicitationResolved(_) => "elicitation_resolved",
         }
     }
 
@@ -585,7 +671,9 @@ impl EventPayload {
             HookRequested,
             HookResolved,
             ToolCallRequested,
-            ToolCallResolved
+            ToolCallResolved,
+            ElicitationRequested,
+            ElicitationResolved
         )?;
         Ok(out)
     }
@@ -627,7 +715,9 @@ impl EventPayload {
             HookRequested => "hook_requested",
             HookResolved => "hook_resolved",
             ToolCallRequested => "tool_call_requested",
-            ToolCallResolved => "tool_call_resolved"
+            ToolCallResolved => "tool_call_resolved",
+            ElicitationRequested => "elicitation_requested",
+            ElicitationResolved => "elicitation_resolved"
         );
         match r {
             Ok(p) if p.kind() == kind => Ok(p),

@@ -58,8 +58,6 @@ pub mod limits {
     pub const TEXT_BYTES: usize = 64 * 1024;
 }
 
-/// A value that is limited in length and may not contain NUL (the CLI gets it on its
-/// command line, or it is an id): `INVALID_ARGUMENT` naming `field` otherwise.
 /// An optional JSON object given as text (empty: none), at most `max` bytes.
 pub(crate) fn json_object(
     field: &str,
@@ -81,6 +79,8 @@ pub(crate) fn json_object(
     }
 }
 
+/// A value that is limited in length and may not contain NUL (the CLI gets it on its
+/// command line, or it is an id): `INVALID_ARGUMENT` naming `field` otherwise.
 pub(crate) fn bounded(field: &str, value: &str, max: usize) -> Result<(), Status> {
     if value.len() > max {
         return Err(Status::invalid_argument(format!(
@@ -916,9 +916,11 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
         eng::EventPayload::InteractionResolved(r) => match r.kind {
             eng::InteractionKind::Permission => P::PermissionResolved(permission_resolved(r)),
             eng::InteractionKind::Question => P::QuestionAnswered(question_answered(r)),
-            // Hook calls and tool calls resolve with their own events, never
+            // Hook calls, tool calls and elicitations resolve with their own events, never
             // `interaction_resolved`.
-            eng::InteractionKind::Hook | eng::InteractionKind::ToolCall => return None,
+            eng::InteractionKind::Hook
+            | eng::InteractionKind::ToolCall
+            | eng::InteractionKind::Elicitation => return None,
         },
         eng::EventPayload::HookRequested(r) => P::HookRequested(crate::hooks::requested_to_pb(r)),
         eng::EventPayload::HookResolved(r) => P::HookResolved(crate::hooks::resolved_to_pb(r)),
@@ -927,6 +929,12 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
         }
         eng::EventPayload::ToolCallResolved(t) => {
             P::ToolCallResolved(crate::tools::resolved_to_pb(t))
+        }
+        eng::EventPayload::ElicitationRequested(e) => {
+            P::ElicitationRequested(crate::elicitations::requested_to_pb(e))
+        }
+        eng::EventPayload::ElicitationResolved(e) => {
+            P::ElicitationResolved(crate::elicitations::resolved_to_pb(e))
         }
         eng::EventPayload::TurnCompleted(t) => P::TurnCompleted(pb::TurnCompleted {
             subtype: t.subtype.clone(),

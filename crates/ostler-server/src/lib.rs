@@ -17,6 +17,7 @@ pub mod auth;
 mod controls;
 mod convert;
 mod daemon;
+mod elicitations;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;

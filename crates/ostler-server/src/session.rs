@@ -607,6 +607,28 @@ impl SessionService for SessionSvc {
         .await
     }
 
+    async fn respond_to_elicitation(
+        &self,
+        req: Request<pb::RespondToElicitationRequest>,
+    ) -> Res<pb::RespondToElicitationResponse> {
+        let client = client_of(&req);
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let request_id = required("request_id", &r.request_id)?;
+        let (action, content) = crate::elicitations::answer_from_pb(r.action, &r.content_json)?;
+        in_session("RespondToElicitation", id, async {
+            let res = self
+                .engine
+                .respond_elicitation(id, request_id, action, content, client)
+                .await?;
+            Ok(pb::RespondToElicitationResponse {
+                resolved: Some(crate::elicitations::resolved_to_pb(&res.resolved)),
+                seq: res.seq,
+            })
+        })
+        .await
+    }
+
     async fn watch_sessions(
         &self,
         req: Request<pb::WatchSessionsRequest>,

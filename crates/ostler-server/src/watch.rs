@@ -32,6 +32,7 @@ pub(crate) fn kind_to_pb(k: eng::FeedKind) -> pb::FeedKind {
         eng::FeedKind::ProcessExited => pb::FeedKind::ProcessExited,
         eng::FeedKind::HookPending => pb::FeedKind::HookPending,
         eng::FeedKind::ToolCallRequested => pb::FeedKind::ToolCallPending,
+        eng::FeedKind::ElicitationRequested => pb::FeedKind::ElicitationPending,
     }
 }
 
@@ -55,6 +56,7 @@ fn kind_from_pb(field: &str, v: i32) -> Result<Option<eng::FeedKind>, Status> {
         pb::FeedKind::ProcessExited => Some(eng::FeedKind::ProcessExited),
         pb::FeedKind::HookPending => Some(eng::FeedKind::HookPending),
         pb::FeedKind::ToolCallPending => Some(eng::FeedKind::ToolCallRequested),
+        pb::FeedKind::ElicitationPending => Some(eng::FeedKind::ElicitationRequested),
     })
 }
 

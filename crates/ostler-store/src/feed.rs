@@ -86,6 +86,9 @@ pub enum FeedKind {
     /// `tool_call_requested` (a client-hosted tool call waits; its resolution is
     /// `InteractionResolved`).
     ToolCallRequested,
+    /// `elicitation_requested` (an MCP server waits for the user's input; its resolution
+    /// is `InteractionResolved`).
+    ElicitationRequested,
 }
 
 impl FeedKind {
@@ -102,15 +105,17 @@ impl FeedKind {
             "process_exited" => FeedKind::ProcessExited,
             "hook_requested" => FeedKind::HookPending,
             "tool_call_requested" => FeedKind::ToolCallRequested,
-            "interaction_resolved" | "hook_resolved" | "tool_call_resolved" => {
-                FeedKind::InteractionResolved
-            }
+            "elicitation_requested" => FeedKind::ElicitationRequested,
+            "interaction_resolved"
+            | "hook_resolved"
+            | "tool_call_resolved"
+            | "elicitation_resolved" => FeedKind::InteractionResolved,
             _ => return None,
         })
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [FeedKind; 9] = [
+    pub const ALL: [FeedKind; 10] = [
         FeedKind::SessionCreated,
         FeedKind::StateChanged,
         FeedKind::TurnCompleted,
@@ -120,6 +125,7 @@ impl FeedKind {
         FeedKind::ProcessExited,
         FeedKind::HookPending,
         FeedKind::ToolCallRequested,
+        FeedKind::ElicitationRequested,
     ];
 
     /// The stored name.
@@ -134,6 +140,7 @@ impl FeedKind {
             FeedKind::ProcessExited => "process_exited",
             FeedKind::HookPending => "hook_pending",
             FeedKind::ToolCallRequested => "tool_call_requested",
+            FeedKind::ElicitationRequested => "elicitation_requested",
         }
     }
 }

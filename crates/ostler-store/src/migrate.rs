@@ -41,6 +41,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(7, "0007_feed_by_writer.sql"),
     migration!(8, "0008_events_dictionary.sql"),
     migration!(9, "0009_events_by_id.sql"),
+    migration!(10, "0010_elicitation.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).

@@ -314,6 +314,8 @@ pub enum InteractionKind {
     Hook,
     /// A call of a client-hosted tool (`mcp_message` `tools/call`, issue 11).
     ToolCall,
+    /// An MCP server's request for the user's input (the CLI's `elicitation`).
+    Elicitation,
 }
 
 /// Where an interaction stands. Everything but `Pending` is final.
@@ -375,6 +377,7 @@ str_enum!(InteractionKind {
     Question => "question",
     Hook => "hook",
     ToolCall => "tool_call",
+    Elicitation => "elicitation",
 });
 str_enum!(InteractionState {
     Pending => "pending",

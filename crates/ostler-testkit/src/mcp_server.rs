@@ -2,19 +2,116 @@
 //! tests: `initialize`, `ping`, `tools/list` with one tool, `tools/call`. The binary is
 //! `ostler-test-mcp`; give it to a session as a stdio MCP server
 //! (`{"type":"stdio","command":"<path>/ostler-test-mcp"}`), by `SetMcpServers` or
-//! `--mcp-config`. Its tool is `echo_ticket` (`{"ticket": "..."}` -> the text
-//! `ticket <ticket> is open`), so a model can call `mcp__<name>__echo_ticket`.
+//! `--mcp-config`. Its tools:
+//! - `echo_ticket` (`{"ticket": "..."}` -> the text `ticket <ticket> is open`), so a model
+//!   can call `mcp__<name>__echo_ticket`;
+//! - `confirm_ticket` (`{"ticket": "...", "url": "..."}`): asks the user through MCP
+//!   elicitation (`elicitation/create`: a form asking for a `reason`, or with `url` a URL
+//!   elicitation) and answers with the text `elicitation for <ticket>: <the ElicitResult
+//!   as JSON>`, or an error result when the client offers no elicitation or answers with
+//!   an error.
 
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
 
 use serde_json::{Value, json};
 
 /// The server's name in `initialize`.
 pub const SERVER_NAME: &str = "ostler-test-mcp";
-/// The one tool it offers.
+/// The tool that answers at once.
 pub const TOOL: &str = "echo_ticket";
+/// The tool that asks the user first (MCP elicitation).
+pub const ELICITING_TOOL: &str = "confirm_ticket";
 
-/// The answer to one JSON-RPC message (`None` for notifications and responses).
+/// The server's state: whether the client offers elicitation, and the tool calls waiting
+/// for the answer to one (by the elicitation's JSON-RPC id: the call's id and ticket).
+#[derive(Debug, Default)]
+pub struct Server {
+    elicits: bool,
+    waiting: HashMap<String, (Value, String)>,
+    next: u64,
+}
+
+fn tool_result(id: Value, text: String, is_error: bool) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "result": {
+        "content": [{ "type": "text", "text": text }], "isError": is_error,
+    }})
+}
+
+impl Server {
+    /// The messages to send for one JSON-RPC message received.
+    pub fn handle(&mut self, msg: &Value) -> Option<Value> {
+        let method = msg.get("method").and_then(Value::as_str);
+        let id = msg.get("id");
+        if method.is_none()
+            && let Some((call_id, ticket)) = id
+                .and_then(Value::as_str)
+                .and_then(|i| self.waiting.remove(i))
+        {
+            return Some(match (msg.get("result"), msg.get("error")) {
+                (Some(r), _) => {
+                    tool_result(call_id, format!("elicitation for {ticket}: {r}"), false)
+                }
+                (None, e) => tool_result(
+                    call_id,
+                    format!(
+                        "elicitation for {ticket} failed: {}",
+                        e.unwrap_or(&Value::Null)
+                    ),
+                    true,
+                ),
+            });
+        }
+        let params = msg.get("params").cloned().unwrap_or(Value::Null);
+        match method {
+            Some("initialize") => {
+                self.elicits = params.pointer("/capabilities/elicitation").is_some();
+            }
+            Some("tools/call")
+                if params.get("name").and_then(Value::as_str) == Some(ELICITING_TOOL) =>
+            {
+                let call_id = id?.clone();
+                let ticket = params
+                    .pointer("/arguments/ticket")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+                    .to_owned();
+                if !self.elicits {
+                    return Some(tool_result(
+                        call_id,
+                        "the client offers no elicitation".into(),
+                        true,
+                    ));
+                }
+                self.next += 1;
+                let eid = format!("elicit-{}", self.next);
+                let request = match params.pointer("/arguments/url").and_then(Value::as_str) {
+                    Some(url) => json!({
+                        "mode": "url", "url": url, "elicitationId": format!("{eid}-url"),
+                        "message": format!("Sign in to close ticket {ticket}"),
+                    }),
+                    None => json!({
+                        "message": format!("Close ticket {ticket}?"),
+                        "requestedSchema": {
+                            "type": "object",
+                            "properties": { "reason": { "type": "string", "description": "Why" } },
+                            "required": ["reason"],
+                        },
+                    }),
+                };
+                self.waiting.insert(eid.clone(), (call_id, ticket));
+                return Some(json!({
+                    "jsonrpc": "2.0", "id": eid, "method": "elicitation/create", "params": request,
+                }));
+            }
+            _ => {}
+        }
+        handle(msg)
+    }
+}
+
+/// The answer to one JSON-RPC message (`None` for notifications and responses), for the
+/// requests that need no state.
 pub fn handle(msg: &Value) -> Option<Value> {
     let id = msg.get("id")?.clone();
     let method = msg.get("method").and_then(Value::as_str)?;
@@ -35,6 +132,17 @@ pub fn handle(msg: &Value) -> Option<Value> {
             "inputSchema": {
                 "type": "object",
                 "properties": { "ticket": { "type": "string", "description": "Ticket id" } },
+                "required": ["ticket"],
+            },
+        }, {
+            "name": ELICITING_TOOL,
+            "description": "Closes a support ticket after asking the user why.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "ticket": { "type": "string", "description": "Ticket id" },
+                    "url": { "type": "string", "description": "Sign-in page, if needed" },
+                },
                 "required": ["ticket"],
             },
         }]}),
@@ -65,12 +173,13 @@ pub fn handle(msg: &Value) -> Option<Value> {
 pub fn run() -> std::io::Result<()> {
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
+    let mut server = Server::default();
     for line in stdin.lock().lines() {
         let line = line?;
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
-        if let Some(answer) = handle(&msg) {
+        if let Some(answer) = server.handle(&msg) {
             writeln!(out, "{answer}")?;
             out.flush()?;
         }
@@ -96,5 +205,46 @@ mod tests {
         let other =
             handle(&json!({"jsonrpc":"2.0","id":3,"method":"resources/list"})).expect("error");
         assert_eq!(other["error"]["code"], -32601);
+    }
+
+    #[test]
+    fn the_eliciting_tool_asks_the_client_and_answers_with_its_result() {
+        let call = json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":ELICITING_TOOL,"arguments":{"ticket":"T-1"}}});
+        let mut plain = Server::default();
+        plain.handle(
+            &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}),
+        );
+        let refused = plain.handle(&call).expect("answer");
+        assert_eq!(refused["result"]["isError"], true);
+
+        let mut s = Server::default();
+        s.handle(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}));
+        let ask = s.handle(&call).expect("elicitation");
+        assert_eq!(ask["method"], "elicitation/create");
+        assert_eq!(
+            ask["params"]["requestedSchema"]["required"],
+            json!(["reason"])
+        );
+        let answer = json!({"jsonrpc":"2.0","id":ask["id"],"result":{"action":"accept","content":{"reason":"fixed"}}});
+        let done = s.handle(&answer).expect("tool result");
+        assert_eq!(done["id"], 7);
+        assert_eq!(
+            done["result"]["content"][0]["text"],
+            r#"elicitation for T-1: {"action":"accept","content":{"reason":"fixed"}}"#
+        );
+        assert!(s.handle(&answer).is_none(), "answered once");
+        let url = json!({"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":ELICITING_TOOL,"arguments":{"ticket":"T-2","url":"https://example.test/a"}}});
+        let ask = s.handle(&url).expect("url elicitation");
+        assert_eq!(
+            (
+                ask["params"]["mode"].as_str(),
+                ask["params"]["url"].as_str()
+            ),
+            (Some("url"), Some("https://example.test/a"))
+        );
+        let failed = s
+            .handle(&json!({"jsonrpc":"2.0","id":ask["id"],"error":{"code":-1,"message":"no"}}))
+            .expect("error result");
+        assert_eq!(failed["result"]["isError"], true);
     }
 }

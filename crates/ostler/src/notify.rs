@@ -51,7 +51,10 @@ pub struct NotifyConfig {
     pub secret: String,
     /// Feed kinds to deliver (empty: all): session_created, state_changed, turn_completed,
     /// permission_requested, question_asked, interaction_resolved, process_exited,
-    /// hook_pending, tool_call_requested.
+    /// hook_pending, tool_call_requested, elicitation_requested. The pending ones
+    /// (permission_requested, question_asked, hook_pending, tool_call_requested,
+    /// elicitation_requested: an MCP server waits for the user's input) call for someone's
+    /// attention; their answers are interaction_resolved.
     pub kinds: Vec<String>,
     /// Only sessions carrying all of these labels.
     pub labels: BTreeMap<String, String>,
@@ -541,6 +544,32 @@ mod tests {
             signature(b"Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn attention_kinds_are_feed_kinds() {
+        // The pending kinds the `kinds` doc names (an elicitation as a tool call).
+        for k in [
+            "permission_requested",
+            "question_asked",
+            "hook_pending",
+            "tool_call_requested",
+            "elicitation_requested",
+            "interaction_resolved",
+        ] {
+            let c = NotifyConfig {
+                url: "http://127.0.0.1:9/hook".into(),
+                kinds: vec![k.into()],
+                ..Default::default()
+            };
+            let n = c.validate(0).unwrap_or_else(|e| panic!("{k}: {e:#}"));
+            assert_eq!(
+                n.kinds
+                    .as_deref()
+                    .map(|k| k.iter().map(|f| f.as_str()).collect::<Vec<_>>()),
+                Some(vec![k])
+            );
+        }
     }
 
     #[test]

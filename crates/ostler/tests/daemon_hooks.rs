@@ -92,14 +92,6 @@ fn hook_resolved(e: &pb::SessionEvent) -> Option<&pb::HookResolved> {
     }
 }
 
-fn model_saw(world: &World, text: &str) -> bool {
-    world.fake.requests().iter().any(|r| {
-        r.body
-            .as_ref()
-            .is_some_and(|b| b["messages"].to_string().contains(text))
-    })
-}
-
 fn respond(
     client: &str,
     session_id: &str,
@@ -280,7 +272,7 @@ async fn second_client_denies(release: &str) {
         "the denied tool must not run"
     );
     assert!(
-        model_saw(&world, reason),
+        world.model_saw(reason),
         "the denial reason reaches the model"
     );
     assert!(
@@ -382,11 +374,11 @@ async fn context_and_expiry(release: &str) {
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
     assert!(!world.work.join("hooked.txt").exists());
     assert!(
-        model_saw(&world, context),
+        world.model_saw(context),
         "the additional context reaches the model"
     );
     assert!(
-        model_saw(&world, "EXPIRED-DEFAULT-DENY"),
+        world.model_saw("EXPIRED-DEFAULT-DENY"),
         "the default's reason reaches the model"
     );
 }
@@ -645,7 +637,7 @@ async fn client_lists_and_answers_a_hook() {
     );
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
     assert!(!world.work.join("hooked.txt").exists());
-    assert!(model_saw(&world, "CLIDENY from the terminal"));
+    assert!(world.model_saw("CLIDENY from the terminal"));
 }
 
 const QUEUED_SCENARIO: &str = r#"
@@ -932,7 +924,7 @@ async fn permission_request_and_post_tool_batch_hooks_2_1_332() {
     );
     assert!(!world.work.join("hooked.txt").exists());
     assert!(
-        model_saw(&world, context),
+        world.model_saw(context),
         "the batch context reaches the model"
     );
     // ostler's own prompt for the same tool use was withdrawn by the CLI, not left open.

@@ -198,7 +198,7 @@ impl Actor {
         client: &ClientRef,
     ) -> Result<HookDecided> {
         let Some(p) = self.hooks.get(request_id) else {
-            return Err(self.not_pending(request_id).await);
+            return Err(self.not_pending_as(request_id, "a hook call").await);
         };
         h::validate_answer("", &p.event, &answer)
             .map_err(|e| Error::invalid(e.field, e.message))?;
@@ -245,7 +245,9 @@ impl Actor {
         // The decision and its resolution event commit in one transaction.
         let item = Item::new(EventPayload::HookResolved(resolved.clone()));
         let (events, p) = match self
-            .commit_decision(request_id, decision, item, |a| a.remove_hook(request_id))
+            .commit_decision(request_id, decision, item, |a| {
+                a.take_pending(request_id, |a| &mut a.hooks)
+            })
             .await?
         {
             Committed::Won(events, p) => (events, p),
@@ -266,15 +268,6 @@ impl Actor {
             seq: events.first().and_then(|e| e.seq).unwrap_or_default(),
             resolved,
         })
-    }
-
-    fn remove_hook(&mut self, request_id: &str) -> Option<PendingHook> {
-        self.grace_again();
-        let p = self.hooks.remove(request_id);
-        self.show(|v| {
-            v.pending.remove(request_id);
-        });
-        p
     }
 
     /// Hook calls past their registration's timeout take its default (`default:expiry`).

@@ -294,13 +294,35 @@ impl Actor {
         })
     }
 
-    pub(super) fn remove_pending(&mut self, request_id: &str) -> Option<Pending> {
+    /// Takes `request_id` off the caller's pending state (`map`: permission prompts, hook
+    /// calls, tool calls or elicitations) and off the view; the grace the CLI has to take
+    /// the next message owed counts from now.
+    pub(super) fn take_pending<P>(
+        &mut self,
+        request_id: &str,
+        map: impl FnOnce(&mut Self) -> &mut std::collections::HashMap<String, P>,
+    ) -> Option<P> {
         self.grace_again();
-        let p = self.pending.remove(request_id);
+        let p = map(self).remove(request_id);
         self.show(|v| {
             v.pending.remove(request_id);
         });
         p
+    }
+
+    pub(super) fn remove_pending(&mut self, request_id: &str) -> Option<Pending> {
+        self.take_pending(request_id, |a| &mut a.pending)
+    }
+
+    /// The error for an answer of `what` (`a tool call`, ...) to `request_id`: it is
+    /// another kind of pending interaction, or [`Actor::not_pending`].
+    pub(super) async fn not_pending_as(&self, request_id: &str, what: &str) -> Error {
+        match self.pending_kind(request_id) {
+            Some(kind) => {
+                Error::precondition(format!("{request_id:?} is a pending {kind}, not {what}"))
+            }
+            None => self.not_pending(request_id).await,
+        }
     }
 
     pub(super) async fn not_pending(&self, request_id: &str) -> Error {

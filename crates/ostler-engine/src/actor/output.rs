@@ -196,6 +196,7 @@ impl Actor {
         for request_id in cancelled {
             self.cancel_tool_calls(Some(&request_id), "cli", "withdrawn by the CLI")
                 .await;
+            self.cancel_elicitations(Some(&request_id), "cli").await;
             if !self.hook_withdrawn(&request_id).await {
                 self.cancelled_by_cli(&request_id).await;
             }
@@ -387,6 +388,7 @@ impl Actor {
         if !self.turn_since_result {
             self.cancel_tool_calls(None, "engine", "the turn ended")
                 .await;
+            self.cancel_elicitations(None, "engine").await;
         }
         if !self.turn_since_result && !self.pending.is_empty() {
             let ids: Vec<String> = self.pending.keys().cloned().collect();
@@ -422,6 +424,15 @@ impl Actor {
             } if request_subtype == "mcp_message" && !self.tool_servers.is_empty() => {
                 let body = body.clone();
                 self.mcp_message(request.request_id, &body, responder, raw)
+                    .await;
+                return;
+            }
+            CliRequest::Other {
+                ref request_subtype,
+                raw: ref body,
+            } if request_subtype == "elicitation" => {
+                let body = body.clone();
+                self.elicitation(request.request_id, &body, responder, raw)
                     .await;
                 return;
             }

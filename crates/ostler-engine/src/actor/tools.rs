@@ -9,14 +9,14 @@ use bytes::Bytes;
 use ostler_protocol::model::RawJson;
 use ostler_protocol::outbound::ResponseBody;
 use ostler_protocol::sdk_mcp::{self, Content, Handled};
-use ostler_store::{Decision, InteractionState, NewInteraction};
+use ostler_store::{Decision, NewInteraction};
 use ostler_supervisor::Responder;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::Actor;
 use super::interactions::Committed;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::hub::{Item, now_ms};
 use crate::types::*;
 
@@ -118,13 +118,8 @@ impl Actor {
             return Err(self.not_pending(request_id).await);
         };
         let mcp = sdk_mcp::call_result(&p.rpc_id, &resolved.content, resolved.is_error);
-        let state = match resolved.outcome {
-            ToolCallOutcome::Answered => InteractionState::Answered,
-            ToolCallOutcome::Expired => InteractionState::Expired,
-            ToolCallOutcome::Cancelled => InteractionState::Cancelled,
-        };
         let decision = Decision {
-            state,
+            state: resolved.outcome.state(),
             decided_by: resolved.resolved_by.clone(),
             response: Some(Bytes::from(mcp.to_string())),
             decided_ms: now_ms(),
@@ -133,7 +128,7 @@ impl Actor {
         let item = Item::new(EventPayload::ToolCallResolved(resolved.clone()));
         let (events, p) = match self
             .commit_decision(request_id, decision, item, |a| {
-                a.remove_tool_call(request_id)
+                a.take_pending(request_id, |a| &mut a.tool_calls)
             })
             .await?
         {
@@ -153,15 +148,6 @@ impl Actor {
         })
     }
 
-    fn remove_tool_call(&mut self, request_id: &str) -> Option<PendingToolCall> {
-        self.grace_again();
-        let p = self.tool_calls.remove(request_id);
-        self.show(|v| {
-            v.pending.remove(request_id);
-        });
-        p
-    }
-
     /// `RespondToToolCall`.
     pub(super) async fn respond_tool_call(
         &mut self,
@@ -171,12 +157,7 @@ impl Actor {
         client: &ClientRef,
     ) -> Result<ToolCallDecided> {
         if !self.tool_calls.contains_key(request_id) {
-            return Err(match self.pending.contains_key(request_id) {
-                true => Error::precondition(format!(
-                    "{request_id:?} is a permission request or question, not a tool call"
-                )),
-                false => self.not_pending(request_id).await,
-            });
+            return Err(self.not_pending_as(request_id, "a tool call").await);
         }
         let r = self
             .resolve_tool_call(

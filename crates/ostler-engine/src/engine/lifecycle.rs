@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ostler_store::{
-    DecideOutcome, Decision, InteractionState, NewSession, SessionFilter, SessionPatch,
-    SessionRecord, Store, WithEvents,
+    DecideOutcome, NewSession, SessionFilter, SessionPatch, SessionRecord, Store, WithEvents,
 };
 use ostler_supervisor::{CliOptions, Installation, SessionProcess, SpawnOptions};
 use serde::{Deserialize, Serialize};
@@ -213,6 +212,9 @@ impl Engine {
             if i.kind == InteractionKind::ToolCall {
                 return super::tools::resolved_at_restart(i);
             }
+            if i.kind == InteractionKind::Elicitation {
+                return super::tools::elicitation_at_restart(i);
+            }
             let item = Item::new(EventPayload::InteractionResolved(InteractionResolved {
                 request_id: i.request_id.clone(),
                 kind: i.kind,
@@ -221,13 +223,7 @@ impl Engine {
                 },
                 decided_by: "engine".into(),
             }));
-            let decision = Decision {
-                state: InteractionState::Cancelled,
-                decided_by: "engine".into(),
-                response: None,
-                decided_ms: now_ms(),
-            };
-            (item, (i.request_id.clone(), decision))
+            (item, super::tools::cancelled(i, "engine"))
         };
         let state_changed = || {
             Item::new(EventPayload::StateChanged(StateChanged {

@@ -1,5 +1,6 @@
-//! `RespondToToolCall` (issue 11, client-hosted tools): into the session's actor, which
-//! owns the pending tool calls (`actor/tools.rs`).
+//! `RespondToToolCall` (issue 11, client-hosted tools) and `RespondToElicitation` (an MCP
+//! server's request for the user's input): into the session's actor, which owns the
+//! pending tool calls and elicitations (`actor/tools.rs`, `actor/elicitations.rs`).
 
 use ostler_protocol::sdk_mcp::Content;
 use ostler_store::{Decision, InteractionState};
@@ -8,7 +9,21 @@ use super::Engine;
 use crate::error::Result;
 use crate::handle::Command;
 use crate::hub::{Item, now_ms};
-use crate::types::{ClientRef, EventPayload, ToolCallDecided, ToolCallOutcome, ToolCallResolved};
+use crate::types::{
+    ClientRef, ElicitationAction, ElicitationDecided, ElicitationResolved, EventPayload,
+    ToolCallDecided, ToolCallOutcome, ToolCallResolved,
+};
+
+/// The decision that cancels interaction `i` without an answer, taken by `by`.
+pub(super) fn cancelled(i: &ostler_store::Interaction, by: &str) -> (String, Decision) {
+    let decision = Decision {
+        state: InteractionState::Cancelled,
+        decided_by: by.to_owned(),
+        response: None,
+        decided_ms: now_ms(),
+    };
+    (i.request_id.clone(), decision)
+}
 
 /// A tool call left pending by a daemon that died: resolved with an error result by
 /// `restart` (the CLI that asked is gone), event and decision committed together.
@@ -22,16 +37,47 @@ pub(super) fn resolved_at_restart(i: &ostler_store::Interaction) -> (Item, (Stri
         is_error: true,
         resolved_by: "restart".into(),
     }));
-    let decision = Decision {
-        state: InteractionState::Cancelled,
-        decided_by: "restart".into(),
-        response: None,
-        decided_ms: now_ms(),
-    };
-    (item, (i.request_id.clone(), decision))
+    (item, cancelled(i, "restart"))
+}
+
+/// An elicitation left pending by a daemon that died: answered `cancel` by `restart` (the
+/// CLI that asked is gone), event and decision committed together.
+pub(super) fn elicitation_at_restart(i: &ostler_store::Interaction) -> (Item, (String, Decision)) {
+    let item = Item::new(EventPayload::ElicitationResolved(ElicitationResolved {
+        request_id: i.request_id.clone(),
+        outcome: ToolCallOutcome::Cancelled,
+        action: ElicitationAction::Cancel,
+        content: None,
+        resolved_by: "restart".into(),
+    }));
+    (item, cancelled(i, "restart"))
 }
 
 impl Engine {
+    /// Answers a pending elicitation (`content`: the input given with `Accept`, a JSON
+    /// object). The first answer wins; later ones get `FailedPrecondition` naming who
+    /// answered.
+    pub async fn respond_elicitation(
+        &self,
+        session_id: &str,
+        request_id: &str,
+        action: ElicitationAction,
+        content: Option<serde_json::Value>,
+        client: ClientRef,
+    ) -> Result<ElicitationDecided> {
+        let actor = self.deciding_actor(session_id, request_id).await?;
+        let rid = request_id.to_owned();
+        actor
+            .call(session_id, |reply| Command::RespondElicitation {
+                request_id: rid,
+                action,
+                content,
+                client,
+                reply,
+            })
+            .await
+    }
+
     /// Answers a pending tool call. The first answer wins; later ones get
     /// `FailedPrecondition` naming who answered.
     pub async fn respond_tool_call(

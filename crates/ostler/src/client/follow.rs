@@ -133,6 +133,14 @@ fn settled_by(ev: &pb::SessionEvent, request_id: &str) -> Option<String> {
         Some(Payload::ToolCallResolved(t)) if t.request_id == request_id => {
             (json::resolution_name(t.resolution), t.resolved_by.clone())
         }
+        Some(Payload::ElicitationResolved(e)) if e.request_id == request_id => (
+            format!(
+                "{} ({})",
+                json::resolution_name(e.resolution),
+                json::elicitation_action_name(e.action)
+            ),
+            e.resolved_by.clone(),
+        ),
         _ => return None,
     };
     Some(if by.is_empty() {
@@ -313,7 +321,8 @@ impl Follower {
                                 p @ (Payload::PermissionRequested(_)
                                 | Payload::QuestionAsked(_)
                                 | Payload::HookRequested(_)
-                                | Payload::ToolCallRequested(_)),
+                                | Payload::ToolCallRequested(_)
+                                | Payload::ElicitationRequested(_)),
                             ) => {
                                 let id = request_id(&p);
                                 if !answered.contains(&id) && !pending.iter().any(|x| request_id(&x.event) == id) {
@@ -331,6 +340,9 @@ impl Follower {
                             }
                             Some(Payload::ToolCallResolved(t)) => {
                                 pending.retain(|x| request_id(&x.event) != t.request_id);
+                            }
+                            Some(Payload::ElicitationResolved(e)) => {
+                                pending.retain(|x| request_id(&x.event) != e.request_id);
                             }
                             Some(Payload::UserMessage(m)) => {
                                 if let Until::AnswerTo { seq: s, message_id } = &mut until
@@ -507,6 +519,27 @@ impl Follower {
         }
     }
 
+    /// The outcome of an answer sent from the terminal, or `None` when the daemon refused
+    /// it as malformed (e.g. free text where only the listed options are taken, content
+    /// that is not an object): then the terminal says why and asks again.
+    fn unless_refused(
+        &mut self,
+        r: Result<(), tonic::Status>,
+    ) -> Option<Result<(), tonic::Status>> {
+        match r {
+            Err(s) if s.code() == tonic::Code::InvalidArgument && self.answerer.tty.is_some() => {
+                if let Some(tty) = self.answerer.tty.as_mut() {
+                    tty.say(&format!(
+                        "  the daemon refused that answer: {}\n",
+                        s.message()
+                    ));
+                }
+                None
+            }
+            other => Some(other),
+        }
+    }
+
     /// The prompt for `request_id` was settled by someone else: say so where it was asked.
     fn settled_elsewhere(&mut self, who: &str) {
         if let Some(tty) = self.answerer.tty.as_mut() {
@@ -605,21 +638,8 @@ impl Follower {
                     })
                     .await
                     .map(|_| ());
-                match r {
-                    // A refused answer (e.g. free text when the daemon accepts only the
-                    // listed options): say why and ask again on the terminal.
-                    Err(s)
-                        if s.code() == tonic::Code::InvalidArgument
-                            && self.answerer.tty.is_some() =>
-                    {
-                        if let Some(tty) = self.answerer.tty.as_mut() {
-                            tty.say(&format!(
-                                "  the daemon refused that answer: {}\n",
-                                s.message()
-                            ));
-                        }
-                    }
-                    other => break other,
+                if let Some(r) = self.unless_refused(r) {
+                    break r;
                 }
             },
             Payload::HookRequested(h) => {
@@ -673,6 +693,34 @@ impl Follower {
                     .await
                     .map(|_| ())
             }
+            Payload::ElicitationRequested(e) => loop {
+                let asked = tokio::select! {
+                    a = self.answerer.elicitation(e, ctrlc) => a?,
+                    who = watch_settled(stream, backlog, &e.request_id) => {
+                        self.settled_elsewhere(&who);
+                        return Ok(None);
+                    }
+                };
+                let (action, content_json) = match asked {
+                    Asked::Answer(a) => a,
+                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
+                    Asked::CtrlC => return Ok(Some(Outcome::Detached)),
+                };
+                let r = self
+                    .conn
+                    .sessions
+                    .respond_to_elicitation(pb::RespondToElicitationRequest {
+                        session_id: self.session_id.clone(),
+                        request_id: e.request_id.clone(),
+                        action: action as i32,
+                        content_json,
+                    })
+                    .await
+                    .map(|_| ());
+                if let Some(r) = self.unless_refused(r) {
+                    break r;
+                }
+            },
             _ => Ok(()),
         };
         match result {
@@ -699,6 +747,7 @@ fn request_id(p: &Payload) -> String {
         Payload::QuestionAsked(q) => q.request_id.clone(),
         Payload::HookRequested(h) => h.request_id.clone(),
         Payload::ToolCallRequested(t) => t.request_id.clone(),
+        Payload::ElicitationRequested(e) => e.request_id.clone(),
         _ => String::new(),
     }
 }

@@ -7,7 +7,7 @@ use ostler_proto::v1 as pb;
 use pb::session_event::Payload;
 use serde_json::json;
 
-use super::pending::{answer_error, list, pick};
+use super::pending::{answer_error, answer_hint, list, pick};
 use super::render::{clip, json_line};
 use super::{ConnectArgs, connect};
 
@@ -106,9 +106,9 @@ pub async fn hook(a: HookArgs) -> Result<i32> {
     let p = pick(&all, &a.id)?.clone();
     let Some(Payload::HookRequested(h)) = p.event.as_ref().and_then(|e| e.payload.clone()) else {
         bail!(
-            "{} is not a hook call: answer permission requests with `ostler approve` / \
-             `ostler deny` and questions with `ostler answer`",
-            p.request_id
+            "{} is not a hook call: it is {}",
+            p.request_id,
+            answer_hint(&p)
         );
     };
     let mut req = request(&a);

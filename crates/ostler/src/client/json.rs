@@ -62,6 +62,14 @@ pub fn tool_content(c: &[pb::ToolContent]) -> Value {
         .collect()
 }
 
+/// An elicitation action's name (`accept`, `decline`, `cancel`).
+pub fn elicitation_action_name(v: i32) -> String {
+    match pb::ElicitationAction::try_from(v) {
+        Ok(a) => lower(a.as_str_name(), "ELICITATION_ACTION_"),
+        Err(_) => format!("unknown({v})"),
+    }
+}
+
 pub fn resolution_name(v: i32) -> String {
     match pb::Resolution::try_from(v) {
         Ok(r) => lower(r.as_str_name(), "RESOLUTION_"),
@@ -136,6 +144,8 @@ pub fn kind(p: Option<&Payload>) -> &'static str {
         Some(Payload::HookResolved(_)) => "hook_resolved",
         Some(Payload::ToolCallRequested(_)) => "tool_call_requested",
         Some(Payload::ToolCallResolved(_)) => "tool_call_resolved",
+        Some(Payload::ElicitationRequested(_)) => "elicitation_requested",
+        Some(Payload::ElicitationResolved(_)) => "elicitation_resolved",
         Some(Payload::TaskStarted(_)) => "task_started",
         Some(Payload::TaskProgress(_)) => "task_progress",
         Some(Payload::TaskNotification(_)) => "task_notification",
@@ -305,6 +315,19 @@ fn payload(p: &Payload) -> Value {
             "content": tool_content(&t.content), "is_error": t.is_error,
             "resolved_by": t.resolved_by,
         }),
+        Payload::ElicitationRequested(e) => json!({
+            "request_id": e.request_id, "mcp_server_name": e.mcp_server_name,
+            "message": e.message, "mode": e.mode, "url": e.url,
+            "elicitation_id": e.elicitation_id,
+            "requested_schema": parsed(&e.requested_schema_json),
+            "title": e.title, "display_name": e.display_name, "description": e.description,
+            "expires_at_ms": e.expires_at_ms, "request": parsed(&e.request_json),
+        }),
+        Payload::ElicitationResolved(e) => json!({
+            "request_id": e.request_id, "resolution": resolution_name(e.resolution),
+            "action": elicitation_action_name(e.action), "content": parsed(&e.content_json),
+            "resolved_by": e.resolved_by,
+        }),
         Payload::TaskStarted(t) => json!({
             "task_id": t.task_id, "tool_use_id": t.tool_use_id, "description": t.description,
             "task_type": t.task_type, "subagent_type": t.subagent_type,
@@ -394,6 +417,59 @@ mod tests {
     }
 
     #[test]
+    fn elicitation_events_as_json() {
+        let e = pb::SessionEvent {
+            session_id: "s1".into(),
+            seq: 9,
+            payload: Some(Payload::ElicitationRequested(pb::ElicitationRequested {
+                request_id: "el1".into(),
+                mcp_server_name: "crm".into(),
+                message: "Who?".into(),
+                mode: "form".into(),
+                requested_schema_json:
+                    r#"{"type":"object","properties":{"name":{"type":"string"}}}"#.into(),
+                expires_at_ms: 5,
+                request_json: r#"{"subtype":"elicitation"}"#.into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let v = event(&e);
+        assert_eq!(v["type"], "elicitation_requested");
+        assert_eq!(v["mcp_server_name"], "crm");
+        assert_eq!(v["mode"], "form");
+        assert_eq!(
+            v["requested_schema"]["properties"]["name"]["type"],
+            "string"
+        );
+        assert_eq!(v["request"]["subtype"], "elicitation");
+        assert_eq!(v["expires_at_ms"], 5);
+        let r = pb::SessionEvent {
+            payload: Some(Payload::ElicitationResolved(pb::ElicitationResolved {
+                request_id: "el1".into(),
+                resolution: pb::Resolution::Answered as i32,
+                action: pb::ElicitationAction::Accept as i32,
+                content_json: r#"{"name":"Ada"}"#.into(),
+                resolved_by: "client:x".into(),
+            })),
+            ..Default::default()
+        };
+        let v = event(&r);
+        assert_eq!(v["type"], "elicitation_resolved");
+        assert_eq!(v["resolution"], "answered");
+        assert_eq!(v["action"], "accept");
+        assert_eq!(v["content"]["name"], "Ada");
+        assert_eq!(v["resolved_by"], "client:x");
+        let declined = pb::ElicitationResolved {
+            action: pb::ElicitationAction::Decline as i32,
+            ..Default::default()
+        };
+        let v = payload(&Payload::ElicitationResolved(declined));
+        assert_eq!(v["action"], "decline");
+        assert_eq!(v["content"], Value::Null);
+    }
+
+    #[test]
     fn enum_names() {
         assert_eq!(
             state_name(pb::SessionState::AwaitingPermission as i32),
@@ -406,5 +482,9 @@ mod tests {
         );
         assert_eq!(resolution_name(pb::Resolution::Allowed as i32), "allowed");
         assert_eq!(state_name(99), "unknown(99)");
+        assert_eq!(
+            elicitation_action_name(pb::ElicitationAction::Cancel as i32),
+            "cancel"
+        );
     }
 }

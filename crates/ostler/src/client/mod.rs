@@ -1,6 +1,6 @@
 //! The `ostler` client commands: `run`, `sessions`, `show`, `attach`, `send`, `interrupt`,
 //! `stop`, `resume`, `delete`, `health`, `pending`, `approve`, `deny`, `answer`, `hook`,
-//! `watch`,
+//! `tool-result`, `elicitation`, `watch`,
 //! `info`, `context`, `mcp`, `rewind`, `control`.
 //!
 //! Sessions are named by id, a unique id prefix, or `@last` / `--last` (`ids.rs`).
@@ -15,6 +15,7 @@
 pub mod commands;
 pub mod config;
 pub mod controls;
+pub mod elicitations;
 pub mod follow;
 pub mod hooks;
 pub mod ids;
@@ -73,7 +74,8 @@ pub enum ClientCommand {
     Delete(commands::IdArgs),
     /// Check the daemon's health (standard gRPC health plus daemon details).
     Health(commands::HealthArgs),
-    /// List every pending permission prompt and question across sessions, oldest first.
+    /// List every pending permission prompt, question, hook call, tool call and elicitation
+    /// across sessions, oldest first.
     Pending(pending::PendingArgs),
     /// Allow a pending permission request (by request id or prefix, see `pending`).
     Approve(pending::ApproveArgs),
@@ -85,6 +87,9 @@ pub enum ClientCommand {
     Hook(hooks::HookArgs),
     /// Answer a pending call of a client-hosted tool with its result (or `--error`)
     ToolResult(tool_calls::ToolResultArgs),
+    /// Answer an MCP server's pending request for input (an elicitation): accept, decline or
+    /// cancel
+    Elicitation(elicitations::ElicitationArgs),
     /// Follow every session at once: created, state changes, finished turns, prompts,
     /// answers, exits (resume with --since CURSOR).
     Watch(watch::WatchArgs),
@@ -128,6 +133,7 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Answer(a) => pending::answer(a).await,
             ClientCommand::Hook(a) => hooks::hook(a).await,
             ClientCommand::ToolResult(a) => tool_calls::tool_result(a).await,
+            ClientCommand::Elicitation(a) => elicitations::elicitation(a).await,
             ClientCommand::Watch(a) => watch::watch(a).await,
             ClientCommand::Info(a) => controls::info(a).await,
             ClientCommand::Context(a) => controls::context(a).await,

@@ -1,5 +1,6 @@
-//! `ostler pending` (every pending permission prompt and question across sessions),
-//! `ostler approve ID`, `ostler deny ID [-m MSG]`, `ostler answer ID CHOICE...`.
+//! `ostler pending` (every pending permission prompt, question, hook call, client-hosted
+//! tool call and elicitation across sessions), `ostler approve ID`, `ostler deny ID
+//! [-m MSG]`, `ostler answer ID CHOICE...`.
 //!
 //! IDs are request ids (or unique prefixes of one) as `pending` shows them.
 
@@ -135,7 +136,31 @@ fn kind(p: &pb::PendingInteraction) -> &'static str {
         Some(Payload::QuestionAsked(_)) => "question",
         Some(Payload::HookRequested(_)) => "hook",
         Some(Payload::ToolCallRequested(_)) => "tool_call",
+        Some(Payload::ElicitationRequested(_)) => "elicitation",
         _ => "other",
+    }
+}
+
+/// What a pending interaction is and the command that answers it, for the refusals of the
+/// commands that answer another kind: `a question: answer it with ...`.
+pub(super) fn answer_hint(p: &pb::PendingInteraction) -> String {
+    let id = &p.request_id;
+    match kind(p) {
+        "permission" => format!(
+            "a permission request: answer it with `ostler approve {id}` or `ostler deny {id}`"
+        ),
+        "question" => format!("a question: answer it with `ostler answer {id} CHOICE...`"),
+        "hook" => format!(
+            "a hook call: answer it with `ostler hook {id} --allow|--deny REASON|--continue`"
+        ),
+        "tool_call" => format!(
+            "a client-hosted tool call: answer it with `ostler tool-result {id} --text ...`"
+        ),
+        "elicitation" => format!(
+            "an MCP server's request for input: answer it with `ostler elicitation {id} \
+             --accept|--decline|--cancel`"
+        ),
+        _ => "a request this client does not know (a newer daemon?)".to_owned(),
     }
 }
 
@@ -151,6 +176,7 @@ fn what(p: &pb::PendingInteraction) -> String {
             .join(" / "),
         Some(Payload::HookRequested(h)) => super::hooks::describe(h),
         Some(Payload::ToolCallRequested(t)) => super::tool_calls::describe(t),
+        Some(Payload::ElicitationRequested(e)) => super::elicitations::describe(e),
         _ => String::new(),
     }
 }
@@ -203,7 +229,8 @@ pub async fn pending(a: PendingArgs) -> Result<i32> {
         "{}",
         Style::stderr().dim(
             "answer with `ostler approve ID`, `ostler deny ID -m why`, `ostler answer ID CHOICE`, \
-             `ostler hook ID --allow|--deny why|--continue` or `ostler tool-result ID --text ...`"
+             `ostler hook ID --allow|--deny why|--continue`, `ostler tool-result ID --text ...` \
+             or `ostler elicitation ID --accept [--field KEY=VALUE]|--decline|--cancel`"
         )
     );
     Ok(0)
@@ -228,9 +255,9 @@ async fn find_permission(
     match p.event.as_ref().and_then(|e| e.payload.clone()) {
         Some(Payload::PermissionRequested(r)) => Ok((conn, p, r)),
         _ => bail!(
-            "{} is a question, not a permission request: answer it with `ostler answer {} CHOICE`",
+            "{} is not a permission request: it is {}",
             p.request_id,
-            p.request_id
+            answer_hint(&p)
         ),
     }
 }
@@ -341,8 +368,9 @@ pub async fn answer(a: AnswerQuestionArgs) -> Result<i32> {
     let p = pick(&all, &a.id)?.clone();
     let Some(Payload::QuestionAsked(q)) = p.event.as_ref().and_then(|e| e.payload.clone()) else {
         bail!(
-            "{} is a permission request, not a question: use `ostler approve` or `ostler deny`",
-            p.request_id
+            "{} is not a question: it is {}",
+            p.request_id,
+            answer_hint(&p)
         );
     };
     if a.choices.len() != q.questions.len() {
@@ -423,6 +451,40 @@ mod tests {
             e.contains("1) SQLite") && e.contains("2) PostgreSQL"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn elicitations_are_listed_with_the_command_that_answers_them() {
+        let p = pb::PendingInteraction {
+            request_id: "el1".into(),
+            event: Some(pb::SessionEvent {
+                payload: Some(Payload::ElicitationRequested(pb::ElicitationRequested {
+                    request_id: "el1".into(),
+                    mcp_server_name: "crm".into(),
+                    message: "Which account?".into(),
+                    mode: "form".into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(kind(&p), "elicitation");
+        assert_eq!(what(&p), "crm: Which account?");
+        let hint = answer_hint(&p);
+        assert!(
+            hint.contains("ostler elicitation el1 --accept|--decline|--cancel"),
+            "{hint}"
+        );
+        let tool = pb::PendingInteraction {
+            request_id: "t1".into(),
+            event: Some(pb::SessionEvent {
+                payload: Some(Payload::ToolCallRequested(Default::default())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(answer_hint(&tool).contains("ostler tool-result t1"));
     }
 
     #[test]

@@ -540,6 +540,104 @@ impl Answerer {
         }))
     }
 
+    /// Answer an elicitation (an MCP server asking for input): accept, decline or cancel;
+    /// accepting a form asks each of its fields. The action and the content (JSON object
+    /// text; empty in url mode and unless accepted).
+    pub async fn elicitation(
+        &mut self,
+        e: &pb::ElicitationRequested,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Asked<(pb::ElicitationAction, String)>> {
+        use super::elicitations as el;
+        let what = el::describe(e);
+        let Some(tty) = self.tty.as_mut() else {
+            return Ok(Asked::Unanswerable(format!(
+                "an MCP server asks for input ({what}), and there is no terminal to ask on; \
+                 answer it with `ostler elicitation {} --accept [--field KEY=VALUE]|--decline|--cancel`",
+                e.request_id
+            )));
+        };
+        let st = tty.style;
+        let url = el::is_url(e);
+        let form = if url { Vec::new() } else { el::form_fields(e) };
+        let mut head = format!(
+            "\n{} {} asks:\n",
+            st.yellow("? MCP server"),
+            st.bold(&e.mcp_server_name)
+        );
+        head.push_str(&format!("  {}\n", st.bold(&e.message)));
+        for extra in [&e.title, &e.display_name, &e.description] {
+            if !extra.is_empty() && *extra != e.message {
+                head.push_str(&format!("  {}\n", st.dim(&clip(extra, 200))));
+            }
+        }
+        if url {
+            head.push_str(&format!("  open: {}\n", e.url));
+            head.push_str("  [y] accept (once it is open)   [n] decline   [c] cancel\n");
+        } else {
+            if !form.is_empty() {
+                let list: Vec<String> = form
+                    .iter()
+                    .map(|f| format!("{} ({})", f.name, f.takes()))
+                    .collect();
+                head.push_str(&format!(
+                    "  {}\n",
+                    st.dim(&format!("fields: {}", list.join(", ")))
+                ));
+            }
+            head.push_str("  [y] accept (fill in the fields)   [n] decline   [c] cancel\n");
+        }
+        tty.say(&head);
+        let action = loop {
+            let Some(line) = tty.ask("  answer? (y/n/c): ", ctrlc).await? else {
+                return Ok(Asked::CtrlC);
+            };
+            match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" | "accept" => break pb::ElicitationAction::Accept,
+                "n" | "no" | "decline" => break pb::ElicitationAction::Decline,
+                "c" | "cancel" => break pb::ElicitationAction::Cancel,
+                _ => tty.say("  please type y, n or c\n"),
+            }
+        };
+        if action != pb::ElicitationAction::Accept || url {
+            return Ok(Asked::Answer((action, String::new())));
+        }
+        let mut content = serde_json::Map::new();
+        for f in &form {
+            if !f.description.is_empty() {
+                tty.say(&format!("  {}\n", st.dim(&clip(&f.description, 200))));
+            }
+            for (i, c) in f.choices.iter().enumerate() {
+                tty.say(&format!("    {}) {}\n", i + 1, c.label));
+            }
+            let name = if f.title.is_empty() {
+                f.name.clone()
+            } else {
+                format!("{} ({})", f.title, f.name)
+            };
+            let default = match &f.default {
+                Some(d) => format!(", Enter: {d}"),
+                None if !f.required => ", Enter to leave out".to_owned(),
+                None => String::new(),
+            };
+            let question = format!("  {name} [{}{default}]: ", f.takes());
+            loop {
+                let Some(line) = tty.ask(&question, ctrlc).await? else {
+                    return Ok(Asked::CtrlC);
+                };
+                match el::answer_field(f, &line) {
+                    Ok(Some(v)) => {
+                        content.insert(f.name.clone(), v);
+                        break;
+                    }
+                    Ok(None) => break,
+                    Err(why) => tty.say(&format!("  {why}\n")),
+                }
+            }
+        }
+        Ok(Asked::Answer((action, Value::Object(content).to_string())))
+    }
+
     /// Answer a question (every question of the call).
     pub async fn question(
         &mut self,

@@ -802,6 +802,31 @@ impl Human {
                     t.request_id, t.resolved_by
                 )));
             }
+            // An MCP server asking for input: answered with `ostler elicitation`, or at the
+            // prompt of `attach` / `run` / `send` on a terminal.
+            Payload::ElicitationRequested(e) => {
+                // On a terminal the prompt itself shows the request.
+                if !self.interactive {
+                    self.note(&format!(
+                        "? elicitation {} ({})",
+                        super::elicitations::describe(e),
+                        e.request_id
+                    ));
+                }
+            }
+            Payload::ElicitationResolved(e) => {
+                let how = if e.resolution == pb::Resolution::Answered as i32 {
+                    String::new()
+                } else {
+                    format!(" ({})", json::resolution_name(e.resolution))
+                };
+                self.note(&self.err.dim(&format!(
+                    "· elicitation {} {}{how} by {}",
+                    e.request_id,
+                    super::elicitations::action_done(e.action()),
+                    e.resolved_by
+                )));
+            }
         }
     }
 }

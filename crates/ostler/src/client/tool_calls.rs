@@ -7,7 +7,7 @@ use ostler_proto::v1 as pb;
 use pb::session_event::Payload;
 use serde_json::json;
 
-use super::pending::{answer_error, list, pick};
+use super::pending::{answer_error, answer_hint, list, pick};
 use super::render::{clip, json_line};
 use super::{ConnectArgs, connect};
 
@@ -53,8 +53,9 @@ pub async fn tool_result(a: ToolResultArgs) -> Result<i32> {
     let Some(Payload::ToolCallRequested(t)) = p.event.as_ref().and_then(|e| e.payload.clone())
     else {
         bail!(
-            "{} is not a tool call: answer it with `ostler approve`, `ostler deny` or `ostler answer`",
-            p.request_id
+            "{} is not a tool call: it is {}",
+            p.request_id,
+            answer_hint(&p)
         );
     };
     let (content, is_error) = match a.error {

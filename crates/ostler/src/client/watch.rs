@@ -29,7 +29,7 @@ pub struct WatchArgs {
     #[arg(long = "state", value_name = "STATE", value_parser = parse_state)]
     pub states: Vec<pb::SessionState>,
     /// Only these kinds (repeatable): created, state, turn, permission, question,
-    /// resolved, exited
+    /// resolved, exited, tool_call, elicitation
     #[arg(long = "kind", value_name = "KIND", value_parser = parse_kind)]
     pub kinds: Vec<pb::FeedKind>,
     /// Print one JSON object per item
@@ -40,7 +40,7 @@ pub struct WatchArgs {
 }
 
 /// The short kind names `--kind` takes (and `--json` prints).
-const KINDS: [(&str, pb::FeedKind); 8] = [
+const KINDS: [(&str, pb::FeedKind); 9] = [
     ("created", pb::FeedKind::SessionCreated),
     ("state", pb::FeedKind::StateChanged),
     ("turn", pb::FeedKind::TurnCompleted),
@@ -49,6 +49,7 @@ const KINDS: [(&str, pb::FeedKind); 8] = [
     ("resolved", pb::FeedKind::Resolved),
     ("exited", pb::FeedKind::ProcessExited),
     ("tool_call", pb::FeedKind::ToolCallPending),
+    ("elicitation", pb::FeedKind::ElicitationPending),
 ];
 
 pub fn parse_kind(s: &str) -> Result<pb::FeedKind, String> {
@@ -127,6 +128,17 @@ fn what(item: &pb::FeedItem) -> String {
         Some(Payload::QuestionAnswered(a)) => {
             format!("{} answered by {}", a.request_id, a.resolved_by)
         }
+        Some(Payload::ElicitationRequested(e)) => format!(
+            "elicitation {}: {}",
+            e.request_id,
+            super::elicitations::describe(e)
+        ),
+        Some(Payload::ElicitationResolved(e)) => format!(
+            "{} {} by {}",
+            e.request_id,
+            super::elicitations::action_done(e.action()),
+            e.resolved_by
+        ),
         Some(Payload::ProcessExited(x)) => format!("process exited: {}", exit_text(x)),
         _ => json::kind(payload).to_owned(),
     }
@@ -162,7 +174,8 @@ fn human(st: Style, item: &pb::FeedItem) -> String {
         Ok(
             pb::FeedKind::PermissionRequested
             | pb::FeedKind::QuestionAsked
-            | pb::FeedKind::ToolCallPending,
+            | pb::FeedKind::ToolCallPending
+            | pb::FeedKind::ElicitationPending,
         ) => st.yellow(&line),
         Ok(pb::FeedKind::ProcessExited) => st.red(&line),
         Ok(pb::FeedKind::TurnCompleted) => st.green(&line),

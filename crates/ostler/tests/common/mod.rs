@@ -108,6 +108,15 @@ pub struct World {
 }
 
 impl World {
+    /// Whether any request to the fake model carried `text` in its messages (as JSON text).
+    pub fn model_saw(&self, text: &str) -> bool {
+        self.fake.requests().iter().any(|r| {
+            r.body
+                .as_ref()
+                .is_some_and(|b| b["messages"].to_string().contains(text))
+        })
+    }
+
     /// A world whose fake model plays the daemon tests' [`grpc::SCENARIO`].
     pub async fn new(release: &str) -> Self {
         Self::with_scenario(release, grpc::SCENARIO).await
@@ -406,7 +415,6 @@ pub fn collect_stderr(child: &mut Child) -> (Arc<Mutex<Vec<String>>>, mpsc::Rece
     (log, rx)
 }
 
-/// Wait for a child with the guard; kill it when the guard passes.
 /// `ostler ARGS` as a client of the daemon at `addr`, with `world`'s HOME and config (no
 /// terminal, no colour).
 pub fn client_command(world: &World, addr: &str, args: &[String]) -> Command {
@@ -421,6 +429,7 @@ pub fn client_command(world: &World, addr: &str, args: &[String]) -> Command {
     cmd
 }
 
+/// Wait for a child with the guard; kill it when the guard passes.
 pub fn wait_output(child: Child) -> Output {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let (tx, rx) = mpsc::channel();
