@@ -381,7 +381,7 @@ impl Actor {
                         }
                     }
                     for l in &lines {
-                        self.track_tasks(&l.decoded.events);
+                        self.track_notices(&l.decoded.events);
                     }
                     self.lines(lines).await;
                 }
@@ -1087,11 +1087,24 @@ impl Actor {
         true
     }
 
-    /// Follows the background tasks the CLI reports (before the lines are recorded).
-    fn track_tasks(&mut self, events: &[ostler_protocol::Event]) {
+    /// Follows the background tasks the CLI reports, and the session's title when the CLI
+    /// renames it (`system/session_title_changed`, an unknown message kept whole: after a
+    /// `rename_session` sent with `SendControlRequest`, a hook's `sessionTitle`), before the
+    /// lines are recorded: the title is queued to the store ahead of the batch that carries
+    /// the message, so whoever sees the message finds the session renamed.
+    fn track_notices(&mut self, events: &[ostler_protocol::Event]) {
         for ev in events {
-            let ostler_protocol::Event::SystemNotice(n) = ev else {
-                continue;
+            let n = match ev {
+                ostler_protocol::Event::SystemNotice(n) => n,
+                ostler_protocol::Event::Unknown(u)
+                    if u.message_type == "system/session_title_changed" =>
+                {
+                    if let Ok(v) = u.raw.to_value() {
+                        self.cli_renamed(&v);
+                    }
+                    continue;
+                }
+                _ => continue,
             };
             let sub = n.subtype.as_deref().unwrap_or_default();
             if n.source_type != "system"
@@ -1119,6 +1132,21 @@ impl Actor {
                 }
             }
         }
+    }
+
+    /// The CLI renamed its session (`system/session_title_changed`): the title is
+    /// queued to the store (a rename that cannot be stored is logged).
+    fn cli_renamed(&self, msg: &serde_json::Value) {
+        let Some(title) = msg["title"].as_str().filter(|t| !t.trim().is_empty()) else {
+            return;
+        };
+        let ticket = self.shared.store.set_title(self.sid(), title);
+        let sid = self.sid().to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = ticket.await {
+                tracing::warn!(session = %sid, error = %e, "cannot record the title the CLI gave the session");
+            }
+        });
     }
 
     /// Waits until the store writes again; `false` when the daemon shuts down (or every

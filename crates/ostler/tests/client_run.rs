@@ -285,16 +285,27 @@ fn ctrl_c_interrupts_then_detaches_without_killing_the_session() {
         "interrupt keeps the session: {listed:?}"
     );
 
-    // Ctrl-C twice: detach; the session is neither stopped nor killed.
-    let mut t = Pty::spawn(&d, &["run", "Tell a long story"], false);
-    t.expect("Once");
-    t.type_text("\x03");
-    t.expect("interrupting the turn");
-    t.type_text("\x03");
-    t.expect("detached");
-    assert_eq!(t.wait(), 130, "{}", t.seen);
+    // Ctrl-C twice: detach; the session is neither stopped nor killed. The second Ctrl-C
+    // detaches only while the interrupt is under way: the CLI may end the turn first (the
+    // run then ends as interrupted, as after one Ctrl-C; seen once on a quiet machine), and
+    // nothing here can hold that window open, so a few runs are allowed.
+    let mut runs = 1;
+    let detached = loop {
+        runs += 1;
+        let mut t = Pty::spawn(&d, &["run", "Tell a long story"], false);
+        t.expect("Once");
+        t.type_text("\x03");
+        t.expect("interrupting the turn");
+        t.type_text("\x03");
+        let which = t.expect_any(&["detached", "⏹ interrupted"]);
+        assert_eq!(t.wait(), 130, "{}", t.seen);
+        if which == 0 || runs == 6 {
+            break which == 0;
+        }
+    };
+    assert!(detached, "no run of {} detached", runs - 1);
     let listed = json_lines(&d.client(&["sessions", "--json"], None).stdout);
-    assert_eq!(listed.len(), 2);
+    assert_eq!(listed.len(), runs);
     for s in &listed {
         let state = s["state"].as_str().unwrap_or_default();
         assert!(

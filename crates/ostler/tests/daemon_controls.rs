@@ -503,7 +503,8 @@ async fn controls_1_0_128() {
 /// SendControlRequest: control requests ostler has no RPC for reach the CLI and its answer
 /// comes back (get_settings, list_models, rename_session); one the release does not know is
 /// FAILED_PRECONDITION with the CLI's words; subtypes an RPC sends, bad subtypes and bad
-/// fields are INVALID_ARGUMENT; each answer is recorded in the session's log.
+/// fields are INVALID_ARGUMENT; each answer is recorded in the session's log; the CLI's
+/// rename is the session's title.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn control_requests_passed_through_2_1_332() {
     let world = World::new(NEW).await;
@@ -559,6 +560,8 @@ async fn control_requests_passed_through_2_1_332() {
             if u.message_type == "system/session_title_changed" && u.raw_json.contains("RENAMED-8"))
     })
     .await;
+    // ... and the session is renamed: whoever saw that line finds the new title.
+    assert_eq!(session(&mut c, &s.id).await.title, "RENAMED-8");
     read_until(&mut events, &mut seen, "rename notice", |e| {
         matches!(&e.payload, Some(P::EngineNotice(n))
             if n.code == "control" && n.message == "rename_session done")

@@ -14,8 +14,8 @@ use common::*;
 use ostler_proto::v1 as pb;
 use pb::session_event::Payload as P;
 
-/// 2.1.x offer elicitation to MCP servers (2.0.77 and 1.0.x answer the server "method not
-/// found" themselves, measured).
+/// 2.1.120 and later offer elicitation to MCP servers (2.1.0, 2.0.77 and 1.0.x answer the
+/// server "method not found" themselves, measured).
 const NEW: &str = "2.1.332";
 
 /// Later tickets first: a `tool_result_for` rule matches any later request of the session

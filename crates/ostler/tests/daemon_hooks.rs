@@ -1072,8 +1072,8 @@ async fn a_model_switch_waits_on_its_hook_2_1_332() {
 /// Fields of an event's answer that ostler has no own field for pass through
 /// (`hook_specific_output_json`). On 2.1.332 a MessageDisplay hook's `displayContent` is
 /// what every client is shown (live and read back) instead of the model's text, and a
-/// UserPromptSubmit hook's `sessionTitle` renames the CLI's session. A key ostler sets
-/// itself is refused, naming the field to use.
+/// UserPromptSubmit hook's `sessionTitle` renames the CLI's session (and so the session's
+/// title). A key ostler sets itself is refused, naming the field to use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn event_specific_fields_pass_through_2_1_332() {
     let Hooked {
@@ -1170,6 +1170,8 @@ async fn event_specific_fields_pass_through_2_1_332() {
         "the CLI announced the title: {:#?}",
         seen.iter().map(describe).collect::<Vec<_>>()
     );
+    // The session took the CLI's title.
+    assert_eq!(session(&mut c, &s.id).await.title, "TITLE-4 greetings");
 }
 
 /// The other side of the race: on 2.1.332 the permission prompt answered first (by a client,

@@ -1,12 +1,13 @@
 //! Elicitations: an MCP server of the session asks the user for input (MCP
 //! `elicitation/create`) while its tool call waits, and the CLI passes the question on as
-//! its `elicitation` control request (releases 2.1.x offer elicitation to MCP servers;
-//! older ones answer the server "method not found" themselves). Each one becomes a pending
-//! `elicitation` interaction, recorded with its `elicitation_requested` event in one
-//! transaction, and is resolved (first answer wins) by a client, by expiry (`cancel`, after
-//! the permission expiry), or by cancellation (the CLI withdrew it on an interrupt, the
-//! turn or process ended), the decision committed with its `elicitation_resolved` event
-//! before the CLI gets the answer (`{"action": ..., "content": ...}`).
+//! its `elicitation` control request (of the pinned releases, 2.1.120 and later offer
+//! elicitation to MCP servers; older ones answer the server "method not found"
+//! themselves). Each one becomes a pending `elicitation` interaction, recorded with its
+//! `elicitation_requested` event in one transaction, and is resolved (first answer wins)
+//! by a client, by expiry (`cancel`, after the permission expiry), or by cancellation (the
+//! CLI withdrew it on an interrupt, the turn or process ended), the decision committed
+//! with its `elicitation_resolved` event before the CLI gets the answer (`{"action": ...,
+//! "content": ...}`).
 
 use bytes::Bytes;
 use ostler_protocol::model::RawJson;

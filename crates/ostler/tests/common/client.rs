@@ -257,6 +257,31 @@ impl Pty {
         }
     }
 
+    /// Read until one of `texts` has appeared (after what was seen so far): its index.
+    pub fn expect_any(&mut self, texts: &[&str]) -> usize {
+        let from = self.seen.len();
+        let deadline = std::time::Instant::now() + guard();
+        loop {
+            let fresh = &self.seen[from..];
+            if let Some((i, _)) = texts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| fresh.find(t).map(|at| (i, at)))
+                .min_by_key(|&(_, at)| at)
+            {
+                return i;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(bytes) => self.seen.push_str(&String::from_utf8_lossy(&bytes)),
+                Err(_) => panic!(
+                    "waited for one of {texts:?}; the terminal showed:\n{}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
     /// Type bytes.
     pub fn type_text(&mut self, text: &str) {
         self.writer
