@@ -117,6 +117,8 @@ pub(crate) struct Actor {
     tool_calls: HashMap<String, tools::PendingToolCall>,
     /// MCP servers' requests for the user's input waiting for a client.
     elicitations: HashMap<String, elicitations::PendingElicitation>,
+    /// Whether those are answered `decline` at once instead.
+    decline_elicitations: bool,
     /// The messages written to the CLI still owed an answer, and so the turns still to
     /// come (what keeps the session RUNNING).
     owed: owed::Owed,
@@ -165,6 +167,8 @@ pub(crate) struct ActorOptions {
     pub stderr_tail: Option<String>,
     /// The session's client-hosted tool servers (served in `mcp_message`).
     pub tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
+    /// Answer elicitations `decline` at once (`CliOptions::decline_elicitations`).
+    pub decline_elicitations: bool,
 }
 
 /// The sending side of the view. Dropped with the actor (also when it panics): releases
@@ -218,6 +222,7 @@ impl Actor {
             tool_servers: o.tool_servers,
             tool_calls: HashMap::new(),
             elicitations: HashMap::new(),
+            decline_elicitations: o.decline_elicitations,
             owed: owed::Owed::default(),
             next_turn_due: None,
             turn_since_result: false,

@@ -396,7 +396,8 @@ impl Engine {
             .await
     }
 
-    /// Pending permission requests, questions and hook calls of a session, oldest first.
+    /// Pending permission requests, questions, hook calls, client-hosted tool calls and
+    /// elicitations of a session, oldest first.
     pub async fn pending_interactions(&self, session_id: &str) -> Result<Vec<PendingInteraction>> {
         self.entry(session_id).await?;
         Ok(self

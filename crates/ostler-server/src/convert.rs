@@ -429,6 +429,7 @@ pub(crate) fn create_session(
         env: r.env.into_iter().collect(),
         hooks,
         tool_servers,
+        decline_elicitations: r.decline_elicitations,
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options

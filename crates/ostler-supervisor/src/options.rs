@@ -85,6 +85,10 @@ pub struct CliOptions {
     /// every spawn (create, resume), answered through `hook_callback`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<ostler_protocol::hooks::HookRegistration>,
+    /// Not a flag: the engine answers every elicitation (an MCP server's request for the
+    /// user's input) `decline` at once instead of asking the clients.
+    #[serde(skip_serializing_if = "is_false")]
+    pub decline_elicitations: bool,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -63,6 +63,16 @@ fn elicitation(e: &pb::SessionEvent) -> Option<&pb::ElicitationRequested> {
     }
 }
 
+/// Reads events until the next ElicitationRequested.
+async fn await_elicitation(
+    events: &mut Events,
+    seen: &mut Vec<pb::SessionEvent>,
+    what: &str,
+) -> pb::ElicitationRequested {
+    let ev = read_until(events, seen, what, |e| elicitation(e).is_some()).await;
+    elicitation(&ev).cloned().unwrap_or_default()
+}
+
 fn resolved(e: &pb::SessionEvent) -> Option<&pb::ElicitationResolved> {
     match &e.payload {
         Some(P::ElicitationResolved(r)) => Some(r),
@@ -93,6 +103,11 @@ type Client =
 
 /// A session with the test kit's MCP server as `tickets`, its eliciting tool allowed.
 async fn create(c: &mut Client, world: &World) -> pb::Session {
+    create_with(c, world, false).await
+}
+
+/// [`create`], with `decline_elicitations` as given.
+async fn create_with(c: &mut Client, world: &World, decline_elicitations: bool) -> pb::Session {
     let mcp = testkit_binary("ostler-test-mcp").await;
     let stdio = pb::McpStdioServerSpec {
         command: mcp.display().to_string(),
@@ -108,6 +123,7 @@ async fn create(c: &mut Client, world: &World) -> pb::Session {
         )]
         .into(),
         allowed_tools: vec!["mcp__tickets__confirm_ticket".into()],
+        decline_elicitations,
         ..Default::default()
     })
     .await
@@ -126,11 +142,7 @@ async fn elicitations_are_answered_by_clients_2_1_332() {
 
     // A form: the server asks why; a client accepts with a reason.
     send(&mut c, &s.id, "Close ticket T-1 please.").await;
-    let ev = read_until(&mut events, &mut seen, "the first elicitation", |e| {
-        elicitation(e).is_some()
-    })
-    .await;
-    let asked = elicitation(&ev).unwrap().clone();
+    let asked = await_elicitation(&mut events, &mut seen, "the first elicitation").await;
     assert_eq!(asked.mcp_server_name, "tickets");
     assert_eq!(asked.message, "Close ticket T-1?");
     assert_eq!(asked.mode, "form");
@@ -152,54 +164,43 @@ async fn elicitations_are_answered_by_clients_2_1_332() {
     );
 
     // Answers without meaning are refused before the CLI sees them.
-    assert_refused(
-        c.respond_to_elicitation(respond(
-            "c",
-            &s.id,
+    for (id, action, content, code, needle) in [
+        (
             &asked.request_id,
             pb::ElicitationAction::Unspecified,
             "",
-        ))
-        .await,
-        tonic::Code::InvalidArgument,
-        "action: required",
-    );
-    assert_refused(
-        c.respond_to_elicitation(respond(
-            "c",
-            &s.id,
+            tonic::Code::InvalidArgument,
+            "action: required",
+        ),
+        (
             &asked.request_id,
             pb::ElicitationAction::Decline,
             r#"{"reason":"x"}"#,
-        ))
-        .await,
-        tonic::Code::InvalidArgument,
-        "only an ACCEPT carries content",
-    );
-    assert_refused(
-        c.respond_to_elicitation(respond(
-            "c",
-            &s.id,
+            tonic::Code::InvalidArgument,
+            "only an ACCEPT carries content",
+        ),
+        (
             &asked.request_id,
             pb::ElicitationAction::Accept,
             r#"["duplicate"]"#,
-        ))
-        .await,
-        tonic::Code::InvalidArgument,
-        "content_json: must be a JSON object",
-    );
-    assert_refused(
-        c.respond_to_elicitation(respond(
-            "c",
-            &s.id,
-            "no-such-request",
+            tonic::Code::InvalidArgument,
+            "content_json: must be a JSON object",
+        ),
+        (
+            &"no-such-request".to_owned(),
             pb::ElicitationAction::Cancel,
             "",
-        ))
-        .await,
-        tonic::Code::NotFound,
-        "no-such-request",
-    );
+            tonic::Code::NotFound,
+            "no-such-request",
+        ),
+    ] {
+        assert_refused(
+            c.respond_to_elicitation(respond("c", &s.id, id, action, content))
+                .await,
+            code,
+            needle,
+        );
+    }
 
     // Answered as another kind of interaction: refused, naming what it is.
     assert_refused(
@@ -263,11 +264,7 @@ async fn elicitations_are_answered_by_clients_2_1_332() {
 
     // A URL elicitation; an interrupt withdraws it (the CLI cancels its request).
     send(&mut c, &s.id, "Close ticket T-2 please.").await;
-    let ev = read_until(&mut events, &mut seen, "the URL elicitation", |e| {
-        elicitation(e).is_some()
-    })
-    .await;
-    let url = elicitation(&ev).unwrap().clone();
+    let url = await_elicitation(&mut events, &mut seen, "the URL elicitation").await;
     assert_eq!(url.mode, "url");
     assert_eq!(url.url, "https://sso.example.test/login");
     assert!(!url.elicitation_id.is_empty(), "{url:?}");
@@ -296,11 +293,7 @@ async fn elicitations_are_answered_by_clients_2_1_332() {
 
     // A decline reaches the server as a decline.
     send(&mut c, &s.id, "Close ticket T-3 please.").await;
-    let ev = read_until(&mut events, &mut seen, "the third elicitation", |e| {
-        elicitation(e).is_some()
-    })
-    .await;
-    let third = elicitation(&ev).unwrap().clone();
+    let third = await_elicitation(&mut events, &mut seen, "the third elicitation").await;
     // Answered with the terminal client, by a prefix of the id.
     let prefix: String = third.request_id.chars().take(8).collect();
     let out = ostler(
@@ -352,11 +345,7 @@ async fn elicitations_expire_and_close_at_a_restart_2_1_332() {
     let mut seen = Vec::new();
 
     send(&mut c, &s.id, "Close ticket T-1 please.").await;
-    let ev = read_until(&mut events, &mut seen, "the elicitation", |e| {
-        elicitation(e).is_some()
-    })
-    .await;
-    let asked = elicitation(&ev).unwrap().clone();
+    let asked = await_elicitation(&mut events, &mut seen, "the elicitation").await;
     assert!(asked.expires_at_ms > 0, "{asked:?}");
     let ev = read_until(&mut events, &mut seen, "the expiry", |e| {
         resolved(e).is_some()
@@ -373,11 +362,7 @@ async fn elicitations_expire_and_close_at_a_restart_2_1_332() {
     assert!(world.model_saw(r#"elicitation for T-1: {\"action\":\"cancel\"}"#));
 
     send(&mut c, &s.id, "Close ticket T-3 please.").await;
-    let ev = read_until(&mut events, &mut seen, "the second elicitation", |e| {
-        elicitation(e).is_some()
-    })
-    .await;
-    let left = elicitation(&ev).unwrap().clone();
+    let left = await_elicitation(&mut events, &mut seen, "the second elicitation").await;
     daemon.kill9();
     drop(events);
 
@@ -419,14 +404,7 @@ async fn elicitations_expire_and_close_at_a_restart_2_1_332() {
     let mut events = subscribe(&mut c, &s.id, last, false).await;
     let mut seen = Vec::new();
     send(&mut c, &s.id, "Close ticket T-3 please.").await;
-    let ev = read_until(
-        &mut events,
-        &mut seen,
-        "an elicitation after the restart",
-        |e| elicitation(e).is_some(),
-    )
-    .await;
-    let again = elicitation(&ev).unwrap().clone();
+    let again = await_elicitation(&mut events, &mut seen, "an elicitation after the restart").await;
     // The terminal client fills the form's field.
     let out = ostler(
         &world,
@@ -457,6 +435,73 @@ async fn elicitations_expire_and_close_at_a_restart_2_1_332() {
     )
     .await;
     assert!(world.model_saw("after the restart"));
+}
+
+/// A session made with `decline_elicitations` answers each elicitation DECLINE at once,
+/// as the Agent SDKs do without onElicitation: recorded, never pending, the session never
+/// waits on a client; still so after a stop and resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_can_decline_every_elicitation_2_1_332() {
+    let world = World::with_scenario(NEW, SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_with(&mut c, &world, true).await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Close ticket T-1 please.").await;
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    let asked = seen
+        .iter()
+        .find_map(elicitation)
+        .expect("the elicitation is recorded")
+        .clone();
+    let r = seen
+        .iter()
+        .find_map(|e| resolved(e).filter(|r| r.request_id == asked.request_id))
+        .expect("and its answer");
+    assert_eq!(r.action(), pb::ElicitationAction::Decline);
+    assert_eq!(
+        (r.resolution(), r.resolved_by.as_str()),
+        (pb::Resolution::Answered, "policy")
+    );
+    assert!(world.model_saw(r#"elicitation for T-1: {\"action\":\"decline\"}"#));
+    assert!(
+        !seen.iter().any(|e| matches!(&e.payload,
+            Some(P::StateChanged(c)) if c.to() == pb::SessionState::AwaitingPermission)),
+        "the session never waited: {:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    assert!(pending_interactions(&mut c).await.is_empty());
+
+    // Kept across a stop and resume, like the other session options.
+    c.stop_session(pb::StopSessionRequest {
+        session_id: s.id.clone(),
+    })
+    .await
+    .unwrap();
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: s.id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let last = seen.last().map(|e| e.seq).unwrap_or_default();
+    let mut events = subscribe(&mut c, &s.id, last, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Close ticket T-3 please.").await;
+    let ev = read_until(&mut events, &mut seen, "the answer after the resume", |e| {
+        resolved(e).is_some()
+    })
+    .await;
+    assert_eq!(resolved(&ev).unwrap().resolved_by, "policy");
+    read_until(
+        &mut events,
+        &mut seen,
+        "the resumed turn's end",
+        is_turn_completed,
+    )
+    .await;
+    assert!(world.model_saw(r#"elicitation for T-3: {\"action\":\"decline\"}"#));
 }
 
 /// `ostler ARGS` as a client of `daemon` (no terminal).

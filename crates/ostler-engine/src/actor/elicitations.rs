@@ -100,11 +100,23 @@ impl Actor {
             deadline: expires.map(|d| Instant::now() + d),
         };
         // Not recorded: nobody could answer durably; the dropped responder answers the CLI
-        // with an error, which it tells the server as `cancel`.
-        self.record_pending(item, ni, true, "elicitation", |a| {
-            a.elicitations.insert(request_id, pending);
-        })
-        .await;
+        // with an error, which it tells the server as `cancel`. Declined by the session's
+        // policy: recorded, never shown pending, answered at once.
+        let decline = self.decline_elicitations;
+        let recorded = self
+            .record_pending(item, ni, !decline, "elicitation", |a| {
+                a.elicitations.insert(request_id.clone(), pending);
+            })
+            .await;
+        if decline && recorded.is_some() {
+            self.close_elicitation(
+                &request_id,
+                ToolCallOutcome::Answered,
+                ElicitationAction::Decline,
+                "policy",
+            )
+            .await;
+        }
         self.settle_state(None).await;
     }
 
@@ -188,8 +200,13 @@ impl Actor {
             .map(|(id, _)| id.clone())
             .collect();
         for id in due {
-            self.close_elicitation(&id, ToolCallOutcome::Expired, "expiry")
-                .await;
+            self.close_elicitation(
+                &id,
+                ToolCallOutcome::Expired,
+                ElicitationAction::Cancel,
+                "expiry",
+            )
+            .await;
         }
         self.settle_state(None).await;
     }
@@ -203,19 +220,31 @@ impl Actor {
             None => self.elicitations.keys().cloned().collect(),
         };
         for id in ids {
-            self.close_elicitation(&id, ToolCallOutcome::Cancelled, by)
-                .await;
+            self.close_elicitation(
+                &id,
+                ToolCallOutcome::Cancelled,
+                ElicitationAction::Cancel,
+                by,
+            )
+            .await;
         }
     }
 
-    async fn close_elicitation(&mut self, id: &str, outcome: ToolCallOutcome, by: &str) {
+    /// Answers an elicitation without content, not from a client.
+    async fn close_elicitation(
+        &mut self,
+        id: &str,
+        outcome: ToolCallOutcome,
+        action: ElicitationAction,
+        by: &str,
+    ) {
         let r = self
             .resolve_elicitation(
                 id,
                 ElicitationResolved {
                     request_id: id.to_owned(),
                     outcome,
-                    action: ElicitationAction::Cancel,
+                    action,
                     content: None,
                     resolved_by: by.to_owned(),
                 },

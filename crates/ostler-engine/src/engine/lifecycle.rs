@@ -779,6 +779,7 @@ impl Engine {
             slot,
             stderr_tail,
             tool_servers: spec.options.tool_servers.clone(),
+            decline_elicitations: spec.options.decline_elicitations,
         })
         .await;
         self.registry.set_handle(&entry.id, handle);

@@ -18,6 +18,10 @@ pub struct SessionOptionArgs {
     /// Only the MCP servers of --mcp-config, none from the CLI's settings
     #[arg(long)]
     pub strict_mcp_config: bool,
+    /// Answer every MCP server's request for input (elicitation) with a decline at once,
+    /// instead of asking
+    #[arg(long)]
+    pub decline_elicitations: bool,
     /// Another directory the session's tools may use (repeatable)
     #[arg(long = "add-dir", value_name = "DIR")]
     pub add_dirs: Vec<String>,
@@ -155,6 +159,7 @@ impl SessionOptionArgs {
             .flat_map(|m| m.0.iter().cloned())
             .collect();
         r.strict_mcp_config = self.strict_mcp_config;
+        r.decline_elicitations = self.decline_elicitations;
         r.add_dirs = self.add_dirs.clone();
         r.max_budget_usd = self.max_budget_usd;
         r.max_thinking_tokens = self.max_thinking_tokens;
