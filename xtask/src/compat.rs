@@ -480,13 +480,12 @@ blocks = [ { type = "text", text = "probe done" } ]
 /// Which control requests from the CLI ostler can serve: `mcp_message` works when a
 /// session with an SDK MCP server (`--mcp-config` `{"type":"sdk"}`, answered by
 /// `ostler_protocol::sdk_mcp`) has its tool called by the model and the tool's result
-/// reaches the model.
+/// reaches the model; `elicitation` works when a stdio MCP server's `elicitation/create`
+/// reaches ostler as the `elicitation` control request and the accepted form's content
+/// reaches the server (and, in the tool's result, the model).
 async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
     use ostler_protocol::sdk_mcp;
     const RESULT_TEXT: &str = "PROBE-SDK-MCP-RESULT";
-    let scenario = ostler_testkit::Scenario::from_toml("compat-probe-sdk-mcp", SDK_MCP_SCENARIO)?;
-    let server = ostler_testkit::FakeModelServer::start(scenario).await?;
-    let herm = ostler_testkit::cli::Hermetic::new()?;
     let decl = vec![sdk_mcp::ToolServerDecl {
         name: "ostler_probe".into(),
         tools: vec![sdk_mcp::ToolDecl {
@@ -496,18 +495,112 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
         }],
         timeout_secs: 60,
     }];
+    let server = serve_turn(
+        binary,
+        SDK_MCP_SCENARIO,
+        &[
+            (
+                "--mcp-config",
+                r#"{"mcpServers":{"ostler_probe":{"type":"sdk","name":"ostler_probe"}}}"#.into(),
+            ),
+            ("--allowedTools", "mcp__ostler_probe__probe_tool".into()),
+        ],
+        "PROBE-SDK-MCP please",
+        |request| match request["subtype"].as_str() {
+            Some("mcp_message") => {
+                let name = request["server_name"].as_str().unwrap_or("");
+                let mcp = match sdk_mcp::handle(&decl, name, &request["message"]) {
+                    sdk_mcp::Handled::Respond(r)
+                    | sdk_mcp::Handled::Cancelled { answer: r, .. } => r,
+                    sdk_mcp::Handled::Call(c) => sdk_mcp::call_result(
+                        &c.id,
+                        &[sdk_mcp::Content::Text {
+                            text: RESULT_TEXT.into(),
+                        }],
+                        false,
+                    ),
+                };
+                sdk_mcp::control_body(mcp)
+            }
+            _ => serde_json::json!({"behavior":"allow","updatedInput":request["input"]}),
+        },
+    )
+    .await?;
+    let mcp_message = tool_result_reached(&server, RESULT_TEXT);
+    // MCP elicitation: the test kit's stdio MCP server (this binary, `xtask test-mcp`) asks
+    // for a form during its tool call; the release passes it on as the `elicitation`
+    // control request, and the accepted form's content comes back in the tool's result.
+    const ANSWER: &str = "PROBE-ELICITATION-ANSWER";
+    let me = std::env::current_exe().context("the xtask binary's path")?;
+    let config = serde_json::json!({"mcpServers": {"probe": {
+        "type": "stdio", "command": me, "args": [TEST_MCP_COMMAND],
+    }}});
+    let server = serve_turn(
+        binary,
+        ELICITATION_SCENARIO,
+        &[
+            ("--mcp-config", config.to_string()),
+            (
+                "--allowedTools",
+                format!("mcp__probe__{}", ostler_testkit::mcp_server::ELICITING_TOOL),
+            ),
+        ],
+        "PROBE-ELICITATION please",
+        |request| match request["subtype"].as_str() {
+            Some("elicitation") => {
+                serde_json::json!({"action": "accept", "content": {"reason": ANSWER}})
+            }
+            _ => serde_json::json!({"behavior":"allow","updatedInput":request["input"]}),
+        },
+    )
+    .await?;
+    let elicitation = tool_result_reached(&server, ANSWER);
+    Ok(BTreeMap::from([
+        ("elicitation".to_string(), elicitation),
+        ("mcp_message".to_string(), mcp_message),
+    ]))
+}
+
+/// The hidden xtask subcommand that serves the test kit's stdio MCP server
+/// (`ostler_testkit::mcp_server`), for the elicitation probe.
+pub const TEST_MCP_COMMAND: &str = "test-mcp";
+
+const ELICITATION_SCENARIO: &str = r#"
+description = "compat probe: does the CLI pass an MCP server's elicitation on (elicitation)?"
+default_text = "ok"
+[[model]]
+name = "tool"
+when = { last_user_text_contains = "PROBE-ELICITATION", stream = true }
+blocks = [ { type = "tool_use", id = "toolu_probe_elicit", name = "mcp__probe__confirm_ticket", input = { ticket = "P-1" } } ]
+[[model]]
+name = "after"
+when = { has_tool_result_for = "toolu_probe_elicit" }
+blocks = [ { type = "text", text = "probe done" } ]
+"#;
+
+/// One session-mode turn of `binary` against a fake model server playing `scenario`, with
+/// `options` and one user message `text`; every control request from the CLI is answered
+/// `answer(request)`. Returns the model server, to see what reached the model.
+async fn serve_turn(
+    binary: &Path,
+    scenario: &str,
+    options: &[(&str, String)],
+    text: &str,
+    mut answer: impl FnMut(&serde_json::Value) -> serde_json::Value,
+) -> Result<ostler_testkit::FakeModelServer> {
+    let scenario = ostler_testkit::Scenario::from_toml("compat-probe", scenario)?;
+    let server = ostler_testkit::FakeModelServer::start(scenario).await?;
+    let herm = ostler_testkit::cli::Hermetic::new()?;
     let mut args = ostler_protocol::argv::StreamJsonArgs::session();
-    args.option(
-        "--mcp-config",
-        r#"{"mcpServers":{"ostler_probe":{"type":"sdk","name":"ostler_probe"}}}"#,
-    );
-    args.option("--allowedTools", "mcp__ostler_probe__probe_tool");
+    for (flag, value) in options {
+        args.option(flag, value);
+    }
     let mut child = herm
         .command(binary, &args.into_args(), &server.url(), &BTreeMap::new())
         .spawn()?;
     let mut stdin = child.stdin.take().context("stdin")?;
     let stdout = child.stdout.take().context("stdout")?;
-    let user = serde_json::json!({"type":"user","message":{"role":"user","content":"PROBE-SDK-MCP please"},"parent_tool_use_id":null,"session_id":""});
+    let user = serde_json::json!({"type":"user","message":{"role":"user","content":text},"parent_tool_use_id":null,"session_id":""});
     stdin.write_all(format!("{user}\n").as_bytes()).await?;
     stdin.flush().await?;
     let mut lines = BufReader::new(stdout).lines();
@@ -518,26 +611,7 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
             };
             match v["type"].as_str() {
                 Some("control_request") => {
-                    let body = match v["request"]["subtype"].as_str() {
-                        Some("mcp_message") => {
-                            let name = v["request"]["server_name"].as_str().unwrap_or("");
-                            let mcp = match sdk_mcp::handle(&decl, name, &v["request"]["message"]) {
-                                sdk_mcp::Handled::Respond(r)
-                                | sdk_mcp::Handled::Cancelled { answer: r, .. } => r,
-                                sdk_mcp::Handled::Call(c) => sdk_mcp::call_result(
-                                    &c.id,
-                                    &[sdk_mcp::Content::Text {
-                                        text: RESULT_TEXT.into(),
-                                    }],
-                                    false,
-                                ),
-                            };
-                            sdk_mcp::control_body(mcp)
-                        }
-                        _ => {
-                            serde_json::json!({"behavior":"allow","updatedInput":v["request"]["input"]})
-                        }
-                    };
+                    let body = answer(&v["request"]);
                     let resp = serde_json::json!({"type":"control_response","response":{"subtype":"success","request_id":v["request_id"],"response":body}});
                     stdin.write_all(format!("{resp}\n").as_bytes()).await?;
                     stdin.flush().await?;
@@ -552,13 +626,17 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
     drop(stdin);
     let _ = tokio::time::timeout(secs(10), child.wait()).await;
     let _ = child.start_kill();
-    let reached = server.requests().iter().any(|r| {
+    Ok(server)
+}
+
+/// Whether a request to the model carried a tool result with `text` in it.
+fn tool_result_reached(server: &ostler_testkit::FakeModelServer, text: &str) -> bool {
+    server.requests().iter().any(|r| {
         r.body.as_ref().is_some_and(|b| {
             let t = b.to_string();
-            t.contains("tool_result") && t.contains(RESULT_TEXT)
+            t.contains("tool_result") && t.contains(text)
         })
-    });
-    Ok(BTreeMap::from([("mcp_message".to_string(), reached)]))
+    })
 }
 
 /// Which session-option flags the option parser accepts: each flag alone (with its probe
@@ -1228,8 +1306,15 @@ fn render_md(d: &Derived) -> Result<String> {
          `--cli-requests-only` for just these). `mcp_message`: SDK MCP servers (client-hosted \
          tools, `CreateSessionRequest.tool_servers`): a session whose `--mcp-config` names a \
          `{\"type\":\"sdk\"}` server has the server's tool called by the model through \
-         `mcp_message` and the tool's result reaches the model. `-` not measured. A release \
-         measured `no` refuses CreateSession with tool servers (FAILED_PRECONDITION).\n\n",
+         `mcp_message` and the tool's result reaches the model; a release measured `no` \
+         refuses CreateSession with tool servers (FAILED_PRECONDITION). `elicitation`: MCP \
+         elicitations (pending interactions clients answer, `RespondToElicitation`): a \
+         stdio MCP server (the test kit's) asks for a form during its tool call, the \
+         release passes it on as the `elicitation` control request, and the accepted \
+         form's content reaches the server; a release measured `no` does not offer \
+         elicitation to MCP servers and answers them itself, so ostler never sees one. \
+         `-` not measured. Each served subtype is listed among the release's capabilities \
+         as `cli_request:<subtype>`.\n\n",
     );
     let mut subtypes: Vec<&String> = d
         .rows

@@ -50,6 +50,10 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ContractsCmd,
     },
+    /// The test kit's stdio MCP server (`ostler_testkit::mcp_server`) on stdin/stdout, for
+    /// the compat probe's elicitation run.
+    #[command(name = compat::TEST_MCP_COMMAND, hide = true)]
+    TestMcp,
 }
 
 #[derive(Subcommand)]
@@ -91,5 +95,6 @@ fn main() -> Result<()> {
             ContractsCmd::Live(a) => contracts_record::live(a),
             ContractsCmd::Bless(a) => goldens::bless(a),
         },
+        Cmd::TestMcp => Ok(ostler_testkit::mcp_server::run()?),
     }
 }

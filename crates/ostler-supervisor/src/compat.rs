@@ -261,9 +261,9 @@ pub struct Capabilities {
     /// releases) or where the pinned neighbours agree; a flag not listed is unknown.
     #[serde(default)]
     pub options: BTreeMap<String, bool>,
-    /// Control requests from the CLI that ostler serves (`mcp_message`: SDK MCP servers)
-    /// -> whether they work, measured or where the pinned neighbours agree; a subtype not
-    /// listed is unknown (then tried).
+    /// Control requests from the CLI that ostler serves (`mcp_message`: SDK MCP servers;
+    /// `elicitation`: MCP elicitations) -> whether they work, measured or where the pinned
+    /// neighbours agree; a subtype not listed is unknown (then tried).
     #[serde(default)]
     pub cli_requests: BTreeMap<String, bool>,
     /// How the release reads values whose meaning changed between releases, measured
@@ -339,6 +339,12 @@ impl Capabilities {
                 .filter(|(_, ok)| **ok)
                 .map(|(f, _)| format!("option:{f}")),
         );
+        v.extend(
+            self.cli_requests
+                .iter()
+                .filter(|(_, ok)| **ok)
+                .map(|(r, _)| format!("cli_request:{r}")),
+        );
         v.extend(self.announced.iter().cloned());
         v
     }
@@ -395,7 +401,8 @@ pub struct TestedRelease {
     /// Whether the release accepts each of [`PROBED_OPTIONS`] (empty: not measured).
     pub options: &'static [(&'static str, bool)],
     /// Control requests from the CLI ostler serves -> whether the whole exchange worked
-    /// (`mcp_message`: SDK MCP servers; empty: not measured).
+    /// (`mcp_message`: SDK MCP servers; `elicitation`: MCP elicitations; empty: not
+    /// measured).
     pub cli_requests: &'static [(&'static str, bool)],
     /// Dialect facts measured on the release ([`Dialect`] names -> value; empty: not
     /// measured).
@@ -843,8 +850,13 @@ mod tests {
             names.iter().any(|n| n == "flag:--fork-session"),
             "{names:?}"
         );
+        // Control requests from the CLI that ostler serves, where measured to work.
+        for want in ["cli_request:mcp_message", "cli_request:elicitation"] {
+            assert!(names.iter().any(|n| n == want), "{want}: {names:?}");
+        }
         let old = assess(&Version::parse("1.0.59").expect("v"), None).capabilities;
         assert!(!old.names().iter().any(|n| n == "control:set_model"));
+        assert!(!old.names().iter().any(|n| n.starts_with("cli_request:")));
         // Session-option flags: measured rows, and agreeing neighbours for unpinned ones.
         assert_eq!(old.accepts_option("--max-budget-usd"), Some(false));
         assert_eq!(caps.accepts_option("--max-budget-usd"), Some(true));

@@ -32,6 +32,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", false),
             ],
             dialect: &[
@@ -115,6 +116,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", false),
             ],
             dialect: &[
@@ -198,6 +200,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -281,6 +284,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -364,6 +368,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -447,6 +452,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -530,6 +536,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -613,6 +620,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -696,6 +704,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -779,6 +788,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -862,6 +872,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", false),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -945,6 +956,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", true),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -1028,6 +1040,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", true),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -1134,6 +1147,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", true),
                 ("mcp_message", true),
             ],
             dialect: &[
@@ -1241,6 +1255,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--system-prompt", true),
             ],
             cli_requests: &[
+                ("elicitation", true),
                 ("mcp_message", true),
             ],
             dialect: &[

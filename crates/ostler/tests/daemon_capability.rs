@@ -28,6 +28,11 @@ async fn set_model_is_refused_at_once_on_a_release_that_ignores_it() {
     let caps = capabilities(&daemon).await;
     assert!(caps.iter().any(|c| c == "control:interrupt"), "{caps:?}");
     assert!(!caps.iter().any(|c| c == "control:set_model"), "{caps:?}");
+    // Measured: no SDK MCP servers, no elicitation.
+    assert!(
+        !caps.iter().any(|c| c.starts_with("cli_request:")),
+        "{caps:?}"
+    );
 
     let mut c = daemon.sessions().await;
     let s = create_session(&mut c, &world.work, "cap").await;
@@ -62,6 +67,8 @@ async fn health_lists_the_capabilities_of_a_2_1_release() {
         "control:set_model",
         "control:get_context_usage",
         "control:stop_task",
+        "cli_request:mcp_message",
+        "cli_request:elicitation",
         "interrupt_receipt_v1",
     ] {
         assert!(
