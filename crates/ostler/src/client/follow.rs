@@ -173,6 +173,20 @@ async fn watch_settled(
     }
 }
 
+/// Asks at the terminal (`ask`) while reading the stream on (into `backlog`): `Err(who)`
+/// when someone else settled `request_id` first.
+async fn race<T>(
+    ask: impl Future<Output = Result<Asked<T>>>,
+    stream: &mut tonic::Streaming<pb::SessionEvent>,
+    backlog: &mut VecDeque<StreamItem>,
+    request_id: &str,
+) -> Result<std::result::Result<Asked<T>, String>> {
+    tokio::select! {
+        a = ask => Ok(Ok(a?)),
+        who = watch_settled(stream, backlog, request_id) => Ok(Err(who)),
+    }
+}
+
 impl Follower {
     /// Follow from `after_seq` until `until`.
     pub async fn follow(
@@ -553,6 +567,26 @@ impl Follower {
         }
     }
 
+    /// What asking at the terminal came to ([`race`]): the answer, or `Err` with how
+    /// following goes on without one: `Err(None)` when someone else settled the prompt
+    /// first (said here), `Err(Some(..))` when it cannot be answered here or Ctrl-C
+    /// detaches. `on_ctrl_c`: the answer Ctrl-C gives instead of detaching.
+    fn taken<T>(
+        &mut self,
+        raced: std::result::Result<Asked<T>, String>,
+        on_ctrl_c: Option<T>,
+    ) -> std::result::Result<T, Option<Outcome>> {
+        match raced {
+            Ok(Asked::Answer(a)) => Ok(a),
+            Ok(Asked::Unanswerable(m)) => Err(Some(Outcome::Unanswerable(m))),
+            Ok(Asked::CtrlC) => on_ctrl_c.ok_or(Some(Outcome::Detached)),
+            Err(who) => {
+                self.settled_elsewhere(&who);
+                Err(None)
+            }
+        }
+    }
+
     /// Answer one pending prompt; `Some(outcome)` ends following.
     /// While asking, the stream is read on (into `backlog`): when another client settles
     /// the prompt first, it is abandoned and that is said.
@@ -566,20 +600,21 @@ impl Follower {
         self.out.clear();
         let result = match &p.event {
             Payload::PermissionRequested(r) => {
-                let asked = tokio::select! {
-                    a = self.answerer.permission(r, ctrlc) => a?,
-                    who = watch_settled(stream, backlog, &r.request_id) => {
-                        self.settled_elsewhere(&who);
-                        return Ok(None);
-                    }
+                let raced = race(
+                    self.answerer.permission(r, ctrlc),
+                    stream,
+                    backlog,
+                    &r.request_id,
+                )
+                .await?;
+                // Ctrl-C at a permission prompt denies it and interrupts the turn.
+                let on_ctrl_c = PermissionAnswer::Deny {
+                    message: "The user interrupted.".into(),
+                    interrupt: true,
                 };
-                let decision = match asked {
-                    Asked::Answer(d) => d,
-                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
-                    Asked::CtrlC => PermissionAnswer::Deny {
-                        message: "The user interrupted.".into(),
-                        interrupt: true,
-                    },
+                let decision = match self.taken(raced, Some(on_ctrl_c)) {
+                    Ok(d) => d,
+                    Err(end) => return Ok(end),
                 };
                 let interrupting = matches!(
                     decision,
@@ -616,17 +651,16 @@ impl Follower {
                     .map(|_| ())
             }
             Payload::QuestionAsked(q) => loop {
-                let asked = tokio::select! {
-                    a = self.answerer.question(q, ctrlc) => a?,
-                    who = watch_settled(stream, backlog, &q.request_id) => {
-                        self.settled_elsewhere(&who);
-                        return Ok(None);
-                    }
-                };
-                let answers = match asked {
-                    Asked::Answer(a) => a,
-                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
-                    Asked::CtrlC => return Ok(Some(Outcome::Detached)),
+                let raced = race(
+                    self.answerer.question(q, ctrlc),
+                    stream,
+                    backlog,
+                    &q.request_id,
+                )
+                .await?;
+                let answers = match self.taken(raced, None) {
+                    Ok(a) => a,
+                    Err(end) => return Ok(end),
                 };
                 let r = self
                     .conn
@@ -643,17 +677,11 @@ impl Follower {
                 }
             },
             Payload::HookRequested(h) => {
-                let asked = tokio::select! {
-                    a = self.answerer.hook(h, ctrlc) => a?,
-                    who = watch_settled(stream, backlog, &h.request_id) => {
-                        self.settled_elsewhere(&who);
-                        return Ok(None);
-                    }
-                };
-                let (decision, reason) = match asked {
-                    Asked::Answer(d) => d,
-                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
-                    Asked::CtrlC => return Ok(Some(Outcome::Detached)),
+                let raced =
+                    race(self.answerer.hook(h, ctrlc), stream, backlog, &h.request_id).await?;
+                let (decision, reason) = match self.taken(raced, None) {
+                    Ok(a) => a,
+                    Err(end) => return Ok(end),
                 };
                 self.conn
                     .sessions
@@ -668,17 +696,16 @@ impl Follower {
                     .map(|_| ())
             }
             Payload::ToolCallRequested(t) => {
-                let asked = tokio::select! {
-                    a = self.answerer.tool_call(t, ctrlc) => a?,
-                    who = watch_settled(stream, backlog, &t.request_id) => {
-                        self.settled_elsewhere(&who);
-                        return Ok(None);
-                    }
-                };
-                let (text, is_error) = match asked {
-                    Asked::Answer(a) => a,
-                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
-                    Asked::CtrlC => return Ok(Some(Outcome::Detached)),
+                let raced = race(
+                    self.answerer.tool_call(t, ctrlc),
+                    stream,
+                    backlog,
+                    &t.request_id,
+                )
+                .await?;
+                let (text, is_error) = match self.taken(raced, None) {
+                    Ok(a) => a,
+                    Err(end) => return Ok(end),
                 };
                 self.conn
                     .sessions
@@ -694,17 +721,16 @@ impl Follower {
                     .map(|_| ())
             }
             Payload::ElicitationRequested(e) => loop {
-                let asked = tokio::select! {
-                    a = self.answerer.elicitation(e, ctrlc) => a?,
-                    who = watch_settled(stream, backlog, &e.request_id) => {
-                        self.settled_elsewhere(&who);
-                        return Ok(None);
-                    }
-                };
-                let (action, content_json) = match asked {
-                    Asked::Answer(a) => a,
-                    Asked::Unanswerable(m) => return Ok(Some(Outcome::Unanswerable(m))),
-                    Asked::CtrlC => return Ok(Some(Outcome::Detached)),
+                let raced = race(
+                    self.answerer.elicitation(e, ctrlc),
+                    stream,
+                    backlog,
+                    &e.request_id,
+                )
+                .await?;
+                let (action, content_json) = match self.taken(raced, None) {
+                    Ok(a) => a,
+                    Err(end) => return Ok(end),
                 };
                 let r = self
                     .conn
