@@ -29,7 +29,7 @@ pub struct WatchArgs {
     #[arg(long = "state", value_name = "STATE", value_parser = parse_state)]
     pub states: Vec<pb::SessionState>,
     /// Only these kinds (repeatable): created, state, turn, permission, question,
-    /// resolved, exited, tool_call, elicitation
+    /// resolved, exited, hook, tool_call, elicitation
     #[arg(long = "kind", value_name = "KIND", value_parser = parse_kind)]
     pub kinds: Vec<pb::FeedKind>,
     /// Print one JSON object per item
@@ -40,7 +40,7 @@ pub struct WatchArgs {
 }
 
 /// The short kind names `--kind` takes (and `--json` prints).
-const KINDS: [(&str, pb::FeedKind); 9] = [
+const KINDS: [(&str, pb::FeedKind); 10] = [
     ("created", pb::FeedKind::SessionCreated),
     ("state", pb::FeedKind::StateChanged),
     ("turn", pb::FeedKind::TurnCompleted),
@@ -48,6 +48,7 @@ const KINDS: [(&str, pb::FeedKind); 9] = [
     ("question", pb::FeedKind::QuestionAsked),
     ("resolved", pb::FeedKind::Resolved),
     ("exited", pb::FeedKind::ProcessExited),
+    ("hook", pb::FeedKind::HookPending),
     ("tool_call", pb::FeedKind::ToolCallPending),
     ("elicitation", pb::FeedKind::ElicitationPending),
 ];
@@ -128,6 +129,28 @@ fn what(item: &pb::FeedItem) -> String {
         Some(Payload::QuestionAnswered(a)) => {
             format!("{} answered by {}", a.request_id, a.resolved_by)
         }
+        Some(Payload::HookRequested(h)) => {
+            format!("hook {}: {}", h.request_id, super::hooks::describe(h))
+        }
+        Some(Payload::HookResolved(h)) => format!(
+            "{} {} ({}) by {}",
+            h.request_id,
+            json::resolution_name(h.resolution),
+            json::hook_decision_name(h.decision),
+            h.resolved_by
+        ),
+        Some(Payload::ToolCallRequested(t)) => format!(
+            "tool call {}: {}",
+            t.request_id,
+            clip(&super::tool_calls::describe(t), 80)
+        ),
+        Some(Payload::ToolCallResolved(t)) => format!(
+            "{} {}{} by {}",
+            t.request_id,
+            json::resolution_name(t.resolution),
+            if t.is_error { " (error)" } else { "" },
+            t.resolved_by
+        ),
         Some(Payload::ElicitationRequested(e)) => format!(
             "elicitation {}: {}",
             e.request_id,
@@ -174,6 +197,7 @@ fn human(st: Style, item: &pb::FeedItem) -> String {
         Ok(
             pb::FeedKind::PermissionRequested
             | pb::FeedKind::QuestionAsked
+            | pb::FeedKind::HookPending
             | pb::FeedKind::ToolCallPending
             | pb::FeedKind::ElicitationPending,
         ) => st.yellow(&line),
@@ -263,5 +287,74 @@ mod tests {
             assert_eq!(kind_name(k as i32), name);
         }
         assert!(parse_kind("nope").unwrap_err().contains("permission"));
+        // Every kind the feed has (but UNSPECIFIED) has a name `--kind` takes.
+        for v in 1..=pb::FeedKind::ElicitationPending as i32 {
+            assert_ne!(kind_name(v), "other", "feed kind {v} has no name");
+        }
+    }
+
+    fn item(kind: pb::FeedKind, payload: Payload) -> pb::FeedItem {
+        pb::FeedItem {
+            kind: kind as i32,
+            event: Some(pb::SessionEvent {
+                payload: Some(payload),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hooks_and_tool_calls_say_what_they_are_about() {
+        let hook = item(
+            pb::FeedKind::HookPending,
+            Payload::HookRequested(pb::HookRequested {
+                request_id: "hk_1".into(),
+                hook_event: "PreToolUse".into(),
+                tool_name: "Bash".into(),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(what(&hook), "hook hk_1: PreToolUse Bash");
+        let done = item(
+            pb::FeedKind::Resolved,
+            Payload::HookResolved(pb::HookResolved {
+                request_id: "hk_1".into(),
+                resolution: pb::Resolution::Allowed as i32,
+                decision: pb::HookDecision::Deny as i32,
+                resolved_by: "client:me".into(),
+                ..Default::default()
+            }),
+        );
+        assert!(what(&done).starts_with("hk_1 "), "{}", what(&done));
+        assert!(what(&done).ends_with(" by client:me"), "{}", what(&done));
+        let call = item(
+            pb::FeedKind::ToolCallPending,
+            Payload::ToolCallRequested(pb::ToolCallRequested {
+                request_id: "tc_1".into(),
+                server_name: "tickets".into(),
+                tool_name: "open".into(),
+                arguments_json: r#"{"id":"T-1"}"#.into(),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(
+            what(&call),
+            r#"tool call tc_1: mcp__tickets__open {"id":"T-1"}"#
+        );
+        let failed = item(
+            pb::FeedKind::Resolved,
+            Payload::ToolCallResolved(pb::ToolCallResolved {
+                request_id: "tc_1".into(),
+                is_error: true,
+                resolved_by: "client:me".into(),
+                ..Default::default()
+            }),
+        );
+        assert!(
+            what(&failed).contains("(error) by client:me"),
+            "{}",
+            what(&failed)
+        );
     }
 }
