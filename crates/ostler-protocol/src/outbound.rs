@@ -106,6 +106,27 @@ impl OutRequest {
     pub fn stop_task(task_id: &str) -> Self {
         Self::other("stop_task", json!({ "task_id": task_id }))
     }
+
+    /// Whether the request switches the session's model, so that the CLI answers it only
+    /// after the session's PreModelSwitch hooks returned (measured on 2.1.332): `set_model`
+    /// (typed or passed through) and `apply_flag_settings` whose `settings` set `model`.
+    /// Other settings, and the other control requests, call no hook before the answer
+    /// (measured: `set_permission_mode`, `set_max_thinking_tokens`, `mcp_set_servers`,
+    /// `rename_session`, `reload_plugins`, `rewind_files`, `interrupt`, ...).
+    pub fn switches_model(&self) -> bool {
+        match self {
+            OutRequest::SetModel(_) => true,
+            OutRequest::Other { subtype, fields } => match subtype.as_str() {
+                "set_model" => true,
+                "apply_flag_settings" => fields
+                    .get("settings")
+                    .and_then(Value::as_object)
+                    .is_some_and(|s| s.contains_key("model")),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
 }
 
 /// The `initialize` request sent at spawn, before the first user message (as the Agent
@@ -430,6 +451,34 @@ pub(crate) fn parse_questions(req: &CanUseTool) -> Option<Vec<Question>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn model_switches_are_known_by_their_fields() {
+        use super::OutRequest;
+        let other = |subtype: &str, fields: serde_json::Value| OutRequest::Other {
+            subtype: subtype.into(),
+            fields: fields.as_object().cloned().unwrap_or_default(),
+        };
+        assert!(OutRequest::SetModel(None).switches_model());
+        assert!(other("set_model", serde_json::json!({"model": "m"})).switches_model());
+        assert!(
+            other(
+                "apply_flag_settings",
+                serde_json::json!({"settings": {"model": "m"}})
+            )
+            .switches_model()
+        );
+        assert!(
+            !other(
+                "apply_flag_settings",
+                serde_json::json!({"settings": {"permissions": {"allow": ["Read"]}}})
+            )
+            .switches_model()
+        );
+        assert!(!other("apply_flag_settings", serde_json::json!({"model": "m"})).switches_model());
+        assert!(!OutRequest::SetPermissionMode("plan".into()).switches_model());
+        assert!(!OutRequest::stop_task("t").switches_model());
+    }
+
     use super::*;
 
     fn request(r: OutRequest) -> Value {

@@ -1067,6 +1067,42 @@ async fn a_model_switch_waits_on_its_hook_2_1_332() {
             assert_eq!(session(&mut c, &s.id).await.model, model);
         }
     }
+
+    // A model switch passed through: `apply_flag_settings` with a model calls the hook too
+    // and waits on it the same way, past the control timeout.
+    let mut setter = c.clone();
+    let sid = s.id.clone();
+    let apply = tokio::spawn(async move {
+        setter
+            .send_control_request(pb::SendControlRequestRequest {
+                session_id: sid,
+                subtype: "apply_flag_settings".into(),
+                request_json: r#"{"settings": {"model": "claude-haiku-4-5"}}"#.into(),
+            })
+            .await
+    });
+    let ev = read_until(&mut events, &mut seen, "switch hook of the settings", |e| {
+        hook_requested(e).is_some_and(|h| {
+            h.hook_event == "PreModelSwitch" && h.input_json.contains("claude-haiku-4-5")
+        })
+    })
+    .await;
+    let h = hook_requested(&ev).unwrap().clone();
+    tokio::time::sleep(control_timeout + std::time::Duration::from_secs(1)).await;
+    assert!(
+        !apply.is_finished(),
+        "apply_flag_settings waits on the hook"
+    );
+    c.respond_to_hook(respond(
+        "c",
+        &s.id,
+        &h.request_id,
+        pb::HookDecision::Continue,
+        "",
+    ))
+    .await
+    .unwrap();
+    apply.await.unwrap().unwrap();
 }
 
 /// Fields of an event's answer that ostler has no own field for pass through
