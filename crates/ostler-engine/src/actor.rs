@@ -826,6 +826,20 @@ impl Actor {
                 }),
             ),
             OutRequest::Interrupt => ("interrupted", "interrupt sent".to_owned(), None),
+            // Settings that switch the model (`apply_flag_settings`): recorded as SetModel's.
+            other @ OutRequest::Other { .. } if other.model_switch().is_some() => {
+                let m = other.model_switch().flatten().map(str::to_owned);
+                self.last_model = m.clone();
+                (
+                    "control",
+                    String::new(),
+                    Some(SessionPatch {
+                        model: Some(m.unwrap_or_else(|| "default".into())),
+                        updated_ms: now_ms(),
+                        ..Default::default()
+                    }),
+                )
+            }
             // Reads change nothing: no notice.
             OutRequest::McpStatus => return Ok(answer),
             OutRequest::Other { subtype, .. } if subtype == "get_context_usage" => {

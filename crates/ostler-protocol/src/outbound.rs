@@ -107,24 +107,26 @@ impl OutRequest {
         Self::other("stop_task", json!({ "task_id": task_id }))
     }
 
-    /// Whether the request switches the session's model, so that the CLI answers it only
-    /// after the session's PreModelSwitch hooks returned (measured on 2.1.332): `set_model`
-    /// (typed or passed through) and `apply_flag_settings` whose `settings` set `model`.
-    /// Other settings, and the other control requests, call no hook before the answer
-    /// (measured: `set_permission_mode`, `set_max_thinking_tokens`, `mcp_set_servers`,
+    /// The model the request switches the session to (`Some(None)`: back to the default),
+    /// or `None` when it switches none: `set_model`, and `apply_flag_settings` whose
+    /// `settings` set `model` (a string, or null for the default). The CLI answers a
+    /// switch only after the session's PreModelSwitch hooks returned (measured on
+    /// 2.1.332); the other control requests measured there call no hook before their
+    /// answer (`set_permission_mode`, `set_max_thinking_tokens`, `mcp_set_servers`,
     /// `rename_session`, `reload_plugins`, `rewind_files`, `interrupt`, ...).
-    pub fn switches_model(&self) -> bool {
+    pub fn model_switch(&self) -> Option<Option<&str>> {
         match self {
-            OutRequest::SetModel(_) => true,
-            OutRequest::Other { subtype, fields } => match subtype.as_str() {
-                "set_model" => true,
-                "apply_flag_settings" => fields
-                    .get("settings")
-                    .and_then(Value::as_object)
-                    .is_some_and(|s| s.contains_key("model")),
-                _ => false,
-            },
-            _ => false,
+            OutRequest::SetModel(m) => Some(m.as_deref()),
+            OutRequest::Other { subtype, fields } if subtype == "apply_flag_settings" => fields
+                .get("settings")
+                .and_then(Value::as_object)
+                .and_then(|s| s.get("model"))
+                .and_then(|m| match m {
+                    Value::String(m) => Some(Some(m.as_str())),
+                    Value::Null => Some(None),
+                    _ => None,
+                }),
+            _ => None,
         }
     }
 }
@@ -454,29 +456,37 @@ mod tests {
     #[test]
     fn model_switches_are_known_by_their_fields() {
         use super::OutRequest;
-        let other = |subtype: &str, fields: serde_json::Value| OutRequest::Other {
-            subtype: subtype.into(),
-            fields: fields.as_object().cloned().unwrap_or_default(),
+        let settings = |settings: serde_json::Value| OutRequest::Other {
+            subtype: "apply_flag_settings".into(),
+            fields: serde_json::json!({ "settings": settings })
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
         };
-        assert!(OutRequest::SetModel(None).switches_model());
-        assert!(other("set_model", serde_json::json!({"model": "m"})).switches_model());
-        assert!(
-            other(
-                "apply_flag_settings",
-                serde_json::json!({"settings": {"model": "m"}})
-            )
-            .switches_model()
+        assert_eq!(OutRequest::SetModel(None).model_switch(), Some(None));
+        assert_eq!(
+            OutRequest::SetModel(Some("m".into())).model_switch(),
+            Some(Some("m"))
         );
-        assert!(
-            !other(
-                "apply_flag_settings",
-                serde_json::json!({"settings": {"permissions": {"allow": ["Read"]}}})
-            )
-            .switches_model()
+        assert_eq!(
+            settings(serde_json::json!({"model": "m"})).model_switch(),
+            Some(Some("m"))
         );
-        assert!(!other("apply_flag_settings", serde_json::json!({"model": "m"})).switches_model());
-        assert!(!OutRequest::SetPermissionMode("plan".into()).switches_model());
-        assert!(!OutRequest::stop_task("t").switches_model());
+        assert_eq!(
+            settings(serde_json::json!({"model": null})).model_switch(),
+            Some(None)
+        );
+        let rules = serde_json::json!({"permissions": {"allow": ["Read"]}});
+        assert_eq!(settings(rules).model_switch(), None);
+        assert_eq!(
+            settings(serde_json::json!({"model": 7})).model_switch(),
+            None
+        );
+        assert_eq!(
+            OutRequest::SetPermissionMode("plan".into()).model_switch(),
+            None
+        );
+        assert_eq!(OutRequest::stop_task("t").model_switch(), None);
     }
 
     use super::*;

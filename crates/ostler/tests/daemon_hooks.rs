@@ -1069,7 +1069,8 @@ async fn a_model_switch_waits_on_its_hook_2_1_332() {
     }
 
     // A model switch passed through: `apply_flag_settings` with a model calls the hook too
-    // and waits on it the same way, past the control timeout.
+    // and waits on it the same way, past the control timeout; the session records the
+    // model.
     let mut setter = c.clone();
     let sid = s.id.clone();
     let apply = tokio::spawn(async move {
@@ -1103,6 +1104,8 @@ async fn a_model_switch_waits_on_its_hook_2_1_332() {
     .await
     .unwrap();
     apply.await.unwrap().unwrap();
+    // Recorded as SetModel's switch is.
+    assert_eq!(session(&mut c, &s.id).await.model, "claude-haiku-4-5");
 }
 
 /// Fields of an event's answer that ostler has no own field for pass through

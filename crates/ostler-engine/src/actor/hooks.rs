@@ -80,13 +80,13 @@ pub(crate) fn restart_resolution(row: &ostler_store::Interaction) -> (Item, (Str
 impl Actor {
     /// How much longer than the control timeout the CLI may take to answer `request`: it
     /// answers a model switch (`set_model`, `apply_flag_settings` with a model:
-    /// [`OutRequest::switches_model`]) only after the session's PreModelSwitch hooks
+    /// [`OutRequest::model_switch`]) only after the session's PreModelSwitch hooks
     /// returned (measured on 2.1.332), and each waits for a client up to its registration's
     /// wait before ostler answers with the default. Without this a SetModel waiting on a
     /// person failed after the control timeout while the switch still happened at their
     /// answer.
     pub(super) fn hook_wait_within(&self, request: &OutRequest) -> Duration {
-        if !request.switches_model() {
+        if request.model_switch().is_none() {
             return Duration::ZERO;
         }
         let event = "PreModelSwitch";
