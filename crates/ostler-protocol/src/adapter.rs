@@ -128,6 +128,7 @@ static ADAPTERS: [AdapterInfo; 3] = [
             "system/hook_response",
             "system/api_retry",
             "system/local_command_output",
+            "system/elicitation_complete",
             "tool_progress",
             "tool_use_summary",
             "auth_status",

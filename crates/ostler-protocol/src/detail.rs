@@ -17,9 +17,11 @@
 //!   "permissionMode"?}`
 //! - `{"type":"command_lifecycle","command_uuid","state":"queued"|"started"|"completed",
 //!   "uuid","session_id"}` (2.1.330, for user messages that carry a `uuid`)
+//! - `{"type":"system","subtype":"elicitation_complete","mcp_server_name","elicitation_id",
+//!   "uuid","session_id"}` (2.1.332, when an MCP server reports a URL elicitation done)
 //!
 //! A notice whose required field (`task_id`, `status` of a notification or rate limit,
-//! `command_uuid` and `state` of a lifecycle) is missing or of another type gets no
+//! `command_uuid` and `state` of a lifecycle, `elicitation_id`) is missing or of another type gets no
 //! detail: it stays a plain notice, never a guess.
 
 use serde::Deserialize;
@@ -63,6 +65,10 @@ struct WireNotice<'a> {
     command_uuid: LStr<'a>,
     #[serde(borrow)]
     state: LStr<'a>,
+    #[serde(borrow)]
+    mcp_server_name: LStr<'a>,
+    #[serde(borrow)]
+    elicitation_id: LStr<'a>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -108,6 +114,7 @@ pub fn has_detail(source_type: &str, subtype: Option<&str>) -> bool {
                     | "task_notification"
                     | "compact_boundary"
                     | "status"
+                    | "elicitation_complete"
             )
         ),
         _ => false,
@@ -191,6 +198,10 @@ pub fn notice_detail(
         "status" => NoticeDetail::Status(CliStatus {
             status: n.status.owned(),
             permission_mode: n.permission_mode.owned(),
+        }),
+        "elicitation_complete" => NoticeDetail::ElicitationComplete(ElicitationComplete {
+            mcp_server_name: n.mcp_server_name.owned(),
+            elicitation_id: n.elicitation_id.owned()?,
         }),
         _ => return None,
     })

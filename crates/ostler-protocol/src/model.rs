@@ -451,6 +451,9 @@ pub enum NoticeDetail {
     /// `command_lifecycle` (2.1.x releases that announce `msg_lifecycle_v1`): what became
     /// of a user message written to the CLI.
     MessageLifecycle(MessageLifecycle),
+    /// `system/elicitation_complete` (2.1.x releases that offer elicitation): an MCP server
+    /// reported a URL elicitation finished (the user is done at the URL).
+    ElicitationComplete(ElicitationComplete),
 }
 
 /// `task_started`. `tool_use_id` is the tool call that started the task (the `Task`
@@ -554,6 +557,18 @@ pub struct MessageLifecycle {
     /// `queued` (written while a turn runs), `started` (the CLI took it), `completed` (its
     /// turn ended); other values are passed through as sent.
     pub state: String,
+}
+
+/// `system/elicitation_complete`: `{"type":"system","subtype":"elicitation_complete",
+/// "mcp_server_name","elicitation_id","uuid","session_id"}`, sent when the MCP server
+/// sends `notifications/elicitation/complete` for a URL elicitation (measured on 2.1.332).
+/// `elicitation_id` is the one of the URL elicitation it closes (the `elicitation` control
+/// request's `elicitation_id`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ElicitationComplete {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_server_name: Option<String>,
+    pub elicitation_id: String,
 }
 
 /// `system/status`.

@@ -386,3 +386,29 @@ fn typed_notices_round_trip_through_serde() {
         assert_eq!(back, e);
     }
 }
+
+/// `system/elicitation_complete`, as 2.1.332 wrote it for a URL elicitation its MCP server
+/// reported done: typed, and a plain notice without its id (never a guess).
+#[test]
+fn elicitation_complete_is_typed_on_2_1() {
+    let Event::SystemNotice(n) = one(
+        "2.1.332",
+        json!({"type":"system","subtype":"elicitation_complete","mcp_server_name":"u","elicitation_id":"E-42","uuid":"02ba9a0c-9dc8-4d02-8e5e-1185dfd8bcbf","session_id":"bd59d969-3cd2-4270-8302-d877a56ec14e"}),
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        n.detail,
+        Some(NoticeDetail::ElicitationComplete(ElicitationComplete {
+            mcp_server_name: Some("u".into()),
+            elicitation_id: "E-42".into(),
+        }))
+    );
+    let Event::SystemNotice(n) = one(
+        "2.1.332",
+        json!({"type":"system","subtype":"elicitation_complete","mcp_server_name":"u"}),
+    ) else {
+        panic!()
+    };
+    assert_eq!(n.detail, None);
+}

@@ -9,7 +9,9 @@
 //!   elicitation (`elicitation/create`: a form asking for a `reason`, or with `url` a URL
 //!   elicitation) and answers with the text `elicitation for <ticket>: <the ElicitResult
 //!   as JSON>`, or an error result when the client offers no elicitation or answers with
-//!   an error.
+//!   an error. A URL elicitation the client accepts is reported complete
+//!   (`notifications/elicitation/complete` with its `elicitationId`, `<id>-url`) before the
+//!   tool's result, as a server does once the user finished at the URL.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -24,12 +26,21 @@ pub const TOOL: &str = "echo_ticket";
 pub const ELICITING_TOOL: &str = "confirm_ticket";
 
 /// The server's state: whether the client offers elicitation, and the tool calls waiting
-/// for the answer to one (by the elicitation's JSON-RPC id: the call's id and ticket).
+/// for the answer to one (by the elicitation's JSON-RPC id).
 #[derive(Debug, Default)]
 pub struct Server {
     elicits: bool,
-    waiting: HashMap<String, (Value, String)>,
+    waiting: HashMap<String, Waiting>,
     next: u64,
+}
+
+/// A tool call waiting for the answer to its elicitation.
+#[derive(Debug)]
+struct Waiting {
+    call_id: Value,
+    ticket: String,
+    /// The `elicitationId` of a URL elicitation.
+    url_elicitation: Option<String>,
 }
 
 fn tool_result(id: Value, text: String, is_error: bool) -> Value {
@@ -39,28 +50,47 @@ fn tool_result(id: Value, text: String, is_error: bool) -> Value {
 }
 
 impl Server {
-    /// The messages to send for one JSON-RPC message received.
-    pub fn handle(&mut self, msg: &Value) -> Option<Value> {
+    /// The messages to send for one JSON-RPC message received, in order.
+    pub fn handle(&mut self, msg: &Value) -> Vec<Value> {
         let method = msg.get("method").and_then(Value::as_str);
         let id = msg.get("id");
         if method.is_none()
-            && let Some((call_id, ticket)) = id
+            && let Some(w) = id
                 .and_then(Value::as_str)
                 .and_then(|i| self.waiting.remove(i))
         {
-            return Some(match (msg.get("result"), msg.get("error")) {
+            let Waiting {
+                call_id,
+                ticket,
+                url_elicitation,
+            } = w;
+            return match (msg.get("result"), msg.get("error")) {
                 (Some(r), _) => {
-                    tool_result(call_id, format!("elicitation for {ticket}: {r}"), false)
+                    let mut out = Vec::new();
+                    if let Some(eid) = url_elicitation
+                        && r.get("action").and_then(Value::as_str) == Some("accept")
+                    {
+                        out.push(json!({
+                            "jsonrpc": "2.0", "method": "notifications/elicitation/complete",
+                            "params": { "elicitationId": eid },
+                        }));
+                    }
+                    out.push(tool_result(
+                        call_id,
+                        format!("elicitation for {ticket}: {r}"),
+                        false,
+                    ));
+                    out
                 }
-                (None, e) => tool_result(
+                (None, e) => vec![tool_result(
                     call_id,
                     format!(
                         "elicitation for {ticket} failed: {}",
                         e.unwrap_or(&Value::Null)
                     ),
                     true,
-                ),
-            });
+                )],
+            };
         }
         let params = msg.get("params").cloned().unwrap_or(Value::Null);
         match method {
@@ -70,27 +100,31 @@ impl Server {
             Some("tools/call")
                 if params.get("name").and_then(Value::as_str) == Some(ELICITING_TOOL) =>
             {
-                let call_id = id?.clone();
+                let Some(call_id) = id.cloned() else {
+                    return Vec::new();
+                };
                 let ticket = params
                     .pointer("/arguments/ticket")
                     .and_then(Value::as_str)
                     .unwrap_or("?")
                     .to_owned();
                 if !self.elicits {
-                    return Some(tool_result(
+                    return vec![tool_result(
                         call_id,
                         "the client offers no elicitation".into(),
                         true,
-                    ));
+                    )];
                 }
                 self.next += 1;
                 let eid = format!("elicit-{}", self.next);
-                let request = match params.pointer("/arguments/url").and_then(Value::as_str) {
-                    Some(url) => json!({
-                        "mode": "url", "url": url, "elicitationId": format!("{eid}-url"),
+                let url = params.pointer("/arguments/url").and_then(Value::as_str);
+                let url_elicitation = url.map(|_| format!("{eid}-url"));
+                let request = match (url, &url_elicitation) {
+                    (Some(url), Some(id)) => json!({
+                        "mode": "url", "url": url, "elicitationId": id,
                         "message": format!("Sign in to close ticket {ticket}"),
                     }),
-                    None => json!({
+                    _ => json!({
                         "message": format!("Close ticket {ticket}?"),
                         "requestedSchema": {
                             "type": "object",
@@ -99,14 +133,21 @@ impl Server {
                         },
                     }),
                 };
-                self.waiting.insert(eid.clone(), (call_id, ticket));
-                return Some(json!({
+                self.waiting.insert(
+                    eid.clone(),
+                    Waiting {
+                        call_id,
+                        ticket,
+                        url_elicitation,
+                    },
+                );
+                return vec![json!({
                     "jsonrpc": "2.0", "id": eid, "method": "elicitation/create", "params": request,
-                }));
+                })];
             }
             _ => {}
         }
-        handle(msg)
+        handle(msg).into_iter().collect()
     }
 }
 
@@ -179,10 +220,10 @@ pub fn run() -> std::io::Result<()> {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
-        if let Some(answer) = server.handle(&msg) {
+        for answer in server.handle(&msg) {
             writeln!(out, "{answer}")?;
-            out.flush()?;
         }
+        out.flush()?;
     }
     Ok(())
 }
@@ -214,27 +255,27 @@ mod tests {
         plain.handle(
             &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}),
         );
-        let refused = plain.handle(&call).expect("answer");
+        let refused = one(plain.handle(&call));
         assert_eq!(refused["result"]["isError"], true);
 
         let mut s = Server::default();
         s.handle(&json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}));
-        let ask = s.handle(&call).expect("elicitation");
+        let ask = one(s.handle(&call));
         assert_eq!(ask["method"], "elicitation/create");
         assert_eq!(
             ask["params"]["requestedSchema"]["required"],
             json!(["reason"])
         );
         let answer = json!({"jsonrpc":"2.0","id":ask["id"],"result":{"action":"accept","content":{"reason":"fixed"}}});
-        let done = s.handle(&answer).expect("tool result");
+        let done = one(s.handle(&answer));
         assert_eq!(done["id"], 7);
         assert_eq!(
             done["result"]["content"][0]["text"],
             r#"elicitation for T-1: {"action":"accept","content":{"reason":"fixed"}}"#
         );
-        assert!(s.handle(&answer).is_none(), "answered once");
+        assert!(s.handle(&answer).is_empty(), "answered once");
         let url = json!({"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":ELICITING_TOOL,"arguments":{"ticket":"T-2","url":"https://example.test/a"}}});
-        let ask = s.handle(&url).expect("url elicitation");
+        let ask = one(s.handle(&url));
         assert_eq!(
             (
                 ask["params"]["mode"].as_str(),
@@ -242,9 +283,30 @@ mod tests {
             ),
             (Some("url"), Some("https://example.test/a"))
         );
-        let failed = s
-            .handle(&json!({"jsonrpc":"2.0","id":ask["id"],"error":{"code":-1,"message":"no"}}))
-            .expect("error result");
+        let failed = one(
+            s.handle(&json!({"jsonrpc":"2.0","id":ask["id"],"error":{"code":-1,"message":"no"}}))
+        );
         assert_eq!(failed["result"]["isError"], true);
+        // An accepted URL elicitation is reported complete, then the tool answers.
+        let url = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":ELICITING_TOOL,"arguments":{"ticket":"T-3","url":"https://example.test/b"}}});
+        let ask = one(s.handle(&url));
+        let accepted = json!({"jsonrpc":"2.0","id":ask["id"],"result":{"action":"accept"}});
+        let [complete, done] = <[Value; 2]>::try_from(s.handle(&accepted)).expect("two messages");
+        assert_eq!(complete["method"], "notifications/elicitation/complete");
+        assert_eq!(
+            complete["params"]["elicitationId"],
+            ask["params"]["elicitationId"]
+        );
+        assert_eq!(done["id"], 9);
+        // A declined one is not.
+        let ask = one(s.handle(&url));
+        let declined = json!({"jsonrpc":"2.0","id":ask["id"],"result":{"action":"decline"}});
+        assert_eq!(one(s.handle(&declined))["id"], 9);
+    }
+
+    /// The one message of `v`.
+    fn one(v: Vec<Value>) -> Value {
+        let [m] = <[Value; 1]>::try_from(v).expect("one message");
+        m
     }
 }

@@ -23,6 +23,17 @@ const NEW: &str = "2.1.332";
 /// tickets'.
 const SCENARIO: &str = r#"
 [[model]]
+name = "after T-4"
+when = { tool_result_for = "toolu_elicit_4" }
+blocks = [{ type = "text", text = "Ticket T-4 is settled." }]
+[[model]]
+name = "close T-4"
+when = { last_user_text_contains = "Close ticket T-4", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_elicit_4", name = "mcp__tickets__confirm_ticket", input = { ticket = "T-4", url = "https://sso.example.test/login" } },
+]
+
+[[model]]
 name = "after T-3"
 when = { tool_result_for = "toolu_elicit_3" }
 blocks = [{ type = "text", text = "Ticket T-3 is settled." }]
@@ -320,6 +331,55 @@ async fn elicitations_are_answered_by_clients_2_1_332() {
     assert!(
         world.model_saw(r#"elicitation for T-3: {\"action\":\"decline\"}"#),
         "the decline reached the MCP server"
+    );
+
+    // A URL elicitation accepted: the server reports the user done at the URL, and the
+    // CLI's `system/elicitation_complete` reaches clients typed, naming its id.
+    send(&mut c, &s.id, "Close ticket T-4 please.").await;
+    let url = await_elicitation(&mut events, &mut seen, "the second URL elicitation").await;
+    c.respond_to_elicitation(respond(
+        "c",
+        &s.id,
+        &url.request_id,
+        pb::ElicitationAction::Accept,
+        "",
+    ))
+    .await
+    .unwrap();
+    let ev = read_until(&mut events, &mut seen, "the completion", |e| {
+        matches!(&e.payload, Some(P::ElicitationCompleted(_)))
+    })
+    .await;
+    let Some(P::ElicitationCompleted(done)) = &ev.payload else {
+        unreachable!()
+    };
+    assert_eq!(
+        (done.mcp_server_name.as_str(), done.elicitation_id.as_str()),
+        ("tickets", url.elicitation_id.as_str()),
+        "{done:?}"
+    );
+    assert!(
+        done.fields_json.contains("elicitation_complete"),
+        "{done:?}"
+    );
+    assert!(
+        asked_seq(&seen, &url.request_id) < ev.seq,
+        "reported after it was asked"
+    );
+    read_until(
+        &mut events,
+        &mut seen,
+        "the fourth turn's end",
+        is_turn_completed,
+    )
+    .await;
+    assert!(world.model_saw(r#"elicitation for T-4: {\"action\":\"accept\"}"#));
+    // Read back, it is the same typed event.
+    let stored = history(&mut c, &s.id).await;
+    assert_eq!(
+        stored.iter().find(|e| e.seq == ev.seq),
+        Some(&ev),
+        "read back as it was sent"
     );
     assert_gap_free(&seen, 1);
     assert_eq!(session(&mut c, &s.id).await.state(), pb::SessionState::Idle);

@@ -146,6 +146,7 @@ pub fn kind(p: Option<&Payload>) -> &'static str {
         Some(Payload::ToolCallResolved(_)) => "tool_call_resolved",
         Some(Payload::ElicitationRequested(_)) => "elicitation_requested",
         Some(Payload::ElicitationResolved(_)) => "elicitation_resolved",
+        Some(Payload::ElicitationCompleted(_)) => "elicitation_completed",
         Some(Payload::TaskStarted(_)) => "task_started",
         Some(Payload::TaskProgress(_)) => "task_progress",
         Some(Payload::TaskNotification(_)) => "task_notification",
@@ -327,6 +328,10 @@ fn payload(p: &Payload) -> Value {
             "request_id": e.request_id, "resolution": resolution_name(e.resolution),
             "action": elicitation_action_name(e.action), "content": parsed(&e.content_json),
             "resolved_by": e.resolved_by,
+        }),
+        Payload::ElicitationCompleted(e) => json!({
+            "mcp_server_name": e.mcp_server_name, "elicitation_id": e.elicitation_id,
+            "fields": parsed(&e.fields_json),
         }),
         Payload::TaskStarted(t) => json!({
             "task_id": t.task_id, "tool_use_id": t.tool_use_id, "description": t.description,

@@ -827,6 +827,13 @@ impl Human {
                     e.resolved_by
                 )));
             }
+            // The server says the user is done at the URL of a URL elicitation.
+            Payload::ElicitationCompleted(e) => {
+                self.note(&self.err.dim(&format!(
+                    "· {} reports elicitation {} complete",
+                    e.mcp_server_name, e.elicitation_id
+                )));
+            }
         }
     }
 }
