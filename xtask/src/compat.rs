@@ -464,18 +464,24 @@ async fn dialect_probe(binary: &Path) -> Result<BTreeMap<String, String>> {
         .collect())
 }
 
-const SDK_MCP_SCENARIO: &str = r#"
-description = "compat probe: does the CLI call a tool of an SDK MCP server (mcp_message)?"
+/// A scenario for the probes of control requests from the CLI: the model calls `tool`
+/// with `input` (TOML inline table) when the user's text has `trigger`, then ends the turn.
+fn tool_call_scenario(description: &str, trigger: &str, tool: &str, input: &str) -> String {
+    format!(
+        r#"
+description = "compat probe: {description}"
 default_text = "ok"
 [[model]]
 name = "tool"
-when = { last_user_text_contains = "PROBE-SDK-MCP", stream = true }
-blocks = [ { type = "tool_use", id = "toolu_probe_mcp", name = "mcp__ostler_probe__probe_tool", input = { id = "P-1" } } ]
+when = {{ last_user_text_contains = "{trigger}", stream = true }}
+blocks = [ {{ type = "tool_use", id = "toolu_probe", name = "{tool}", input = {input} }} ]
 [[model]]
 name = "after"
-when = { has_tool_result_for = "toolu_probe_mcp" }
-blocks = [ { type = "text", text = "probe done" } ]
-"#;
+when = {{ has_tool_result_for = "toolu_probe" }}
+blocks = [ {{ type = "text", text = "probe done" }} ]
+"#
+    )
+}
 
 /// Which control requests from the CLI ostler can serve: `mcp_message` works when a
 /// session with an SDK MCP server (`--mcp-config` `{"type":"sdk"}`, answered by
@@ -495,9 +501,15 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
         }],
         timeout_secs: 60,
     }];
+    let scenario = tool_call_scenario(
+        "does the CLI call a tool of an SDK MCP server (mcp_message)?",
+        "PROBE-SDK-MCP",
+        "mcp__ostler_probe__probe_tool",
+        r#"{ id = "P-1" }"#,
+    );
     let server = serve_turn(
         binary,
-        SDK_MCP_SCENARIO,
+        &scenario,
         &[
             (
                 "--mcp-config",
@@ -535,9 +547,15 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
     let config = serde_json::json!({"mcpServers": {"probe": {
         "type": "stdio", "command": me, "args": [TEST_MCP_COMMAND],
     }}});
+    let scenario = tool_call_scenario(
+        "does the CLI pass an MCP server's elicitation on (elicitation)?",
+        "PROBE-ELICITATION",
+        &format!("mcp__probe__{}", ostler_testkit::mcp_server::ELICITING_TOOL),
+        r#"{ ticket = "P-1" }"#,
+    );
     let server = serve_turn(
         binary,
-        ELICITATION_SCENARIO,
+        &scenario,
         &[
             ("--mcp-config", config.to_string()),
             (
@@ -564,19 +582,6 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
 /// The hidden xtask subcommand that serves the test kit's stdio MCP server
 /// (`ostler_testkit::mcp_server`), for the elicitation probe.
 pub const TEST_MCP_COMMAND: &str = "test-mcp";
-
-const ELICITATION_SCENARIO: &str = r#"
-description = "compat probe: does the CLI pass an MCP server's elicitation on (elicitation)?"
-default_text = "ok"
-[[model]]
-name = "tool"
-when = { last_user_text_contains = "PROBE-ELICITATION", stream = true }
-blocks = [ { type = "tool_use", id = "toolu_probe_elicit", name = "mcp__probe__confirm_ticket", input = { ticket = "P-1" } } ]
-[[model]]
-name = "after"
-when = { has_tool_result_for = "toolu_probe_elicit" }
-blocks = [ { type = "text", text = "probe done" } ]
-"#;
 
 /// One session-mode turn of `binary` against a fake model server playing `scenario`, with
 /// `options` and one user message `text`; every control request from the CLI is answered
