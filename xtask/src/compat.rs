@@ -547,10 +547,11 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
     let config = serde_json::json!({"mcpServers": {"probe": {
         "type": "stdio", "command": me, "args": [TEST_MCP_COMMAND],
     }}});
+    let tool = format!("mcp__probe__{}", ostler_testkit::mcp_server::ELICITING_TOOL);
     let scenario = tool_call_scenario(
         "does the CLI pass an MCP server's elicitation on (elicitation)?",
         "PROBE-ELICITATION",
-        &format!("mcp__probe__{}", ostler_testkit::mcp_server::ELICITING_TOOL),
+        &tool,
         r#"{ ticket = "P-1" }"#,
     );
     let server = serve_turn(
@@ -558,10 +559,7 @@ async fn cli_request_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
         &scenario,
         &[
             ("--mcp-config", config.to_string()),
-            (
-                "--allowedTools",
-                format!("mcp__probe__{}", ostler_testkit::mcp_server::ELICITING_TOOL),
-            ),
+            ("--allowedTools", tool.clone()),
         ],
         "PROBE-ELICITATION please",
         |request| match request["subtype"].as_str() {

@@ -21,8 +21,8 @@
 //!   "uuid","session_id"}` (2.1.332, when an MCP server reports a URL elicitation done)
 //!
 //! A notice whose required field (`task_id`, `status` of a notification or rate limit,
-//! `command_uuid` and `state` of a lifecycle, `elicitation_id`) is missing or of another type gets no
-//! detail: it stays a plain notice, never a guess.
+//! `command_uuid` and `state` of a lifecycle, `elicitation_id`) is missing or of another
+//! type gets no detail: it stays a plain notice, never a guess.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -453,9 +453,10 @@ pub(crate) fn parse_questions(req: &CanUseTool) -> Option<Vec<Question>> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn model_switches_are_known_by_their_fields() {
-        use super::OutRequest;
         let settings = |settings: serde_json::Value| OutRequest::Other {
             subtype: "apply_flag_settings".into(),
             fields: serde_json::json!({ "settings": settings })
@@ -488,8 +489,6 @@ mod tests {
         );
         assert_eq!(OutRequest::stop_task("t").model_switch(), None);
     }
-
-    use super::*;
 
     fn request(r: OutRequest) -> Value {
         Outbound::ControlRequest {
