@@ -57,10 +57,17 @@ pub(crate) fn registrations(
         .enumerate()
         .map(|(i, r)| {
             bounded(&format!("hooks[{i}].event"), &r.event, 256)?;
-            bounded(
-                &format!("hooks[{i}].default_reason"),
-                &r.default_reason,
-                h::limits::TEXT_BYTES,
+            for (field, v) in [
+                ("default_reason", &r.default_reason),
+                ("default_additional_context", &r.default_additional_context),
+                ("default_system_message", &r.default_system_message),
+            ] {
+                bounded(&format!("hooks[{i}].{field}"), v, h::limits::TEXT_BYTES)?;
+            }
+            let hook_specific = json_object(
+                &format!("hooks[{i}].default_hook_specific_output_json"),
+                &r.default_hook_specific_output_json,
+                h::limits::INPUT_BYTES,
             )?;
             Ok(HookRegistration {
                 id: if r.id.is_empty() {
@@ -77,6 +84,9 @@ pub(crate) fn registrations(
                         r.default_decision,
                     )?,
                     reason: opt(r.default_reason),
+                    additional_context: opt(r.default_additional_context),
+                    system_message: opt(r.default_system_message),
+                    hook_specific,
                     ..Default::default()
                 },
             })

@@ -58,6 +58,7 @@ fn pre_tool_use(
         timeout_secs,
         default_decision: default as i32,
         default_reason: reason.into(),
+        ..Default::default()
     }
 }
 
@@ -821,6 +822,84 @@ async fn hooked(release: &str, env: &[(&str, &str)], hooks: Vec<pb::HookRegistra
         s,
         events,
         seen: Vec::new(),
+    }
+}
+
+/// A registration's default answer carries more than a decision and a reason: a
+/// UserPromptSubmit hook nobody answers takes its default at its expiry, its additional
+/// context reaches the model and its system message and specific fields are in the
+/// HookResolved. A default the event does not take is refused at CreateSession, naming
+/// the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_default_answer_carries_context_2_1_332() {
+    let context = "DEFAULT-CTX-9 nobody is watching this session";
+    let mut prompt = registration("prompt", "UserPromptSubmit");
+    // The wait before the default is what is tested, not a bound on the test.
+    prompt.timeout_secs = 1;
+    prompt.default_additional_context = context.into();
+    prompt.default_system_message = "answered by the registration's default".into();
+    prompt.default_hook_specific_output_json = r#"{"sessionTitle": "Unattended"}"#.into();
+    let Hooked {
+        _daemon,
+        mut c,
+        s,
+        mut events,
+        mut seen,
+        world,
+    } = hooked(NEW, &[], vec![prompt]).await;
+    send(&mut c, &s.id, "Say hello").await;
+    let ev = read_until(&mut events, &mut seen, "the default", |e| {
+        hook_resolved(e).is_some()
+    })
+    .await;
+    let r = hook_resolved(&ev).unwrap().clone();
+    assert_eq!(
+        (r.resolution(), r.resolved_by.as_str()),
+        (pb::Resolution::Expired, "default:expiry")
+    );
+    assert_eq!(r.additional_context, context);
+    assert_eq!(r.system_message, "answered by the registration's default");
+    assert!(r.hook_specific_output_json.contains("Unattended"), "{r:?}");
+    read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+    assert!(
+        world.model_saw(context),
+        "the default's context reaches the model"
+    );
+
+    for (event, field, set, why) in [
+        (
+            "PreModelSwitch",
+            "default_additional_context",
+            r#"x"#,
+            "does not take additional context",
+        ),
+        (
+            "UserPromptSubmit",
+            "default_hook_specific_output_json",
+            r#"{"additionalContext": "x"}"#,
+            "additional_context",
+        ),
+        (
+            "UserPromptSubmit",
+            "default_hook_specific_output_json",
+            "[1]",
+            "object",
+        ),
+    ] {
+        let mut bad = registration("bad", event);
+        if field == "default_additional_context" {
+            bad.default_additional_context = set.into();
+        } else {
+            bad.default_hook_specific_output_json = set.into();
+        }
+        let err = create_with_hooks(&mut c, &world, vec![bad])
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(
+            err.message().starts_with(&format!("hooks[0].{field}")) && err.message().contains(why),
+            "{event} {field}: {err:?}"
+        );
     }
 }
 
