@@ -56,8 +56,8 @@ pub struct ProbeArgs {
     /// keeping the rest of the recorded evidence.
     #[arg(long)]
     pub dialect_only: bool,
-    /// Only read which hook events the release knows (`hook_events`), keeping the rest of
-    /// the recorded evidence.
+    /// Only read which hook events the release knows (`hook_events`) and measure which it
+    /// calls (`hook_calls`), keeping the rest of the recorded evidence.
     #[arg(long)]
     pub hook_events_only: bool,
 }
@@ -108,6 +108,11 @@ pub struct Evidence {
     /// the release's own list of hook event names has it ([`hook_event_probe`]).
     #[serde(default)]
     pub hook_events: BTreeMap<String, bool>,
+    /// Hook events whose calls are measured in a turn ([`hook_call_probe`]) -> whether the
+    /// release called the registered hook. A known event measured `false` here is never
+    /// called in a session of ostler's, so it counts as unusable in the matrix.
+    #[serde(default)]
+    pub hook_calls: BTreeMap<String, bool>,
 }
 
 fn root() -> PathBuf {
@@ -156,6 +161,7 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
         } else if a.hook_events_only {
             let (mut ev, binary) = recorded()?;
             ev.hook_events = hook_event_probe(&binary)?;
+            ev.hook_calls = rt.block_on(hook_call_probe(&binary))?;
             ev
         } else if a.options_only {
             let (mut ev, binary) = recorded()?;
@@ -246,6 +252,7 @@ async fn measure(version: &str) -> Result<Evidence> {
         cli_requests: cli_request_probe(&binary).await?,
         dialect: dialect_probe(&binary).await?,
         hook_events: hook_event_probe(&binary)?,
+        hook_calls: hook_call_probe(&binary).await?,
     })
 }
 
@@ -591,9 +598,31 @@ async fn serve_turn(
     text: &str,
     mut answer: impl FnMut(&serde_json::Value) -> serde_json::Value,
 ) -> Result<ostler_testkit::FakeModelServer> {
+    serve_turn_in(
+        &ostler_testkit::cli::Hermetic::new()?,
+        binary,
+        scenario,
+        options,
+        None,
+        text,
+        &mut answer,
+    )
+    .await
+}
+
+/// [`serve_turn`] in `herm`, with `initialize` (these fields) sent before the message when
+/// given.
+async fn serve_turn_in(
+    herm: &ostler_testkit::cli::Hermetic,
+    binary: &Path,
+    scenario: &str,
+    options: &[(&str, String)],
+    initialize: Option<serde_json::Value>,
+    text: &str,
+    answer: &mut dyn FnMut(&serde_json::Value) -> serde_json::Value,
+) -> Result<ostler_testkit::FakeModelServer> {
     let scenario = ostler_testkit::Scenario::from_toml("compat-probe", scenario)?;
     let server = ostler_testkit::FakeModelServer::start(scenario).await?;
-    let herm = ostler_testkit::cli::Hermetic::new()?;
     let mut args = ostler_protocol::argv::StreamJsonArgs::session();
     for (flag, value) in options {
         args.option(flag, value);
@@ -603,6 +632,11 @@ async fn serve_turn(
         .spawn()?;
     let mut stdin = child.stdin.take().context("stdin")?;
     let stdout = child.stdout.take().context("stdout")?;
+    if let Some(mut fields) = initialize {
+        fields["subtype"] = "initialize".into();
+        let init = serde_json::json!({"type":"control_request","request_id":"probe-init","request":fields});
+        stdin.write_all(format!("{init}\n").as_bytes()).await?;
+    }
     let user = serde_json::json!({"type":"user","message":{"role":"user","content":text},"parent_tool_use_id":null,"session_id":""});
     stdin.write_all(format!("{user}\n").as_bytes()).await?;
     stdin.flush().await?;
@@ -630,6 +664,38 @@ async fn serve_turn(
     let _ = tokio::time::timeout(secs(10), child.wait()).await;
     let _ = child.start_kill();
     Ok(server)
+}
+
+/// Which hook events the release calls in a session like ostler's, for the events whose
+/// call depends on more than the release's list: `PermissionRequest`, registered in
+/// `initialize` for a turn whose Bash tool needs permission while permission prompts go to
+/// the host (`can_use_tool`, allowed). Measured by hand before: 2.0.77 knows the event but
+/// never calls it then; 2.1.332 calls it beside the prompt.
+async fn hook_call_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+    const CALLBACK: &str = "probe_permission_request";
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let mut called = false;
+    let hooks = serde_json::json!({"hooks": {"PermissionRequest": [
+        {"matcher": "Bash", "hookCallbackIds": [CALLBACK]},
+    ]}});
+    serve_turn_in(
+        &herm,
+        binary,
+        PROBE_SCENARIO,
+        &[],
+        Some(hooks),
+        "PROBE-PERMISSION please",
+        &mut |request| {
+            if request["subtype"] == "hook_callback" {
+                called |= request["callback_id"] == CALLBACK;
+                // No decision: the prompt decides.
+                return serde_json::json!({});
+            }
+            serde_json::json!({"behavior": "allow", "updatedInput": request["input"]})
+        },
+    )
+    .await?;
+    Ok(BTreeMap::from([("PermissionRequest".to_string(), called)]))
 }
 
 /// Whether a request to the model carried a tool result with `text` in it.
@@ -1144,7 +1210,9 @@ fn render_rust(d: &Derived) -> Result<String> {
         } else {
             s.push_str("            hook_events: &[\n");
             for (k, known) in &e.hook_events {
-                writeln!(s, "                ({k:?}, {known}),")?;
+                // Known but measured never called: as unusable as unknown.
+                let usable = *known && e.hook_calls.get(k) != Some(&false);
+                writeln!(s, "                ({k:?}, {usable}),")?;
             }
             s.push_str("            ],\n");
         }
@@ -1373,31 +1441,46 @@ fn render_md(d: &Derived) -> Result<String> {
          accepts a registration of an event it does not know and never calls it, so \
          CreateSession refuses a hook registration (`hooks`) for an event the running release \
          does not know with FAILED_PRECONDITION naming the event. Knowing an event is not \
-         firing it in every mode: 2.0.77 knows `PermissionRequest` but does not call it when \
-         permission prompts go to ostler (`can_use_tool`); 2.1.332 calls it beside the prompt \
-         and the first answer wins.\n\n",
+         firing it in every mode: `PermissionRequest` is also measured in a turn (a hook \
+         registered in `initialize`, a Bash tool that needs permission while permission \
+         prompts go to ostler as `can_use_tool`); a release that knows it but never called \
+         it there is listed under \"known, never called\" and refused the same way. Where \
+         it is called, it comes beside the prompt and the first answer wins.\n\n",
     );
-    s.push_str("| release | hook events known | not known |\n| --- | --- | --- |\n");
-    for (v, e, _) in &d.rows {
-        if e.hook_events.is_empty() {
-            writeln!(s, "| {v} | - | - |")?;
-            continue;
-        }
-        let known = e.hook_events.values().filter(|k| **k).count();
-        let missing: Vec<String> = ostler_protocol::hooks::HOOK_EVENTS
+    s.push_str(
+        "| release | hook events ostler accepts | not known | known, never called |\n\
+         | --- | --- | --- | --- |\n",
+    );
+    let names = |keep: &dyn Fn(&str) -> bool| {
+        let v: Vec<String> = ostler_protocol::hooks::HOOK_EVENTS
             .iter()
-            .filter(|h| e.hook_events.get(**h) == Some(&false))
+            .filter(|h| keep(h))
             .map(|h| format!("`{h}`"))
             .collect();
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    for (v, e, _) in &d.rows {
+        if e.hook_events.is_empty() {
+            writeln!(s, "| {v} | - | - | - |")?;
+            continue;
+        }
+        let uncalled =
+            |h: &str| e.hook_events.get(h) == Some(&true) && e.hook_calls.get(h) == Some(&false);
+        let usable = e
+            .hook_events
+            .iter()
+            .filter(|(h, k)| **k && !uncalled(h))
+            .count();
         writeln!(
             s,
-            "| {v} | {known} of {} | {} |",
+            "| {v} | {usable} of {} | {} | {} |",
             e.hook_events.len(),
-            if missing.is_empty() {
-                "none".to_string()
-            } else {
-                missing.join(", ")
-            }
+            names(&|h| e.hook_events.get(h) == Some(&false)),
+            names(&uncalled),
         )?;
     }
     s.push_str("\n## Evidence of the permission probe\n\n");

@@ -146,9 +146,10 @@ pub(crate) fn check_hooks(
     for (i, h) in hooks.iter().enumerate() {
         if caps.knows_hook_event(&h.event) == Some(false) {
             return Err(Error::precondition(format!(
-                "hooks[{i}].event: Claude Code {} does not know the hook event {} (it would \
-                 never be called; the events each release knows are in docs/compatibility.md, \
-                 \"Hook events\"); drop that registration or use a newer release",
+                "hooks[{i}].event: Claude Code {} does not know the hook event {}, or never \
+                 calls it in a session of ostler's (measured; the events each release calls are \
+                 in docs/compatibility.md, \"Hook events\"); drop that registration or use a \
+                 newer release",
                 inst.version, h.event
             )));
         }

@@ -270,9 +270,10 @@ pub struct Capabilities {
     /// (pinned releases) or where the pinned neighbours agree; see [`Dialect`].
     #[serde(default)]
     pub dialect: BTreeMap<String, String>,
-    /// Hook events (the Agent SDKs' names) -> whether the release knows the event, as
-    /// measured (pinned releases) or where the pinned neighbours agree; an event not listed
-    /// is unknown (then allowed).
+    /// Hook events (the Agent SDKs' names) -> whether the release knows the event (and,
+    /// for `PermissionRequest`, calls it in a session of ostler's), as measured (pinned
+    /// releases) or where the pinned neighbours agree; an event not listed is unknown (then
+    /// allowed).
     #[serde(default)]
     pub hook_events: BTreeMap<String, bool>,
     pub source: CapabilitySource,
@@ -308,7 +309,9 @@ impl Capabilities {
         self.announced.iter().any(|c| c == name)
     }
 
-    /// Whether the release knows the hook event `event` (`None`: not measured).
+    /// Whether the release knows the hook event `event` and calls it in a session of
+    /// ostler's (`PermissionRequest` is measured in a turn: known but never called counts as
+    /// `false`; `None`: not measured).
     pub fn knows_hook_event(&self, event: &str) -> Option<bool> {
         self.hook_events.get(event).copied()
     }
@@ -857,6 +860,16 @@ mod tests {
         let old = assess(&Version::parse("1.0.59").expect("v"), None).capabilities;
         assert!(!old.names().iter().any(|n| n == "control:set_model"));
         assert!(!old.names().iter().any(|n| n.starts_with("cli_request:")));
+        // PermissionRequest: known by 2.0.77 and 2.1.0 but measured never called there.
+        let calls = |v: &str| {
+            assess(&Version::parse(v).expect("v"), None)
+                .capabilities
+                .knows_hook_event("PermissionRequest")
+        };
+        assert_eq!(calls("2.0.77"), Some(false));
+        assert_eq!(calls("2.1.0"), Some(false));
+        assert_eq!(calls("2.1.121"), Some(true));
+        assert_eq!(calls("2.1.50"), None, "2.1.0 no, 2.1.120 yes");
         // Session-option flags: measured rows, and agreeing neighbours for unpinned ones.
         assert_eq!(old.accepts_option("--max-budget-usd"), Some(false));
         assert_eq!(caps.accepts_option("--max-budget-usd"), Some(true));
