@@ -76,6 +76,33 @@ fn interactive_deny_with_reason_reaches_the_model() {
     assert!(has_sgr(&t.seen), "no colour on a terminal: {:?}", t.seen);
 }
 
+/// `ostler run --hook EVENT:MATCHER` registers a remote hook, and its call is asked at the
+/// terminal: a DENY with a reason keeps the tool from running, and the reason reaches the
+/// model.
+#[test]
+fn a_hook_registered_by_flag_is_asked_at_the_terminal() {
+    let d = Served::start(&scenario_text());
+    let mut t = Pty::spawn(
+        &d,
+        &["run", "--hook", "PreToolUse:Bash", "Create the file please"],
+        true,
+    );
+    t.expect("? Hook");
+    t.expect("answer? ");
+    t.type_text("n\r");
+    t.expect("reason: ");
+    t.type_text("HOOKED-NO not today\r");
+    t.expect("Finished: the tool call is settled.");
+    assert_eq!(t.wait(), 0, "{}", t.seen);
+    assert!(!d.work.join("created.txt").exists(), "the hook denied it");
+    assert!(d.model_saw("HOOKED-NO not today"), "{}", t.seen);
+    assert!(
+        !t.seen.contains("allow? (y/a/n/d)"),
+        "no permission prompt after the hook's DENY: {}",
+        t.seen
+    );
+}
+
 #[test]
 fn interactive_allow_for_session_remembers() {
     let d = Served::start(&scenario_text());

@@ -22,6 +22,15 @@ pub struct SessionOptionArgs {
     /// instead of asking
     #[arg(long)]
     pub decline_elicitations: bool,
+    /// Register a remote hook: the CLI calls it for EVENT (PreToolUse, UserPromptSubmit,
+    /// Stop, ...; with MATCHER only for those tools, e.g. `PreToolUse:Bash|Write`), and each
+    /// call is asked at the terminal or answered with `ostler hook` (repeatable)
+    #[arg(long = "hook", value_name = "EVENT[:MATCHER]", value_parser = parse_hook)]
+    pub hooks: Vec<pb::HookRegistration>,
+    /// With --hook: seconds a hook call waits for an answer before it continues (default
+    /// 60)
+    #[arg(long, value_name = "SECS", requires = "hooks")]
+    pub hook_timeout: Option<u32>,
     /// Another directory the session's tools may use (repeatable)
     #[arg(long = "add-dir", value_name = "DIR")]
     pub add_dirs: Vec<String>,
@@ -67,6 +76,20 @@ pub struct SessionOptionArgs {
 /// The servers of one `--mcp-config` value.
 #[derive(Debug, Clone, Default)]
 pub struct McpServers(pub Vec<(String, pb::McpServerSpec)>);
+
+/// `--hook EVENT[:MATCHER]`: a registration the daemon checks (the event, the matcher);
+/// nobody answering continues.
+fn parse_hook(s: &str) -> Result<pb::HookRegistration, String> {
+    let (event, matcher) = s.split_once(':').unwrap_or((s, ""));
+    if event.is_empty() {
+        return Err("expected EVENT or EVENT:MATCHER (e.g. PreToolUse:Bash)".to_owned());
+    }
+    Ok(pb::HookRegistration {
+        event: event.to_owned(),
+        matcher: matcher.to_owned(),
+        ..Default::default()
+    })
+}
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
@@ -160,6 +183,14 @@ impl SessionOptionArgs {
             .collect();
         r.strict_mcp_config = self.strict_mcp_config;
         r.decline_elicitations = self.decline_elicitations;
+        r.hooks = self
+            .hooks
+            .iter()
+            .map(|h| pb::HookRegistration {
+                timeout_secs: self.hook_timeout.unwrap_or(h.timeout_secs),
+                ..h.clone()
+            })
+            .collect();
         r.add_dirs = self.add_dirs.clone();
         r.max_budget_usd = self.max_budget_usd;
         r.max_thinking_tokens = self.max_thinking_tokens;
@@ -204,5 +235,26 @@ mod tests {
         ));
         assert!(parse_mcp_config(r#"{"mcpServers": {"x": {"type": "ws"}}}"#).is_err());
         assert!(parse_mcp_config("/nonexistent/file.json").is_err());
+    }
+
+    #[test]
+    fn hooks_by_event_and_matcher() {
+        let mut r = pb::CreateSessionRequest::default();
+        SessionOptionArgs {
+            hooks: vec![
+                parse_hook("PreToolUse:Bash|Write").expect("hook"),
+                parse_hook("Stop").expect("hook"),
+            ],
+            hook_timeout: Some(300),
+            ..Default::default()
+        }
+        .apply(&mut r);
+        let got: Vec<(&str, &str, u32)> = r
+            .hooks
+            .iter()
+            .map(|h| (h.event.as_str(), h.matcher.as_str(), h.timeout_secs))
+            .collect();
+        assert_eq!(got, [("PreToolUse", "Bash|Write", 300), ("Stop", "", 300)]);
+        assert!(parse_hook(":Bash").is_err());
     }
 }
