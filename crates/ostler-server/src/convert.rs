@@ -430,6 +430,9 @@ pub(crate) fn create_session(
         hooks,
         tool_servers,
         decline_elicitations: r.decline_elicitations,
+        tools: r.tools,
+        agent: opt_string(r.agent),
+        effort: opt_string(r.effort),
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options

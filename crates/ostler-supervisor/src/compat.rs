@@ -205,7 +205,7 @@ pub const PROBED_CONTROLS: [&str; 13] = [
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
 /// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 14] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 17] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -219,6 +219,9 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 14] = [
     ("--session-id", Some("00000000-0000-4000-8000-000000000001")),
     ("--agents", Some("{}")),
     ("--json-schema", Some("{\"type\":\"object\"}")),
+    ("--tools", Some("default")),
+    ("--agent", Some("ostler-probe")),
+    ("--effort", Some("low")),
     (REPLAY_USER_MESSAGES, None),
 ];
 

@@ -17,8 +17,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", false),
                 ("--agents", false),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", false),
                 ("--max-budget-usd", false),
@@ -30,6 +32,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", false),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", false),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -101,8 +104,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", false),
                 ("--agents", false),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", false),
                 ("--max-budget-usd", false),
@@ -114,6 +119,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", false),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", false),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -185,8 +191,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", false),
                 ("--agents", false),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", false),
                 ("--max-budget-usd", false),
@@ -198,6 +206,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", false),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -269,8 +278,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", false),
                 ("--agents", false),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", false),
                 ("--max-budget-usd", false),
@@ -282,6 +293,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", false),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -353,8 +365,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", false),
                 ("--agents", false),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", false),
                 ("--max-budget-usd", false),
@@ -366,6 +380,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", false),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -437,8 +452,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", false),
                 ("--agents", false),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", false),
                 ("--max-budget-usd", false),
@@ -450,6 +467,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", false),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -521,8 +539,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", false),
                 ("--agents", false),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", false),
                 ("--max-budget-usd", false),
@@ -534,6 +554,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", false),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -605,8 +626,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", false),
                 ("--agents", false),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", false),
                 ("--max-budget-usd", false),
@@ -618,6 +641,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", false),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -689,8 +713,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", false),
                 ("--agents", true),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", false),
                 ("--max-budget-usd", false),
@@ -702,6 +728,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", false),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -773,8 +800,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", true),
                 ("--agents", true),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", true),
                 ("--max-budget-usd", true),
@@ -786,6 +815,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", true),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -857,8 +887,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", true),
                 ("--agents", true),
                 ("--append-system-prompt", true),
+                ("--effort", false),
                 ("--fallback-model", true),
                 ("--json-schema", true),
                 ("--max-budget-usd", true),
@@ -870,6 +902,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", true),
             ],
             cli_requests: &[
                 ("elicitation", false),
@@ -941,8 +974,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", true),
                 ("--agents", true),
                 ("--append-system-prompt", true),
+                ("--effort", true),
                 ("--fallback-model", true),
                 ("--json-schema", true),
                 ("--max-budget-usd", true),
@@ -954,6 +989,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", true),
             ],
             cli_requests: &[
                 ("elicitation", true),
@@ -1025,8 +1061,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             announced: &[],
             options: &[
                 ("--add-dir", true),
+                ("--agent", true),
                 ("--agents", true),
                 ("--append-system-prompt", true),
+                ("--effort", true),
                 ("--fallback-model", true),
                 ("--json-schema", true),
                 ("--max-budget-usd", true),
@@ -1038,6 +1076,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", true),
             ],
             cli_requests: &[
                 ("elicitation", true),
@@ -1132,8 +1171,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             options: &[
                 ("--add-dir", true),
+                ("--agent", true),
                 ("--agents", true),
                 ("--append-system-prompt", true),
+                ("--effort", true),
                 ("--fallback-model", true),
                 ("--json-schema", true),
                 ("--max-budget-usd", true),
@@ -1145,6 +1186,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", true),
             ],
             cli_requests: &[
                 ("elicitation", true),
@@ -1240,8 +1282,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             options: &[
                 ("--add-dir", true),
+                ("--agent", true),
                 ("--agents", true),
                 ("--append-system-prompt", true),
+                ("--effort", true),
                 ("--fallback-model", true),
                 ("--json-schema", true),
                 ("--max-budget-usd", true),
@@ -1253,6 +1297,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--tools", true),
             ],
             cli_requests: &[
                 ("elicitation", true),

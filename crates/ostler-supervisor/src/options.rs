@@ -85,11 +85,24 @@ pub struct CliOptions {
     /// every spawn (create, resume), answered through `hook_callback`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<ostler_protocol::hooks::HookRegistration>,
+    /// `--tools`: the built-in tools (`""` none, `default`, or names joined by commas).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<String>,
+    /// `--agent`: the agent the main thread runs as.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// `--effort`: one of [`EFFORT_LEVELS`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
     /// Not a flag: the engine answers every elicitation (an MCP server's request for the
     /// user's input) `decline` at once instead of asking the clients.
     #[serde(skip_serializing_if = "is_false")]
     pub decline_elicitations: bool,
 }
+
+/// The levels `--effort` takes (2.1.332's help, the TypeScript Agent SDK 0.3.332's
+/// `EffortLevel`).
+pub const EFFORT_LEVELS: [&str; 5] = ["low", "medium", "high", "xhigh", "max"];
 
 fn is_false(b: &bool) -> bool {
     !*b
@@ -265,6 +278,7 @@ impl CliOptions {
         for (field, v, max) in [
             ("model", &self.model, limits::MODEL_BYTES),
             ("fallback_model", &self.fallback_model, limits::MODEL_BYTES),
+            ("agent", &self.agent, limits::MODEL_BYTES),
             (
                 "permission_mode",
                 &self.permission_mode,
@@ -284,6 +298,32 @@ impl CliOptions {
                 text(field, v, limits::PROMPT_BYTES)?;
                 argv += v.len() + 1;
             }
+        }
+        if let Some(t) = &self.tools {
+            // "" (none) is a value here, unlike elsewhere.
+            text("tools", t, limits::TOOLS * limits::TOOL_BYTES)?;
+            if t.starts_with('-') {
+                return Err(bad(
+                    "tools",
+                    format!(
+                        "{} starts with '-' (it would be read as an option)",
+                        shown(t)
+                    ),
+                ));
+            }
+            argv += t.len() + 1;
+        }
+        if let Some(e) = &self.effort
+            && !EFFORT_LEVELS.contains(&e.as_str())
+        {
+            return Err(bad(
+                "effort",
+                format!(
+                    "{} is not a level (one of {})",
+                    shown(e),
+                    EFFORT_LEVELS.join(", ")
+                ),
+            ));
         }
         if self.max_turns == Some(0) {
             return Err(bad(
@@ -635,6 +675,9 @@ impl CliOptions {
         on(self.strict_mcp_config, "--strict-mcp-config");
         on(self.agents.is_some(), "--agents");
         on(self.json_schema.is_some(), "--json-schema");
+        on(self.tools.is_some(), "--tools");
+        on(self.agent.is_some(), "--agent");
+        on(self.effort.is_some(), "--effort");
         v
     }
 

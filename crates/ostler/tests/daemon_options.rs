@@ -98,6 +98,17 @@ fn full_request(world: &World, extra_dir: &str, new_release: bool) -> pb::Create
         } else {
             String::new()
         },
+        tools: new_release.then(|| "Read,Bash".to_owned()),
+        agent: if new_release {
+            "reviewer".into()
+        } else {
+            String::new()
+        },
+        effort: if new_release {
+            "low".into()
+        } else {
+            String::new()
+        },
         ..Default::default()
     }
 }
@@ -148,6 +159,13 @@ async fn options_reach_the_cli(release: &str) {
             value_of(&argv, "--json-schema"),
             Some(r#"{"type": "object"}"#)
         );
+        assert_eq!(value_of(&argv, "--tools"), Some("Read,Bash"));
+        assert_eq!(value_of(&argv, "--agent"), Some("reviewer"));
+        assert_eq!(value_of(&argv, "--effort"), Some("low"));
+    } else {
+        for flag in ["--tools", "--agent", "--effort"] {
+            assert!(!argv.iter().any(|a| a == flag), "{release}: {show}");
+        }
     }
     // The session's own variable is in the CLI's environment.
     assert_eq!(
@@ -230,7 +248,13 @@ async fn options_reach_the_cli(release: &str) {
     }
     assert!(again.iter().any(|a| a == "--strict-mcp-config"));
     if new {
-        assert_eq!(value_of(&again, "--max-budget-usd"), Some("2.5"));
+        for flag in ["--max-budget-usd", "--tools", "--agent", "--effort"] {
+            assert_eq!(
+                value_of(&again, flag),
+                value_of(&argv, flag),
+                "{release}: {flag} after resume"
+            );
+        }
     }
     assert_eq!(
         env.get("OPTS_SESSION_TOKEN").map(String::as_str),
@@ -293,6 +317,72 @@ async fn system_prompt_reaches_the_model_new() {
 #[tokio::test]
 async fn system_prompt_reaches_the_model_old() {
     system_prompt_reaches_the_model(OLD).await;
+}
+
+/// Whether some object in `v` has `key` set to the string `value`.
+fn sets(v: &serde_json::Value, key: &str, value: &str) -> bool {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.get(key).and_then(|x| x.as_str()) == Some(value)
+                || m.values().any(|x| sets(x, key, value))
+        }
+        serde_json::Value::Array(a) => a.iter().any(|x| sets(x, key, value)),
+        _ => false,
+    }
+}
+
+/// `tools`, `agent` and `effort` reach the model: the turn's request offers only the
+/// built-in tools named, its system prompt is the agent's, and it carries the effort.
+#[tokio::test]
+async fn tools_and_agent_reach_the_model() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let session = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            tools: Some("Read,Grep".into()),
+            agents_json: r#"{"reviewer": {"description": "Reviews code", "prompt": "OSTLER-AGENT-PROMPT: review carefully."}}"#.into(),
+            agent: "reviewer".into(),
+            effort: "low".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &session.id, 0, false).await;
+    send(&mut c, &session.id, "Say hello").await;
+    let mut seen = Vec::new();
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    let turn = world
+        .fake
+        .requests()
+        .iter()
+        .filter_map(|r| r.body.clone())
+        .find(|b| b.to_string().contains("Say hello") && !ostler_testkit::server::is_warmup(b))
+        .expect("the turn's request");
+    let tools: Vec<&str> = turn["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        tools.contains(&"Read") && tools.contains(&"Grep"),
+        "{tools:?}"
+    );
+    for absent in ["Bash", "Write", "Edit"] {
+        assert!(!tools.contains(&absent), "{absent} offered: {tools:?}");
+    }
+    assert!(
+        turn["system"].to_string().contains("OSTLER-AGENT-PROMPT"),
+        "{}",
+        turn["system"]
+    );
+    // The effort level is sent with the request (2.1.332: in `output_config`).
+    assert!(
+        sets(&turn, "effort", "low"),
+        "no effort in the request: {}",
+        turn.to_string().chars().take(2000).collect::<String>()
+    );
 }
 
 /// The model answers a `--json-schema` session through the CLI's `StructuredOutput` tool.
@@ -412,6 +502,22 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             "json_schema",
             "--json-schema",
         ),
+        (
+            pb::CreateSessionRequest {
+                effort: "high".into(),
+                ..Default::default()
+            },
+            "effort",
+            "--effort",
+        ),
+        (
+            pb::CreateSessionRequest {
+                tools: Some(String::new()),
+                ..Default::default()
+            },
+            "tools",
+            "--tools",
+        ),
     ] {
         let started = std::time::Instant::now();
         let e = c
@@ -457,6 +563,27 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "system_prompt",
+        ),
+        (
+            pb::CreateSessionRequest {
+                effort: "extreme".into(),
+                ..Default::default()
+            },
+            "effort",
+        ),
+        (
+            pb::CreateSessionRequest {
+                tools: Some("--dangerously-skip-permissions".into()),
+                ..Default::default()
+            },
+            "tools",
+        ),
+        (
+            pb::CreateSessionRequest {
+                agent: "-x".into(),
+                ..Default::default()
+            },
+            "agent",
         ),
         (
             pb::CreateSessionRequest {

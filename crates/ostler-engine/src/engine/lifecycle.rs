@@ -89,6 +89,9 @@ fn field_of(flag: &str) -> &'static str {
         "--strict-mcp-config" => "strict_mcp_config",
         "--agents" => "agents",
         "--json-schema" => "json_schema",
+        "--tools" => "tools",
+        "--agent" => "agent",
+        "--effort" => "effort",
         _ => "options",
     }
 }

@@ -57,7 +57,10 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
         .option_if("--fallback-model", cli.fallback_model.as_deref())
         .option_if("--settings", cli.settings.as_deref())
         .option_if("--agents", cli.agents.as_deref())
-        .option_if("--json-schema", cli.json_schema.as_deref());
+        .option_if("--json-schema", cli.json_schema.as_deref())
+        .option_if("--tools", cli.tools.as_deref())
+        .option_if("--agent", cli.agent.as_deref())
+        .option_if("--effort", cli.effort.as_deref());
     if let Some(b) = cli.max_budget_usd {
         a.option("--max-budget-usd", b.to_string());
     }

@@ -52,6 +52,16 @@ pub struct SessionOptionArgs {
     /// Custom sub-agents, a JSON object ({"name": {"description": ..., "prompt": ...}})
     #[arg(long, value_name = "JSON")]
     pub agents: Option<String>,
+    /// The built-in tools the session has: "" for none, `default`, or names joined by
+    /// commas (e.g. `Read,Grep`)
+    #[arg(long, value_name = "LIST")]
+    pub tools: Option<String>,
+    /// Run the main thread as this agent (one of --agents, or of the CLI's settings)
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    /// Effort level: low, medium, high, xhigh, max
+    #[arg(long, value_name = "LEVEL")]
+    pub effort: Option<String>,
     /// JSON schema the result must follow
     #[arg(long, value_name = "JSON")]
     pub json_schema: Option<String>,
@@ -199,6 +209,9 @@ impl SessionOptionArgs {
         r.setting_sources = self.setting_sources.clone();
         r.agents_json = self.agents.clone().unwrap_or_default();
         r.json_schema = self.json_schema.clone().unwrap_or_default();
+        r.tools = self.tools.clone();
+        r.agent = self.agent.clone().unwrap_or_default();
+        r.effort = self.effort.clone().unwrap_or_default();
         r.env = self.env.iter().cloned().collect();
         r.session_id = self.session_id.clone().unwrap_or_default();
         r.adopt_claude_session_id = self.adopt.clone().unwrap_or_default();
