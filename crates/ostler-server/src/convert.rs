@@ -403,6 +403,7 @@ pub(crate) fn create_session(
     let tool_servers = crate::tools::tool_servers_from_pb(r.tool_servers)?;
     for (name, list) in [
         ("add_dirs", r.add_dirs.len()),
+        ("plugin_dirs", r.plugin_dirs.len()),
         ("setting_sources", r.setting_sources.len()),
     ] {
         // Checked in detail by the engine; bounded here before anything is copied.
@@ -433,6 +434,7 @@ pub(crate) fn create_session(
         tools: r.tools,
         agent: opt_string(r.agent),
         effort: opt_string(r.effort),
+        plugin_dirs: r.plugin_dirs,
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options

@@ -94,6 +94,9 @@ pub struct CliOptions {
     /// `--effort`: one of [`EFFORT_LEVELS`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effort: Option<String>,
+    /// `--plugin-dir`, once per entry: plugin directories (absolute paths).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plugin_dirs: Vec<String>,
     /// Not a flag: the engine answers every elicitation (an MCP server's request for the
     /// user's input) `decline` at once instead of asking the clients.
     #[serde(skip_serializing_if = "is_false")]
@@ -150,6 +153,8 @@ pub mod limits {
     pub const TOOLS: usize = 256;
     /// One tool rule.
     pub const TOOL_BYTES: usize = 1024;
+    /// `plugin_dirs` entries.
+    pub const PLUGIN_DIRS: usize = 16;
     /// `add_dirs` entries.
     pub const ADD_DIRS: usize = 64;
     /// MCP servers of a session.
@@ -342,13 +347,19 @@ impl CliOptions {
             }
         }
         count("add_dirs", self.add_dirs.len(), limits::ADD_DIRS)?;
-        for (i, d) in self.add_dirs.iter().enumerate() {
-            let f = format!("add_dirs[{i}]");
-            arg(&f, d, limits::PATH_BYTES)?;
-            if !d.starts_with('/') {
-                return Err(bad(f, format!("{} is not an absolute path", shown(d))));
+        count("plugin_dirs", self.plugin_dirs.len(), limits::PLUGIN_DIRS)?;
+        for (field, dirs) in [
+            ("add_dirs", &self.add_dirs),
+            ("plugin_dirs", &self.plugin_dirs),
+        ] {
+            for (i, d) in dirs.iter().enumerate() {
+                let f = format!("{field}[{i}]");
+                arg(&f, d, limits::PATH_BYTES)?;
+                if !d.starts_with('/') {
+                    return Err(bad(f, format!("{} is not an absolute path", shown(d))));
+                }
+                argv += d.len() + 1;
             }
-            argv += d.len() + 1;
         }
         if let Some(b) = self.max_budget_usd
             && !(b.is_finite() && b > 0.0 && b <= 1_000_000.0)
@@ -678,6 +689,7 @@ impl CliOptions {
         on(self.tools.is_some(), "--tools");
         on(self.agent.is_some(), "--agent");
         on(self.effort.is_some(), "--effort");
+        on(!self.plugin_dirs.is_empty(), "--plugin-dir");
         v
     }
 

@@ -331,11 +331,25 @@ fn sets(v: &serde_json::Value, key: &str, value: &str) -> bool {
     }
 }
 
-/// `tools`, `agent` and `effort` reach the model: the turn's request offers only the
-/// built-in tools named, its system prompt is the agent's, and it carries the effort.
+/// `tools`, `agent`, `effort` and `plugin_dirs` reach the CLI: the turn's request offers
+/// only the built-in tools named, its system prompt is the agent's, and it carries the
+/// effort; the plugin's command is among the session's slash commands.
 #[tokio::test]
-async fn tools_and_agent_reach_the_model() {
+async fn tools_agent_effort_and_plugins_reach_the_cli() {
     let world = World::new(NEW).await;
+    let plugin = world.work.join("plugin");
+    std::fs::create_dir_all(plugin.join(".claude-plugin")).unwrap();
+    std::fs::create_dir_all(plugin.join("commands")).unwrap();
+    std::fs::write(
+        plugin.join(".claude-plugin/plugin.json"),
+        r#"{"name": "ostlerplug", "version": "0.1.0", "description": "a test plugin"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        plugin.join("commands/plugword.md"),
+        "---\ndescription: say the plugin word\n---\nReply with PLUGIN-WORD-77.\n",
+    )
+    .unwrap();
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
     let session = c
@@ -345,6 +359,7 @@ async fn tools_and_agent_reach_the_model() {
             agents_json: r#"{"reviewer": {"description": "Reviews code", "prompt": "OSTLER-AGENT-PROMPT: review carefully."}}"#.into(),
             agent: "reviewer".into(),
             effort: "low".into(),
+            plugin_dirs: vec![plugin.display().to_string()],
             ..Default::default()
         })
         .await
@@ -382,6 +397,20 @@ async fn tools_and_agent_reach_the_model() {
         sets(&turn, "effort", "low"),
         "no effort in the request: {}",
         turn.to_string().chars().take(2000).collect::<String>()
+    );
+    let info = c
+        .get_session_info(pb::GetSessionInfoRequest {
+            session_id: session.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        info.slash_commands
+            .iter()
+            .any(|c| c == "ostlerplug:plugword"),
+        "{:?}",
+        info.slash_commands
     );
 }
 
@@ -518,6 +547,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             "tools",
             "--tools",
         ),
+        (
+            pb::CreateSessionRequest {
+                plugin_dirs: vec![world.work.display().to_string()],
+                ..Default::default()
+            },
+            "plugin_dirs",
+            "--plugin-dir",
+        ),
     ] {
         let started = std::time::Instant::now();
         let e = c
@@ -570,6 +607,20 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "effort",
+        ),
+        (
+            pb::CreateSessionRequest {
+                plugin_dirs: vec!["plugins/mine".into()],
+                ..Default::default()
+            },
+            "plugin_dirs[0]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                plugin_dirs: vec![outside.clone()],
+                ..Default::default()
+            },
+            "plugin_dirs[0]",
         ),
         (
             pb::CreateSessionRequest {

@@ -92,6 +92,7 @@ fn field_of(flag: &str) -> &'static str {
         "--tools" => "tools",
         "--agent" => "agent",
         "--effort" => "effort",
+        "--plugin-dir" => "plugin_dirs",
         _ => "options",
     }
 }
@@ -346,12 +347,16 @@ impl Engine {
         let mut options = req.options.clone();
         // Extra directories obey the same roots as the working directory; a settings file
         // must exist (else the CLI exits at start).
-        let dirs = std::mem::take(&mut options.add_dirs);
-        for (i, d) in dirs.iter().enumerate() {
-            let c = self
-                .validate_dir(&format!("add_dirs[{i}]"), Path::new(d))
-                .await?;
-            options.add_dirs.push(c.to_string_lossy().into_owned());
+        for (field, list) in [
+            ("add_dirs", &mut options.add_dirs),
+            ("plugin_dirs", &mut options.plugin_dirs),
+        ] {
+            for (i, d) in std::mem::take(list).iter().enumerate() {
+                let c = self
+                    .validate_dir(&format!("{field}[{i}]"), Path::new(d))
+                    .await?;
+                list.push(c.to_string_lossy().into_owned());
+            }
         }
         if let Some(path) = options.settings.clone().filter(|s| s.starts_with('/')) {
             let is_file = blocking(move || Ok::<_, Error>(Path::new(&path).is_file())).await?;

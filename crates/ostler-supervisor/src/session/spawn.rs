@@ -118,6 +118,9 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
     // option, so they go after every other option with a value (every value was checked
     // not to start with `-`).
     a.values("--add-dir", &cli.add_dirs);
+    for p in &cli.plugin_dirs {
+        a.option("--plugin-dir", p);
+    }
     if let Some(config) = cli.mcp_config_json() {
         a.values("--mcp-config", &[config]);
     }

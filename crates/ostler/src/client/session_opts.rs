@@ -31,6 +31,9 @@ pub struct SessionOptionArgs {
     /// 60)
     #[arg(long, value_name = "SECS", requires = "hooks")]
     pub hook_timeout: Option<u32>,
+    /// A plugin directory to load for this session (repeatable)
+    #[arg(long = "plugin-dir", value_name = "DIR")]
+    pub plugin_dirs: Vec<String>,
     /// Another directory the session's tools may use (repeatable)
     #[arg(long = "add-dir", value_name = "DIR")]
     pub add_dirs: Vec<String>,
@@ -202,6 +205,7 @@ impl SessionOptionArgs {
             })
             .collect();
         r.add_dirs = self.add_dirs.clone();
+        r.plugin_dirs = self.plugin_dirs.clone();
         r.max_budget_usd = self.max_budget_usd;
         r.max_thinking_tokens = self.max_thinking_tokens;
         r.fallback_model = self.fallback_model.clone().unwrap_or_default();
