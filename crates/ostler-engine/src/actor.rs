@@ -803,19 +803,23 @@ impl Actor {
                 });
             }
         };
+        // `set_model`, or settings that switch the model (`apply_flag_settings`): the
+        // model is recorded (for resume and the session's info) the same way.
+        if let Some(m) = request.model_switch().map(|m| m.map(str::to_owned)) {
+            self.last_model = m.clone();
+            let patch = SessionPatch {
+                model: Some(m.clone().unwrap_or_else(|| "default".into())),
+                updated_ms: now_ms(),
+                ..Default::default()
+            };
+            self.shared.store.update_session(self.sid(), patch).await?;
+        }
         let (code, message, patch) = match &request {
-            OutRequest::SetModel(m) => {
-                self.last_model = m.clone();
-                (
-                    "model_set",
-                    format!("model set to {}", m.as_deref().unwrap_or("the default")),
-                    Some(SessionPatch {
-                        model: Some(m.clone().unwrap_or_else(|| "default".into())),
-                        updated_ms: now_ms(),
-                        ..Default::default()
-                    }),
-                )
-            }
+            OutRequest::SetModel(m) => (
+                "model_set",
+                format!("model set to {}", m.as_deref().unwrap_or("the default")),
+                None,
+            ),
             OutRequest::SetPermissionMode(mode) => (
                 "permission_mode_set",
                 format!("permission mode set to {mode}"),
@@ -826,20 +830,6 @@ impl Actor {
                 }),
             ),
             OutRequest::Interrupt => ("interrupted", "interrupt sent".to_owned(), None),
-            // Settings that switch the model (`apply_flag_settings`): recorded as SetModel's.
-            other @ OutRequest::Other { .. } if other.model_switch().is_some() => {
-                let m = other.model_switch().flatten().map(str::to_owned);
-                self.last_model = m.clone();
-                (
-                    "control",
-                    String::new(),
-                    Some(SessionPatch {
-                        model: Some(m.unwrap_or_else(|| "default".into())),
-                        updated_ms: now_ms(),
-                        ..Default::default()
-                    }),
-                )
-            }
             // Reads change nothing: no notice.
             OutRequest::McpStatus => return Ok(answer),
             OutRequest::Other { subtype, .. } if subtype == "get_context_usage" => {
