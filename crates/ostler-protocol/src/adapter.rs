@@ -129,6 +129,7 @@ static ADAPTERS: [AdapterInfo; 3] = [
             "system/api_retry",
             "system/local_command_output",
             "system/elicitation_complete",
+            "system/informational",
             "tool_progress",
             "tool_use_summary",
             "auth_status",

@@ -19,9 +19,18 @@
 //!   "uuid","session_id"}` (2.1.330, for user messages that carry a `uuid`)
 //! - `{"type":"system","subtype":"elicitation_complete","mcp_server_name","elicitation_id",
 //!   "uuid","session_id"}` (2.1.332, when an MCP server reports a URL elicitation done)
+//! - `{"type":"system","subtype":"hook_started"|"hook_progress"|"hook_response","hook_id",
+//!   "hook_name","hook_event","stdout","stderr","output","exit_code","outcome","uuid",
+//!   "session_id"}` (2.1.332 with `--include-hook-events`: progress and response carry
+//!   the output; response the exit code and `success`/`error`/`cancelled`). 2.0.x sends
+//!   `hook_response` (SessionStart's) without `hook_id`, `output` and `outcome`.
+//! - `{"type":"system","subtype":"informational","content","level":"info"|"notice"|
+//!   "suggestion"|"warning","tool_use_id"?,"prevent_continuation"?,"tag"?,...}` (2.1.x: a
+//!   text banner: a hook's block reason, a failed hook callback, slash-command output;
+//!   2.1.332 adds e.g. `prompt_submit_outcome` to a blocked prompt's, kept in `fields`)
 //!
 //! A notice whose required field (`task_id`, `status` of a notification or rate limit,
-//! `command_uuid` and `state` of a lifecycle, `elicitation_id`) is missing or of another
+//! `command_uuid` and `state` of a lifecycle, `elicitation_id`, a hook's `hook_event`, a banner's `content`) is missing or of another
 //! type gets no detail: it stays a plain notice, never a guess.
 
 use serde::Deserialize;
@@ -69,6 +78,28 @@ struct WireNotice<'a> {
     mcp_server_name: LStr<'a>,
     #[serde(borrow)]
     elicitation_id: LStr<'a>,
+    #[serde(borrow)]
+    hook_id: LStr<'a>,
+    #[serde(borrow)]
+    hook_name: LStr<'a>,
+    #[serde(borrow)]
+    hook_event: LStr<'a>,
+    #[serde(borrow)]
+    stdout: LStr<'a>,
+    #[serde(borrow)]
+    stderr: LStr<'a>,
+    #[serde(borrow)]
+    output: LStr<'a>,
+    exit_code: LNum,
+    #[serde(borrow)]
+    outcome: LStr<'a>,
+    #[serde(borrow)]
+    content: LStr<'a>,
+    #[serde(borrow)]
+    level: LStr<'a>,
+    prevent_continuation: LBool,
+    #[serde(borrow)]
+    tag: LStr<'a>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -115,6 +146,10 @@ pub fn has_detail(source_type: &str, subtype: Option<&str>) -> bool {
                     | "compact_boundary"
                     | "status"
                     | "elicitation_complete"
+                    | "hook_started"
+                    | "hook_progress"
+                    | "hook_response"
+                    | "informational"
             )
         ),
         _ => false,
@@ -202,6 +237,30 @@ pub fn notice_detail(
         "elicitation_complete" => NoticeDetail::ElicitationComplete(ElicitationComplete {
             mcp_server_name: n.mcp_server_name.owned(),
             elicitation_id: n.elicitation_id.owned()?,
+        }),
+        phase @ ("hook_started" | "hook_progress" | "hook_response") => {
+            NoticeDetail::HookActivity(HookActivity {
+                phase: phase.trim_start_matches("hook_").to_owned(),
+                hook_id: n.hook_id.owned(),
+                hook_name: n.hook_name.owned(),
+                hook_event: n.hook_event.owned()?,
+                stdout: n.stdout.owned(),
+                stderr: n.stderr.owned(),
+                output: n.output.owned(),
+                exit_code: n
+                    .exit_code
+                    .f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() <= f64::from(i32::MAX))
+                    .map(|f| f as i32),
+                outcome: n.outcome.owned(),
+            })
+        }
+        "informational" => NoticeDetail::Informational(Informational {
+            content: n.content.owned()?,
+            level: n.level.owned(),
+            tool_use_id: n.tool_use_id.owned(),
+            prevent_continuation: n.prevent_continuation.0.unwrap_or(false),
+            tag: n.tag.owned(),
         }),
         _ => return None,
     })

@@ -454,6 +454,12 @@ pub enum NoticeDetail {
     /// `system/elicitation_complete` (2.1.x releases that offer elicitation): an MCP server
     /// reported a URL elicitation finished (the user is done at the URL).
     ElicitationComplete(ElicitationComplete),
+    /// `system/hook_started`, `hook_progress`, `hook_response`: a hook the CLI runs
+    /// (with `--include-hook-events` every hook, else SessionStart's).
+    HookActivity(HookActivity),
+    /// `system/informational` (2.1.x): a text banner for the user (a hook's block reason,
+    /// a failed hook callback, slash-command output).
+    Informational(Informational),
 }
 
 /// `task_started`. `tool_use_id` is the tool call that started the task (the `Task`
@@ -569,6 +575,54 @@ pub struct ElicitationComplete {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_server_name: Option<String>,
     pub elicitation_id: String,
+}
+
+/// `system/hook_started` / `hook_progress` / `hook_response` (measured on 2.1.332 with
+/// `--include-hook-events`): a hook's run, its output so far, and its end. The three
+/// messages of one run share `hook_id`; `hook_name` is the event, with the tool's name for
+/// tool hooks (`PostToolUse:Bash`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HookActivity {
+    /// `started`, `progress` or `response` (the subtype without `hook_`).
+    pub phase: String,
+    /// Absent on 2.0.x.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_name: Option<String>,
+    /// `PreToolUse`, `PostToolUse`, `Stop`, `SessionStart`, ...
+    pub hook_event: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// stdout and stderr as they came, interleaved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// `success`, `error` or `cancelled` (the end only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+}
+
+/// `system/informational`: a banner the CLI shows its user, as plain text at a level.
+/// Measured on 2.1.332: a UserPromptSubmit hook that exits 2 gives one at `warning` with
+/// `prevent_continuation` ("UserPromptSubmit operation blocked by hook: ...").
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Informational {
+    pub content: String,
+    /// `info`, `notice`, `suggestion` or `warning`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    /// The CLI stops after it (a hook blocked the prompt or denied continuing).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prevent_continuation: bool,
+    /// A feature tag (`hook_no_verdict`, ...), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// `system/status`.

@@ -412,3 +412,121 @@ fn elicitation_complete_is_typed_on_2_1() {
     };
     assert_eq!(n.detail, None);
 }
+
+/// The hook lifecycle as 2.1.332 wrote it with `--include-hook-events` (a settings shell
+/// hook on PostToolUse), and 2.0.77's SessionStart `hook_response` (no `hook_id`, no
+/// outcome): typed; without `hook_event` a plain notice.
+#[test]
+fn hook_activity_is_typed() {
+    let detail = |v: &str, j: serde_json::Value| {
+        let Event::SystemNotice(n) = one(v, j) else {
+            panic!()
+        };
+        n.detail
+    };
+    assert_eq!(
+        detail(
+            "2.1.332",
+            json!({"type":"system","subtype":"hook_started","hook_id":"a721","hook_name":"PostToolUse:Bash","hook_event":"PostToolUse","uuid":"4cac97a0-c37a-4ec0-bd05-fc0ece83e39e","session_id":"c570eef3-b2f0-4eda-af89-433f7fd493d7"})
+        ),
+        Some(NoticeDetail::HookActivity(HookActivity {
+            phase: "started".into(),
+            hook_id: Some("a721".into()),
+            hook_name: Some("PostToolUse:Bash".into()),
+            hook_event: "PostToolUse".into(),
+            ..Default::default()
+        }))
+    );
+    assert_eq!(
+        detail(
+            "2.1.332",
+            json!({"type":"system","subtype":"hook_progress","hook_id":"a721","hook_name":"PostToolUse:Bash","hook_event":"PostToolUse","stdout":"post-out\n","stderr":"","output":"post-out\n","uuid":"c14ef342-212d-4e86-8225-40264f0b942d","session_id":"c570eef3"})
+        ),
+        Some(NoticeDetail::HookActivity(HookActivity {
+            phase: "progress".into(),
+            hook_id: Some("a721".into()),
+            hook_name: Some("PostToolUse:Bash".into()),
+            hook_event: "PostToolUse".into(),
+            stdout: Some("post-out\n".into()),
+            stderr: Some(String::new()),
+            output: Some("post-out\n".into()),
+            ..Default::default()
+        }))
+    );
+    assert_eq!(
+        detail(
+            "2.1.332",
+            json!({"type":"system","subtype":"hook_response","hook_id":"eb6d","hook_name":"UserPromptSubmit","hook_event":"UserPromptSubmit","output":"","stdout":"","stderr":"","exit_code":2,"outcome":"error","uuid":"04c21e49-d3ec-4a4d-a55f-2c52bd8a6949","session_id":"135f2a89"})
+        ),
+        Some(NoticeDetail::HookActivity(HookActivity {
+            phase: "response".into(),
+            hook_id: Some("eb6d".into()),
+            hook_name: Some("UserPromptSubmit".into()),
+            hook_event: "UserPromptSubmit".into(),
+            stdout: Some(String::new()),
+            stderr: Some(String::new()),
+            output: Some(String::new()),
+            exit_code: Some(2),
+            outcome: Some("error".into()),
+        }))
+    );
+    assert_eq!(
+        detail(
+            "2.0.77",
+            json!({"type":"system","subtype":"hook_response","session_id":"s","uuid":"u","hook_name":"SessionStart:startup","hook_event":"SessionStart","stdout":"hi\n","stderr":"","exit_code":0})
+        ),
+        Some(NoticeDetail::HookActivity(HookActivity {
+            phase: "response".into(),
+            hook_name: Some("SessionStart:startup".into()),
+            hook_event: "SessionStart".into(),
+            stdout: Some("hi\n".into()),
+            stderr: Some(String::new()),
+            exit_code: Some(0),
+            ..Default::default()
+        }))
+    );
+    // A fractional or huge exit code is not a code; no hook_event: no detail.
+    let Some(NoticeDetail::HookActivity(h)) = detail(
+        "2.1.332",
+        json!({"type":"system","subtype":"hook_response","hook_event":"Stop","exit_code":1e12}),
+    ) else {
+        panic!()
+    };
+    assert_eq!(h.exit_code, None);
+    assert_eq!(
+        detail(
+            "2.1.332",
+            json!({"type":"system","subtype":"hook_started","hook_id":"x","hook_name":"Stop"})
+        ),
+        None
+    );
+}
+
+/// `system/informational` as 2.1.332 wrote it when a UserPromptSubmit hook exited 2:
+/// typed (the extra `prompt_submit_outcome` stays in `fields`), a known type on 2.1; a
+/// banner without `content` is a plain notice.
+#[test]
+fn informational_is_typed_on_2_1() {
+    let line = json!({"type":"system","subtype":"informational","content":"UserPromptSubmit operation blocked by hook:\n[exit 2]: No stderr output\n\nOriginal prompt: PROBE","level":"warning","prevent_continuation":true,"prompt_submit_outcome":{"kind":"blocked_by_hook","prompt_kept":false},"uuid":"72ccf5d5-7d5d-4dd5-a340-65478f7bc6ca","session_id":"135f2a89"});
+    let Event::SystemNotice(n) = one("2.1.332", line) else {
+        panic!()
+    };
+    assert_eq!(
+        n.detail,
+        Some(NoticeDetail::Informational(Informational {
+            content: "UserPromptSubmit operation blocked by hook:\n[exit 2]: No stderr output\n\nOriginal prompt: PROBE".into(),
+            level: Some("warning".into()),
+            tool_use_id: None,
+            prevent_continuation: true,
+            tag: None,
+        }))
+    );
+    assert!(n.fields.get().contains("blocked_by_hook"));
+    let Event::SystemNotice(n) = one(
+        "2.1.332",
+        json!({"type":"system","subtype":"informational","level":"notice","tag":"x"}),
+    ) else {
+        panic!()
+    };
+    assert_eq!(n.detail, None);
+}

@@ -404,6 +404,7 @@ pub(crate) fn create_session(
     for (name, list) in [
         ("add_dirs", r.add_dirs.len()),
         ("plugin_dirs", r.plugin_dirs.len()),
+        ("betas", r.betas.len()),
         ("setting_sources", r.setting_sources.len()),
     ] {
         // Checked in detail by the engine; bounded here before anything is copied.
@@ -435,6 +436,8 @@ pub(crate) fn create_session(
         agent: opt_string(r.agent),
         effort: opt_string(r.effort),
         plugin_dirs: r.plugin_dirs,
+        include_hook_events: r.include_hook_events,
+        betas: r.betas,
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options

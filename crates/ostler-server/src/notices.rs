@@ -1,5 +1,5 @@
 //! Issue 10's typed events: the CLI notices whose fields clients need (background tasks,
-//! rate limits, compaction, status, a user message's lifecycle, a URL elicitation's end)
+//! rate limits, compaction, status, a user message's lifecycle, a URL elicitation's end, a hook's run, a banner)
 //! and a result's per-model usage, mapped to `ostler.v1`.
 //! The engine stores them as `system_notice` with the typed `detail` the decoder read; the
 //! whole message goes out as `fields_json`, so nothing is lost to a client that wants more.
@@ -70,6 +70,26 @@ pub(crate) fn typed_notice(n: &cp::SystemNotice) -> Option<P> {
         cp::NoticeDetail::MessageLifecycle(m) => P::MessageLifecycle(pb::MessageLifecycle {
             message_id: m.message_id.clone(),
             state: m.state.clone(),
+            fields_json: fields_json(),
+        }),
+        cp::NoticeDetail::HookActivity(h) => P::HookActivity(pb::HookActivity {
+            phase: h.phase.clone(),
+            hook_id: s(&h.hook_id),
+            hook_name: s(&h.hook_name),
+            hook_event: h.hook_event.clone(),
+            stdout: s(&h.stdout),
+            stderr: s(&h.stderr),
+            output: s(&h.output),
+            exit_code: h.exit_code,
+            outcome: s(&h.outcome),
+            fields_json: fields_json(),
+        }),
+        cp::NoticeDetail::Informational(i) => P::Informational(pb::Informational {
+            content: i.content.clone(),
+            level: s(&i.level),
+            tool_use_id: s(&i.tool_use_id),
+            prevent_continuation: i.prevent_continuation,
+            tag: s(&i.tag),
             fields_json: fields_json(),
         }),
         cp::NoticeDetail::ElicitationComplete(e) => {

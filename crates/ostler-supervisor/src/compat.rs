@@ -205,7 +205,7 @@ pub const PROBED_CONTROLS: [&str; 13] = [
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
 /// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 18] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 20] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -223,6 +223,8 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 18] = [
     ("--agent", Some("ostler-probe")),
     ("--effort", Some("low")),
     ("--plugin-dir", Some("/")),
+    ("--include-hook-events", None),
+    ("--betas", Some("context-1m-2025-08-07")),
     (REPLAY_USER_MESSAGES, None),
 ];
 

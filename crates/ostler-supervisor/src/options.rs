@@ -97,6 +97,14 @@ pub struct CliOptions {
     /// `--plugin-dir`, once per entry: plugin directories (absolute paths).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub plugin_dirs: Vec<String>,
+    /// `--include-hook-events`: the CLI reports every hook it runs (`system/hook_started`,
+    /// `hook_progress`, `hook_response`), not only SessionStart's.
+    #[serde(skip_serializing_if = "is_false")]
+    pub include_hook_events: bool,
+    /// `--betas`, comma-joined: API beta headers to ask for (the CLI sends the ones the
+    /// model takes, e.g. `context-1m-2025-08-07` with Sonnet 4.5).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub betas: Vec<String>,
     /// Not a flag: the engine answers every elicitation (an MCP server's request for the
     /// user's input) `decline` at once instead of asking the clients.
     #[serde(skip_serializing_if = "is_false")]
@@ -155,6 +163,9 @@ pub mod limits {
     pub const TOOL_BYTES: usize = 1024;
     /// `plugin_dirs` entries.
     pub const PLUGIN_DIRS: usize = 16;
+    /// `betas` entries, and the bytes of one.
+    pub const BETAS: usize = 16;
+    pub const BETA_BYTES: usize = 64;
     /// `add_dirs` entries.
     pub const ADD_DIRS: usize = 64;
     /// MCP servers of a session.
@@ -360,6 +371,27 @@ impl CliOptions {
                 }
                 argv += d.len() + 1;
             }
+        }
+        count("betas", self.betas.len(), limits::BETAS)?;
+        for (i, b) in self.betas.iter().enumerate() {
+            let f = format!("betas[{i}]");
+            arg(&f, b, limits::BETA_BYTES)?;
+            if !b
+                .bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+            {
+                return Err(bad(
+                    f,
+                    format!(
+                        "{} is not a beta name (lower-case letters, digits and '-', e.g. \"context-1m-2025-08-07\")",
+                        shown(b)
+                    ),
+                ));
+            }
+            if self.betas[..i].contains(b) {
+                return Err(bad(f, format!("{} is named twice", shown(b))));
+            }
+            argv += b.len() + 1;
         }
         if let Some(b) = self.max_budget_usd
             && !(b.is_finite() && b > 0.0 && b <= 1_000_000.0)
@@ -690,6 +722,8 @@ impl CliOptions {
         on(self.agent.is_some(), "--agent");
         on(self.effort.is_some(), "--effort");
         on(!self.plugin_dirs.is_empty(), "--plugin-dir");
+        on(self.include_hook_events, "--include-hook-events");
+        on(!self.betas.is_empty(), "--betas");
         v
     }
 

@@ -35,6 +35,8 @@ pub struct RecordedRequest {
     pub rule: Option<usize>,
     pub rule_name: Option<String>,
     pub status: u16,
+    /// The `anthropic-beta` header, if sent (the betas the CLI asked for).
+    pub anthropic_beta: Option<String>,
 }
 
 impl RecordedRequest {
@@ -169,7 +171,7 @@ async fn handle(
     State(shared): State<Arc<Shared>>,
     method: Method,
     uri: Uri,
-    _headers: HeaderMap,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let path = uri
@@ -186,6 +188,10 @@ async fn handle(
         rule: None,
         rule_name: None,
         status: 200,
+        anthropic_beta: headers
+            .get("anthropic-beta")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
     };
     if !is_messages {
         let resp = if uri.path() == "/v1/messages/count_tokens" {

@@ -414,6 +414,161 @@ async fn tools_agent_effort_and_plugins_reach_the_cli() {
     );
 }
 
+fn hook_activity(e: &pb::SessionEvent) -> Option<&pb::HookActivity> {
+    match &e.payload {
+        Some(pb::session_event::Payload::HookActivity(h)) => Some(h),
+        _ => None,
+    }
+}
+
+/// `include_hook_events`: a shell hook of the session's settings (Stop) is reported as
+/// HookActivity, started then ended with its output, exit code and outcome, before the
+/// turn's end, live and replayed; a prompt a UserPromptSubmit hook blocks ends its turn
+/// with the hook's failure and the CLI's `Informational` banner giving the reason; a
+/// session without the option gets no HookActivity for the same hook. `betas` reach the model as the `anthropic-beta` header (2.1.332 sends
+/// `context-1m-2025-08-07` for Sonnet 4.5).
+#[tokio::test]
+async fn hook_events_and_betas_reach_the_cli() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    // A Stop hook with output, and a UserPromptSubmit hook that blocks prompts naming
+    // BLOCK-ME (exit 2, its stderr the reason).
+    let settings = r#"{"hooks": {
+        "Stop": [{"hooks": [{"type": "command", "command": "echo STOP-HOOK-OUT; echo STOP-HOOK-ERR >&2"}]}],
+        "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "grep -q BLOCK-ME && { echo 'no BLOCK-ME prompts here' >&2; exit 2; }; exit 0"}]}]
+    }}"#;
+    let mut hooks_seen = Vec::new();
+    for (include, prompt) in [(true, "Say hello"), (false, "Say goodbye")] {
+        let session = c
+            .create_session(pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                settings: settings.into(),
+                include_hook_events: include,
+                model: "claude-sonnet-4-5-20250929".into(),
+                betas: if include {
+                    vec!["context-1m-2025-08-07".into()]
+                } else {
+                    vec![]
+                },
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut events = subscribe(&mut c, &session.id, 0, false).await;
+        send(&mut c, &session.id, prompt).await;
+        let mut seen = Vec::new();
+        read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+        let live: Vec<pb::HookActivity> = seen
+            .iter()
+            .filter_map(hook_activity)
+            .filter(|h| h.hook_event == "Stop")
+            .cloned()
+            .collect();
+        let turn = world
+            .fake
+            .requests()
+            .into_iter()
+            .rfind(|r| {
+                r.body.as_ref().is_some_and(|b| {
+                    b.to_string().contains(prompt) && !ostler_testkit::server::is_warmup(b)
+                })
+            })
+            .expect("the turn's request");
+        let beta = turn.anthropic_beta.unwrap_or_default();
+        if !include {
+            assert!(live.is_empty(), "hook events without the option: {live:?}");
+            assert!(!beta.contains("context-1m"), "{beta}");
+            continue;
+        }
+        assert!(
+            beta.split(',').any(|b| b == "context-1m-2025-08-07"),
+            "betas not sent: {beta:?}"
+        );
+        let phases: Vec<&str> = live.iter().map(|h| h.phase.as_str()).collect();
+        assert_eq!(phases.first(), Some(&"started"), "{live:?}");
+        assert_eq!(phases.last(), Some(&"response"), "{live:?}");
+        let (start, end) = (&live[0], &live[live.len() - 1]);
+        assert!(
+            !start.hook_id.is_empty() && start.hook_id == end.hook_id,
+            "{live:?}"
+        );
+        assert_eq!(end.hook_name, "Stop");
+        assert_eq!(end.stdout, "STOP-HOOK-OUT\n");
+        assert_eq!(end.stderr, "STOP-HOOK-ERR\n");
+        assert_eq!(end.exit_code, Some(0));
+        assert_eq!(end.outcome, "success");
+        assert!(
+            end.fields_json.contains("\"hook_response\""),
+            "{}",
+            end.fields_json
+        );
+        // Stored and replayed typed, in the same order.
+        let mut replay = subscribe(&mut c, &session.id, 0, false).await;
+        let mut again = Vec::new();
+        read_until(
+            &mut replay,
+            &mut again,
+            "the replayed turn's end",
+            is_turn_completed,
+        )
+        .await;
+        let replayed: Vec<pb::HookActivity> = again
+            .iter()
+            .filter_map(hook_activity)
+            .filter(|h| h.hook_event == "Stop")
+            .cloned()
+            .collect();
+        assert_eq!(replayed, live);
+        hooks_seen = live;
+        // A prompt the UserPromptSubmit hook blocks: the hook's end says so (exit 2), the
+        // CLI's banner carries its reason, the turn ends, and the model is not asked.
+        let before = world.fake.requests().len();
+        send(&mut c, &session.id, "please BLOCK-ME now").await;
+        let mut blocked = Vec::new();
+        read_until(
+            &mut events,
+            &mut blocked,
+            "the blocked turn's end",
+            is_turn_completed,
+        )
+        .await;
+        let end = blocked
+            .iter()
+            .filter_map(hook_activity)
+            .find(|h| h.hook_event == "UserPromptSubmit" && h.phase == "response")
+            .unwrap_or_else(|| panic!("no end of the UserPromptSubmit hook: {blocked:?}"));
+        assert_eq!(
+            (end.exit_code, end.outcome.as_str()),
+            (Some(2), "error"),
+            "{end:?}"
+        );
+        assert!(end.stderr.contains("no BLOCK-ME prompts here"), "{end:?}");
+        let banner = blocked
+            .iter()
+            .find_map(|e| match &e.payload {
+                Some(pb::session_event::Payload::Informational(i)) => Some(i),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no banner: {blocked:?}"));
+        assert_eq!(banner.level, "warning");
+        assert!(banner.prevent_continuation);
+        assert!(
+            banner.content.contains("no BLOCK-ME prompts here"),
+            "{banner:?}"
+        );
+        assert!(
+            !world.fake.requests()[before..].iter().any(|r| r
+                .body
+                .as_ref()
+                .is_some_and(|b| b.to_string().contains("BLOCK-ME"))),
+            "the blocked prompt reached the model"
+        );
+    }
+    assert!(!hooks_seen.is_empty());
+}
+
 /// The model answers a `--json-schema` session through the CLI's `StructuredOutput` tool.
 const STRUCTURED: &str = r#"
 default_text = "OK."
@@ -555,6 +710,22 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             "plugin_dirs",
             "--plugin-dir",
         ),
+        (
+            pb::CreateSessionRequest {
+                include_hook_events: true,
+                ..Default::default()
+            },
+            "include_hook_events",
+            "--include-hook-events",
+        ),
+        (
+            pb::CreateSessionRequest {
+                betas: vec!["context-1m-2025-08-07".into()],
+                ..Default::default()
+            },
+            "betas",
+            "--betas",
+        ),
     ] {
         let started = std::time::Instant::now();
         let e = c
@@ -607,6 +778,23 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "effort",
+        ),
+        (
+            pb::CreateSessionRequest {
+                betas: vec!["Context 1M".into()],
+                ..Default::default()
+            },
+            "betas[0]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                betas: vec![
+                    "context-1m-2025-08-07".into(),
+                    "context-1m-2025-08-07".into(),
+                ],
+                ..Default::default()
+            },
+            "betas[1]",
         ),
         (
             pb::CreateSessionRequest {

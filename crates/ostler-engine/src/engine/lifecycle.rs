@@ -93,6 +93,8 @@ fn field_of(flag: &str) -> &'static str {
         "--agent" => "agent",
         "--effort" => "effort",
         "--plugin-dir" => "plugin_dirs",
+        "--include-hook-events" => "include_hook_events",
+        "--betas" => "betas",
         _ => "options",
     }
 }

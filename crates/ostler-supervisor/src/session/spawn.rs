@@ -73,6 +73,12 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
     if cli.strict_mcp_config {
         a.flag("--strict-mcp-config");
     }
+    if cli.include_hook_events {
+        a.flag("--include-hook-events");
+    }
+    if !cli.betas.is_empty() {
+        a.option("--betas", cli.betas.join(","));
+    }
     if let Some(n) = cli.max_turns {
         if caps.max_turns {
             a.option(MAX_TURNS, n.to_string());

@@ -147,6 +147,8 @@ pub fn kind(p: Option<&Payload>) -> &'static str {
         Some(Payload::ElicitationRequested(_)) => "elicitation_requested",
         Some(Payload::ElicitationResolved(_)) => "elicitation_resolved",
         Some(Payload::ElicitationCompleted(_)) => "elicitation_completed",
+        Some(Payload::HookActivity(_)) => "hook_activity",
+        Some(Payload::Informational(_)) => "informational",
         Some(Payload::TaskStarted(_)) => "task_started",
         Some(Payload::TaskProgress(_)) => "task_progress",
         Some(Payload::TaskNotification(_)) => "task_notification",
@@ -328,6 +330,15 @@ fn payload(p: &Payload) -> Value {
             "request_id": e.request_id, "resolution": resolution_name(e.resolution),
             "action": elicitation_action_name(e.action), "content": parsed(&e.content_json),
             "resolved_by": e.resolved_by,
+        }),
+        Payload::HookActivity(h) => json!({
+            "phase": h.phase, "hook_id": h.hook_id, "hook_name": h.hook_name,
+            "hook_event": h.hook_event, "stdout": h.stdout, "stderr": h.stderr,
+            "output": h.output, "exit_code": h.exit_code, "outcome": h.outcome,
+        }),
+        Payload::Informational(i) => json!({
+            "content": i.content, "level": i.level, "tool_use_id": i.tool_use_id,
+            "prevent_continuation": i.prevent_continuation, "tag": i.tag,
         }),
         Payload::ElicitationCompleted(e) => json!({
             "mcp_server_name": e.mcp_server_name, "elicitation_id": e.elicitation_id,

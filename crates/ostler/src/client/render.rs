@@ -827,6 +827,59 @@ impl Human {
                     e.resolved_by
                 )));
             }
+            // A hook the CLI ran (every hook with include_hook_events): its end, with the
+            // output of one that failed; its start and output so far with --verbose.
+            Payload::HookActivity(h) => {
+                let name = if h.hook_name.is_empty() {
+                    &h.hook_event
+                } else {
+                    &h.hook_name
+                };
+                match h.phase.as_str() {
+                    "response" => {
+                        let exit = h
+                            .exit_code
+                            .map(|c| format!(", exit {c}"))
+                            .unwrap_or_default();
+                        let outcome = if h.outcome.is_empty() {
+                            "ended"
+                        } else {
+                            &h.outcome
+                        };
+                        let line = format!("· hook {name}: {outcome}{exit}");
+                        if h.outcome == "error" {
+                            self.note(&self.err.red(&line));
+                            let out = if h.output.trim().is_empty() {
+                                &h.stderr
+                            } else {
+                                &h.output
+                            };
+                            for l in out.lines().take(5) {
+                                self.note(&self.err.dim(&format!("    {l}")));
+                            }
+                        } else {
+                            self.note(&self.err.dim(&line));
+                        }
+                    }
+                    phase if self.verbose => {
+                        let what = if phase == "started" {
+                            "started"
+                        } else {
+                            "running"
+                        };
+                        self.note(&self.err.dim(&format!("· hook {name} {what}")));
+                    }
+                    _ => {}
+                }
+            }
+            // A banner of the CLI's: warnings and suggestions stand out, notices are
+            // dim, `info` (transcript only in the CLI) with --verbose.
+            Payload::Informational(i) => match i.level.as_str() {
+                "warning" => self.note(&self.err.red(&format!("! {}", i.content))),
+                "suggestion" => self.note(&format!("· {}", i.content)),
+                "info" if !self.verbose => {}
+                _ => self.note(&self.err.dim(&format!("· {}", i.content))),
+            },
             // The server says the user is done at the URL of a URL elicitation.
             Payload::ElicitationCompleted(e) => {
                 self.note(&self.err.dim(&format!(

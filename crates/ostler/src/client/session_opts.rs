@@ -31,6 +31,13 @@ pub struct SessionOptionArgs {
     /// 60)
     #[arg(long, value_name = "SECS", requires = "hooks")]
     pub hook_timeout: Option<u32>,
+    /// Show every hook the CLI runs (its settings' shell hooks too): a failed hook's
+    /// output, and with --verbose each hook's start
+    #[arg(long)]
+    pub hook_events: bool,
+    /// An API beta to ask for, e.g. `context-1m-2025-08-07` (repeatable)
+    #[arg(long = "beta", value_name = "NAME")]
+    pub betas: Vec<String>,
     /// A plugin directory to load for this session (repeatable)
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<String>,
@@ -206,6 +213,8 @@ impl SessionOptionArgs {
             .collect();
         r.add_dirs = self.add_dirs.clone();
         r.plugin_dirs = self.plugin_dirs.clone();
+        r.include_hook_events = self.hook_events;
+        r.betas = self.betas.clone();
         r.max_budget_usd = self.max_budget_usd;
         r.max_thinking_tokens = self.max_thinking_tokens;
         r.fallback_model = self.fallback_model.clone().unwrap_or_default();

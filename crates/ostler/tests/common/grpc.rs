@@ -246,6 +246,8 @@ pub fn describe(e: &pb::SessionEvent) -> String {
         Some(P::ElicitationRequested(e)) => format!("elicitation_requested({})", e.mode),
         Some(P::ElicitationResolved(e)) => format!("elicitation_resolved({:?})", e.action()),
         Some(P::ElicitationCompleted(e)) => format!("elicitation_completed({})", e.elicitation_id),
+        Some(P::HookActivity(h)) => format!("hook_activity({} {})", h.hook_name, h.phase),
+        Some(P::Informational(i)) => format!("informational({})", i.level),
         Some(P::TaskStarted(t)) => format!("task_started({})", t.task_id),
         Some(P::TaskProgress(t)) => format!("task_progress({})", t.task_id),
         Some(P::TaskNotification(t)) => format!("task_notification({}, {})", t.task_id, t.status),
