@@ -60,6 +60,10 @@ pub struct ProbeArgs {
     /// calls (`hook_calls`), keeping the rest of the recorded evidence.
     #[arg(long)]
     pub hook_events_only: bool,
+    /// Only measure which messages the release writes on request (`outputs`), keeping the
+    /// rest of the recorded evidence.
+    #[arg(long)]
+    pub outputs_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -113,6 +117,11 @@ pub struct Evidence {
     /// called in a session of ostler's, so it counts as unusable in the matrix.
     #[serde(default)]
     pub hook_calls: BTreeMap<String, bool>,
+    /// Messages written on request ([`output_probe`]) -> whether the release wrote one:
+    /// `prompt_suggestion` = a suggestion came after the second of two turns of a session
+    /// whose `initialize` asked for `promptSuggestions`.
+    #[serde(default)]
+    pub outputs: BTreeMap<String, bool>,
 }
 
 fn root() -> PathBuf {
@@ -162,6 +171,10 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
             let (mut ev, binary) = recorded()?;
             ev.hook_events = hook_event_probe(&binary)?;
             ev.hook_calls = rt.block_on(hook_call_probe(&binary))?;
+            ev
+        } else if a.outputs_only {
+            let (mut ev, binary) = recorded()?;
+            ev.outputs = rt.block_on(output_probe(&binary))?;
             ev
         } else if a.options_only {
             let (mut ev, binary) = recorded()?;
@@ -253,6 +266,7 @@ async fn measure(version: &str) -> Result<Evidence> {
         dialect: dialect_probe(&binary).await?,
         hook_events: hook_event_probe(&binary)?,
         hook_calls: hook_call_probe(&binary).await?,
+        outputs: output_probe(&binary).await?,
     })
 }
 
@@ -621,6 +635,38 @@ async fn serve_turn_in(
     text: &str,
     answer: &mut dyn FnMut(&serde_json::Value) -> serde_json::Value,
 ) -> Result<ostler_testkit::FakeModelServer> {
+    let turns = Turns {
+        initialize,
+        texts: &[text],
+        until: None,
+        limit: secs(90),
+    };
+    serve_turns(herm, binary, scenario, options, turns, answer).await
+}
+
+/// What [`serve_turns`] sends, and when it stops.
+struct Turns<'a> {
+    /// Sent (as the fields of `initialize`) before the first message.
+    initialize: Option<serde_json::Value>,
+    /// The user messages: the first at once, each other when the turn before ended.
+    texts: &'a [&'a str],
+    /// Stop at the line this picks; `None`: at the last turn's `result`.
+    until: Option<&'a mut dyn FnMut(&serde_json::Value) -> bool>,
+    /// How long it may all take (a line `until` waits for that never comes ends here).
+    limit: Duration,
+}
+
+/// Session-mode turns of `binary` against a fake model server playing `scenario`, with
+/// `options`; every control request from the CLI is answered `answer(request)`. Returns
+/// the model server, to see what reached the model.
+async fn serve_turns(
+    herm: &ostler_testkit::cli::Hermetic,
+    binary: &Path,
+    scenario: &str,
+    options: &[(&str, String)],
+    mut turns: Turns<'_>,
+    answer: &mut dyn FnMut(&serde_json::Value) -> serde_json::Value,
+) -> Result<ostler_testkit::FakeModelServer> {
     let scenario = ostler_testkit::Scenario::from_toml("compat-probe", scenario)?;
     let server = ostler_testkit::FakeModelServer::start(scenario).await?;
     let mut args = ostler_protocol::argv::StreamJsonArgs::session();
@@ -632,13 +678,19 @@ async fn serve_turn_in(
         .spawn()?;
     let mut stdin = child.stdin.take().context("stdin")?;
     let stdout = child.stdout.take().context("stdout")?;
-    if let Some(mut fields) = initialize {
+    if let Some(mut fields) = turns.initialize.take() {
         fields["subtype"] = "initialize".into();
         let init = serde_json::json!({"type":"control_request","request_id":"probe-init","request":fields});
         stdin.write_all(format!("{init}\n").as_bytes()).await?;
     }
-    let user = serde_json::json!({"type":"user","message":{"role":"user","content":text},"parent_tool_use_id":null,"session_id":""});
-    stdin.write_all(format!("{user}\n").as_bytes()).await?;
+    let user = |text: &str| {
+        let m = serde_json::json!({"type":"user","message":{"role":"user","content":text},"parent_tool_use_id":null,"session_id":""});
+        format!("{m}\n")
+    };
+    let mut texts = turns.texts.iter();
+    if let Some(t) = texts.next() {
+        stdin.write_all(user(t).as_bytes()).await?;
+    }
     stdin.flush().await?;
     let mut lines = BufReader::new(stdout).lines();
     let run = async {
@@ -646,6 +698,9 @@ async fn serve_turn_in(
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
+            if turns.until.as_mut().is_some_and(|until| until(&v)) {
+                break;
+            }
             match v["type"].as_str() {
                 Some("control_request") => {
                     let body = answer(&v["request"]);
@@ -653,17 +708,70 @@ async fn serve_turn_in(
                     stdin.write_all(format!("{resp}\n").as_bytes()).await?;
                     stdin.flush().await?;
                 }
-                Some("result") => break,
+                Some("result") => match texts.next() {
+                    Some(t) => {
+                        stdin.write_all(user(t).as_bytes()).await?;
+                        stdin.flush().await?;
+                    }
+                    None if turns.until.is_none() => break,
+                    None => {}
+                },
                 _ => {}
             }
         }
         anyhow::Ok(())
     };
-    let _ = tokio::time::timeout(secs(90), run).await;
+    let _ = tokio::time::timeout(turns.limit, run).await;
     drop(stdin);
     let _ = tokio::time::timeout(secs(10), child.wait()).await;
     let _ = child.start_kill();
     Ok(server)
+}
+
+/// The prompt the CLI sends the model for a prompt suggestion starts with this (2.1.120
+/// and 2.1.332, measured by hand with `OSTLER_FAKE_MODEL_BODIES=1`).
+const SUGGESTION_MODE: &str = "[SUGGESTION MODE";
+
+/// What the probe's model suggests as the next prompt. The CLI drops suggestions that do
+/// not look like a user's prompt (2.1.332 dropped `PROBE-SUGGESTED-PROMPT`).
+const PROBE_SUGGESTION: &str = "run the probe tests";
+
+/// Which messages the release writes when a session asks for them: `prompt_suggestion`,
+/// asked for with `promptSuggestions` in `initialize`. The CLI suggests nothing after a
+/// session's first turn (the Agent SDKs' documentation; measured on 2.1.332), so the
+/// probe runs two turns and waits a while after the second `result` for the suggestion
+/// the model gave. Measured by hand before: 2.1.120 and 2.1.332 write it, 2.1.0 does not.
+async fn output_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+    let scenario = format!(
+        "description = \"compat probe: prompt suggestions\"\ndefault_text = \"ok\"\n\
+         [[model]]\nname = \"suggestion\"\nwhen = {{ last_user_text_contains = {SUGGESTION_MODE:?} }}\n\
+         blocks = [ {{ type = \"text\", text = {PROBE_SUGGESTION:?} }} ]\n"
+    );
+    let mut suggested = false;
+    let mut until = |v: &serde_json::Value| {
+        suggested |= v["type"] == "prompt_suggestion"
+            && v["suggestion"]
+                .as_str()
+                .is_some_and(|t| t.contains(PROBE_SUGGESTION));
+        suggested
+    };
+    let turns = Turns {
+        initialize: Some(serde_json::json!({"promptSuggestions": true})),
+        texts: &["hello", "tell me more"],
+        until: Some(&mut until),
+        // A release that suggests nothing is known by the wait running out (2.1.332 wrote
+        // the suggestion 60 ms after the result).
+        limit: secs(40),
+    };
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    serve_turns(&herm, binary, &scenario, &[], turns, &mut |_| {
+        serde_json::json!({})
+    })
+    .await?;
+    Ok(BTreeMap::from([(
+        "prompt_suggestion".to_string(),
+        suggested,
+    )]))
 }
 
 /// Which hook events the release calls in a session like ostler's, for the events whose
@@ -1216,6 +1324,15 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
+        if e.outputs.is_empty() {
+            s.push_str("            outputs: &[],\n");
+        } else {
+            s.push_str("            outputs: &[\n");
+            for (k, ok) in &e.outputs {
+                writeln!(s, "                ({k:?}, {ok}),")?;
+            }
+            s.push_str("            ],\n");
+        }
         if e.control.is_empty() {
             s.push_str("            control: &[],\n");
         } else {
@@ -1432,6 +1549,25 @@ fn render_md(d: &Derived) -> Result<String> {
             "| {v} | {} |",
             e.dialect.get(key).map_or("-", String::as_str)
         )?;
+    }
+    s.push_str("\n## Messages on request\n\n");
+    s.push_str(
+        "Messages a release writes when a session asks for them (`cargo xtask compat probe`, \
+         `--outputs-only` for just these). `prompt_suggestion` (session option \
+         `prompt_suggestions`, the Agent SDKs' `promptSuggestions`): two turns of a session \
+         whose `initialize` asks for suggestions; `yes` when the model's suggestion came \
+         after the second turn. A release measured `no` refuses the option \
+         (FAILED_PRECONDITION). Each is listed among the release's capabilities as \
+         `output:<type>`. `-` not measured.\n\n",
+    );
+    s.push_str("| release | `prompt_suggestion` |\n| --- | --- |\n");
+    for (v, e, _) in &d.rows {
+        let mark = match e.outputs.get("prompt_suggestion") {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        };
+        writeln!(s, "| {v} | {mark} |")?;
     }
     s.push_str("\n## Hook events\n\n");
     s.push_str(

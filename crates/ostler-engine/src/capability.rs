@@ -176,6 +176,26 @@ pub(crate) fn check_tool_servers(
     )))
 }
 
+/// `Ok` unless the session asks for prompt suggestions and the installed release is
+/// measured not to write them (`output:prompt_suggestion`): then `FailedPrecondition`
+/// naming the release.
+pub(crate) fn check_outputs(
+    inst: &Installation,
+    options: &ostler_supervisor::CliOptions,
+) -> Result<()> {
+    if !options.prompt_suggestions
+        || inst.capabilities.outputs.get("prompt_suggestion") != Some(&false)
+    {
+        return Ok(());
+    }
+    Err(Error::precondition(format!(
+        "Claude Code {} does not write prompt suggestions (measured: see docs/compatibility.md, \
+         \"Messages on request\"), which prompt_suggestions asks for; leave it off or use a \
+         newer release (2.1.120 and later write them)",
+        inst.version
+    )))
+}
+
 /// The variable that turns on the CLI's file checkpointing (what `RewindFiles` restores
 /// from), as the Agent SDKs set it for `enable_file_checkpointing`.
 pub const FILE_CHECKPOINTING_VAR: &str = "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING";

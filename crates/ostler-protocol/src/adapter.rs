@@ -134,6 +134,7 @@ static ADAPTERS: [AdapterInfo; 3] = [
             "tool_use_summary",
             "auth_status",
             "rate_limit_event",
+            "prompt_suggestion",
             "streamlined_text",
             "streamlined_tool_use_summary",
             "command_lifecycle",

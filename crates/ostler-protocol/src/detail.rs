@@ -28,9 +28,11 @@
 //!   "suggestion"|"warning","tool_use_id"?,"prevent_continuation"?,"tag"?,...}` (2.1.x: a
 //!   text banner: a hook's block reason, a failed hook callback, slash-command output;
 //!   2.1.332 adds e.g. `prompt_submit_outcome` to a blocked prompt's, kept in `fields`)
+//! - `{"type":"prompt_suggestion","suggestion","uuid","session_id"}` (2.1.120+, after a
+//!   turn's `result` when `initialize` asked for `promptSuggestions`)
 //!
 //! A notice whose required field (`task_id`, `status` of a notification or rate limit,
-//! `command_uuid` and `state` of a lifecycle, `elicitation_id`, a hook's `hook_event`, a banner's `content`) is missing or of another
+//! `command_uuid` and `state` of a lifecycle, `elicitation_id`, a hook's `hook_event`, a banner's `content`, a suggestion's `suggestion`) is missing or of another
 //! type gets no detail: it stays a plain notice, never a guess.
 
 use serde::Deserialize;
@@ -100,6 +102,8 @@ struct WireNotice<'a> {
     prevent_continuation: LBool,
     #[serde(borrow)]
     tag: LStr<'a>,
+    #[serde(borrow)]
+    suggestion: LStr<'a>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -136,7 +140,7 @@ struct WireRateLimit<'a> {
 /// Whether a notice of this wire `type` / `subtype` has a typed detail.
 pub fn has_detail(source_type: &str, subtype: Option<&str>) -> bool {
     match source_type {
-        "rate_limit_event" | "command_lifecycle" => true,
+        "rate_limit_event" | "command_lifecycle" | "prompt_suggestion" => true,
         "system" => matches!(
             subtype,
             Some(
@@ -186,6 +190,11 @@ pub fn notice_detail(
             rate_limit_type: r.rate_limit_type.owned(),
             utilization: r.utilization.f64(),
             is_using_overage: r.is_using_overage.0,
+        }));
+    }
+    if source_type == "prompt_suggestion" {
+        return Some(NoticeDetail::PromptSuggestion(PromptSuggestion {
+            suggestion: n.suggestion.owned()?,
         }));
     }
     if source_type == "command_lifecycle" {

@@ -460,6 +460,9 @@ pub enum NoticeDetail {
     /// `system/informational` (2.1.x): a text banner for the user (a hook's block reason,
     /// a failed hook callback, slash-command output).
     Informational(Informational),
+    /// `prompt_suggestion` (2.1.120+, asked for in `initialize`): the model's guess at the
+    /// user's next prompt, after a turn.
+    PromptSuggestion(PromptSuggestion),
 }
 
 /// `task_started`. `tool_use_id` is the tool call that started the task (the `Task`
@@ -623,6 +626,14 @@ pub struct Informational {
     /// A feature tag (`hook_no_verdict`, ...), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
+}
+
+/// `prompt_suggestion`: `{"type":"prompt_suggestion","suggestion","uuid","session_id"}`,
+/// written after a turn's `result` (never after a session's first turn; measured on
+/// 2.1.120 and 2.1.332).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PromptSuggestion {
+    pub suggestion: String,
 }
 
 /// `system/status`.

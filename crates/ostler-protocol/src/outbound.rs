@@ -152,6 +152,9 @@ pub struct InitializeRequest {
     pub append_system_prompt: Option<String>,
     /// `jsonSchema`: structured output.
     pub json_schema: Option<Value>,
+    /// `promptSuggestions`: after each turn (not the first) the CLI writes a
+    /// `prompt_suggestion`, the model's guess at the user's next prompt.
+    pub prompt_suggestions: bool,
 }
 
 impl InitializeRequest {
@@ -175,6 +178,9 @@ impl InitializeRequest {
         }
         if let Some(s) = self.json_schema {
             f.insert("jsonSchema".into(), s);
+        }
+        if self.prompt_suggestions {
+            f.insert("promptSuggestions".into(), true.into());
         }
         OutRequest::Initialize(f)
     }

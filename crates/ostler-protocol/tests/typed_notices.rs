@@ -530,3 +530,29 @@ fn informational_is_typed_on_2_1() {
     };
     assert_eq!(n.detail, None);
 }
+
+/// `prompt_suggestion` as 2.1.332 wrote it after a session's second turn: typed, a known
+/// type on 2.1; without a string `suggestion` a plain notice.
+#[test]
+fn prompt_suggestion_is_typed_on_2_1() {
+    let Event::SystemNotice(n) = one(
+        "2.1.332",
+        json!({"type":"prompt_suggestion","suggestion":"run the tests","uuid":"3f8cd011-1bdf-4b0f-8e70-6a7e9d60c6d2","session_id":"1004e7fa"}),
+    ) else {
+        panic!()
+    };
+    assert_eq!(n.source_type, "prompt_suggestion");
+    assert_eq!(
+        n.detail,
+        Some(NoticeDetail::PromptSuggestion(PromptSuggestion {
+            suggestion: "run the tests".into()
+        }))
+    );
+    let Event::SystemNotice(n) = one(
+        "2.1.332",
+        json!({"type":"prompt_suggestion","suggestion":7}),
+    ) else {
+        panic!()
+    };
+    assert_eq!(n.detail, None);
+}

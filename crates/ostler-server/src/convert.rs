@@ -438,6 +438,10 @@ pub(crate) fn create_session(
         plugin_dirs: r.plugin_dirs,
         include_hook_events: r.include_hook_events,
         betas: r.betas,
+        prompt_suggestions: r.prompt_suggestions,
+        permission_prompts: opt_string(r.permission_prompts),
+        thinking: opt_string(r.thinking),
+        thinking_display: opt_string(r.thinking_display),
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options

@@ -1,5 +1,5 @@
 //! Issue 10's typed events: the CLI notices whose fields clients need (background tasks,
-//! rate limits, compaction, status, a user message's lifecycle, a URL elicitation's end, a hook's run, a banner)
+//! rate limits, compaction, status, a user message's lifecycle, a URL elicitation's end, a hook's run, a banner, a suggested next prompt)
 //! and a result's per-model usage, mapped to `ostler.v1`.
 //! The engine stores them as `system_notice` with the typed `detail` the decoder read; the
 //! whole message goes out as `fields_json`, so nothing is lost to a client that wants more.
@@ -90,6 +90,10 @@ pub(crate) fn typed_notice(n: &cp::SystemNotice) -> Option<P> {
             tool_use_id: s(&i.tool_use_id),
             prevent_continuation: i.prevent_continuation,
             tag: s(&i.tag),
+            fields_json: fields_json(),
+        }),
+        cp::NoticeDetail::PromptSuggestion(p) => P::PromptSuggestion(pb::PromptSuggestion {
+            suggestion: p.suggestion.clone(),
             fields_json: fields_json(),
         }),
         cp::NoticeDetail::ElicitationComplete(e) => {

@@ -205,7 +205,7 @@ pub const PROBED_CONTROLS: [&str; 13] = [
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
 /// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 20] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 23] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -225,6 +225,9 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 20] = [
     ("--plugin-dir", Some("/")),
     ("--include-hook-events", None),
     ("--betas", Some("context-1m-2025-08-07")),
+    ("--permission-prompts", Some("host")),
+    ("--thinking", Some("adaptive")),
+    ("--thinking-display", Some("summarized")),
     (REPLAY_USER_MESSAGES, None),
 ];
 
@@ -282,6 +285,11 @@ pub struct Capabilities {
     /// allowed).
     #[serde(default)]
     pub hook_events: BTreeMap<String, bool>,
+    /// Messages the release writes when a session asks for them (`prompt_suggestion`:
+    /// after a turn, with `promptSuggestions` in `initialize`) -> whether it does, measured
+    /// or where the pinned neighbours agree; a type not listed is unknown (then asked).
+    #[serde(default)]
+    pub outputs: BTreeMap<String, bool>,
     pub source: CapabilitySource,
 }
 
@@ -354,6 +362,12 @@ impl Capabilities {
                 .filter(|(_, ok)| **ok)
                 .map(|(r, _)| format!("cli_request:{r}")),
         );
+        v.extend(
+            self.outputs
+                .iter()
+                .filter(|(_, ok)| **ok)
+                .map(|(t, _)| format!("output:{t}")),
+        );
         v.extend(self.announced.iter().cloned());
         v
     }
@@ -419,6 +433,9 @@ pub struct TestedRelease {
     /// Hook events (the Agent SDKs' names) -> whether the release knows them (its own
     /// list of hook event names; empty: not measured).
     pub hook_events: &'static [(&'static str, bool)],
+    /// Messages written on request -> whether the release wrote one when asked
+    /// (`prompt_suggestion`; empty: not measured).
+    pub outputs: &'static [(&'static str, bool)],
     /// Why the release is pinned (boundary, contract recording, ...).
     pub note: &'static str,
 }
@@ -697,6 +714,7 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
             .map(|(k, v)| (k, v.to_string()))
             .collect(),
         hook_events: infer(m, version, |t| t.hook_events, |o, n| o == n),
+        outputs: infer(m, version, |t| t.outputs, |o, n| o == n),
         source: if row.is_some() {
             CapabilitySource::Matrix
         } else if probe.is_some() {

@@ -28,6 +28,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", false),
                 ("--replay-user-messages", false),
                 ("--session-id", true),
@@ -35,6 +36,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", false),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", false),
             ],
             cli_requests: &[
@@ -79,6 +82,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
+            ],
+            outputs: &[
+                ("prompt_suggestion", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -118,6 +124,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", false),
                 ("--replay-user-messages", false),
                 ("--session-id", true),
@@ -125,6 +132,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", false),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", false),
             ],
             cli_requests: &[
@@ -170,6 +179,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
             ],
+            outputs: &[
+                ("prompt_suggestion", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::NoAnswer),
@@ -208,6 +220,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", false),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -215,6 +228,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", false),
             ],
             cli_requests: &[
@@ -259,6 +274,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
+            ],
+            outputs: &[
+                ("prompt_suggestion", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -298,6 +316,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", false),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -305,6 +324,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", false),
             ],
             cli_requests: &[
@@ -349,6 +370,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
+            ],
+            outputs: &[
+                ("prompt_suggestion", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -388,6 +412,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", false),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -395,6 +420,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", false),
             ],
             cli_requests: &[
@@ -439,6 +466,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
+            ],
+            outputs: &[
+                ("prompt_suggestion", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -478,6 +508,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", false),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -485,6 +516,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", false),
             ],
             cli_requests: &[
@@ -529,6 +562,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
+            ],
+            outputs: &[
+                ("prompt_suggestion", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -568,6 +604,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", false),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -575,6 +612,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", false),
             ],
             cli_requests: &[
@@ -619,6 +658,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
+            ],
+            outputs: &[
+                ("prompt_suggestion", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -658,6 +700,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", false),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -665,6 +708,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", false),
             ],
             cli_requests: &[
@@ -710,6 +755,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
             ],
+            outputs: &[
+                ("prompt_suggestion", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -748,6 +796,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", false),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -755,6 +804,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", false),
             ],
             cli_requests: &[
@@ -800,6 +851,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
             ],
+            outputs: &[
+                ("prompt_suggestion", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -838,6 +892,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", true),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -845,6 +900,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", true),
             ],
             cli_requests: &[
@@ -889,6 +946,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
+            ],
+            outputs: &[
+                ("prompt_suggestion", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -928,6 +988,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", true),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -935,6 +996,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", false),
+                ("--thinking-display", false),
                 ("--tools", true),
             ],
             cli_requests: &[
@@ -980,6 +1043,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("WorktreeCreate", false),
                 ("WorktreeRemove", false),
             ],
+            outputs: &[
+                ("prompt_suggestion", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -1018,6 +1084,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", true),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -1025,6 +1092,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", true),
+                ("--thinking-display", true),
                 ("--tools", true),
             ],
             cli_requests: &[
@@ -1069,6 +1138,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", true),
                 ("WorktreeRemove", true),
+            ],
+            outputs: &[
+                ("prompt_suggestion", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1108,6 +1180,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
+                ("--permission-prompts", false),
                 ("--plugin-dir", true),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -1115,6 +1188,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", true),
+                ("--thinking-display", true),
                 ("--tools", true),
             ],
             cli_requests: &[
@@ -1159,6 +1234,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", true),
                 ("WorktreeRemove", true),
+            ],
+            outputs: &[
+                ("prompt_suggestion", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1221,6 +1299,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
+                ("--permission-prompts", true),
                 ("--plugin-dir", true),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -1228,6 +1307,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", true),
+                ("--thinking-display", true),
                 ("--tools", true),
             ],
             cli_requests: &[
@@ -1272,6 +1353,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", true),
                 ("WorktreeRemove", true),
+            ],
+            outputs: &[
+                ("prompt_suggestion", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1335,6 +1419,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
+                ("--permission-prompts", true),
                 ("--plugin-dir", true),
                 ("--replay-user-messages", true),
                 ("--session-id", true),
@@ -1342,6 +1427,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--settings", true),
                 ("--strict-mcp-config", true),
                 ("--system-prompt", true),
+                ("--thinking", true),
+                ("--thinking-display", true),
                 ("--tools", true),
             ],
             cli_requests: &[
@@ -1386,6 +1473,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("UserPromptSubmit", true),
                 ("WorktreeCreate", true),
                 ("WorktreeRemove", true),
+            ],
+            outputs: &[
+                ("prompt_suggestion", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),

@@ -105,6 +105,20 @@ pub struct CliOptions {
     /// model takes, e.g. `context-1m-2025-08-07` with Sonnet 4.5).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub betas: Vec<String>,
+    /// Not a flag: `promptSuggestions` in `initialize`; after each turn but the first the
+    /// CLI writes the model's guess at the user's next prompt.
+    #[serde(skip_serializing_if = "is_false")]
+    pub prompt_suggestions: bool,
+    /// `--permission-prompts`: `host` (ostler's clients answer, the default) or `none`
+    /// (anything that would prompt is denied at once and the model is told).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permission_prompts: Option<String>,
+    /// `--thinking`: one of [`THINKING_MODES`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    /// `--thinking-display`: one of [`THINKING_DISPLAYS`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking_display: Option<String>,
     /// Not a flag: the engine answers every elicitation (an MCP server's request for the
     /// user's input) `decline` at once instead of asking the clients.
     #[serde(skip_serializing_if = "is_false")]
@@ -114,6 +128,16 @@ pub struct CliOptions {
 /// The levels `--effort` takes (2.1.332's help, the TypeScript Agent SDK 0.3.332's
 /// `EffortLevel`).
 pub const EFFORT_LEVELS: [&str; 5] = ["low", "medium", "high", "xhigh", "max"];
+
+/// The values `--permission-prompts` takes (2.1.332's help).
+pub const PERMISSION_PROMPTS: [&str; 2] = ["host", "none"];
+
+/// The modes `--thinking` takes (2.1.332's choices; `enabled` is `adaptive` there).
+pub const THINKING_MODES: [&str; 3] = ["adaptive", "enabled", "disabled"];
+
+/// The values `--thinking-display` takes on every release that has it (2.1.120 and
+/// 2.1.332; 2.1.330+ also take `highlights`).
+pub const THINKING_DISPLAYS: [&str; 2] = ["summarized", "omitted"];
 
 fn is_false(b: &bool) -> bool {
     !*b
@@ -329,17 +353,30 @@ impl CliOptions {
             }
             argv += t.len() + 1;
         }
-        if let Some(e) = &self.effort
-            && !EFFORT_LEVELS.contains(&e.as_str())
-        {
-            return Err(bad(
-                "effort",
-                format!(
-                    "{} is not a level (one of {})",
-                    shown(e),
-                    EFFORT_LEVELS.join(", ")
-                ),
-            ));
+        for (field, v, allowed, what) in [
+            ("effort", &self.effort, &EFFORT_LEVELS[..], "a level"),
+            (
+                "permission_prompts",
+                &self.permission_prompts,
+                &PERMISSION_PROMPTS[..],
+                "a target",
+            ),
+            ("thinking", &self.thinking, &THINKING_MODES[..], "a mode"),
+            (
+                "thinking_display",
+                &self.thinking_display,
+                &THINKING_DISPLAYS[..],
+                "a display",
+            ),
+        ] {
+            if let Some(v) = v
+                && !allowed.contains(&v.as_str())
+            {
+                return Err(bad(
+                    field,
+                    format!("{} is not {what} (one of {})", shown(v), allowed.join(", ")),
+                ));
+            }
         }
         if self.max_turns == Some(0) {
             return Err(bad(
@@ -724,6 +761,9 @@ impl CliOptions {
         on(!self.plugin_dirs.is_empty(), "--plugin-dir");
         on(self.include_hook_events, "--include-hook-events");
         on(!self.betas.is_empty(), "--betas");
+        on(self.permission_prompts.is_some(), "--permission-prompts");
+        on(self.thinking.is_some(), "--thinking");
+        on(self.thinking_display.is_some(), "--thinking-display");
         v
     }
 

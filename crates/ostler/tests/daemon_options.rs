@@ -569,6 +569,187 @@ async fn hook_events_and_betas_reach_the_cli() {
     assert!(!hooks_seen.is_empty());
 }
 
+/// The CLI asks the model for a prompt suggestion with a prompt that starts with this
+/// (2.1.120, 2.1.332).
+const SUGGESTIONS: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "suggestion"
+when = { last_user_text_contains = "[SUGGESTION MODE" }
+blocks = [{ type = "text", text = "run the tests next" }]
+"#;
+
+/// `prompt_suggestions`: after the second turn (the CLI suggests nothing after the first)
+/// the model's suggestion reaches the client as PromptSuggestion after the turn's end,
+/// live and replayed; a release measured not to write suggestions refuses the option at
+/// once.
+#[tokio::test]
+async fn prompt_suggestions_reach_the_client() {
+    let world = World::with_scenario(NEW, SUGGESTIONS).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let session = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            prompt_suggestions: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &session.id, 0, false).await;
+    let mut seen = Vec::new();
+    for prompt in ["Say hello", "Tell me more"] {
+        send(&mut c, &session.id, prompt).await;
+        read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    }
+    let suggested = |e: &pb::SessionEvent| match &e.payload {
+        Some(pb::session_event::Payload::PromptSuggestion(p)) => Some(p.suggestion.clone()),
+        _ => None,
+    };
+    let ev = read_until(&mut events, &mut seen, "the suggestion", |e| {
+        suggested(e).is_some()
+    })
+    .await;
+    assert_eq!(suggested(&ev).as_deref(), Some("run the tests next"));
+    let mut replay = subscribe(&mut c, &session.id, 0, false).await;
+    let mut again = Vec::new();
+    let replayed = read_until(&mut replay, &mut again, "the replayed suggestion", |e| {
+        e.seq == ev.seq
+    })
+    .await;
+    assert_eq!(replayed, ev);
+
+    let old = World::new(OLD).await;
+    let daemon = old.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: old.work.display().to_string(),
+            prompt_suggestions: true,
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused on the old release");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains(OLD) && e.message().contains("prompt_suggestions"),
+        "{}",
+        e.message()
+    );
+    assert!(children(daemon.pid()).is_empty());
+}
+
+/// A turn whose Bash call needs permission, then text once its result came.
+const NEEDS_PERMISSION: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "bash"
+when = { last_user_text_contains = "Create the file" }
+blocks = [{ type = "tool_use", id = "toolu_pp_1", name = "Bash", input = { command = "touch made-by-bash.txt", description = "create a file" } }]
+
+[[model]]
+name = "after"
+when = { tool_result_for = "toolu_pp_1" }
+blocks = [{ type = "text", text = "Done." }]
+"#;
+
+/// `permission_prompts = "none"`: a tool call that would prompt is denied by the CLI at
+/// once (no PermissionRequested; the model gets the denial and the turn ends), nothing is
+/// run; `thinking` and `thinking_display` reach the model's requests (2.1.332 sends
+/// Sonnet 4.5 `{"type":"disabled"}`, and `summarized` as asked; `omitted` it sends as its
+/// default `updates`, measured by hand).
+#[tokio::test]
+async fn permission_prompts_and_thinking_reach_the_cli() {
+    let world = World::with_scenario(NEW, NEEDS_PERMISSION).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let session = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            permission_prompts: "none".into(),
+            model: "claude-sonnet-4-5-20250929".into(),
+            thinking: "disabled".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &session.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &session.id, "Create the file please").await;
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    use pb::session_event::Payload as P;
+    assert!(
+        !seen
+            .iter()
+            .any(|e| matches!(e.payload, Some(P::PermissionRequested(_)))),
+        "a prompt was raised: {:?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    assert!(!world.work.join("made-by-bash.txt").exists());
+    assert!(
+        world.model_saw("no approval surface"),
+        "the model was not told"
+    );
+    let requests = world.fake.requests();
+    let turn = requests
+        .iter()
+        .filter_map(|r| r.body.as_ref())
+        .find(|b| {
+            b.to_string().contains("Create the file") && !ostler_testkit::server::is_warmup(b)
+        })
+        .expect("the turn's request");
+    assert_eq!(turn["thinking"]["type"], "disabled", "{}", turn["thinking"]);
+
+    let before_display = world.fake.requests().len();
+    assert!(
+        !world
+            .fake
+            .requests()
+            .iter()
+            .filter_map(|r| r.body.as_ref())
+            .any(|b| b["thinking"]["display"] == "summarized"),
+        "summarized thinking asked for without the option"
+    );
+    let session = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            thinking_display: "summarized".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &session.id, 0, false).await;
+    send(&mut c, &session.id, "Say hello").await;
+    read_until(
+        &mut events,
+        &mut Vec::new(),
+        "the turn's end",
+        is_turn_completed,
+    )
+    .await;
+    // The turn's request asks for it (without the option 2.1.332 asks for `updates`).
+    let summarized = |from: usize| {
+        world.fake.requests()[from..]
+            .iter()
+            .filter_map(|r| r.body.as_ref())
+            .any(|b| b["thinking"]["display"] == "summarized")
+    };
+    assert!(
+        summarized(before_display),
+        "no request asked for summarized thinking: {:?}",
+        world.fake.requests()[before_display..]
+            .iter()
+            .filter_map(|r| r.body.as_ref())
+            .map(|b| (b["model"].clone(), b["thinking"].clone()))
+            .collect::<Vec<_>>()
+    );
+}
+
 /// The model answers a `--json-schema` session through the CLI's `StructuredOutput` tool.
 const STRUCTURED: &str = r#"
 default_text = "OK."
@@ -726,6 +907,22 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             "betas",
             "--betas",
         ),
+        (
+            pb::CreateSessionRequest {
+                permission_prompts: "none".into(),
+                ..Default::default()
+            },
+            "permission_prompts",
+            "--permission-prompts",
+        ),
+        (
+            pb::CreateSessionRequest {
+                thinking: "disabled".into(),
+                ..Default::default()
+            },
+            "thinking",
+            "--thinking",
+        ),
     ] {
         let started = std::time::Instant::now();
         let e = c
@@ -795,6 +992,20 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "betas[1]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                permission_prompts: "nobody".into(),
+                ..Default::default()
+            },
+            "permission_prompts",
+        ),
+        (
+            pb::CreateSessionRequest {
+                thinking_display: "highlights".into(),
+                ..Default::default()
+            },
+            "thinking_display",
         ),
         (
             pb::CreateSessionRequest {

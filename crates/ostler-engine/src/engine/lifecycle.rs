@@ -95,6 +95,9 @@ fn field_of(flag: &str) -> &'static str {
         "--plugin-dir" => "plugin_dirs",
         "--include-hook-events" => "include_hook_events",
         "--betas" => "betas",
+        "--permission-prompts" => "permission_prompts",
+        "--thinking" => "thinking",
+        "--thinking-display" => "thinking_display",
         _ => "options",
     }
 }
@@ -384,6 +387,7 @@ impl Engine {
             crate::capability::check_hooks(inst, &options.hooks)?;
         }
         crate::capability::check_tool_servers(inst, &options)?;
+        crate::capability::check_outputs(inst, &options)?;
         Ok(SessionSpec {
             options,
             rules: req.rules.clone(),

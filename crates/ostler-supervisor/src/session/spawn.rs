@@ -60,7 +60,10 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
         .option_if("--json-schema", cli.json_schema.as_deref())
         .option_if("--tools", cli.tools.as_deref())
         .option_if("--agent", cli.agent.as_deref())
-        .option_if("--effort", cli.effort.as_deref());
+        .option_if("--effort", cli.effort.as_deref())
+        .option_if("--permission-prompts", cli.permission_prompts.as_deref())
+        .option_if("--thinking", cli.thinking.as_deref())
+        .option_if("--thinking-display", cli.thinking_display.as_deref());
     if let Some(b) = cli.max_budget_usd {
         a.option("--max-budget-usd", b.to_string());
     }
@@ -151,6 +154,7 @@ pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Op
     Some(
         InitializeRequest {
             hooks: ostler_protocol::hooks::initialize_hooks(&opts.cli.hooks),
+            prompt_suggestions: opts.cli.prompt_suggestions,
             ..Default::default()
         }
         .into_request(),

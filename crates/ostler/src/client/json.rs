@@ -149,6 +149,7 @@ pub fn kind(p: Option<&Payload>) -> &'static str {
         Some(Payload::ElicitationCompleted(_)) => "elicitation_completed",
         Some(Payload::HookActivity(_)) => "hook_activity",
         Some(Payload::Informational(_)) => "informational",
+        Some(Payload::PromptSuggestion(_)) => "prompt_suggestion",
         Some(Payload::TaskStarted(_)) => "task_started",
         Some(Payload::TaskProgress(_)) => "task_progress",
         Some(Payload::TaskNotification(_)) => "task_notification",
@@ -340,6 +341,7 @@ fn payload(p: &Payload) -> Value {
             "content": i.content, "level": i.level, "tool_use_id": i.tool_use_id,
             "prevent_continuation": i.prevent_continuation, "tag": i.tag,
         }),
+        Payload::PromptSuggestion(p) => json!({ "suggestion": p.suggestion }),
         Payload::ElicitationCompleted(e) => json!({
             "mcp_server_name": e.mcp_server_name, "elicitation_id": e.elicitation_id,
             "fields": parsed(&e.fields_json),

@@ -880,6 +880,10 @@ impl Human {
                 "info" if !self.verbose => {}
                 _ => self.note(&self.err.dim(&format!("· {}", i.content))),
             },
+            // The model's guess at the next prompt (sessions with prompt_suggestions).
+            Payload::PromptSuggestion(p) => {
+                self.note(&self.err.dim(&format!("· suggested next: {}", p.suggestion)));
+            }
             // The server says the user is done at the URL of a URL elicitation.
             Payload::ElicitationCompleted(e) => {
                 self.note(&self.err.dim(&format!(

@@ -38,6 +38,9 @@ pub struct SessionOptionArgs {
     /// An API beta to ask for, e.g. `context-1m-2025-08-07` (repeatable)
     #[arg(long = "beta", value_name = "NAME")]
     pub betas: Vec<String>,
+    /// After each turn, show the model's guess at your next prompt (2.1.120 and later)
+    #[arg(long)]
+    pub prompt_suggestions: bool,
     /// A plugin directory to load for this session (repeatable)
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<String>,
@@ -69,6 +72,16 @@ pub struct SessionOptionArgs {
     /// Run the main thread as this agent (one of --agents, or of the CLI's settings)
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+    /// Who answers permission prompts: `host` (you, the default) or `none` (denied at
+    /// once; the model is told)
+    #[arg(long, value_name = "TARGET")]
+    pub permission_prompts: Option<String>,
+    /// Thinking: adaptive, enabled or disabled
+    #[arg(long, value_name = "MODE")]
+    pub thinking: Option<String>,
+    /// How thinking comes back: summarized or omitted
+    #[arg(long, value_name = "DISPLAY")]
+    pub thinking_display: Option<String>,
     /// Effort level: low, medium, high, xhigh, max
     #[arg(long, value_name = "LEVEL")]
     pub effort: Option<String>,
@@ -215,6 +228,10 @@ impl SessionOptionArgs {
         r.plugin_dirs = self.plugin_dirs.clone();
         r.include_hook_events = self.hook_events;
         r.betas = self.betas.clone();
+        r.prompt_suggestions = self.prompt_suggestions;
+        r.permission_prompts = self.permission_prompts.clone().unwrap_or_default();
+        r.thinking = self.thinking.clone().unwrap_or_default();
+        r.thinking_display = self.thinking_display.clone().unwrap_or_default();
         r.max_budget_usd = self.max_budget_usd;
         r.max_thinking_tokens = self.max_thinking_tokens;
         r.fallback_model = self.fallback_model.clone().unwrap_or_default();

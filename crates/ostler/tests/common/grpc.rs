@@ -248,6 +248,7 @@ pub fn describe(e: &pb::SessionEvent) -> String {
         Some(P::ElicitationCompleted(e)) => format!("elicitation_completed({})", e.elicitation_id),
         Some(P::HookActivity(h)) => format!("hook_activity({} {})", h.hook_name, h.phase),
         Some(P::Informational(i)) => format!("informational({})", i.level),
+        Some(P::PromptSuggestion(p)) => format!("prompt_suggestion({})", p.suggestion),
         Some(P::TaskStarted(t)) => format!("task_started({})", t.task_id),
         Some(P::TaskProgress(t)) => format!("task_progress({})", t.task_id),
         Some(P::TaskNotification(t)) => format!("task_notification({}, {})", t.task_id, t.status),
