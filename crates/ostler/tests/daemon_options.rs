@@ -54,6 +54,43 @@ fn value_of<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
         .map(|w| w[1].as_str())
 }
 
+/// Creates a session from `req` (in the world's work directory), sends `prompt` and reads
+/// its events until the turn ends: the session, its event stream, and what was read.
+async fn create_and_turn(
+    c: &mut SessionServiceClient<Channel>,
+    world: &World,
+    req: pb::CreateSessionRequest,
+    prompt: &str,
+) -> (pb::Session, Events, Vec<pb::SessionEvent>) {
+    let session = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            ..req
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(c, &session.id, 0, false).await;
+    send(c, &session.id, prompt).await;
+    let mut seen = Vec::new();
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    (session, events, seen)
+}
+
+/// The model requests that carry `prompt` (the warmups left out), oldest first.
+fn turn_requests(world: &World, prompt: &str) -> Vec<ostler_testkit::server::RecordedRequest> {
+    world
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.body.as_ref().is_some_and(|b| {
+                b.to_string().contains(prompt) && !ostler_testkit::server::is_warmup(b)
+            })
+        })
+        .collect()
+}
+
 const SYSTEM: &str = "OSTLER-REPLACED-SYSTEM-PROMPT: answer in one word.";
 const APPENDED: &str = "OSTLER-APPENDED-TEXT";
 const SECRET: &str = "per-session-secret-4711";
@@ -277,26 +314,15 @@ async fn system_prompt_reaches_the_model(release: &str) {
     let world = World::new(release).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let session = c
-        .create_session(pb::CreateSessionRequest {
-            cwd: world.work.display().to_string(),
-            system_prompt: SYSTEM.into(),
-            append_system_prompt: APPENDED.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = subscribe(&mut c, &session.id, 0, false).await;
-    send(&mut c, &session.id, "Say hello").await;
-    let mut seen = Vec::new();
-    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
-    let systems: Vec<String> = world
-        .fake
-        .requests()
+    let req = pb::CreateSessionRequest {
+        system_prompt: SYSTEM.into(),
+        append_system_prompt: APPENDED.into(),
+        ..Default::default()
+    };
+    create_and_turn(&mut c, &world, req, "Say hello").await;
+    let systems: Vec<String> = turn_requests(&world, "Say hello")
         .iter()
         .filter_map(|r| r.body.as_ref())
-        .filter(|b| b.to_string().contains("Say hello") && !ostler_testkit::server::is_warmup(b))
         .map(|b| b["system"].to_string())
         .collect();
     // The turn's request carries both (a release may send side requests, e.g. a topic
@@ -352,29 +378,18 @@ async fn tools_agent_effort_and_plugins_reach_the_cli() {
     .unwrap();
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let session = c
-        .create_session(pb::CreateSessionRequest {
-            cwd: world.work.display().to_string(),
-            tools: Some("Read,Grep".into()),
-            agents_json: r#"{"reviewer": {"description": "Reviews code", "prompt": "OSTLER-AGENT-PROMPT: review carefully."}}"#.into(),
-            agent: "reviewer".into(),
-            effort: "low".into(),
-            plugin_dirs: vec![plugin.display().to_string()],
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = subscribe(&mut c, &session.id, 0, false).await;
-    send(&mut c, &session.id, "Say hello").await;
-    let mut seen = Vec::new();
-    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
-    let turn = world
-        .fake
-        .requests()
-        .iter()
-        .filter_map(|r| r.body.clone())
-        .find(|b| b.to_string().contains("Say hello") && !ostler_testkit::server::is_warmup(b))
+    let req = pb::CreateSessionRequest {
+        tools: Some("Read,Grep".into()),
+        agents_json: r#"{"reviewer": {"description": "Reviews code", "prompt": "OSTLER-AGENT-PROMPT: review carefully."}}"#.into(),
+        agent: "reviewer".into(),
+        effort: "low".into(),
+        plugin_dirs: vec![plugin.display().to_string()],
+        ..Default::default()
+    };
+    let (session, ..) = create_and_turn(&mut c, &world, req, "Say hello").await;
+    let turn = turn_requests(&world, "Say hello")
+        .into_iter()
+        .find_map(|r| r.body)
         .expect("the turn's request");
     let tools: Vec<&str> = turn["tools"]
         .as_array()
@@ -440,41 +455,26 @@ async fn hook_events_and_betas_reach_the_cli() {
     }}"#;
     let mut hooks_seen = Vec::new();
     for (include, prompt) in [(true, "Say hello"), (false, "Say goodbye")] {
-        let session = c
-            .create_session(pb::CreateSessionRequest {
-                cwd: world.work.display().to_string(),
-                settings: settings.into(),
-                include_hook_events: include,
-                model: "claude-sonnet-4-5-20250929".into(),
-                betas: if include {
-                    vec!["context-1m-2025-08-07".into()]
-                } else {
-                    vec![]
-                },
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut events = subscribe(&mut c, &session.id, 0, false).await;
-        send(&mut c, &session.id, prompt).await;
-        let mut seen = Vec::new();
-        read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+        let req = pb::CreateSessionRequest {
+            settings: settings.into(),
+            include_hook_events: include,
+            model: "claude-sonnet-4-5-20250929".into(),
+            betas: if include {
+                vec!["context-1m-2025-08-07".into()]
+            } else {
+                vec![]
+            },
+            ..Default::default()
+        };
+        let (session, mut events, seen) = create_and_turn(&mut c, &world, req, prompt).await;
         let live: Vec<pb::HookActivity> = seen
             .iter()
             .filter_map(hook_activity)
             .filter(|h| h.hook_event == "Stop")
             .cloned()
             .collect();
-        let turn = world
-            .fake
-            .requests()
-            .into_iter()
-            .rfind(|r| {
-                r.body.as_ref().is_some_and(|b| {
-                    b.to_string().contains(prompt) && !ostler_testkit::server::is_warmup(b)
-                })
-            })
+        let turn = turn_requests(&world, prompt)
+            .pop()
             .expect("the turn's request");
         let beta = turn.anthropic_beta.unwrap_or_default();
         if !include {
@@ -589,21 +589,19 @@ async fn prompt_suggestions_reach_the_client() {
     let world = World::with_scenario(NEW, SUGGESTIONS).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let session = c
-        .create_session(pb::CreateSessionRequest {
-            cwd: world.work.display().to_string(),
-            prompt_suggestions: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = subscribe(&mut c, &session.id, 0, false).await;
-    let mut seen = Vec::new();
-    for prompt in ["Say hello", "Tell me more"] {
-        send(&mut c, &session.id, prompt).await;
-        read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
-    }
+    let req = pb::CreateSessionRequest {
+        prompt_suggestions: true,
+        ..Default::default()
+    };
+    let (session, mut events, mut seen) = create_and_turn(&mut c, &world, req, "Say hello").await;
+    send(&mut c, &session.id, "Tell me more").await;
+    read_until(
+        &mut events,
+        &mut seen,
+        "the second turn's end",
+        is_turn_completed,
+    )
+    .await;
     let suggested = |e: &pb::SessionEvent| match &e.payload {
         Some(pb::session_event::Payload::PromptSuggestion(p)) => Some(p.suggestion.clone()),
         _ => None,
@@ -666,21 +664,13 @@ async fn permission_prompts_and_thinking_reach_the_cli() {
     let world = World::with_scenario(NEW, NEEDS_PERMISSION).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let session = c
-        .create_session(pb::CreateSessionRequest {
-            cwd: world.work.display().to_string(),
-            permission_prompts: "none".into(),
-            model: "claude-sonnet-4-5-20250929".into(),
-            thinking: "disabled".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = subscribe(&mut c, &session.id, 0, false).await;
-    let mut seen = Vec::new();
-    send(&mut c, &session.id, "Create the file please").await;
-    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    let req = pb::CreateSessionRequest {
+        permission_prompts: "none".into(),
+        model: "claude-sonnet-4-5-20250929".into(),
+        thinking: "disabled".into(),
+        ..Default::default()
+    };
+    let (_, _, seen) = create_and_turn(&mut c, &world, req, "Create the file please").await;
     use pb::session_event::Payload as P;
     assert!(
         !seen
@@ -694,13 +684,9 @@ async fn permission_prompts_and_thinking_reach_the_cli() {
         world.model_saw("no approval surface"),
         "the model was not told"
     );
-    let requests = world.fake.requests();
-    let turn = requests
-        .iter()
-        .filter_map(|r| r.body.as_ref())
-        .find(|b| {
-            b.to_string().contains("Create the file") && !ostler_testkit::server::is_warmup(b)
-        })
+    let turn = turn_requests(&world, "Create the file")
+        .into_iter()
+        .find_map(|r| r.body)
         .expect("the turn's request");
     assert_eq!(turn["thinking"]["type"], "disabled", "{}", turn["thinking"]);
 
@@ -714,24 +700,11 @@ async fn permission_prompts_and_thinking_reach_the_cli() {
             .any(|b| b["thinking"]["display"] == "summarized"),
         "summarized thinking asked for without the option"
     );
-    let session = c
-        .create_session(pb::CreateSessionRequest {
-            cwd: world.work.display().to_string(),
-            thinking_display: "summarized".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = subscribe(&mut c, &session.id, 0, false).await;
-    send(&mut c, &session.id, "Say hello").await;
-    read_until(
-        &mut events,
-        &mut Vec::new(),
-        "the turn's end",
-        is_turn_completed,
-    )
-    .await;
+    let req = pb::CreateSessionRequest {
+        thinking_display: "summarized".into(),
+        ..Default::default()
+    };
+    create_and_turn(&mut c, &world, req, "Say hello").await;
     // The turn's request asks for it (without the option 2.1.332 asks for `updates`).
     let summarized = |from: usize| {
         world.fake.requests()[from..]
