@@ -32,8 +32,9 @@
 //!   turn's `result` when `initialize` asked for `promptSuggestions`)
 //!
 //! A notice whose required field (`task_id`, `status` of a notification or rate limit,
-//! `command_uuid` and `state` of a lifecycle, `elicitation_id`, a hook's `hook_event`, a banner's `content`, a suggestion's `suggestion`) is missing or of another
-//! type gets no detail: it stays a plain notice, never a guess.
+//! `command_uuid` and `state` of a lifecycle, `elicitation_id`, a hook's `hook_event`, a
+//! banner's `content`, a suggestion's `suggestion`) is missing or of another type gets no
+//! detail: it stays a plain notice, never a guess.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

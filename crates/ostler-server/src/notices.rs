@@ -1,6 +1,7 @@
 //! Issue 10's typed events: the CLI notices whose fields clients need (background tasks,
-//! rate limits, compaction, status, a user message's lifecycle, a URL elicitation's end, a hook's run, a banner, a suggested next prompt)
-//! and a result's per-model usage, mapped to `ostler.v1`.
+//! rate limits, compaction, status, a user message's lifecycle, a URL elicitation's end,
+//! a hook's run, a banner, a suggested next prompt) and a result's per-model usage, mapped
+//! to `ostler.v1`.
 //! The engine stores them as `system_notice` with the typed `detail` the decoder read; the
 //! whole message goes out as `fields_json`, so nothing is lost to a client that wants more.
 

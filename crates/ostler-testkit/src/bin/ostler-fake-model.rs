@@ -1,8 +1,8 @@
 //! `ostler-fake-model [SCENARIO.toml]`: run the fake Anthropic model server on an ephemeral
 //! loopback port. The first stdout line is the base URL; each request is logged to stderr
 //! as one JSON line (method, path, rule, status; with `OSTLER_FAKE_MODEL_BODIES=1` also
-//! the request's last message, cut to 600 bytes, and its `thinking`, for writing rules by hand). Runs until
-//! Ctrl-C / SIGTERM.
+//! the request's last message, cut to 600 bytes, and its `thinking`, for writing rules by
+//! hand). Runs until Ctrl-C / SIGTERM.
 #![allow(clippy::disallowed_methods)] // test support binary
 
 use std::time::Duration;
