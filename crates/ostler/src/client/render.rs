@@ -830,46 +830,13 @@ impl Human {
             // A hook the CLI ran (every hook with include_hook_events): its end, with the
             // output of one that failed; its start and output so far with --verbose.
             Payload::HookActivity(h) => {
-                let name = if h.hook_name.is_empty() {
-                    &h.hook_event
-                } else {
-                    &h.hook_name
-                };
-                match h.phase.as_str() {
-                    "response" => {
-                        let exit = h
-                            .exit_code
-                            .map(|c| format!(", exit {c}"))
-                            .unwrap_or_default();
-                        let outcome = if h.outcome.is_empty() {
-                            "ended"
-                        } else {
-                            &h.outcome
-                        };
-                        let line = format!("· hook {name}: {outcome}{exit}");
-                        if h.outcome == "error" {
-                            self.note(&self.err.red(&line));
-                            let out = if h.output.trim().is_empty() {
-                                &h.stderr
-                            } else {
-                                &h.output
-                            };
-                            for l in out.lines().take(5) {
-                                self.note(&self.err.dim(&format!("    {l}")));
-                            }
-                        } else {
-                            self.note(&self.err.dim(&line));
-                        }
-                    }
-                    phase if self.verbose => {
-                        let what = if phase == "started" {
-                            "started"
-                        } else {
-                            "running"
-                        };
-                        self.note(&self.err.dim(&format!("· hook {name} {what}")));
-                    }
-                    _ => {}
+                for (failed, l) in hook_lines(h, self.verbose) {
+                    let l = if failed {
+                        self.err.red(&l)
+                    } else {
+                        self.err.dim(&l)
+                    };
+                    self.note(&l);
                 }
             }
             // A banner of the CLI's: warnings and suggestions stand out, notices are
@@ -943,6 +910,43 @@ pub fn age(ms: i64) -> String {
     }
 }
 
+/// The lines shown for a hook's activity: its end (`true`: it failed, shown with up to
+/// five lines of its output), and with `verbose` its start and progress.
+fn hook_lines(h: &pb::HookActivity, verbose: bool) -> Vec<(bool, String)> {
+    let name = if h.hook_name.is_empty() {
+        &h.hook_event
+    } else {
+        &h.hook_name
+    };
+    match h.phase.as_str() {
+        "response" => {
+            let exit = h
+                .exit_code
+                .map(|c| format!(", exit {c}"))
+                .unwrap_or_default();
+            let outcome = if h.outcome.is_empty() {
+                "ended"
+            } else {
+                &h.outcome
+            };
+            let failed = h.outcome == "error";
+            let mut v = vec![(failed, format!("· hook {name}: {outcome}{exit}"))];
+            if failed {
+                let out = if h.output.trim().is_empty() {
+                    &h.stderr
+                } else {
+                    &h.output
+                };
+                v.extend(out.lines().take(5).map(|l| (false, format!("    {l}"))));
+            }
+            v
+        }
+        "started" if verbose => vec![(false, format!("· hook {name} started"))],
+        _ if verbose => vec![(false, format!("· hook {name} running"))],
+        _ => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1002,5 +1006,46 @@ mod tests {
         let s = summary(Style { on: false }, &t, 1500, true);
         assert!(s.starts_with("⏹ interrupted · 1 turn ·"), "{s}");
         assert!(!s.contains("ede_diagnostic"), "{s}");
+    }
+    #[test]
+    fn hook_activity_reads_well() {
+        let h = |phase: &str, outcome: &str, exit: Option<i32>, stderr: &str| pb::HookActivity {
+            phase: phase.into(),
+            hook_name: "UserPromptSubmit".into(),
+            hook_event: "UserPromptSubmit".into(),
+            outcome: outcome.into(),
+            exit_code: exit,
+            stderr: stderr.into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            hook_lines(
+                &h("response", "error", Some(2), "no prompts\nhere\n"),
+                false
+            ),
+            vec![
+                (true, "· hook UserPromptSubmit: error, exit 2".to_owned()),
+                (false, "    no prompts".to_owned()),
+                (false, "    here".to_owned()),
+            ]
+        );
+        assert_eq!(
+            hook_lines(&h("response", "success", Some(0), ""), false),
+            vec![(false, "· hook UserPromptSubmit: success, exit 0".to_owned())]
+        );
+        // 2.0.x's end has no outcome; starts and progress only with --verbose.
+        let mut old = h("response", "", None, "");
+        old.hook_name = String::new();
+        old.hook_event = "SessionStart".into();
+        assert_eq!(
+            hook_lines(&old, false),
+            vec![(false, "· hook SessionStart: ended".to_owned())]
+        );
+        assert!(hook_lines(&h("started", "", None, ""), false).is_empty());
+        assert!(hook_lines(&h("progress", "", None, ""), false).is_empty());
+        assert_eq!(
+            hook_lines(&h("started", "", None, ""), true),
+            vec![(false, "· hook UserPromptSubmit started".to_owned())]
+        );
     }
 }
