@@ -729,50 +729,95 @@ impl CliOptions {
     }
 
     /// The session-option flags these options put on the command line whose presence
-    /// differs between releases (see `compat::PROBED_OPTIONS`).
-    pub fn gated_flags(&self) -> Vec<&'static str> {
+    /// differs between releases (see `compat::PROBED_OPTIONS`), each with the option field
+    /// that needs it.
+    pub fn gated_options(&self) -> Vec<(&'static str, &'static str)> {
         let mut v = Vec::new();
-        let mut on = |cond: bool, flag: &'static str| {
+        let mut on = |cond: bool, flag: &'static str, field: &'static str| {
             if cond {
-                v.push(flag);
+                v.push((flag, field));
             }
         };
-        on(self.system_prompt.is_some(), "--system-prompt");
+        on(
+            self.system_prompt.is_some(),
+            "--system-prompt",
+            "system_prompt",
+        );
         on(
             self.append_system_prompt.is_some(),
             "--append-system-prompt",
+            "append_system_prompt",
         );
-        on(self.fallback_model.is_some(), "--fallback-model");
-        on(!self.add_dirs.is_empty(), "--add-dir");
-        on(self.max_budget_usd.is_some(), "--max-budget-usd");
-        on(self.max_thinking_tokens.is_some(), "--max-thinking-tokens");
-        on(self.settings.is_some(), "--settings");
-        on(!self.setting_sources.is_empty(), "--setting-sources");
+        on(
+            self.fallback_model.is_some(),
+            "--fallback-model",
+            "fallback_model",
+        );
+        on(!self.add_dirs.is_empty(), "--add-dir", "add_dirs");
+        on(
+            self.max_budget_usd.is_some(),
+            "--max-budget-usd",
+            "max_budget_usd",
+        );
+        on(
+            self.max_thinking_tokens.is_some(),
+            "--max-thinking-tokens",
+            "max_thinking_tokens",
+        );
+        on(self.settings.is_some(), "--settings", "settings");
+        on(
+            !self.setting_sources.is_empty(),
+            "--setting-sources",
+            "setting_sources",
+        );
         on(
             !self.mcp_servers.is_empty() || !self.tool_servers.is_empty(),
             "--mcp-config",
+            "mcp_servers",
         );
-        on(self.strict_mcp_config, "--strict-mcp-config");
-        on(self.agents.is_some(), "--agents");
-        on(self.json_schema.is_some(), "--json-schema");
-        on(self.tools.is_some(), "--tools");
-        on(self.agent.is_some(), "--agent");
-        on(self.effort.is_some(), "--effort");
-        on(!self.plugin_dirs.is_empty(), "--plugin-dir");
-        on(self.include_hook_events, "--include-hook-events");
-        on(!self.betas.is_empty(), "--betas");
-        on(self.permission_prompts.is_some(), "--permission-prompts");
-        on(self.thinking.is_some(), "--thinking");
-        on(self.thinking_display.is_some(), "--thinking-display");
+        on(
+            self.strict_mcp_config,
+            "--strict-mcp-config",
+            "strict_mcp_config",
+        );
+        on(self.agents.is_some(), "--agents", "agents");
+        on(self.json_schema.is_some(), "--json-schema", "json_schema");
+        on(self.tools.is_some(), "--tools", "tools");
+        on(self.agent.is_some(), "--agent", "agent");
+        on(self.effort.is_some(), "--effort", "effort");
+        on(!self.plugin_dirs.is_empty(), "--plugin-dir", "plugin_dirs");
+        on(
+            self.include_hook_events,
+            "--include-hook-events",
+            "include_hook_events",
+        );
+        on(!self.betas.is_empty(), "--betas", "betas");
+        on(
+            self.permission_prompts.is_some(),
+            "--permission-prompts",
+            "permission_prompts",
+        );
+        on(self.thinking.is_some(), "--thinking", "thinking");
+        on(
+            self.thinking_display.is_some(),
+            "--thinking-display",
+            "thinking_display",
+        );
         v
     }
 
-    /// The first flag of [`Self::gated_flags`] the release is measured not to accept
-    /// (`None`: all accepted or not measured, then the CLI is tried).
-    pub fn unsupported_by(&self, caps: &Capabilities) -> Option<&'static str> {
-        self.gated_flags()
+    /// The flags of [`Self::gated_options`].
+    pub fn gated_flags(&self) -> Vec<&'static str> {
+        self.gated_options().into_iter().map(|(f, _)| f).collect()
+    }
+
+    /// The first of [`Self::gated_options`] whose flag the release is measured not to
+    /// accept, as (flag, field) (`None`: all accepted or not measured, then the CLI is
+    /// tried).
+    pub fn unsupported_by(&self, caps: &Capabilities) -> Option<(&'static str, &'static str)> {
+        self.gated_options()
             .into_iter()
-            .find(|f| caps.accepts_option(f) == Some(false))
+            .find(|(f, _)| caps.accepts_option(f) == Some(false))
     }
 
     /// A copy fit to show: values of `env`, of MCP servers' `env` and `headers` replaced by

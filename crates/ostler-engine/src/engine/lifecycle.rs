@@ -74,34 +74,6 @@ fn validate_session_id(id: &str) -> Result<()> {
     }
 }
 
-/// The option field that needs `flag` (for messages).
-fn field_of(flag: &str) -> &'static str {
-    match flag {
-        "--system-prompt" => "system_prompt",
-        "--append-system-prompt" => "append_system_prompt",
-        "--fallback-model" => "fallback_model",
-        "--add-dir" => "add_dirs",
-        "--max-budget-usd" => "max_budget_usd",
-        "--max-thinking-tokens" => "max_thinking_tokens",
-        "--settings" => "settings",
-        "--setting-sources" => "setting_sources",
-        "--mcp-config" => "mcp_servers",
-        "--strict-mcp-config" => "strict_mcp_config",
-        "--agents" => "agents",
-        "--json-schema" => "json_schema",
-        "--tools" => "tools",
-        "--agent" => "agent",
-        "--effort" => "effort",
-        "--plugin-dir" => "plugin_dirs",
-        "--include-hook-events" => "include_hook_events",
-        "--betas" => "betas",
-        "--permission-prompts" => "permission_prompts",
-        "--thinking" => "thinking",
-        "--thinking-display" => "thinking_display",
-        _ => "options",
-    }
-}
-
 fn canonical_dir(field: &str, p: &Path) -> Result<PathBuf> {
     let c = std::fs::canonicalize(p)
         .map_err(|e| Error::invalid(field, format!("{}: {e}", p.display())))?;
@@ -373,14 +345,12 @@ impl Engine {
             }
         }
         let inst = self.installation();
-        if let Some(flag) = options.unsupported_by(&inst.capabilities) {
+        if let Some((flag, field)) = options.unsupported_by(&inst.capabilities) {
             return Err(Error::precondition(format!(
-                "Claude Code {} does not accept `{flag}`, which the session option `{}` \
-                 needs (measured: see docs/compatibility.md); leave `{}` unset or use a \
+                "Claude Code {} does not accept `{flag}`, which the session option `{field}` \
+                 needs (measured: see docs/compatibility.md); leave `{field}` unset or use a \
                  newer release",
                 inst.version,
-                field_of(flag),
-                field_of(flag)
             )));
         }
         if !options.hooks.is_empty() {
