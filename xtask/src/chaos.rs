@@ -337,6 +337,7 @@ async fn send(c: &mut Client, id: &str, text: &str) -> Result<u64> {
             content: Some(pb::message_content::Content::Text(text.to_owned())),
         }),
         client_message_id: String::new(),
+        ..Default::default()
     })
     .await?
     .into_inner()

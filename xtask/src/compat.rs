@@ -64,6 +64,10 @@ pub struct ProbeArgs {
     /// rest of the recorded evidence.
     #[arg(long)]
     pub outputs_only: bool,
+    /// Only measure which user-message fields the release honours (`inputs`), keeping the
+    /// rest of the recorded evidence.
+    #[arg(long)]
+    pub inputs_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -122,6 +126,10 @@ pub struct Evidence {
     /// whose `initialize` asked for `promptSuggestions`.
     #[serde(default)]
     pub outputs: BTreeMap<String, bool>,
+    /// User-message fields (`ostler_supervisor::compat::MESSAGE_FIELDS`) -> whether the
+    /// release honoured each ([`input_probe`]).
+    #[serde(default)]
+    pub inputs: BTreeMap<String, bool>,
 }
 
 fn root() -> PathBuf {
@@ -175,6 +183,10 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
         } else if a.outputs_only {
             let (mut ev, binary) = recorded()?;
             ev.outputs = rt.block_on(output_probe(&binary))?;
+            ev
+        } else if a.inputs_only {
+            let (mut ev, binary) = recorded()?;
+            ev.inputs = rt.block_on(input_probe(&binary))?;
             ev
         } else if a.options_only {
             let (mut ev, binary) = recorded()?;
@@ -267,6 +279,7 @@ async fn measure(version: &str) -> Result<Evidence> {
         hook_events: hook_event_probe(&binary)?,
         hook_calls: hook_call_probe(&binary).await?,
         outputs: output_probe(&binary).await?,
+        inputs: input_probe(&binary).await?,
     })
 }
 
@@ -667,65 +680,189 @@ async fn serve_turns(
     mut turns: Turns<'_>,
     answer: &mut dyn FnMut(&serde_json::Value) -> serde_json::Value,
 ) -> Result<ostler_testkit::FakeModelServer> {
-    let scenario = ostler_testkit::Scenario::from_toml("compat-probe", scenario)?;
-    let server = ostler_testkit::FakeModelServer::start(scenario).await?;
-    let mut args = ostler_protocol::argv::StreamJsonArgs::session();
-    for (flag, value) in options {
-        args.option(flag, value);
-    }
-    let mut child = herm
-        .command(binary, &args.into_args(), &server.url(), &BTreeMap::new())
-        .spawn()?;
-    let mut stdin = child.stdin.take().context("stdin")?;
-    let stdout = child.stdout.take().context("stdout")?;
+    let mut s = ProbeSession::start(herm, binary, scenario, options).await?;
     if let Some(mut fields) = turns.initialize.take() {
         fields["subtype"] = "initialize".into();
         let init = serde_json::json!({"type":"control_request","request_id":"probe-init","request":fields});
-        stdin.write_all(format!("{init}\n").as_bytes()).await?;
+        s.send(&[init]).await?;
     }
-    let user = |text: &str| {
-        let m = serde_json::json!({"type":"user","message":{"role":"user","content":text},"parent_tool_use_id":null,"session_id":""});
-        format!("{m}\n")
-    };
     let mut texts = turns.texts.iter();
     if let Some(t) = texts.next() {
-        stdin.write_all(user(t).as_bytes()).await?;
+        s.send(&[user_message(t, serde_json::json!({}))]).await?;
     }
-    stdin.flush().await?;
-    let mut lines = BufReader::new(stdout).lines();
-    let run = async {
-        while let Some(line) = lines.next_line().await? {
+    let deadline = tokio::time::Instant::now() + turns.limit;
+    while let Some(v) = s.next(deadline, answer).await? {
+        if turns.until.as_mut().is_some_and(|until| until(&v)) {
+            break;
+        }
+        if v["type"] == "result" {
+            match texts.next() {
+                Some(t) => s.send(&[user_message(t, serde_json::json!({}))]).await?,
+                None if turns.until.is_none() => break,
+                None => {}
+            }
+        }
+    }
+    Ok(s.finish().await)
+}
+
+/// A stream-json user message with `text`, and `fields` (an object) added to it.
+fn user_message(text: &str, fields: serde_json::Value) -> serde_json::Value {
+    let mut m = serde_json::json!({"type":"user","message":{"role":"user","content":text},"parent_tool_use_id":null,"session_id":""});
+    if let (Some(m), serde_json::Value::Object(f)) = (m.as_object_mut(), fields) {
+        m.extend(f);
+    }
+    m
+}
+
+/// A session-mode CLI process of a probe, against its own fake model server: lines written
+/// as given, lines read one at a time with the CLI's control requests answered.
+struct ProbeSession {
+    server: ostler_testkit::FakeModelServer,
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    /// When the process was seen to exit.
+    exited: Option<tokio::time::Instant>,
+}
+
+impl ProbeSession {
+    /// `binary` in `herm` with `options`, its model played by `scenario`.
+    async fn start(
+        herm: &ostler_testkit::cli::Hermetic,
+        binary: &Path,
+        scenario: &str,
+        options: &[(&str, String)],
+    ) -> Result<Self> {
+        let scenario = ostler_testkit::Scenario::from_toml("compat-probe", scenario)?;
+        let server = ostler_testkit::FakeModelServer::start(scenario).await?;
+        let mut args = ostler_protocol::argv::StreamJsonArgs::session();
+        for (flag, value) in options {
+            args.option(flag, value);
+        }
+        let mut child = herm
+            .command(binary, &args.into_args(), &server.url(), &BTreeMap::new())
+            .spawn()?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        Ok(Self {
+            server,
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+            exited: None,
+        })
+    }
+
+    /// Writes `lines` in one write (a release reads them together). A release that
+    /// exited has closed stdin: what it did is read from its output and the model server.
+    async fn send(&mut self, lines: &[serde_json::Value]) -> Result<()> {
+        let mut buf = String::new();
+        for l in lines {
+            writeln!(buf, "{l}")?;
+        }
+        let written = async {
+            self.stdin.write_all(buf.as_bytes()).await?;
+            self.stdin.flush().await
+        };
+        match written.await {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            r => Ok(r?),
+        }
+    }
+
+    /// The next JSON line, `None` at the end of output or at `deadline`. A control request
+    /// is answered `answer(request)` before it is returned.
+    async fn next(
+        &mut self,
+        deadline: tokio::time::Instant,
+        answer: &mut dyn FnMut(&serde_json::Value) -> serde_json::Value,
+    ) -> Result<Option<serde_json::Value>> {
+        loop {
+            // A release that exited may leave a process behind that holds its stdout open
+            // (1.0.58): what it wrote is read for 2 s more, not until the deadline.
+            let line = match self.exited {
+                Some(at) => {
+                    let until = deadline.min(at + secs(2));
+                    match tokio::time::timeout_at(until, self.lines.next_line()).await {
+                        Ok(line) => line?,
+                        Err(_) => None,
+                    }
+                }
+                None => tokio::select! {
+                    line = tokio::time::timeout_at(deadline, self.lines.next_line()) => match line {
+                        Ok(line) => line?,
+                        Err(_) => None,
+                    },
+                    _ = self.child.wait() => {
+                        self.exited = Some(tokio::time::Instant::now());
+                        continue;
+                    }
+                },
+            };
+            let Some(line) = line else {
+                return Ok(None);
+            };
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
-            if turns.until.as_mut().is_some_and(|until| until(&v)) {
-                break;
+            if v["type"] == "control_request" {
+                let body = answer(&v["request"]);
+                let resp = serde_json::json!({"type":"control_response","response":{"subtype":"success","request_id":v["request_id"],"response":body}});
+                self.send(&[resp]).await?;
             }
-            match v["type"].as_str() {
-                Some("control_request") => {
-                    let body = answer(&v["request"]);
-                    let resp = serde_json::json!({"type":"control_response","response":{"subtype":"success","request_id":v["request_id"],"response":body}});
-                    stdin.write_all(format!("{resp}\n").as_bytes()).await?;
-                    stdin.flush().await?;
-                }
-                Some("result") => match texts.next() {
-                    Some(t) => {
-                        stdin.write_all(user(t).as_bytes()).await?;
-                        stdin.flush().await?;
-                    }
-                    None if turns.until.is_none() => break,
-                    None => {}
-                },
-                _ => {}
+            return Ok(Some(v));
+        }
+    }
+
+    /// Reads until a line `pick` returns true for (`true`), or the end of output or
+    /// `limit` (`false`); control requests are answered with an empty success.
+    async fn until(
+        &mut self,
+        limit: Duration,
+        mut pick: impl FnMut(&serde_json::Value) -> bool,
+    ) -> Result<bool> {
+        let deadline = tokio::time::Instant::now() + limit;
+        while let Some(v) = self.next(deadline, &mut |_| serde_json::json!({})).await? {
+            if pick(&v) {
+                return Ok(true);
             }
         }
-        anyhow::Ok(())
-    };
-    let _ = tokio::time::timeout(turns.limit, run).await;
-    drop(stdin);
-    let _ = tokio::time::timeout(secs(10), child.wait()).await;
-    let _ = child.start_kill();
-    Ok(server)
+        Ok(false)
+    }
+
+    /// Waits until a request to the model satisfies `pick` (`true`), or `limit` passes or
+    /// the process exits without one (`false`).
+    async fn request(
+        &mut self,
+        limit: Duration,
+        pick: impl Fn(&ostler_testkit::server::RecordedRequest) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let seen = self.server.requests();
+            if seen.iter().any(&pick) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() || self.exited.is_some() {
+                return false;
+            }
+            tokio::select! {
+                _ = self.server.wait_for_requests(seen.len() + 1, left) => {}
+                _ = self.child.wait() => self.exited = Some(tokio::time::Instant::now()),
+            }
+        }
+    }
+
+    /// Closes stdin, gives the process 10 s to exit, then kills it; returns the model
+    /// server, to see what reached the model.
+    async fn finish(mut self) -> ostler_testkit::FakeModelServer {
+        drop(self.stdin);
+        let _ = tokio::time::timeout(secs(10), self.child.wait()).await;
+        let _ = self.child.start_kill();
+        self.server
+    }
 }
 
 /// The prompt the CLI sends the model for a prompt suggestion starts with this (2.1.120
@@ -772,6 +909,188 @@ async fn output_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
         "prompt_suggestion".to_string(),
         suggested,
     )]))
+}
+
+/// The probe model's rule that holds an answer until the probe releases it (or 60 s).
+const HOLD_SCENARIO: &str = "description = \"compat probe: user-message fields\"\n\
+    default_text = \"ok\"\n\
+    [[model]]\nname = \"held\"\nwhen = { last_user_text_contains = \"PROBE-HOLD\" }\n\
+    hold_until = \"probe-hold\"\nblocks = [ { type = \"text\", text = \"held\" } ]\n";
+
+/// Whether the last user message of a request to the model has `text` in it.
+fn last_user_has(r: &ostler_testkit::server::RecordedRequest, text: &str) -> bool {
+    r.matches(&ostler_testkit::scenario::Match {
+        last_user_text_contains: Some(text.into()),
+        ..Default::default()
+    })
+}
+
+/// Which fields of a user message the release honours
+/// (`ostler_supervisor::compat::MESSAGE_FIELDS`), each in a session of its own:
+/// - `verbatim`: `PROBE-VERBATIM-1 @file` with `client_composed: true`, then the same
+///   without it (`-2`): honoured when the file's text reached the model with the second
+///   and not the first (a release that never expands `@path` cannot show it: not
+///   honoured);
+/// - `context_only`: `PROBE-CONTEXT` with `shouldQuery: false`, then `PROBE-AFTER`:
+///   honoured when no request was made for the first alone and the request for the second
+///   carried it;
+/// - `priority_now`: `PROBE-HOLD` (its answer held), then `PROBE-NOW` with `priority:
+///   now`: honoured when a `result` came while the answer was still held and `PROBE-NOW`
+///   reached the model;
+/// - `priority_later`: `PROBE-HOLD`, then `PROBE-LATER` (`priority: later`) and
+///   `PROBE-NEXT` (none) in one write, the answer released once the release says both are
+///   queued (`command_lifecycle`) or after 3 s: honoured when `PROBE-NEXT` reached the
+///   model in a turn before `PROBE-LATER`'s.
+///
+/// Measured by hand before: 2.1.330 and 2.1.332 honour all four; 2.1.121 `priority: now`
+/// and `shouldQuery` but not `client_composed`, and it takes a `later` message into one
+/// turn with the message queued after it (not honoured); 2.0.77 and older none.
+async fn input_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+    let mut out = BTreeMap::new();
+    out.insert("verbatim".to_string(), verbatim_probe(binary).await?);
+    out.insert(
+        "context_only".to_string(),
+        context_only_probe(binary).await?,
+    );
+    out.insert(
+        "priority_now".to_string(),
+        priority_now_probe(binary).await?,
+    );
+    out.insert(
+        "priority_later".to_string(),
+        priority_later_probe(binary).await?,
+    );
+    Ok(out)
+}
+
+async fn verbatim_probe(binary: &Path) -> Result<bool> {
+    const CONTENT: &str = "PROBE-FILE-CONTENT";
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let file = herm.root().join("probe-notes.txt");
+    std::fs::write(&file, format!("{CONTENT}\n"))?;
+    let mention = format!("please look at @{}", file.display());
+    let mut s = ProbeSession::start(&herm, binary, HOLD_SCENARIO, &[]).await?;
+    let verbatim = serde_json::json!({"client_composed": true});
+    s.send(&[user_message(
+        &format!("PROBE-VERBATIM-1 {mention}"),
+        verbatim,
+    )])
+    .await?;
+    s.until(secs(60), |v| v["type"] == "result").await?;
+    s.send(&[user_message(
+        &format!("PROBE-VERBATIM-2 {mention}"),
+        serde_json::json!({}),
+    )])
+    .await?;
+    s.until(secs(60), |v| v["type"] == "result").await?;
+    let server = s.finish().await;
+    let expanded = |marker: &str| {
+        server.requests().iter().any(|r| {
+            last_user_has(r, marker)
+                && r.body
+                    .as_ref()
+                    .is_some_and(|b| b.to_string().contains(CONTENT))
+        })
+    };
+    let reached = server
+        .requests()
+        .iter()
+        .any(|r| last_user_has(r, "PROBE-VERBATIM-1"));
+    Ok(reached && !expanded("PROBE-VERBATIM-1") && expanded("PROBE-VERBATIM-2"))
+}
+
+async fn context_only_probe(binary: &Path) -> Result<bool> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let mut s = ProbeSession::start(&herm, binary, HOLD_SCENARIO, &[]).await?;
+    let no_query = serde_json::json!({"shouldQuery": false});
+    s.send(&[user_message("PROBE-CONTEXT", no_query)]).await?;
+    s.until(secs(60), |v| v["type"] == "result").await?;
+    s.send(&[user_message("PROBE-AFTER", serde_json::json!({}))])
+        .await?;
+    s.until(secs(60), |v| v["type"] == "result").await?;
+    let server = s.finish().await;
+    let requests = server.requests();
+    // The next turn's request may join the two in its last user message.
+    let queried = requests
+        .iter()
+        .any(|r| last_user_has(r, "PROBE-CONTEXT") && !last_user_has(r, "PROBE-AFTER"));
+    let carried = requests.iter().any(|r| {
+        last_user_has(r, "PROBE-AFTER")
+            && r.body
+                .as_ref()
+                .is_some_and(|b| b["messages"].to_string().contains("PROBE-CONTEXT"))
+    });
+    Ok(!queried && carried)
+}
+
+async fn priority_now_probe(binary: &Path) -> Result<bool> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let mut s = ProbeSession::start(&herm, binary, HOLD_SCENARIO, &[]).await?;
+    s.send(&[user_message("PROBE-HOLD", serde_json::json!({}))])
+        .await?;
+    if !s
+        .request(secs(60), |r| last_user_has(r, "PROBE-HOLD"))
+        .await
+    {
+        // No turn to queue behind (a release that cannot run this session).
+        s.finish().await;
+        return Ok(false);
+    }
+    let now = serde_json::json!({"priority": "now"});
+    s.send(&[user_message("PROBE-NOW", now)]).await?;
+    // Honoured: the held turn ends at once. Ignored: it waits for the answer.
+    let stopped = s.until(secs(15), |v| v["type"] == "result").await?;
+    s.server.signal("probe-hold");
+    let reached = s.request(secs(60), |r| last_user_has(r, "PROBE-NOW")).await;
+    s.finish().await;
+    Ok(stopped && reached)
+}
+
+async fn priority_later_probe(binary: &Path) -> Result<bool> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let mut s = ProbeSession::start(&herm, binary, HOLD_SCENARIO, &[]).await?;
+    s.send(&[user_message("PROBE-HOLD", serde_json::json!({}))])
+        .await?;
+    if !s
+        .request(secs(60), |r| last_user_has(r, "PROBE-HOLD"))
+        .await
+    {
+        // No turn to queue behind (a release that cannot run this session).
+        s.finish().await;
+        return Ok(false);
+    }
+    let later =
+        serde_json::json!({"priority": "later", "uuid": "00000000-0000-4000-8000-00000000001a"});
+    let next = serde_json::json!({"uuid": "00000000-0000-4000-8000-00000000001b"});
+    s.send(&[
+        user_message("PROBE-LATER", later),
+        user_message("PROBE-NEXT", next),
+    ])
+    .await?;
+    // Both queued before the answer is released (a release without command_lifecycle
+    // gets the whole bound).
+    let mut queued = 0;
+    s.until(secs(3), |v| {
+        queued += usize::from(v["type"] == "command_lifecycle" && v["state"] == "queued");
+        queued == 2
+    })
+    .await?;
+    s.server.signal("probe-hold");
+    let first = |r: &ostler_testkit::server::RecordedRequest| {
+        last_user_has(r, "PROBE-NEXT") || last_user_has(r, "PROBE-LATER")
+    };
+    s.request(secs(60), first).await;
+    // Both answered, or the bound.
+    s.request(secs(60), |r| last_user_has(r, "PROBE-LATER"))
+        .await;
+    let server = s.finish().await;
+    let requests = server.requests();
+    let next_first = requests
+        .iter()
+        .find(|r| first(r))
+        .is_some_and(|r| last_user_has(r, "PROBE-NEXT") && !last_user_has(r, "PROBE-LATER"));
+    let later_after = requests.iter().any(|r| last_user_has(r, "PROBE-LATER"));
+    Ok(next_first && later_after)
 }
 
 /// Which hook events the release calls in a session like ostler's, for the events whose
@@ -1333,6 +1652,15 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
+        if e.inputs.is_empty() {
+            s.push_str("            inputs: &[],\n");
+        } else {
+            s.push_str("            inputs: &[\n");
+            for (k, ok) in &e.inputs {
+                writeln!(s, "                ({k:?}, {ok}),")?;
+            }
+            s.push_str("            ],\n");
+        }
         if e.control.is_empty() {
             s.push_str("            control: &[],\n");
         } else {
@@ -1568,6 +1896,40 @@ fn render_md(d: &Derived) -> Result<String> {
             None => "-",
         };
         writeln!(s, "| {v} | {mark} |")?;
+    }
+    s.push_str("\n## User-message fields\n\n");
+    s.push_str(
+        "How a release takes a user message's fields besides its content (`cargo xtask \
+         compat probe`, `--inputs-only` for just these; SendMessage's `priority`, `verbatim` \
+         and `context_only`). A release that ignores a field runs the message as if it were \
+         not there, so SendMessage refuses a field the running release is measured not to \
+         honour with FAILED_PRECONDITION, before anything is recorded or written. Each \
+         honoured field is listed among the release's capabilities as `input:<field>`. \
+         `-` not measured.\n\n",
+    );
+    for (field, what) in ostler_supervisor::compat::MESSAGE_FIELDS {
+        writeln!(s, "- `{field}`: {what}.")?;
+    }
+    s.push_str("\n| release |");
+    for (field, _) in ostler_supervisor::compat::MESSAGE_FIELDS {
+        write!(s, " `{field}` |")?;
+    }
+    s.push_str("\n| --- |");
+    for _ in ostler_supervisor::compat::MESSAGE_FIELDS {
+        s.push_str(" --- |");
+    }
+    s.push('\n');
+    for (v, e, _) in &d.rows {
+        write!(s, "| {v} |")?;
+        for (field, _) in ostler_supervisor::compat::MESSAGE_FIELDS {
+            let mark = match e.inputs.get(field) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            };
+            write!(s, " {mark} |")?;
+        }
+        s.push('\n');
     }
     s.push_str("\n## Hook events\n\n");
     s.push_str(

@@ -893,6 +893,7 @@ async fn send(c: &mut Client, sid: &str, text: &str) -> Result<()> {
             content: Some(message_content::Content::Text(text.to_string())),
         }),
         client_message_id: String::new(),
+        ..Default::default()
     })
     .await?;
     Ok(())

@@ -649,6 +649,7 @@ impl Actor {
                 client_message_id: msg.client_message_id.clone(),
                 sent_by: msg.client.label(),
                 message_id: Some(message_id.clone()),
+                delivery: msg.delivery,
             }))
             .await
         {
@@ -666,10 +667,10 @@ impl Actor {
             MessageContent::Text(t) => UserContent::Text(t),
             MessageContent::Blocks(b) => UserContent::Blocks(b),
         };
-        let ack = match self
-            .process
-            .queue_user_tagged(content, Some(message_id.clone()))
-        {
+        let queued =
+            self.process
+                .queue_user_tagged(content, Some(message_id.clone()), msg.delivery);
+        let ack = match queued {
             Ok(ack) => ack,
             Err(e) => {
                 let r = self.send_written(seq, Err(e), false).await;

@@ -196,6 +196,37 @@ pub(crate) fn check_outputs(
     )))
 }
 
+/// `Ok` unless a message asks for a field (`ostler_supervisor::compat::MESSAGE_FIELDS`)
+/// the installed release is measured not to honour: then `FailedPrecondition` naming the
+/// field and the release. A field not measured for the release is written.
+pub(crate) fn check_delivery(inst: &Installation, d: &crate::Delivery) -> Result<()> {
+    let asked = [
+        (
+            "priority_now",
+            "priority NOW",
+            d.priority == Some(crate::Priority::Now),
+        ),
+        (
+            "priority_later",
+            "priority LATER",
+            d.priority == Some(crate::Priority::Later),
+        ),
+        ("verbatim", "verbatim", d.verbatim),
+        ("context_only", "context_only", d.context_only),
+    ];
+    for (field, name, on) in asked {
+        if on && inst.capabilities.inputs.get(field) == Some(&false) {
+            return Err(Error::precondition(format!(
+                "Claude Code {} ignores {name} (measured: see docs/compatibility.md, \
+                 \"User-message fields\"), so the message would run as if it were not set; \
+                 send it without {name} or use a release that honours it",
+                inst.version
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The variable that turns on the CLI's file checkpointing (what `RewindFiles` restores
 /// from), as the Agent SDKs set it for `enable_file_checkpointing`.
 pub const FILE_CHECKPOINTING_VAR: &str = "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING";

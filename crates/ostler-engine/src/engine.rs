@@ -244,6 +244,14 @@ impl Engine {
                 "empty id (omit it instead)",
             ));
         }
+        if msg.delivery.context_only && msg.delivery.priority == Some(crate::Priority::Now) {
+            return Err(Error::invalid(
+                "context_only",
+                "a context-only message starts no turn, so priority NOW (which stops the turn \
+                 under way for it) cannot go with it; send it with the default priority",
+            ));
+        }
+        crate::capability::check_delivery(&self.shared.installation, &msg.delivery)?;
         self.call(session_id, |reply| Command::Send { msg, reply })
             .await
     }

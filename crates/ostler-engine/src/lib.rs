@@ -34,6 +34,7 @@ pub use capability::{CONTEXT_LOST, ResumeOptions};
 pub use engine::{Engine, EngineOptions, Subscription};
 pub use error::{CodeKind, Error, Result};
 pub use feed::{FeedItem, FeedWatch, WatchRequest};
+pub use ostler_protocol::outbound::{Delivery, Priority};
 pub use permission::{PermissionRule, RuleAction};
 pub use runtime::{
     Account, INITIALIZE_FAILED, Initialized, ModelChoice, SESSION_INITIALIZED, SessionDetails,

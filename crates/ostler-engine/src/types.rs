@@ -199,6 +199,8 @@ pub struct SendMessage {
     /// returned.
     pub client_message_id: Option<String>,
     pub client: ClientRef,
+    /// How the CLI is to take it (checked against the running release).
+    pub delivery: crate::Delivery,
 }
 
 /// `Subscribe`.
@@ -388,6 +390,9 @@ pub struct UserMessageSent {
     /// The uuid ostler gave the message on the wire (`uuid`): the id `RewindFiles` takes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
+    /// How the client asked the CLI to take it.
+    #[serde(default, skip_serializing_if = "crate::Delivery::is_plain")]
+    pub delivery: crate::Delivery,
 }
 
 /// The session's state changed.
@@ -850,12 +855,18 @@ mod tests {
             client_message_id: Some("m1".into()),
             sent_by: "client:a".into(),
             message_id: Some("0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a".into()),
+            delivery: crate::Delivery {
+                priority: Some(crate::Priority::Later),
+                verbatim: true,
+                context_only: true,
+            },
         }));
         round_trip(EventPayload::UserMessageSent(UserMessageSent {
             content: MessageContent::Text("hi".into()),
             client_message_id: None,
             sent_by: "client:a".into(),
             message_id: None,
+            delivery: crate::Delivery::default(),
         }));
         for resolution in [
             Resolution::Allowed {

@@ -138,6 +138,7 @@ cat > /dev/null
                 content: MessageContent::Text(big),
                 client_message_id: None,
                 client: ClientRef::default(),
+                delivery: Default::default(),
             },
         ),
     )
@@ -234,6 +235,7 @@ async fn a_decision_never_exists_without_its_resolution_event() {
                     content: MessageContent::Text(format!("turn {k}")),
                     client_message_id: None,
                     client: ClientRef::default(),
+                    delivery: Default::default(),
                 },
             )
             .await
@@ -387,6 +389,7 @@ async fn send_with_id(
                 content: MessageContent::Text(text),
                 client_message_id: Some(id.into()),
                 client: ClientRef::default(),
+                delivery: Default::default(),
             },
         ),
     )

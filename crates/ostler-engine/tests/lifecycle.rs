@@ -433,6 +433,7 @@ async fn send_message_is_idempotent() {
         content: MessageContent::Text(text.into()),
         client_message_id: Some("m-1".into()),
         client: ClientRef::new("alice"),
+        delivery: Default::default(),
     };
     let first = env
         .engine

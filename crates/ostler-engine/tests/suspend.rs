@@ -142,6 +142,7 @@ impl Fake {
                     content: MessageContent::Text(text.into()),
                     client_message_id: None,
                     client: ClientRef::new("tester"),
+                    delivery: Default::default(),
                 },
             ),
         )

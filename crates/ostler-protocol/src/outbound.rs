@@ -12,6 +12,56 @@ pub enum UserContent {
     Blocks(Vec<Value>),
 }
 
+/// How the CLI is to take a user message: the fields the Agent SDKs set on a streamed
+/// user message besides its content. The default writes none of them (the CLI's own
+/// default: the message runs after the turn under way and the messages queued before it,
+/// as typed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Delivery {
+    /// `priority`; `None` writes none (the CLI's default, `next`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// `client_composed: true`: the text is delivered as written, with no `@path`
+    /// expansion and no slash-command dispatch.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub verbatim: bool,
+    /// `shouldQuery: false`: the message joins the conversation without starting a turn;
+    /// the next turn's request carries it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub context_only: bool,
+}
+
+impl Delivery {
+    /// No field set: the message is written as before these fields existed.
+    pub fn is_plain(&self) -> bool {
+        *self == Delivery::default()
+    }
+}
+
+/// A user message's `priority`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// `now`: the turn under way is stopped and this message runs at once.
+    Now,
+    /// `next`: after the turn under way, ahead of messages queued `later`.
+    Next,
+    /// `later`: after every message queued `next`.
+    Later,
+}
+
+impl Priority {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Now => "now",
+            Priority::Next => "next",
+            Priority::Later => "later",
+        }
+    }
+}
+
 /// Our answer to a `control_request` from the CLI.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResponseBody {
@@ -196,6 +246,8 @@ pub enum Outbound {
         /// The message's uuid, chosen by ostler (sent as `uuid`; omitted when `None`). The
         /// CLI keeps it as the message's id: `rewind_files` names a user message by it.
         uuid: Option<String>,
+        /// How the CLI is to take it.
+        delivery: Delivery,
     },
     ControlResponse {
         request_id: String,
@@ -227,6 +279,7 @@ impl Outbound {
                 parent_tool_use_id,
                 session_id,
                 uuid,
+                delivery,
             } => {
                 let content = match content {
                     UserContent::Text(t) => Value::String(t.clone()),
@@ -238,8 +291,19 @@ impl Outbound {
                     "parent_tool_use_id": parent_tool_use_id,
                     "session_id": session_id,
                 });
-                if let (Some(id), Value::Object(m)) = (uuid, &mut v) {
-                    m.insert("uuid".into(), id.clone().into());
+                if let Value::Object(m) = &mut v {
+                    if let Some(id) = uuid {
+                        m.insert("uuid".into(), id.clone().into());
+                    }
+                    if let Some(p) = delivery.priority {
+                        m.insert("priority".into(), p.as_str().into());
+                    }
+                    if delivery.verbatim {
+                        m.insert("client_composed".into(), true.into());
+                    }
+                    if delivery.context_only {
+                        m.insert("shouldQuery".into(), false.into());
+                    }
                 }
                 v
             }
@@ -325,6 +389,7 @@ impl Outbound {
             parent_tool_use_id: None,
             session_id: session_id.into(),
             uuid: None,
+            delivery: Delivery::default(),
         }
     }
 
@@ -569,5 +634,26 @@ mod tests {
             *uuid = Some("0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a".into());
         }
         assert_eq!(m.to_value()["uuid"], "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a");
+    }
+
+    #[test]
+    fn delivery_writes_only_what_is_set() {
+        let mut m = Outbound::user_text("hi", "");
+        let plain = m.to_value();
+        for key in ["priority", "client_composed", "shouldQuery"] {
+            assert!(plain.get(key).is_none(), "{key} written by default");
+        }
+        if let Outbound::User { delivery, .. } = &mut m {
+            *delivery = Delivery {
+                priority: Some(Priority::Later),
+                verbatim: true,
+                context_only: true,
+            };
+        }
+        let v = m.to_value();
+        assert_eq!(v["priority"], "later");
+        assert_eq!(v["client_composed"], true);
+        assert_eq!(v["shouldQuery"], false);
+        assert_eq!(v["message"]["content"], "hi");
     }
 }

@@ -583,6 +583,7 @@ fn outbound_messages() {
             parent_tool_use_id: Some("p".into()),
             session_id: "s".into(),
             uuid: None,
+            delivery: outbound::Delivery::default(),
         })["message"]["content"][0]["text"],
         "x"
     );

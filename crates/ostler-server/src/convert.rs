@@ -229,6 +229,43 @@ fn resolution_to_pb(r: &eng::Resolution) -> pb::Resolution {
 
 // ---------------------------------------------------------------- requests
 
+/// SendMessage's delivery fields. An unknown priority is refused here; the combinations
+/// and the release's support are the engine's to check.
+pub(crate) fn delivery(
+    priority: i32,
+    verbatim: bool,
+    context_only: bool,
+) -> Result<eng::Delivery, Status> {
+    let p = pb::MessagePriority::try_from(priority).map_err(|_| {
+        Status::invalid_argument(format!(
+            "priority: {priority} is not a known MessagePriority"
+        ))
+    })?;
+    Ok(eng::Delivery {
+        priority: priority_from_pb(p),
+        verbatim,
+        context_only,
+    })
+}
+
+fn priority_from_pb(p: pb::MessagePriority) -> Option<eng::Priority> {
+    match p {
+        pb::MessagePriority::Unspecified => None,
+        pb::MessagePriority::Next => Some(eng::Priority::Next),
+        pb::MessagePriority::Now => Some(eng::Priority::Now),
+        pb::MessagePriority::Later => Some(eng::Priority::Later),
+    }
+}
+
+fn priority_to_pb(p: Option<eng::Priority>) -> pb::MessagePriority {
+    match p {
+        None => pb::MessagePriority::Unspecified,
+        Some(eng::Priority::Next) => pb::MessagePriority::Next,
+        Some(eng::Priority::Now) => pb::MessagePriority::Now,
+        Some(eng::Priority::Later) => pb::MessagePriority::Later,
+    }
+}
+
 pub(crate) fn message_content(
     field: &str,
     c: Option<pb::MessageContent>,
@@ -875,6 +912,9 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
             is_synthetic: u.is_synthetic,
             is_replay: u.is_replay,
             sent_by: String::new(),
+            priority: pb::MessagePriority::Unspecified.into(),
+            verbatim: false,
+            context_only: false,
             // An echo names the message echoed.
             message_id: if u.is_replay {
                 u.uuid.clone().unwrap_or_default()
@@ -892,6 +932,9 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 is_replay: false,
                 sent_by: u.sent_by.clone(),
                 message_id: u.message_id.clone().unwrap_or_default(),
+                priority: priority_to_pb(u.delivery.priority).into(),
+                verbatim: u.delivery.verbatim,
+                context_only: u.delivery.context_only,
             })
         }
         eng::EventPayload::ToolResult(t) => {

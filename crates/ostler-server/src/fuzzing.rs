@@ -16,7 +16,8 @@ pub fn list_sessions(r: pb::ListSessionsRequest) -> Result<(), Status> {
 }
 
 pub fn send_message(r: pb::SendMessageRequest) -> Result<(), Status> {
-    convert::message_content("content", r.content).map(drop)
+    convert::message_content("content", r.content)?;
+    convert::delivery(r.priority, r.verbatim, r.context_only).map(drop)
 }
 
 pub fn respond_to_permission(r: pb::RespondToPermissionRequest) -> Result<(), Status> {

@@ -126,6 +126,7 @@ impl SessionService for SessionSvc {
         let r = req.into_inner();
         let id = session_id(&r.session_id)?;
         let content = convert::message_content("content", r.content)?;
+        let delivery = convert::delivery(r.priority, r.verbatim, r.context_only)?;
         convert::bounded(
             "client_message_id",
             &r.client_message_id,
@@ -143,6 +144,7 @@ impl SessionService for SessionSvc {
                         content,
                         client_message_id,
                         client,
+                        delivery,
                     },
                 )
                 .await?;

@@ -229,6 +229,7 @@ async fn other_requests_are_checked_and_echoes_cut() {
                 content: Some(pb::message_content::Content::Text("hi".into())),
             }),
             client_message_id: huge.clone(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -242,6 +243,7 @@ async fn other_requests_are_checked_and_echoes_cut() {
                 content: Some(pb::message_content::Content::Text("hi".into())),
             }),
             client_message_id: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

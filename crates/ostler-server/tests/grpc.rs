@@ -463,6 +463,7 @@ async fn bad_requests_get_actionable_codes() {
             session_id: "x".into(),
             content: None,
             client_message_id: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -180,6 +180,30 @@ impl ControlSupport {
     }
 }
 
+/// The user-message fields `cargo xtask compat probe` measures (the `inputs` column), each
+/// with what honouring it means: a release that ignores one runs the message as if it were
+/// not there, so a session that asks for it is refused instead.
+pub const MESSAGE_FIELDS: [(&str, &str); 4] = [
+    (
+        "priority_now",
+        "`priority: now` stops the turn under way and runs the message at once",
+    ),
+    (
+        "priority_later",
+        "`priority: later` runs in a turn after that of a message queued behind it with the \
+         default priority",
+    ),
+    (
+        "verbatim",
+        "`client_composed: true` sends the text as written (no `@path` expansion, no slash \
+         command)",
+    ),
+    (
+        "context_only",
+        "`shouldQuery: false` adds the message without a model call; the next turn carries it",
+    ),
+];
+
 /// The control request subtypes `cargo xtask compat probe` measures, in the order it sends
 /// them (`initialize` first, before any user message, as the Agent SDKs do). The last,
 /// `hook_callback`, goes the other way: whether the CLI calls a hook registered in
@@ -290,6 +314,11 @@ pub struct Capabilities {
     /// or where the pinned neighbours agree; a type not listed is unknown (then asked).
     #[serde(default)]
     pub outputs: BTreeMap<String, bool>,
+    /// Fields of a user message the release honours -> whether it does (`priority_now`,
+    /// `priority_later`, `verbatim`, `context_only`: see [`MESSAGE_FIELDS`]), measured or
+    /// where the pinned neighbours agree; a field not listed is unknown (then written).
+    #[serde(default)]
+    pub inputs: BTreeMap<String, bool>,
     pub source: CapabilitySource,
 }
 
@@ -368,6 +397,12 @@ impl Capabilities {
                 .filter(|(_, ok)| **ok)
                 .map(|(t, _)| format!("output:{t}")),
         );
+        v.extend(
+            self.inputs
+                .iter()
+                .filter(|(_, ok)| **ok)
+                .map(|(f, _)| format!("input:{f}")),
+        );
         v.extend(self.announced.iter().cloned());
         v
     }
@@ -436,6 +471,9 @@ pub struct TestedRelease {
     /// Messages written on request -> whether the release wrote one when asked
     /// (`prompt_suggestion`; empty: not measured).
     pub outputs: &'static [(&'static str, bool)],
+    /// User-message fields -> whether the release honoured each (see [`MESSAGE_FIELDS`];
+    /// empty: not measured).
+    pub inputs: &'static [(&'static str, bool)],
     /// Why the release is pinned (boundary, contract recording, ...).
     pub note: &'static str,
 }
@@ -715,6 +753,7 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
             .collect(),
         hook_events: infer(m, version, |t| t.hook_events, |o, n| o == n),
         outputs: infer(m, version, |t| t.outputs, |o, n| o == n),
+        inputs: infer(m, version, |t| t.inputs, |o, n| o == n),
         source: if row.is_some() {
             CapabilitySource::Matrix
         } else if probe.is_some() {

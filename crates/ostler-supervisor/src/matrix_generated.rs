@@ -86,6 +86,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             outputs: &[
                 ("prompt_suggestion", false),
             ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::NoAnswer),
@@ -181,6 +187,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             outputs: &[
                 ("prompt_suggestion", false),
+            ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -278,6 +290,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             outputs: &[
                 ("prompt_suggestion", false),
             ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -373,6 +391,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             outputs: &[
                 ("prompt_suggestion", false),
+            ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -470,6 +494,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             outputs: &[
                 ("prompt_suggestion", false),
             ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -565,6 +595,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             outputs: &[
                 ("prompt_suggestion", false),
+            ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -662,6 +698,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             outputs: &[
                 ("prompt_suggestion", false),
             ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -757,6 +799,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             outputs: &[
                 ("prompt_suggestion", false),
+            ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -854,6 +902,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             outputs: &[
                 ("prompt_suggestion", false),
             ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -949,6 +1003,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             outputs: &[
                 ("prompt_suggestion", false),
+            ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -1046,6 +1106,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             outputs: &[
                 ("prompt_suggestion", false),
             ],
+            inputs: &[
+                ("context_only", false),
+                ("priority_later", false),
+                ("priority_now", false),
+                ("verbatim", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -1142,6 +1208,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             outputs: &[
                 ("prompt_suggestion", true),
             ],
+            inputs: &[
+                ("context_only", true),
+                ("priority_later", false),
+                ("priority_now", true),
+                ("verbatim", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
                 ("hook_callback", ControlSupport::Answered),
@@ -1237,6 +1309,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             outputs: &[
                 ("prompt_suggestion", true),
+            ],
+            inputs: &[
+                ("context_only", true),
+                ("priority_later", false),
+                ("priority_now", true),
+                ("verbatim", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1357,6 +1435,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             outputs: &[
                 ("prompt_suggestion", true),
             ],
+            inputs: &[
+                ("context_only", true),
+                ("priority_later", true),
+                ("priority_now", true),
+                ("verbatim", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
                 ("hook_callback", ControlSupport::Answered),
@@ -1476,6 +1560,12 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             outputs: &[
                 ("prompt_suggestion", true),
+            ],
+            inputs: &[
+                ("context_only", true),
+                ("priority_later", true),
+                ("priority_now", true),
+                ("verbatim", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),

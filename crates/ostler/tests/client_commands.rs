@@ -635,6 +635,67 @@ fn a_queued_send_withdrawn_by_an_interrupt_ends_and_the_session_is_idle() {
     assert!(!d.model_saw("Second question"));
 }
 
+/// `ostler send --now` to a busy session: the running turn (held by the model) is stopped
+/// and the message runs at once; `run` ends with the answer cut short, `send` at its own
+/// answer, and the
+/// message is shown and stored as sent `now`. On a release that ignores the field
+/// (1.0.128) `send --verbatim` is refused before anything is recorded.
+#[test]
+fn send_now_stops_the_running_turn_and_an_ignored_field_is_refused() {
+    let d = Served::start(QUEUED);
+    let mut run = d.spawn_client(&["run", "--json", "First question."]);
+    let started = read_until(&mut run, |v| v["type"] == "session_started");
+    let id = started["session_id"].as_str().expect("id").to_owned();
+    d.await_model_request("first");
+    let send = d.client(&["send", &id, "--json", "--now", "Second question."], None);
+    assert_eq!(send.status.code(), Some(0), "{}", describe(&send));
+    let ev = json_lines(&send.stdout);
+    let sent = ev
+        .iter()
+        .find(|e| e["type"] == "user_message" && e["is_replay"] != true)
+        .expect("the message");
+    assert_eq!(sent["priority"], "now", "{sent}");
+    let done = ev
+        .iter()
+        .rfind(|e| e["type"] == "turn_completed")
+        .expect("its turn");
+    assert_eq!(done["result"], "The second answer.", "{}", describe(&send));
+    assert_eq!(done["user_message_ids"], json!([sent["message_id"]]));
+    // Stopped mid-answer: 2.1.332 ends the turn with what was streamed (measured).
+    let run = common::wait_output(run);
+    let first = json_lines(&run.stdout)
+        .into_iter()
+        .find(|e| e["type"] == "turn_completed")
+        .expect("the first turn's end");
+    assert_eq!(
+        first["terminal_reason"],
+        "aborted_streaming",
+        "{}",
+        describe(&run)
+    );
+    assert_ne!(first["result"], "The first answer, in four parts.");
+    let shown =
+        String::from_utf8_lossy(&d.client(&["show", &id, "--events"], None).stdout).to_string();
+    assert!(shown.contains("Second question. (now)"), "{shown}");
+
+    let old = Served::start_on(common::OLD, QUEUED, &[]);
+    let created = old.ok_json(&["run", "--json", "Hello there."]);
+    let old_id = created
+        .iter()
+        .find(|e| e["type"] == "session_started")
+        .and_then(|e| e["session_id"].as_str())
+        .expect("id")
+        .to_owned();
+    let refused = old.client(&["send", &old_id, "--verbatim", "/deploy @prod"], None);
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("verbatim") && err.contains(common::OLD),
+        "{err}"
+    );
+    assert!(!old.model_saw("/deploy"));
+}
+
 /// Ctrl-C while the turn that answers `send`'s own message runs, after the turn that was
 /// running when it was sent ended: the session stayed running (the message was still owed
 /// an answer), so the first Ctrl-C interrupts that turn; it does not detach.

@@ -292,6 +292,7 @@ async fn kill9_restart_resume(release: &str) {
             session_id: s.id.clone(),
             content: text("Are you still there?"),
             client_message_id: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -507,6 +508,7 @@ async fn sigterm_tells_subscribers_and_keeps_history() {
         session_id: s.id.clone(),
         content: text("Say hello."),
         client_message_id: "msg-1".into(),
+        ..Default::default()
     };
     let first = c.send_message(msg()).await.unwrap().into_inner();
     let again = c.send_message(msg()).await.unwrap().into_inner();
@@ -607,4 +609,344 @@ async fn sigterm_tells_subscribers_and_keeps_history() {
             .iter()
             .any(|e| assistant_text(e) == Some("Hello from the fake model!"))
     );
+}
+
+const DELIVERY_SCENARIO: &str = r#"
+default_text = "ok"
+
+# First: the urgent message's request has the stopped turn's message in its last user
+# message too (2.1.332 joins the two).
+[[model]]
+name = "urgent"
+when = { last_user_text_contains = "Urgent" }
+blocks = [{ type = "text", text = "Urgent done." }]
+
+[[model]]
+name = "held"
+when = { last_user_text_contains = "Long task" }
+hold_until = "go"
+blocks = [{ type = "text", text = "The long answer." }]
+
+[[model]]
+name = "codeword"
+when = { last_user_text_contains = "What is the codeword", messages_contain = "PLUM-42" }
+blocks = [{ type = "text", text = "The codeword is PLUM-42." }]
+"#;
+
+/// A SendMessage with delivery fields, as client "sender".
+async fn send_with(
+    c: &mut pb::session_service_client::SessionServiceClient<tonic::transport::Channel>,
+    session_id: &str,
+    t: &str,
+    fields: pb::SendMessageRequest,
+) -> Result<pb::SendMessageResponse, tonic::Status> {
+    c.send_message(as_client(
+        "sender",
+        pb::SendMessageRequest {
+            session_id: session_id.to_owned(),
+            content: text(t),
+            ..fields
+        },
+    ))
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+fn sent_message<'a>(seen: &'a [pb::SessionEvent], id: &str) -> &'a pb::UserMessage {
+    seen.iter()
+        .find_map(|e| match &e.payload {
+            Some(P::UserMessage(u)) if u.message_id == id && !u.is_replay => Some(u),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no UserMessage {id}"))
+}
+
+/// SendMessage's delivery fields against the real CLI (2.1.332, which honours all four):
+/// `verbatim` sends `@path` as written where the plain message gets the file attached;
+/// `context_only` ends its turn with no model call and the next turn's request carries
+/// it; priority NOW stops a turn whose answer is held and runs at once; LATER lets a
+/// message sent after it with the default priority go first. Each recorded UserMessage
+/// says how it was sent, and the session ends IDLE (nothing owed is left behind).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delivery_fields_reach_the_cli() {
+    let world = World::with_scenario(NEW, DELIVERY_SCENARIO).await;
+    let notes = world.work.join("notes.txt");
+    std::fs::write(&notes, "NOTES-SECRET-7\n").unwrap();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "d").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    let with_notes = |marker: &str| {
+        world.fake.requests().iter().any(|r| {
+            r.body.as_ref().is_some_and(|b| {
+                let t = b["messages"].to_string();
+                t.contains(marker) && t.contains("NOTES-SECRET-7")
+            })
+        })
+    };
+
+    // verbatim, then the same plain.
+    let mention = format!("@{}", notes.display());
+    let verbatim = send_with(
+        &mut c,
+        &s.id,
+        &format!("VERBATIM-ONE look at {mention}"),
+        pb::SendMessageRequest {
+            verbatim: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    read_until(
+        &mut events,
+        &mut seen,
+        "the verbatim turn",
+        is_turn_completed,
+    )
+    .await;
+    assert!(world.model_saw("VERBATIM-ONE look at @"));
+    assert!(!with_notes("VERBATIM-ONE"), "the file was attached");
+    send(&mut c, &s.id, &format!("PLAIN-TWO look at {mention}")).await;
+    read_until(&mut events, &mut seen, "the plain turn", is_turn_completed).await;
+    assert!(with_notes("PLAIN-TWO"), "the plain message got no file");
+
+    // context_only: no model call; the next turn carries it.
+    let before = world.fake.requests().len();
+    let context = send_with(
+        &mut c,
+        &s.id,
+        "The codeword is PLUM-42.",
+        pb::SendMessageRequest {
+            context_only: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let end = read_until(
+        &mut events,
+        &mut seen,
+        "the context-only turn",
+        is_turn_completed,
+    )
+    .await;
+    let Some(P::TurnCompleted(t)) = &end.payload else {
+        unreachable!()
+    };
+    assert!(!t.is_error, "{t:?}");
+    assert!(
+        !world.fake.requests()[before..].iter().any(|r| r
+            .body
+            .as_ref()
+            .is_some_and(|b| b.to_string().contains("PLUM-42"))),
+        "a model call was made for the context-only message"
+    );
+    send(&mut c, &s.id, "What is the codeword?").await;
+    read_until(&mut events, &mut seen, "the codeword", |e| {
+        assistant_text(e) == Some("The codeword is PLUM-42.")
+    })
+    .await;
+    read_until(
+        &mut events,
+        &mut seen,
+        "the codeword turn",
+        is_turn_completed,
+    )
+    .await;
+
+    // priority NOW stops the held turn.
+    send(&mut c, &s.id, "Long task one.").await;
+    await_model_request(&world.fake, "held").await;
+    let now = send_with(
+        &mut c,
+        &s.id,
+        "Urgent: do this first.",
+        pb::SendMessageRequest {
+            priority: pb::MessagePriority::Now as i32,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    read_until(&mut events, &mut seen, "the urgent answer", |e| {
+        assistant_text(e) == Some("Urgent done.")
+    })
+    .await;
+    read_until(&mut events, &mut seen, "the urgent turn", is_turn_completed).await;
+    assert!(
+        !seen
+            .iter()
+            .any(|e| assistant_text(e) == Some("The long answer.")),
+        "the held turn was not stopped"
+    );
+
+    // LATER goes after a message sent behind it with the default priority.
+    send(&mut c, &s.id, "Long task two.").await;
+    let held = world
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.rule_name.as_deref() == Some("held"))
+        .count();
+    let deadline = tokio::time::Instant::now() + guard();
+    while world
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.rule_name.as_deref() == Some("held"))
+        .count()
+        <= held
+    {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(
+            !left.is_zero(),
+            "the second long task never reached the model"
+        );
+        let n = world.fake.requests().len();
+        world.fake.wait_for_requests(n + 1, left).await;
+    }
+    let later = send_with(
+        &mut c,
+        &s.id,
+        "LATER-MESSAGE please.",
+        pb::SendMessageRequest {
+            priority: pb::MessagePriority::Later as i32,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let next = send_with(&mut c, &s.id, "NEXT-MESSAGE please.", Default::default())
+        .await
+        .unwrap();
+    // Both queued at the CLI before the held answer is let go.
+    let mut queued = 0;
+    read_until(&mut events, &mut seen, "both queued", |e| {
+        queued += usize::from(matches!(&e.payload, Some(P::MessageLifecycle(m))
+            if m.state == "queued"
+                && (m.message_id == later.message_id || m.message_id == next.message_id)));
+        queued == 2
+    })
+    .await;
+    world.fake.signal("go");
+    read_until(&mut events, &mut seen, "the LATER message's turn", |e| {
+        matches!(&e.payload, Some(P::TurnCompleted(t)) if t.user_message_ids.contains(&later.message_id))
+    })
+    .await;
+    let order: Vec<&str> = world
+        .fake
+        .requests()
+        .iter()
+        .filter_map(|r| r.body.as_ref())
+        .filter_map(|b| {
+            let last = b["messages"].as_array()?.last()?.to_string();
+            ["NEXT-MESSAGE", "LATER-MESSAGE"]
+                .into_iter()
+                .find(|m| last.contains(m))
+        })
+        .collect();
+    assert_eq!(order.first(), Some(&"NEXT-MESSAGE"), "{order:?}");
+    assert!(order.contains(&"LATER-MESSAGE"), "{order:?}");
+
+    // Each recorded message says how it was sent.
+    assert!(sent_message(&seen, &verbatim.message_id).verbatim);
+    assert!(sent_message(&seen, &context.message_id).context_only);
+    assert_eq!(
+        sent_message(&seen, &now.message_id).priority,
+        pb::MessagePriority::Now as i32
+    );
+    assert_eq!(
+        sent_message(&seen, &later.message_id).priority,
+        pb::MessagePriority::Later as i32
+    );
+    let plain = sent_message(&seen, &next.message_id);
+    assert!(!plain.verbatim && !plain.context_only && plain.priority == 0);
+    read_until(
+        &mut events,
+        &mut seen,
+        "the session idle",
+        |e| matches!(&e.payload, Some(P::StateChanged(s)) if s.to() == pb::SessionState::Idle),
+    )
+    .await;
+    assert_eq!(session(&mut c, &s.id).await.state(), pb::SessionState::Idle);
+}
+
+/// A delivery field the running release ignores (1.0.128 honours none, measured) is
+/// refused at once with FAILED_PRECONDITION naming it, and nothing is recorded or sent;
+/// context_only with priority NOW, or an unknown priority, is INVALID_ARGUMENT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delivery_fields_the_release_ignores_are_refused() {
+    let world = World::new(OLD).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "r").await;
+    let cases = [
+        (
+            pb::SendMessageRequest {
+                priority: pb::MessagePriority::Now as i32,
+                ..Default::default()
+            },
+            "priority NOW",
+        ),
+        (
+            pb::SendMessageRequest {
+                priority: pb::MessagePriority::Later as i32,
+                ..Default::default()
+            },
+            "priority LATER",
+        ),
+        (
+            pb::SendMessageRequest {
+                verbatim: true,
+                ..Default::default()
+            },
+            "verbatim",
+        ),
+        (
+            pb::SendMessageRequest {
+                context_only: true,
+                ..Default::default()
+            },
+            "context_only",
+        ),
+    ];
+    for (fields, name) in cases {
+        let err = send_with(&mut c, &s.id, "hello", fields).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            tonic::Code::FailedPrecondition,
+            "{name}: {err:?}"
+        );
+        assert!(
+            err.message().contains(name) && err.message().contains(OLD),
+            "{name}: {}",
+            err.message()
+        );
+    }
+    let bad = [
+        pb::SendMessageRequest {
+            priority: pb::MessagePriority::Now as i32,
+            context_only: true,
+            ..Default::default()
+        },
+        pb::SendMessageRequest {
+            priority: 9,
+            ..Default::default()
+        },
+    ];
+    for fields in bad {
+        let err = send_with(&mut c, &s.id, "hello", fields).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    }
+    assert!(
+        !history(&mut c, &s.id)
+            .await
+            .iter()
+            .any(|e| matches!(&e.payload, Some(P::UserMessage(_)))),
+        "a refused message was recorded"
+    );
+    // The plain message still goes through.
+    assert!(!turn(&mut c, &s.id, "Hello?").await.is_empty());
 }

@@ -82,6 +82,7 @@ async fn send_turn(
             session_id: id.into(),
             content: text(t),
             client_message_id: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -712,6 +712,7 @@ async fn a_queued_message_waits_on_its_hook_past_the_grace(release: &str) {
                 session_id: s.id.clone(),
                 content: text("Second question."),
                 client_message_id: String::new(),
+                ..Default::default()
             },
         ))
         .await

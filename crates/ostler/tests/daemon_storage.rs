@@ -168,6 +168,7 @@ async fn disk_full_mid_turn_pauses_and_recovers() {
                 session_id: s.id.clone(),
                 content: text("Say hello."),
                 client_message_id: String::new(),
+                ..Default::default()
             },
         ))
         .await

@@ -147,6 +147,7 @@ async fn kill9_while_suspended_and_while_resuming_loses_nothing() {
                 session_id: t,
                 content: text("fake:sleep 600000"),
                 client_message_id: String::new(),
+                ..Default::default()
             })
             .await
     });
@@ -200,6 +201,7 @@ async fn send_with_id(
         session_id: id.to_owned(),
         content: text(prompt),
         client_message_id: client_message_id.to_owned(),
+        ..Default::default()
     })
     .await
     .unwrap()

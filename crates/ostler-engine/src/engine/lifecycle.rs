@@ -648,6 +648,7 @@ impl Engine {
                     content,
                     client_message_id: None,
                     client: req.client,
+                    delivery: crate::Delivery::default(),
                 },
             )
             .await?;

@@ -158,6 +158,7 @@ impl Env {
                     content: MessageContent::Text(text.into()),
                     client_message_id: None,
                     client: ClientRef::new("tester"),
+                    delivery: Default::default(),
                 },
             )
             .await

@@ -63,7 +63,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ostler_protocol::model::RawJson;
-use ostler_protocol::outbound::{OutRequest, UserContent};
+use ostler_protocol::outbound::{Delivery, OutRequest, UserContent};
 use ostler_protocol::{Decoder, Outbound};
 use tokio::sync::{mpsc, watch};
 
@@ -249,15 +249,17 @@ impl SessionProcess {
     /// events while a large message is written (the CLI may not read stdin while its
     /// stdout is full).
     pub fn queue_user(&self, content: UserContent) -> Result<WriteAck> {
-        self.queue_user_tagged(content, None)
+        self.queue_user_tagged(content, None, Delivery::default())
     }
 
     /// [`SessionProcess::queue_user`] with the message's `uuid` (the id `rewind_files`
-    /// names it by).
+    /// names it by) and how the CLI is to take it (written as is: the caller checks the
+    /// release honours it).
     pub fn queue_user_tagged(
         &self,
         content: UserContent,
         uuid: Option<String>,
+        delivery: Delivery,
     ) -> Result<WriteAck> {
         let session_id = self.session_id().unwrap_or_default();
         let line = Outbound::User {
@@ -265,6 +267,7 @@ impl SessionProcess {
             parent_tool_use_id: None,
             session_id,
             uuid,
+            delivery,
         }
         .to_line();
         self.shared.turn_running.store(true, Ordering::SeqCst);

@@ -102,6 +102,15 @@ pub struct AttachArgs {
 }
 
 #[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:
+  ostler send 3f2a \"now add a test\"                 stream the turn it starts
+  ostler send --last \"and the docs\"                 to the newest session
+  ostler send 3f2a --now \"stop, the build is red\"   stop the turn under way, run this
+  ostler send 3f2a --context-only < notes.md         add context, no model call
+  ostler send 3f2a --verbatim \"/deploy @prod\"       as written: no slash command, no @file
+
+--now, --later, --verbatim and --context-only need a Claude Code release that honours
+them (see `ostler health --json` capabilities input:*); others refuse the message.")]
 pub struct SendArgs {
     /// Session id, a unique prefix of one, or @last (the newest session)
     #[arg(value_name = "ID", required_unless_present = "last")]
@@ -117,6 +126,18 @@ pub struct SendArgs {
     /// Idempotency key: a retried send with the same id is delivered once
     #[arg(long, value_name = "ID")]
     pub message_id: Option<String>,
+    /// Stop the turn under way and run this message at once
+    #[arg(long, conflicts_with_all = ["later", "context_only"])]
+    pub now: bool,
+    /// Run after messages sent with the default priority, even ones sent after it
+    #[arg(long)]
+    pub later: bool,
+    /// Send the text as written: no @file expansion, no slash command
+    #[arg(long)]
+    pub verbatim: bool,
+    /// Add the message to the conversation without a model call (the next turn carries it)
+    #[arg(long)]
+    pub context_only: bool,
     /// Show system notices and state changes
     #[arg(long, short)]
     pub verbose: bool,
@@ -447,6 +468,15 @@ pub async fn send(a: SendArgs) -> Result<i32> {
             .message_id
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+        priority: if a.now {
+            pb::MessagePriority::Now
+        } else if a.later {
+            pb::MessagePriority::Later
+        } else {
+            pb::MessagePriority::Unspecified
+        } as i32,
+        verbatim: a.verbatim,
+        context_only: a.context_only,
     };
     if a.no_wait {
         let sent = conn

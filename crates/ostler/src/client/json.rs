@@ -214,6 +214,13 @@ fn payload(p: &Payload) -> Value {
             "sent_by": m.sent_by, "text": m.text, "content": parsed(&m.content_json),
             "client_message_id": m.client_message_id, "is_synthetic": m.is_synthetic,
             "is_replay": m.is_replay, "message_id": m.message_id,
+            "priority": match m.priority() {
+                pb::MessagePriority::Now => "now",
+                pb::MessagePriority::Next => "next",
+                pb::MessagePriority::Later => "later",
+                pb::MessagePriority::Unspecified => "",
+            },
+            "verbatim": m.verbatim, "context_only": m.context_only,
         }),
         Payload::AssistantBlock(b) => {
             let block = match &b.block {

@@ -420,8 +420,15 @@ impl Human {
                 if m.is_synthetic {
                     self.line(&st.dim(&format!("{indent}{}", clip(&text, 200))));
                 } else if !m.sent_by.is_empty() {
-                    self.line(&st.bold(&format!("› {}", clip(&text, 200))));
-                    self.set_activity(Activity::Model);
+                    let tags = delivery_tags(m);
+                    let mut line = st.bold(&format!("› {}", clip(&text, 200)));
+                    if !tags.is_empty() {
+                        line = format!("{line} {}", st.dim(&format!("({tags})")));
+                    }
+                    self.line(&line);
+                    if !m.context_only {
+                        self.set_activity(Activity::Model);
+                    }
                 } else if self.verbose {
                     self.line(&st.dim(&format!("{indent}user: {}", clip(&text, 200))));
                 }
@@ -863,6 +870,23 @@ impl Human {
 }
 
 /// Text of a tool result given as content blocks.
+/// How a message was sent, when not plainly: `now`, `later`, `verbatim`, `context only`.
+pub fn delivery_tags(m: &pb::UserMessage) -> String {
+    let mut tags = Vec::new();
+    match m.priority() {
+        pb::MessagePriority::Now => tags.push("now"),
+        pb::MessagePriority::Later => tags.push("later"),
+        pb::MessagePriority::Next | pb::MessagePriority::Unspecified => {}
+    }
+    if m.verbatim {
+        tags.push("verbatim");
+    }
+    if m.context_only {
+        tags.push("context only");
+    }
+    tags.join(", ")
+}
+
 fn blocks_text(j: &str) -> String {
     let v: Value = serde_json::from_str(j).unwrap_or(Value::Null);
     match v.as_array() {
@@ -950,6 +974,29 @@ fn hook_lines(h: &pb::HookActivity, verbose: bool) -> Vec<(bool, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delivery_tags_name_what_was_asked() {
+        let plain = pb::UserMessage::default();
+        assert_eq!(delivery_tags(&plain), "");
+        let next = pb::UserMessage {
+            priority: pb::MessagePriority::Next as i32,
+            ..Default::default()
+        };
+        assert_eq!(delivery_tags(&next), "");
+        let all = pb::UserMessage {
+            priority: pb::MessagePriority::Later as i32,
+            verbatim: true,
+            context_only: true,
+            ..Default::default()
+        };
+        assert_eq!(delivery_tags(&all), "later, verbatim, context only");
+        let now = pb::UserMessage {
+            priority: pb::MessagePriority::Now as i32,
+            ..Default::default()
+        };
+        assert_eq!(delivery_tags(&now), "now");
+    }
 
     #[test]
     fn tool_calls_are_compact() {

@@ -261,6 +261,7 @@ async fn chat(args: RunArgs) -> Result<i32> {
                         content: Some(pb::message_content::Content::Text(text.to_owned())),
                     }),
                     client_message_id: uuid::Uuid::new_v4().to_string(),
+                    ..Default::default()
                 };
                 let outcome = f.send_and_follow(message, &mut ctrlc).await?;
                 (f, outcome)

@@ -346,6 +346,7 @@ pub async fn send(c: &mut SessionServiceClient<Channel>, session_id: &str, t: &s
             session_id: session_id.to_owned(),
             content: text(t),
             client_message_id: String::new(),
+            ..Default::default()
         },
     ))
     .await
