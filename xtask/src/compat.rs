@@ -68,6 +68,10 @@ pub struct ProbeArgs {
     /// rest of the recorded evidence.
     #[arg(long)]
     pub inputs_only: bool,
+    /// Only measure which `initialize` fields the release honours (`init_fields`), keeping
+    /// the rest of the recorded evidence.
+    #[arg(long)]
+    pub init_fields_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -130,6 +134,10 @@ pub struct Evidence {
     /// release honoured each ([`input_probe`]).
     #[serde(default)]
     pub inputs: BTreeMap<String, bool>,
+    /// `initialize` fields (`ostler_supervisor::compat::INIT_FIELDS`) -> whether the release
+    /// honoured each ([`init_field_probe`]).
+    #[serde(default)]
+    pub init_fields: BTreeMap<String, bool>,
 }
 
 fn root() -> PathBuf {
@@ -187,6 +195,10 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
         } else if a.inputs_only {
             let (mut ev, binary) = recorded()?;
             ev.inputs = rt.block_on(input_probe(&binary))?;
+            ev
+        } else if a.init_fields_only {
+            let (mut ev, binary) = recorded()?;
+            ev.init_fields = rt.block_on(init_field_probe(&binary))?;
             ev
         } else if a.options_only {
             let (mut ev, binary) = recorded()?;
@@ -280,6 +292,7 @@ async fn measure(version: &str) -> Result<Evidence> {
         hook_calls: hook_call_probe(&binary).await?,
         outputs: output_probe(&binary).await?,
         inputs: input_probe(&binary).await?,
+        init_fields: init_field_probe(&binary).await?,
     })
 }
 
@@ -1093,6 +1106,58 @@ async fn priority_later_probe(binary: &Path) -> Result<bool> {
     Ok(next_first && later_after)
 }
 
+/// What the probe's plan-mode instructions say (`planModeInstructions`).
+const PROBE_PLAN: &str = "PROBE-PLAN-INSTRUCTIONS: write the plan as a list";
+
+/// Which `initialize` fields the release honours
+/// (`ostler_supervisor::compat::INIT_FIELDS`), from one turn in plan mode of a session
+/// whose project has two skills (`probe-alpha`, `probe-beta`, each with a description of
+/// its own) and whose `initialize` sends `skills: ["probe-alpha"]` and
+/// `planModeInstructions`: `skills` is honoured when alpha's description reached the
+/// model and beta's did not (a release that lists no skills at all cannot show it: not
+/// honoured); `plan_mode_instructions` when its text reached the model. Measured by hand
+/// before: 2.1.120 and later honour both; 2.1.0 lists both skills and drops the text;
+/// 1.0.128 lists no skills.
+async fn init_field_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    for (name, desc) in [
+        ("probe-alpha", "PROBE-ALPHA-SKILL"),
+        ("probe-beta", "PROBE-BETA-SKILL"),
+    ] {
+        let dir = herm.cwd().join(".claude/skills").join(name);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: {desc} does probe things\n---\nBody.\n"),
+        )?;
+    }
+    let init = serde_json::json!({"skills": ["probe-alpha"], "planModeInstructions": PROBE_PLAN});
+    let server = serve_turn_in(
+        &herm,
+        binary,
+        PROBE_SCENARIO,
+        &[("--permission-mode", "plan".to_string())],
+        Some(init),
+        "PROBE-INIT-FIELDS hello",
+        &mut |_| serde_json::json!({}),
+    )
+    .await?;
+    let turn: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|r| last_user_has(r, "PROBE-INIT-FIELDS"))
+        .filter_map(|r| r.body.as_ref().map(|b| b.to_string()))
+        .collect();
+    let any = |t: &str| turn.iter().any(|b| b.contains(t));
+    Ok(BTreeMap::from([
+        (
+            "skills".to_string(),
+            any("PROBE-ALPHA-SKILL") && !any("PROBE-BETA-SKILL"),
+        ),
+        ("plan_mode_instructions".to_string(), any(PROBE_PLAN)),
+    ]))
+}
+
 /// Which hook events the release calls in a session like ostler's, for the events whose
 /// call depends on more than the release's list: `PermissionRequest`, registered in
 /// `initialize` for a turn whose Bash tool needs permission while permission prompts go to
@@ -1661,6 +1726,15 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
+        if e.init_fields.is_empty() {
+            s.push_str("            init_fields: &[],\n");
+        } else {
+            s.push_str("            init_fields: &[\n");
+            for (k, ok) in &e.init_fields {
+                writeln!(s, "                ({k:?}, {ok}),")?;
+            }
+            s.push_str("            ],\n");
+        }
         if e.control.is_empty() {
             s.push_str("            control: &[],\n");
         } else {
@@ -1704,6 +1778,15 @@ fn render_rust(d: &Derived) -> Result<String> {
 
 fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
+}
+
+/// A measured yes/no in a table: `-` when not measured.
+fn mark(v: Option<&bool>) -> &'static str {
+    match v {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "-",
+    }
 }
 
 fn render_md(d: &Derived) -> Result<String> {
@@ -1922,12 +2005,35 @@ fn render_md(d: &Derived) -> Result<String> {
     for (v, e, _) in &d.rows {
         write!(s, "| {v} |")?;
         for (field, _) in ostler_supervisor::compat::MESSAGE_FIELDS {
-            let mark = match e.inputs.get(field) {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "-",
-            };
-            write!(s, " {mark} |")?;
+            write!(s, " {} |", mark(e.inputs.get(field)))?;
+        }
+        s.push('\n');
+    }
+    s.push_str("\n## Initialize fields\n\n");
+    s.push_str(
+        "Session options sent in `initialize` rather than as flags, measured by their effect \
+         (`cargo xtask compat probe`, `--init-fields-only` for just these; CreateSession's \
+         `skills` / `all_skills` and `plan_mode_instructions`). A release ignores a field it \
+         does not know, so CreateSession refuses one the release is measured not to honour \
+         with FAILED_PRECONDITION. Each honoured field is listed among the release's \
+         capabilities as `init:<field>`. `-` not measured.\n\n",
+    );
+    for (field, what) in ostler_supervisor::compat::INIT_FIELDS {
+        writeln!(s, "- `{field}`: {what}.")?;
+    }
+    s.push_str("\n| release |");
+    for (field, _) in ostler_supervisor::compat::INIT_FIELDS {
+        write!(s, " `{field}` |")?;
+    }
+    s.push_str("\n| --- |");
+    for _ in ostler_supervisor::compat::INIT_FIELDS {
+        s.push_str(" --- |");
+    }
+    s.push('\n');
+    for (v, e, _) in &d.rows {
+        write!(s, "| {v} |")?;
+        for (field, _) in ostler_supervisor::compat::INIT_FIELDS {
+            write!(s, " {} |", mark(e.init_fields.get(field)))?;
         }
         s.push('\n');
     }

@@ -196,6 +196,41 @@ pub(crate) fn check_outputs(
     )))
 }
 
+/// `Ok` unless the session asks for an `initialize` field
+/// (`ostler_supervisor::compat::INIT_FIELDS`) the installed release is measured not to
+/// honour: then `FailedPrecondition` naming the option and the release.
+pub(crate) fn check_init_fields(
+    inst: &Installation,
+    options: &ostler_supervisor::CliOptions,
+) -> Result<()> {
+    let asked = [
+        (
+            "skills",
+            if options.all_skills {
+                "all_skills"
+            } else {
+                "skills"
+            },
+            options.all_skills || !options.skills.is_empty(),
+        ),
+        (
+            "plan_mode_instructions",
+            "plan_mode_instructions",
+            options.plan_mode_instructions.is_some(),
+        ),
+    ];
+    for (field, option, on) in asked {
+        if on && inst.capabilities.init_fields.get(field) == Some(&false) {
+            return Err(Error::precondition(format!(
+                "Claude Code {} ignores `{option}` (measured: see docs/compatibility.md, \
+                 \"Initialize fields\"); leave it unset or use a release that honours it",
+                inst.version
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `Ok` unless a message asks for a field (`ostler_supervisor::compat::MESSAGE_FIELDS`)
 /// the installed release is measured not to honour: then `FailedPrecondition` naming the
 /// field and the release. A field not measured for the release is written.

@@ -205,6 +205,10 @@ pub struct InitializeRequest {
     /// `promptSuggestions`: after each turn (not the first) the CLI writes a
     /// `prompt_suggestion`, the model's guess at the user's next prompt.
     pub prompt_suggestions: bool,
+    /// `skills`: `"all"` or a list of skill names; only those are listed to the model.
+    pub skills: Option<Value>,
+    /// `planModeInstructions`: replaces the planning workflow of the plan-mode reminder.
+    pub plan_mode_instructions: Option<String>,
 }
 
 impl InitializeRequest {
@@ -231,6 +235,12 @@ impl InitializeRequest {
         }
         if self.prompt_suggestions {
             f.insert("promptSuggestions".into(), true.into());
+        }
+        if let Some(s) = self.skills {
+            f.insert("skills".into(), s);
+        }
+        if let Some(p) = self.plan_mode_instructions {
+            f.insert("planModeInstructions".into(), p.into());
         }
         OutRequest::Initialize(f)
     }

@@ -479,6 +479,9 @@ pub(crate) fn create_session(
         permission_prompts: opt_string(r.permission_prompts),
         thinking: opt_string(r.thinking),
         thinking_display: opt_string(r.thinking_display),
+        skills: r.skills,
+        all_skills: r.all_skills,
+        plan_mode_instructions: opt_string(r.plan_mode_instructions),
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options

@@ -204,6 +204,22 @@ pub const MESSAGE_FIELDS: [(&str, &str); 4] = [
     ),
 ];
 
+/// The `initialize` fields (session options sent there, not as flags) `cargo xtask compat
+/// probe` measures (the `init_fields` column), each with what honouring it means. A
+/// release ignores a field it does not know, so a session that asks for one it is measured
+/// not to honour is refused.
+pub const INIT_FIELDS: [(&str, &str); 2] = [
+    (
+        "skills",
+        "`skills: [name]` lists only that skill to the model (another skill of the project is \
+         not listed)",
+    ),
+    (
+        "plan_mode_instructions",
+        "`planModeInstructions` reaches the model in plan mode",
+    ),
+];
+
 /// The control request subtypes `cargo xtask compat probe` measures, in the order it sends
 /// them (`initialize` first, before any user message, as the Agent SDKs do). The last,
 /// `hook_callback`, goes the other way: whether the CLI calls a hook registered in
@@ -319,6 +335,11 @@ pub struct Capabilities {
     /// where the pinned neighbours agree; a field not listed is unknown (then written).
     #[serde(default)]
     pub inputs: BTreeMap<String, bool>,
+    /// Fields of `initialize` the release honours -> whether it does (`skills`,
+    /// `plan_mode_instructions`: see [`INIT_FIELDS`]), measured or where the pinned
+    /// neighbours agree; a field not listed is unknown (then sent).
+    #[serde(default)]
+    pub init_fields: BTreeMap<String, bool>,
     pub source: CapabilitySource,
 }
 
@@ -403,6 +424,12 @@ impl Capabilities {
                 .filter(|(_, ok)| **ok)
                 .map(|(f, _)| format!("input:{f}")),
         );
+        v.extend(
+            self.init_fields
+                .iter()
+                .filter(|(_, ok)| **ok)
+                .map(|(f, _)| format!("init:{f}")),
+        );
         v.extend(self.announced.iter().cloned());
         v
     }
@@ -474,6 +501,9 @@ pub struct TestedRelease {
     /// User-message fields -> whether the release honoured each (see [`MESSAGE_FIELDS`];
     /// empty: not measured).
     pub inputs: &'static [(&'static str, bool)],
+    /// `initialize` fields -> whether the release honoured each (see [`INIT_FIELDS`];
+    /// empty: not measured).
+    pub init_fields: &'static [(&'static str, bool)],
     /// Why the release is pinned (boundary, contract recording, ...).
     pub note: &'static str,
 }
@@ -754,6 +784,7 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
         hook_events: infer(m, version, |t| t.hook_events, |o, n| o == n),
         outputs: infer(m, version, |t| t.outputs, |o, n| o == n),
         inputs: infer(m, version, |t| t.inputs, |o, n| o == n),
+        init_fields: infer(m, version, |t| t.init_fields, |o, n| o == n),
         source: if row.is_some() {
             CapabilitySource::Matrix
         } else if probe.is_some() {

@@ -92,6 +92,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_now", false),
                 ("verbatim", false),
             ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::NoAnswer),
@@ -193,6 +197,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
+            ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -296,6 +304,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_now", false),
                 ("verbatim", false),
             ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -397,6 +409,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
+            ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -500,6 +516,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_now", false),
                 ("verbatim", false),
             ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -601,6 +621,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
+            ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -704,6 +728,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_now", false),
                 ("verbatim", false),
             ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -805,6 +833,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
+            ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -908,6 +940,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_now", false),
                 ("verbatim", false),
             ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -1009,6 +1045,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
+            ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -1112,6 +1152,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_now", false),
                 ("verbatim", false),
             ],
+            init_fields: &[
+                ("plan_mode_instructions", false),
+                ("skills", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -1214,6 +1258,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_now", true),
                 ("verbatim", false),
             ],
+            init_fields: &[
+                ("plan_mode_instructions", true),
+                ("skills", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
                 ("hook_callback", ControlSupport::Answered),
@@ -1315,6 +1363,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_later", false),
                 ("priority_now", true),
                 ("verbatim", false),
+            ],
+            init_fields: &[
+                ("plan_mode_instructions", true),
+                ("skills", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1441,6 +1493,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_now", true),
                 ("verbatim", true),
             ],
+            init_fields: &[
+                ("plan_mode_instructions", true),
+                ("skills", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
                 ("hook_callback", ControlSupport::Answered),
@@ -1566,6 +1622,10 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("priority_later", true),
                 ("priority_now", true),
                 ("verbatim", true),
+            ],
+            init_fields: &[
+                ("plan_mode_instructions", true),
+                ("skills", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),

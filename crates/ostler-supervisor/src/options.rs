@@ -109,6 +109,18 @@ pub struct CliOptions {
     /// CLI writes the model's guess at the user's next prompt.
     #[serde(skip_serializing_if = "is_false")]
     pub prompt_suggestions: bool,
+    /// Not a flag: `skills` in `initialize`: only these skills (a SKILL.md's `name` or
+    /// directory, or `plugin:skill`) are listed to the model and usable; the session is
+    /// allowed the Skill tool for each (`Skill(name)`), as the Agent SDKs do.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<String>,
+    /// Not a flag: `skills: "all"` in `initialize`, and the Skill tool allowed.
+    #[serde(skip_serializing_if = "is_false")]
+    pub all_skills: bool,
+    /// Not a flag: `planModeInstructions` in `initialize`: in plan mode this text replaces
+    /// the CLI's own planning workflow in its plan-mode reminder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_mode_instructions: Option<String>,
     /// `--permission-prompts`: `host` (ostler's clients answer, the default) or `none`
     /// (anything that would prompt is denied at once and the model is told).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -190,6 +202,9 @@ pub mod limits {
     /// `betas` entries, and the bytes of one.
     pub const BETAS: usize = 16;
     pub const BETA_BYTES: usize = 64;
+    /// `skills` entries, and the bytes of one.
+    pub const SKILLS: usize = 128;
+    pub const SKILL_BYTES: usize = 128;
     /// `add_dirs` entries.
     pub const ADD_DIRS: usize = 64;
     /// MCP servers of a session.
@@ -286,6 +301,32 @@ fn json_object(field: &str, v: &str) -> Result<(), InvalidOption> {
         Ok(_) => Err(bad(field, "must be a JSON object")),
         Err(e) => Err(bad(field, format!("is not valid JSON: {e}"))),
     }
+}
+
+/// A list of names (`betas`, `skills`): at most `max.0`, each an argument of at most
+/// `max.1` bytes made of bytes `ok` accepts (else `what` says what a name is), none named
+/// twice. Returns the bytes they add to the command line.
+fn names(
+    field: &str,
+    list: &[String],
+    max: (usize, usize),
+    ok: fn(u8) -> bool,
+    what: &str,
+) -> Result<usize, InvalidOption> {
+    count(field, list.len(), max.0)?;
+    let mut bytes = 0;
+    for (i, n) in list.iter().enumerate() {
+        let f = format!("{field}[{i}]");
+        arg(&f, n, max.1)?;
+        if !n.bytes().all(ok) {
+            return Err(bad(f, format!("{} is not {what}", shown(n))));
+        }
+        if list[..i].contains(n) {
+            return Err(bad(f, format!("{} is named twice", shown(n))));
+        }
+        bytes += n.len() + 1;
+    }
+    Ok(bytes)
 }
 
 fn count(field: &str, n: usize, max: usize) -> Result<(), InvalidOption> {
@@ -409,26 +450,28 @@ impl CliOptions {
                 argv += d.len() + 1;
             }
         }
-        count("betas", self.betas.len(), limits::BETAS)?;
-        for (i, b) in self.betas.iter().enumerate() {
-            let f = format!("betas[{i}]");
-            arg(&f, b, limits::BETA_BYTES)?;
-            if !b
-                .bytes()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-            {
-                return Err(bad(
-                    f,
-                    format!(
-                        "{} is not a beta name (lower-case letters, digits and '-', e.g. \"context-1m-2025-08-07\")",
-                        shown(b)
-                    ),
-                ));
-            }
-            if self.betas[..i].contains(b) {
-                return Err(bad(f, format!("{} is named twice", shown(b))));
-            }
-            argv += b.len() + 1;
+        argv += names(
+            "betas",
+            &self.betas,
+            (limits::BETAS, limits::BETA_BYTES),
+            |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-',
+            "a beta name (lower-case letters, digits and '-', e.g. \"context-1m-2025-08-07\")",
+        )?;
+        names(
+            "skills",
+            &self.skills,
+            (limits::SKILLS, limits::SKILL_BYTES),
+            |c| c.is_ascii_alphanumeric() || b"-_.:".contains(&c),
+            "a skill name (letters, digits, '-', '_', '.', ':', e.g. \"pdf\" or \"docs:pdf\")",
+        )?;
+        if self.all_skills && !self.skills.is_empty() {
+            return Err(bad(
+                "all_skills",
+                "cannot go with skills (all_skills enables every skill; skills only those listed)",
+            ));
+        }
+        if let Some(p) = &self.plan_mode_instructions {
+            text("plan_mode_instructions", p, limits::PROMPT_BYTES)?;
         }
         if let Some(b) = self.max_budget_usd
             && !(b.is_finite() && b > 0.0 && b <= 1_000_000.0)
@@ -551,6 +594,35 @@ impl CliOptions {
 
     /// The hook registrations (ids, events, timeouts, defaults; see
     /// `ostler_protocol::hooks::validate_registrations`).
+    /// `--allowedTools`: `allowed_tools`, and the Skill tool for the skills the session
+    /// enables (`Skill` with `all_skills`, `Skill(name)` for each of `skills`) where not
+    /// listed already.
+    pub fn allowed_tools_with_skills(&self) -> Vec<String> {
+        let mut tools = self.allowed_tools.clone();
+        let skill_rules: Vec<String> = if self.all_skills {
+            vec!["Skill".to_string()]
+        } else {
+            self.skills.iter().map(|n| format!("Skill({n})")).collect()
+        };
+        for r in skill_rules {
+            if !tools.contains(&r) {
+                tools.push(r);
+            }
+        }
+        tools
+    }
+
+    /// `skills` for `initialize`: `"all"`, the names, or `None` (the CLI's default).
+    pub fn skills_field(&self) -> Option<serde_json::Value> {
+        if self.all_skills {
+            Some("all".into())
+        } else if self.skills.is_empty() {
+            None
+        } else {
+            Some(serde_json::json!(self.skills))
+        }
+    }
+
     pub fn validate_hooks(&self) -> Result<(), InvalidOption> {
         ostler_protocol::hooks::validate_registrations("hooks", &self.hooks)
             .map_err(|e| bad(e.field, e.message))
@@ -849,6 +921,58 @@ fn redact_map(m: &mut BTreeMap<String, String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skills_allow_the_skill_tool_and_go_in_initialize() {
+        let none = CliOptions::default();
+        assert!(none.allowed_tools_with_skills().is_empty());
+        assert_eq!(none.skills_field(), None);
+        let some = CliOptions {
+            allowed_tools: vec!["Read".into(), "Skill(pdf)".into()],
+            skills: vec!["pdf".into(), "docs:xlsx".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            some.allowed_tools_with_skills(),
+            ["Read", "Skill(pdf)", "Skill(docs:xlsx)"]
+        );
+        assert_eq!(
+            some.skills_field(),
+            Some(serde_json::json!(["pdf", "docs:xlsx"]))
+        );
+        let all = CliOptions {
+            all_skills: true,
+            ..Default::default()
+        };
+        assert_eq!(all.allowed_tools_with_skills(), ["Skill"]);
+        assert_eq!(all.skills_field(), Some(serde_json::json!("all")));
+        for (bad, field) in [
+            (
+                CliOptions {
+                    skills: vec!["pdf".into()],
+                    all_skills: true,
+                    ..Default::default()
+                },
+                "all_skills",
+            ),
+            (
+                CliOptions {
+                    skills: vec!["Skill(x)".into()],
+                    ..Default::default()
+                },
+                "skills[0]",
+            ),
+            (
+                CliOptions {
+                    skills: vec!["pdf".into(), "pdf".into()],
+                    ..Default::default()
+                },
+                "skills[1]",
+            ),
+        ] {
+            assert_eq!(bad.validate().unwrap_err().field, field);
+        }
+    }
 
     fn stdio(cmd: &str) -> McpServer {
         McpServer::Stdio {

@@ -723,6 +723,70 @@ async fn permission_prompts_and_thinking_reach_the_cli() {
     );
 }
 
+/// `skills` and `plan_mode_instructions` (sent in `initialize`) against the real CLI: with
+/// two skills in the project and `skills: [alpha]`, only alpha's description reaches the
+/// model and the CLI is allowed `Skill(alpha)`; in plan mode the instructions reach the
+/// model. With `all_skills` both skills are listed; without plan_mode_instructions, the
+/// text is not sent.
+#[tokio::test]
+async fn skills_and_plan_instructions_reach_the_model() {
+    let world = World::new(NEW).await;
+    for (name, desc) in [("alpha", "ALPHA-SKILL-DESC"), ("beta", "BETA-SKILL-DESC")] {
+        let dir = world.work.join(".claude/skills").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: {desc} does {name} things\n---\nBody.\n"),
+        )
+        .unwrap();
+    }
+    const PLAN: &str = "PLAN-INSTRUCTIONS-77: write the plan as a numbered list";
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let req = pb::CreateSessionRequest {
+        skills: vec!["alpha".into()],
+        plan_mode_instructions: PLAN.into(),
+        permission_mode: pb::PermissionMode::Plan as i32,
+        ..Default::default()
+    };
+    let (session, _, _) = create_and_turn(&mut c, &world, req, "SKILLS-ONE hello").await;
+    let (argv, _) = the_cli(&daemon, &mut c, &session).await;
+    let allowed: Vec<&String> = argv
+        .iter()
+        .skip_while(|a| *a != "--allowedTools")
+        .skip(1)
+        .take_while(|a| !a.starts_with("--"))
+        .collect();
+    assert_eq!(allowed, ["Skill(alpha)"], "{argv:?}");
+    let turn: Vec<String> = turn_requests(&world, "SKILLS-ONE")
+        .into_iter()
+        .filter_map(|r| r.body.map(|b| b.to_string()))
+        .collect();
+    assert!(!turn.is_empty());
+    assert!(turn.iter().any(|b| b.contains("ALPHA-SKILL-DESC")));
+    assert!(!turn.iter().any(|b| b.contains("BETA-SKILL-DESC")));
+    assert!(
+        turn.iter().any(|b| b.contains(PLAN)),
+        "no plan instructions"
+    );
+    let req = pb::CreateSessionRequest {
+        all_skills: true,
+        permission_mode: pb::PermissionMode::Plan as i32,
+        ..Default::default()
+    };
+    create_and_turn(&mut c, &world, req, "SKILLS-TWO hello").await;
+    let turn: Vec<String> = turn_requests(&world, "SKILLS-TWO")
+        .into_iter()
+        .filter_map(|r| r.body.map(|b| b.to_string()))
+        .collect();
+    assert!(turn.iter().any(|b| b.contains("ALPHA-SKILL-DESC")));
+    assert!(turn.iter().any(|b| b.contains("BETA-SKILL-DESC")));
+    assert!(
+        !turn.iter().any(|b| b.contains(PLAN)),
+        "instructions not asked for"
+    );
+}
+
 /// The model answers a `--json-schema` session through the CLI's `StructuredOutput` tool.
 const STRUCTURED: &str = r#"
 default_text = "OK."
@@ -896,6 +960,30 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             "thinking",
             "--thinking",
         ),
+        (
+            pb::CreateSessionRequest {
+                skills: vec!["pdf".into()],
+                ..Default::default()
+            },
+            "skills",
+            "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
+                all_skills: true,
+                ..Default::default()
+            },
+            "all_skills",
+            "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
+                plan_mode_instructions: "Plan in haiku.".into(),
+                ..Default::default()
+            },
+            "plan_mode_instructions",
+            "Initialize fields",
+        ),
     ] {
         let started = std::time::Instant::now();
         let e = c
@@ -965,6 +1053,21 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "betas[1]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                skills: vec!["pdf tools".into()],
+                ..Default::default()
+            },
+            "skills[0]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                skills: vec!["pdf".into()],
+                all_skills: true,
+                ..Default::default()
+            },
+            "all_skills",
         ),
         (
             pb::CreateSessionRequest {

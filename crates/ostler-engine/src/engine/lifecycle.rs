@@ -358,6 +358,7 @@ impl Engine {
         }
         crate::capability::check_tool_servers(inst, &options)?;
         crate::capability::check_outputs(inst, &options)?;
+        crate::capability::check_init_fields(inst, &options)?;
         Ok(SessionSpec {
             options,
             rules: req.rules.clone(),

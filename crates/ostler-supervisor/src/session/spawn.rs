@@ -133,7 +133,7 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
     if let Some(config) = cli.mcp_config_json() {
         a.values("--mcp-config", &[config]);
     }
-    a.values("--allowedTools", &cli.allowed_tools)
+    a.values("--allowedTools", &cli.allowed_tools_with_skills())
         .values("--disallowedTools", &cli.disallowed_tools);
     Ok(a.into_args())
 }
@@ -155,6 +155,8 @@ pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Op
         InitializeRequest {
             hooks: ostler_protocol::hooks::initialize_hooks(&opts.cli.hooks),
             prompt_suggestions: opts.cli.prompt_suggestions,
+            skills: opts.cli.skills_field(),
+            plan_mode_instructions: opts.cli.plan_mode_instructions.clone(),
             ..Default::default()
         }
         .into_request(),

@@ -2,7 +2,7 @@
 //! loopback port. The first stdout line is the base URL; each request is logged to stderr
 //! as one JSON line (method, path, rule, status; with `OSTLER_FAKE_MODEL_BODIES=1` also
 //! the request's last message, cut to 600 bytes, and its `thinking`, for writing rules by
-//! hand). Runs until Ctrl-C / SIGTERM.
+//! hand; with `OSTLER_FAKE_MODEL_BODIES=full` also the whole body). Runs until Ctrl-C / SIGTERM.
 #![allow(clippy::disallowed_methods)] // test support binary
 
 use std::time::Duration;
@@ -25,7 +25,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let server = FakeModelServer::start(scenario).await?;
     println!("{}", server.url());
-    let bodies = std::env::var_os("OSTLER_FAKE_MODEL_BODIES").is_some_and(|v| v == "1");
+    let bodies_env = std::env::var_os("OSTLER_FAKE_MODEL_BODIES");
+    let full = bodies_env.as_ref().is_some_and(|v| v == "full");
+    let bodies = full || bodies_env.is_some_and(|v| v == "1");
     let mut logged = 0usize;
     loop {
         tokio::select! {
@@ -52,6 +54,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         line["last_message"] = last[..cut].into();
                         line["thinking"] =
                             r.body.as_ref().map(|b| b["thinking"].clone()).unwrap_or_default();
+                    }
+                    if full {
+                        line["body"] = r.body.clone().unwrap_or_default();
                     }
                     eprintln!("{line}");
                 }

@@ -41,6 +41,16 @@ pub struct SessionOptionArgs {
     /// After each turn, show the model's guess at your next prompt (2.1.120 and later)
     #[arg(long)]
     pub prompt_suggestions: bool,
+    /// Enable only this skill (its SKILL.md name, or plugin:skill), and allow the Skill
+    /// tool for it (repeatable; 2.1.120 and later)
+    #[arg(long = "skill", value_name = "NAME", conflicts_with = "all_skills")]
+    pub skills: Vec<String>,
+    /// Enable every skill the CLI finds, and allow the Skill tool
+    #[arg(long)]
+    pub all_skills: bool,
+    /// In plan mode, plan this way instead of the CLI's own workflow (2.1.120 and later)
+    #[arg(long, value_name = "TEXT")]
+    pub plan_instructions: Option<String>,
     /// A plugin directory to load for this session (repeatable)
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<String>,
@@ -229,6 +239,9 @@ impl SessionOptionArgs {
         r.include_hook_events = self.hook_events;
         r.betas = self.betas.clone();
         r.prompt_suggestions = self.prompt_suggestions;
+        r.skills = self.skills.clone();
+        r.all_skills = self.all_skills;
+        r.plan_mode_instructions = self.plan_instructions.clone().unwrap_or_default();
         r.permission_prompts = self.permission_prompts.clone().unwrap_or_default();
         r.thinking = self.thinking.clone().unwrap_or_default();
         r.thinking_display = self.thinking_display.clone().unwrap_or_default();
@@ -299,5 +312,34 @@ mod tests {
             .collect();
         assert_eq!(got, [("PreToolUse", "Bash|Write", 300), ("Stop", "", 300)]);
         assert!(parse_hook(":Bash").is_err());
+    }
+    #[test]
+    fn skill_and_plan_flags_parse() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            opts: SessionOptionArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "x",
+            "--skill",
+            "pdf",
+            "--skill",
+            "docs:xlsx",
+            "--plan-instructions",
+            "Plan in steps.",
+        ])
+        .expect("parses");
+        let mut r = pb::CreateSessionRequest::default();
+        cli.opts.apply(&mut r);
+        assert_eq!(r.skills, ["pdf", "docs:xlsx"]);
+        assert!(!r.all_skills);
+        assert_eq!(r.plan_mode_instructions, "Plan in steps.");
+        assert!(Cli::try_parse_from(["x", "--skill", "pdf", "--all-skills"]).is_err());
+        let all = Cli::try_parse_from(["x", "--all-skills"]).expect("parses");
+        let mut r = pb::CreateSessionRequest::default();
+        all.opts.apply(&mut r);
+        assert!(r.all_skills && r.skills.is_empty());
     }
 }
