@@ -873,6 +873,83 @@ async fn delivery_fields_reach_the_cli() {
     assert_eq!(session(&mut c, &s.id).await.state(), pb::SessionState::Idle);
 }
 
+/// A context-only message sent while a turn runs: the CLI queues it, and after the running
+/// turn ends it adds the message with a turn of no model call. Both turns' TurnCompleted
+/// name their message (2.1.332 in its result, 2.1.121 by its echo and the oldest owed),
+/// the next turn's request carries the context, and the session ends IDLE: nothing is
+/// left owed.
+async fn context_only_behind_a_running_turn(release: &str) {
+    let world = World::with_scenario(release, DELIVERY_SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "q").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    let first = send_with(&mut c, &s.id, "Long task one.", Default::default())
+        .await
+        .unwrap();
+    await_model_request(&world.fake, "held").await;
+    let context = send_with(
+        &mut c,
+        &s.id,
+        "The codeword is PLUM-42.",
+        pb::SendMessageRequest {
+            context_only: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    world.fake.signal("go");
+    let answered = |id: &str| {
+        let id = id.to_owned();
+        move |e: &pb::SessionEvent| matches!(&e.payload, Some(P::TurnCompleted(t)) if t.user_message_ids.contains(&id))
+    };
+    read_until(
+        &mut events,
+        &mut seen,
+        "the first turn",
+        answered(&first.message_id),
+    )
+    .await;
+    read_until(
+        &mut events,
+        &mut seen,
+        "the context's turn",
+        answered(&context.message_id),
+    )
+    .await;
+    assert_eq!(
+        world.fake.count_matching(&ostler_testkit::scenario::Match {
+            last_user_text_contains: Some("PLUM-42".into()),
+            ..Default::default()
+        }),
+        0,
+        "{release}: a model call was made for the context"
+    );
+    read_until(
+        &mut events,
+        &mut seen,
+        "the session idle",
+        |e| matches!(&e.payload, Some(P::StateChanged(s)) if s.to() == pb::SessionState::Idle),
+    )
+    .await;
+    assert_eq!(
+        turn(&mut c, &s.id, "What is the codeword?").await,
+        "The codeword is PLUM-42."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn context_only_behind_a_running_turn_2_1_332() {
+    context_only_behind_a_running_turn(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn context_only_behind_a_running_turn_2_1_121() {
+    context_only_behind_a_running_turn("2.1.121").await;
+}
+
 /// A delivery field the running release ignores (1.0.128 honours none, measured) is
 /// refused at once with FAILED_PRECONDITION naming it, and nothing is recorded or sent;
 /// context_only with priority NOW, or an unknown priority, is INVALID_ARGUMENT.
