@@ -1780,6 +1780,36 @@ fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
+/// A list of `fields` (name, what honouring it means), then a table of whether each
+/// release honours each (`measured` picks the evidence column).
+fn field_table(
+    s: &mut String,
+    d: &Derived,
+    fields: &[(&str, &str)],
+    measured: impl Fn(&Evidence) -> &BTreeMap<String, bool>,
+) -> Result<()> {
+    for (field, what) in fields {
+        writeln!(s, "- `{field}`: {what}.")?;
+    }
+    s.push_str("\n| release |");
+    for (field, _) in fields {
+        write!(s, " `{field}` |")?;
+    }
+    s.push_str("\n| --- |");
+    for _ in fields {
+        s.push_str(" --- |");
+    }
+    s.push('\n');
+    for (v, e, _) in &d.rows {
+        write!(s, "| {v} |")?;
+        for (field, _) in fields {
+            write!(s, " {} |", mark(measured(e).get(*field)))?;
+        }
+        s.push('\n');
+    }
+    Ok(())
+}
+
 /// A measured yes/no in a table: `-` when not measured.
 fn mark(v: Option<&bool>) -> &'static str {
     match v {
@@ -1990,25 +2020,7 @@ fn render_md(d: &Derived) -> Result<String> {
          honoured field is listed among the release's capabilities as `input:<field>`. \
          `-` not measured.\n\n",
     );
-    for (field, what) in ostler_supervisor::compat::MESSAGE_FIELDS {
-        writeln!(s, "- `{field}`: {what}.")?;
-    }
-    s.push_str("\n| release |");
-    for (field, _) in ostler_supervisor::compat::MESSAGE_FIELDS {
-        write!(s, " `{field}` |")?;
-    }
-    s.push_str("\n| --- |");
-    for _ in ostler_supervisor::compat::MESSAGE_FIELDS {
-        s.push_str(" --- |");
-    }
-    s.push('\n');
-    for (v, e, _) in &d.rows {
-        write!(s, "| {v} |")?;
-        for (field, _) in ostler_supervisor::compat::MESSAGE_FIELDS {
-            write!(s, " {} |", mark(e.inputs.get(field)))?;
-        }
-        s.push('\n');
-    }
+    field_table(&mut s, d, &ostler_supervisor::compat::MESSAGE_FIELDS, |e| &e.inputs)?;
     s.push_str("\n## Initialize fields\n\n");
     s.push_str(
         "Session options sent in `initialize` rather than as flags, measured by their effect \
@@ -2018,25 +2030,7 @@ fn render_md(d: &Derived) -> Result<String> {
          with FAILED_PRECONDITION. Each honoured field is listed among the release's \
          capabilities as `init:<field>`. `-` not measured.\n\n",
     );
-    for (field, what) in ostler_supervisor::compat::INIT_FIELDS {
-        writeln!(s, "- `{field}`: {what}.")?;
-    }
-    s.push_str("\n| release |");
-    for (field, _) in ostler_supervisor::compat::INIT_FIELDS {
-        write!(s, " `{field}` |")?;
-    }
-    s.push_str("\n| --- |");
-    for _ in ostler_supervisor::compat::INIT_FIELDS {
-        s.push_str(" --- |");
-    }
-    s.push('\n');
-    for (v, e, _) in &d.rows {
-        write!(s, "| {v} |")?;
-        for (field, _) in ostler_supervisor::compat::INIT_FIELDS {
-            write!(s, " {} |", mark(e.init_fields.get(field)))?;
-        }
-        s.push('\n');
-    }
+    field_table(&mut s, d, &ostler_supervisor::compat::INIT_FIELDS, |e| &e.init_fields)?;
     s.push_str("\n## Hook events\n\n");
     s.push_str(
         "Which hook events each release knows (`cargo xtask compat probe`, `--hook-events-only` \
