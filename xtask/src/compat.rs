@@ -1036,19 +1036,30 @@ async fn context_only_probe(binary: &Path) -> Result<bool> {
     Ok(!queried && carried)
 }
 
-async fn priority_now_probe(binary: &Path) -> Result<bool> {
-    let herm = ostler_testkit::cli::Hermetic::new()?;
-    let mut s = ProbeSession::start(&herm, binary, HOLD_SCENARIO, &[]).await?;
+/// A session of `binary` in `herm` whose turn `PROBE-HOLD` reached the model, its answer
+/// held until the probe signals `probe-hold`; `None` when it never reached the model (a
+/// release that cannot run this session: there is no turn to queue behind).
+async fn held_turn(
+    herm: &ostler_testkit::cli::Hermetic,
+    binary: &Path,
+) -> Result<Option<ProbeSession>> {
+    let mut s = ProbeSession::start(herm, binary, HOLD_SCENARIO, &[]).await?;
     s.send(&[user_message("PROBE-HOLD", serde_json::json!({}))])
         .await?;
-    if !s
-        .request(secs(60), |r| last_user_has(r, "PROBE-HOLD"))
+    if s.request(secs(60), |r| last_user_has(r, "PROBE-HOLD"))
         .await
     {
-        // No turn to queue behind (a release that cannot run this session).
-        s.finish().await;
-        return Ok(false);
+        return Ok(Some(s));
     }
+    s.finish().await;
+    Ok(None)
+}
+
+async fn priority_now_probe(binary: &Path) -> Result<bool> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let Some(mut s) = held_turn(&herm, binary).await? else {
+        return Ok(false);
+    };
     let now = serde_json::json!({"priority": "now"});
     s.send(&[user_message("PROBE-NOW", now)]).await?;
     // Honoured: the held turn ends at once. Ignored: it waits for the answer.
@@ -1061,17 +1072,9 @@ async fn priority_now_probe(binary: &Path) -> Result<bool> {
 
 async fn priority_later_probe(binary: &Path) -> Result<bool> {
     let herm = ostler_testkit::cli::Hermetic::new()?;
-    let mut s = ProbeSession::start(&herm, binary, HOLD_SCENARIO, &[]).await?;
-    s.send(&[user_message("PROBE-HOLD", serde_json::json!({}))])
-        .await?;
-    if !s
-        .request(secs(60), |r| last_user_has(r, "PROBE-HOLD"))
-        .await
-    {
-        // No turn to queue behind (a release that cannot run this session).
-        s.finish().await;
+    let Some(mut s) = held_turn(&herm, binary).await? else {
         return Ok(false);
-    }
+    };
     let later =
         serde_json::json!({"priority": "later", "uuid": "00000000-0000-4000-8000-00000000001a"});
     let next = serde_json::json!({"uuid": "00000000-0000-4000-8000-00000000001b"});
@@ -2020,7 +2023,9 @@ fn render_md(d: &Derived) -> Result<String> {
          honoured field is listed among the release's capabilities as `input:<field>`. \
          `-` not measured.\n\n",
     );
-    field_table(&mut s, d, &ostler_supervisor::compat::MESSAGE_FIELDS, |e| &e.inputs)?;
+    field_table(&mut s, d, &ostler_supervisor::compat::MESSAGE_FIELDS, |e| {
+        &e.inputs
+    })?;
     s.push_str("\n## Initialize fields\n\n");
     s.push_str(
         "Session options sent in `initialize` rather than as flags, measured by their effect \
@@ -2030,7 +2035,9 @@ fn render_md(d: &Derived) -> Result<String> {
          with FAILED_PRECONDITION. Each honoured field is listed among the release's \
          capabilities as `init:<field>`. `-` not measured.\n\n",
     );
-    field_table(&mut s, d, &ostler_supervisor::compat::INIT_FIELDS, |e| &e.init_fields)?;
+    field_table(&mut s, d, &ostler_supervisor::compat::INIT_FIELDS, |e| {
+        &e.init_fields
+    })?;
     s.push_str("\n## Hook events\n\n");
     s.push_str(
         "Which hook events each release knows (`cargo xtask compat probe`, `--hook-events-only` \

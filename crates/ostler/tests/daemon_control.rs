@@ -622,6 +622,12 @@ when = { last_user_text_contains = "Urgent" }
 blocks = [{ type = "text", text = "Urgent done." }]
 
 [[model]]
+name = "held two"
+when = { last_user_text_contains = "Long task two" }
+hold_until = "go"
+blocks = [{ type = "text", text = "The second long answer." }]
+
+[[model]]
 name = "held"
 when = { last_user_text_contains = "Long task" }
 hold_until = "go"
@@ -650,6 +656,22 @@ async fn send_with(
     ))
     .await
     .map(tonic::Response::into_inner)
+}
+
+/// A SendMessage's fields for a message sent with priority `p`.
+fn with_priority(p: pb::MessagePriority) -> pb::SendMessageRequest {
+    pb::SendMessageRequest {
+        priority: p as i32,
+        ..Default::default()
+    }
+}
+
+/// A SendMessage's fields for a context-only message.
+fn context_only() -> pb::SendMessageRequest {
+    pb::SendMessageRequest {
+        context_only: true,
+        ..Default::default()
+    }
 }
 
 fn sent_message<'a>(seen: &'a [pb::SessionEvent], id: &str) -> &'a pb::UserMessage {
@@ -714,17 +736,9 @@ async fn delivery_fields_reach_the_cli() {
 
     // context_only: no model call; the next turn carries it.
     let before = world.fake.requests().len();
-    let context = send_with(
-        &mut c,
-        &s.id,
-        "The codeword is PLUM-42.",
-        pb::SendMessageRequest {
-            context_only: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let context = send_with(&mut c, &s.id, "The codeword is PLUM-42.", context_only())
+        .await
+        .unwrap();
     let end = read_until(
         &mut events,
         &mut seen,
@@ -763,10 +777,7 @@ async fn delivery_fields_reach_the_cli() {
         &mut c,
         &s.id,
         "Urgent: do this first.",
-        pb::SendMessageRequest {
-            priority: pb::MessagePriority::Now as i32,
-            ..Default::default()
-        },
+        with_priority(pb::MessagePriority::Now),
     )
     .await
     .unwrap();
@@ -784,37 +795,12 @@ async fn delivery_fields_reach_the_cli() {
 
     // LATER goes after a message sent behind it with the default priority.
     send(&mut c, &s.id, "Long task two.").await;
-    let held = world
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.rule_name.as_deref() == Some("held"))
-        .count();
-    let deadline = tokio::time::Instant::now() + guard();
-    while world
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.rule_name.as_deref() == Some("held"))
-        .count()
-        <= held
-    {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        assert!(
-            !left.is_zero(),
-            "the second long task never reached the model"
-        );
-        let n = world.fake.requests().len();
-        world.fake.wait_for_requests(n + 1, left).await;
-    }
+    await_model_request(&world.fake, "held two").await;
     let later = send_with(
         &mut c,
         &s.id,
         "LATER-MESSAGE please.",
-        pb::SendMessageRequest {
-            priority: pb::MessagePriority::Later as i32,
-            ..Default::default()
-        },
+        with_priority(pb::MessagePriority::Later),
     )
     .await
     .unwrap();
@@ -889,17 +875,9 @@ async fn context_only_behind_a_running_turn(release: &str) {
         .await
         .unwrap();
     await_model_request(&world.fake, "held").await;
-    let context = send_with(
-        &mut c,
-        &s.id,
-        "The codeword is PLUM-42.",
-        pb::SendMessageRequest {
-            context_only: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let context = send_with(&mut c, &s.id, "The codeword is PLUM-42.", context_only())
+        .await
+        .unwrap();
     world.fake.signal("go");
     let answered = |id: &str| {
         let id = id.to_owned();
@@ -960,20 +938,8 @@ async fn delivery_fields_the_release_ignores_are_refused() {
     let mut c = daemon.sessions().await;
     let s = create_session(&mut c, &world.work, "r").await;
     let cases = [
-        (
-            pb::SendMessageRequest {
-                priority: pb::MessagePriority::Now as i32,
-                ..Default::default()
-            },
-            "priority NOW",
-        ),
-        (
-            pb::SendMessageRequest {
-                priority: pb::MessagePriority::Later as i32,
-                ..Default::default()
-            },
-            "priority LATER",
-        ),
+        (with_priority(pb::MessagePriority::Now), "priority NOW"),
+        (with_priority(pb::MessagePriority::Later), "priority LATER"),
         (
             pb::SendMessageRequest {
                 verbatim: true,
@@ -981,13 +947,7 @@ async fn delivery_fields_the_release_ignores_are_refused() {
             },
             "verbatim",
         ),
-        (
-            pb::SendMessageRequest {
-                context_only: true,
-                ..Default::default()
-            },
-            "context_only",
-        ),
+        (context_only(), "context_only"),
     ];
     for (fields, name) in cases {
         let err = send_with(&mut c, &s.id, "hello", fields).await.unwrap_err();
