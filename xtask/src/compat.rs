@@ -1120,7 +1120,7 @@ const PROBE_PLAN: &str = "PROBE-PLAN-INSTRUCTIONS: write the plan as a list";
 /// model and beta's did not (a release that lists no skills at all cannot show it: not
 /// honoured); `plan_mode_instructions` when its text reached the model. Measured by hand
 /// before: 2.1.120 and later honour both; 2.1.0 lists both skills and drops the text;
-/// 1.0.128 lists no skills.
+/// 1.0.128 lists no skills. `tool_aliases` in a session of its own ([`tool_alias_probe`]).
 async fn init_field_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
     let herm = ostler_testkit::cli::Hermetic::new()?;
     for (name, desc) in [
@@ -1158,7 +1158,40 @@ async fn init_field_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
             any("PROBE-ALPHA-SKILL") && !any("PROBE-BETA-SKILL"),
         ),
         ("plan_mode_instructions".to_string(), any(PROBE_PLAN)),
+        ("tool_aliases".to_string(), tool_alias_probe(binary).await?),
     ]))
+}
+
+/// `toolAliases`: the model calls `ProbeFetch` (no such tool) to read a file, with
+/// `{ProbeFetch: Read}` in `initialize`; honoured when the file's text came back to the
+/// model in the call's tool result (a permission prompt for Read is allowed). Measured by
+/// hand before: 2.1.332 ran Read (its prompt named Read); 2.1.121 did not.
+async fn tool_alias_probe(binary: &Path) -> Result<bool> {
+    const CONTENT: &str = "PROBE-ALIASED-READ";
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let file = herm.root().join("probe-alias.txt");
+    std::fs::write(&file, format!("{CONTENT}\n"))?;
+    let scenario = format!(
+        "description = \"compat probe: tool aliases\"\ndefault_text = \"ok\"\n\
+         [[model]]\nname = \"after\"\nwhen = {{ tool_result_for = \"toolu_alias_1\" }}\n\
+         blocks = [ {{ type = \"text\", text = \"probe done\" }} ]\n\
+         [[model]]\nname = \"call\"\nwhen = {{ last_user_text_contains = \"PROBE-ALIAS\" }}\n\
+         blocks = [ {{ type = \"tool_use\", id = \"toolu_alias_1\", name = \"ProbeFetch\", \
+         input = {{ file_path = {:?} }} }} ]\n",
+        file.display().to_string()
+    );
+    let init = serde_json::json!({"toolAliases": {"ProbeFetch": "Read"}});
+    let server = serve_turn_in(
+        &herm,
+        binary,
+        &scenario,
+        &[],
+        Some(init),
+        "PROBE-ALIAS read it",
+        &mut |request| serde_json::json!({"behavior": "allow", "updatedInput": request["input"]}),
+    )
+    .await?;
+    Ok(tool_result_reached(&server, CONTENT))
 }
 
 /// Which hook events the release calls in a session like ostler's, for the events whose

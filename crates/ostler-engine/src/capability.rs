@@ -218,6 +218,11 @@ pub(crate) fn check_init_fields(
             "plan_mode_instructions",
             options.plan_mode_instructions.is_some(),
         ),
+        (
+            "tool_aliases",
+            "tool_aliases",
+            !options.tool_aliases.is_empty(),
+        ),
     ];
     for (field, option, on) in asked {
         if on && inst.capabilities.init_fields.get(field) == Some(&false) {

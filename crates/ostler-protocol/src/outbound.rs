@@ -209,6 +209,8 @@ pub struct InitializeRequest {
     pub skills: Option<Value>,
     /// `planModeInstructions`: replaces the planning workflow of the plan-mode reminder.
     pub plan_mode_instructions: Option<String>,
+    /// `toolAliases`: tool name the model may use -> the tool that runs.
+    pub tool_aliases: Option<Map<String, Value>>,
 }
 
 impl InitializeRequest {
@@ -241,6 +243,9 @@ impl InitializeRequest {
         }
         if let Some(p) = self.plan_mode_instructions {
             f.insert("planModeInstructions".into(), p.into());
+        }
+        if let Some(a) = self.tool_aliases {
+            f.insert("toolAliases".into(), Value::Object(a));
         }
         OutRequest::Initialize(f)
     }
@@ -633,6 +638,20 @@ mod tests {
         assert_eq!(
             request(full.into_request()),
             json!({"subtype": "initialize", "sdkMcpServers": ["inproc"], "appendSystemPrompt": "be brief"})
+        );
+        let fields = InitializeRequest {
+            skills: Some(json!(["pdf"])),
+            plan_mode_instructions: Some("Plan in steps.".into()),
+            tool_aliases: Some(Map::from_iter([(
+                "Bash".to_string(),
+                json!("mcp__box__bash"),
+            )])),
+            ..Default::default()
+        };
+        assert_eq!(
+            request(fields.into_request()),
+            json!({"subtype": "initialize", "skills": ["pdf"], "planModeInstructions": "Plan in steps.",
+                   "toolAliases": {"Bash": "mcp__box__bash"}})
         );
     }
 

@@ -208,7 +208,7 @@ pub const MESSAGE_FIELDS: [(&str, &str); 4] = [
 /// probe` measures (the `init_fields` column), each with what honouring it means. A
 /// release ignores a field it does not know, so a session that asks for one it is measured
 /// not to honour is refused.
-pub const INIT_FIELDS: [(&str, &str); 2] = [
+pub const INIT_FIELDS: [(&str, &str); 3] = [
     (
         "skills",
         "`skills: [name]` lists only that skill to the model (another skill of the project is \
@@ -217,6 +217,10 @@ pub const INIT_FIELDS: [(&str, &str); 2] = [
     (
         "plan_mode_instructions",
         "`planModeInstructions` reaches the model in plan mode",
+    ),
+    (
+        "tool_aliases",
+        "`toolAliases: {ProbeFetch: Read}` runs Read for the model's call of `ProbeFetch`",
     ),
 ];
 

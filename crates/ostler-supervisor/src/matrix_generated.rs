@@ -95,6 +95,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -201,6 +202,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -307,6 +309,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -413,6 +416,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -519,6 +523,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -625,6 +630,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -731,6 +737,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -837,6 +844,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -943,6 +951,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -1049,6 +1058,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -1155,6 +1165,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", false),
                 ("skills", false),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -1261,6 +1272,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", true),
                 ("skills", true),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1367,6 +1379,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", true),
                 ("skills", true),
+                ("tool_aliases", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1496,6 +1509,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", true),
                 ("skills", true),
+                ("tool_aliases", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1626,6 +1640,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("plan_mode_instructions", true),
                 ("skills", true),
+                ("tool_aliases", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),

@@ -121,6 +121,10 @@ pub struct CliOptions {
     /// the CLI's own planning workflow in its plan-mode reminder.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_mode_instructions: Option<String>,
+    /// Not a flag: `toolAliases` in `initialize`: a tool call the model makes by one of
+    /// these names runs the tool it maps to (one hop), e.g. `Bash` -> an MCP tool.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_aliases: BTreeMap<String, String>,
     /// `--permission-prompts`: `host` (ostler's clients answer, the default) or `none`
     /// (anything that would prompt is denied at once and the model is told).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -202,6 +206,10 @@ pub mod limits {
     /// `betas` entries, and the bytes of one.
     pub const BETAS: usize = 16;
     pub const BETA_BYTES: usize = 64;
+    /// `tool_aliases` entries.
+    pub const TOOL_ALIASES: usize = 64;
+    /// A tool name (`tool_aliases`).
+    pub const TOOL_NAME_BYTES: usize = 128;
     /// `skills` entries, and the bytes of one.
     pub const SKILLS: usize = 128;
     pub const SKILL_BYTES: usize = 128;
@@ -472,6 +480,32 @@ impl CliOptions {
         }
         if let Some(p) = &self.plan_mode_instructions {
             text("plan_mode_instructions", p, limits::PROMPT_BYTES)?;
+        }
+        count(
+            "tool_aliases",
+            self.tool_aliases.len(),
+            limits::TOOL_ALIASES,
+        )?;
+        for (from, to) in &self.tool_aliases {
+            let f = format!("tool_aliases[{}]", shown(from));
+            for name in [from, to] {
+                arg(&f, name, limits::TOOL_NAME_BYTES)?;
+                if !name
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+                {
+                    return Err(bad(
+                        f,
+                        format!(
+                            "{} is not a tool name (letters, digits, '_' and '-', e.g. \"Bash\" or \"mcp__box__bash\")",
+                            shown(name)
+                        ),
+                    ));
+                }
+            }
+            if from == to {
+                return Err(bad(f, "maps a tool to itself"));
+            }
         }
         if let Some(b) = self.max_budget_usd
             && !(b.is_finite() && b > 0.0 && b <= 1_000_000.0)

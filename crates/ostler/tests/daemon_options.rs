@@ -787,6 +787,53 @@ async fn skills_and_plan_instructions_reach_the_model() {
     );
 }
 
+const ALIASED: &str = r#"
+default_text = "ok"
+
+[[model]]
+name = "after the aliased call"
+when = { tool_result_for = "toolu_alias_1" }
+blocks = [{ type = "text", text = "Read through the alias." }]
+
+[[model]]
+name = "aliased call"
+when = { last_user_text_contains = "Fetch the notes" }
+blocks = [{ type = "tool_use", id = "toolu_alias_1", name = "FetchNotes", input = { file_path = "notes.txt" } }]
+"#;
+
+/// `tool_aliases` (sent in `initialize`) against the real CLI: the model calls
+/// `FetchNotes`, which no tool is called; with `{FetchNotes: Read}` the CLI runs Read and
+/// the file's text comes back to the model. Without the alias the call fails.
+#[tokio::test]
+async fn tool_aliases_run_the_mapped_tool() {
+    let world = World::with_scenario(NEW, ALIASED).await;
+    std::fs::write(world.work.join("notes.txt"), "ALIASED-NOTES-5\n").unwrap();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let req = pb::CreateSessionRequest {
+        tool_aliases: [("FetchNotes".to_string(), "Read".to_string())].into(),
+        ..Default::default()
+    };
+    create_and_turn(&mut c, &world, req, "Fetch the notes, please.").await;
+    assert!(world.model_saw("ALIASED-NOTES-5"), "Read did not run");
+
+    let plain = World::with_scenario(NEW, ALIASED).await;
+    std::fs::write(plain.work.join("notes.txt"), "ALIASED-NOTES-5\n").unwrap();
+    let daemon = plain.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    create_and_turn(
+        &mut c,
+        &plain,
+        Default::default(),
+        "Fetch the notes, please.",
+    )
+    .await;
+    assert!(
+        !plain.model_saw("ALIASED-NOTES-5"),
+        "the call ran without an alias"
+    );
+}
+
 /// The model answers a `--json-schema` session through the CLI's `StructuredOutput` tool.
 const STRUCTURED: &str = r#"
 default_text = "OK."
@@ -984,6 +1031,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             "plan_mode_instructions",
             "Initialize fields",
         ),
+        (
+            pb::CreateSessionRequest {
+                tool_aliases: [("Shell".to_string(), "Bash".to_string())].into(),
+                ..Default::default()
+            },
+            "tool_aliases",
+            "Initialize fields",
+        ),
     ] {
         let started = std::time::Instant::now();
         let e = c
@@ -1068,6 +1123,20 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "all_skills",
+        ),
+        (
+            pb::CreateSessionRequest {
+                tool_aliases: [("Bash".to_string(), "mcp box bash".to_string())].into(),
+                ..Default::default()
+            },
+            "tool_aliases[\"Bash\"]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                tool_aliases: [("Bash".to_string(), "Bash".to_string())].into(),
+                ..Default::default()
+            },
+            "tool_aliases[\"Bash\"]",
         ),
         (
             pb::CreateSessionRequest {

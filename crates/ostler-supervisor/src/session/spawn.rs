@@ -157,6 +157,13 @@ pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Op
             prompt_suggestions: opts.cli.prompt_suggestions,
             skills: opts.cli.skills_field(),
             plan_mode_instructions: opts.cli.plan_mode_instructions.clone(),
+            tool_aliases: (!opts.cli.tool_aliases.is_empty()).then(|| {
+                opts.cli
+                    .tool_aliases
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone().into()))
+                    .collect()
+            }),
             ..Default::default()
         }
         .into_request(),

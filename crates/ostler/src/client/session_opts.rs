@@ -51,6 +51,10 @@ pub struct SessionOptionArgs {
     /// In plan mode, plan this way instead of the CLI's own workflow (2.1.120 and later)
     #[arg(long, value_name = "TEXT")]
     pub plan_instructions: Option<String>,
+    /// Run tool TO when the model calls FROM, e.g. `Bash=mcp__box__bash` (repeatable;
+    /// 2.1.330 and later)
+    #[arg(long = "tool-alias", value_name = "FROM=TO", value_parser = parse_env)]
+    pub tool_aliases: Vec<(String, String)>,
     /// A plugin directory to load for this session (repeatable)
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<String>,
@@ -242,6 +246,7 @@ impl SessionOptionArgs {
         r.skills = self.skills.clone();
         r.all_skills = self.all_skills;
         r.plan_mode_instructions = self.plan_instructions.clone().unwrap_or_default();
+        r.tool_aliases = self.tool_aliases.iter().cloned().collect();
         r.permission_prompts = self.permission_prompts.clone().unwrap_or_default();
         r.thinking = self.thinking.clone().unwrap_or_default();
         r.thinking_display = self.thinking_display.clone().unwrap_or_default();
@@ -314,7 +319,7 @@ mod tests {
         assert!(parse_hook(":Bash").is_err());
     }
     #[test]
-    fn skill_and_plan_flags_parse() {
+    fn skill_plan_and_alias_flags_parse() {
         use clap::Parser;
         #[derive(clap::Parser)]
         struct Cli {
@@ -329,6 +334,8 @@ mod tests {
             "docs:xlsx",
             "--plan-instructions",
             "Plan in steps.",
+            "--tool-alias",
+            "Bash=mcp__box__bash",
         ])
         .expect("parses");
         let mut r = pb::CreateSessionRequest::default();
@@ -336,6 +343,7 @@ mod tests {
         assert_eq!(r.skills, ["pdf", "docs:xlsx"]);
         assert!(!r.all_skills);
         assert_eq!(r.plan_mode_instructions, "Plan in steps.");
+        assert_eq!(r.tool_aliases["Bash"], "mcp__box__bash");
         assert!(Cli::try_parse_from(["x", "--skill", "pdf", "--all-skills"]).is_err());
         let all = Cli::try_parse_from(["x", "--all-skills"]).expect("parses");
         let mut r = pb::CreateSessionRequest::default();
