@@ -249,7 +249,7 @@ pub const PROBED_CONTROLS: [&str; 13] = [
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
 /// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 23] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 24] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -272,6 +272,7 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 23] = [
     ("--permission-prompts", Some("host")),
     ("--thinking", Some("adaptive")),
     ("--thinking-display", Some("summarized")),
+    ("--task-budget", Some("1000")),
     (REPLAY_USER_MESSAGES, None),
 ];
 

@@ -60,6 +60,10 @@ pub struct CliOptions {
     /// `--max-thinking-tokens`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_thinking_tokens: Option<u32>,
+    /// `--task-budget`: the model is told its remaining token budget for the task (sent
+    /// as `output_config.task_budget`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_budget_tokens: Option<u32>,
     /// `--fallback-model`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_model: Option<String>,
@@ -515,6 +519,12 @@ impl CliOptions {
                 format!("{b} is not a budget (more than 0, at most 1000000 USD)"),
             ));
         }
+        if self.task_budget_tokens == Some(0) {
+            return Err(bad(
+                "task_budget_tokens",
+                "must be at least 1 (leave it unset for no budget)",
+            ));
+        }
         if self.max_thinking_tokens == Some(0) {
             return Err(bad(
                 "max_thinking_tokens",
@@ -869,6 +879,11 @@ impl CliOptions {
             self.max_thinking_tokens.is_some(),
             "--max-thinking-tokens",
             "max_thinking_tokens",
+        );
+        on(
+            self.task_budget_tokens.is_some(),
+            "--task-budget",
+            "task_budget_tokens",
         );
         on(self.settings.is_some(), "--settings", "settings");
         on(

@@ -658,7 +658,8 @@ blocks = [{ type = "text", text = "Done." }]
 /// once (no PermissionRequested; the model gets the denial and the turn ends), nothing is
 /// run; `thinking` and `thinking_display` reach the model's requests (2.1.332 sends
 /// Sonnet 4.5 `{"type":"disabled"}`, and `summarized` as asked; `omitted` it sends as its
-/// default `updates`, measured by hand).
+/// default `updates`, measured by hand); `task_budget_tokens` reaches the model as
+/// `output_config.task_budget`.
 #[tokio::test]
 async fn permission_prompts_and_thinking_reach_the_cli() {
     let world = World::with_scenario(NEW, NEEDS_PERMISSION).await;
@@ -702,9 +703,21 @@ async fn permission_prompts_and_thinking_reach_the_cli() {
     );
     let req = pb::CreateSessionRequest {
         thinking_display: "summarized".into(),
+        task_budget_tokens: Some(50_000),
         ..Default::default()
     };
     create_and_turn(&mut c, &world, req, "Say hello").await;
+    // The task budget reaches the model with the turn's request.
+    let budget = turn_requests(&world, "Say hello")
+        .into_iter()
+        .find_map(|r| r.body)
+        .expect("the turn's request");
+    assert_eq!(
+        budget["output_config"]["task_budget"],
+        serde_json::json!({"type": "tokens", "total": 50_000}),
+        "{}",
+        budget["output_config"]
+    );
     // The turn's request asks for it (without the option 2.1.332 asks for `updates`).
     let summarized = |from: usize| {
         world.fake.requests()[from..]
@@ -1009,6 +1022,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
         ),
         (
             pb::CreateSessionRequest {
+                task_budget_tokens: Some(1000),
+                ..Default::default()
+            },
+            "task_budget_tokens",
+            "--task-budget",
+        ),
+        (
+            pb::CreateSessionRequest {
                 skills: vec!["pdf".into()],
                 ..Default::default()
             },
@@ -1108,6 +1129,13 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "betas[1]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                task_budget_tokens: Some(0),
+                ..Default::default()
+            },
+            "task_budget_tokens",
         ),
         (
             pb::CreateSessionRequest {

@@ -70,6 +70,9 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
     if let Some(n) = cli.max_thinking_tokens {
         a.option("--max-thinking-tokens", n.to_string());
     }
+    if let Some(n) = cli.task_budget_tokens {
+        a.option("--task-budget", n.to_string());
+    }
     if !cli.setting_sources.is_empty() {
         a.option("--setting-sources", cli.setting_sources.join(","));
     }

@@ -64,6 +64,9 @@ pub struct SessionOptionArgs {
     /// Stop spending after this many US dollars
     #[arg(long, value_name = "USD")]
     pub max_budget_usd: Option<f64>,
+    /// A token budget for the task: the model is told what remains and wraps up
+    #[arg(long, value_name = "TOKENS")]
+    pub task_budget: Option<u32>,
     /// Thinking token budget
     #[arg(long, value_name = "N")]
     pub max_thinking_tokens: Option<u32>,
@@ -252,6 +255,7 @@ impl SessionOptionArgs {
         r.thinking_display = self.thinking_display.clone().unwrap_or_default();
         r.max_budget_usd = self.max_budget_usd;
         r.max_thinking_tokens = self.max_thinking_tokens;
+        r.task_budget_tokens = self.task_budget;
         r.fallback_model = self.fallback_model.clone().unwrap_or_default();
         r.settings = self.settings.clone().unwrap_or_default();
         r.setting_sources = self.setting_sources.clone();
