@@ -469,13 +469,14 @@ impl CliOptions {
             |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-',
             "a beta name (lower-case letters, digits and '-', e.g. \"context-1m-2025-08-07\")",
         )?;
-        names(
+        // Each also goes on the command line as `Skill(name)`.
+        argv += names(
             "skills",
             &self.skills,
             (limits::SKILLS, limits::SKILL_BYTES),
             |c| c.is_ascii_alphanumeric() || b"-_.:".contains(&c),
             "a skill name (letters, digits, '-', '_', '.', ':', e.g. \"pdf\" or \"docs:pdf\")",
-        )?;
+        )? + 7 * self.skills.len();
         if self.all_skills && !self.skills.is_empty() {
             return Err(bad(
                 "all_skills",
@@ -636,8 +637,6 @@ impl CliOptions {
         Ok(())
     }
 
-    /// The hook registrations (ids, events, timeouts, defaults; see
-    /// `ostler_protocol::hooks::validate_registrations`).
     /// `--allowedTools`: `allowed_tools`, and the Skill tool for the skills the session
     /// enables (`Skill` with `all_skills`, `Skill(name)` for each of `skills`) where not
     /// listed already.
@@ -667,6 +666,8 @@ impl CliOptions {
         }
     }
 
+    /// The hook registrations (ids, events, timeouts, defaults; see
+    /// `ostler_protocol::hooks::validate_registrations`).
     pub fn validate_hooks(&self) -> Result<(), InvalidOption> {
         ostler_protocol::hooks::validate_registrations("hooks", &self.hooks)
             .map_err(|e| bad(e.field, e.message))
