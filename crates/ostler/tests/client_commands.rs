@@ -661,15 +661,17 @@ fn send_now_stops_the_running_turn_and_an_ignored_field_is_refused() {
         .expect("its turn");
     assert_eq!(done["result"], "The second answer.", "{}", describe(&send));
     assert_eq!(done["user_message_ids"], json!([sent["message_id"]]));
-    // Stopped mid-answer: 2.1.332 ends the turn with what was streamed (measured).
+    // Stopped: 2.1.332 ends a turn stopped mid-answer with what was streamed, and one
+    // stopped before its first delta arrived with an error (both measured; which one
+    // depends on whether the held answer's first delta reached the CLI first).
     let run = common::wait_output(run);
     let first = json_lines(&run.stdout)
         .into_iter()
         .find(|e| e["type"] == "turn_completed")
         .expect("the first turn's end");
-    assert_eq!(
-        first["terminal_reason"],
-        "aborted_streaming",
+    assert!(
+        first["terminal_reason"] == "aborted_streaming"
+            || first["subtype"] == "error_during_execution",
         "{}",
         describe(&run)
     );
