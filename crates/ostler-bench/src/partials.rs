@@ -5,9 +5,9 @@
 //! N for the one that keeps up, and every delta published while they followed for both
 //! (never a silent loss), or the run fails. The target is that the one that keeps up is
 //! told it missed none: a miss (a stall of the client or the machine longer than the
-//! live ring holds) is reported in its row, and the run goes on. A miss is reported before the next delta
-//! received, so the stalled one's count for the partials turn may include the warm-up
-//! turn's deltas.
+//! live ring holds) is reported in its row, and the run goes on. A miss is reported before
+//! the next delta received, which for the stalled one may still be in the warm-up turn:
+//! its row counts both turns.
 
 use anyhow::{Result, bail};
 use ostler_proto::v1::session_event::Payload;
@@ -33,8 +33,16 @@ impl Got {
     }
 }
 
-/// (the subscriber that keeps up, the stalled one) after `n` deltas.
-pub async fn partials(c: &mut Client, d: &Daemon, n: u64) -> Result<(Got, Got)> {
+/// What the two subscribers got: the one that keeps up in the partials turn (`n` deltas),
+/// the stalled one over both turns, and the deltas both turns published.
+pub struct Partials {
+    pub keep: Got,
+    pub stalled: Got,
+    pub published: u64,
+}
+
+/// Item d's run with `n` deltas.
+pub async fn partials(c: &mut Client, d: &Daemon, n: u64) -> Result<Partials> {
     let sid = create(c, d).await?;
     let mut keep = subscribe(c, &sid, true, true).await?;
     let ch = Endpoint::from_shared(format!("http://{}", d.addr))?
@@ -77,5 +85,15 @@ pub async fn partials(c: &mut Client, d: &Daemon, n: u64) -> Result<(Got, Got)> 
             s_warm.missed + s.missed
         );
     }
-    Ok((k, s))
+    // Over both turns: where a miss is told depends on where the stalled one's stored
+    // events stood when it fell out of the live ring, which may be the warm-up turn.
+    let stalled = Got {
+        received: s_warm.received + s.received,
+        missed: s_warm.missed + s.missed,
+    };
+    Ok(Partials {
+        keep: k,
+        stalled,
+        published,
+    })
 }
