@@ -72,6 +72,10 @@ pub struct ProbeArgs {
     /// the rest of the recorded evidence.
     #[arg(long)]
     pub init_fields_only: bool,
+    /// Only measure which policies the release enforces (`policies`), keeping the rest of
+    /// the recorded evidence.
+    #[arg(long)]
+    pub policies_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -138,6 +142,10 @@ pub struct Evidence {
     /// honoured each ([`init_field_probe`]).
     #[serde(default)]
     pub init_fields: BTreeMap<String, bool>,
+    /// Policies (`ostler_supervisor::compat::POLICIES`) -> whether the release enforced each
+    /// ([`policy_probe`]).
+    #[serde(default)]
+    pub policies: BTreeMap<String, bool>,
 }
 
 fn root() -> PathBuf {
@@ -199,6 +207,10 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
         } else if a.init_fields_only {
             let (mut ev, binary) = recorded()?;
             ev.init_fields = rt.block_on(init_field_probe(&binary))?;
+            ev
+        } else if a.policies_only {
+            let (mut ev, binary) = recorded()?;
+            ev.policies = rt.block_on(policy_probe(&binary, &ev.options))?;
             ev
         } else if a.options_only {
             let (mut ev, binary) = recorded()?;
@@ -274,6 +286,8 @@ async fn measure(version: &str) -> Result<Evidence> {
         .await
         .with_context(|| format!("control probe of {version}"))?;
     let get = |f: ostler_supervisor::Flag| flags.accepted.get(&f).copied().unwrap_or(false);
+    let options = option_probe(&binary).await?;
+    let policies = policy_probe(&binary, &options).await?;
     Ok(Evidence {
         version: version.to_string(),
         stdio_permission_prompt: stdio,
@@ -285,7 +299,7 @@ async fn measure(version: &str) -> Result<Evidence> {
         announced,
         control,
         control_errors,
-        options: option_probe(&binary).await?,
+        options,
         cli_requests: cli_request_probe(&binary).await?,
         dialect: dialect_probe(&binary).await?,
         hook_events: hook_event_probe(&binary)?,
@@ -293,6 +307,7 @@ async fn measure(version: &str) -> Result<Evidence> {
         outputs: output_probe(&binary).await?,
         inputs: input_probe(&binary).await?,
         init_fields: init_field_probe(&binary).await?,
+        policies,
     })
 }
 
@@ -1194,6 +1209,61 @@ async fn tool_alias_probe(binary: &Path) -> Result<bool> {
     Ok(tool_result_reached(&server, CONTENT))
 }
 
+/// Which policies the release enforces (`ostler_supervisor::compat::POLICIES`):
+/// `managed_settings` when, with `--managed-settings '{"permissions":{"deny":["Read"]}}'`,
+/// the model's Read of a file in the working directory (which the CLI runs without
+/// asking) comes back without the file's text. Measured by hand before: 2.1.330 and
+/// 2.1.332 answer "No such tool available: Read"; 2.1.120 and 2.1.121 accept the flag and
+/// read the file (they honour it only under an Agent SDK's `CLAUDE_CODE_ENTRYPOINT`).
+/// A release whose option parser refuses the flag (`options`) does not enforce it.
+async fn policy_probe(
+    binary: &Path,
+    options: &BTreeMap<String, bool>,
+) -> Result<BTreeMap<String, bool>> {
+    const CONTENT: &str = "PROBE-POLICY-READ";
+    if options.get("--managed-settings") == Some(&false) {
+        return Ok(BTreeMap::from([("managed_settings".to_string(), false)]));
+    }
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let file = herm.cwd().join("probe-policy.txt");
+    std::fs::write(&file, format!("{CONTENT}\n"))?;
+    let scenario = format!(
+        "description = \"compat probe: managed settings\"\ndefault_text = \"ok\"\n\
+         [[model]]\nname = \"after\"\nwhen = {{ tool_result_for = \"toolu_policy_1\" }}\n\
+         blocks = [ {{ type = \"text\", text = \"probe done\" }} ]\n\
+         [[model]]\nname = \"call\"\nwhen = {{ last_user_text_contains = \"PROBE-POLICY\" }}\n\
+         blocks = [ {{ type = \"tool_use\", id = \"toolu_policy_1\", name = \"Read\", \
+         input = {{ file_path = {:?} }} }} ]\n",
+        file.display().to_string()
+    );
+    let server = serve_turn_in(
+        &herm,
+        binary,
+        &scenario,
+        &[(
+            "--managed-settings",
+            r#"{"permissions":{"deny":["Read"]}}"#.to_string(),
+        )],
+        None,
+        "PROBE-POLICY read it",
+        &mut |request| serde_json::json!({"behavior": "allow", "updatedInput": request["input"]}),
+    )
+    .await?;
+    // The call must have been answered: a release that never got that far proves nothing.
+    let answered = server.requests().iter().any(|r| {
+        r.body.as_ref().is_some_and(|b| {
+            b.to_string().contains("toolu_policy_1") && b.to_string().contains("tool_result")
+        })
+    });
+    if !answered {
+        anyhow::bail!("managed settings probe: the model's Read call was never answered");
+    }
+    Ok(BTreeMap::from([(
+        "managed_settings".to_string(),
+        !tool_result_reached(&server, CONTENT),
+    )]))
+}
+
 /// Which hook events the release calls in a session like ostler's, for the events whose
 /// call depends on more than the release's list: `PermissionRequest`, registered in
 /// `initialize` for a turn whose Bash tool needs permission while permission prompts go to
@@ -1771,6 +1841,15 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
+        if e.policies.is_empty() {
+            s.push_str("            policies: &[],\n");
+        } else {
+            s.push_str("            policies: &[\n");
+            for (k, ok) in &e.policies {
+                writeln!(s, "                ({k:?}, {ok}),")?;
+            }
+            s.push_str("            ],\n");
+        }
         if e.control.is_empty() {
             s.push_str("            control: &[],\n");
         } else {
@@ -2070,6 +2149,19 @@ fn render_md(d: &Derived) -> Result<String> {
     );
     field_table(&mut s, d, &ostler_supervisor::compat::INIT_FIELDS, |e| {
         &e.init_fields
+    })?;
+    s.push_str("\n## Policies\n\n");
+    s.push_str(
+        "Settings the CLI must enforce whatever the session asks, measured by their effect \
+         (`cargo xtask compat probe`, `--policies-only` for just these; the daemon's \
+         `sessions.managed_settings` and CreateSession's `managed_settings`, passed as \
+         `--managed-settings`). A release may accept the flag and ignore it, so a session \
+         with a policy is refused (CreateSession: FAILED_PRECONDITION; the daemon's: exit 78 \
+         at start) unless the release is measured to enforce it. Each enforced policy is \
+         listed among the release's capabilities as `policy:<name>`. `-` not measured.\n\n",
+    );
+    field_table(&mut s, d, &ostler_supervisor::compat::POLICIES, |e| {
+        &e.policies
     })?;
     s.push_str("\n## Hook events\n\n");
     s.push_str(

@@ -236,6 +236,23 @@ pub(crate) fn check_init_fields(
     Ok(())
 }
 
+/// `Ok` unless the session's CLI would get a policy (`managed_settings`: the session's own
+/// or the daemon's `sessions.managed_settings`) the installed release is measured not to
+/// enforce (`ostler_supervisor::compat::POLICIES`): then `FailedPrecondition` naming the
+/// option and the release. A release that accepts the flag may still ignore it, so
+/// acceptance alone is not enough.
+pub(crate) fn check_policies(inst: &Installation, managed_settings: bool) -> Result<()> {
+    if managed_settings && inst.capabilities.policies.get("managed_settings") == Some(&false) {
+        return Err(Error::precondition(format!(
+            "Claude Code {} does not enforce `managed_settings` (--managed-settings; \
+             measured: see docs/compatibility.md, \"Policies\"); leave it unset or use a \
+             release that enforces it",
+            inst.version
+        )));
+    }
+    Ok(())
+}
+
 /// `Ok` unless a message asks for a field (`ostler_supervisor::compat::MESSAGE_FIELDS`)
 /// the installed release is measured not to honour: then `FailedPrecondition` naming the
 /// field and the release. A field not measured for the release is written.

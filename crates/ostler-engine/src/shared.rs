@@ -42,6 +42,10 @@ pub struct EngineOptions {
     pub partial_messages: bool,
     /// Environment given to every CLI process (after the supervisor's allowlist; wins).
     pub spawn_env: Vec<(String, String)>,
+    /// The daemon's policy (`sessions.managed_settings`): merged with each session's own
+    /// `managed_settings` and passed as `--managed-settings` at every spawn (create,
+    /// resume, fork), so the CLI enforces it whatever the session asks.
+    pub managed_settings: Option<serde_json::Map<String, serde_json::Value>>,
     /// Process policy (grace periods, control timeout, stall watchdog, ...).
     pub supervisor: SupervisorOptions,
     /// Keep the CLI's raw line next to the canonical payload (once per line; see
@@ -75,6 +79,7 @@ impl Default for EngineOptions {
             respawn_on_start: false,
             partial_messages: true,
             spawn_env: Vec::new(),
+            managed_settings: None,
             supervisor: SupervisorOptions::default(),
             store_raw_lines: true,
             idle_suspend: Some(Duration::from_secs(900)),

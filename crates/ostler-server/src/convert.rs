@@ -462,6 +462,7 @@ pub(crate) fn create_session(
         max_thinking_tokens: r.max_thinking_tokens,
         fallback_model: opt_string(r.fallback_model),
         settings: opt_string(r.settings),
+        managed_settings: opt_string(r.managed_settings),
         setting_sources: r.setting_sources,
         agents: opt_string(r.agents_json),
         json_schema: opt_string(r.json_schema),
@@ -1158,6 +1159,7 @@ mod tests {
             max_thinking_tokens: Some(1024),
             fallback_model: "haiku".into(),
             settings: "{}".into(),
+            managed_settings: r#"{"permissions": {"deny": ["WebFetch"]}}"#.into(),
             setting_sources: vec!["user".into()],
             agents_json: r#"{"r": {"description": "d", "prompt": "p"}}"#.into(),
             json_schema: r#"{"type": "object"}"#.into(),
@@ -1189,6 +1191,10 @@ mod tests {
             Some(r#"{"r": {"description": "d", "prompt": "p"}}"#)
         );
         assert_eq!(o.env["MY_TOKEN"], "s3cret");
+        assert_eq!(
+            o.managed_settings.as_deref(),
+            Some(r#"{"permissions": {"deny": ["WebFetch"]}}"#)
+        );
         assert!(o.strict_mcp_config);
         assert!(
             matches!(&o.mcp_servers["tickets"], eng::McpServer::Stdio { command, .. } if command == "/bin/tickets")

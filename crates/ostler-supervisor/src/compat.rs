@@ -204,6 +204,17 @@ pub const MESSAGE_FIELDS: [(&str, &str); 4] = [
     ),
 ];
 
+/// The policies (settings the CLI must enforce whatever the session asks) `cargo xtask
+/// compat probe` measures (the `policies` column), each with what enforcing it means. A
+/// release can accept the flag and still ignore it (2.1.120 and 2.1.121 honour
+/// `--managed-settings` only for a parent that says it is an Agent SDK), so a policy is
+/// used only where it is measured enforced.
+pub const POLICIES: [(&str, &str); 1] = [(
+    "managed_settings",
+    "`--managed-settings` with `permissions.deny: [Read]`: the model's Read of a file in the \
+     working directory comes back an error, the file's text never reaches the model",
+)];
+
 /// The `initialize` fields (session options sent there, not as flags) `cargo xtask compat
 /// probe` measures (the `init_fields` column), each with what honouring it means. A
 /// release ignores a field it does not know, so a session that asks for one it is measured
@@ -249,7 +260,7 @@ pub const PROBED_CONTROLS: [&str; 13] = [
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
 /// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 24] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 25] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -273,6 +284,7 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 24] = [
     ("--thinking", Some("adaptive")),
     ("--thinking-display", Some("summarized")),
     ("--task-budget", Some("1000")),
+    ("--managed-settings", Some("{}")),
     (REPLAY_USER_MESSAGES, None),
 ];
 
@@ -345,6 +357,11 @@ pub struct Capabilities {
     /// neighbours agree; a field not listed is unknown (then sent).
     #[serde(default)]
     pub init_fields: BTreeMap<String, bool>,
+    /// Policies -> whether the release enforces each (`managed_settings`: see
+    /// [`POLICIES`]), measured or where the pinned neighbours agree; one not listed is
+    /// unknown.
+    #[serde(default)]
+    pub policies: BTreeMap<String, bool>,
     pub source: CapabilitySource,
 }
 
@@ -435,6 +452,12 @@ impl Capabilities {
                 .filter(|(_, ok)| **ok)
                 .map(|(f, _)| format!("init:{f}")),
         );
+        v.extend(
+            self.policies
+                .iter()
+                .filter(|(_, ok)| **ok)
+                .map(|(f, _)| format!("policy:{f}")),
+        );
         v.extend(self.announced.iter().cloned());
         v
     }
@@ -509,6 +532,9 @@ pub struct TestedRelease {
     /// `initialize` fields -> whether the release honoured each (see [`INIT_FIELDS`];
     /// empty: not measured).
     pub init_fields: &'static [(&'static str, bool)],
+    /// Policies -> whether the release enforced each (see [`POLICIES`]; empty: not
+    /// measured).
+    pub policies: &'static [(&'static str, bool)],
     /// Why the release is pinned (boundary, contract recording, ...).
     pub note: &'static str,
 }
@@ -790,6 +816,7 @@ pub fn assess_with(m: &Matrix, version: &Version, probe: Option<&FlagProbe>) -> 
         outputs: infer(m, version, |t| t.outputs, |o, n| o == n),
         inputs: infer(m, version, |t| t.inputs, |o, n| o == n),
         init_fields: infer(m, version, |t| t.init_fields, |o, n| o == n),
+        policies: infer(m, version, |t| t.policies, |o, n| o == n),
         source: if row.is_some() {
             CapabilitySource::Matrix
         } else if probe.is_some() {

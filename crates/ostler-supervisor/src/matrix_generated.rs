@@ -25,6 +25,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", false),
+                ("--managed-settings", false),
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
@@ -97,6 +98,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
+            ],
+            policies: &[
+                ("managed_settings", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -133,6 +137,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", false),
+                ("--managed-settings", false),
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
@@ -206,6 +211,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("skills", false),
                 ("tool_aliases", false),
             ],
+            policies: &[
+                ("managed_settings", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::NoAnswer),
@@ -241,6 +249,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", false),
+                ("--managed-settings", false),
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
@@ -313,6 +322,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
+            ],
+            policies: &[
+                ("managed_settings", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -349,6 +361,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", false),
+                ("--managed-settings", false),
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
@@ -421,6 +434,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
+            ],
+            policies: &[
+                ("managed_settings", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -457,6 +473,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", false),
+                ("--managed-settings", false),
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
@@ -529,6 +546,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
+            ],
+            policies: &[
+                ("managed_settings", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -565,6 +585,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", false),
+                ("--managed-settings", false),
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
@@ -637,6 +658,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
+            ],
+            policies: &[
+                ("managed_settings", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -673,6 +697,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", false),
+                ("--managed-settings", false),
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
@@ -745,6 +770,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
+            ],
+            policies: &[
+                ("managed_settings", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -781,6 +809,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", false),
+                ("--managed-settings", false),
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
@@ -854,6 +883,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("skills", false),
                 ("tool_aliases", false),
             ],
+            policies: &[
+                ("managed_settings", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -889,6 +921,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", false),
+                ("--managed-settings", false),
                 ("--max-budget-usd", false),
                 ("--max-thinking-tokens", false),
                 ("--mcp-config", true),
@@ -962,6 +995,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("skills", false),
                 ("tool_aliases", false),
             ],
+            policies: &[
+                ("managed_settings", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -997,6 +1033,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", true),
+                ("--managed-settings", false),
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
@@ -1069,6 +1106,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
+            ],
+            policies: &[
+                ("managed_settings", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
@@ -1105,6 +1145,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", false),
                 ("--json-schema", true),
+                ("--managed-settings", false),
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
@@ -1178,6 +1219,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("skills", false),
                 ("tool_aliases", false),
             ],
+            policies: &[
+                ("managed_settings", false),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::NoAnswer),
                 ("hook_callback", ControlSupport::Answered),
@@ -1213,6 +1257,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", true),
                 ("--json-schema", true),
+                ("--managed-settings", true),
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
@@ -1285,6 +1330,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", false),
+            ],
+            policies: &[
+                ("managed_settings", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1321,6 +1369,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", true),
                 ("--json-schema", true),
+                ("--managed-settings", true),
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
@@ -1393,6 +1442,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", false),
+            ],
+            policies: &[
+                ("managed_settings", false),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
@@ -1452,6 +1504,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", true),
                 ("--json-schema", true),
+                ("--managed-settings", true),
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
@@ -1525,6 +1578,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("skills", true),
                 ("tool_aliases", true),
             ],
+            policies: &[
+                ("managed_settings", true),
+            ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),
                 ("hook_callback", ControlSupport::Answered),
@@ -1584,6 +1640,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("--fallback-model", true),
                 ("--include-hook-events", true),
                 ("--json-schema", true),
+                ("--managed-settings", true),
                 ("--max-budget-usd", true),
                 ("--max-thinking-tokens", true),
                 ("--mcp-config", true),
@@ -1656,6 +1713,9 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", true),
+            ],
+            policies: &[
+                ("managed_settings", true),
             ],
             control: &[
                 ("get_context_usage", ControlSupport::Answered),

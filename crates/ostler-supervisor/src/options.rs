@@ -70,6 +70,12 @@ pub struct CliOptions {
     /// `--settings`: an absolute path to a settings file, or inline JSON (an object).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub settings: Option<String>,
+    /// `--managed-settings`: settings at the CLI's policy tier (inline JSON, an object),
+    /// above every user-controlled layer; the CLI keeps only what restricts (deny and ask
+    /// rules, `disableBypassPermissionsMode`, ...). At spawn the daemon's
+    /// `sessions.managed_settings` is merged in ([`merge_managed_settings`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub managed_settings: Option<String>,
     /// `--setting-sources` (`user`, `project`, `local`), comma-joined.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub setting_sources: Vec<String>,
@@ -315,6 +321,52 @@ fn json_object(field: &str, v: &str) -> Result<(), InvalidOption> {
     }
 }
 
+/// The managed settings a session runs with: the daemon's (`sessions.managed_settings`)
+/// and the session's own, merged so that the daemon's policy holds. Objects merge key by
+/// key, lists are joined (the daemon's entries first, none twice), and where both set a
+/// value that is neither, the daemon's wins. `None` when neither sets any.
+pub fn merge_managed_settings(
+    daemon: Option<&serde_json::Map<String, serde_json::Value>>,
+    session: Option<&str>,
+) -> Option<String> {
+    use serde_json::Value;
+    fn merge(into: &mut Value, from: Value) {
+        match (into, from) {
+            (Value::Object(a), Value::Object(b)) => {
+                for (k, v) in b {
+                    match a.get_mut(&k) {
+                        Some(mine) => merge(mine, v),
+                        None => {
+                            a.insert(k, v);
+                        }
+                    }
+                }
+            }
+            (Value::Array(a), Value::Array(b)) => {
+                for v in b {
+                    if !a.contains(&v) {
+                        a.push(v);
+                    }
+                }
+            }
+            // The daemon's value stands.
+            _ => {}
+        }
+    }
+    let session = session.and_then(|s| serde_json::from_str::<Value>(s).ok());
+    match (daemon, session) {
+        (None, None) => None,
+        (None, Some(s)) => Some(s.to_string()),
+        (Some(d), s) => {
+            let mut out = Value::Object(d.clone());
+            if let Some(s) = s {
+                merge(&mut out, s);
+            }
+            Some(out.to_string())
+        }
+    }
+}
+
 /// A list of names (`betas`, `skills`): at most `max.0`, each an argument of at most
 /// `max.1` bytes made of bytes `ok` accepts (else `what` says what a name is), none named
 /// twice. Returns the bytes they add to the command line.
@@ -548,6 +600,10 @@ impl CliOptions {
                 }
             }
             argv += s.len() + 1;
+        }
+        if let Some(m) = &self.managed_settings {
+            json_object("managed_settings", m)?;
+            argv += m.len() + 1;
         }
         count(
             "setting_sources",
@@ -888,6 +944,11 @@ impl CliOptions {
         );
         on(self.settings.is_some(), "--settings", "settings");
         on(
+            self.managed_settings.is_some(),
+            "--managed-settings",
+            "managed_settings",
+        );
+        on(
             !self.setting_sources.is_empty(),
             "--setting-sources",
             "setting_sources",
@@ -1022,6 +1083,47 @@ mod tests {
         ] {
             assert_eq!(bad.validate().unwrap_err().field, field);
         }
+    }
+
+    /// The daemon's policy holds: its values win, lists join, the session's own keys are
+    /// added; either alone is passed as it is.
+    #[test]
+    fn managed_settings_merge_keeps_the_daemons_policy() {
+        use serde_json::json;
+        let daemon = json!({
+            "permissions": {"deny": ["Bash(rm:*)"], "disableBypassPermissionsMode": "disable"},
+            "cleanupPeriodDays": 3
+        });
+        let daemon = daemon.as_object().unwrap();
+        let session = r#"{"permissions": {"deny": ["Read(./secret/**)", "Bash(rm:*)"],
+            "ask": ["WebFetch"], "disableBypassPermissionsMode": "allow"},
+            "cleanupPeriodDays": 30, "allowManagedHooksOnly": true}"#;
+        let merged: serde_json::Value =
+            serde_json::from_str(&merge_managed_settings(Some(daemon), Some(session)).unwrap())
+                .unwrap();
+        assert_eq!(
+            merged,
+            json!({
+                "permissions": {
+                    "deny": ["Bash(rm:*)", "Read(./secret/**)"],
+                    "ask": ["WebFetch"],
+                    "disableBypassPermissionsMode": "disable"
+                },
+                "cleanupPeriodDays": 3,
+                "allowManagedHooksOnly": true
+            })
+        );
+        assert_eq!(merge_managed_settings(None, None), None);
+        let alone: serde_json::Value =
+            serde_json::from_str(&merge_managed_settings(Some(daemon), None).unwrap()).unwrap();
+        assert_eq!(&alone, &serde_json::Value::Object(daemon.clone()));
+        let own: serde_json::Value =
+            serde_json::from_str(&merge_managed_settings(None, Some(session)).unwrap()).unwrap();
+        assert_eq!(own["cleanupPeriodDays"], 30);
+        // A session value that is not an object where the daemon has one: the daemon's stays.
+        let odd = merge_managed_settings(Some(daemon), Some(r#"{"permissions": "none"}"#));
+        let odd: serde_json::Value = serde_json::from_str(&odd.unwrap()).unwrap();
+        assert_eq!(odd["permissions"]["deny"], json!(["Bash(rm:*)"]));
     }
 
     fn stdio(cmd: &str) -> McpServer {
@@ -1172,6 +1274,20 @@ mod tests {
                 ..Default::default()
             },
             "max_budget_usd",
+        );
+        check(
+            CliOptions {
+                managed_settings: Some("/etc/policy.json".into()),
+                ..Default::default()
+            },
+            "managed_settings",
+        );
+        check(
+            CliOptions {
+                managed_settings: Some(r#"["Read"]"#.into()),
+                ..Default::default()
+            },
+            "managed_settings",
         );
         check(
             CliOptions {

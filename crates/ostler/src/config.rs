@@ -38,6 +38,9 @@
 //! [sessions.env]                  # set for every session (names case-sensitive)
 //! GIT_AUTHOR_NAME = "ostler"      # also OSTLER_SESSIONS__ENV__GIT_AUTHOR_NAME=...
 //!
+//! [sessions.managed_settings]     # policy the CLI of every session enforces (--managed-settings)
+//! permissions = { deny = ["Bash(rm:*)"] }
+//!
 //! [permissions]                   # evaluated before clients are asked; deny wins
 //! allow = ["Read", "Bash(git status)", "Edit(src/**)"]
 //! deny = ["Bash(rm)", "Edit(secrets/**)"]
@@ -221,6 +224,10 @@ pub struct SessionsConfig {
     pub env_allow: Vec<String>,
     /// Variables set for every session (they win over inherited ones).
     pub env: SessionEnv,
+    /// Settings every session's CLI gets at its policy tier (`--managed-settings`), merged
+    /// with the session's own `managed_settings` so that these hold: what a client asks
+    /// (permission mode, `settings`, rules) cannot loosen them. Empty: none.
+    pub managed_settings: serde_json::Map<String, serde_json::Value>,
 }
 
 /// `[sessions.env]`: values may be secrets, so `Debug` shows the names only.
@@ -240,6 +247,14 @@ impl fmt::Debug for SessionEnv {
 /// `OSTLER_SESSIONS__ENV__GIT_AUTHOR_NAME=x` sets `GIT_AUTHOR_NAME=x` (figment's `Env`
 /// provider would lowercase the name and parse the value).
 const SESSION_ENV_PREFIX: &str = "OSTLER_SESSIONS__ENV__";
+
+/// `sessions.managed_settings` from the environment: one variable holding a JSON object,
+/// read as written (figment's `Env` provider would lowercase the keys of a nested name).
+const MANAGED_SETTINGS_VAR: &str = "OSTLER_SESSIONS__MANAGED_SETTINGS";
+
+/// Most bytes of `sessions.managed_settings` as JSON (one command-line argument of every
+/// session, next to its own options).
+const MAX_MANAGED_SETTINGS: usize = 64 * 1024;
 
 /// `sessions.subscriber_buffer`: the range allowed (the default is 1,024). Below 256, one burst
 /// of resolved commits (the engine's 4 batches in flight of up to 64 stored events) would
@@ -281,6 +296,7 @@ impl Default for SessionsConfig {
             cgroup: "auto".into(),
             env_allow: Vec::new(),
             env: SessionEnv::default(),
+            managed_settings: serde_json::Map::new(),
         }
     }
 }
@@ -475,11 +491,23 @@ pub fn load(explicit_file: Option<&Path>, overrides: &Overrides) -> Result<Confi
                 && !k
                     .get(.."sessions.env.".len())
                     .is_some_and(|p| p.eq_ignore_ascii_case("sessions.env."))
+                && !k
+                    .get(.."sessions.managed_settings".len())
+                    .is_some_and(|p| p.eq_ignore_ascii_case("sessions.managed_settings"))
         }))
         .merge(Serialized::default(
             "sessions.env",
             session_env_from(std::env::vars_os()),
-        ))
+        ));
+    if let Some(v) = std::env::var_os(MANAGED_SETTINGS_VAR) {
+        let text = v
+            .into_string()
+            .map_err(|_| anyhow::anyhow!("{MANAGED_SETTINGS_VAR}: not valid UTF-8"))?;
+        let value = managed_settings_from_env(&text)?;
+        // Merged over the file's table: where both set a key, the variable's value wins.
+        fig = fig.merge(Serialized::default("sessions.managed_settings", value));
+    }
+    fig = fig
         .merge(Serialized::defaults(overrides.to_value()))
         .merge(Serialized::default(
             "sessions.env",
@@ -487,6 +515,17 @@ pub fn load(explicit_file: Option<&Path>, overrides: &Overrides) -> Result<Confi
         ));
     fig.extract::<Config>()
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+}
+
+/// `OSTLER_SESSIONS__MANAGED_SETTINGS`: a JSON object.
+fn managed_settings_from_env(text: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(m)) => Ok(m),
+        Ok(_) => bail!(
+            "{MANAGED_SETTINGS_VAR}: must be a JSON object, like {{\"permissions\": {{\"deny\": [\"Bash(rm:*)\"]}}}}"
+        ),
+        Err(e) => bail!("{MANAGED_SETTINGS_VAR}: not valid JSON: {e}"),
+    }
 }
 
 /// `[sessions.env]` entries from `OSTLER_SESSIONS__ENV__NAME=VALUE` variables (prefix
@@ -523,6 +562,8 @@ pub struct Validated {
     pub env_allowlist: Vec<String>,
     /// `[sessions.env]`, checked (values never logged).
     pub session_env: SessionEnv,
+    /// `sessions.managed_settings` (`None`: empty).
+    pub managed_settings: Option<serde_json::Map<String, serde_json::Value>>,
     /// `metrics.listen`: where to serve `/metrics` (`None`: off).
     pub metrics: Option<SocketAddr>,
     /// `[[notify]]`, checked.
@@ -694,6 +735,7 @@ impl Config {
         }
         let env_allowlist = self.validate_env_allow()?;
         self.validate_session_env()?;
+        let managed_settings = self.validate_managed_settings()?;
         let metrics = self.validate_metrics()?;
         let worker_threads = self.validate_worker_threads()?;
         let (max_connections, keepalive) = self.validate_connections()?;
@@ -717,6 +759,7 @@ impl Config {
             notifiers,
             env_allowlist,
             session_env: self.sessions.env.clone(),
+            managed_settings,
             tcp,
             unix_socket: self.listen.unix_socket.clone(),
             tokens,
@@ -754,6 +797,23 @@ impl Config {
             )),
         };
         Ok((usize::try_from(l.max_connections)?, keepalive))
+    }
+
+    fn validate_managed_settings(
+        &self,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
+        let m = &self.sessions.managed_settings;
+        if m.is_empty() {
+            return Ok(None);
+        }
+        let len = serde_json::Value::Object(m.clone()).to_string().len();
+        if len > MAX_MANAGED_SETTINGS {
+            bail!(
+                "sessions.managed_settings: {len} bytes as JSON, more than {MAX_MANAGED_SETTINGS} \
+                 (it is passed on every session's command line)"
+            );
+        }
+        Ok(Some(m.clone()))
     }
 
     fn validate_worker_threads(&self) -> Result<Option<usize>> {
@@ -864,6 +924,40 @@ mod tests {
         let c = load(Some(&f), &o).unwrap();
         assert_eq!(c.listen.addr, "127.0.0.1:0", "flags win over the file");
         assert_eq!(c.sessions.max_live, 3);
+    }
+
+    /// `sessions.managed_settings`: a TOML table in the file (keys as written), one JSON
+    /// object in the environment; anything else, or too big, stops the start naming it.
+    #[test]
+    fn managed_settings_are_an_object_within_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            dir.path(),
+            "m.toml",
+            "[sessions.managed_settings]\npermissions = { deny = [\"Read\"] }\n",
+        );
+        let v = load(Some(&f), &Overrides::default())
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(
+            v.managed_settings.map(serde_json::Value::Object),
+            Some(serde_json::json!({"permissions": {"deny": ["Read"]}}))
+        );
+        let m = managed_settings_from_env(r#"{"allowManagedHooksOnly": true}"#).unwrap();
+        assert_eq!(m["allowManagedHooksOnly"], true);
+        for bad in ["[1]", "{", "\"deny\""] {
+            let e = managed_settings_from_env(bad).unwrap_err().to_string();
+            assert!(e.starts_with(MANAGED_SETTINGS_VAR), "{e}");
+        }
+        let mut c = Config::default();
+        c.sessions.managed_settings.insert(
+            "x".into(),
+            serde_json::Value::String("y".repeat(MAX_MANAGED_SETTINGS)),
+        );
+        let e = c.validate_managed_settings().unwrap_err().to_string();
+        assert!(e.starts_with("sessions.managed_settings: "), "{e}");
+        assert_eq!(Config::default().validate_managed_settings().unwrap(), None);
     }
 
     #[test]

@@ -212,6 +212,21 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             installation.message
         );
     }
+    let caps = &installation.capabilities;
+    if valid.managed_settings.is_some()
+        && (caps.accepts_option("--managed-settings") == Some(false)
+            || caps.policies.get("managed_settings") == Some(&false))
+    {
+        // The policy would not hold: start no session rather than sessions without it.
+        eprintln!(
+            "ostler serve: invalid configuration: sessions.managed_settings: Claude Code {} \
+             does not enforce --managed-settings (measured: see docs/compatibility.md, \
+             \"Policies\"), so the policy would not hold; use a release that enforces it, \
+             or remove the key",
+            installation.version
+        );
+        return Ok(EXIT_CONFIG);
+    }
     let claude_info = claude_info(&installation);
 
     // 2. The store's lock and the process trees.
@@ -460,6 +475,7 @@ fn engine_options(
             env_allowlist: valid.env_allowlist.clone(),
             ..Default::default()
         },
+        managed_settings: valid.managed_settings.clone(),
         spawn_env: valid
             .session_env
             .0
@@ -630,6 +646,9 @@ cgroup = "off"
 env_allow = ["MYCO_*"]
 [sessions.env]
 MYCO_REGION = "eu"
+[sessions.managed_settings]
+permissions = {{ deny = ["Read(./secret/**)"], disableBypassPermissionsMode = "disable" }}
+cleanupPeriodDays = 3
 [permissions]
 allow = ["Read"]
 deny = ["Bash(rm)"]
@@ -659,6 +678,17 @@ deny = ["Bash(rm)"]
             e.rules
         );
         assert_eq!(e.supervisor.process_tag, "tag");
+        assert_eq!(
+            e.managed_settings.map(serde_json::Value::Object),
+            Some(serde_json::json!({
+                "permissions": {
+                    "deny": ["Read(./secret/**)"],
+                    "disableBypassPermissionsMode": "disable"
+                },
+                "cleanupPeriodDays": 3
+            })),
+            "sessions.managed_settings, keys as written"
+        );
     }
 
     /// The defaults: 0 means off for the optional durations, and the config's defaults are
@@ -678,6 +708,7 @@ deny = ["Bash(rm)"]
             "permission_expiry_secs = 0: never"
         );
         assert!(e.allowed_roots.is_empty() && e.rules.is_empty() && e.spawn_env.is_empty());
+        assert_eq!(e.managed_settings, None);
         let (_, e) = options("[store]\npath = \"/tmp/x.db\"\n[sessions]\nidle_suspend_secs = 0\n");
         assert_eq!(e.idle_suspend, None, "idle_suspend_secs = 0: never");
     }

@@ -847,6 +847,176 @@ async fn tool_aliases_run_the_mapped_tool() {
     );
 }
 
+const POLICY: &str = r#"
+default_text = "ok"
+
+[[model]]
+name = "after the read"
+when = { tool_result_for = "toolu_policy_1" }
+blocks = [{ type = "text", text = "Done reading." }]
+
+[[model]]
+name = "read the notes"
+when = { last_user_text_contains = "Read the notes" }
+blocks = [{ type = "tool_use", id = "toolu_policy_1", name = "Read", input = { file_path = "notes.txt" } }]
+"#;
+
+/// The `tool_result` the model got for `id`, if any.
+fn tool_result(world: &World, id: &str) -> Option<serde_json::Value> {
+    world.fake.requests().iter().find_map(|r| {
+        r.body.as_ref()?["messages"]
+            .as_array()?
+            .iter()
+            .filter_map(|m| m["content"].as_array())
+            .flatten()
+            .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
+            .cloned()
+    })
+}
+
+/// `sessions.managed_settings` (here from `OSTLER_SESSIONS__MANAGED_SETTINGS`) against the
+/// real CLI: its deny rule holds in a session that allows the tool in its own `settings`
+/// and runs in ACCEPT_EDITS (the model's Read of a file in the working directory, which
+/// the CLI runs without asking, comes back an error; the file's text never reaches the
+/// model); a session's own `managed_settings` is merged in (the CLI's argument has both
+/// deny rules). Without the policy the same session reads the file. (BYPASS_PERMISSIONS
+/// cannot be tried here: the CLI refuses it to root, and CI runs as root.)
+async fn managed_settings_hold_whatever_the_session_asks(release: &str) {
+    const NOTES: &str = "POLICY-NOTES-7";
+    let permissive = || pb::CreateSessionRequest {
+        permission_mode: pb::PermissionMode::AcceptEdits as i32,
+        settings: r#"{"permissions": {"allow": ["Read"]}}"#.into(),
+        ..Default::default()
+    };
+    let world = World::with_scenario(release, POLICY).await;
+    std::fs::write(world.work.join("notes.txt"), format!("{NOTES}\n")).unwrap();
+    let daemon = world
+        .daemon_with_env(
+            &[],
+            &[(
+                "OSTLER_SESSIONS__MANAGED_SETTINGS",
+                r#"{"permissions": {"deny": ["Read"]}}"#,
+            )],
+        )
+        .await;
+    let mut c = daemon.sessions().await;
+    let (session, _, seen) = create_and_turn(&mut c, &world, permissive(), "Read the notes.").await;
+    let result = tool_result(&world, "toolu_policy_1").unwrap_or_else(|| {
+        panic!(
+            "the model never got the Read's result: {:#?}",
+            seen.iter().map(describe).collect::<Vec<_>>()
+        )
+    });
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(!world.model_saw(NOTES), "the denied Read ran: {result}");
+    assert!(
+        !seen.iter().any(|e| matches!(
+            e.payload,
+            Some(pb::session_event::Payload::PermissionRequested(_))
+        )),
+        "denied by the CLI, nobody asked"
+    );
+    c.stop_session(pb::StopSessionRequest {
+        session_id: session.id.clone(),
+    })
+    .await
+    .unwrap();
+
+    // The session's own policy joins the daemon's.
+    let own = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            managed_settings: r#"{"permissions": {"deny": ["WebFetch"]}}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (argv, _) = the_cli(&daemon, &mut c, &own).await;
+    let policy: serde_json::Value = serde_json::from_str(
+        value_of(&argv, "--managed-settings").expect("--managed-settings on the command line"),
+    )
+    .unwrap();
+    assert_eq!(
+        policy,
+        serde_json::json!({"permissions": {"deny": ["Read", "WebFetch"]}})
+    );
+
+    // The control: no policy, the same session reads the file.
+    let plain = World::with_scenario(release, POLICY).await;
+    std::fs::write(plain.work.join("notes.txt"), format!("{NOTES}\n")).unwrap();
+    let daemon = plain.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    create_and_turn(&mut c, &plain, permissive(), "Read the notes.").await;
+    assert!(
+        plain.model_saw(NOTES),
+        "the Read did not run without a policy"
+    );
+}
+
+#[tokio::test]
+async fn managed_settings_hold_whatever_the_session_asks_2_1_332() {
+    managed_settings_hold_whatever_the_session_asks(NEW).await;
+}
+
+/// The oldest pinned release measured to enforce `--managed-settings` (docs/compatibility.md,
+/// "Policies").
+#[tokio::test]
+async fn managed_settings_hold_whatever_the_session_asks_2_1_330() {
+    managed_settings_hold_whatever_the_session_asks("2.1.330").await;
+}
+
+/// A daemon whose policy the release would not enforce does not start (exit 78, the key
+/// and the release named): sessions without the policy would be worse than none. Both
+/// ways a release falls short: 1.0.128 has no such flag, 2.1.121 accepts it and reads the
+/// file anyway (measured). A session's own `managed_settings` on 2.1.121 is refused at
+/// once, nothing created.
+#[tokio::test]
+async fn a_policy_the_release_would_not_enforce_is_refused() {
+    for release in [OLD, "2.1.121"] {
+        let world = World::new(release).await;
+        std::fs::write(
+            &world.config,
+            "[sessions.managed_settings]\npermissions = { deny = [\"Bash\"] }\n",
+        )
+        .unwrap();
+        let starting = world.start_daemon(&[], &[]);
+        let (code, log) = tokio::task::spawn_blocking(move || starting.exit_blocking())
+            .await
+            .unwrap();
+        assert_eq!(code, Some(78), "{release}: {log}");
+        assert!(
+            log.contains("sessions.managed_settings") && log.contains(release),
+            "{log}"
+        );
+    }
+    let world = World::new("2.1.121").await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            managed_settings: r#"{"permissions": {"deny": ["Read"]}}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a policy 2.1.121 ignores");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("2.1.121")
+            && e.message().contains("managed_settings")
+            && e.message().contains("Policies"),
+        "{}",
+        e.message()
+    );
+    let list = c
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.sessions.is_empty(), "{:?}", list.sessions);
+}
+
 /// The model answers a `--json-schema` session through the CLI's `StructuredOutput` tool.
 const STRUCTURED: &str = r#"
 default_text = "OK."
@@ -1030,6 +1200,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
         ),
         (
             pb::CreateSessionRequest {
+                managed_settings: r#"{"permissions": {"deny": ["Bash"]}}"#.into(),
+                ..Default::default()
+            },
+            "managed_settings",
+            "--managed-settings",
+        ),
+        (
+            pb::CreateSessionRequest {
                 skills: vec!["pdf".into()],
                 ..Default::default()
             },
@@ -1136,6 +1314,13 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "task_budget_tokens",
+        ),
+        (
+            pb::CreateSessionRequest {
+                managed_settings: "/etc/claude/policy.json".into(),
+                ..Default::default()
+            },
+            "managed_settings",
         ),
         (
             pb::CreateSessionRequest {

@@ -321,6 +321,26 @@ impl Engine {
         req.options
             .validate()
             .map_err(|e| Error::invalid(e.field, e.message))?;
+        if let Some(daemon) = &self.shared.opts.managed_settings {
+            // What the CLI will get: the session's policy merged into the daemon's.
+            CliOptions {
+                managed_settings: ostler_supervisor::options::merge_managed_settings(
+                    Some(daemon),
+                    req.options.managed_settings.as_deref(),
+                ),
+                ..req.options.clone()
+            }
+            .validate()
+            .map_err(|e| {
+                Error::invalid(
+                    e.field,
+                    format!(
+                        "{} (with the daemon's sessions.managed_settings)",
+                        e.message
+                    ),
+                )
+            })?;
+        }
         let mut options = req.options.clone();
         // Extra directories obey the same roots as the working directory; a settings file
         // must exist (else the CLI exits at start).
@@ -359,6 +379,7 @@ impl Engine {
         crate::capability::check_tool_servers(inst, &options)?;
         crate::capability::check_outputs(inst, &options)?;
         crate::capability::check_init_fields(inst, &options)?;
+        crate::capability::check_policies(inst, options.managed_settings.is_some())?;
         Ok(SessionSpec {
             options,
             rules: req.rules.clone(),
@@ -682,6 +703,10 @@ impl Engine {
             cli: CliOptions {
                 model: model.clone(),
                 permission_mode,
+                managed_settings: ostler_supervisor::options::merge_managed_settings(
+                    self.shared.opts.managed_settings.as_ref(),
+                    spec.options.managed_settings.as_deref(),
+                ),
                 ..spec.options.clone()
             },
             resume,

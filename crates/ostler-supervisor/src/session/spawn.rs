@@ -56,6 +56,7 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
         )
         .option_if("--fallback-model", cli.fallback_model.as_deref())
         .option_if("--settings", cli.settings.as_deref())
+        .option_if("--managed-settings", cli.managed_settings.as_deref())
         .option_if("--agents", cli.agents.as_deref())
         .option_if("--json-schema", cli.json_schema.as_deref())
         .option_if("--tools", cli.tools.as_deref())
@@ -280,6 +281,7 @@ mod tests {
                 max_budget_usd: Some(0.25),
                 max_thinking_tokens: Some(2048),
                 settings: Some(r#"{"a":1}"#.into()),
+                managed_settings: Some(r#"{"permissions":{"deny":["Bash"]}}"#.into()),
                 setting_sources: vec!["user".into(), "local".into()],
                 add_dirs: vec!["/tmp".into(), "/srv".into()],
                 mcp_servers: BTreeMap::from([(
@@ -309,6 +311,10 @@ mod tests {
         assert!(pair("--max-budget-usd", "0.25"));
         assert!(pair("--max-thinking-tokens", "2048"));
         assert!(pair("--settings", r#"{"a":1}"#));
+        assert!(pair(
+            "--managed-settings",
+            r#"{"permissions":{"deny":["Bash"]}}"#
+        ));
         assert!(pair("--setting-sources", "user,local"));
         assert!(args.iter().any(|a| a == "--strict-mcp-config"));
         let tail: Vec<&str> = args[args.len() - 7..].iter().map(|s| s.as_str()).collect();
@@ -346,6 +352,18 @@ mod tests {
         let mut o = opts();
         o.cli.max_budget_usd = None;
         o.cli.max_thinking_tokens = None;
+        let e = session_args(&inst((1, 0, 128)), &o).expect_err("1.0.128 lacks policies");
+        assert!(
+            matches!(
+                e,
+                Error::Unsupported {
+                    flag: "--managed-settings",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        o.cli.managed_settings = None;
         session_args(&inst((1, 0, 128)), &o).expect("the rest is measured on 1.0.128");
     }
 }

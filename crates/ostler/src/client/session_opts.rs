@@ -76,6 +76,10 @@ pub struct SessionOptionArgs {
     /// Settings: inline JSON or the absolute path of a file
     #[arg(long, value_name = "FILE|JSON")]
     pub settings: Option<String>,
+    /// Policy settings the session's CLI enforces (inline JSON, e.g. deny rules that hold
+    /// whatever the permission mode); merged into the daemon's own
+    #[arg(long, value_name = "JSON")]
+    pub managed_settings: Option<String>,
     /// Setting sources to load: user, project, local (comma-separated)
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub setting_sources: Vec<String>,
@@ -258,6 +262,7 @@ impl SessionOptionArgs {
         r.task_budget_tokens = self.task_budget;
         r.fallback_model = self.fallback_model.clone().unwrap_or_default();
         r.settings = self.settings.clone().unwrap_or_default();
+        r.managed_settings = self.managed_settings.clone().unwrap_or_default();
         r.setting_sources = self.setting_sources.clone();
         r.agents_json = self.agents.clone().unwrap_or_default();
         r.json_schema = self.json_schema.clone().unwrap_or_default();
@@ -340,10 +345,13 @@ mod tests {
             "Plan in steps.",
             "--tool-alias",
             "Bash=mcp__box__bash",
+            "--managed-settings",
+            r#"{"permissions":{"deny":["Bash"]}}"#,
         ])
         .expect("parses");
         let mut r = pb::CreateSessionRequest::default();
         cli.opts.apply(&mut r);
+        assert_eq!(r.managed_settings, r#"{"permissions":{"deny":["Bash"]}}"#);
         assert_eq!(r.skills, ["pdf", "docs:xlsx"]);
         assert!(!r.all_skills);
         assert_eq!(r.plan_mode_instructions, "Plan in steps.");

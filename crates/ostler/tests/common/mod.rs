@@ -298,6 +298,29 @@ impl StartingDaemon {
         })
     }
 
+    /// Waits for a daemon that must not start to end by itself (within the guard): its
+    /// exit code and its whole log.
+    pub fn exit_blocking(mut self) -> (Option<i32>, String) {
+        let mut child = self.child.take().expect("a started daemon");
+        let deadline = std::time::Instant::now() + guard();
+        // Every line until stderr closes, which the daemon's exit does.
+        let mut log = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => log.push(l),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("the daemon did not exit:\n{}", log.join("\n"));
+                }
+            }
+        }
+        let status = child.wait().expect("the daemon's exit status");
+        (status.code(), log.join("\n"))
+    }
+
     /// Waits until the daemon is ready: its "ostler daemon ready" log line, then its
     /// address from the ready file. Panics with the log when it does not come within the
     /// guard.
