@@ -81,23 +81,35 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
         ..DiscoverOptions::default()
     };
     let result = ostler_supervisor::discover(&opts).await;
-    let code = match &result {
-        Ok(_) => 0,
-        Err(e) => e.exit_code(),
+    // A policy the release would not enforce stops the daemon too (exit 78).
+    let policy = result.as_ref().ok().and_then(|i| {
+        crate::serve::unenforced_policy(!cfg.sessions.managed_settings.is_empty(), i)
+    });
+    let code = match (&result, &policy) {
+        (Ok(_), None) => 0,
+        (Ok(_), Some(_)) => 78,
+        (Err(e), _) => e.exit_code(),
     };
     if let Err(e) = &result {
         eprintln!("error: {e}");
     }
+    if let Some(p) = &policy {
+        eprintln!("error: {p}");
+    }
     if args.json {
-        let _ = writeln!(out, "{}", json_report(&result, code));
+        let _ = writeln!(out, "{}", json_report(&result, policy.as_deref(), code));
     } else {
-        let _ = write_report(out, &result, code);
+        let _ = write_report(out, &result, policy.as_deref(), code);
     }
     code
 }
 
 /// The report as one JSON object (`ostler doctor --json`).
-fn json_report(result: &Result<Installation, DiscoverError>, code: i32) -> serde_json::Value {
+fn json_report(
+    result: &Result<Installation, DiscoverError>,
+    policy: Option<&str>,
+    code: i32,
+) -> serde_json::Value {
     use serde_json::json;
     let inst = match result {
         Ok(i) => Some(i),
@@ -127,7 +139,7 @@ fn json_report(result: &Result<Installation, DiscoverError>, code: i32) -> serde
     });
     json!({
         "installation": installation,
-        "error": result.as_ref().err().map(|e| e.to_string()),
+        "error": result.as_ref().err().map(|e| e.to_string()).or(policy.map(str::to_owned)),
         "minimum_supported": m.minimum.to_string(),
         "newest_tested": m.newest_tested().map(|v| v.to_string()),
         "would_start": code == 0,
@@ -138,10 +150,16 @@ fn json_report(result: &Result<Installation, DiscoverError>, code: i32) -> serde
 fn write_report(
     out: &mut (dyn Write + Send),
     result: &Result<Installation, DiscoverError>,
+    policy: Option<&str>,
     code: i32,
 ) -> std::io::Result<()> {
     match result {
-        Ok(inst) => print_installation(out, inst)?,
+        Ok(inst) => {
+            print_installation(out, inst)?;
+            if let Some(p) = policy {
+                writeln!(out, "error:         {p}")?;
+            }
+        }
         Err(e) => {
             if let Some(inst) = e.installation() {
                 print_installation(out, inst)?;
@@ -230,11 +248,19 @@ mod tests {
     use super::*;
 
     async fn doctor(claude: PathBuf, no_probe: bool) -> (i32, String) {
+        doctor_with(claude, no_probe, None).await
+    }
+
+    async fn doctor_with(
+        claude: PathBuf,
+        no_probe: bool,
+        config: Option<PathBuf>,
+    ) -> (i32, String) {
         let mut out = Vec::new();
         let code = report(
             DoctorArgs {
                 claude: Some(claude),
-                config: None,
+                config,
                 no_probe,
                 version_timeout: 30,
                 json: false,
@@ -293,6 +319,35 @@ mod tests {
                 assert!(out.contains("daemon:        would start"), "{out}");
             }
         }
+    }
+
+    /// With `sessions.managed_settings`, the doctor says what the daemon would do: 2.1.121
+    /// accepts the flag and does not enforce it (78, the key named), 2.1.332 enforces it.
+    #[tokio::test]
+    async fn doctor_refuses_a_policy_the_release_would_not_enforce() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            "[sessions.managed_settings]\npermissions = { deny = [\"Bash\"] }\n",
+        )
+        .unwrap();
+        let old = tokio::task::spawn_blocking(|| release("2.1.121"))
+            .await
+            .unwrap();
+        let (code, out) = doctor_with(old, true, Some(config.clone())).await;
+        assert_eq!(code, 78, "{out}");
+        assert!(
+            out.contains("error:         sessions.managed_settings: Claude Code 2.1.121")
+                && out.contains("would refuse to start (exit 78)"),
+            "{out}"
+        );
+        let new = tokio::task::spawn_blocking(|| release("2.1.332"))
+            .await
+            .unwrap();
+        let (code, out) = doctor_with(new, true, Some(config)).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("would start (exit 0)"), "{out}");
     }
 
     /// The full check, flag probe included, on the oldest and newest pinned sides.

@@ -212,19 +212,9 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             installation.message
         );
     }
-    let caps = &installation.capabilities;
-    if valid.managed_settings.is_some()
-        && (caps.accepts_option("--managed-settings") == Some(false)
-            || caps.policies.get("managed_settings") == Some(&false))
-    {
+    if let Some(why) = unenforced_policy(valid.managed_settings.is_some(), &installation) {
         // The policy would not hold: start no session rather than sessions without it.
-        eprintln!(
-            "ostler serve: invalid configuration: sessions.managed_settings: Claude Code {} \
-             does not enforce --managed-settings (measured: see docs/compatibility.md, \
-             \"Policies\"), so the policy would not hold; use a release that enforces it, \
-             or remove the key",
-            installation.version
-        );
+        eprintln!("ostler serve: invalid configuration: {why}");
         return Ok(EXIT_CONFIG);
     }
     let claude_info = claude_info(&installation);
@@ -484,6 +474,26 @@ fn engine_options(
             .collect(),
         ..Default::default()
     }
+}
+
+/// Why the daemon must not start with a `sessions.managed_settings` policy on this release
+/// (`None`: it may): the release lacks the flag, or is measured not to enforce it.
+/// `ostler doctor` asks the same.
+pub(crate) fn unenforced_policy(
+    has_policy: bool,
+    inst: &ostler_supervisor::Installation,
+) -> Option<String> {
+    let caps = &inst.capabilities;
+    let unenforced = caps.accepts_option("--managed-settings") == Some(false)
+        || caps.policies.get("managed_settings") == Some(&false);
+    (has_policy && unenforced).then(|| {
+        format!(
+            "sessions.managed_settings: Claude Code {} does not enforce --managed-settings \
+             (measured: see docs/compatibility.md, \"Policies\"), so the policy would not \
+             hold; use a release that enforces it, or remove the key",
+            inst.version
+        )
+    })
 }
 
 /// Take the store's daemon lock (`<store>.lock`), or say who holds it.

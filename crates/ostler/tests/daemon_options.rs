@@ -800,26 +800,34 @@ async fn skills_and_plan_instructions_reach_the_model() {
     );
 }
 
-const ALIASED: &str = r#"
+/// A scenario whose model, asked `trigger`, calls `tool` on `notes.txt` (call id
+/// [`NOTES_CALL`]), then answers once the call's result came back.
+fn notes_call(trigger: &str, tool: &str) -> String {
+    format!(
+        r#"
 default_text = "ok"
 
 [[model]]
-name = "after the aliased call"
-when = { tool_result_for = "toolu_alias_1" }
-blocks = [{ type = "text", text = "Read through the alias." }]
+name = "after the call"
+when = {{ tool_result_for = "{NOTES_CALL}" }}
+blocks = [{{ type = "text", text = "Done with the notes." }}]
 
 [[model]]
-name = "aliased call"
-when = { last_user_text_contains = "Fetch the notes" }
-blocks = [{ type = "tool_use", id = "toolu_alias_1", name = "FetchNotes", input = { file_path = "notes.txt" } }]
-"#;
+name = "the call"
+when = {{ last_user_text_contains = "{trigger}" }}
+blocks = [{{ type = "tool_use", id = "{NOTES_CALL}", name = "{tool}", input = {{ file_path = "notes.txt" }} }}]
+"#
+    )
+}
+
+const NOTES_CALL: &str = "toolu_notes_1";
 
 /// `tool_aliases` (sent in `initialize`) against the real CLI: the model calls
 /// `FetchNotes`, which no tool is called; with `{FetchNotes: Read}` the CLI runs Read and
 /// the file's text comes back to the model. Without the alias the call fails.
 #[tokio::test]
 async fn tool_aliases_run_the_mapped_tool() {
-    let world = World::with_scenario(NEW, ALIASED).await;
+    let world = World::with_scenario(NEW, &notes_call("Fetch the notes", "FetchNotes")).await;
     std::fs::write(world.work.join("notes.txt"), "ALIASED-NOTES-5\n").unwrap();
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
@@ -830,7 +838,7 @@ async fn tool_aliases_run_the_mapped_tool() {
     create_and_turn(&mut c, &world, req, "Fetch the notes, please.").await;
     assert!(world.model_saw("ALIASED-NOTES-5"), "Read did not run");
 
-    let plain = World::with_scenario(NEW, ALIASED).await;
+    let plain = World::with_scenario(NEW, &notes_call("Fetch the notes", "FetchNotes")).await;
     std::fs::write(plain.work.join("notes.txt"), "ALIASED-NOTES-5\n").unwrap();
     let daemon = plain.daemon(&[]).await;
     let mut c = daemon.sessions().await;
@@ -846,20 +854,6 @@ async fn tool_aliases_run_the_mapped_tool() {
         "the call ran without an alias"
     );
 }
-
-const POLICY: &str = r#"
-default_text = "ok"
-
-[[model]]
-name = "after the read"
-when = { tool_result_for = "toolu_policy_1" }
-blocks = [{ type = "text", text = "Done reading." }]
-
-[[model]]
-name = "read the notes"
-when = { last_user_text_contains = "Read the notes" }
-blocks = [{ type = "tool_use", id = "toolu_policy_1", name = "Read", input = { file_path = "notes.txt" } }]
-"#;
 
 /// The `tool_result` the model got for `id`, if any.
 fn tool_result(world: &World, id: &str) -> Option<serde_json::Value> {
@@ -888,7 +882,7 @@ async fn managed_settings_hold_whatever_the_session_asks(release: &str) {
         settings: r#"{"permissions": {"allow": ["Read"]}}"#.into(),
         ..Default::default()
     };
-    let world = World::with_scenario(release, POLICY).await;
+    let world = World::with_scenario(release, &notes_call("Read the notes", "Read")).await;
     std::fs::write(world.work.join("notes.txt"), format!("{NOTES}\n")).unwrap();
     let daemon = world
         .daemon_with_env(
@@ -901,7 +895,7 @@ async fn managed_settings_hold_whatever_the_session_asks(release: &str) {
         .await;
     let mut c = daemon.sessions().await;
     let (session, _, seen) = create_and_turn(&mut c, &world, permissive(), "Read the notes.").await;
-    let result = tool_result(&world, "toolu_policy_1").unwrap_or_else(|| {
+    let result = tool_result(&world, NOTES_CALL).unwrap_or_else(|| {
         panic!(
             "the model never got the Read's result: {:#?}",
             seen.iter().map(describe).collect::<Vec<_>>()
@@ -943,7 +937,7 @@ async fn managed_settings_hold_whatever_the_session_asks(release: &str) {
     );
 
     // The control: no policy, the same session reads the file.
-    let plain = World::with_scenario(release, POLICY).await;
+    let plain = World::with_scenario(release, &notes_call("Read the notes", "Read")).await;
     std::fs::write(plain.work.join("notes.txt"), format!("{NOTES}\n")).unwrap();
     let daemon = plain.daemon(&[]).await;
     let mut c = daemon.sessions().await;
