@@ -968,9 +968,10 @@ fn last_user_has(r: &ostler_testkit::server::RecordedRequest, text: &str) -> boo
 /// - `priority_later`: `PROBE-HOLD`, then `PROBE-LATER` (`priority: later`) and
 ///   `PROBE-NEXT` (none) in one write, the answer released once the release says both are
 ///   queued (`command_lifecycle`) or after 3 s: honoured when `PROBE-NEXT` reached the
-///   model in a turn before `PROBE-LATER`'s.
+///   model in a turn before `PROBE-LATER`'s;
+/// - `pasted_content`: see [`pasted_content_probe`].
 ///
-/// Measured by hand before: 2.1.330 and 2.1.332 honour all four; 2.1.121 `priority: now`
+/// Measured by hand before: 2.1.330 and 2.1.332 honour the first four; 2.1.121 `priority: now`
 /// and `shouldQuery` but not `client_composed`, and it takes a `later` message into one
 /// turn with the message queued after it (not honoured); 2.0.77 and older none.
 async fn input_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
@@ -988,7 +989,28 @@ async fn input_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
         "priority_later".to_string(),
         priority_later_probe(binary).await?,
     );
+    out.insert(
+        "pasted_content".to_string(),
+        pasted_content_probe(binary).await?,
+    );
     Ok(out)
+}
+
+/// `pasted_content`: a message whose text is typed and whose `pasted_content` has one
+/// entry; honoured when the request its turn makes carries the pasted text in its last
+/// user message. Measured by hand before: 2.1.332 appends it after the typed text inside
+/// `<pasted_content>` tags.
+async fn pasted_content_probe(binary: &Path) -> Result<bool> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let mut s = ProbeSession::start(&herm, binary, HOLD_SCENARIO, &[]).await?;
+    let pasted = serde_json::json!({"pasted_content": ["PROBE-PASTED-TEXT"]});
+    s.send(&[user_message("PROBE-PASTE typed", pasted)]).await?;
+    s.until(secs(60), |v| v["type"] == "result").await?;
+    let server = s.finish().await;
+    Ok(server
+        .requests()
+        .iter()
+        .any(|r| last_user_has(r, "PROBE-PASTE") && last_user_has(r, "PROBE-PASTED-TEXT")))
 }
 
 async fn verbatim_probe(binary: &Path) -> Result<bool> {
@@ -1177,6 +1199,23 @@ async fn init_field_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
     ]))
 }
 
+/// The id of the tool call [`read_call_scenario`] makes.
+const PROBE_CALL_ID: &str = "toolu_probe_1";
+
+/// A fake-model scenario (`what` names it) whose model, asked `trigger`, calls `tool`
+/// with `file` as its `file_path`, then answers once the call's result came back.
+fn read_call_scenario(what: &str, trigger: &str, tool: &str, file: &Path) -> String {
+    format!(
+        "description = \"compat probe: {what}\"\ndefault_text = \"ok\"\n\
+         [[model]]\nname = \"after\"\nwhen = {{ tool_result_for = \"{PROBE_CALL_ID}\" }}\n\
+         blocks = [ {{ type = \"text\", text = \"probe done\" }} ]\n\
+         [[model]]\nname = \"call\"\nwhen = {{ last_user_text_contains = \"{trigger}\" }}\n\
+         blocks = [ {{ type = \"tool_use\", id = \"{PROBE_CALL_ID}\", name = \"{tool}\", \
+         input = {{ file_path = {:?} }} }} ]\n",
+        file.display().to_string()
+    )
+}
+
 /// `toolAliases`: the model calls `ProbeFetch` (no such tool) to read a file, with
 /// `{ProbeFetch: Read}` in `initialize`; honoured when the file's text came back to the
 /// model in the call's tool result (a permission prompt for Read is allowed). Measured by
@@ -1186,15 +1225,7 @@ async fn tool_alias_probe(binary: &Path) -> Result<bool> {
     let herm = ostler_testkit::cli::Hermetic::new()?;
     let file = herm.root().join("probe-alias.txt");
     std::fs::write(&file, format!("{CONTENT}\n"))?;
-    let scenario = format!(
-        "description = \"compat probe: tool aliases\"\ndefault_text = \"ok\"\n\
-         [[model]]\nname = \"after\"\nwhen = {{ tool_result_for = \"toolu_alias_1\" }}\n\
-         blocks = [ {{ type = \"text\", text = \"probe done\" }} ]\n\
-         [[model]]\nname = \"call\"\nwhen = {{ last_user_text_contains = \"PROBE-ALIAS\" }}\n\
-         blocks = [ {{ type = \"tool_use\", id = \"toolu_alias_1\", name = \"ProbeFetch\", \
-         input = {{ file_path = {:?} }} }} ]\n",
-        file.display().to_string()
-    );
+    let scenario = read_call_scenario("tool aliases", "PROBE-ALIAS", "ProbeFetch", &file);
     let init = serde_json::json!({"toolAliases": {"ProbeFetch": "Read"}});
     let server = serve_turn_in(
         &herm,
@@ -1227,15 +1258,7 @@ async fn policy_probe(
     let herm = ostler_testkit::cli::Hermetic::new()?;
     let file = herm.cwd().join("probe-policy.txt");
     std::fs::write(&file, format!("{CONTENT}\n"))?;
-    let scenario = format!(
-        "description = \"compat probe: managed settings\"\ndefault_text = \"ok\"\n\
-         [[model]]\nname = \"after\"\nwhen = {{ tool_result_for = \"toolu_policy_1\" }}\n\
-         blocks = [ {{ type = \"text\", text = \"probe done\" }} ]\n\
-         [[model]]\nname = \"call\"\nwhen = {{ last_user_text_contains = \"PROBE-POLICY\" }}\n\
-         blocks = [ {{ type = \"tool_use\", id = \"toolu_policy_1\", name = \"Read\", \
-         input = {{ file_path = {:?} }} }} ]\n",
-        file.display().to_string()
-    );
+    let scenario = read_call_scenario("managed settings", "PROBE-POLICY", "Read", &file);
     let server = serve_turn_in(
         &herm,
         binary,

@@ -649,7 +649,7 @@ impl Actor {
                 client_message_id: msg.client_message_id.clone(),
                 sent_by: msg.client.label(),
                 message_id: Some(message_id.clone()),
-                delivery: msg.delivery,
+                delivery: msg.delivery.clone(),
             }))
             .await
         {

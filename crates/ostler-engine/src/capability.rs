@@ -270,6 +270,7 @@ pub(crate) fn check_delivery(inst: &Installation, d: &crate::Delivery) -> Result
         ),
         ("verbatim", "verbatim", d.verbatim),
         ("context_only", "context_only", d.context_only),
+        ("pasted_content", "pasted", !d.pasted.is_empty()),
     ];
     for (field, name, on) in asked {
         if on && inst.capabilities.inputs.get(field) == Some(&false) {

@@ -859,6 +859,7 @@ mod tests {
                 priority: Some(crate::Priority::Later),
                 verbatim: true,
                 context_only: true,
+                pasted: vec!["a pasted log\nline 2".into()],
             },
         }));
         round_trip(EventPayload::UserMessageSent(UserMessageSent {

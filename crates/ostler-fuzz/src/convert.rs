@@ -278,18 +278,28 @@ fn req() -> impl Strategy<Value = Req> {
                 page_token,
             })
         });
-    let send = (s(), content(), s(), -1..5i32, any::<bool>(), any::<bool>()).prop_map(
-        |(session_id, content, client_message_id, priority, verbatim, context_only)| {
-            Req::Send(pb::SendMessageRequest {
-                session_id,
-                content,
-                client_message_id,
-                priority,
-                verbatim,
-                context_only,
-            })
-        },
-    );
+    let send = (
+        s(),
+        content(),
+        s(),
+        -1..5i32,
+        any::<bool>(),
+        any::<bool>(),
+        prop::collection::vec(s(), 0..3),
+    )
+        .prop_map(
+            |(session_id, content, client_message_id, priority, verbatim, context_only, pasted)| {
+                Req::Send(pb::SendMessageRequest {
+                    session_id,
+                    content,
+                    client_message_id,
+                    priority,
+                    verbatim,
+                    context_only,
+                    pasted,
+                })
+            },
+        );
     let decision = prop::option::of(prop_oneof![
         (
             prop_oneof![

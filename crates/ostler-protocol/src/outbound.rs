@@ -16,7 +16,7 @@ pub enum UserContent {
 /// user message besides its content. The default writes none of them (the CLI's own
 /// default: the message runs after the turn under way and the messages queued before it,
 /// as typed).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Delivery {
     /// `priority`; `None` writes none (the CLI's default, `next`).
@@ -30,6 +30,10 @@ pub struct Delivery {
     /// the next turn's request carries it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub context_only: bool,
+    /// `pasted_content`: text the user pasted rather than typed, one entry per paste; the
+    /// CLI appends each after the typed text, marked as pasted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pasted: Vec<String>,
 }
 
 impl Delivery {
@@ -318,6 +322,9 @@ impl Outbound {
                     }
                     if delivery.context_only {
                         m.insert("shouldQuery".into(), false.into());
+                    }
+                    if !delivery.pasted.is_empty() {
+                        m.insert("pasted_content".into(), json!(delivery.pasted));
                     }
                 }
                 v
@@ -669,7 +676,12 @@ mod tests {
     fn delivery_writes_only_what_is_set() {
         let mut m = Outbound::user_text("hi", "");
         let plain = m.to_value();
-        for key in ["priority", "client_composed", "shouldQuery"] {
+        for key in [
+            "priority",
+            "client_composed",
+            "shouldQuery",
+            "pasted_content",
+        ] {
             assert!(plain.get(key).is_none(), "{key} written by default");
         }
         if let Outbound::User { delivery, .. } = &mut m {
@@ -677,12 +689,14 @@ mod tests {
                 priority: Some(Priority::Later),
                 verbatim: true,
                 context_only: true,
+                pasted: vec!["a log".into(), "a diff".into()],
             };
         }
         let v = m.to_value();
         assert_eq!(v["priority"], "later");
         assert_eq!(v["client_composed"], true);
         assert_eq!(v["shouldQuery"], false);
+        assert_eq!(v["pasted_content"], serde_json::json!(["a log", "a diff"]));
         assert_eq!(v["message"]["content"], "hi");
     }
 }

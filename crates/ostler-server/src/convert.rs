@@ -20,6 +20,8 @@ use tonic::Status;
 pub mod limits {
     /// Ids: `session_id`, `request_id`, `client_message_id`.
     pub const ID_BYTES: usize = 256;
+    /// `pasted` entries of a message (the CLI looks at no more).
+    pub const PASTES: usize = 100;
     /// `page_token`.
     pub const PAGE_TOKEN_BYTES: usize = 1024;
     /// `cwd` (Linux `PATH_MAX`).
@@ -229,22 +231,30 @@ fn resolution_to_pb(r: &eng::Resolution) -> pb::Resolution {
 
 // ---------------------------------------------------------------- requests
 
-/// SendMessage's delivery fields. An unknown priority is refused here; the combinations
-/// and the release's support are the engine's to check.
+/// SendMessage's delivery fields. An unknown priority, too many or empty pastes are
+/// refused here; the combinations and the release's support are the engine's to check.
 pub(crate) fn delivery(
     priority: i32,
     verbatim: bool,
     context_only: bool,
+    pasted: Vec<String>,
 ) -> Result<eng::Delivery, Status> {
     let p = pb::MessagePriority::try_from(priority).map_err(|_| {
         Status::invalid_argument(format!(
             "priority: {priority} is not a known MessagePriority"
         ))
     })?;
+    count("pasted", pasted.len(), limits::PASTES)?;
+    if let Some(i) = pasted.iter().position(|p| p.trim().is_empty()) {
+        return Err(Status::invalid_argument(format!(
+            "pasted[{i}] is empty: leave out a paste with no text"
+        )));
+    }
     Ok(eng::Delivery {
         priority: priority_from_pb(p),
         verbatim,
         context_only,
+        pasted,
     })
 }
 
@@ -921,6 +931,7 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
             priority: pb::MessagePriority::Unspecified.into(),
             verbatim: false,
             context_only: false,
+            pasted: Vec::new(),
             // An echo names the message echoed.
             message_id: if u.is_replay {
                 u.uuid.clone().unwrap_or_default()
@@ -941,6 +952,7 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 priority: priority_to_pb(u.delivery.priority).into(),
                 verbatim: u.delivery.verbatim,
                 context_only: u.delivery.context_only,
+                pasted: u.delivery.pasted.clone(),
             })
         }
         eng::EventPayload::ToolResult(t) => {

@@ -17,7 +17,7 @@ pub fn list_sessions(r: pb::ListSessionsRequest) -> Result<(), Status> {
 
 pub fn send_message(r: pb::SendMessageRequest) -> Result<(), Status> {
     convert::message_content("content", r.content)?;
-    convert::delivery(r.priority, r.verbatim, r.context_only).map(drop)
+    convert::delivery(r.priority, r.verbatim, r.context_only, r.pasted).map(drop)
 }
 
 pub fn respond_to_permission(r: pb::RespondToPermissionRequest) -> Result<(), Status> {

@@ -126,7 +126,7 @@ impl SessionService for SessionSvc {
         let r = req.into_inner();
         let id = session_id(&r.session_id)?;
         let content = convert::message_content("content", r.content)?;
-        let delivery = convert::delivery(r.priority, r.verbatim, r.context_only)?;
+        let delivery = convert::delivery(r.priority, r.verbatim, r.context_only, r.pasted)?;
         convert::bounded(
             "client_message_id",
             &r.client_message_id,

@@ -183,7 +183,7 @@ impl ControlSupport {
 /// The user-message fields `cargo xtask compat probe` measures (the `inputs` column), each
 /// with what honouring it means: a release that ignores one runs the message as if it were
 /// not there, so a session that asks for it is refused instead.
-pub const MESSAGE_FIELDS: [(&str, &str); 4] = [
+pub const MESSAGE_FIELDS: [(&str, &str); 5] = [
     (
         "priority_now",
         "`priority: now` stops the turn under way and runs the message at once",
@@ -201,6 +201,10 @@ pub const MESSAGE_FIELDS: [(&str, &str); 4] = [
     (
         "context_only",
         "`shouldQuery: false` adds the message without a model call; the next turn carries it",
+    ),
+    (
+        "pasted_content",
+        "`pasted_content: [text]` adds the pasted text to the message the model gets",
     ),
 ];
 

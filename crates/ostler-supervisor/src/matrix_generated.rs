@@ -90,6 +90,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -202,6 +203,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -314,6 +316,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -426,6 +429,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -538,6 +542,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -650,6 +655,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -762,6 +768,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -874,6 +881,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -986,6 +994,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -1098,6 +1107,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -1210,6 +1220,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", false),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", false),
                 ("verbatim", false),
@@ -1322,6 +1333,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", true),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", true),
                 ("verbatim", false),
@@ -1434,6 +1446,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", true),
+                ("pasted_content", false),
                 ("priority_later", false),
                 ("priority_now", true),
                 ("verbatim", false),
@@ -1569,6 +1582,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", true),
+                ("pasted_content", true),
                 ("priority_later", true),
                 ("priority_now", true),
                 ("verbatim", true),
@@ -1705,6 +1719,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             inputs: &[
                 ("context_only", true),
+                ("pasted_content", true),
                 ("priority_later", true),
                 ("priority_now", true),
                 ("verbatim", true),

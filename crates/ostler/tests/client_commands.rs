@@ -680,6 +680,29 @@ fn send_now_stops_the_running_turn_and_an_ignored_field_is_refused() {
         String::from_utf8_lossy(&d.client(&["show", &id, "--events"], None).stdout).to_string();
     assert!(shown.contains("Second question. (now)"), "{shown}");
 
+    // --paste @FILE: the file's text goes with the message, marked as pasted.
+    let paste = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(paste.path(), "PASTED-LOG-LINE error[E0308]\n").unwrap();
+    let arg = format!("@{}", paste.path().display());
+    let pasted = d.client(
+        &["send", &id, "--json", "Why does it fail?", "--paste", &arg],
+        None,
+    );
+    assert_eq!(pasted.status.code(), Some(0), "{}", describe(&pasted));
+    let sent = json_lines(&pasted.stdout)
+        .into_iter()
+        .find(|e| e["type"] == "user_message" && e["is_replay"] != true)
+        .expect("the message");
+    assert_eq!(sent["pasted"], json!(["PASTED-LOG-LINE error[E0308]\n"]));
+    assert!(d.model_saw("PASTED-LOG-LINE"));
+    let both = d.client(&["send", &id, "--paste", "-"], Some("from stdin"));
+    assert_ne!(both.status.code(), Some(0), "{}", describe(&both));
+    assert!(
+        String::from_utf8_lossy(&both.stderr).contains("not both"),
+        "{}",
+        describe(&both)
+    );
+
     let old = Served::start_on(common::OLD, QUEUED, &[]);
     let created = old.ok_json(&["run", "--json", "Hello there."]);
     let old_id = created

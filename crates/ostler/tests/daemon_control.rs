@@ -734,6 +734,34 @@ async fn delivery_fields_reach_the_cli() {
     read_until(&mut events, &mut seen, "the plain turn", is_turn_completed).await;
     assert!(with_notes("PLAIN-TWO"), "the plain message got no file");
 
+    // pasted: added after the typed text, in the same user message.
+    let pasted = send_with(
+        &mut c,
+        &s.id,
+        "PASTE-TYPED what is this?",
+        pb::SendMessageRequest {
+            pasted: vec!["PASTED-BODY-9 line one\nline two".into()],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    read_until(&mut events, &mut seen, "the pasted turn", is_turn_completed).await;
+    assert!(
+        world
+            .fake
+            .requests()
+            .iter()
+            .any(|r| r.body.as_ref().is_some_and(|b| {
+                let last = b["messages"]
+                    .as_array()
+                    .and_then(|m| m.last())
+                    .map(|m| m.to_string());
+                last.is_some_and(|l| l.contains("PASTE-TYPED") && l.contains("PASTED-BODY-9"))
+            })),
+        "the pasted text did not reach the model with the message"
+    );
+
     // context_only: no model call; the next turn carries it.
     let before = world.fake.requests().len();
     let context = send_with(&mut c, &s.id, "The codeword is PLUM-42.", context_only())
@@ -838,6 +866,10 @@ async fn delivery_fields_reach_the_cli() {
 
     // Each recorded message says how it was sent.
     assert!(sent_message(&seen, &verbatim.message_id).verbatim);
+    assert_eq!(
+        sent_message(&seen, &pasted.message_id).pasted,
+        ["PASTED-BODY-9 line one\nline two"]
+    );
     assert!(sent_message(&seen, &context.message_id).context_only);
     assert_eq!(
         sent_message(&seen, &now.message_id).priority,
@@ -948,6 +980,13 @@ async fn delivery_fields_the_release_ignores_are_refused() {
             "verbatim",
         ),
         (context_only(), "context_only"),
+        (
+            pb::SendMessageRequest {
+                pasted: vec!["a paste".into()],
+                ..Default::default()
+            },
+            "pasted",
+        ),
     ];
     for (fields, name) in cases {
         let err = send_with(&mut c, &s.id, "hello", fields).await.unwrap_err();
@@ -970,6 +1009,14 @@ async fn delivery_fields_the_release_ignores_are_refused() {
         },
         pb::SendMessageRequest {
             priority: 9,
+            ..Default::default()
+        },
+        pb::SendMessageRequest {
+            pasted: vec![" ".into()],
+            ..Default::default()
+        },
+        pb::SendMessageRequest {
+            pasted: vec!["x".into(); 101],
             ..Default::default()
         },
     ];

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use ostler_proto::v1 as pb;
 use serde_json::json;
 use tokio_stream::StreamExt as _;
@@ -108,8 +108,9 @@ pub struct AttachArgs {
   ostler send 3f2a --now \"stop, the build is red\"   stop the turn under way, run this
   ostler send 3f2a --context-only < notes.md         add context, no model call
   ostler send 3f2a --verbatim \"/deploy @prod\"       as written: no slash command, no @file
+  ostler send 3f2a \"why does this fail?\" --paste @build.log   the log, marked as pasted
 
---now, --later, --verbatim and --context-only need a Claude Code release that honours
+--now, --later, --verbatim, --context-only and --paste need a Claude Code release that honours
 them (see `ostler health --json` capabilities input:*); others refuse the message.")]
 pub struct SendArgs {
     /// Session id, a unique prefix of one, or @last (the newest session)
@@ -138,6 +139,10 @@ pub struct SendArgs {
     /// Add the message to the conversation without a model call (the next turn carries it)
     #[arg(long)]
     pub context_only: bool,
+    /// Text pasted rather than typed, added after the message and marked as pasted
+    /// (repeatable; `@FILE` reads a file, `-` stdin)
+    #[arg(long, value_name = "TEXT|@FILE|-")]
+    pub paste: Vec<String>,
     /// Show system notices and state changes
     #[arg(long, short)]
     pub verbose: bool,
@@ -444,6 +449,29 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
 }
 
 /// `ostler send ID TEXT`
+/// `--paste` values: the text itself, `@FILE` a file's text, `-` stdin (once).
+fn pastes(args: &[String]) -> Result<Vec<String>> {
+    use std::io::Read as _;
+    if args.iter().filter(|p| *p == "-").count() > 1 {
+        anyhow::bail!("--paste -: stdin can be read once");
+    }
+    args.iter()
+        .map(|p| {
+            if p == "-" {
+                let mut s = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut s)
+                    .context("--paste -: reading stdin")?;
+                Ok(s)
+            } else if let Some(f) = p.strip_prefix('@') {
+                std::fs::read_to_string(f).with_context(|| format!("--paste @{f}: cannot read it"))
+            } else {
+                Ok(p.clone())
+            }
+        })
+        .collect()
+}
+
 pub async fn send(a: SendArgs) -> Result<i32> {
     // With --last the first argument is the message.
     let (raw, text) = if a.last {
@@ -454,6 +482,11 @@ pub async fn send(a: SendArgs) -> Result<i32> {
     } else {
         (a.id.clone().unwrap_or_default(), a.text.clone())
     };
+    if a.paste.iter().any(|p| p == "-") && text.as_deref().is_none_or(|t| t == "-") {
+        anyhow::bail!(
+            "stdin can give the message or a --paste, not both: pass the message as an argument"
+        );
+    }
     let text = read_prompt(text.as_deref())?;
     let answerer = Answerer::new(a.answers.clone())?;
     let (mut conn, id) = connect_to_session(&a.connect, &raw).await?;
@@ -477,6 +510,7 @@ pub async fn send(a: SendArgs) -> Result<i32> {
         } as i32,
         verbatim: a.verbatim,
         context_only: a.context_only,
+        pasted: pastes(&a.paste)?,
     };
     if a.no_wait {
         let sent = conn

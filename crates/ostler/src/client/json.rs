@@ -220,7 +220,7 @@ fn payload(p: &Payload) -> Value {
                 pb::MessagePriority::Later => "later",
                 pb::MessagePriority::Unspecified => "",
             },
-            "verbatim": m.verbatim, "context_only": m.context_only,
+            "verbatim": m.verbatim, "context_only": m.context_only, "pasted": m.pasted,
         }),
         Payload::AssistantBlock(b) => {
             let block = match &b.block {

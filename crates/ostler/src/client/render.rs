@@ -874,15 +874,20 @@ impl Human {
 pub fn delivery_tags(m: &pb::UserMessage) -> String {
     let mut tags = Vec::new();
     match m.priority() {
-        pb::MessagePriority::Now => tags.push("now"),
-        pb::MessagePriority::Later => tags.push("later"),
+        pb::MessagePriority::Now => tags.push("now".to_string()),
+        pb::MessagePriority::Later => tags.push("later".to_string()),
         pb::MessagePriority::Next | pb::MessagePriority::Unspecified => {}
     }
     if m.verbatim {
-        tags.push("verbatim");
+        tags.push("verbatim".to_string());
     }
     if m.context_only {
-        tags.push("context only");
+        tags.push("context only".to_string());
+    }
+    match m.pasted.len() {
+        0 => {}
+        1 => tags.push("1 paste".to_string()),
+        n => tags.push(format!("{n} pastes")),
     }
     tags.join(", ")
 }
@@ -988,9 +993,13 @@ mod tests {
             priority: pb::MessagePriority::Later as i32,
             verbatim: true,
             context_only: true,
+            pasted: vec!["a".into(), "b".into()],
             ..Default::default()
         };
-        assert_eq!(delivery_tags(&all), "later, verbatim, context only");
+        assert_eq!(
+            delivery_tags(&all),
+            "later, verbatim, context only, 2 pastes"
+        );
         let now = pb::UserMessage {
             priority: pb::MessagePriority::Now as i32,
             ..Default::default()
