@@ -247,7 +247,7 @@ pub(crate) fn delivery(
     count("pasted", pasted.len(), limits::PASTES)?;
     if let Some(i) = pasted.iter().position(|p| p.trim().is_empty()) {
         return Err(Status::invalid_argument(format!(
-            "pasted[{i}] is empty: leave out a paste with no text"
+            "pasted[{i}] is empty or blank: leave out a paste with no text"
         )));
     }
     Ok(eng::Delivery {

@@ -72,7 +72,7 @@ pub struct CliOptions {
     pub settings: Option<String>,
     /// `--managed-settings`: settings at the CLI's policy tier (inline JSON, an object),
     /// above every user-controlled layer; the CLI keeps only what restricts (deny and ask
-    /// rules, `disableBypassPermissionsMode`, ...). At spawn the daemon's
+    /// rules, ...). At spawn the daemon's
     /// `sessions.managed_settings` is merged in ([`merge_managed_settings`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub managed_settings: Option<String>,

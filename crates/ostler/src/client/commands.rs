@@ -448,7 +448,6 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
     }
 }
 
-/// `ostler send ID TEXT`
 /// `--paste` values: the text itself, `@FILE` a file's text, `-` stdin (once).
 fn pastes(args: &[String]) -> Result<Vec<String>> {
     use std::io::Read as _;
@@ -472,6 +471,7 @@ fn pastes(args: &[String]) -> Result<Vec<String>> {
         .collect()
 }
 
+/// `ostler send ID TEXT`
 pub async fn send(a: SendArgs) -> Result<i32> {
     // With --last the first argument is the message.
     let (raw, text) = if a.last {
