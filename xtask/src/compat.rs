@@ -1275,7 +1275,7 @@ async fn policy_probe(
     // The call must have been answered: a release that never got that far proves nothing.
     let answered = server.requests().iter().any(|r| {
         r.body.as_ref().is_some_and(|b| {
-            b.to_string().contains("toolu_policy_1") && b.to_string().contains("tool_result")
+            b.to_string().contains(PROBE_CALL_ID) && b.to_string().contains("tool_result")
         })
     });
     if !answered {
