@@ -1240,6 +1240,20 @@ async fn tool_alias_probe(binary: &Path) -> Result<bool> {
     Ok(tool_result_reached(&server, CONTENT))
 }
 
+/// One `name -> bool` column of a generated `TestedRelease` (`name: &[(key, bool), ...]`).
+fn bool_map(s: &mut String, name: &str, map: &BTreeMap<String, bool>) -> Result<()> {
+    if map.is_empty() {
+        writeln!(s, "            {name}: &[],")?;
+        return Ok(());
+    }
+    writeln!(s, "            {name}: &[")?;
+    for (k, ok) in map {
+        writeln!(s, "                ({k:?}, {ok}),")?;
+    }
+    s.push_str("            ],\n");
+    Ok(())
+}
+
 /// Which policies the release enforces (`ostler_supervisor::compat::POLICIES`):
 /// `managed_settings` when, with `--managed-settings '{"permissions":{"deny":["Read"]}}'`,
 /// the model's Read of a file in the working directory (which the CLI runs without
@@ -1799,24 +1813,8 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
-        if e.options.is_empty() {
-            s.push_str("            options: &[],\n");
-        } else {
-            s.push_str("            options: &[\n");
-            for (f, ok) in &e.options {
-                writeln!(s, "                ({f:?}, {ok}),")?;
-            }
-            s.push_str("            ],\n");
-        }
-        if e.cli_requests.is_empty() {
-            s.push_str("            cli_requests: &[],\n");
-        } else {
-            s.push_str("            cli_requests: &[\n");
-            for (c, ok) in &e.cli_requests {
-                writeln!(s, "                ({c:?}, {ok}),")?;
-            }
-            s.push_str("            ],\n");
-        }
+        bool_map(&mut s, "options", &e.options)?;
+        bool_map(&mut s, "cli_requests", &e.cli_requests)?;
         if e.dialect.is_empty() {
             s.push_str("            dialect: &[],\n");
         } else {
@@ -1837,42 +1835,10 @@ fn render_rust(d: &Derived) -> Result<String> {
             }
             s.push_str("            ],\n");
         }
-        if e.outputs.is_empty() {
-            s.push_str("            outputs: &[],\n");
-        } else {
-            s.push_str("            outputs: &[\n");
-            for (k, ok) in &e.outputs {
-                writeln!(s, "                ({k:?}, {ok}),")?;
-            }
-            s.push_str("            ],\n");
-        }
-        if e.inputs.is_empty() {
-            s.push_str("            inputs: &[],\n");
-        } else {
-            s.push_str("            inputs: &[\n");
-            for (k, ok) in &e.inputs {
-                writeln!(s, "                ({k:?}, {ok}),")?;
-            }
-            s.push_str("            ],\n");
-        }
-        if e.init_fields.is_empty() {
-            s.push_str("            init_fields: &[],\n");
-        } else {
-            s.push_str("            init_fields: &[\n");
-            for (k, ok) in &e.init_fields {
-                writeln!(s, "                ({k:?}, {ok}),")?;
-            }
-            s.push_str("            ],\n");
-        }
-        if e.policies.is_empty() {
-            s.push_str("            policies: &[],\n");
-        } else {
-            s.push_str("            policies: &[\n");
-            for (k, ok) in &e.policies {
-                writeln!(s, "                ({k:?}, {ok}),")?;
-            }
-            s.push_str("            ],\n");
-        }
+        bool_map(&mut s, "outputs", &e.outputs)?;
+        bool_map(&mut s, "inputs", &e.inputs)?;
+        bool_map(&mut s, "init_fields", &e.init_fields)?;
+        bool_map(&mut s, "policies", &e.policies)?;
         if e.control.is_empty() {
             s.push_str("            control: &[],\n");
         } else {
