@@ -1287,11 +1287,7 @@ async fn policy_probe(
     )
     .await?;
     // The call must have been answered: a release that never got that far proves nothing.
-    let answered = server.requests().iter().any(|r| {
-        r.body.as_ref().is_some_and(|b| {
-            b.to_string().contains(PROBE_CALL_ID) && b.to_string().contains("tool_result")
-        })
-    });
+    let answered = tool_result_reached(&server, PROBE_CALL_ID);
     if !answered {
         anyhow::bail!("managed settings probe: the model's Read call was never answered");
     }
