@@ -4,6 +4,8 @@
 //! dispatches.
 
 use anyhow::Result;
+use std::io::Write as _;
+
 use clap::{CommandFactory as _, Parser, Subcommand};
 
 /// mimalloc instead of the system allocator: the firehose spent 10-20 % of the daemon's CPU
@@ -82,7 +84,10 @@ fn main() -> Result<()> {
         Command::Client(cmd) => client::main(cmd),
         Command::Completion { shell } => {
             let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "ostler", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "ostler", &mut script);
+            let mut out = std::io::stdout().lock();
+            client::render::stdout_written(out.write_all(&script).and_then(|()| out.flush()));
             Ok(())
         }
     }

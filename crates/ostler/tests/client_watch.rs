@@ -133,3 +133,85 @@ fn watch_lists_resumes_filters_and_follows() {
     assert_eq!(live[0]["kind"], "created");
     assert_eq!(live[0]["title"], "Say hello", "untitled: the first prompt");
 }
+
+/// Runs `ostler ARGS` with a stdout whose reader is already gone (`ostler ... | head -1`
+/// after head has exited); once its stderr says `ready` (if given), runs `then`; returns
+/// its exit code and stderr once it ends.
+fn closed_stdout(
+    d: &Served,
+    args: &[&str],
+    ready: Option<&str>,
+    then: impl FnOnce(),
+) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut child = Command::new(OSTLER)
+        .args(args)
+        .env_clear()
+        .envs(d.client_env())
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ostler");
+    let stderr = child.stderr.take().expect("stderr");
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    if let Some(ready) = ready {
+        loop {
+            let line = lines
+                .recv_timeout(guard())
+                .unwrap_or_else(|_| panic!("ostler {args:?}: no {ready:?} on stderr: {seen:?}"));
+            let found = line.contains(ready);
+            seen.push(line);
+            if found {
+                break;
+            }
+        }
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    then();
+    let status = rx
+        .recv_timeout(guard())
+        .unwrap_or_else(|_| panic!("ostler {args:?} kept running with nobody reading"))
+        .expect("wait");
+    // The stderr reader ends when the process does.
+    seen.extend(lines.iter());
+    (status.code(), seen.join("\n"))
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_client_quietly() {
+    let d = Served::start(&scenario_text());
+    d.ok_json(&["run", "--json", "Say hello"]);
+    for args in [
+        &["sessions"][..],
+        &["sessions", "--json"],
+        &["show", "@last"],
+        &["show", "@last", "--events", "--json"],
+        &["watch", "--all", "--no-follow"],
+        &["health"],
+        &["completion", "zsh"],
+    ] {
+        let (code, stderr) = closed_stdout(&d, args, None, || {});
+        assert_eq!(code, Some(0), "ostler {args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "ostler {args:?}: {stderr}");
+    }
+    // A follower ends at its next line instead of following for nobody.
+    let (code, stderr) = closed_stdout(&d, &["watch", "--json"], Some("watching"), || {
+        d.ok_json(&["run", "--json", "Say hello"]);
+    });
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -250,7 +250,7 @@ pub async fn sessions(a: SessionsArgs) -> Result<i32> {
         "ID", "STATE", "ACTIVE", "TURNS", "TOKENS", "COST", "TITLE", "CWD",
     ];
     let (head_line, lines) = table(&head, &rows);
-    println!("{}", st.bold(&head_line));
+    outln!("{}", st.bold(&head_line));
     for (line, s) in lines.into_iter().zip(&all) {
         let line = match pb::SessionState::try_from(s.state) {
             Ok(pb::SessionState::Running) => st.green(&line),
@@ -263,7 +263,7 @@ pub async fn sessions(a: SessionsArgs) -> Result<i32> {
             ) => st.dim(&line),
             _ => line,
         };
-        println!("{line}");
+        outln!("{line}");
     }
     Ok(0)
 }
@@ -336,15 +336,15 @@ fn print_session(s: &pb::Session) {
         ("cost", format!("${:.4}", s.total_cost_usd)),
     ];
     for (k, v) in rows {
-        println!("{} {v}", st.dim(&format!("{k:>15}:")));
+        outln!("{} {v}", st.dim(&format!("{k:>15}:")));
     }
     if !s.labels.is_empty() {
         let mut l: Vec<_> = s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         l.sort();
-        println!("{} {}", st.dim(&format!("{:>15}:", "labels")), l.join(", "));
+        outln!("{} {}", st.dim(&format!("{:>15}:", "labels")), l.join(", "));
     }
     if let Some(x) = &s.last_exit {
-        println!(
+        outln!(
             "{} {}",
             st.dim(&format!("{:>15}:", "last exit")),
             super::render::exit_text(x)
@@ -378,7 +378,7 @@ pub async fn show(a: ShowArgs) -> Result<i32> {
         human.all_on_stdout();
         human.turn_summaries = true;
         if !a.json {
-            println!();
+            outln!();
         }
         while let Some(ev) = stream.next().await {
             let ev = ev.map_err(|s| status_error("reading events", s))?;
@@ -526,7 +526,7 @@ pub async fn send(a: SendArgs) -> Result<i32> {
                 "message_id": sent.message_id,
             }));
         } else {
-            println!(
+            outln!(
                 "sent (seq {}{})",
                 sent.seq,
                 if sent.duplicate { ", duplicate" } else { "" }
@@ -585,18 +585,18 @@ pub async fn interrupt(args: InterruptArgs) -> Result<i32> {
                           "cancelled": cancelled}),
         );
     } else if busy {
-        println!(
+        outln!(
             "interrupt sent to {id}: its {state_name} turn stops (`ostler attach {id}` shows the end)"
         );
         if !cancelled.is_empty() {
-            println!(
+            outln!(
                 "withdrawn, unanswered: {} queued message(s): {}",
                 cancelled.len(),
                 cancelled.join(", ")
             );
         }
     } else {
-        println!("nothing to interrupt: session {id} is {state_name}, no turn is running");
+        outln!("nothing to interrupt: session {id} is {state_name}, no turn is running");
     }
     Ok(0)
 }
@@ -615,7 +615,7 @@ pub async fn stop(a: IdArgs) -> Result<i32> {
     if a.json {
         json_line(&json::session(&s));
     } else {
-        println!("{} is {}", s.id, json::state_name(s.state));
+        outln!("{} is {}", s.id, json::state_name(s.state));
     }
     Ok(0)
 }
@@ -653,7 +653,7 @@ pub async fn resume(a: ResumeArgs) -> Result<i32> {
                 v["resumed"] = json!(false);
                 json_line(&v);
             } else {
-                println!(
+                outln!(
                     "nothing to resume: session {id} is live ({}); its CLI process is running \
                      — `ostler send {id} …` or `ostler attach {id}`",
                     json::state_name(now.state)
@@ -668,14 +668,14 @@ pub async fn resume(a: ResumeArgs) -> Result<i32> {
         v["resumed"] = json!(true);
         json_line(&v);
     } else if a.fork {
-        println!(
+        outln!(
             "forked {} into {} ({})",
             id,
             s.id,
             json::state_name(s.state)
         );
     } else {
-        println!(
+        outln!(
             "resumed {}: a new CLI process continues the conversation ({})",
             s.id,
             json::state_name(s.state)
@@ -696,7 +696,7 @@ pub async fn delete(a: IdArgs) -> Result<i32> {
     if a.json {
         json_line(&json!({"session_id": id, "deleted": true}));
     } else {
-        println!("deleted {id}");
+        outln!("deleted {id}");
     }
     Ok(0)
 }
@@ -759,14 +759,14 @@ pub async fn health(a: HealthArgs) -> Result<i32> {
         } else {
             st.red(status_name)
         };
-        println!("{head} {}", st.dim(&conn.addr));
+        outln!("{head} {}", st.dim(&conn.addr));
         match &details {
             Ok(d) => {
                 let c = d.sessions.unwrap_or_default();
                 let store = d.store.clone().unwrap_or_default();
                 let cc = d.claude_code.clone().unwrap_or_default();
-                println!("  ostler {} · up {}s", d.daemon_version, d.uptime_ms / 1000);
-                println!(
+                outln!("  ostler {} · up {}s", d.daemon_version, d.uptime_ms / 1000);
+                outln!(
                     "  store {} {}{}",
                     if store.ok {
                         st.green("ok")
@@ -780,7 +780,7 @@ pub async fn health(a: HealthArgs) -> Result<i32> {
                         format!(" ({})", store.message)
                     }
                 );
-                println!(
+                outln!(
                     "  sessions {} total · {} live{} · {} running · {} waiting · {} idle · {} suspended · {} pending prompts",
                     c.total,
                     c.live,
@@ -795,20 +795,20 @@ pub async fn health(a: HealthArgs) -> Result<i32> {
                     c.suspended,
                     d.pending_interactions
                 );
-                println!(
+                outln!(
                     "  claude {} ({}) {}",
                     cc.version,
                     compat_name(cc.level),
                     st.dim(&cc.binary_path)
                 );
                 if !cc.message.is_empty() {
-                    println!("  {}", st.dim(&cc.message));
+                    outln!("  {}", st.dim(&cc.message));
                 }
                 if d.shutting_down {
-                    println!("  {}", st.yellow("shutting down"));
+                    outln!("  {}", st.yellow("shutting down"));
                 }
             }
-            Err(s) => println!(
+            Err(s) => outln!(
                 "  {}",
                 st.dim(&format!(
                     "(no details: {}: {})",

@@ -99,7 +99,7 @@ fn servers_json(servers: &[pb::McpServerStatus]) -> Value {
 
 fn print_servers(servers: &[pb::McpServerStatus]) {
     if servers.is_empty() {
-        println!("no MCP servers");
+        outln!("no MCP servers");
     }
     for s in servers {
         let tools = if s.tools.is_empty() {
@@ -112,7 +112,7 @@ fn print_servers(servers: &[pb::McpServerStatus]) {
         } else {
             format!(" - {}", s.error)
         };
-        println!("{:<24} {}{tools}{error}", s.name, s.status);
+        outln!("{:<24} {}{tools}{error}", s.name, s.status);
     }
 }
 
@@ -143,8 +143,8 @@ pub async fn info(a: InfoArgs) -> Result<i32> {
         }));
         return Ok(0);
     }
-    println!("session       {}", i.session_id);
-    println!(
+    outln!("session       {}", i.session_id);
+    outln!(
         "cli           Claude Code {}{}",
         i.cli_version,
         if i.live {
@@ -154,11 +154,11 @@ pub async fn info(a: InfoArgs) -> Result<i32> {
         }
     );
     if i.init_seen {
-        println!("model         {}", i.model);
-        println!("mode          {}", i.permission_mode);
-        println!("tools         {}", i.tools.join(", "));
+        outln!("model         {}", i.model);
+        outln!("mode          {}", i.permission_mode);
+        outln!("tools         {}", i.tools.join(", "));
     } else {
-        println!("tools         (known after the first turn)");
+        outln!("tools         (known after the first turn)");
     }
     if let Some(init) = &i.initialized {
         let models: Vec<&str> = init.models.iter().map(|m| m.value.as_str()).collect();
@@ -167,22 +167,22 @@ pub async fn info(a: InfoArgs) -> Result<i32> {
             .iter()
             .map(|c| format!("/{}", c.name))
             .collect();
-        println!("models        {}", models.join(", "));
-        println!("commands      {}", commands.join(" "));
+        outln!("models        {}", models.join(", "));
+        outln!("commands      {}", commands.join(" "));
         if !init.output_style.is_empty() {
-            println!("output style  {}", init.output_style);
+            outln!("output style  {}", init.output_style);
         }
         if let Some(acc) = &init.account
             && !(acc.email.is_empty() && acc.api_key_source.is_empty())
         {
-            println!("account       {} {}", acc.email, acc.api_key_source);
+            outln!("account       {} {}", acc.email, acc.api_key_source);
         }
     } else if !i.initialize_error.is_empty() {
-        println!("initialize    failed: {}", i.initialize_error);
+        outln!("initialize    failed: {}", i.initialize_error);
     }
-    println!("mcp servers");
+    outln!("mcp servers");
     print_servers(&i.mcp_servers);
-    println!("capabilities  {}", i.capabilities.join(" "));
+    outln!("capabilities  {}", i.capabilities.join(" "));
     Ok(0)
 }
 
@@ -208,7 +208,7 @@ pub async fn control(a: ControlArgs) -> Result<i32> {
     if a.json {
         json_line(&v);
     } else {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     }
     Ok(0)
 }
@@ -228,7 +228,7 @@ pub async fn context(a: InfoArgs) -> Result<i32> {
         json_line(&raw(&u.raw_json));
         return Ok(0);
     }
-    println!(
+    outln!(
         "{} of {} tokens ({:.1}%){}",
         u.total_tokens,
         u.max_tokens,
@@ -243,7 +243,7 @@ pub async fn context(a: InfoArgs) -> Result<i32> {
         for c in cats {
             let name = c.get("name").and_then(Value::as_str).unwrap_or("?");
             let tokens = c.get("tokens").and_then(Value::as_u64).unwrap_or(0);
-            println!("  {name:<28} {tokens}");
+            outln!("  {name:<28} {tokens}");
         }
     }
     Ok(0)
@@ -293,7 +293,7 @@ pub async fn mcp(a: McpArgs) -> Result<i32> {
             if a.json {
                 json_line(&json!({"session_id": id, "server": name, "enabled": enabled}));
             } else {
-                println!(
+                outln!(
                     "MCP server {name} {}",
                     if enabled { "enabled" } else { "disabled" }
                 );
@@ -309,7 +309,7 @@ pub async fn mcp(a: McpArgs) -> Result<i32> {
             if a.json {
                 json_line(&json!({"session_id": id, "server": name, "reconnected": true}));
             } else {
-                println!("MCP server {name} reconnected");
+                outln!("MCP server {name} reconnected");
             }
         }
         McpAction::Set { file } => {
@@ -328,13 +328,13 @@ pub async fn mcp(a: McpArgs) -> Result<i32> {
             if a.json {
                 json_line(&raw(&r.raw_json));
             } else {
-                println!(
+                outln!(
                     "added: {}; removed: {}",
                     r.added.join(", "),
                     r.removed.join(", ")
                 );
                 for (name, e) in &r.errors {
-                    println!("error: {name}: {e}");
+                    outln!("error: {name}: {e}");
                 }
             }
             if !r.errors.is_empty() {
@@ -370,9 +370,9 @@ pub async fn rewind(a: RewindArgs) -> Result<i32> {
             "deletions": r.deletions,
         }));
     } else if !r.can_rewind {
-        println!("cannot rewind: {}", r.error);
+        outln!("cannot rewind: {}", r.error);
     } else {
-        println!(
+        outln!(
             "{} {} files (+{} -{}) to their state at message {}",
             if a.dry_run { "would rewind" } else { "rewound" },
             r.files_changed,

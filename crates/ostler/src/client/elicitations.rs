@@ -481,7 +481,7 @@ pub async fn elicitation(a: ElicitationArgs) -> Result<i32> {
             "content": content, "resolved_by": r.resolved_by, "seq": resp.seq,
         }));
     } else {
-        println!(
+        outln!(
             "{} {} in session {}",
             action_done(act),
             clip(&describe(&e), 160),

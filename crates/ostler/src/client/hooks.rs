@@ -133,7 +133,7 @@ pub async fn hook(a: HookArgs) -> Result<i32> {
             "seq": resp.seq,
         }));
     } else {
-        println!(
+        outln!(
             "{decision}: {} in session {}",
             clip(&describe(&h), 80),
             p.session_id

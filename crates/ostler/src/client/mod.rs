@@ -12,6 +12,17 @@
 //! ended in error); 2 bad usage; 3 a permission prompt or question that could not be
 //! answered (no terminal and no flag decides it); 130 interrupted or detached with Ctrl-C.
 
+/// `println!` for the client commands, through [`render::out`]: a reader that went away
+/// (`ostler sessions | head -1`) ends the command quietly instead of a panic.
+macro_rules! outln {
+    () => {
+        $crate::client::render::out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::client::render::out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 pub mod commands;
 pub mod config;
 pub mod controls;

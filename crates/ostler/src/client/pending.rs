@@ -221,9 +221,9 @@ pub async fn pending(a: PendingArgs) -> Result<i32> {
         .collect();
     let head = ["REQUEST", "KIND", "SESSION", "WAITING", "CWD", "WHAT"];
     let (head_line, lines) = super::commands::table(&head, &rows);
-    println!("{}", st.bold(&head_line));
+    outln!("{}", st.bold(&head_line));
     for l in lines {
-        println!("{l}");
+        outln!("{l}");
     }
     eprintln!(
         "{}",
@@ -293,7 +293,7 @@ pub async fn approve(a: ApproveArgs) -> Result<i32> {
             "seq": resp.seq,
         }));
     } else {
-        println!("allowed {call} in session {}", p.session_id);
+        outln!("allowed {call} in session {}", p.session_id);
     }
     Ok(0)
 }
@@ -323,7 +323,7 @@ pub async fn deny(a: DenyArgs) -> Result<i32> {
             "seq": resp.seq,
         }));
     } else {
-        println!("denied {call} in session {}", p.session_id);
+        outln!("denied {call} in session {}", p.session_id);
     }
     Ok(0)
 }
@@ -412,7 +412,7 @@ pub async fn answer(a: AnswerQuestionArgs) -> Result<i32> {
             if !x.other_text.is_empty() {
                 chosen = x.other_text.clone();
             }
-            println!("{} → {chosen}", clip(&x.question, 60));
+            outln!("{} → {chosen}", clip(&x.question, 60));
         }
     }
     Ok(0)

@@ -90,18 +90,16 @@ impl AllowRule {
             .find_map(|k| input.get(*k).and_then(Value::as_str))
             .unwrap_or("");
         if tool == "Bash" {
-            // Word-boundary prefix, never a compound command.
-            let compound = ["&&", "||", ";", "|", "`", "$(", "\n", ">", "<"]
-                .iter()
-                .any(|op| subject.contains(op));
-            !compound
-                && subject.starts_with(&self.prefix)
-                && subject[self.prefix.len()..]
-                    .chars()
-                    .next()
-                    .is_none_or(char::is_whitespace)
+            // The daemon's own rule for Bash prefixes (word boundaries, never a compound
+            // command: `&`, `;`, `|`, redirections, substitutions, newlines).
+            ostler_engine::PermissionRule::allow("Bash", Some(&self.prefix)).matches(
+                tool,
+                input,
+                std::path::Path::new("/"),
+            )
         } else {
-            subject.starts_with(&self.prefix)
+            // A path prefix never matches a path that climbs out of it.
+            subject.starts_with(&self.prefix) && !subject.split('/').any(|part| part == "..")
         }
     }
 }
@@ -798,6 +796,24 @@ mod tests {
         assert!(r.matches("Bash", &json!({"command": "git status -s"})));
         assert!(!r.matches("Bash", &json!({"command": "git statusx"})));
         assert!(!r.matches("Bash", &json!({"command": "git status && rm -rf /"})));
+        // Anything that makes it more than one plain command goes to the user.
+        for tail in [
+            " & rm -f x",
+            " ; rm x",
+            " | sh",
+            " > f",
+            " < f",
+            " `rm x`",
+            " $(rm x)",
+            " && rm x",
+            " || rm x",
+            "\nrm x",
+            "\rrm x",
+            " \\\nrm",
+        ] {
+            let cmd = format!("git status{tail}");
+            assert!(!r.matches("Bash", &json!({ "command": cmd })), "{cmd:?}");
+        }
         assert!(!r.matches("Edit", &json!({"command": "git status"})));
         let all = AllowRule::parse("*")?;
         assert!(all.matches("Write", &json!({})));
@@ -807,6 +823,8 @@ mod tests {
         let w = AllowRule::parse("Write(/tmp/)")?;
         assert!(w.matches("Write", &json!({"file_path": "/tmp/a"})));
         assert!(!w.matches("Write", &json!({"file_path": "/etc/a"})));
+        assert!(!w.matches("Write", &json!({"file_path": "/tmp/../etc/a"})));
+        assert!(!w.matches("Write", &json!({"file_path": "/tmp/.."})));
         assert!(AllowRule::parse("Bash(oops").is_err());
         Ok(())
     }

@@ -84,11 +84,29 @@ pub fn error_line(msg: &str) {
     eprintln!("{} {msg}", st.red("ostler: error:"));
 }
 
+/// Write to stdout and flush. A reader that went away (`ostler sessions | head -1`, `ostler
+/// watch --json | head -1`) ends the command quietly with exit 0, as ripgrep does: there is
+/// no one left to tell, and a follower must not keep running for nobody. Other write errors
+/// are ignored, as `println!` would not.
+pub fn out(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let written = out.write_fmt(args).and_then(|()| out.flush());
+    stdout_written(written);
+}
+
+/// Ends the process if `written` says stdout's reader is gone (see [`out`]).
+pub fn stdout_written(written: std::io::Result<()>) {
+    if let Err(e) = written
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        let _ = std::io::stderr().flush();
+        std::process::exit(0);
+    }
+}
+
 /// Print one JSON value as a line on stdout.
 pub fn json_line(v: &Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{v}");
-    let _ = out.flush();
+    out(format_args!("{v}\n"));
 }
 
 /// Shorten to `max` characters (by chars), with an ellipsis.
@@ -328,12 +346,8 @@ impl Human {
     /// Print a whole line on stdout (ending a streaming line first).
     pub fn line(&mut self, s: &str) {
         self.clear_spinner();
-        let mut out = std::io::stdout().lock();
-        if !self.at_line_start {
-            let _ = writeln!(out);
-        }
-        let _ = writeln!(out, "{s}");
-        let _ = out.flush();
+        let nl = if self.at_line_start { "" } else { "\n" };
+        out(format_args!("{nl}{s}\n"));
         self.at_line_start = true;
         self.streaming = None;
     }
@@ -341,9 +355,7 @@ impl Human {
     /// End a streaming line, if one is open.
     pub fn end_line(&mut self) {
         if !self.at_line_start {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out);
-            let _ = out.flush();
+            out(format_args!("\n"));
             self.at_line_start = true;
         }
         self.streaming = None;
@@ -360,7 +372,7 @@ impl Human {
         }
         self.clear_spinner();
         if self.stdout_tty && !self.at_line_start {
-            println!();
+            outln!();
             self.at_line_start = true;
             self.streaming = None;
         }
@@ -369,12 +381,12 @@ impl Human {
 
     fn stream_text(&mut self, key: (String, u32), text: &str) {
         self.clear_spinner();
-        let mut out = std::io::stdout().lock();
-        if self.streaming.as_ref() != Some(&key) && !self.at_line_start {
-            let _ = writeln!(out);
-        }
-        let _ = write!(out, "{text}");
-        let _ = out.flush();
+        let nl = if self.streaming.as_ref() != Some(&key) && !self.at_line_start {
+            "\n"
+        } else {
+            ""
+        };
+        out(format_args!("{nl}{text}"));
         self.at_line_start = text.ends_with('\n');
         self.streaming = Some(key);
     }

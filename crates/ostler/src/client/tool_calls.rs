@@ -84,7 +84,7 @@ pub async fn tool_result(a: ToolResultArgs) -> Result<i32> {
         } else {
             "a result"
         };
-        println!(
+        outln!(
             "answered {} with {how} in session {}",
             describe(&t),
             p.session_id

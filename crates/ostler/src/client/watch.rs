@@ -269,7 +269,7 @@ pub async fn watch(a: WatchArgs) -> Result<i32> {
         if a.json {
             json_line(&item_json(&item));
         } else {
-            println!("{}", human(st, &item));
+            outln!("{}", human(st, &item));
         }
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
