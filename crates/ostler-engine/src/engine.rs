@@ -355,7 +355,7 @@ impl Engine {
             }
             Ok(_) => None,
             Err(Error::NotFound { .. }) => Some(Error::not_found(format!(
-                "permission request or question {request_id:?} in session {session_id:?}"
+                "request {request_id:?} in session {session_id:?}"
             ))),
             Err(_) => None,
         }
@@ -439,7 +439,7 @@ impl Engine {
     }
 
     async fn control(&self, id: &str, request: OutRequest) -> Result<()> {
-        crate::capability::check_control(&self.shared.installation, &request)?;
+        control::check_request(&self.shared.installation, &request)?;
         self.call(id, |reply| Command::Control { request, reply })
             .await
             .map(|_| ())

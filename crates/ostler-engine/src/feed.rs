@@ -115,6 +115,25 @@ impl FeedWatch {
 }
 
 impl Engine {
+    /// [`Engine::watch`] for a client's cursor: one beyond the newest in this daemon's feed
+    /// (a cursor from another store, or made up) is refused, as `Subscribe` refuses an
+    /// `after_seq` beyond a session's last event, instead of waiting silently until the
+    /// feed grows past it.
+    pub fn watch_checked(&self, req: WatchRequest) -> crate::Result<FeedWatch> {
+        let newest = *self.store().feed_watch().borrow();
+        if req.after_cursor > newest {
+            return Err(crate::Error::invalid(
+                "after_cursor",
+                format!(
+                    "{} is beyond the newest cursor of this daemon's feed ({newest}); watch \
+                     from 0, or from a cursor this daemon sent",
+                    req.after_cursor
+                ),
+            ));
+        }
+        Ok(self.watch(req))
+    }
+
     /// `WatchSessions`: the feed after `req.after_cursor`, then (with `follow`) live.
     pub fn watch(&self, req: WatchRequest) -> FeedWatch {
         let store = self.store().clone();

@@ -77,7 +77,17 @@ struct Prefetch {
     page: Started<Page>,
 }
 
-type Page = Vec<(u64, Arc<EngineEvent>)>;
+/// The stored bytes (payloads and raw lines) a replay page stops at, besides its count: a
+/// subscriber holds at most two pages (the one being sent and the next), so many
+/// subscribers replaying a log of large events (a 3 MB tool input and its echo) do not
+/// hold the log many times over.
+pub(crate) const PAGE_BYTES: usize = 1024 * 1024;
+
+/// A page's events, and whether it ended on [`PAGE_BYTES`] (more may follow).
+struct Page {
+    events: Vec<(u64, Arc<EngineEvent>)>,
+    cut: bool,
+}
 
 impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -227,22 +237,33 @@ impl Subscription {
         let sid = self.session_id.clone();
         self.store_reads += 1;
         let page = start(move || {
-            store.events_after(&sid, after, limit).map(|page| {
-                page.iter()
-                    .map(|ev| (ev.seq, Arc::new(decode_stored(ev))))
-                    .collect::<Page>()
-            })
+            store
+                .events_after_within(&sid, after, limit, PAGE_BYTES)
+                .map(|page| {
+                    let bytes: usize = page
+                        .iter()
+                        .map(|ev| ev.payload.len() + ev.raw.as_ref().map_or(0, |r| r.len()))
+                        .sum();
+                    Page {
+                        cut: page.len() < limit && bytes >= PAGE_BYTES,
+                        events: page
+                            .iter()
+                            .map(|ev| (ev.seq, Arc::new(decode_stored(ev))))
+                            .collect(),
+                    }
+                })
         });
         Prefetch { after, limit, page }
     }
 
-    /// Reads one page after `self.last`; returns how many events it held. After a full
-    /// page the next one is read while this one is delivered (replay overlaps the store
-    /// read with the sending).
-    async fn read_page(&mut self) -> Result<usize> {
+    /// Reads one page after `self.last`; returns how many events it held and whether more
+    /// may follow (a full page, or one cut at [`PAGE_BYTES`]). After such a page the next
+    /// one is read while this one is delivered (replay overlaps the store read with the
+    /// sending).
+    async fn read_page(&mut self) -> Result<(usize, bool)> {
         let limit = self.page_limit();
         if limit == 0 {
-            return Ok(0);
+            return Ok((0, false));
         }
         let pending = match self.prefetch.take() {
             Some(p) if p.after == self.last && p.limit == limit => p,
@@ -250,8 +271,9 @@ impl Subscription {
             _ => self.start_page(self.last, limit),
         };
         let page = pending.page.result().await?;
-        let n = page.len();
-        for (seq, ev) in page {
+        let n = page.events.len();
+        let more = n == limit || page.cut;
+        for (seq, ev) in page.events {
             // The store returns a gap-free run starting at after + 1.
             if seq != self.last + 1 {
                 return Err(Error::internal(format!(
@@ -262,13 +284,13 @@ impl Subscription {
             self.last = seq;
             self.buf.push_back(ev);
         }
-        if n == limit {
+        if more {
             let next = self.page_limit();
             if next > 0 {
                 self.prefetch = Some(self.start_page(self.last, next));
             }
         }
-        Ok(n)
+        Ok((n, more))
     }
 
     /// The next event; `None` when the subscription ended (caught up without `follow`, the
@@ -281,8 +303,8 @@ impl Subscription {
             match self.mode {
                 Mode::Done => return None,
                 Mode::Replay | Mode::Drain => {
-                    let n = match self.read_page().await {
-                        Ok(n) => n,
+                    let (n, more) = match self.read_page().await {
+                        Ok(page) => page,
                         Err(e) => {
                             self.mode = Mode::Done;
                             // A deleted session ends the stream quietly when draining.
@@ -292,7 +314,7 @@ impl Subscription {
                             return Some(Err(e));
                         }
                     };
-                    if n < self.page_size {
+                    if !more {
                         self.mode = match (self.mode, &self.rx) {
                             (Mode::Replay, Some(_)) => Mode::Live,
                             (Mode::Replay, None) if n > 0 => Mode::Replay,
@@ -523,6 +545,43 @@ mod tests {
             .await
             .expect("the subscription is stuck")
             .map(|r| r.expect("event"))
+    }
+
+    /// Replay pages end at [`PAGE_BYTES`] as well as at their count: a log of large events
+    /// is read a few events at a time (a subscriber holds at most two pages), and every
+    /// event still comes, in order, followed or not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn replay_pages_of_large_events_are_bounded_in_bytes() {
+        let (_dir, store) = store_with_session().await;
+        let hub = Arc::new(Hub::new(Arc::from("s"), store.clone(), 64));
+        let big = |i: u64| {
+            EventPayload::EngineNotice(EngineNotice {
+                code: "n".into(),
+                message: format!("{i}{}", "x".repeat(PAGE_BYTES * 2 / 5)),
+                data: None,
+            })
+        };
+        const EVENTS: u64 = 9;
+        for i in 1..=EVENTS {
+            hub.emit(vec![Item::new(big(i))]).await.expect("emit");
+        }
+        for follow in [false, true] {
+            let until = (!follow).then_some(EVENTS);
+            let mut sub = Subscription::new(hub.clone(), 0, false, follow, until, 512, Vec::new());
+            for want in 1..=EVENTS {
+                let ev = next_event(&mut sub).await.expect("open");
+                assert_eq!(ev.seq, Some(want), "follow {follow}");
+            }
+            // Three events make a page: ceil(9 / 3) pages, not one page of 512.
+            assert!(
+                sub.store_reads() >= 3,
+                "follow {follow}: {} store reads",
+                sub.store_reads()
+            );
+            if !follow {
+                assert!(next_event(&mut sub).await.is_none(), "the replay ends");
+            }
+        }
     }
 
     /// Partials travel on their own ring: a subscriber that keeps up gets every one and no

@@ -448,14 +448,22 @@ pub(crate) fn create_session(
     let mcp_servers = mcp_servers_from_pb(r.mcp_servers)?;
     let hooks = crate::hooks::registrations(r.hooks)?;
     let tool_servers = crate::tools::tool_servers_from_pb(r.tool_servers)?;
-    for (name, list) in [
-        ("add_dirs", r.add_dirs.len()),
-        ("plugin_dirs", r.plugin_dirs.len()),
-        ("betas", r.betas.len()),
-        ("setting_sources", r.setting_sources.len()),
-    ] {
-        // Checked in detail by the engine; bounded here before anything is copied.
-        count(name, list, 1024)?;
+    {
+        use eng::cli_options::limits as cli;
+        for (name, list, max) in [
+            ("add_dirs", r.add_dirs.len(), cli::ADD_DIRS),
+            ("plugin_dirs", r.plugin_dirs.len(), cli::PLUGIN_DIRS),
+            ("betas", r.betas.len(), cli::BETAS),
+            (
+                "setting_sources",
+                r.setting_sources.len(),
+                eng::cli_options::SETTING_SOURCES.len(),
+            ),
+        ] {
+            // The entries are checked in detail by the engine; the counts here, before
+            // anything is copied, with the same limits.
+            count(name, list, max)?;
+        }
     }
     let options = eng::CliOptions {
         model: opt_string(r.model),

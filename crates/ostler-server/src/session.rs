@@ -343,6 +343,8 @@ impl SessionService for SessionSvc {
         req: Request<pb::ListPendingInteractionsRequest>,
     ) -> Res<pb::ListPendingInteractionsResponse> {
         let r = req.into_inner();
+        // The label filters of ListSessions, with its limits.
+        convert::session_filters(&r.labels, &[])?;
         let mut labels: Vec<(String, String)> = r.labels.into_iter().collect();
         labels.sort();
         // Sessions with something pending (every page), then their pending interactions.

@@ -114,7 +114,12 @@ pub(crate) fn watch_sessions(
         follow = req.follow,
         "watcher attached"
     );
-    let items = Box::pin(engine.watch(req).into_stream());
+    let items = Box::pin(
+        engine
+            .watch_checked(req)
+            .map_err(|e| Status::from(ApiError::from(e)))?
+            .into_stream(),
+    );
     let state = Some((items, shutdown.clone()));
     let stream = futures::stream::unfold(state, |state| async move {
         let (mut items, shutdown) = state?;

@@ -153,6 +153,15 @@ async fn create_session_fields_are_checked_before_spawning() {
             "labels",
         ),
         (
+            // Too many entries: the limit named is the one that holds (64), so a client
+            // that trims to it is not refused again.
+            pb::CreateSessionRequest {
+                add_dirs: vec![dir.clone(); 100_000],
+                ..base()
+            },
+            "at most 64",
+        ),
+        (
             pb::CreateSessionRequest {
                 allowed_tools: vec!["--dangerously-skip-permissions".into()],
                 ..base()
@@ -281,6 +290,23 @@ async fn other_requests_are_checked_and_echoes_cut() {
         .unwrap_err();
     invalid(e, "labels");
     assert!(e_message_has_limit(&h, 32).await);
+    // The same filters of ListPendingInteractions, the same limits.
+    let e = h
+        .client
+        .list_pending_interactions(pb::ListPendingInteractionsRequest {
+            labels: (0..1000).map(|i| (format!("k{i}"), "v".into())).collect(),
+        })
+        .await
+        .unwrap_err();
+    invalid(e, "labels");
+    let e = h
+        .client
+        .list_pending_interactions(pb::ListPendingInteractionsRequest {
+            labels: [("k\0".to_string(), "v".to_string())].into(),
+        })
+        .await
+        .unwrap_err();
+    invalid(e, "labels");
 
     // A known id that does not exist: NOT_FOUND, with the id quoted.
     let e = h

@@ -252,9 +252,10 @@ fn read_page(conn: &Connection, after: u64, limit: usize) -> Result<FeedPage> {
         scanned_to: raw.last().map_or(after, |r| r.0),
     };
     for (id, seq, kind, pk, session_id, title, cwd, state) in raw {
-        let Some(event) = rows::events_after(&tx, &session_id, seq.saturating_sub(1), 1)?
-            .into_iter()
-            .find(|e| e.seq == seq)
+        let Some(event) =
+            rows::events_after(&tx, &session_id, seq.saturating_sub(1), 1, usize::MAX)?
+                .into_iter()
+                .find(|e| e.seq == seq)
         else {
             // The event is gone (cannot happen while feed rows cascade with their session).
             continue;

@@ -72,9 +72,10 @@ impl ReadPool {
         session_id: &str,
         after_seq: u64,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<Vec<StoredEvent>> {
         self.with(|conn| {
-            let events = rows::events_after(conn, session_id, after_seq, limit)?;
+            let events = rows::events_after(conn, session_id, after_seq, limit, max_bytes)?;
             if events.is_empty() && rows::session_pk(conn, session_id)?.is_none() {
                 return Err(not_found_session(session_id));
             }

@@ -222,6 +222,7 @@ pub(crate) fn events_after(
     session_id: &str,
     after_seq: u64,
     limit: usize,
+    max_bytes: usize,
 ) -> Result<Vec<StoredEvent>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     // No seq is greater than MAX_EVENT_SEQ: after it, the range is empty.
@@ -232,6 +233,7 @@ pub(crate) fn events_after(
         rows,
         session_id,
         usize::try_from(limit.min(4096)).unwrap_or(0),
+        max_bytes,
     )
 }
 
@@ -263,14 +265,18 @@ pub(crate) fn events_of_kinds_before(
     );
     let mut stmt = conn.prepare_cached(EVENTS_OF_KINDS_BEFORE_SQL)?;
     let rows = stmt.query(params![session_id, before, kinds, limit])?;
-    stored_events(rows, session_id, 16)
+    stored_events(rows, session_id, 16, usize::MAX)
 }
 
+/// The events of `rows`, ending early (after at least one) once their payloads and raw
+/// lines come to `max_bytes`.
 fn stored_events(
     mut rows: rusqlite::Rows<'_>,
     session_id: &str,
     capacity: usize,
+    max_bytes: usize,
 ) -> Result<Vec<StoredEvent>> {
+    let mut bytes = 0usize;
     let sid: Arc<str> = Arc::from(session_id);
     // Events of one session use a handful of kinds: share one allocation per kind.
     let mut kinds: Vec<Arc<str>> = Vec::new();
@@ -296,6 +302,7 @@ fn stored_events(
         };
         let (payload, raw) =
             codec::decode_row(row.get_ref(5)?.as_i64()?, stored_payload, stored_raw)?;
+        bytes = bytes.saturating_add(payload.len() + raw.as_ref().map_or(0, Bytes::len));
         out.push(StoredEvent {
             session_id: Arc::clone(&sid),
             seq: seq_of_event_id(row.get(0)?),
@@ -304,6 +311,9 @@ fn stored_events(
             raw,
             ts_ms: row.get(4)?,
         });
+        if bytes >= max_bytes {
+            break;
+        }
     }
     Ok(out)
 }

@@ -424,7 +424,22 @@ impl Store {
     ) -> Result<Vec<StoredEvent>> {
         self.inner
             .readers
-            .events_after(session_id, after_seq, limit)
+            .events_after(session_id, after_seq, limit, usize::MAX)
+    }
+
+    /// [`Store::events_after`] that also ends (after at least one event) once the events'
+    /// payloads and raw lines come to `max_bytes`: a page of a reader that holds it in
+    /// memory, whatever the size of the events.
+    pub fn events_after_within(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        self.inner
+            .readers
+            .events_after(session_id, after_seq, limit, max_bytes)
     }
 
     /// Up to `limit` events of a session whose kind is one of `kinds` and whose

@@ -312,6 +312,12 @@ fn arg(field: &str, v: &str, max: usize) -> Result<(), InvalidOption> {
     Ok(())
 }
 
+/// A model a running session is switched to (`SetModel`, `apply_flag_settings`): the checks
+/// of `--model` at spawn, so that the session can be resumed with it.
+pub fn check_model(v: &str) -> Result<(), InvalidOption> {
+    arg("model", v, limits::MODEL_BYTES)
+}
+
 fn json_object(field: &str, v: &str) -> Result<(), InvalidOption> {
     arg(field, v, limits::JSON_BYTES)?;
     match serde_json::from_str::<serde_json::Value>(v) {
@@ -569,7 +575,7 @@ impl CliOptions {
         {
             return Err(bad(
                 "max_budget_usd",
-                format!("{b} is not a budget (more than 0, at most 1000000 USD)"),
+                format!("{b:?} is not a budget (more than 0, at most 1000000 USD)"),
             ));
         }
         if self.task_budget_tokens == Some(0) {
@@ -1275,6 +1281,14 @@ mod tests {
             },
             "max_budget_usd",
         );
+        // A huge number is shown short, not written out in 309 digits.
+        let e = CliOptions {
+            max_budget_usd: Some(1e308),
+            ..Default::default()
+        }
+        .validate()
+        .expect_err("1e308 USD");
+        assert!(e.message.starts_with("1e308 "), "{e:?}");
         check(
             CliOptions {
                 managed_settings: Some("/etc/policy.json".into()),

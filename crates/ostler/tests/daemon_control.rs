@@ -166,6 +166,40 @@ async fn interrupt_and_set_model(release: &str) {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
+    // A model the session could not be resumed with (`--model -x` would be read as an
+    // option) is refused before it is sent or recorded, by either way of switching.
+    let err = c
+        .set_model(pb::SetModelRequest {
+            session_id: s.id.clone(),
+            model: "--help".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("starts with '-'"), "{err:?}");
+    let err = c
+        .send_control_request(pb::SendControlRequestRequest {
+            session_id: s.id.clone(),
+            subtype: "apply_flag_settings".into(),
+            request_json: r#"{"settings": {"model": "-evil"}}"#.into(),
+        })
+        .await
+        .unwrap_err();
+    // (A release that leaves unknown control requests unanswered refuses any first.)
+    let refused = if release == OLD {
+        tonic::Code::FailedPrecondition
+    } else {
+        tonic::Code::InvalidArgument
+    };
+    assert_eq!(err.code(), refused, "{err:?}");
+    let info = c
+        .get_session(pb::GetSessionRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!info.model.starts_with('-'), "{info:?}");
     c.set_model(pb::SetModelRequest {
         session_id: s.id.clone(),
         model: "claude-opus-test".into(),

@@ -1534,6 +1534,24 @@ async fn a_client_chosen_id_makes_create_idempotent() {
         .expect_err("other options");
     assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
     assert!(e.message().contains("build-42.retry_ok"), "{}", e.message());
+    assert!(
+        e.message().contains("a different system_prompt)"),
+        "what differs is named: {}",
+        e.message()
+    );
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            model: "claude-other".into(),
+            allowed_tools: vec!["Read".into()],
+            ..req.clone()
+        })
+        .await
+        .expect_err("other options");
+    assert!(
+        e.message().contains("a different allowed_tools, model)"),
+        "{}",
+        e.message()
+    );
     // The retry did not send the first prompt again.
     let mut events = subscribe(&mut c, &a.id, 0, false).await;
     let mut seen = Vec::new();

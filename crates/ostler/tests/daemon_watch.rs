@@ -251,6 +251,25 @@ async fn a_reconnecting_watcher_sees_every_item_once_across_a_restart() {
 
     // Every item exactly once, in feed order: the pieces equal the stored feed.
     let all = stored_feed(&mut c, 0).await;
+    // The newest cursor is a valid place to watch from; one past it is not (as an
+    // `after_seq` past a session's last event is not), whatever its size.
+    let newest = all.last().unwrap().cursor;
+    assert!(stored_feed(&mut c, newest).await.is_empty());
+    for beyond in [newest + 1, u64::MAX] {
+        let err = c
+            .watch_sessions(pb::WatchSessionsRequest {
+                after_cursor: beyond,
+                follow: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(
+            err.message().contains("after_cursor") && err.message().contains("beyond"),
+            "{err:?}"
+        );
+    }
     let got: Vec<u64> = seen.iter().map(|i| i.cursor).collect();
     let want: Vec<u64> = all.iter().map(|i| i.cursor).collect();
     assert_eq!(

@@ -335,7 +335,7 @@ impl Actor {
                 self.sid()
             )),
             Err(_) => Error::not_found(format!(
-                "permission request or question {request_id:?} in session {:?}",
+                "request {request_id:?} in session {:?}",
                 self.sid()
             )),
         }

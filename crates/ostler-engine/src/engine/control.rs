@@ -36,11 +36,26 @@ fn name_arg(field: &str, v: &str) -> Result<()> {
     Ok(())
 }
 
+/// What every control request passes before it is sent: the release serves it (see
+/// [`crate::capability::check_control`]), and a model it switches to is one the session can
+/// be resumed with (the model is recorded and given as `--model` at every later spawn: a
+/// value the spawn would refuse would leave the session never resumable).
+pub(crate) fn check_request(
+    inst: &ostler_supervisor::Installation,
+    request: &OutRequest,
+) -> Result<()> {
+    if let Some(Some(model)) = request.model_switch() {
+        ostler_supervisor::options::check_model(model)
+            .map_err(|e| Error::invalid(e.field, e.message))?;
+    }
+    crate::capability::check_control(inst, request)
+}
+
 impl Engine {
     /// Sends a control request the release is known (or not known not) to serve and
     /// returns the CLI's success payload as JSON.
     async fn control_answer(&self, id: &str, request: OutRequest) -> Result<Option<Value>> {
-        crate::capability::check_control(&self.shared.installation, &request)?;
+        check_request(&self.shared.installation, &request)?;
         let answer = self
             .call(id, |reply| Command::Control { request, reply })
             .await?;

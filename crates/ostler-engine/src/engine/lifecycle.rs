@@ -37,6 +37,36 @@ pub(crate) struct SessionSpec {
     enable_file_checkpointing: bool,
 }
 
+/// The fields (as clients name them) in which two specs differ: `model, rules`.
+fn differing_fields(a: &SessionSpec, b: &SessionSpec) -> String {
+    const SHOWN: usize = 8;
+    let object = |s: &SessionSpec| match serde_json::to_value(s) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let (a, b) = (object(a), object(b));
+    let mut keys: Vec<&String> = a
+        .keys()
+        .chain(b.keys().filter(|k| !a.contains_key(*k)))
+        .filter(|k| a.get(*k) != b.get(*k))
+        .collect();
+    keys.sort();
+    if keys.is_empty() {
+        return "options or rules".to_owned();
+    }
+    let more = keys.len().saturating_sub(SHOWN);
+    let mut text = keys
+        .iter()
+        .take(SHOWN)
+        .map(|k| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    text
+}
+
 /// How a create with an [`Origin`] starts its CLI.
 struct OriginPlan {
     /// `--resume` this CLI session.
@@ -561,12 +591,10 @@ impl Engine {
         if same_cwd && recorded.as_ref() == Some(spec) {
             return self.get_session(id).await.map(Some);
         }
-        let differs = if !same_cwd {
-            "a different cwd"
-        } else if recorded.is_none() {
-            "a creation still in progress or no recorded options"
-        } else {
-            "different options or rules"
+        let differs = match &recorded {
+            _ if !same_cwd => "a different cwd".to_owned(),
+            None => "a creation still in progress or no recorded options".to_owned(),
+            Some(recorded) => format!("a different {}", differing_fields(recorded, spec)),
         };
         Err(Error::AlreadyExists {
             what: format!("session {id:?} (with {differs})"),
