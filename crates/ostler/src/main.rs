@@ -29,13 +29,13 @@ Examples:
   ostler run \"fix the failing test\"         new session in this directory, stream the turn
   ostler sessions -n 5                      the five newest sessions
   ostler attach @last                       follow the newest session, answer its prompts
-  ostler send 3f2a \"now add a test\"         a session by a unique id prefix
+  ostler send 3f2a \"now add a test\"         a session by a unique end (or start) of its id
   ostler pending                            every prompt waiting for an answer
   ostler approve 9c1e / ostler deny 9c1e -m \"not now\"
   ostler completion bash > ~/.local/share/bash-completion/completions/ostler
 
-Sessions are named by id, a unique id prefix, @last or --last. Every client command takes
---json (one JSON object per line on stdout).
+Sessions are named by id, a unique suffix or prefix of one, @last or --last. Every client
+command takes --json (one JSON object per line on stdout).
 
 Exit codes:
   0    success

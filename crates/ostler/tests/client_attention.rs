@@ -156,6 +156,12 @@ fn ids_by_prefix_and_last_newest_first_and_honest_interrupt_and_resume() {
         d.ok_json(&["show", &prefix, "--json"])[0]["id"],
         first.as_str()
     );
+    // The ids' ends tell them apart (what `pending` and `watch` show): the last 8
+    // characters name each session, in upper case too.
+    for id in [&first, &second] {
+        let end = id[id.len() - 8..].to_ascii_uppercase();
+        assert_eq!(d.ok_json(&["show", &end, "--json"])[0]["id"], id.as_str());
+    }
     let ev = d.ok_json(&["send", "--last", "--json", "Say hello again"]);
     assert!(
         ev.iter()
@@ -165,7 +171,7 @@ fn ids_by_prefix_and_last_newest_first_and_honest_interrupt_and_resume() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("NOT_FOUND: no session has this id or id prefix"),
+            .contains("NOT_FOUND: no session has this id, or an id that starts or ends"),
         "{}",
         describe(&out)
     );

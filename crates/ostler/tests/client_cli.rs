@@ -137,6 +137,20 @@ fn unreachable_daemon_names_address_setting_and_remedy() {
         err.contains(&format!("listen.addr in {cfg_s}")),
         "the setting is named: {err}"
     );
+
+    // From a variable, and from nothing at all: each named as it is.
+    let out = ostler(&["sessions"], &[("OSTLER_LISTEN__ADDR", &addr)]);
+    let err = text(&out.stderr);
+    assert!(err.contains("OSTLER_LISTEN__* variables"), "{err}");
+    let out = ostler(&["sessions"], &[]);
+    let err = text(&out.stderr);
+    // (Unless a daemon happens to listen on the default address of this machine.)
+    if err.contains("cannot reach") {
+        assert!(
+            err.contains("came from the built-in default") && !err.contains("OSTLER_LISTEN"),
+            "no variable was set: {err}"
+        );
+    }
 }
 
 #[test]

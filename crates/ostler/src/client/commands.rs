@@ -113,7 +113,7 @@ pub struct AttachArgs {
 --now, --later, --verbatim, --context-only and --paste need a Claude Code release that honours
 them (see `ostler health --json` capabilities input:*); others refuse the message.")]
 pub struct SendArgs {
-    /// Session id, a unique prefix of one, or @last (the newest session)
+    /// Session id, a unique suffix or prefix of one, or @last (the newest session)
     #[arg(value_name = "ID", required_unless_present = "last")]
     pub id: Option<String>,
     /// The message; read from stdin when absent or `-`
@@ -167,7 +167,7 @@ pub struct ResumeArgs {
     #[arg(long)]
     pub fresh_if_missing: bool,
     /// Resume the conversation as it was after this message (an assistant block's
-    /// `message_id` from `ostler log --json`): later messages leave the model's context
+    /// `message_id` from `ostler show ID --events --json`): later messages leave the model's context
     #[arg(long, value_name = "MESSAGE_ID")]
     pub at: Option<String>,
     /// Print the session as JSON

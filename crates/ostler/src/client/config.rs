@@ -192,7 +192,16 @@ pub fn resolve(args: &ConnectArgs) -> Result<Target> {
         crate::config::load(args.config.as_deref(), &Default::default())
             .context("reading the daemon's configuration (for its address and token)")?
     };
-    resolve_from(args, &DaemonSide::from_config(&cfg, source))
+    let mut daemon = DaemonSide::from_config(&cfg, source);
+    let listen_vars = std::env::vars_os().any(|(k, _)| {
+        k.to_str()
+            .is_some_and(|k| k.to_ascii_uppercase().starts_with("OSTLER_LISTEN__"))
+    });
+    if default_missing && !listen_vars {
+        // Nothing set the address: say it is the built-in default, not a variable.
+        daemon.listen_addr.clear();
+    }
+    resolve_from(args, &daemon)
 }
 
 /// Resolution from the daemon's side of the configuration (exposed for tests).

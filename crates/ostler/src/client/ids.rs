@@ -1,5 +1,10 @@
-//! Referring to sessions: a full id, a unique prefix of one, or `@last` / `--last` (the
-//! newest session); and listing sessions newest first.
+//! Referring to sessions: a full id, a unique prefix or suffix of one, or `@last` /
+//! `--last` (the newest session); and listing sessions newest first.
+//!
+//! ostler's own ids are UUIDv7: their first 12 hex digits are the creation time in
+//! milliseconds, so sessions made within weeks of each other share a long prefix and their
+//! last characters are what tells them apart. Both ends are accepted, ignoring case and
+//! dashes; [`short_id`] is the end that tables show.
 
 use anyhow::{Result, anyhow, bail};
 use ostler_proto::v1 as pb;
@@ -12,7 +17,7 @@ pub const LAST: &str = "@last";
 /// The session argument of a command: `ID`, `ID-PREFIX`, `@last`, or `--last`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SessionArg {
-    /// Session id, a unique prefix of one, or @last (the newest session)
+    /// Session id, a unique suffix or prefix of one, or @last (the newest session)
     #[arg(value_name = "ID", required_unless_present = "last")]
     pub id: Option<String>,
     /// The newest session (same as the id @last)
@@ -105,12 +110,20 @@ pub fn pick<'a>(all: &'a [pb::Session], raw: &str) -> Result<&'a pb::Session> {
     if let Some(s) = all.iter().find(|s| s.id == raw) {
         return Ok(s);
     }
-    let matches: Vec<&pb::Session> = all.iter().filter(|s| s.id.starts_with(raw)).collect();
+    // (A shortened id as tables show it, `…end`, is its end.)
+    let typed = loose(raw.trim_start_matches('…'));
+    let matches: Vec<&pb::Session> = all
+        .iter()
+        .filter(|s| {
+            let id = loose(&s.id);
+            !typed.is_empty() && (id.starts_with(&typed) || id.ends_with(&typed))
+        })
+        .collect();
     match matches.as_slice() {
         [one] => Ok(one),
         [] => Err(anyhow!(
-            "session {:?}: NOT_FOUND: no session has this id or id prefix (`ostler sessions` \
-             lists them)",
+            "session {:?}: NOT_FOUND: no session has this id, or an id that starts or ends \
+             with it (`ostler sessions` lists them)",
             super::render::clip(raw, 80)
         )),
         many => {
@@ -132,13 +145,38 @@ pub fn pick<'a>(all: &'a [pb::Session], raw: &str) -> Result<&'a pb::Session> {
                 String::new()
             };
             Err(anyhow!(
-                "the id prefix {raw:?} is ambiguous: it matches {} sessions; type more of the \
-                 id:\n{}{more}",
+                "the session id part {raw:?} is ambiguous: it matches {} sessions; type more \
+                 of the id (its end tells ostler's ids apart):\n{}{more}",
                 many.len(),
                 shown.join("\n")
             ))
         }
     }
+}
+
+/// An id as matched against what a user typed: lower case, without dashes.
+fn loose(id: &str) -> String {
+    id.chars()
+        .filter(|c| *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// The part of a session id a table shows: the last 8 characters of a UUID (its random
+/// end; see the module's notes), a client-chosen id of up to 16 characters whole, else
+/// its last 12 after an ellipsis. Each is accepted wherever a session id is.
+pub fn short_id(id: &str) -> String {
+    let n = id.chars().count();
+    let is_uuid = n == 36 && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    let keep = if is_uuid {
+        8
+    } else if n <= 16 {
+        return id.to_owned();
+    } else {
+        12
+    };
+    let tail: String = id.chars().skip(n - keep).collect();
+    if is_uuid { tail } else { format!("…{tail}") }
 }
 
 #[cfg(test)]
@@ -175,5 +213,35 @@ mod tests {
         let err = pick(&all, "q").map(|_| ()).unwrap_err().to_string();
         assert!(err.contains("no session"), "{err}");
         assert!(pick(&[], LAST).is_err());
+    }
+
+    /// UUIDv7 ids made close together share their start: their end picks one, in any case
+    /// and with or without dashes; what tables show is accepted back.
+    #[test]
+    fn uuid_ids_are_told_apart_by_their_end() {
+        let a = "019ad3e1-7b2c-7f00-8a11-4f2a9c1e0b77";
+        let b = "019ad3e1-7b2c-7f00-9c22-55d0e3aa1c08";
+        let mut all = vec![s(a, 1), s(b, 2), s("build-42.retry_ok", 3)];
+        sort_newest_first(&mut all);
+        let id = |raw: &str| pick(&all, raw).map(|s| s.id.clone()).ok();
+        assert_eq!(id("9c1e0b77").as_deref(), Some(a));
+        assert_eq!(id("0B77").as_deref(), Some(a));
+        assert_eq!(id("e3aa-1c08").as_deref(), Some(b));
+        assert_eq!(id("019AD3E17B2C7F009C").as_deref(), Some(b));
+        assert_eq!(id("retry_ok").as_deref(), Some("build-42.retry_ok"));
+        assert!(
+            pick(&all, "019ad3e1")
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+                .contains("ambiguous")
+        );
+        assert!(pick(&all, "-").is_err(), "nothing typed matches nothing");
+        for s in &all {
+            assert_eq!(id(&short_id(&s.id)).as_deref(), Some(s.id.as_str()));
+        }
+        assert_eq!(short_id(a), "9c1e0b77");
+        assert_eq!(short_id("build-42.retry_ok"), "…-42.retry_ok");
+        assert_eq!(short_id("job-7"), "job-7");
     }
 }

@@ -302,6 +302,8 @@ fn unreachable(target: &config::Target, why: &str) -> anyhow::Error {
         "nothing listens there"
     } else if why.contains("timed out") || why.contains("elapsed") {
         "no answer within 5 s"
+    } else if why.contains("InvalidContentType") || why.contains("corrupt message") {
+        "it did not answer TLS: leave out https:// for a daemon without TLS"
     } else if is_not_grpc(why) {
         return not_grpc(&addr.to_string(), &target.addr_source);
     } else {
@@ -331,6 +333,8 @@ fn is_not_grpc(msg: &str) -> bool {
         "unexpected eof",
         "http/1",
         "invalid frame",
+        // An HTTP/2 server that is not gRPC (tonic maps its HTTP status).
+        "grpc-status header missing",
     ]
     .iter()
     .any(|p| m.contains(p))

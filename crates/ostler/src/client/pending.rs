@@ -212,7 +212,7 @@ pub async fn pending(a: PendingArgs) -> Result<i32> {
             [
                 p.request_id.clone(),
                 kind(p).to_owned(),
-                p.session_id.chars().take(8).collect(),
+                super::ids::short_id(&p.session_id),
                 p.event.as_ref().map(|e| age(e.ts_ms)).unwrap_or_default(),
                 clip(&p.cwd, 40),
                 clip(&what(p), 80),

@@ -181,9 +181,10 @@ pub fn summary(st: Style, t: &pb::TurnCompleted, wall_ms: u128, interrupted: boo
     } else if interrupted {
         st.yellow("⏹ interrupted")
     } else {
+        // The CLI reports an API error as subtype `success` with `is_error`: say error.
         st.red(&format!(
             "✗ {}",
-            if t.subtype.is_empty() {
+            if t.subtype.is_empty() || t.subtype == "success" {
                 "error"
             } else {
                 &t.subtype
@@ -1074,6 +1075,15 @@ mod tests {
         let s = summary(Style { on: false }, &t, 1500, true);
         assert!(s.starts_with("⏹ interrupted · 1 turn ·"), "{s}");
         assert!(!s.contains("ede_diagnostic"), "{s}");
+        // An API error comes as `success` with `is_error`: never "✗ success".
+        let t = pb::TurnCompleted {
+            subtype: "success".into(),
+            is_error: true,
+            num_turns: 1,
+            ..Default::default()
+        };
+        let s = summary(Style { on: false }, &t, 1500, false);
+        assert!(s.starts_with("✗ error · 1 turn ·"), "{s}");
     }
     #[test]
     fn hook_activity_reads_well() {

@@ -181,7 +181,7 @@ fn item_json(item: &pb::FeedItem) -> serde_json::Value {
 }
 
 fn human(st: Style, item: &pb::FeedItem) -> String {
-    let short: String = item.session_id.chars().take(13).collect();
+    let short = super::ids::short_id(&item.session_id);
     let name = if item.title.is_empty() {
         clip(&item.cwd, 30)
     } else {
