@@ -288,3 +288,69 @@ fn daemon_log_is_coloured_only_on_a_terminal() {
         "no colour on a terminal: {seen:?}"
     );
 }
+
+/// What was typed is wrong: exit 2 ("bad usage", as `--help` says), also for the mistakes
+/// clap cannot see; 1 stays for a daemon or a turn that failed.
+#[test]
+fn usage_mistakes_exit_2() {
+    let closed = format!("127.0.0.1:{}", closed_port());
+    for (args, says) in [
+        (&["run", "", "--addr", &closed][..], "the prompt is empty"),
+        (
+            &["run", "--allow-tools", "Bash(x", "hi", "--addr", &closed],
+            "missing ')'",
+        ),
+        (
+            &["run", "--allow-tools", ",", "hi", "--addr", &closed],
+            "--allow-tools",
+        ),
+        (&["sessions", "--addr", "garbage"], "expected host:port"),
+        (&["sessions", "--addr", "127.0.0.1:112927"], "is not a port"),
+        (&["sessions", "--no-such-flag"], "--no-such-flag"),
+    ] {
+        let out = ostler(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args:?}: {}",
+            describe(&out)
+        );
+    }
+    let out = ostler(&["sessions", "--addr", &closed], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+}
+
+/// `run`, `send` and `attach --until-turn` with `--json` end with a `run_summary` line also
+/// when they fail before any turn, with the exit code they exit with.
+#[test]
+fn json_runs_end_with_a_summary_when_they_fail() {
+    let closed = format!("127.0.0.1:{}", closed_port());
+    for (args, code) in [
+        (&["run", "--json", "hi", "--addr", &closed][..], 1),
+        (&["send", "--json", "abc", "hi", "--addr", &closed], 1),
+        (
+            &["attach", "--json", "--until-turn", "abc", "--addr", &closed],
+            1,
+        ),
+        (&["run", "--json", "", "--addr", &closed], 2),
+    ] {
+        let out = ostler(args, &[]);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            describe(&out)
+        );
+        let stdout = text(&out.stdout);
+        let last: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap_or_default())
+                .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", describe(&out)));
+        assert_eq!(last["type"], "run_summary", "{last}");
+        assert_eq!(last["outcome"], "failed", "{last}");
+        assert_eq!(last["exit_code"], code, "{last}");
+        assert!(
+            !last["message"].as_str().unwrap_or_default().is_empty(),
+            "{last}"
+        );
+    }
+}

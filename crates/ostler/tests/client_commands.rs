@@ -127,6 +127,19 @@ fn session_lifecycle_through_the_commands() {
     // stop -> resume continues the same session; fork branches a new one.
     let stopped = d.ok_json(&["stop", &id, "--json"]);
     assert_eq!(stopped[0]["state"], "stopped");
+    assert_eq!(stopped[0]["stopped"], true);
+    // Stopping it again does nothing and says so (exit 0), as resume of a live one does.
+    let again = d.ok_json(&["stop", &id, "--json"]);
+    assert_eq!(
+        (&again[0]["state"], &again[0]["stopped"]),
+        (&"stopped".into(), &false.into())
+    );
+    let out = d.client(&["stop", &id], None);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nothing to stop"),
+        "{}",
+        describe(&out)
+    );
     let out = d.client(&["send", &id, "Say hello"], None);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(

@@ -602,18 +602,45 @@ pub async fn interrupt(args: InterruptArgs) -> Result<i32> {
 }
 
 /// `ostler stop ID`
+/// `ostler stop ID`: on a session that is already stopped or exited, nothing is done and it
+/// says so (exit 0), as `resume` does for a live one: a script can stop without asking first.
 pub async fn stop(a: IdArgs) -> Result<i32> {
     let (mut conn, id) = connect_to_session(&a.connect, a.session.raw()).await?;
-    let s = conn
+    let r = conn
         .sessions
         .stop_session(pb::StopSessionRequest {
             session_id: id.clone(),
         })
-        .await
-        .map_err(|s| status_error("stop session", s))?
-        .into_inner();
+        .await;
+    let s = match r {
+        Ok(s) => s.into_inner(),
+        Err(st) if st.code() == tonic::Code::FailedPrecondition => {
+            let now = conn.session(&id).await?;
+            let ended = matches!(
+                pb::SessionState::try_from(now.state),
+                Ok(pb::SessionState::Stopped | pb::SessionState::Exited)
+            );
+            if !ended {
+                return Err(status_error("stop session", st));
+            }
+            if a.json {
+                let mut v = json::session(&now);
+                v["stopped"] = json!(false);
+                json_line(&v);
+            } else {
+                outln!(
+                    "nothing to stop: session {id} is already {}",
+                    json::state_name(now.state)
+                );
+            }
+            return Ok(0);
+        }
+        Err(st) => return Err(status_error("stop session", st)),
+    };
     if a.json {
-        json_line(&json::session(&s));
+        let mut v = json::session(&s);
+        v["stopped"] = json!(true);
+        json_line(&v);
     } else {
         outln!("{} is {}", s.id, json::state_name(s.state));
     }

@@ -130,7 +130,11 @@ pub fn parse_addr(addr: &str) -> Result<Endpoint> {
         rest.to_owned()
     };
     if !rest.contains(':') || rest.ends_with(':') {
-        bail!("daemon address {addr:?}: expected host:port");
+        usage!("daemon address {addr:?}: expected host:port");
+    }
+    let port = rest.rsplit(':').next().unwrap_or_default();
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        usage!("daemon address {addr:?}: {port:?} is not a port (1 to 65535)");
     }
     let scheme = if tls { "https" } else { "http" };
     Ok(Endpoint::Tcp {

@@ -6,7 +6,7 @@
 //! last characters are what tells them apart. Both ends are accepted, ignoring case and
 //! dashes; [`short_id`] is the end that tables show.
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use ostler_proto::v1 as pb;
 
 use super::{Sessions, json, status_error};
@@ -77,7 +77,7 @@ pub fn sort_newest_first(v: &mut [pb::Session]) {
 pub async fn resolve(client: &mut Sessions, raw: &str) -> Result<String> {
     let raw = raw.trim();
     if raw.is_empty() {
-        bail!("empty session id");
+        usage!("empty session id");
     }
     if raw != LAST {
         // An exact id needs one call.

@@ -23,6 +23,13 @@ macro_rules! outln {
     };
 }
 
+/// `bail!` for a [`Usage`] error.
+macro_rules! usage {
+    ($($arg:tt)*) => {
+        return Err(anyhow::Error::new($crate::client::Usage(format!($($arg)*))))
+    };
+}
+
 pub mod commands;
 pub mod config;
 pub mod controls;
@@ -57,10 +64,52 @@ pub use config::ConnectArgs;
 
 /// Exit code: a turn or request failed.
 pub const EXIT_FAILED: i32 = 1;
+/// Exit code: what was typed is wrong (clap's own errors exit with it too).
+pub const EXIT_USAGE: i32 = 2;
 /// Exit code: a prompt could not be answered without a terminal.
 pub const EXIT_UNANSWERABLE: i32 = 3;
 /// Exit code: interrupted / detached by Ctrl-C.
 pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// A mistake in what the user typed that clap cannot see (an empty prompt, a bad
+/// `--allow-tools` entry, an address without a port, a choice that is not an option): the
+/// command exits with [`EXIT_USAGE`], as for clap's own errors, not with
+/// [`EXIT_FAILED`], which says the daemon or the turn failed.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// The exit code of a command that failed with `e`.
+fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<Usage>().is_some() {
+        EXIT_USAGE
+    } else {
+        EXIT_FAILED
+    }
+}
+
+/// `run`, `send` and `attach --until-turn` with `--json` end with a `run_summary` line,
+/// also when they fail before the turn (the daemon unreachable, the request refused):
+/// `{"type": "run_summary", "outcome": "failed", "exit_code", "message", "session_id"}`.
+fn summary_on_error(json: bool, session: Option<String>, r: Result<i32>) -> Result<i32> {
+    if let (true, Err(e)) = (json, &r) {
+        render::json_line(&serde_json::json!({
+            "type": "run_summary",
+            "outcome": "failed",
+            "exit_code": exit_code(e),
+            "message": format!("{e:#}"),
+            "session_id": session,
+        }));
+    }
+    r
+}
 
 /// The client subcommands (flattened into the binary's command enum).
 #[derive(Debug, clap::Subcommand)]
@@ -128,11 +177,20 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
         .context("starting the async runtime")?;
     let result = rt.block_on(async move {
         match cmd {
-            ClientCommand::Run(a) => run::run(a).await,
+            ClientCommand::Run(a) => {
+                let json = a.json;
+                summary_on_error(json, None, run::run(a).await)
+            }
             ClientCommand::Sessions(a) => commands::sessions(a).await,
             ClientCommand::Show(a) => commands::show(a).await,
-            ClientCommand::Attach(a) => commands::attach(a).await,
-            ClientCommand::Send(a) => commands::send(a).await,
+            ClientCommand::Attach(a) => {
+                let (json, id) = (a.json && a.until_turn, a.session.id.clone());
+                summary_on_error(json, id, commands::attach(a).await)
+            }
+            ClientCommand::Send(a) => {
+                let (json, id) = (a.json, a.id.clone());
+                summary_on_error(json, id, commands::send(a).await)
+            }
             ClientCommand::Interrupt(a) => commands::interrupt(a).await,
             ClientCommand::Stop(a) => commands::stop(a).await,
             ClientCommand::Resume(a) => commands::resume(a).await,
@@ -157,7 +215,7 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
         Ok(code) => code,
         Err(e) => {
             render::error_line(&format!("{e:#}"));
-            EXIT_FAILED
+            exit_code(&e)
         }
     };
     use std::io::Write as _;

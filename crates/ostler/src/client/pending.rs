@@ -101,7 +101,7 @@ pub fn pick<'a>(
 ) -> Result<&'a pb::PendingInteraction> {
     let raw = raw.trim();
     if raw.is_empty() {
-        bail!("empty request id");
+        usage!("empty request id");
     }
     if let Some(p) = all.iter().find(|p| p.request_id == raw) {
         return Ok(p);
@@ -348,7 +348,7 @@ pub fn choice(q: &pb::Question, raw: &str) -> Result<pb::QuestionAnswer> {
         .enumerate()
         .map(|(i, o)| format!("{}) {}", i + 1, o.label))
         .collect();
-    bail!(
+    usage!(
         "{:?} is not an option of {:?}; choose {}{}",
         clip(raw, 60),
         clip(&q.question, 80),

@@ -50,11 +50,11 @@ impl AllowRule {
     pub fn parse(s: &str) -> Result<Self> {
         let s = s.trim();
         if s.is_empty() {
-            return Err(anyhow!("empty --allow-tools entry"));
+            usage!("empty --allow-tools entry");
         }
         if let Some(open) = s.find('(') {
             let Some(inner) = s[open + 1..].strip_suffix(')') else {
-                return Err(anyhow!("--allow-tools entry {s:?}: missing ')'"));
+                usage!("--allow-tools entry {s:?}: missing ')'");
             };
             let inner = inner.trim();
             let inner = inner.strip_suffix(":*").unwrap_or(inner);

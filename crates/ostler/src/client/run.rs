@@ -100,7 +100,7 @@ pub fn read_prompt(arg: Option<&str>) -> Result<String> {
         }
     };
     if text.trim().is_empty() {
-        bail!("the prompt is empty");
+        usage!("the prompt is empty");
     }
     Ok(text)
 }
