@@ -98,7 +98,19 @@ impl http_body::Body for EndingBody {
         Poll::Ready(Some(Ok(Frame::trailers(trailers))))
     }
 
+    /// The inner body's answer too: an error answered "trailers-only" (the status in the
+    /// response headers, an empty body) must be sent as one HEADERS frame with END_STREAM;
+    /// an empty DATA frame after it is not valid gRPC, and grpc-core clients (Python's
+    /// grpcio) read it as UNKNOWN instead of the status (NOT_FOUND for an unknown service).
     fn is_end_stream(&self) -> bool {
-        self.done
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        if self.done {
+            http_body::SizeHint::with_exact(0)
+        } else {
+            self.inner.size_hint()
+        }
     }
 }

@@ -71,6 +71,14 @@ pub struct TlsOptions {
     pub client_ca_pem: Option<Vec<u8>>,
 }
 
+impl TlsOptions {
+    /// Whether the material makes a working TLS configuration (the certificate and key
+    /// parse and match, the client CA parses), as the listeners will build it.
+    pub fn check(&self) -> Result<()> {
+        listen::tls_acceptor(self).map(|_| ())
+    }
+}
+
 impl std::fmt::Debug for TlsOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsOptions")

@@ -510,3 +510,39 @@ async fn bad_requests_get_actionable_codes() {
     assert_eq!(e.code(), Code::InvalidArgument);
     h.shutdown.cancel();
 }
+
+/// An unknown service's health check is answered "trailers-only": the status in the
+/// response's one HEADERS frame, which ends the stream. An empty DATA frame after it is not
+/// valid gRPC: grpc-core clients (Python's grpcio) read UNKNOWN instead of NOT_FOUND.
+#[tokio::test]
+async fn an_unknown_health_service_is_answered_trailers_only() {
+    let h = start(ServerOptions::default(), EngineOptions::default()).await;
+    wait_serving(channel(h.addr).await).await;
+    let tcp = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    // One gRPC message: HealthCheckRequest { service: "nope" } (field 1, 4 bytes).
+    let message = "\u{a}\u{4}nope";
+    let body = format!("\0\0\0\0{}{message}", char::from(message.len() as u8));
+    let req = http::Request::post(format!("http://{}/grpc.health.v1.Health/Check", h.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(
+        resp.headers().get("grpc-status").map(|v| v.as_bytes()),
+        Some(&b"5"[..]),
+        "{resp:?}"
+    );
+    use http_body::Body as _;
+    assert!(
+        resp.body().is_end_stream(),
+        "the HEADERS frame ends the stream: {resp:?}"
+    );
+}

@@ -47,6 +47,26 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
     let tables: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
         .map_err(oe)?;
+    if tables > 0 && crate::migrate::current_version(&conn).map_err(oe)? == 0 {
+        // Version 0 with tables: another program's database, which ostler must neither
+        // change (not even its journal mode) nor mistake for its own.
+        let names: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name LIMIT 6")
+            .and_then(|mut s| {
+                s.query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<_>>()
+            })
+            .map_err(oe)?;
+        let shown = names.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+        let more = if names.len() > 5 { ", ..." } else { "" };
+        return Err(Error::Setup {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it is not an ostler store: it holds tables ({shown}{more}) and no ostler \
+                 schema version; give ostler a file of its own (store.path)"
+            ),
+        });
+    }
     if tables == 0 {
         // Only possible before the first table exists: lets deletes give space back to the
         // file system with `PRAGMA incremental_vacuum`.

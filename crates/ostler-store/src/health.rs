@@ -49,13 +49,23 @@ pub struct WriteFault {
 /// The writer's side: the one owner of the state.
 pub(crate) struct HealthCell {
     tx: watch::Sender<WriteHealth>,
+    /// The store is closing: a fault is given up at once instead of retried until the
+    /// limit (nothing will come back for those writes, and the daemon has to exit).
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl HealthCell {
     pub(crate) fn new() -> Self {
         Self {
             tx: watch::Sender::new(WriteHealth::Writable),
+            closing: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The store is closing: from now on a write fault is given up at once.
+    pub(crate) fn closing(&self) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<WriteHealth> {
@@ -70,6 +80,7 @@ impl HealthCell {
     /// store was already faulty).
     pub(crate) fn failed(&self, reason: String, limit: Duration) -> WriteFault {
         let now = Instant::now();
+        let closing = self.closing.load(std::sync::atomic::Ordering::SeqCst);
         let mut out = None;
         self.tx.send_if_modified(|h| {
             let (since, was_given_up) = match h {
@@ -79,14 +90,14 @@ impl HealthCell {
             let fault = WriteFault {
                 reason,
                 since,
-                given_up: was_given_up || now.duration_since(since) >= limit,
+                given_up: was_given_up || closing || now.duration_since(since) >= limit,
             };
             let changed = h.fault() != Some(&fault);
             if changed {
                 if h.is_writable() {
                     tracing::error!(reason = %fault.reason, "store not writable: retrying writes");
                 } else if fault.given_up && !was_given_up {
-                    tracing::error!(reason = %fault.reason, limit = ?limit, "store still not writable: failing queued writes");
+                    tracing::error!(reason = %fault.reason, limit = ?limit, closing, "store still not writable: failing queued writes");
                 }
                 *h = WriteHealth::Unwritable(fault.clone());
             }

@@ -427,6 +427,13 @@ impl Store {
             .events_after(session_id, after_seq, limit, usize::MAX)
     }
 
+    /// The owner is shutting down: from now on a write that meets a storage fault fails at
+    /// once instead of being retried for `write_retry_secs` (healthy writes go on as
+    /// before). Dropping the last handle does the same.
+    pub fn closing(&self) {
+        self.inner.health.closing();
+    }
+
     /// [`Store::events_after`] that also ends (after at least one event) once the events'
     /// payloads and raw lines come to `max_bytes`: a page of a reader that holds it in
     /// memory, whatever the size of the events.

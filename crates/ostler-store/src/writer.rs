@@ -838,6 +838,9 @@ impl Shared {
 
     /// The store handle is gone: the writer thread finishes the queue and stops.
     pub(crate) fn close(&self) {
+        // A write that meets a storage fault from now on fails at once: retrying it until
+        // `write_retry_secs` would keep the closing daemon alive that long.
+        self.health.closing();
         locked(&self.queue).closed = true;
         self.wake.notify_one();
     }

@@ -515,6 +515,44 @@ fn newer_schema_is_refused() {
     );
 }
 
+/// Another program's SQLite database is neither changed nor mistaken for a store: it is
+/// refused, naming some of its tables, however they are named.
+#[test]
+fn another_programs_database_is_refused_untouched() {
+    for tables in [&["foo"][..], &["sessions", "events"]] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db_path(&dir);
+        {
+            let c = raw_conn(&path);
+            for t in tables {
+                c.execute_batch(&format!("CREATE TABLE {t} (x)")).unwrap();
+            }
+        }
+        let err = Store::open(&path, StoreOptions::default()).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("not an ostler store") && msg.contains(tables[0]),
+            "{msg}"
+        );
+        assert!(msg.len() < 400, "{msg}");
+        let c = raw_conn(&path);
+        let names: Vec<String> = c
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let mut want: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
+        want.sort();
+        assert_eq!(names, want, "nothing was added");
+        let mode: String = c
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete", "its journal mode is its own");
+    }
+}
+
 #[test]
 fn a_file_that_is_not_a_database_is_reported_as_corrupt_with_its_path() {
     let dir = tempfile::tempdir().unwrap();

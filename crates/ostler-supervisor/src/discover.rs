@@ -183,7 +183,9 @@ fn ver_output_line(v: &ClaudeVersion) -> String {
 pub fn find_binary(opts: &DiscoverOptions) -> Result<PathBuf, DiscoverError> {
     if let Some(p) = &opts.claude_path {
         return if is_executable(p) {
-            Ok(p.clone())
+            // Sessions start in their own cwd: a relative path is made absolute here,
+            // against the daemon's (as `sessions.allowed_roots` are).
+            Ok(std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         } else {
             Err(DiscoverError::NotFound {
                 configured: Some(p.clone()),
@@ -207,7 +209,7 @@ pub fn find_binary(opts: &DiscoverOptions) -> Result<PathBuf, DiscoverError> {
     for d in &dirs {
         let candidate = d.join("claude");
         if is_executable(&candidate) {
-            return Ok(candidate);
+            return Ok(std::path::absolute(&candidate).unwrap_or(candidate));
         }
     }
     Err(DiscoverError::NotFound {
@@ -256,6 +258,9 @@ async fn run_captured(
     }
     let mut child = spawn_retrying(&mut cmd).await?;
     let pid = child.id();
+    // However this ends (done, timed out, or the caller dropped it: the daemon told to
+    // stop meanwhile), the helper's whole process group goes: a hung script's children too.
+    let _group = GroupGuard(pid);
     let mut out = child.stdout.take();
     let mut err = child.stderr.take();
     let work = async {
@@ -280,23 +285,21 @@ async fn run_captured(
             stderr: String::from_utf8_lossy(&se).into_owned(),
         })
     };
-    let outcome = tokio::time::timeout(timeout, work).await;
-    if let Some(pid) = pid {
-        crate::proctree::unregister(pid);
+    match tokio::time::timeout(timeout, work).await {
+        // Children that outlived the leader (none expected) go with the guard too.
+        Ok(r) => r.map(Some),
+        Err(_) => Ok(None),
     }
-    match outcome {
-        Ok(r) => {
-            // Children that outlived the leader (none expected) go too.
-            if let Some(pid) = pid {
-                signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-            }
-            r.map(Some)
-        }
-        Err(_) => {
-            if let Some(pid) = pid {
-                signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-            }
-            Ok(None)
+}
+
+/// Kills a helper's process group (SIGKILL) when dropped.
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            crate::proctree::unregister(pid);
+            signal_group(pid, nix::sys::signal::Signal::SIGKILL);
         }
     }
 }
@@ -507,6 +510,31 @@ mod tests {
         );
         assert_eq!(unknown_option("error: unknown option '--x=1'"), Some("--x"));
         assert_eq!(unknown_option("all good"), None);
+    }
+
+    /// A relative configured path is made absolute against the daemon's cwd: sessions
+    /// start in their own cwd, where it would name nothing.
+    #[test]
+    fn a_relative_binary_path_is_made_absolute() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tmp");
+        let exe = dir.path().join("claude");
+        std::fs::write(&exe, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let cwd = std::env::current_dir().expect("cwd");
+        let mut relative = PathBuf::new();
+        for _ in cwd.components().skip(1) {
+            relative.push("..");
+        }
+        relative.push(exe.strip_prefix("/").expect("absolute"));
+        assert!(relative.is_relative());
+        let found = find_binary(&DiscoverOptions {
+            claude_path: Some(relative),
+            ..Default::default()
+        })
+        .expect("found");
+        assert!(found.is_absolute(), "{}", found.display());
+        assert!(is_executable(&found));
     }
 
     #[test]

@@ -671,6 +671,7 @@ impl Config {
         if self.sessions.max_live == 0 {
             bail!("sessions.max_live must be at least 1");
         }
+        self.validate_bounds()?;
         if !QUEUE_GRACE_SECS.contains(&self.sessions.queue_grace_secs) {
             bail!(
                 "sessions.queue_grace_secs is {}; it must be from {} to {} seconds",
@@ -774,7 +775,49 @@ impl Config {
 /// A connection cap and the keep-alive (interval, timeout), validated.
 type Connections = (usize, Option<(std::time::Duration, std::time::Duration)>);
 
+/// The longest any `*_secs` setting may be: a year. Longer is a mistake, and a time that
+/// far ahead overflows the clock's arithmetic.
+const MAX_SECS: u64 = 365 * 24 * 3600;
+/// `store.busy_timeout_secs` at most (SQLite takes it in milliseconds as a C `int`).
+const MAX_BUSY_TIMEOUT_SECS: u64 = 3600;
+/// `sessions.max_live` at most (each is a process).
+const MAX_LIVE: u64 = 100_000;
+
 impl Config {
+    /// Upper bounds of the numbers that have no range of their own: a value past them is
+    /// a mistake, and would otherwise panic or overflow after start.
+    fn validate_bounds(&self) -> Result<()> {
+        let (l, st, s) = (&self.listen, &self.store, &self.sessions);
+        for (key, v, max) in [
+            ("listen.keepalive_secs", l.keepalive_secs, MAX_SECS),
+            (
+                "listen.keepalive_timeout_secs",
+                l.keepalive_timeout_secs,
+                MAX_SECS,
+            ),
+            ("store.write_retry_secs", st.write_retry_secs, MAX_SECS),
+            (
+                "store.busy_timeout_secs",
+                st.busy_timeout_secs,
+                MAX_BUSY_TIMEOUT_SECS,
+            ),
+            ("sessions.idle_suspend_secs", s.idle_suspend_secs, MAX_SECS),
+            ("sessions.live_wait_secs", s.live_wait_secs, MAX_SECS),
+            (
+                "sessions.permission_expiry_secs",
+                s.permission_expiry_secs,
+                MAX_SECS,
+            ),
+            ("sessions.stop_timeout_secs", s.stop_timeout_secs, MAX_SECS),
+            ("sessions.max_live", s.max_live, MAX_LIVE),
+        ] {
+            if v > max {
+                bail!("{key} is {v}; at most {max} is allowed");
+            }
+        }
+        Ok(())
+    }
+
     fn validate_connections(&self) -> Result<Connections> {
         let l = &self.listen;
         if l.max_connections == 0 || l.max_connections > MAX_CONNECTIONS {
@@ -1209,6 +1252,31 @@ mod tests {
                     c.listen.addr = String::new();
                 }),
                 "listen.unix_socket",
+            ),
+            // Numbers past their bounds would panic or overflow after start.
+            (
+                Box::new(|c| c.store.busy_timeout_secs = 2_147_484),
+                "store.busy_timeout_secs",
+            ),
+            (
+                Box::new(|c| c.sessions.idle_suspend_secs = i64::MAX as u64),
+                "sessions.idle_suspend_secs",
+            ),
+            (
+                Box::new(|c| c.listen.keepalive_secs = u64::MAX),
+                "listen.keepalive_secs",
+            ),
+            (
+                Box::new(|c| c.sessions.permission_expiry_secs = u64::MAX),
+                "sessions.permission_expiry_secs",
+            ),
+            (
+                Box::new(|c| c.sessions.live_wait_secs = u64::MAX),
+                "sessions.live_wait_secs",
+            ),
+            (
+                Box::new(|c| c.sessions.max_live = u64::MAX),
+                "sessions.max_live",
             ),
         ];
         for (f, key) in cases {

@@ -58,7 +58,10 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
         no_probe: args.no_probe,
         ..Default::default()
     };
-    let cfg = match crate::config::load(args.config.as_deref(), &overrides) {
+    // Checked as `serve` checks it: what it refuses (exit 78), doctor reports.
+    let loaded = crate::config::load(args.config.as_deref(), &overrides)
+        .and_then(|c| c.validate().map(|_| c));
+    let cfg = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e:#}");

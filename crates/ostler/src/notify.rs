@@ -196,14 +196,22 @@ impl NotifyConfig {
             }
             Some(out)
         };
-        if self.queue == 0 {
-            bail!("{} must be at least 1", key("queue"));
+        if !(1..=1_000_000).contains(&self.queue) {
+            bail!(
+                "{} is {}; it must be from 1 to 1000000",
+                key("queue"),
+                self.queue
+            );
         }
         if self.max_attempts == 0 {
             bail!("{} must be at least 1", key("max_attempts"));
         }
-        if self.timeout_secs == 0 {
-            bail!("{} must be at least 1", key("timeout_secs"));
+        if !(1..=3600).contains(&self.timeout_secs) {
+            bail!(
+                "{} is {}; it must be from 1 to 3600 seconds",
+                key("timeout_secs"),
+                self.timeout_secs
+            );
         }
         let name = if self.name.trim().is_empty() {
             self.url.trim().to_owned()

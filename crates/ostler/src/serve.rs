@@ -183,6 +183,10 @@ fn init_logging(filter: &str, json: bool) {
 async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) -> Result<i32> {
     let version = env!("CARGO_PKG_VERSION");
     tracing::info!(version, "ostler daemon starting");
+    // Signals from the start: a SIGTERM during the checks below ends the daemon as one
+    // later does (nothing left behind), not by the default action.
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone())?;
 
     // 1. The Claude Code version check (exit 72 / 78).
     let discover_opts = ostler_supervisor::DiscoverOptions {
@@ -190,7 +194,15 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         probe_flags: cfg.claude.probe_flags,
         ..Default::default()
     };
-    let installation = match ostler_supervisor::discover(&discover_opts).await {
+    let discovered = tokio::select! {
+        r = ostler_supervisor::discover(&discover_opts) => r,
+        // Dropping the check kills its `claude --version` process group.
+        () = shutdown.cancelled() => {
+            tracing::info!("ostler daemon stopped before it started");
+            return Ok(0);
+        }
+    };
+    let installation = match discovered {
         Ok(i) => i,
         Err(e) => {
             tracing::error!(error = %e, exit_code = e.exit_code(), "Claude Code check failed");
@@ -218,6 +230,15 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         return Ok(EXIT_CONFIG);
     }
     let claude_info = claude_info(&installation);
+    // TLS material that does not load is a configuration error (exit 78, which a service
+    // manager does not restart on), found before anything is bound or created.
+    let tls = match tls_options(valid.tls.as_ref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("ostler serve: invalid configuration: {e:#}");
+            return Ok(EXIT_CONFIG);
+        }
+    };
 
     // 2. The store's lock and the process trees.
     if let Some(dir) = valid.store_path.parent()
@@ -234,7 +255,10 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     // their CLI's process group survive it, reparented to init).
     let process_tag = ostler_supervisor::proctree::tag_for(&valid.store_path);
     let cgroups = session_cgroups(&valid.cgroup, &process_tag)?;
-    let cgroup_dir = cgroups.as_ref().map(|cg| cg.dir().to_path_buf());
+    // The daemon's cgroup directory goes when this function ends, however it ends (a
+    // start that fails after this point must not leave it behind); it is made again at the
+    // next start.
+    let _cgroup_dir = RemoveDirOnDrop(cgroups.as_ref().map(|cg| cg.dir().to_path_buf()));
     take_charge_of_process_trees(&process_tag, cgroups.clone()).await?;
     // 3. Listeners, served from now on: while the store opens (a schema migration of a
     // large store can take minutes), health says NOT_SERVING and other calls get
@@ -278,22 +302,6 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         tracing::info!(addr = %l, tokens = valid.tokens.len(), "non-loopback listener: bearer tokens required");
     }
 
-    let tls = match &valid.tls {
-        None => None,
-        Some((cert, key, ca)) => Some(ostler_server::TlsOptions {
-            cert_pem: std::fs::read(cert)
-                .with_context(|| format!("tls.cert: cannot read {}", cert.display()))?,
-            key_pem: std::fs::read(key)
-                .with_context(|| format!("tls.key: cannot read {}", key.display()))?,
-            client_ca_pem: match ca {
-                Some(ca) => Some(
-                    std::fs::read(ca)
-                        .with_context(|| format!("tls.client_ca: cannot read {}", ca.display()))?,
-                ),
-                None => None,
-            },
-        }),
-    };
     let server_opts = ostler_server::ServerOptions {
         tokens: valid.tokens.clone(),
         tls,
@@ -305,7 +313,6 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         ),
         ..Default::default()
     };
-    let shutdown = CancellationToken::new();
     let (starting, server) =
         ostler_server::Server::run_starting(server_opts, listeners, shutdown.clone());
     let server = tokio::spawn(server);
@@ -347,9 +354,6 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         claude_info,
     );
 
-    // 5. Signals.
-    spawn_signal_handler(shutdown.clone())?;
-
     if let Some(metrics) = &metrics {
         metrics.serve_engine(engine.clone());
     }
@@ -379,11 +383,6 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     tracing::info!("stopping sessions");
     engine.shutdown().await;
     drop(engine);
-    if let Some(dir) = &cgroup_dir {
-        // Every session's cgroup went with it; the daemon's directory goes too (it is
-        // made again at the next start).
-        let _ = std::fs::remove_dir(dir);
-    }
     if let Some(path) = &valid.unix_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -393,6 +392,43 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         Ok(Err(e)) => Err(e.into()),
         Err(e) => Err(anyhow::anyhow!("server task failed: {e}")),
     }
+}
+
+/// Removes an (empty) directory when dropped: the daemon's cgroup directory, once every
+/// session's cgroup in it has gone with the engine.
+struct RemoveDirOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveDirOnDrop {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// The TLS material of `tls.cert`, `tls.key` and `tls.client_ca`, read and checked.
+fn tls_options(
+    tls: Option<&(PathBuf, PathBuf, Option<PathBuf>)>,
+) -> Result<Option<ostler_server::TlsOptions>> {
+    let Some((cert, key, ca)) = tls else {
+        return Ok(None);
+    };
+    let t = ostler_server::TlsOptions {
+        cert_pem: std::fs::read(cert)
+            .with_context(|| format!("tls.cert: cannot read {}", cert.display()))?,
+        key_pem: std::fs::read(key)
+            .with_context(|| format!("tls.key: cannot read {}", key.display()))?,
+        client_ca_pem: match ca {
+            Some(ca) => Some(
+                std::fs::read(ca)
+                    .with_context(|| format!("tls.client_ca: cannot read {}", ca.display()))?,
+            ),
+            None => None,
+        },
+    };
+    t.check()
+        .with_context(|| format!("tls.cert {} / tls.key {}", cert.display(), key.display()))?;
+    Ok(Some(t))
 }
 
 /// Opens the store (applying any schema migration first) and starts the session engine;
@@ -588,14 +624,19 @@ async fn take_charge_of_process_trees(
     Ok(())
 }
 
+/// SIGINT, SIGTERM and SIGHUP (the terminal of a foreground daemon closed; there is no
+/// configuration reload) shut the daemon down gracefully: sessions are stopped and come
+/// back resumable, instead of the default action killing it on the spot.
 fn spawn_signal_handler(shutdown: CancellationToken) -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     tokio::spawn(async move {
         tokio::select! {
             _ = int.recv() => tracing::info!("SIGINT: shutting down"),
             _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = hup.recv() => tracing::info!("SIGHUP: shutting down"),
             () = shutdown.cancelled() => return,
         }
         shutdown.cancel();

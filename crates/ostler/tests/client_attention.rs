@@ -67,7 +67,12 @@ fn pending_approve_deny_and_answer_by_request_id() {
     );
     // A choice that is not an option is refused before it is sent, naming the options.
     let out = d.client(&["answer", &question, "MySQL"], None);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a usage mistake: {}",
+        describe(&out)
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("2) PostgreSQL"),
         "{}",

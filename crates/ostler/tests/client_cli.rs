@@ -202,6 +202,29 @@ fn doctor_json() {
     assert_eq!(v["would_start"], true);
     assert_eq!(v["exit_code"], 0);
 
+    // A configuration `serve` refuses (exit 78) is reported as refused, naming the key.
+    for (var, value) in [
+        ("OSTLER_SESSIONS__MAX_LIVE", "0"),
+        ("OSTLER_LOG__FORMAT", "xml"),
+        ("OSTLER_STORE__BUSY_TIMEOUT_SECS", "2147484"),
+    ] {
+        let out = ostler(
+            &["doctor", "--json", "--no-probe", "--claude", &claude_s],
+            &[(var, value)],
+        );
+        assert_eq!(out.status.code(), Some(78), "{var}: {}", describe(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["would_start"], false, "{var}: {v}");
+        let key = var
+            .trim_start_matches("OSTLER_")
+            .to_ascii_lowercase()
+            .replace("__", ".");
+        assert!(
+            v["error"].as_str().unwrap_or_default().contains(&key),
+            "{key}: {v}"
+        );
+    }
+
     let out = ostler(
         &["doctor", "--json", "--claude", "/nonexistent/claude"],
         &[],

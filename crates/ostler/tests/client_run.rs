@@ -287,7 +287,12 @@ error = { status = 400, kind = "invalid_request_error", message = "this request 
 
     // An empty prompt is refused before anything is created.
     let out = d.client(&["run"], Some("  \n"));
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a usage mistake: {}",
+        describe(&out)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("the prompt is empty"));
 }
 

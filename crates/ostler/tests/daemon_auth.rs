@@ -88,6 +88,40 @@ fn incompatible_claude_exits_78() {
     assert!(stderr.contains("0.1.0"), "{stderr}");
 }
 
+/// TLS material that does not load is a configuration error (78, which the shipped unit
+/// does not restart on), found before the store is created.
+#[test]
+fn unusable_tls_material_exits_78() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("claude");
+    std::fs::write(&fake, "#!/bin/sh\necho '2.1.332 (Claude Code)'\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate\n").unwrap();
+    let out = serve(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-probe",
+            "--claude",
+            fake.to_str().unwrap(),
+            "--tls-cert",
+            garbage.to_str().unwrap(),
+            "--tls-key",
+            garbage.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(stderr.contains("tls.cert"), "{stderr}");
+    assert!(
+        !dir.path().join("ostler.db").exists(),
+        "nothing was started"
+    );
+}
+
 #[test]
 fn bad_config_key_is_named() {
     let dir = tempfile::tempdir().unwrap();

@@ -217,3 +217,103 @@ async fn config_permission_rules_decide_without_asking_clients() {
         "rule:allow Bash(touch allowed.txt)"
     );
 }
+
+/// SIGHUP (a foreground daemon's terminal closed) shuts the daemon down as SIGTERM does:
+/// exit 0 after a clean shutdown, sessions resumable, not killed on the spot.
+#[tokio::test]
+async fn sighup_shuts_the_daemon_down_cleanly() {
+    let world = World::new(NEW).await;
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "hup").await;
+    let status = tokio::time::timeout(guard(), daemon.signal_and_wait("-HUP"))
+        .await
+        .expect("the daemon stopped");
+    assert_eq!(status.code(), Some(0), "{status:?}: {}", daemon.log_text());
+    let log = daemon.log_text();
+    assert!(
+        log.contains("SIGHUP: shutting down") && log.contains("ostler daemon stopped"),
+        "{log}"
+    );
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let got = c
+        .get_session(pb::GetSessionRequest { session_id: s.id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.state(), pb::SessionState::Resumable);
+}
+
+/// SIGTERM while the daemon is still checking its `claude` (a `--version` that hangs):
+/// it stops at once with exit 0, and the check's whole process group goes with it.
+#[test]
+fn sigterm_during_the_claude_check_ends_the_check_too() {
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("started");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let hang = dir.path().join("claude");
+    std::fs::write(
+        &hang,
+        format!(
+            "#!/bin/sh\nsleep 1000 &\necho $! > '{}'\nwait\n",
+            fifo.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hang, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = Command::new(OSTLER)
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-probe", "--claude"])
+        .arg(&hang)
+        .arg("--store")
+        .arg(dir.path().join("ostler.db"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Opening the FIFO waits for the script: the check is running.
+    let mut pid = String::new();
+    std::fs::File::open(&fifo)
+        .unwrap()
+        .read_to_string(&mut pid)
+        .unwrap();
+    let sleeper: i32 = pid.trim().parse().unwrap();
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        let mut log = String::new();
+        let _ = stderr.read_to_string(&mut log);
+        let _ = tx.send((child.wait(), log));
+    });
+    let (status, log) = rx
+        .recv_timeout(guard())
+        .expect("the daemon kept checking after SIGTERM");
+    assert_eq!(status.unwrap().code(), Some(0), "{log}");
+    // The hung check's child was sent SIGKILL with its group: it is gone (or a zombie
+    // waiting for init). Nothing signals its end to this process (not its parent), so its
+    // state is read until then.
+    let deadline = std::time::Instant::now() + guard();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{sleeper}/stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
+        if matches!(state, None | Some('Z' | 'X')) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running: {stat}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

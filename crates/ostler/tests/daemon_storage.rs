@@ -292,3 +292,45 @@ async fn disk_full_past_the_limit_stops_the_session() {
         .into_inner();
     assert_eq!(got.state(), pb::SessionState::Stopped);
 }
+
+/// SIGTERM while the store takes no writes: the daemon exits without waiting out
+/// `store.write_retry_secs` (the writes it still has fail at once: nothing will come back
+/// for them, and a service manager would kill a daemon that overstays its stop timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn disk_full_at_shutdown_does_not_hold_the_daemon() {
+    let world = World::new(NEW).await;
+    let Some(disk) = SmallDisk::mount(world.store.parent().unwrap()) else {
+        return;
+    };
+    // Far longer than the test may take.
+    with_retry_secs(&world, guard().as_secs() * 4);
+    let mut daemon = world.daemon(&[]).await;
+    let mut health = health_watch(&daemon).await;
+    health_becomes(&mut health, ServingStatus::Serving).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "storage").await;
+    let mut events = subscribe(&mut c, &s.id, 0, true).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Tell me a long story.").await;
+    read_until(&mut events, &mut seen, "the first partial", |e| {
+        matches!(e.payload, Some(P::PartialDelta(_)))
+    })
+    .await;
+    disk.fill();
+    health_becomes(&mut health, ServingStatus::NotServing).await;
+    let status = tokio::time::timeout(guard(), daemon.terminate())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the daemon waited for the store after SIGTERM: {}",
+                daemon.log_text()
+            )
+        });
+    assert!(status.code().is_some(), "{status:?}");
+    assert!(
+        daemon.log_text().contains("ostler daemon stopped"),
+        "{}",
+        daemon.log_text()
+    );
+    drop(disk);
+}

@@ -1109,6 +1109,9 @@ impl Engine {
     /// at the next start. New sessions are refused from now on.
     pub async fn shutdown(&self) {
         self.shared.begin_shutdown();
+        // What sessions record as they stop must not wait out a storage fault: the daemon
+        // is exiting, and nothing retried would be heard of.
+        self.shared.store.closing();
         let entries: Vec<_> = self.registry.all().into_iter().map(|r| r.entry).collect();
         let stops = entries.iter().map(|e| self.stop_entry(e, true));
         futures::future::join_all(stops).await;

@@ -392,11 +392,16 @@ impl Daemon {
 
     /// SIGTERM and wait for the exit.
     pub async fn terminate(&mut self) -> ExitStatus {
+        self.signal_and_wait("-TERM").await
+    }
+
+    /// `kill SIGNAL` (`-TERM`, `-HUP`, ...) and wait for the exit.
+    pub async fn signal_and_wait(&mut self, signal: &str) -> ExitStatus {
         let mut c = self.child.take().expect("running");
         let st = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
+            .args([signal, &c.id().to_string()])
             .status()
-            .expect("kill -TERM");
+            .expect("kill");
         assert!(st.success());
         tokio::task::spawn_blocking(move || c.wait().expect("wait for the daemon"))
             .await
