@@ -158,15 +158,55 @@ impl From<ostler_supervisor::Error> for Error {
             {
                 Error::invalid("options", e.to_string())
             }
+            // The binary is gone or cannot be run (removed by an upgrade, permissions, not
+            // an executable): every retry fails the same way until the installation is
+            // mended.
+            S::Spawn { ref source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                ) || source.raw_os_error() == Some(libc_enoexec()) =>
+            {
+                Error::precondition(format!(
+                    "{e}; the Claude Code installation the daemon started with cannot be run \
+                     any more: mend it (`ostler doctor`) or restart the daemon"
+                ))
+            }
             S::ProcessGone | S::Stdin(_) | S::Spawn { .. } => Error::Unavailable(e.to_string()),
             S::NotPending(m) => Error::precondition(format!("not pending: {m}")),
         }
     }
 }
 
+/// `ENOEXEC` (a file the kernel cannot execute), 8 on Linux.
+const fn libc_enoexec() -> i32 {
+    8
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A binary that is gone or cannot be run fails the same way at every retry: not
+    /// UNAVAILABLE; a spawn refused for want of resources is.
+    #[test]
+    fn a_binary_that_cannot_run_is_a_precondition() {
+        let spawn = |source: std::io::Error| ostler_supervisor::Error::Spawn {
+            path: "/opt/claude".into(),
+            source,
+        };
+        for source in [
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            std::io::Error::from_raw_os_error(8),
+        ] {
+            let e = Error::from(spawn(source));
+            assert!(matches!(e, Error::FailedPrecondition { .. }), "{e:?}");
+            assert!(e.to_string().contains("/opt/claude"), "{e}");
+        }
+        let e = Error::from(spawn(std::io::Error::from_raw_os_error(11)));
+        assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+    }
 
     /// A session at its greatest seq is a limit reached (not a retry-later, not internal),
     /// and the message says what to do.

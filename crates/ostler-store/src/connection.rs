@@ -24,12 +24,12 @@ pub(crate) fn open_error(path: &Path, e: rusqlite::Error) -> Error {
     if is_corruption(&e) {
         Error::Corrupt {
             path: path.to_path_buf(),
-            source: e,
+            sqlite: e,
         }
     } else {
         Error::Open {
             path: path.to_path_buf(),
-            source: e,
+            sqlite: e,
         }
     }
 }

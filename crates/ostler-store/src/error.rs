@@ -43,24 +43,23 @@ pub enum Error {
     },
 
     /// The file is not an SQLite database, or SQLite found it damaged.
-    #[error("database {path} is corrupt or is not an ostler database: {source}")]
+    #[error("database {path} is corrupt or is not an ostler database: {sqlite}")]
     Corrupt {
         /// The database file.
         path: PathBuf,
-        /// What SQLite reported.
-        #[source]
-        source: rusqlite::Error,
+        /// What SQLite reported (in the message, so not a `source()` too: a chain printed
+        /// whole would say it twice).
+        sqlite: rusqlite::Error,
     },
 
     /// The database file could not be opened or configured (permissions, missing directory,
     /// a file system that cannot hold a WAL, ...).
-    #[error("cannot open database {path}: {source}")]
+    #[error("cannot open database {path}: {sqlite}")]
     Open {
         /// The database file.
         path: PathBuf,
-        /// What SQLite reported.
-        #[source]
-        source: rusqlite::Error,
+        /// What SQLite reported (in the message only, as for `Corrupt`).
+        sqlite: rusqlite::Error,
     },
 
     /// The database opened but cannot be set up as the store requires (e.g. the file
@@ -132,7 +131,7 @@ impl Error {
         if is_corruption(&e) {
             Error::Corrupt {
                 path: path.to_path_buf(),
-                source: e,
+                sqlite: e,
             }
         } else {
             Error::Sqlite(e)

@@ -471,6 +471,9 @@ pub fn load(explicit_file: Option<&Path>, overrides: &Overrides) -> Result<Confi
     let mut fig = Figment::from(Serialized::defaults(Config::default()));
     match explicit_file {
         Some(f) => {
+            if f.is_dir() {
+                bail!("config file {} is a directory (--config)", f.display());
+            }
             if !f.is_file() {
                 bail!("config file {} does not exist (--config)", f.display());
             }
@@ -513,8 +516,35 @@ pub fn load(explicit_file: Option<&Path>, overrides: &Overrides) -> Result<Confi
             "sessions.env",
             overrides.session_env_value(),
         ));
-    fig.extract::<Config>()
-        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+    fig.extract::<Config>().map_err(config_error)
+}
+
+/// A figment error as the user wrote the setting: `listen.adr in FILE`, or the variable
+/// `OSTLER_SESSIONS__MAX_LIVE` (figment's own text names the profile, `default.listen.adr`,
+/// and upper-cases variables into `SESSIONS.MAX_LIVE`).
+fn config_error(e: figment::Error) -> anyhow::Error {
+    let described: Vec<String> = e
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let from = e.metadata.as_ref().map(|m| {
+                if m.name.contains("environment") {
+                    let var = format!("OSTLER_{}", e.path.join("__").to_ascii_uppercase());
+                    format!("the variable {var}")
+                } else if let Some(figment::Source::File(f)) = &m.source {
+                    format!("{key} in {}", f.display())
+                } else {
+                    key.clone()
+                }
+            });
+            match from {
+                Some(from) if !key.is_empty() => format!("{from}: {}", e.kind),
+                _ if !key.is_empty() => format!("{key}: {}", e.kind),
+                _ => e.kind.to_string(),
+            }
+        })
+        .collect();
+    anyhow::anyhow!("invalid configuration: {}", described.join("; "))
 }
 
 /// `OSTLER_SESSIONS__MANAGED_SETTINGS`: a JSON object.
@@ -1139,6 +1169,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("adress"), "{err}");
+        // Named as written: the key and the file, without figment's profile.
+        let f = write(dir.path(), "d.toml", "[sessions]\nmax_live = \"many\"\n");
+        let err = load(Some(&f), &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("sessions.max_live in {}", f.display()))
+                && !err.contains("default."),
+            "{err}"
+        );
+        let err = load(Some(dir.path()), &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is a directory"), "{err}");
     }
 
     #[test]

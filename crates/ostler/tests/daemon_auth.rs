@@ -134,6 +134,23 @@ fn bad_config_key_is_named() {
     assert!(stderr.contains("log.format"), "{stderr}");
 }
 
+/// A bad value from the environment is named by its variable, as the operator wrote it.
+#[test]
+fn a_bad_variable_is_named_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = serve_env(
+        &["--listen", "127.0.0.1:0"],
+        dir.path(),
+        &[("OSTLER_SESSIONS__MAX_LIVE", "many")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("OSTLER_SESSIONS__MAX_LIVE") && !stderr.contains("SESSIONS.MAX_LIVE"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_subscriber_buffer_out_of_range_is_refused_with_the_range() {
     let dir = tempfile::tempdir().unwrap();
