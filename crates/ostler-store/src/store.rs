@@ -422,9 +422,7 @@ impl Store {
         after_seq: u64,
         limit: usize,
     ) -> Result<Vec<StoredEvent>> {
-        self.inner
-            .readers
-            .events_after(session_id, after_seq, limit, usize::MAX)
+        self.events_after_within(session_id, after_seq, limit, usize::MAX)
     }
 
     /// The owner is shutting down: from now on a write that meets a storage fault fails at

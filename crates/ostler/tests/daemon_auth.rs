@@ -134,17 +134,19 @@ fn bad_config_key_is_named() {
     assert!(stderr.contains("log.format"), "{stderr}");
 }
 
+/// `serve` on loopback with `env`, which must refuse to start (78): its stderr.
+fn refused_with(env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = serve_env(&["--listen", "127.0.0.1:0"], dir.path(), env);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    stderr
+}
+
 /// A bad value from the environment is named by its variable, as the operator wrote it.
 #[test]
 fn a_bad_variable_is_named_as_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = serve_env(
-        &["--listen", "127.0.0.1:0"],
-        dir.path(),
-        &[("OSTLER_SESSIONS__MAX_LIVE", "many")],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    let stderr = refused_with(&[("OSTLER_SESSIONS__MAX_LIVE", "many")]);
     assert!(
         stderr.contains("OSTLER_SESSIONS__MAX_LIVE") && !stderr.contains("SESSIONS.MAX_LIVE"),
         "{stderr}"
@@ -153,14 +155,7 @@ fn a_bad_variable_is_named_as_written() {
 
 #[test]
 fn a_subscriber_buffer_out_of_range_is_refused_with_the_range() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = serve_env(
-        &["--listen", "127.0.0.1:0"],
-        dir.path(),
-        &[("OSTLER_SESSIONS__SUBSCRIBER_BUFFER", "100000000")],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    let stderr = refused_with(&[("OSTLER_SESSIONS__SUBSCRIBER_BUFFER", "100000000")]);
     assert!(
         stderr.contains("sessions.subscriber_buffer") && stderr.contains("65536"),
         "names the key and the range: {stderr}"

@@ -192,13 +192,7 @@ async fn interrupt_and_set_model(release: &str) {
         tonic::Code::InvalidArgument
     };
     assert_eq!(err.code(), refused, "{err:?}");
-    let info = c
-        .get_session(pb::GetSessionRequest {
-            session_id: s.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let info = session(&mut c, &s.id).await;
     assert!(!info.model.starts_with('-'), "{info:?}");
     c.set_model(pb::SetModelRequest {
         session_id: s.id.clone(),

@@ -19,6 +19,8 @@ use common::grpc::*;
 use common::*;
 use ostler_proto::v1 as pb;
 use pb::session_event::Payload as P;
+use pb::session_service_client::SessionServiceClient;
+use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
@@ -133,26 +135,19 @@ fn with_retry_secs(world: &World, secs: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn disk_full_mid_turn_pauses_and_recovers() {
     let world = World::new(NEW).await;
-    let Some(disk) = SmallDisk::mount(world.store.parent().unwrap()) else {
+    // Longer than the test: here the writes must wait, not fail.
+    let Some(FullMidTurn {
+        disk,
+        daemon,
+        mut health,
+        mut c,
+        s,
+        mut events,
+        mut seen,
+    }) = full_mid_turn(&world).await
+    else {
         return;
     };
-    // Longer than the test: here the writes must wait, not fail.
-    with_retry_secs(&world, guard().as_secs() * 4);
-    let daemon = world.daemon(&[]).await;
-    let mut health = health_watch(&daemon).await;
-    health_becomes(&mut health, ServingStatus::Serving).await;
-    let mut c = daemon.sessions().await;
-    let s = create_session(&mut c, &world.work, "storage").await;
-    let mut events = subscribe(&mut c, &s.id, 0, true).await;
-    let mut seen = Vec::new();
-    send(&mut c, &s.id, "Tell me a long story.").await;
-    // The turn is under way (the model streams for seconds): the disk fills up.
-    read_until(&mut events, &mut seen, "the first partial", |e| {
-        matches!(e.payload, Some(P::PartialDelta(_)))
-    })
-    .await;
-    disk.fill();
-    health_becomes(&mut health, ServingStatus::NotServing).await;
 
     let st = details(&daemon).await;
     assert!(!st.ok);
@@ -223,6 +218,48 @@ async fn disk_full_mid_turn_pauses_and_recovers() {
         e.seq > seq && is_turn_completed(e)
     })
     .await;
+}
+
+/// A daemon whose writes are retried far longer than a test takes, with a session mid-turn
+/// (its first partial seen) when the store's disk fills up; health has gone NOT_SERVING.
+/// `None` where no tmpfs can be mounted.
+struct FullMidTurn {
+    disk: SmallDisk,
+    daemon: Daemon,
+    health: Health,
+    c: SessionServiceClient<Channel>,
+    s: pb::Session,
+    events: Events,
+    seen: Vec<pb::SessionEvent>,
+}
+
+async fn full_mid_turn(world: &World) -> Option<FullMidTurn> {
+    let disk = SmallDisk::mount(world.store.parent().unwrap())?;
+    with_retry_secs(world, guard().as_secs() * 4);
+    let daemon = world.daemon(&[]).await;
+    let mut health = health_watch(&daemon).await;
+    health_becomes(&mut health, ServingStatus::Serving).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "storage").await;
+    let mut events = subscribe(&mut c, &s.id, 0, true).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Tell me a long story.").await;
+    // The turn is under way (the model streams for seconds): the disk fills up.
+    read_until(&mut events, &mut seen, "the first partial", |e| {
+        matches!(e.payload, Some(P::PartialDelta(_)))
+    })
+    .await;
+    disk.fill();
+    health_becomes(&mut health, ServingStatus::NotServing).await;
+    Some(FullMidTurn {
+        disk,
+        daemon,
+        health,
+        c,
+        s,
+        events,
+        seen,
+    })
 }
 
 /// A fault longer than `store.write_retry_secs`: the waiting writes fail, the session is
@@ -299,25 +336,12 @@ async fn disk_full_past_the_limit_stops_the_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn disk_full_at_shutdown_does_not_hold_the_daemon() {
     let world = World::new(NEW).await;
-    let Some(disk) = SmallDisk::mount(world.store.parent().unwrap()) else {
+    let Some(FullMidTurn {
+        disk, mut daemon, ..
+    }) = full_mid_turn(&world).await
+    else {
         return;
     };
-    // Far longer than the test may take.
-    with_retry_secs(&world, guard().as_secs() * 4);
-    let mut daemon = world.daemon(&[]).await;
-    let mut health = health_watch(&daemon).await;
-    health_becomes(&mut health, ServingStatus::Serving).await;
-    let mut c = daemon.sessions().await;
-    let s = create_session(&mut c, &world.work, "storage").await;
-    let mut events = subscribe(&mut c, &s.id, 0, true).await;
-    let mut seen = Vec::new();
-    send(&mut c, &s.id, "Tell me a long story.").await;
-    read_until(&mut events, &mut seen, "the first partial", |e| {
-        matches!(e.payload, Some(P::PartialDelta(_)))
-    })
-    .await;
-    disk.fill();
-    health_becomes(&mut health, ServingStatus::NotServing).await;
     let status = tokio::time::timeout(guard(), daemon.terminate())
         .await
         .unwrap_or_else(|_| {

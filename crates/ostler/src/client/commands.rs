@@ -602,6 +602,19 @@ pub async fn interrupt(args: InterruptArgs) -> Result<i32> {
 }
 
 /// `ostler stop ID`
+/// `stop` / `resume` of a session already in the state asked for: the session with
+/// `done: false` (`--json`), else `text`; exit 0.
+fn nothing_to_do(json_out: bool, now: &pb::Session, done: &str, text: &str) -> i32 {
+    if json_out {
+        let mut v = json::session(now);
+        v[done] = json!(false);
+        json_line(&v);
+    } else {
+        outln!("{text}");
+    }
+    0
+}
+
 /// `ostler stop ID`: on a session that is already stopped or exited, nothing is done and it
 /// says so (exit 0), as `resume` does for a live one: a script can stop without asking first.
 pub async fn stop(a: IdArgs) -> Result<i32> {
@@ -623,17 +636,11 @@ pub async fn stop(a: IdArgs) -> Result<i32> {
             if !ended {
                 return Err(status_error("stop session", st));
             }
-            if a.json {
-                let mut v = json::session(&now);
-                v["stopped"] = json!(false);
-                json_line(&v);
-            } else {
-                outln!(
-                    "nothing to stop: session {id} is already {}",
-                    json::state_name(now.state)
-                );
-            }
-            return Ok(0);
+            let text = format!(
+                "nothing to stop: session {id} is already {}",
+                json::state_name(now.state)
+            );
+            return Ok(nothing_to_do(a.json, &now, "stopped", &text));
         }
         Err(st) => return Err(status_error("stop session", st)),
     };
@@ -675,18 +682,12 @@ pub async fn resume(a: ResumeArgs) -> Result<i32> {
             if !live || a.fork {
                 return Err(status_error("resume session", st));
             }
-            if a.json {
-                let mut v = json::session(&now);
-                v["resumed"] = json!(false);
-                json_line(&v);
-            } else {
-                outln!(
-                    "nothing to resume: session {id} is live ({}); its CLI process is running \
-                     — `ostler send {id} …` or `ostler attach {id}`",
-                    json::state_name(now.state)
-                );
-            }
-            return Ok(0);
+            let text = format!(
+                "nothing to resume: session {id} is live ({}); its CLI process is running \
+                 — `ostler send {id} …` or `ostler attach {id}`",
+                json::state_name(now.state)
+            );
+            return Ok(nothing_to_do(a.json, &now, "resumed", &text));
         }
         Err(st) => return Err(status_error("resume session", st)),
     };
