@@ -34,9 +34,18 @@ pub(crate) struct SessionEntry {
     /// Set by the actor when it has decided to suspend (its process is stopping): calls
     /// wait for its end and resume the session instead of using it.
     pub suspending: AtomicBool,
+    /// Counts stops and deletes asked for: one that waits for the lifecycle lock while a
+    /// resume holds it waiting for a live slot makes that resume give up at once, instead
+    /// of waiting `sessions.live_wait_secs` for a slot for a session that is going away.
+    pub stops: tokio::sync::watch::Sender<u64>,
 }
 
 impl SessionEntry {
+    /// A stop or delete is on its way (see [`SessionEntry::stops`]).
+    pub fn stop_asked(&self) {
+        self.stops.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     pub fn new(id: &str, store: Store, capacity: usize) -> Self {
         let id: Arc<str> = Arc::from(id);
         Self {
@@ -45,6 +54,7 @@ impl SessionEntry {
             lifecycle: tokio::sync::Mutex::new(()),
             inflight: AtomicUsize::new(0),
             suspending: AtomicBool::new(false),
+            stops: tokio::sync::watch::Sender::new(0),
         }
     }
 }

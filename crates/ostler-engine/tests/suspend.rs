@@ -571,6 +571,67 @@ async fn at_the_cap_with_every_session_busy_the_call_waits_then_fails() {
     until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
 }
 
+/// A resume on demand waiting for a live slot says so in the session's log, and a stop or
+/// delete of the session meanwhile ends the wait at once: neither waits `live_wait` behind
+/// it, and the waiting call fails with `FailedPrecondition` (the session went away), not
+/// `ResourceExhausted` ("retry later").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_or_delete_ends_a_resume_waiting_for_a_slot() {
+    let fx = Fake::start(|o| {
+        o.max_live_sessions = 1;
+        // Far longer than the guard: only the stop or delete can end the wait in time.
+        o.live_wait = guard() * 4;
+    })
+    .await;
+    for delete in [false, true] {
+        let a = fx.session("hello").await;
+        fx.turns(&a.id, 1).await;
+        let mut sub = fx.follow(&a.id, 0).await;
+        let busy = fx.session("fake:sleep 600000").await; // suspends a to make room
+        until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
+        let (engine, id) = (fx.engine.clone(), a.id.clone());
+        let sender = tokio::spawn(async move {
+            engine
+                .send_message(
+                    &id,
+                    SendMessage {
+                        content: MessageContent::Text("are you there?".into()),
+                        client_message_id: None,
+                        client: ClientRef::new("tester"),
+                        delivery: Default::default(),
+                    },
+                )
+                .await
+        });
+        until(
+            &mut sub,
+            |e| matches!(&e.payload, EventPayload::EngineNotice(n) if n.code == "live_slot_wait"),
+        )
+        .await;
+        let ended = tokio::time::timeout(guard(), async {
+            if delete {
+                fx.engine.delete_session(&a.id).await
+            } else {
+                fx.engine.stop_session(&a.id).await.map(|_| ())
+            }
+        })
+        .await
+        .expect("the stop or delete waited for the slot");
+        ended.expect("stopped or deleted");
+        let e = tokio::time::timeout(guard(), sender)
+            .await
+            .expect("the call still waits")
+            .expect("task")
+            .expect_err("the session went away");
+        assert_eq!(
+            e.code_kind(),
+            CodeKind::FailedPrecondition,
+            "delete {delete}: {e}"
+        );
+        fx.engine.stop_session(&busy.id).await.expect("stop busy");
+    }
+}
+
 /// Sessions live when the daemon died come back `resumable` and resume on demand with
 /// their conversation; a suspended session stays suspended across the restart and resumes
 /// the same way; one whose CLI transcript is gone fails with `FailedPrecondition` and stays

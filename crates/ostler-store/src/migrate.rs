@@ -66,8 +66,8 @@ pub(crate) fn migrate_to(conn: &mut Connection, path: &Path, target: u32) -> Res
     }
     let mut applied = false;
     if found > 0 && found < target {
-        // Before the daemon listens: on a large store this can take a while, and probes
-        // see nothing until it is done (docs/operations.md, "Upgrades").
+        // Before the daemon serves (it listens meanwhile and answers NOT_SERVING): on a
+        // large store this can take a while (docs/operations.md, "Upgrades").
         tracing::info!(
             path = %path.display(),
             from = found,

@@ -241,7 +241,7 @@ async fn kill9_restart_resume(release: &str) {
     daemon.kill9();
     drop(events);
 
-    let daemon = world.daemon(&[]).await;
+    let mut daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
     let got = c
         .get_session(pb::GetSessionRequest {
@@ -340,6 +340,12 @@ async fn kill9_restart_resume(release: &str) {
             .unwrap()
             .into_inner();
         assert_eq!(fork.id, s.id);
+        // The daemon dies before anything is written to the fork, which has made no
+        // conversation of its own yet: the resume on demand that the next message brings
+        // must fork again, not continue the conversation the fork leaves as it was.
+        daemon.kill9();
+        daemon = world.daemon(&[]).await;
+        c = daemon.sessions().await;
         let mut fe = subscribe(&mut c, &fork.id, stopped.last_seq, false).await;
         let mut fseen = Vec::new();
         send(&mut c, &fork.id, "What was the word?").await;
@@ -347,6 +353,20 @@ async fn kill9_restart_resume(release: &str) {
             assistant_text(e) == Some("The word was PINEAPPLE.")
         })
         .await;
+        let on_demand = fseen
+            .iter()
+            .rev()
+            .find_map(|e| match &e.payload {
+                Some(P::EngineNotice(n)) if n.code == "resuming" => Some(n.clone()),
+                _ => None,
+            })
+            .expect("the resume on demand");
+        let data: serde_json::Value = serde_json::from_str(&on_demand.data_json).unwrap();
+        assert_eq!(
+            (&data["on_demand"], &data["fork"]),
+            (&true.into(), &true.into()),
+            "{data}"
+        );
         let after = c
             .get_session(pb::GetSessionRequest {
                 session_id: s.id.clone(),

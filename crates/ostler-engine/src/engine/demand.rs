@@ -19,7 +19,7 @@ use super::Engine;
 use crate::error::{Error, Result};
 use crate::handle::{SessionEntry, SessionHandle};
 use crate::shared::SlotGuard;
-use crate::types::SessionState;
+use crate::types::{EngineNotice, EventPayload, SessionState};
 
 /// How often a call goes round "the process ended under it: resume" before giving up
 /// (each round needs another suspension of the same session in between).
@@ -70,6 +70,9 @@ fn enter(entry: &Arc<SessionEntry>, handle: &SessionHandle) -> Option<LiveActor>
         _inflight: guard,
     })
 }
+
+/// Code of the notice a session being resumed gets when it must wait for a live slot.
+pub(crate) const LIVE_SLOT_WAIT: &str = "live_slot_wait";
 
 /// States a call resumes on demand.
 pub(crate) fn resumes_on_demand(state: SessionState) -> bool {
@@ -135,11 +138,28 @@ impl Engine {
 
     /// A live-session slot for `for_id`: a free one, else one freed by suspending the least
     /// recently used idle live session, else (every live session busy) the first one freed
-    /// or made suspendable within `live_wait`; then `ResourceExhausted`.
-    pub(crate) async fn acquire_slot(&self, for_id: &str) -> Result<SlotGuard> {
+    /// or made suspendable within `live_wait`; then `ResourceExhausted`. `session`: the
+    /// session being resumed, if any: before it waits, its log gets an `EngineNotice`
+    /// [`LIVE_SLOT_WAIT`] (a client sees why its message has not started), and a stop or
+    /// delete of it ends the wait ([`SessionEntry::stops`]; `FailedPrecondition`).
+    pub(crate) async fn acquire_slot(
+        &self,
+        for_id: &str,
+        session: Option<&Arc<SessionEntry>>,
+    ) -> Result<SlotGuard> {
         let max = self.shared.opts.max_live_sessions;
         let deadline = Instant::now() + self.shared.opts.live_wait;
         let mut changed = self.shared.watch_slots();
+        let mut stops = session.map(|e| e.stops.subscribe());
+        let mut told = false;
+        let stopped = async |stops: &mut Option<tokio::sync::watch::Receiver<u64>>| match stops {
+            Some(rx) => {
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        };
         loop {
             changed.borrow_and_update();
             match self.shared.reserve_slot() {
@@ -155,7 +175,31 @@ impl Engine {
             if self.suspend_lru(for_id).await {
                 continue;
             }
-            match tokio::time::timeout_at(deadline, changed.changed()).await {
+            if let (Some(entry), false) = (session, told) {
+                told = true;
+                entry
+                    .hub
+                    .emit_one(EventPayload::EngineNotice(EngineNotice {
+                        code: LIVE_SLOT_WAIT.into(),
+                        message: format!(
+                            "all {max} live sessions are busy: waiting up to {}s for one to \
+                             become idle (sessions.max_live)",
+                            self.shared.opts.live_wait.as_secs()
+                        ),
+                        data: None,
+                    }))
+                    .await?;
+            }
+            let waited = tokio::select! {
+                r = tokio::time::timeout_at(deadline, changed.changed()) => r,
+                () = stopped(&mut stops) => {
+                    return Err(Error::precondition(format!(
+                        "session {for_id:?} was stopped or deleted while it waited for a live \
+                         slot"
+                    )));
+                }
+            };
+            match waited {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) | Err(_) => {
                     return Err(Error::ResourceExhausted {

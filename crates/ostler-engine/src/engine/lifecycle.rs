@@ -67,6 +67,37 @@ fn differing_fields(a: &SessionSpec, b: &SessionSpec) -> String {
     text
 }
 
+/// What a session's last resume (its last `resuming` notice) asked for, as far as a resume
+/// on demand must ask for it again.
+#[derive(Debug, Default)]
+struct LastResume {
+    fresh_if_missing: bool,
+    /// The CLI conversation it forked, when it forked.
+    fork_of: Option<String>,
+    at_message_id: Option<String>,
+    /// A message was sent after it.
+    message_since: bool,
+}
+
+impl LastResume {
+    /// The options of a resume on demand. A fork that has made no conversation of its own
+    /// yet (the session still names the conversation it forked: nothing was written to the
+    /// fork before its process ended) forks again, and a resume at a message that no
+    /// message has followed is made at that message again: otherwise the conversation
+    /// would continue where the client asked it not to.
+    fn on_demand(&self, current: Option<&str>) -> crate::capability::ResumeOptions {
+        crate::capability::ResumeOptions {
+            fresh_if_missing: self.fresh_if_missing,
+            fork: self.fork_of.is_some() && self.fork_of.as_deref() == current,
+            at_message_id: if self.message_since {
+                None
+            } else {
+                self.at_message_id.clone()
+            },
+        }
+    }
+}
+
 /// How a create with an [`Origin`] starts its CLI.
 struct OriginPlan {
     /// `--resume` this CLI session.
@@ -617,7 +648,7 @@ impl Engine {
             Some(o) => Some(self.plan_origin(o, &cwd, &req.options).await?),
             None => None,
         };
-        let slot = self.acquire_slot("").await?;
+        let slot = self.acquire_slot("", None).await?;
         let id = req
             .session_id
             .clone()
@@ -883,12 +914,9 @@ impl Engine {
                 "session {session_id:?} is {state} in the store but has no process; retry"
             )));
         }
-        let (spec, mut meta, last_fresh) = self.load_meta(entry).await?;
+        let (spec, mut meta, last) = self.load_meta(entry).await?;
         let on_demand = opts.is_none();
-        let opts = opts.unwrap_or(crate::capability::ResumeOptions {
-            fresh_if_missing: last_fresh,
-            ..Default::default()
-        });
+        let opts = opts.unwrap_or_else(|| last.on_demand(rec.claude_session_id.as_deref()));
         let fork = opts.fork;
         let at_message_id = opts.at_message_id.clone();
         let env = crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options);
@@ -928,7 +956,7 @@ impl Engine {
             (None, _) => None,
         };
         let fork = fork && resume.is_some();
-        let slot = self.acquire_slot(session_id).await?;
+        let slot = self.acquire_slot(session_id, Some(entry)).await?;
         let how = if on_demand { " (on demand)" } else { "" };
         entry
             .hub
@@ -964,12 +992,15 @@ impl Engine {
         self.spawn_actor(entry, launch, slot).await
     }
 
-    /// Rebuilds a session's spec, rules and message ids from its log (one scan), and
-    /// whether its last resume asked for `fresh_if_missing`.
-    async fn load_meta(&self, entry: &Arc<SessionEntry>) -> Result<(SessionSpec, Meta, bool)> {
+    /// Rebuilds a session's spec, rules and message ids from its log (one scan), and what
+    /// its last resume asked for.
+    async fn load_meta(
+        &self,
+        entry: &Arc<SessionEntry>,
+    ) -> Result<(SessionSpec, Meta, LastResume)> {
         let mut spec = SessionSpec::default();
         let mut meta = Meta::default();
-        let mut fresh_if_missing = false;
+        let mut last = LastResume::default();
         let mut after = 0u64;
         let page = self.shared.opts.replay_page_size.max(1);
         loop {
@@ -993,10 +1024,17 @@ impl Engine {
                         }
                     }
                     Ok(EventPayload::EngineNotice(n)) if n.code == RESUMING => {
-                        fresh_if_missing = n
-                            .data
-                            .and_then(|d| d["fresh_if_missing"].as_bool())
-                            .unwrap_or(false);
+                        let d = n.data.unwrap_or_default();
+                        last = LastResume {
+                            fresh_if_missing: d["fresh_if_missing"].as_bool().unwrap_or(false),
+                            fork_of: d["fork"]
+                                .as_bool()
+                                .unwrap_or(false)
+                                .then(|| d["claude_session_id"].as_str().map(str::to_owned))
+                                .flatten(),
+                            at_message_id: d["at_message_id"].as_str().map(str::to_owned),
+                            message_since: false,
+                        };
                     }
                     Ok(EventPayload::EngineNotice(n)) if n.code == "rule_added" => {
                         if let Some(rule) = n
@@ -1008,6 +1046,7 @@ impl Engine {
                         }
                     }
                     Ok(EventPayload::UserMessageSent(u)) => {
+                        last.message_since = true;
                         if let Some(id) = u.client_message_id {
                             meta.messages.entry(id).or_insert(ev.seq);
                         }
@@ -1029,13 +1068,14 @@ impl Engine {
                 break;
             }
         }
-        Ok((spec, meta, fresh_if_missing))
+        Ok((spec, meta, last))
     }
 
     /// `StopSession`: graceful stop (stdin closed, then SIGTERM/SIGKILL after the grace
     /// periods). Returns once the process has exited; the session is `stopped` (resumable).
     pub async fn stop_session(&self, session_id: &str) -> Result<SessionInfo> {
         let entry = self.entry(session_id).await?;
+        entry.stop_asked();
         let _life = entry.lifecycle.lock().await;
         self.stop_entry(&entry, false).await?;
         drop(_life);
@@ -1093,6 +1133,7 @@ impl Engine {
     /// streams end.
     pub async fn delete_session(&self, session_id: &str) -> Result<()> {
         let entry = self.entry(session_id).await?;
+        entry.stop_asked();
         let _life = entry.lifecycle.lock().await;
         if let Some(actor) = self.live_handle(session_id) {
             // No graceful wait: the history is going away.

@@ -159,7 +159,9 @@ pub struct SendArgs {
 pub struct ResumeArgs {
     #[command(flatten)]
     pub session: SessionArg,
-    /// Create a new session branching from this one instead of continuing it
+    /// Continue this session in a branch of its CLI conversation (--fork-session): the
+    /// conversation so far stays as it was; the session goes on in the copy. For a new
+    /// session branching from this one, use `ostler run --fork-from ID`
     #[arg(long)]
     pub fork: bool,
     /// If the CLI's transcript of the conversation is gone, continue in a fresh CLI
@@ -697,8 +699,8 @@ pub async fn resume(a: ResumeArgs) -> Result<i32> {
         json_line(&v);
     } else if a.fork {
         outln!(
-            "forked {} into {} ({})",
-            id,
+            "resumed {} in a branch of its conversation: what came before stays as it was \
+             ({})",
             s.id,
             json::state_name(s.state)
         );

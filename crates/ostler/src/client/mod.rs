@@ -128,7 +128,8 @@ pub enum ClientCommand {
     Interrupt(commands::InterruptArgs),
     /// Stop a session's CLI process (history is kept; `resume` continues it).
     Stop(commands::IdArgs),
-    /// Respawn a stopped, exited or resumable session (or, with --fork, branch a new one).
+    /// Respawn a stopped, exited or resumable session (with --fork, in a branch of its
+    /// conversation).
     Resume(commands::ResumeArgs),
     /// Stop and delete a session and its history.
     Delete(commands::IdArgs),
@@ -489,11 +490,19 @@ pub fn status_error(what: &str, s: tonic::Status) -> anyhow::Error {
     }
     let hint = match s.code() {
         tonic::Code::Unauthenticated => {
-            " (pass --token or --token-file, or set OSTLER_TOKEN / client.token)".to_owned()
+            " (pass --token or --token-file, or set OSTLER_TOKEN; without them the client \
+             uses the daemon configuration's auth.tokens / auth.token_file)"
+                .to_owned()
         }
-        tonic::Code::Unavailable if s.message().contains("connect") => format!(
-            " (is `ostler serve` running at {addr}? the address came from {source}; see --addr)"
-        ),
+        // (Not the daemon's "all connections are in use", which says what to do itself.)
+        tonic::Code::Unavailable
+            if s.message().contains("connect") && !s.message().contains("connections") =>
+        {
+            format!(
+                " (is `ostler serve` running at {addr}? the address came from {source}; see \
+                 --addr)"
+            )
+        }
         _ => String::new(),
     };
     anyhow!("{what}: {code}: {}{hint}", s.message())
