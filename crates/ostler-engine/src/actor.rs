@@ -783,9 +783,10 @@ impl Actor {
                     ControlError::Failed { message, .. } => {
                         Error::precondition(format!("the CLI refused: {message}"))
                     }
-                    ControlError::Timeout(d) => {
-                        Error::Unavailable(format!("the CLI did not answer within {d:?}"))
-                    }
+                    ControlError::Timeout(d) => Error::Unavailable(format!(
+                        "the CLI did not answer within {d:?}; it may still act on the request \
+                         (what it reports then, such as a new permission mode, is recorded)"
+                    )),
                     // As for a message the CLI never took: retry later only when the
                     // daemon is shutting down (the session comes back resumable).
                     ControlError::ProcessGone
@@ -804,6 +805,9 @@ impl Actor {
                 });
             }
         };
+        if let Some(message) = crate::runtime::refusal_in_answer(&request, answer.as_ref()) {
+            return Err(Error::precondition(format!("the CLI refused: {message}")));
+        }
         // `set_model`, or settings that switch the model (`apply_flag_settings`): the
         // model is recorded (for resume and the session's info) the same way.
         if let Some(m) = request.model_switch().map(|m| m.map(str::to_owned)) {
@@ -1117,6 +1121,17 @@ impl Actor {
                 _ => continue,
             };
             let sub = n.subtype.as_deref().unwrap_or_default();
+            if n.source_type == "system" && sub == "status" {
+                // The CLI says its permission mode changed: by a SetPermissionMode answered
+                // after its caller gave up, or on its own (leaving plan mode): the record
+                // (what a resume starts with) follows the CLI.
+                if let Ok(v) = n.fields.to_value()
+                    && let Some(mode) = v["permissionMode"].as_str()
+                {
+                    self.cli_mode_changed(mode);
+                }
+                continue;
+            }
             if n.source_type != "system"
                 || !matches!(
                     sub,
@@ -1146,6 +1161,21 @@ impl Actor {
 
     /// The CLI renamed its session (`system/session_title_changed`): the title is
     /// queued to the store (a rename that cannot be stored is logged).
+    fn cli_mode_changed(&self, mode: &str) {
+        let patch = SessionPatch {
+            permission_mode: Some(mode.to_owned()),
+            updated_ms: now_ms(),
+            ..Default::default()
+        };
+        let ticket = self.shared.store.update_session(self.sid(), patch);
+        let sid = self.sid().to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = ticket.await {
+                tracing::warn!(session = %sid, error = %e, "cannot record the CLI's permission mode");
+            }
+        });
+    }
+
     fn cli_renamed(&self, msg: &serde_json::Value) {
         let Some(title) = msg["title"].as_str().filter(|t| !t.trim().is_empty()) else {
             return;

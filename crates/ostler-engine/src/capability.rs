@@ -72,6 +72,8 @@ const OWN_CONTROLS: &[(&str, &str)] = &[
     ("mcp_toggle", "ToggleMcpServer"),
     ("mcp_reconnect", "ReconnectMcpServer"),
     ("stop_task", "StopTask"),
+    // The CLI exits on it: the session would be recorded as ended by itself (EXITED).
+    ("end_session", "StopSession"),
     ("can_use_tool", "RespondToPermission (the CLI sends it)"),
     ("hook_callback", "RespondToHook (the CLI sends it)"),
     ("mcp_message", "RespondToToolCall (the CLI sends it)"),

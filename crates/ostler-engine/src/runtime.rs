@@ -40,6 +40,26 @@ pub(crate) fn control_notice_code(subtype: &str) -> &'static str {
     }
 }
 
+/// A refusal the CLI sent as a success answer: 2.0.x to 2.1.0 answer a `rewind_files` they
+/// cannot do (checkpointing off) with success carrying `error`, where 2.1.332 sends an
+/// error response. Either is a refusal, and nothing is recorded as done.
+pub(crate) fn refusal_in_answer(
+    request: &OutRequest,
+    answer: Option<&ostler_protocol::model::RawJson>,
+) -> Option<String> {
+    let OutRequest::Other { subtype, .. } = request else {
+        return None;
+    };
+    if subtype != "rewind_files" {
+        return None;
+    }
+    let v = answer?.to_value().ok()?;
+    v["error"]
+        .as_str()
+        .filter(|e| !e.trim().is_empty())
+        .map(str::to_owned)
+}
+
 /// What the notice of a control request keeps: the request's fields and the CLI's answer.
 pub(crate) fn control_notice_data(
     request: &OutRequest,
@@ -220,5 +240,27 @@ mod tests {
         assert_eq!(d["request"]["task_id"], "t1");
         assert!(control_notice_data(&OutRequest::Interrupt, None).is_none());
         assert_eq!(control_notice_code("rewind_files"), "files_rewound");
+        // A rewind answered with success carrying `error` (2.0.x to 2.1.0) is a refusal.
+        let rewind = OutRequest::rewind_files("u1", false);
+        let answer = |s: &str| ostler_protocol::model::RawJson::from_string(s.into()).ok();
+        assert_eq!(
+            refusal_in_answer(
+                &rewind,
+                answer(r#"{"error":"File rewinding is not enabled."}"#).as_ref()
+            )
+            .as_deref(),
+            Some("File rewinding is not enabled.")
+        );
+        assert_eq!(
+            refusal_in_answer(&rewind, answer(r#"{"canRewind":true}"#).as_ref()),
+            None
+        );
+        assert_eq!(
+            refusal_in_answer(
+                &OutRequest::stop_task("t"),
+                answer(r#"{"error":"x"}"#).as_ref()
+            ),
+            None
+        );
     }
 }

@@ -303,6 +303,17 @@ pub fn validate_registrations(field: &str, hooks: &[HookRegistration]) -> Result
         }
         if let Some(m) = &h.matcher {
             text(&f("matcher"), m, limits::MATCHER_BYTES)?;
+            if let Some(why) = unbalanced(m) {
+                // The CLI compiles a matcher as a regular expression; one that does not
+                // compile matches nothing, and the hook would be silently off.
+                return Err(bad(
+                    f("matcher"),
+                    format!(
+                        "{} is not a regular expression the CLI can use: {why}",
+                        shown(m)
+                    ),
+                ));
+            }
         }
         if h.timeout_secs > limits::MAX_TIMEOUT_SECS {
             return Err(bad(
@@ -571,6 +582,52 @@ pub struct HookResolved {
     pub output: Option<Value>,
 }
 
+/// Why `pattern` cannot be a regular expression, if its groups, classes or a trailing
+/// escape say so (`(`, `Bash|(`, `[a-`, `x\\`): the mistakes a matcher can make in any
+/// dialect; anything finer is the CLI's to judge.
+fn unbalanced(pattern: &str) -> Option<&'static str> {
+    let mut depth = 0usize;
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.next().is_none() => return Some("it ends with a lone `\\`"),
+            '\\' => {}
+            '[' => {
+                // A class: up to its first unescaped `]` (one right after `[` or `[^` is
+                // a literal).
+                let mut first = true;
+                let mut closed = false;
+                while let Some(k) = chars.next() {
+                    match k {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '^' if first => continue,
+                        ']' if !first => {
+                            closed = true;
+                            break;
+                        }
+                        _ => {}
+                    }
+                    first = false;
+                }
+                if !closed {
+                    return Some("a `[` is not closed");
+                }
+            }
+            '(' => depth += 1,
+            ')' => {
+                if depth == 0 {
+                    return Some("a `)` has no `(`");
+                }
+                depth -= 1;
+            }
+            _ => {}
+        }
+    }
+    (depth > 0).then_some("a `(` is not closed")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -602,6 +659,36 @@ mod tests {
             })
         );
         assert!(initialize_hooks(&[]).is_none());
+    }
+
+    /// A matcher the CLI could not compile is refused (the hook would never fire); the
+    /// CLI's own spellings pass.
+    #[test]
+    fn matchers_that_cannot_compile_are_refused() {
+        for bad in ["(", "[", "Bash|(", "a)", "[a-", "x\\", "(Edit|Write"] {
+            let mut r = reg("a", "PreToolUse");
+            r.matcher = Some(bad.into());
+            let e = validate_registrations("hooks", &[r]).unwrap_err();
+            assert!(e.to_string().contains("hooks[0].matcher"), "{bad}: {e}");
+        }
+        for good in [
+            "Bash",
+            "*",
+            "",
+            "Edit|Write",
+            "mcp__.*",
+            "Ba.h",
+            "(Edit|Write)",
+            "[]a]",
+            "[^)]+",
+            "\\(",
+            "Notebook\\.*",
+            "[(]",
+        ] {
+            let mut r = reg("a", "PreToolUse");
+            r.matcher = Some(good.into());
+            validate_registrations("hooks", &[r]).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
     }
 
     #[test]

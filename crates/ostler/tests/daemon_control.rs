@@ -1082,3 +1082,54 @@ async fn delivery_fields_the_release_ignores_are_refused() {
     // The plain message still goes through.
     assert!(!turn(&mut c, &s.id, "Hello?").await.is_empty());
 }
+
+/// A SetPermissionMode the CLI answers only after its caller gave up (the control
+/// timeout) still takes effect in the CLI; the session's record follows what the CLI
+/// reports (`CliStatus`), so a later resume starts in the mode the CLI was in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mode_the_cli_takes_late_is_recorded() {
+    let world = World::new(NEW).await;
+    let control_timeout = ostler_testkit::timeouts::secs(1);
+    let daemon = world
+        .daemon_with_env(
+            &[],
+            &[(
+                "OSTLER_SESSIONS__CONTROL_TIMEOUT_SECS",
+                &control_timeout.as_secs().to_string(),
+            )],
+        )
+        .await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "mode").await;
+    let mut events = subscribe(&mut c, &s.id, 0, true).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Say hello").await;
+    read_until(&mut events, &mut seen, "first turn", is_turn_completed).await;
+    let cli = children(daemon.pid());
+    assert_eq!(cli.len(), 1, "{cli:?}");
+    let pid = nix::unistd::Pid::from_raw(cli[0] as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let err = c
+        .set_permission_mode(pb::SetPermissionModeRequest {
+            session_id: s.id.clone(),
+            mode: pb::PermissionMode::Plan as i32,
+        })
+        .await
+        .unwrap_err();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    read_until(
+        &mut events,
+        &mut seen,
+        "the CLI's new mode",
+        |e| matches!(&e.payload, Some(P::CliStatus(st)) if st.permission_mode == "plan"),
+    )
+    .await;
+    // The record is written as the status is stored: it shows by the next event's time.
+    send(&mut c, &s.id, "Say hello").await;
+    read_until(&mut events, &mut seen, "second turn", is_turn_completed).await;
+    assert_eq!(
+        session(&mut c, &s.id).await.permission_mode(),
+        pb::PermissionMode::Plan
+    );
+}

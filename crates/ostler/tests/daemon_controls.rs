@@ -622,13 +622,15 @@ fn control_commands() {
     assert!(context[0].is_object(), "{context:?}");
     let settings = d.ok_json(&["control", &id, "get_settings", "--json"]);
     assert!(settings[0].get("applied").is_some(), "{settings:?}");
-    let refused = d.client(&["control", &id, "set_model", "{}"], None);
-    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("use SetModel"),
-        "{}",
-        describe(&refused)
-    );
+    for (subtype, use_instead) in [("set_model", "SetModel"), ("end_session", "StopSession")] {
+        let refused = d.client(&["control", &id, subtype, "{}"], None);
+        assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains(&format!("use {use_instead}")),
+            "{}",
+            describe(&refused)
+        );
+    }
 
     let config = d.work.join("mcp.json");
     std::fs::write(
