@@ -54,6 +54,7 @@ struct Metrics {
     control_timeouts: Counter,
     cli_exits: Family<Labels<1>, Counter>,
     decisions: Family<Labels<3>, Counter>,
+    notifications: Family<Labels<1>, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -109,8 +110,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
          cancelled)",
         decisions.clone(),
     );
+    let notifications = Family::default();
+    registry.register(
+        "notifications",
+        "Webhook ([[notify]]) attempts and items over every notifier, by outcome: delivered \
+         (acknowledged with 2xx), retried (an attempt failed, another follows), given_up \
+         (every attempt failed), queue_full (a slow receiver paused the notifier's feed)",
+        notifications.clone(),
+    );
     Metrics {
         registry,
+        notifications,
         events_appended,
         partial_deltas_missed,
         store_commit,
@@ -192,6 +202,14 @@ pub fn decision_source(decided_by: &str) -> &'static str {
         "engine" => "engine",
         _ => "other",
     }
+}
+
+/// A webhook notification's outcome: `delivered`, `retried`, `given_up` or `queue_full`.
+pub fn notification(outcome: &'static str) {
+    METRICS
+        .notifications
+        .get_or_create(&[("outcome", outcome)])
+        .inc();
 }
 
 /// A permission request or question was resolved: `kind` is `permission` or `question`,

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -312,16 +311,6 @@ pub fn body(notifier: &str, item: &FeedItem) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap_or_default()
 }
 
-/// Counters of one notifier (logged; kept for metrics).
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub delivered: AtomicU64,
-    pub retries: AtomicU64,
-    pub given_up: AtomicU64,
-    /// Times the reader found the queue full (a slow receiver).
-    pub queue_full: AtomicU64,
-}
-
 /// Starts every notifier; they stop when `shutdown` is cancelled.
 pub fn spawn_all(
     notifiers: Vec<Notifier>,
@@ -337,7 +326,7 @@ pub fn spawn_all(
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 let name = n.name.clone();
-                if let Err(e) = run(n, engine, store, shutdown, Arc::default()).await {
+                if let Err(e) = run(n, engine, store, shutdown).await {
                     tracing::error!(notifier = %name, error = %format!("{e:#}"), "notifier stopped");
                 }
             })
@@ -357,7 +346,6 @@ pub async fn run(
     engine: Engine,
     store: Store,
     shutdown: CancellationToken,
-    stats: Arc<Stats>,
 ) -> Result<()> {
     let name = n.name.clone();
     let saved = {
@@ -388,10 +376,11 @@ pub async fn run(
         states: Vec::new(),
         kinds: n.kinds.clone(),
     });
-    let reader_stats = stats.clone();
     let reader_name = name.clone();
     let reader_stop = shutdown.clone();
     let reader = tokio::spawn(async move {
+        // Times this notifier's queue was found full (a slow receiver), for the log.
+        let mut full = 0u64;
         loop {
             let next = tokio::select! {
                 () = reader_stop.cancelled() => return,
@@ -414,8 +403,9 @@ pub async fn run(
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Closed(_)) => return,
                 Err(mpsc::error::TrySendError::Full(d)) => {
-                    let n = reader_stats.queue_full.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::warn!(notifier = %reader_name, cursor = d.cursor, times = n,
+                    full += 1;
+                    ostler_metrics::notification("queue_full");
+                    tracing::warn!(notifier = %reader_name, cursor = d.cursor, times = full,
                         "notification queue full (slow receiver): reading the feed pauses");
                     tokio::select! {
                         () = reader_stop.cancelled() => return,
@@ -430,11 +420,11 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             d = rx.recv() => match d { Some(d) => d, None => break },
         };
-        let Some(ok) = deliver(&n, &d, &shutdown, &stats).await else {
+        let Some(ok) = deliver(&n, &d, &shutdown).await else {
             break; // shutting down: not acknowledged, delivered again after the restart
         };
         if !ok {
-            stats.given_up.fetch_add(1, Ordering::Relaxed);
+            ostler_metrics::notification("given_up");
             tracing::error!(notifier = %name, cursor = d.cursor, attempts = n.max_attempts,
                 "notification given up after every attempt failed");
         }
@@ -448,12 +438,7 @@ pub async fn run(
 
 /// Delivers one item with retries: `Some(true)` acknowledged, `Some(false)` given up,
 /// `None` shutdown.
-async fn deliver(
-    n: &Notifier,
-    d: &Delivery,
-    stop: &CancellationToken,
-    stats: &Stats,
-) -> Option<bool> {
+async fn deliver(n: &Notifier, d: &Delivery, stop: &CancellationToken) -> Option<bool> {
     let mut delay = n.retry_initial;
     for attempt in 1..=n.max_attempts {
         let result = tokio::select! {
@@ -462,7 +447,7 @@ async fn deliver(
         };
         let why = match result {
             Ok(Ok(status)) if status.is_success() => {
-                stats.delivered.fetch_add(1, Ordering::Relaxed);
+                ostler_metrics::notification("delivered");
                 tracing::debug!(notifier = %n.name, cursor = d.cursor, attempt, "notification delivered");
                 return Some(true);
             }
@@ -473,7 +458,7 @@ async fn deliver(
         if attempt == n.max_attempts {
             break;
         }
-        stats.retries.fetch_add(1, Ordering::Relaxed);
+        ostler_metrics::notification("retried");
         tracing::warn!(notifier = %n.name, cursor = d.cursor, attempt, error = %why,
             retry_in_ms = delay.as_millis() as u64, "notification failed; retrying");
         tokio::select! {

@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use common::grpc::{as_client, text};
-use common::{NEW, World, guard};
+use common::metrics::{Metrics, metrics_addr};
+use common::{Daemon, NEW, World, guard};
 use hmac::{Hmac, Mac as _};
 use ostler_proto::v1 as pb;
 use serde_json::Value;
@@ -241,7 +242,10 @@ retry_max_ms = 100
         ),
     )
     .unwrap();
-    let mut daemon = world.daemon(&[]).await;
+    let (cmd, ready) = world.serve_command(&["--metrics-listen", "127.0.0.1:0"]);
+    let mut daemon = Daemon::spawn(cmd, &world, ready.clone(), &[]).await;
+    let metrics = metrics_addr(&std::fs::read_to_string(&ready).unwrap())
+        .expect("the metrics endpoint in the ready file");
     let mut c = daemon.sessions().await;
     let a = c
         .create_session(as_client(
@@ -274,6 +278,17 @@ retry_max_ms = 100
         daemon.log_text().contains("notification failed; retrying"),
         "retries are logged"
     );
+    // And counted: two failed attempts of each item were retried (each retry is counted
+    // before its attempt goes out), the first item delivered before the second was sent.
+    let m = Metrics::scrape(metrics).await;
+    let count = |outcome| m.count("ostler_notifications_total", &[("outcome", outcome)]);
+    assert!(count("retried") >= 4.0, "retried {}", count("retried"));
+    assert!(
+        count("delivered") >= 1.0,
+        "delivered {}",
+        count("delivered")
+    );
+    assert_eq!(count("given_up"), 0.0);
 
     // Restart: the notifier continues from its persisted cursor. Acknowledged items are
     // not sent again (at least once: only the last acknowledged one may be, if its cursor
