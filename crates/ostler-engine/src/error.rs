@@ -54,7 +54,9 @@ pub enum Error {
     },
 
     /// A bad argument (cwd missing or outside the allowed roots, bad answers, ...).
-    #[error("invalid argument {field}: {message}")]
+    /// Shown `field: message` (as the server's own checks say it; the status code already
+    /// says "invalid argument").
+    #[error("{}", field_message(.field, .message))]
     InvalidArgument {
         /// The offending argument's name, e.g. `cwd`, `answers[0]`.
         field: String,
@@ -175,6 +177,15 @@ impl From<ostler_supervisor::Error> for Error {
             S::ProcessGone | S::Stdin(_) | S::Spawn { .. } => Error::Unavailable(e.to_string()),
             S::NotPending(m) => Error::precondition(format!("not pending: {m}")),
         }
+    }
+}
+
+/// `field: message`, or the message alone when no field is named.
+fn field_message(field: &str, message: &str) -> String {
+    if field.is_empty() {
+        message.to_owned()
+    } else {
+        format!("{field}: {message}")
     }
 }
 
