@@ -667,6 +667,7 @@ impl Actor {
             MessageContent::Text(t) => UserContent::Text(t),
             MessageContent::Blocks(b) => UserContent::Blocks(b),
         };
+        let priority = msg.delivery.priority;
         let queued =
             self.process
                 .queue_user_tagged(content, Some(message_id.clone()), msg.delivery);
@@ -678,7 +679,7 @@ impl Actor {
                 return;
             }
         };
-        self.owed.sent(&message_id);
+        self.owed.sent(&message_id, priority);
         self.turn_since_result = true;
         self.settle_state(Some("user message".into())).await;
         let tx = self.self_tx.clone();
@@ -808,9 +809,21 @@ impl Actor {
         if let Some(message) = crate::runtime::refusal_in_answer(&request, answer.as_ref()) {
             return Err(Error::precondition(format!("the CLI refused: {message}")));
         }
+        // The model the CLI says it switched to, when it names one: it may map the name
+        // asked for to another (measured on 2.1.332: claude-opus-4-1 became
+        // claude-opus-5-5), and the record and the notice say what the CLI runs.
+        let switched_to = answer
+            .as_ref()
+            .and_then(|a| a.to_value().ok())
+            .and_then(|v| v["model"].as_str().map(str::to_owned))
+            .filter(|m| !m.trim().is_empty());
         // `set_model`, or settings that switch the model (`apply_flag_settings`): the
         // model is recorded (for resume and the session's info) the same way.
-        if let Some(m) = request.model_switch().map(|m| m.map(str::to_owned)) {
+        if let Some(m) = request
+            .model_switch()
+            .map(|m| m.map(str::to_owned))
+            .map(|m| m.map(|asked| switched_to.clone().unwrap_or(asked)))
+        {
             self.last_model = m.clone();
             let patch = SessionPatch {
                 model: Some(m.clone().unwrap_or_else(|| "default".into())),
@@ -822,7 +835,13 @@ impl Actor {
         let (code, message, patch) = match &request {
             OutRequest::SetModel(m) => (
                 "model_set",
-                format!("model set to {}", m.as_deref().unwrap_or("the default")),
+                match (m.as_deref(), switched_to.as_deref()) {
+                    (Some(asked), Some(got)) if asked != got => {
+                        format!("model set to {got} (asked for {asked})")
+                    }
+                    (Some(asked), _) => format!("model set to {asked}"),
+                    (None, _) => "model set to the default".to_owned(),
+                },
                 None,
             ),
             OutRequest::SetPermissionMode(mode) => (

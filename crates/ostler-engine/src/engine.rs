@@ -100,6 +100,8 @@ impl Registry {
 pub struct Engine {
     shared: Arc<Shared>,
     registry: Arc<Registry>,
+    /// Creates with a client-chosen id, one at a time per id.
+    creates: Arc<lifecycle::CreateLocks>,
     _alive: Arc<Alive>,
 }
 
@@ -117,6 +119,7 @@ impl Engine {
         Engine {
             shared: Arc::new(shared),
             registry: Arc::new(Registry::default()),
+            creates: Arc::default(),
             _alive: Arc::new(Alive(alive)),
         }
     }

@@ -571,6 +571,45 @@ async fn at_the_cap_with_every_session_busy_the_call_waits_then_fails() {
     until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
 }
 
+/// Identical creates with one client-chosen id at the same time (a client's retry racing
+/// its first call): every one gets the session, none the store's "already exists", and the
+/// first prompt is sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_creates_racing_get_one_session() {
+    let fx = Fake::start(|_| {}).await;
+    let create = || {
+        let engine = fx.engine.clone();
+        let cwd = fx.cwd.clone();
+        tokio::spawn(async move {
+            engine
+                .create_session(CreateSession {
+                    cwd,
+                    session_id: Some("job-7".into()),
+                    first_prompt: Some(MessageContent::Text("hello".into())),
+                    ..Default::default()
+                })
+                .await
+        })
+    };
+    let calls: Vec<_> = (0..5).map(|_| create()).collect();
+    for call in calls {
+        let info = tokio::time::timeout(guard(), call)
+            .await
+            .expect("within the guard")
+            .expect("task")
+            .expect("the session, not a refusal");
+        assert_eq!(info.id, "job-7");
+    }
+    let turns = fx.turns("job-7", 1).await;
+    assert_eq!(turns.len(), 1);
+    let log = fx.store.events_after("job-7", 0, 10_000).unwrap();
+    let prompts = log
+        .iter()
+        .filter(|e| &*e.kind == "user_message_sent")
+        .count();
+    assert_eq!(prompts, 1, "the first prompt was sent once");
+}
+
 /// A resume on demand waiting for a live slot says so in the session's log, and a stop or
 /// delete of the session meanwhile ends the wait at once: neither waits `live_wait` behind
 /// it, and the waiting call fails with `FailedPrecondition` (the session went away), not

@@ -231,7 +231,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("set_permission_mode", ControlSupport::NoAnswer),
                 ("stop_task", ControlSupport::NoAnswer),
             ],
-            note: "boundary: minimum supported, first with --permission-prompt-tool stdio (DEGRADED: no partial messages, no fork)",
+            note: "boundary: minimum supported, first with --permission-prompt-tool stdio (DEGRADED: no partial messages, no fork; its transcript cuts the chain at each later turn of one process, so a resume keeps only the last turn that process ran: measured, a CLI defect)",
         },
         TestedRelease {
             version: "1.0.108",

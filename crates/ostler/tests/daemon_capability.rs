@@ -55,6 +55,28 @@ async fn set_model_is_refused_at_once_on_a_release_that_ignores_it() {
         took < ostler_testkit::timeouts::secs(5),
         "SetModel took {took:?}"
     );
+
+    // A fork the release cannot make is refused before anything is recorded: the session
+    // stays stopped (it was left EXITED by a spawn that failed).
+    c.stop_session(pb::StopSessionRequest {
+        session_id: s.id.clone(),
+    })
+    .await
+    .unwrap();
+    let err = c
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: s.id.clone(),
+            fork: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("--fork-session"), "{err:?}");
+    assert_eq!(
+        session(&mut c, &s.id).await.state(),
+        pb::SessionState::Stopped
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

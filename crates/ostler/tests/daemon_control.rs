@@ -206,6 +206,35 @@ async fn interrupt_and_set_model(release: &str) {
     })
     .await;
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
+
+    // A name the CLI maps to another model (2.1.332 answers claude-opus-4-1 with the model
+    // it runs): the record and the notice say what the CLI said it switched to.
+    if release == NEW {
+        c.set_model(pb::SetModelRequest {
+            session_id: s.id.clone(),
+            model: "claude-opus-4-1".into(),
+        })
+        .await
+        .unwrap();
+        let notice = read_until(
+            &mut events,
+            &mut seen,
+            "model_set",
+            |e| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code == "model_set"),
+        )
+        .await;
+        let Some(P::EngineNotice(n)) = &notice.payload else {
+            unreachable!()
+        };
+        let data: serde_json::Value = serde_json::from_str(&n.data_json).unwrap();
+        let recorded = session(&mut c, &s.id).await.model;
+        if let Some(answered) = data["answer"]["model"].as_str() {
+            assert_eq!(recorded, answered, "{data}");
+            assert!(n.message.contains(answered), "{}", n.message);
+        } else {
+            assert_eq!(recorded, "claude-opus-4-1", "{data}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -21,13 +21,16 @@
 
 use std::collections::VecDeque;
 
+use ostler_protocol::outbound::Priority;
+
 /// How many of the last ids written are remembered to know their echoes by.
 const RECENT: usize = 64;
 
 /// The messages a live session's CLI process still owes an answer, in the order sent.
 #[derive(Debug, Default)]
 pub(super) struct Owed {
-    unanswered: VecDeque<String>,
+    /// With the priority each was sent with (`next` when none was asked for).
+    unanswered: VecDeque<(String, Priority)>,
     /// Whether this process's results name the messages they answered.
     names_answers: bool,
     /// The messages the CLI echoed (`--replay-user-messages`: it took them into a turn)
@@ -61,9 +64,10 @@ impl Owed {
         }
     }
 
-    /// A message (its wire id) was handed to the CLI.
-    pub(super) fn sent(&mut self, message_id: &str) {
-        self.unanswered.push_back(message_id.to_owned());
+    /// A message (its wire id) was handed to the CLI, with the priority it asked for.
+    pub(super) fn sent(&mut self, message_id: &str, priority: Option<Priority>) {
+        self.unanswered
+            .push_back((message_id.to_owned(), priority.unwrap_or(Priority::Next)));
         if self.recent.len() == RECENT {
             self.recent.pop_front();
         }
@@ -89,7 +93,7 @@ impl Owed {
     /// CLI took it, as its echo (which may come much later: after the message's
     /// UserPromptSubmit hooks) would show.
     pub(super) fn started(&mut self, message_id: &str) {
-        if self.unanswered.iter().any(|m| m == message_id) {
+        if self.unanswered.iter().any(|(m, _)| m == message_id) {
             self.started = true;
         }
     }
@@ -113,14 +117,16 @@ impl Owed {
     /// it was still owed.
     pub(super) fn withdrawn(&mut self, message_id: &str) -> bool {
         let before = self.unanswered.len();
-        self.unanswered.retain(|m| m != message_id);
+        self.unanswered.retain(|(m, _)| m != message_id);
         self.unanswered.len() != before
     }
 
     /// A result came, naming the messages it answered (`named`, maybe none). It ends any
     /// turn of the CLI's own.
-    /// - It names some: those and every one sent before the last of them are answered
-    ///   (the CLI takes them in order); those sent after are still owed.
+    /// - It names some: those are answered, and so is every one sent before the last of
+    ///   them that kept the queue's order (not `now`, which jumps the queue and says
+    ///   nothing of those before it), except a `later` one before a `next` one (deferred
+    ///   behind it); those sent after are still owed.
     /// - It names none, from a process whose results name their messages: a turn of the
     ///   CLI's own (the queued ones are still owed).
     /// - It names none, from a release that names nothing, after echoes: it answered the
@@ -141,7 +147,7 @@ impl Owed {
         } else if !self.names_answers {
             if taken.is_empty() {
                 if self.echoes {
-                    inferred.extend(self.unanswered.pop_front());
+                    inferred.extend(self.unanswered.pop_front().map(|(m, _)| m));
                 } else {
                     self.unanswered.clear();
                 }
@@ -154,9 +160,27 @@ impl Owed {
     }
 
     fn drain_through(&mut self, ids: &[String]) {
-        if let Some(last) = self.unanswered.iter().rposition(|m| ids.contains(m)) {
-            self.unanswered.drain(..=last);
-        }
+        let anchor = self
+            .unanswered
+            .iter()
+            .rposition(|(m, p)| ids.contains(m) && *p != Priority::Now)
+            .map(|i| (i, self.unanswered[i].1));
+        let mut index = 0;
+        self.unanswered.retain(|(m, p)| {
+            let i = index;
+            index += 1;
+            if ids.contains(m) {
+                return false;
+            }
+            match anchor {
+                // Taken before the anchor: in order, or jumping ahead (`now`); a `later`
+                // one only behind a `later` anchor.
+                Some((a, anchor_priority)) if i < a => {
+                    *p == Priority::Later && anchor_priority != Priority::Later
+                }
+                _ => true,
+            }
+        });
     }
 }
 
@@ -178,16 +202,58 @@ mod tests {
     fn sent(v: &[&str]) -> Owed {
         let mut o = Owed::default();
         for m in v {
-            o.sent(m);
+            o.sent(m, None);
         }
         o
+    }
+
+    /// `now` jumps the queue and `later` waits behind it: a result naming one of them says
+    /// nothing of the messages the CLI still holds, which stay owed (the session stays
+    /// RUNNING until their answers).
+    #[test]
+    fn messages_sent_now_or_later_do_not_answer_those_they_overtake() {
+        // first (running), queued (next), urgent (now): urgent is answered second.
+        let mut o = Owed::default();
+        o.sent("first", None);
+        o.sent("queued", None);
+        o.sent("urgent", Some(Priority::Now));
+        assert_eq!(answer(&mut o, &ids(&["first"])).0, 2);
+        assert_eq!(
+            answer(&mut o, &ids(&["urgent"])).0,
+            1,
+            "queued is still owed"
+        );
+        assert_eq!(answer(&mut o, &ids(&["queued"])).0, 0);
+        // first (running), deferred (later), next-one (next): next-one overtakes.
+        let mut o = Owed::default();
+        o.sent("first", None);
+        o.sent("deferred", Some(Priority::Later));
+        o.sent("next-one", None);
+        assert_eq!(answer(&mut o, &ids(&["first"])).0, 2);
+        assert_eq!(
+            answer(&mut o, &ids(&["next-one"])).0,
+            1,
+            "deferred is still owed"
+        );
+        assert_eq!(answer(&mut o, &ids(&["deferred"])).0, 0);
+        // An answered `later` one: everything sent before it was taken before it.
+        let mut o = Owed::default();
+        o.sent("a", Some(Priority::Later));
+        o.sent("b", None);
+        o.sent("c", Some(Priority::Later));
+        assert_eq!(answer(&mut o, &ids(&["c"])).0, 0);
+        // A `now` one before an answered in-order one went ahead of it.
+        let mut o = Owed::default();
+        o.sent("x", Some(Priority::Now));
+        o.sent("y", None);
+        assert_eq!(answer(&mut o, &ids(&["y"])).0, 0);
     }
 
     #[test]
     fn a_release_that_names_nothing_ends_everything_at_a_result() {
         let mut o = sent(&["a", "b"]);
         assert_eq!(answer(&mut o, &[]).0, 0);
-        o.sent("c");
+        o.sent("c", None);
         assert_eq!(answer(&mut o, &[]).0, 0);
     }
 
@@ -319,12 +385,12 @@ mod tests {
         // A message sent while the CLI runs a turn of its own: both are to come.
         let mut o = Owed::default();
         o.output();
-        o.sent("a");
+        o.sent("a", None);
         assert_eq!(o.turns(), 2);
         // The result naming it ends both; a failed write takes back only the message.
         assert_eq!(answer(&mut o, &ids(&["a"])), (0, vec![]));
         o.output();
-        o.sent("b");
+        o.sent("b", None);
         assert!(o.withdrawn("b"));
         assert_eq!(o.turns(), 1);
     }

@@ -67,6 +67,47 @@ fn differing_fields(a: &SessionSpec, b: &SessionSpec) -> String {
     text
 }
 
+/// Creates with a client-chosen session id, serialised per id: without it, two identical
+/// calls at once both found no session, and the slower one got the store's "already
+/// exists" (or found the other's session half made) instead of the session.
+#[derive(Debug, Default)]
+pub(crate) struct CreateLocks(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl CreateLocks {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) async fn lock(self: &Arc<Self>, id: &str) -> CreateGuard {
+        let lock = Arc::clone(self.map().entry(id.to_owned()).or_default());
+        let guard = lock.lock_owned().await;
+        CreateGuard {
+            locks: Arc::clone(self),
+            id: id.to_owned(),
+            guard: Some(guard),
+        }
+    }
+}
+
+/// One create's hold on its id; the id's entry goes with the last holder or waiter.
+pub(crate) struct CreateGuard {
+    locks: Arc<CreateLocks>,
+    id: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for CreateGuard {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut map = self.locks.map();
+        if map.get(&self.id).is_some_and(|l| Arc::strong_count(l) == 1) {
+            map.remove(&self.id);
+        }
+    }
+}
+
 /// What a session's last resume (its last `resuming` notice) asked for, as far as a resume
 /// on demand must ask for it again.
 #[derive(Debug, Default)]
@@ -639,6 +680,12 @@ impl Engine {
             validate_session_id(id)?;
         }
         let spec = self.create_spec(&req).await?;
+        // Held until the create is done: an identical call racing this one (a client's
+        // retry) waits for it and finds the session it made.
+        let _creating = match &req.session_id {
+            Some(id) => Some(self.creates.lock(id).await),
+            None => None,
+        };
         if let Some(id) = &req.session_id
             && let Some(info) = self.existing_create(id, &cwd, &spec).await?
         {
@@ -918,6 +965,14 @@ impl Engine {
         let on_demand = opts.is_none();
         let opts = opts.unwrap_or_else(|| last.on_demand(rec.claude_session_id.as_deref()));
         let fork = opts.fork;
+        if fork && !self.shared.installation.capabilities.fork_session {
+            // Refused before anything is recorded: the session stays as it is.
+            return Err(Error::precondition(format!(
+                "Claude Code {} cannot fork a conversation (it has no --fork-session; \
+                 1.0.119 and later do)",
+                self.shared.installation.version
+            )));
+        }
         let at_message_id = opts.at_message_id.clone();
         let env = crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options);
         // A session suspends only when every message it took has had its turn; any other

@@ -40,8 +40,9 @@ pub struct InterruptArgs {
     #[command(flatten)]
     pub id: IdArgs,
     /// Also withdraw the messages queued behind the turn (sent while it ran): they get
-    /// no answer. Needs a Claude Code release that can (2.1.332 and later)
-    #[arg(long)]
+    /// no answer. Needs a release that can (capability interrupt_cancel_queued_v1 in
+    /// `ostler health --json`; others refuse at once)
+    #[arg(long, help_heading = "Options")]
     pub cancel_queued: bool,
 }
 
