@@ -525,7 +525,8 @@ async fn spawn_failure_is_recorded() {
             })
             .await
             .expect_err("no binary");
-        assert_eq!(e.code_kind(), CodeKind::Unavailable, "{e}");
+        // Every retry fails the same way until the installation is mended.
+        assert_eq!(e.code_kind(), CodeKind::FailedPrecondition, "{e}");
     }
     let page = engine
         .list_sessions(ListSessions::default())
