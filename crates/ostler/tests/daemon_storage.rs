@@ -144,7 +144,7 @@ async fn disk_full_mid_turn_pauses_and_recovers() {
         s,
         mut events,
         mut seen,
-    }) = full_mid_turn(&world).await
+    }) = full_mid_turn(&world, guard().as_secs() * 4).await
     else {
         return;
     };
@@ -220,8 +220,8 @@ async fn disk_full_mid_turn_pauses_and_recovers() {
     .await;
 }
 
-/// A daemon whose writes are retried far longer than a test takes, with a session mid-turn
-/// (its first partial seen) when the store's disk fills up; health has gone NOT_SERVING.
+/// A daemon whose writes are retried for `retry_secs`, with a session mid-turn (its first
+/// partial seen) when the store's disk fills up; health has gone NOT_SERVING.
 /// `None` where no tmpfs can be mounted.
 struct FullMidTurn {
     disk: SmallDisk,
@@ -233,9 +233,9 @@ struct FullMidTurn {
     seen: Vec<pb::SessionEvent>,
 }
 
-async fn full_mid_turn(world: &World) -> Option<FullMidTurn> {
+async fn full_mid_turn(world: &World, retry_secs: u64) -> Option<FullMidTurn> {
     let disk = SmallDisk::mount(world.store.parent().unwrap())?;
-    with_retry_secs(world, guard().as_secs() * 4);
+    with_retry_secs(world, retry_secs);
     let daemon = world.daemon(&[]).await;
     let mut health = health_watch(&daemon).await;
     health_becomes(&mut health, ServingStatus::Serving).await;
@@ -267,24 +267,19 @@ async fn full_mid_turn(world: &World) -> Option<FullMidTurn> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn disk_full_past_the_limit_stops_the_session() {
     let world = World::new(NEW).await;
-    let Some(disk) = SmallDisk::mount(world.store.parent().unwrap()) else {
+    let limit = ostler_testkit::timeouts::secs(1);
+    let Some(FullMidTurn {
+        disk,
+        daemon,
+        mut health,
+        mut c,
+        s,
+        mut events,
+        mut seen,
+    }) = full_mid_turn(&world, limit.as_secs().max(1)).await
+    else {
         return;
     };
-    let limit = ostler_testkit::timeouts::secs(1);
-    with_retry_secs(&world, limit.as_secs().max(1));
-    let daemon = world.daemon(&[]).await;
-    let mut health = health_watch(&daemon).await;
-    let mut c = daemon.sessions().await;
-    let s = create_session(&mut c, &world.work, "storage").await;
-    let mut events = subscribe(&mut c, &s.id, 0, true).await;
-    let mut seen = Vec::new();
-    send(&mut c, &s.id, "Tell me a long story.").await;
-    read_until(&mut events, &mut seen, "the first partial", |e| {
-        matches!(e.payload, Some(P::PartialDelta(_)))
-    })
-    .await;
-    disk.fill();
-    health_becomes(&mut health, ServingStatus::NotServing).await;
     // The limit passes: the daemon gives up on the turn's output and stops the CLI.
     let deadline = std::time::Instant::now() + guard();
     while !daemon.log_text().contains("stopping the session") {
@@ -338,7 +333,7 @@ async fn disk_full_at_shutdown_does_not_hold_the_daemon() {
     let world = World::new(NEW).await;
     let Some(FullMidTurn {
         disk, mut daemon, ..
-    }) = full_mid_turn(&world).await
+    }) = full_mid_turn(&world, guard().as_secs() * 4).await
     else {
         return;
     };
