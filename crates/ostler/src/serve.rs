@@ -155,9 +155,22 @@ pub fn run(args: ServeArgs) -> i32 {
 
 fn init_logging(filter: &str, json: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(filter))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    // RUST_LOG wins when it is set, not empty and valid; an invalid one is not silently
+    // ignored: the daemon says so in its first lines (the configured filter is used).
+    let env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let mut ignored = None;
+    let from_env = env.as_deref().and_then(|v| match EnvFilter::try_new(v) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            ignored = Some((crate::client::render::clip(v, 200), e.to_string()));
+            None
+        }
+    });
+    let filter = from_env
+        .or_else(|| EnvFilter::try_new(filter).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
     // Colour only on a terminal (never into files or the journal), and never with NO_COLOR.
     let ansi = {
         use std::io::IsTerminal as _;
@@ -178,6 +191,13 @@ fn init_logging(filter: &str, json: bool) {
     } else {
         builder.try_init()
     };
+    if let Some((value, error)) = ignored {
+        tracing::warn!(
+            rust_log = value,
+            error,
+            "RUST_LOG is not a valid tracing filter and is ignored; the configured log.filter is used"
+        );
+    }
 }
 
 async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) -> Result<i32> {

@@ -79,6 +79,28 @@ async fn worker_threads_sets_the_async_workers() {
     assert!(!text.is_empty(), "the turn's answer reached the client");
 }
 
+/// An invalid RUST_LOG is not silently ignored: the daemon says so and logs with its
+/// configured filter (info: the start-up lines still come).
+#[tokio::test]
+async fn an_invalid_rust_log_is_reported_and_the_configured_filter_used() {
+    let world = World::new(NEW).await;
+    let ready = world.dir.path().join("ready");
+    let daemon = Daemon::spawn(
+        serve(&world, &ready),
+        &world,
+        ready,
+        &[("RUST_LOG", "ostler_engine=dbug")],
+    )
+    .await;
+    let log = daemon.log_text();
+    assert!(
+        log.contains("RUST_LOG is not a valid tracing filter"),
+        "no word about the bad RUST_LOG: {log}"
+    );
+    assert!(log.contains("ostler_engine=dbug"), "{log}");
+    assert!(log.contains("async runtime started"), "{log}");
+}
+
 #[tokio::test]
 async fn a_second_daemon_on_the_same_store_is_refused() {
     let world = World::new(NEW).await;

@@ -734,16 +734,42 @@ pub async fn delete(a: IdArgs) -> Result<i32> {
 
 /// `ostler health`: exit 0 when SERVING.
 pub async fn health(a: HealthArgs) -> Result<i32> {
-    let mut conn = connect(&a.connect).await?;
-    let status = conn
+    // With --json a monitor reads stdout: an unreachable daemon is a JSON line there too
+    // (status UNREACHABLE, exit 1), not only a message on stderr.
+    let failed_json = |addr: String, status: &str, e: &anyhow::Error| {
+        json_line(&json!({
+            "addr": addr, "status": status, "serving": false, "error": format!("{e:#}"),
+        }));
+        Ok(EXIT_FAILED)
+    };
+    let mut conn = match connect(&a.connect).await {
+        Ok(c) => c,
+        Err(e) if a.json => {
+            let addr = super::config::resolve(&a.connect)
+                .map(|t| t.endpoint.to_string())
+                .unwrap_or_default();
+            return failed_json(addr, "UNREACHABLE", &e);
+        }
+        Err(e) => return Err(e),
+    };
+    let checked = conn
         .health
         .check(HealthCheckRequest {
             service: a.service.clone(),
         })
-        .await
-        .map_err(|s| status_error("health check", s))?
-        .into_inner()
-        .status();
+        .await;
+    let status = match checked {
+        Ok(r) => r.into_inner().status(),
+        Err(s) => {
+            // e.g. NOT_FOUND for a service name the daemon does not report.
+            let code = super::code_name(s.code());
+            let e = status_error("health check", s);
+            if a.json {
+                return failed_json(conn.addr.clone(), code, &e);
+            }
+            return Err(e);
+        }
+    };
     let serving = status == ServingStatus::Serving;
     let status_name = status.as_str_name();
     // Details need the token; health itself does not.
