@@ -1552,6 +1552,16 @@ async fn a_client_chosen_id_makes_create_idempotent() {
         "{}",
         e.message()
     );
+    // Labels are set once, at creation: other labels are another request.
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            labels: [("team".to_owned(), "blue".to_owned())].into(),
+            ..req.clone()
+        })
+        .await
+        .expect_err("other labels");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains("different labels"), "{}", e.message());
     // The retry did not send the first prompt again.
     let mut events = subscribe(&mut c, &a.id, 0, false).await;
     let mut seen = Vec::new();

@@ -635,13 +635,15 @@ impl Engine {
         blocking(move || crate::capability::resume_at_value(&env, &cid, field, &at, key)).await
     }
 
-    /// A create with a client-chosen id that exists: the session when cwd, options and
-    /// rules are the same (an idempotent retry), `AlreadyExists` otherwise.
+    /// A create with a client-chosen id that exists: the session when cwd, options, rules
+    /// and labels (which nothing changes later) are the same (an idempotent retry),
+    /// `AlreadyExists` otherwise.
     async fn existing_create(
         &self,
         id: &str,
         cwd: &Path,
         spec: &SessionSpec,
+        labels: &std::collections::BTreeMap<String, String>,
     ) -> Result<Option<SessionInfo>> {
         let rec = match self.record(id).await {
             Ok(r) => r,
@@ -660,11 +662,13 @@ impl Engine {
             }
         });
         let same_cwd = Path::new(&rec.cwd) == cwd;
-        if same_cwd && recorded.as_ref() == Some(spec) {
+        let same_labels = &rec.labels == labels;
+        if same_cwd && same_labels && recorded.as_ref() == Some(spec) {
             return self.get_session(id).await.map(Some);
         }
         let differs = match &recorded {
             _ if !same_cwd => "a different cwd".to_owned(),
+            Some(recorded) if !same_labels && recorded == spec => "different labels".to_owned(),
             None => "a creation still in progress or no recorded options".to_owned(),
             Some(recorded) => format!("a different {}", differing_fields(recorded, spec)),
         };
@@ -687,7 +691,7 @@ impl Engine {
             None => None,
         };
         if let Some(id) = &req.session_id
-            && let Some(info) = self.existing_create(id, &cwd, &spec).await?
+            && let Some(info) = self.existing_create(id, &cwd, &spec, &req.labels).await?
         {
             return Ok(info);
         }
