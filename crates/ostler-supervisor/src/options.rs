@@ -4,7 +4,7 @@
 //! (`session::spawn::session_args`).
 //!
 //! [`CliOptions::validate`] checks every field before anything is spawned (NUL bytes,
-//! lengths, counts, shapes); [`CliOptions::unsupported_by`] names the first option the
+//! lengths, counts, shapes); [`CliOptions::unsupported_by`] names every option the
 //! running release lacks (measured: `Capabilities::options`, from `contracts/compat/`).
 
 use std::collections::BTreeMap;
@@ -1003,10 +1003,12 @@ impl CliOptions {
     /// The first of [`Self::gated_options`] whose flag the release is measured not to
     /// accept, as (flag, field) (`None`: all accepted or not measured, then the CLI is
     /// tried).
-    pub fn unsupported_by(&self, caps: &Capabilities) -> Option<(&'static str, &'static str)> {
+    /// Every set option whose flag `caps` says the release lacks: `(flag, field)`.
+    pub fn unsupported_by(&self, caps: &Capabilities) -> Vec<(&'static str, &'static str)> {
         self.gated_options()
             .into_iter()
-            .find(|(f, _)| caps.accepts_option(f) == Some(false))
+            .filter(|(f, _)| caps.accepts_option(f) == Some(false))
+            .collect()
     }
 
     /// A copy fit to show: values of `env`, of MCP servers' `env` and `headers` replaced by

@@ -1677,3 +1677,80 @@ async fn fork_into_a_new_session_and_adopt_a_cli_conversation() {
         e.message()
     );
 }
+
+/// A resume checks again what the create checked, before anything is recorded: the
+/// session's directory must still be itself (not swapped for a link to elsewhere) and under
+/// the daemon's allowed roots, and the running release must accept the session's options.
+/// Refused, the session stays resumable, and a daemon that can run it resumes it on demand.
+#[tokio::test]
+async fn a_resume_checks_the_directory_the_roots_and_the_release_again() {
+    let mut world = World::new(NEW).await;
+    let other = world.dir.path().join("other-root");
+    let swapped = world.work.join("swapped");
+    let outside = world.dir.path().join("outside");
+    for d in [&other, &swapped, &outside] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let other_arg = other.display().to_string();
+    let mut daemon = world.daemon(&["--allowed-root", &other_arg]).await;
+    let mut c = daemon.sessions().await;
+    let mk = |cwd: &std::path::Path, id: &str, effort: &str| pb::CreateSessionRequest {
+        cwd: cwd.display().to_string(),
+        session_id: id.into(),
+        effort: effort.into(),
+        ..Default::default()
+    };
+    for req in [
+        mk(&other, "in-other-root", ""),
+        mk(&swapped, "swapped-dir", ""),
+        mk(&world.work, "with-effort", "high"),
+    ] {
+        let s = c.create_session(req).await.unwrap().into_inner();
+        settled(&mut c, &s).await;
+    }
+    daemon.terminate().await;
+
+    std::fs::remove_dir(&swapped).unwrap();
+    std::os::unix::fs::symlink(&outside, &swapped).unwrap();
+    let new_claude = std::mem::replace(&mut world.claude, claude_binary(OLD));
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    for (id, needle) in [
+        ("in-other-root", "outside the daemon's allowed roots"),
+        ("swapped-dir", "now leads to"),
+        ("with-effort", "does not accept `--effort`"),
+    ] {
+        let before = session(&mut c, id).await;
+        assert_eq!(before.state(), pb::SessionState::Resumable, "{id}");
+        let sent = c
+            .send_message(pb::SendMessageRequest {
+                session_id: id.into(),
+                content: text("hello again"),
+                ..Default::default()
+            })
+            .await;
+        assert_refused(sent, Code::FailedPrecondition, needle);
+        let resumed = c
+            .resume_session(pb::ResumeSessionRequest {
+                session_id: id.into(),
+                ..Default::default()
+            })
+            .await;
+        assert_refused(resumed, Code::FailedPrecondition, needle);
+        let after = session(&mut c, id).await;
+        assert_eq!(after.state(), pb::SessionState::Resumable, "{id}");
+        assert_eq!(after.last_seq, before.last_seq, "{id}: nothing recorded");
+    }
+    assert!(
+        children(daemon.pid()).is_empty(),
+        "no CLI was started for a refused resume"
+    );
+    daemon.terminate().await;
+
+    // The release that accepts the option resumes the session on demand.
+    world.claude = new_claude;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let answer = turn(&mut c, "with-effort", "Say hello").await;
+    assert!(!answer.is_empty());
+}

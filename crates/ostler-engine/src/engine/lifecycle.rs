@@ -188,6 +188,39 @@ fn canonical_dir(field: &str, p: &Path) -> Result<PathBuf> {
     Ok(c)
 }
 
+/// What the running release must accept of a session's options, checked at create and
+/// again at every resume (the daemon may run another release by then): `FailedPrecondition`
+/// naming every option it lacks, before anything is recorded or spawned.
+fn release_checks(inst: &Installation, options: &CliOptions) -> Result<()> {
+    let unsupported = options.unsupported_by(&inst.capabilities);
+    if let Some((flag, field)) = unsupported.first() {
+        let others = unsupported
+            .iter()
+            .skip(1)
+            .map(|(f, o)| format!("`{o}` (`{f}`)"))
+            .collect::<Vec<_>>();
+        let also = if others.is_empty() {
+            String::new()
+        } else {
+            format!("; nor {}", others.join(", "))
+        };
+        return Err(Error::precondition(format!(
+            "Claude Code {} does not accept `{flag}`, which the session option `{field}` \
+             needs{also} (measured: see docs/compatibility.md); leave them unset or use a \
+             newer release",
+            inst.version,
+        )));
+    }
+    if !options.hooks.is_empty() {
+        crate::capability::check_hooks(inst, &options.hooks)?;
+    }
+    crate::capability::check_tool_servers(inst, options)?;
+    crate::capability::check_outputs(inst, options)?;
+    crate::capability::check_init_fields(inst, options)?;
+    crate::capability::check_policies(inst, options.managed_settings.is_some())?;
+    Ok(())
+}
+
 const LIVE_STATES: [SessionState; 4] = [
     SessionState::Starting,
     SessionState::Idle,
@@ -392,6 +425,45 @@ impl Engine {
         Ok(c)
     }
 
+    /// A directory recorded at create (made canonical then), before a resume: it must still
+    /// be a directory, still be itself (not replaced by a link to elsewhere) and still lie
+    /// under the allowed roots. `FailedPrecondition` otherwise: the session's own state.
+    async fn recheck_dir(&self, what: &str, dir: &Path) -> Result<()> {
+        let owned = dir.to_path_buf();
+        let now = blocking(move || Ok::<_, Error>(std::fs::canonicalize(&owned))).await?;
+        let shown = dir.display();
+        let c = match now {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(Error::precondition(format!(
+                    "{what} {shown} no longer exists or cannot be reached ({e})"
+                )));
+            }
+        };
+        if c != dir {
+            return Err(Error::precondition(format!(
+                "{what} {shown} now leads to {} (replaced by a link since the session was \
+                 created); refused",
+                c.display()
+            )));
+        }
+        let is_dir = blocking(move || Ok::<_, Error>(c.is_dir())).await?;
+        if !is_dir {
+            return Err(Error::precondition(format!(
+                "{what} {shown} is no longer a directory"
+            )));
+        }
+        let roots = &self.shared.roots;
+        if !roots.is_empty() && !roots.iter().any(|r| dir.starts_with(r)) {
+            let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+            return Err(Error::precondition(format!(
+                "{what} {shown} is outside the daemon's allowed roots {roots:?} (they changed \
+                 since the session was created)"
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks a create request and returns its spec (add_dirs made canonical), before
     /// anything is created: `InvalidArgument` naming the field, `FailedPrecondition` for an
     /// option the running release lacks.
@@ -466,22 +538,7 @@ impl Engine {
                 ));
             }
         }
-        let inst = self.installation();
-        if let Some((flag, field)) = options.unsupported_by(&inst.capabilities) {
-            return Err(Error::precondition(format!(
-                "Claude Code {} does not accept `{flag}`, which the session option `{field}` \
-                 needs (measured: see docs/compatibility.md); leave `{field}` unset or use a \
-                 newer release",
-                inst.version,
-            )));
-        }
-        if !options.hooks.is_empty() {
-            crate::capability::check_hooks(inst, &options.hooks)?;
-        }
-        crate::capability::check_tool_servers(inst, &options)?;
-        crate::capability::check_outputs(inst, &options)?;
-        crate::capability::check_init_fields(inst, &options)?;
-        crate::capability::check_policies(inst, options.managed_settings.is_some())?;
+        release_checks(self.installation(), &options)?;
         Ok(SessionSpec {
             options,
             rules: req.rules.clone(),
@@ -977,6 +1034,21 @@ impl Engine {
                 self.shared.installation.version
             )));
         }
+        // Checked again before anything is recorded: the daemon may run another release, or
+        // other allowed roots, than when the session was made; refused, the session stays
+        // as it is (resumable or suspended) for a daemon that can run it.
+        release_checks(self.installation(), &spec.options)?;
+        let cwd = PathBuf::from(&rec.cwd);
+        self.recheck_dir("the session's directory", &cwd).await?;
+        for d in spec
+            .options
+            .add_dirs
+            .iter()
+            .chain(&spec.options.plugin_dirs)
+        {
+            self.recheck_dir("the session's extra directory", Path::new(d))
+                .await?;
+        }
         let at_message_id = opts.at_message_id.clone();
         let env = crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options);
         // A session suspends only when every message it took has had its turn; any other
@@ -984,14 +1056,6 @@ impl Engine {
         if state != SessionState::Suspended {
             self.fail_untaken(entry, &env, rec.claude_session_id.as_deref(), &mut meta)
                 .await?;
-        }
-        let cwd = PathBuf::from(&rec.cwd);
-        let dir = cwd.clone();
-        if !blocking(move || Ok::<_, Error>(dir.is_dir())).await? {
-            return Err(Error::precondition(format!(
-                "the session's directory {} no longer exists",
-                cwd.display()
-            )));
         }
         if let Some(at) = &at_message_id {
             crate::capability::validate_message_id("at_message_id", at)?;

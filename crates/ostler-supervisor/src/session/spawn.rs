@@ -26,7 +26,7 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
         });
     }
     let cli = &opts.cli;
-    if let Some((flag, _)) = cli.unsupported_by(caps) {
+    if let Some(&(flag, _)) = cli.unsupported_by(caps).first() {
         return Err(Error::Unsupported {
             flag,
             version: inst.version.clone(),
