@@ -343,7 +343,8 @@ fn health_tokens_unix_socket_and_unreachable() {
     // With --json a monitor gets a line on stdout too, and the same exit code.
     let out = d.client(&["health", "--json", "--addr", "127.0.0.1:1"], None);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    let v: Value = serde_json::from_slice(&out.stdout).expect(&describe(&out));
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", describe(&out)));
     assert_eq!(v["status"], "UNREACHABLE", "{v}");
     assert_eq!(v["serving"], false, "{v}");
     assert_eq!(v["addr"], "http://127.0.0.1:1", "{v}");
@@ -354,7 +355,8 @@ fn health_tokens_unix_socket_and_unreachable() {
     // A service name the daemon does not report: its code, on stdout.
     let out = d.client(&["health", "--json", "--service", "no.such.Service"], None);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    let v: Value = serde_json::from_slice(&out.stdout).expect(&describe(&out));
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", describe(&out)));
     assert_eq!(v["status"], "NOT_FOUND", "{v}");
 }
 
