@@ -85,6 +85,10 @@ pub(crate) use hooks::restart_resolution as hook_restart_resolution;
 /// Lines batched into one store append at most.
 const MAX_BATCH_LINES: usize = 64;
 
+/// How long a client's stop waits for the CLI to answer its interrupt before it closes
+/// stdin all the same.
+const STOP_INTERRUPT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 struct Pending {
     kind: InteractionKind,
     request: CanUseTool,
@@ -612,11 +616,45 @@ impl Actor {
                 self.stop_waiters.push(reply);
                 if !self.stop_requested {
                     self.stop_requested = true;
+                    // A client's stop ends the running turn first, as Interrupt does: the
+                    // CLI withdraws what it asked and calls the model and tools no more
+                    // (closing stdin alone lets it finish the turn). A daemon shutdown
+                    // leaves the turn its grace time: the session comes back resumable.
+                    let interrupt = !self.shutdown
+                        && matches!(
+                            self.state,
+                            SessionState::Running | SessionState::AwaitingPermission
+                        );
                     let process = self.process.clone();
+                    let tx = self.self_tx.clone();
                     tokio::spawn(async move {
-                        process.stop().await;
+                        if interrupt {
+                            // Refused at once by a release without it; bounded otherwise.
+                            let _ = tokio::time::timeout(
+                                STOP_INTERRUPT_WAIT,
+                                process.request(OutRequest::Interrupt),
+                            )
+                            .await;
+                        }
+                        let next = match tx.upgrade() {
+                            Some(tx) => tx.send(Command::StopNow).await.is_ok(),
+                            None => false,
+                        };
+                        if !next {
+                            process.stop().await;
+                        }
                     });
                 }
+            }
+            Command::StopNow => {
+                // What the CLI still waits on is withdrawn now (a late answer is refused,
+                // not recorded as taking effect), then its stdin closes.
+                self.close_all_pending(self.end_reason()).await;
+                self.settle_state(None).await;
+                let process = self.process.clone();
+                tokio::spawn(async move {
+                    process.stop().await;
+                });
             }
         }
     }
@@ -930,23 +968,7 @@ impl Actor {
             }))
             .await;
         }
-        let why = if self.shutdown {
-            "daemon shutting down"
-        } else if self.suspend_reason.is_some() {
-            "session suspended"
-        } else if self.stop_requested {
-            "session stopped"
-        } else {
-            "the CLI process exited"
-        };
-        let ids: Vec<String> = self.pending.keys().cloned().collect();
-        for id in ids {
-            self.close_pending(&id, "engine", why, InteractionState::Cancelled)
-                .await;
-        }
-        self.cancel_hooks("engine").await;
-        self.cancel_tool_calls(None, "engine", why).await;
-        self.cancel_elicitations(None, "engine").await;
+        self.close_all_pending(self.end_reason()).await;
         let reason = if self.shutdown {
             "daemon shutdown".to_owned()
         } else if self.store_fault.is_some() {
@@ -1006,6 +1028,32 @@ impl Actor {
 }
 
 impl Actor {
+    /// Why the process ends (or is ending), for what it leaves pending.
+    fn end_reason(&self) -> &'static str {
+        if self.shutdown {
+            "daemon shutting down"
+        } else if self.suspend_reason.is_some() {
+            "session suspended"
+        } else if self.stop_requested {
+            "session stopped"
+        } else {
+            "the CLI process exited"
+        }
+    }
+
+    /// Withdraws every pending interaction (permissions and questions, hook calls, tool
+    /// calls, elicitations), recorded as cancelled by the engine.
+    async fn close_all_pending(&mut self, why: &str) {
+        let ids: Vec<String> = self.pending.keys().cloned().collect();
+        for id in ids {
+            self.close_pending(&id, "engine", why, InteractionState::Cancelled)
+                .await;
+        }
+        self.cancel_hooks("engine").await;
+        self.cancel_tool_calls(None, "engine", why).await;
+        self.cancel_elicitations(None, "engine").await;
+    }
+
     /// Nothing runs: no turn, no pending interaction, no background task, not stopping.
     fn quiet(&self) -> bool {
         !self.stop_requested

@@ -243,4 +243,7 @@ pub(crate) enum Command {
         /// Daemon shutdown: the session ends `resumable` instead of `stopped`.
         shutdown: bool,
     },
+    /// A stop's second step, once the running turn was interrupted (or there was none):
+    /// close what is still pending and the CLI's stdin.
+    StopNow,
 }

@@ -422,6 +422,66 @@ async fn kill9_restart_resume_1_0_128() {
 
 /// A subscriber that stops reading (after one event) delays neither another client nor
 /// the session; afterwards it catches up completely.
+/// StopSession during a turn ends the turn first, as Interrupt does: with a permission
+/// prompt pending, the CLI runs no tool and calls the model no more (closing its stdin
+/// alone let it go on: the model was called again with the tool's error), and the prompt
+/// is withdrawn, so a late answer is refused instead of recorded as allowing.
+async fn stop_ends_the_running_turn(release: &str) {
+    let world = World::new(release).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "stopper").await;
+    let mut events = subscribe(&mut c, &s.id, 0, true).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Create the file allowed.txt please.").await;
+    let prompt = read_until(&mut events, &mut seen, "permission prompt", |e| {
+        matches!(e.payload, Some(P::PermissionRequested(_)))
+    })
+    .await;
+    let Some(P::PermissionRequested(req)) = &prompt.payload else {
+        unreachable!()
+    };
+    let stopped = c
+        .stop_session(pb::StopSessionRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stopped.state(), pb::SessionState::Stopped);
+    assert!(
+        !world.model_saw("toolu_touch_1"),
+        "the model was called again after the stop (with the tool's result)"
+    );
+    assert!(!world.work.join("allowed.txt").exists(), "the tool ran");
+    let late = c
+        .respond_to_permission(pb::RespondToPermissionRequest {
+            session_id: s.id.clone(),
+            request_id: req.request_id.clone(),
+            decision: Some(pb::respond_to_permission_request::Decision::Allow(
+                pb::PermissionAllow::default(),
+            )),
+        })
+        .await;
+    assert_refused(late, tonic::Code::FailedPrecondition, "");
+    read_until(&mut events, &mut seen, "the prompt withdrawn", |e| {
+        matches!(&e.payload, Some(P::PermissionResolved(r))
+            if r.request_id == req.request_id
+                && r.resolution() == pb::Resolution::Cancelled)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stop_ends_the_running_turn_2_1_332() {
+    stop_ends_the_running_turn(NEW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stop_ends_the_running_turn_1_0_128() {
+    stop_ends_the_running_turn(OLD).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stalled_subscriber_delays_nobody() {
     let world = World::new(NEW).await;
