@@ -781,6 +781,18 @@ impl Config {
             .enumerate()
             .map(|(i, n)| n.validate(i))
             .collect::<Result<Vec<_>>>()?;
+        // Each notifier saves its own position under its name (else its URL): two with one
+        // name would share it, and one would skip what the other had sent.
+        for (i, n) in notifiers.iter().enumerate() {
+            if let Some(j) = notifiers[..i].iter().position(|m| m.name == n.name) {
+                anyhow::bail!(
+                    "notify[{i}] has the same name as notify[{j}] ({}; a name defaults to \
+                     the url): each notifier keeps its own position under its name, so give \
+                     each a distinct `name`",
+                    n.shown
+                );
+            }
+        }
         Ok(Validated {
             worker_threads,
             max_connections,
@@ -1213,6 +1225,28 @@ mod tests {
             !format!("{c:?}").contains("secret-token"),
             "tokens never in Debug"
         );
+    }
+
+    #[test]
+    fn two_notifiers_with_one_name_are_refused() {
+        let mut c = Config::default();
+        c.store.path = Some("/tmp/x.db".into());
+        let hook = |name: &str, team: &str| crate::notify::NotifyConfig {
+            name: name.into(),
+            url: "http://me:pw@127.0.0.1:9/hook".into(),
+            labels: [("team".to_owned(), team.to_owned())].into(),
+            ..Default::default()
+        };
+        c.notify = vec![hook("", "a"), hook("", "b")];
+        let err = format!("{:#}", c.validate().unwrap_err());
+        assert!(
+            err.contains("notify[1] has the same name as notify[0]")
+                && err.contains("distinct `name`"),
+            "{err}"
+        );
+        assert!(!err.contains("pw@"), "{err}");
+        c.notify = vec![hook("team-a", "a"), hook("team-b", "b")];
+        assert_eq!(c.validate().unwrap().notifiers.len(), 2);
     }
 
     #[test]

@@ -88,9 +88,13 @@ impl Default for NotifyConfig {
 
 impl std::fmt::Debug for NotifyConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = match self.url.parse::<hyper::Uri>() {
+            Ok(u) => redacted_url(&u),
+            Err(_) => "<not a URL>".to_owned(),
+        };
         f.debug_struct("NotifyConfig")
             .field("name", &self.name)
-            .field("url", &self.url)
+            .field("url", &url)
             .field(
                 "secret",
                 &if self.secret.is_empty() {
@@ -110,7 +114,11 @@ impl std::fmt::Debug for NotifyConfig {
 /// A checked notifier.
 #[derive(Clone)]
 pub struct Notifier {
+    /// The key of its saved position (and the body's `notifier`): `name`, else the URL.
     pub name: String,
+    /// What logs and messages call it: `name`, else the URL without credentials or query
+    /// (a URL may hold a secret).
+    pub shown: String,
     pub uri: hyper::Uri,
     host: String,
     port: u16,
@@ -132,8 +140,8 @@ pub struct Notifier {
 impl std::fmt::Debug for Notifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Notifier")
-            .field("name", &self.name)
-            .field("uri", &self.uri)
+            .field("name", &self.shown)
+            .field("uri", &redacted_url(&self.uri))
             .finish_non_exhaustive()
     }
 }
@@ -212,13 +220,14 @@ impl NotifyConfig {
                 self.timeout_secs
             );
         }
-        let name = if self.name.trim().is_empty() {
-            self.url.trim().to_owned()
+        let (name, shown) = if self.name.trim().is_empty() {
+            (self.url.trim().to_owned(), redacted_url(&uri))
         } else {
-            self.name.trim().to_owned()
+            (self.name.trim().to_owned(), self.name.trim().to_owned())
         };
         Ok(Notifier {
             name,
+            shown,
             uri,
             host,
             port,
@@ -325,13 +334,31 @@ pub fn spawn_all(
             let store = store.clone();
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
-                let name = n.name.clone();
+                let shown = n.shown.clone();
                 if let Err(e) = run(n, engine, store, shutdown).await {
-                    tracing::error!(notifier = %name, error = %format!("{e:#}"), "notifier stopped");
+                    tracing::error!(notifier = %shown, error = %format!("{e:#}"), "notifier stopped");
                 }
             })
         })
         .collect()
+}
+
+/// `scheme://host[:port]/path`, without credentials, and `?…` for a query: what may be
+/// logged of a notifier's URL.
+pub fn redacted_url(uri: &hyper::Uri) -> String {
+    let mut out = format!(
+        "{}://{}",
+        uri.scheme_str().unwrap_or("http"),
+        uri.host().unwrap_or_default()
+    );
+    if let Some(p) = uri.port_u16() {
+        out.push_str(&format!(":{p}"));
+    }
+    out.push_str(uri.path());
+    if uri.query().is_some() {
+        out.push_str("?…");
+    }
+    out
 }
 
 struct Delivery {
@@ -367,7 +394,8 @@ pub async fn run(
             now
         }
     };
-    tracing::info!(notifier = %name, url = %n.uri, after_cursor = start, "notifier started");
+    let shown = n.shown.clone();
+    tracing::info!(notifier = %shown, url = %redacted_url(&n.uri), after_cursor = start, "notifier started");
     let (tx, mut rx) = mpsc::channel::<Delivery>(n.queue);
     let mut watch = engine.watch(WatchRequest {
         after_cursor: start,
@@ -377,6 +405,7 @@ pub async fn run(
         kinds: n.kinds.clone(),
     });
     let reader_name = name.clone();
+    let reader_shown = shown.clone();
     let reader_stop = shutdown.clone();
     let reader = tokio::spawn(async move {
         // Times this notifier's queue was found full (a slow receiver), for the log.
@@ -389,7 +418,7 @@ pub async fn run(
             let item = match next {
                 None => return,
                 Some(Err(e)) => {
-                    tracing::error!(notifier = %reader_name, error = %e, "reading the feed failed");
+                    tracing::error!(notifier = %reader_shown, error = %e, "reading the feed failed");
                     return;
                 }
                 Some(Ok(item)) => item,
@@ -405,7 +434,7 @@ pub async fn run(
                 Err(mpsc::error::TrySendError::Full(d)) => {
                     full += 1;
                     ostler_metrics::notification("queue_full");
-                    tracing::warn!(notifier = %reader_name, cursor = d.cursor, times = full,
+                    tracing::warn!(notifier = %reader_shown, cursor = d.cursor, times = full,
                         "notification queue full (slow receiver): reading the feed pauses");
                     tokio::select! {
                         () = reader_stop.cancelled() => return,
@@ -425,11 +454,11 @@ pub async fn run(
         };
         if !ok {
             ostler_metrics::notification("given_up");
-            tracing::error!(notifier = %name, cursor = d.cursor, attempts = n.max_attempts,
+            tracing::error!(notifier = %shown, cursor = d.cursor, attempts = n.max_attempts,
                 "notification given up after every attempt failed");
         }
         if let Err(e) = store.set_notify_cursor(&name, d.cursor).await {
-            tracing::warn!(notifier = %name, error = %e, "cannot save the notifier's cursor");
+            tracing::warn!(notifier = %shown, error = %e, "cannot save the notifier's cursor");
         }
     }
     reader.abort();
@@ -448,7 +477,7 @@ async fn deliver(n: &Notifier, d: &Delivery, stop: &CancellationToken) -> Option
         let why = match result {
             Ok(Ok(status)) if status.is_success() => {
                 ostler_metrics::notification("delivered");
-                tracing::debug!(notifier = %n.name, cursor = d.cursor, attempt, "notification delivered");
+                tracing::debug!(notifier = %n.shown, cursor = d.cursor, attempt, "notification delivered");
                 return Some(true);
             }
             Ok(Ok(status)) => format!("HTTP {status}"),
@@ -459,7 +488,7 @@ async fn deliver(n: &Notifier, d: &Delivery, stop: &CancellationToken) -> Option
             break;
         }
         ostler_metrics::notification("retried");
-        tracing::warn!(notifier = %n.name, cursor = d.cursor, attempt, error = %why,
+        tracing::warn!(notifier = %n.shown, cursor = d.cursor, attempt, error = %why,
             retry_in_ms = delay.as_millis() as u64, "notification failed; retrying");
         tokio::select! {
             () = stop.cancelled() => return None,
@@ -529,6 +558,22 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_is_logged_without_credentials_or_query() {
+        let u: hyper::Uri = "https://me:pw@hooks.example:8443/a/b?token=t0k"
+            .parse()
+            .unwrap();
+        assert_eq!(redacted_url(&u), "https://hooks.example:8443/a/b?…");
+        let u: hyper::Uri = "http://127.0.0.1/hook".parse().unwrap();
+        assert_eq!(redacted_url(&u), "http://127.0.0.1/hook");
+        let cfg = NotifyConfig {
+            url: "http://me:pw@h/x?token=t0k".into(),
+            ..Default::default()
+        };
+        let shown = format!("{cfg:?} {:?}", cfg.validate(0).unwrap());
+        assert!(!shown.contains("pw") && !shown.contains("t0k"), "{shown}");
+    }
 
     #[test]
     fn signature_matches_rfc_4231_case_2() {

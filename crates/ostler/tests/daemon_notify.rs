@@ -238,6 +238,11 @@ secret = "s3cret"
 kinds = ["session_created", "turn_completed"]
 retry_initial_ms = 20
 retry_max_ms = 100
+
+# A URL holding secrets (a password, a query token) is never logged.
+[[notify]]
+url = "http://user:pa55word@127.0.0.1:9/elsewhere?key=qs3cret"
+kinds = ["permission_requested"]
 "#
         ),
     )
@@ -274,9 +279,18 @@ retry_max_ms = 100
     assert_eq!(turn["kind"], "turn_completed");
     assert_eq!(turn["event"]["payload"]["kind"], "turn_completed");
     assert!(turn["id"].as_u64().unwrap() > created["id"].as_u64().unwrap());
+    let log = daemon.log_text();
     assert!(
-        daemon.log_text().contains("notification failed; retrying"),
+        log.contains("notification failed; retrying"),
         "retries are logged"
+    );
+    assert!(
+        log.contains("notifier=http://127.0.0.1:9/elsewhere?…"),
+        "the unnamed notifier is named by its URL, redacted: {log}"
+    );
+    assert!(
+        !log.contains("pa55word") && !log.contains("qs3cret"),
+        "a secret of a notifier's URL was logged: {log}"
     );
     // And counted: two failed attempts of each item were retried (each retry is counted
     // before its attempt goes out), the first item delivered before the second was sent.
