@@ -441,6 +441,15 @@ impl CliOptions {
                 argv += v.len() + 1;
             }
         }
+        // Releases before 2.1 exit at start on this (and then at every resume).
+        if let (Some(m), Some(f)) = (&self.model, &self.fallback_model)
+            && m.trim() == f.trim()
+        {
+            return Err(bad(
+                "fallback_model",
+                "is the same as model; a fallback must be another model (or leave it unset)",
+            ));
+        }
         for (field, v) in [
             ("system_prompt", &self.system_prompt),
             ("append_system_prompt", &self.append_system_prompt),

@@ -1232,6 +1232,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             "tool_aliases",
             "Initialize fields",
         ),
+        (
+            pb::CreateSessionRequest {
+                enable_file_checkpointing: true,
+                ..Default::default()
+            },
+            "enable_file_checkpointing",
+            "rewind_files",
+        ),
     ] {
         let started = std::time::Instant::now();
         let e = c
@@ -1277,6 +1285,14 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "system_prompt",
+        ),
+        (
+            pb::CreateSessionRequest {
+                model: "claude-sonnet-4-5".into(),
+                fallback_model: "claude-sonnet-4-5".into(),
+                ..Default::default()
+            },
+            "fallback_model",
         ),
         (
             pb::CreateSessionRequest {

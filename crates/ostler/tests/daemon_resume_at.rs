@@ -150,6 +150,12 @@ async fn resume_cuts_the_conversation(release: &str) {
             .await
             .expect_err("a user message on 1.0.128");
         assert_eq!(e.code(), Code::InvalidArgument, "{release}: {e:?}");
+        assert!(
+            e.message()
+                .contains("Claude Code 1.0.128 resumes only at an assistant message"),
+            "the refusal names the release: {}",
+            e.message()
+        );
     }
 
     // In place: same session, seq continues, the model's context ends at the first answer.

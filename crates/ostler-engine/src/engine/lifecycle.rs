@@ -221,6 +221,20 @@ fn release_checks(inst: &Installation, options: &CliOptions) -> Result<()> {
     Ok(())
 }
 
+/// `enable_file_checkpointing` is for `RewindFiles`: refused up front on a release that
+/// cannot serve `rewind_files`, not found out once files have changed.
+fn check_checkpointing(inst: &Installation, enabled: bool) -> Result<()> {
+    if enabled && !inst.capabilities.control_support("rewind_files").served() {
+        return Err(Error::precondition(format!(
+            "Claude Code {} cannot serve the `rewind_files` control request, which \
+             `enable_file_checkpointing` is for (see docs/compatibility.md); leave it unset or \
+             use a newer release",
+            inst.version
+        )));
+    }
+    Ok(())
+}
+
 const LIVE_STATES: [SessionState; 4] = [
     SessionState::Starting,
     SessionState::Idle,
@@ -539,6 +553,7 @@ impl Engine {
             }
         }
         release_checks(self.installation(), &options)?;
+        check_checkpointing(self.installation(), req.enable_file_checkpointing)?;
         Ok(SessionSpec {
             options,
             rules: req.rules.clone(),
@@ -689,7 +704,26 @@ impl Engine {
             }
         };
         let (env, cid, at) = (env.to_vec(), cid.to_string(), at.to_string());
-        blocking(move || crate::capability::resume_at_value(&env, &cid, field, &at, key)).await
+        let version = inst.version.to_string();
+        blocking(move || {
+            crate::capability::resume_at_value(&env, &cid, field, &at, key).map_err(|e| match e {
+                // Name the release, as every capability refusal does.
+                Error::InvalidArgument { field, message }
+                    if message.starts_with("this Claude Code release") =>
+                {
+                    Error::InvalidArgument {
+                        field,
+                        message: message.replacen(
+                            "this Claude Code release",
+                            &format!("Claude Code {version}"),
+                            1,
+                        ),
+                    }
+                }
+                e => e,
+            })
+        })
+        .await
     }
 
     /// A create with a client-chosen id that exists: the session when cwd, options, rules
@@ -1038,6 +1072,7 @@ impl Engine {
         // other allowed roots, than when the session was made; refused, the session stays
         // as it is (resumable or suspended) for a daemon that can run it.
         release_checks(self.installation(), &spec.options)?;
+        check_checkpointing(self.installation(), spec.enable_file_checkpointing)?;
         let cwd = PathBuf::from(&rec.cwd);
         self.recheck_dir("the session's directory", &cwd).await?;
         for d in spec
