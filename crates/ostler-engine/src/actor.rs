@@ -931,6 +931,28 @@ impl Actor {
     /// `initialize_failed` saying why (the session runs on; its `system/init` still says
     /// what it has).
     async fn initialized(&mut self, result: std::result::Result<Option<RawJson>, ControlError>) {
+        if result.is_ok()
+            && let Some(servers) = self.meta.mcp_servers.take().filter(|m| !m.is_empty())
+        {
+            // The servers a client set at runtime, before this process: set again (the
+            // answer is recorded as `mcp_servers_set`, like the client's call).
+            let request = OutRequest::mcp_set_servers(servers);
+            let process = self.process.clone();
+            let tx = self.self_tx.clone();
+            tokio::spawn(async move {
+                let result = process.request(request.clone()).await;
+                if let Some(tx) = tx.upgrade() {
+                    let (reply, _) = oneshot::channel();
+                    let _ = tx
+                        .send(Command::ControlDone {
+                            request,
+                            result,
+                            reply,
+                        })
+                        .await;
+                }
+            });
+        }
         let notice = match result {
             Ok(answer) => {
                 let data = answer.and_then(|a| a.to_value().ok());

@@ -69,6 +69,12 @@ pub(crate) struct Meta {
     pub messages: HashMap<String, u64>,
     /// The session's hook registrations (its spec), by callback id = registration id.
     pub hooks: Vec<ostler_protocol::hooks::HookRegistration>,
+    /// The last `SetMaxThinkingTokens` (`Some(None)`: reset), given as the next spawn's
+    /// `--max-thinking-tokens` instead of the create's.
+    pub thinking_tokens: Option<Option<u32>>,
+    /// The servers of the last `SetMcpServers` (name -> config), sent again once the next
+    /// process has answered `initialize`.
+    pub mcp_servers: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// What an actor shows of its session, written by the actor only.

@@ -16,14 +16,12 @@ pub use ostler_store::{
 pub use ostler_supervisor::options as cli_options;
 pub use ostler_supervisor::{CliOptions, McpServer, ToolDecl, ToolServerDecl};
 
-/// An `engine_notice`'s data as clients may see it: for `session_created`, the values of
-/// the session's environment variables and of its MCP servers' `env` and `headers`
-/// (possible secrets) are replaced by `"<redacted>"`; other notices unchanged.
+/// An `engine_notice`'s data as clients (and webhooks) may see it: for `session_created`,
+/// the values of the session's environment variables and of its MCP servers' `env` and
+/// `headers` (possible secrets) are replaced by `"<redacted>"`, and so are those of the
+/// servers of `mcp_servers_set` (`SetMcpServers`, or its repetition after a resume); other
+/// notices unchanged.
 pub fn redacted_notice_data(code: &str, data: &Value) -> Value {
-    let mut d = data.clone();
-    if code != "session_created" {
-        return d;
-    }
     fn hide(v: Option<&mut Value>) {
         if let Some(Value::Object(m)) = v {
             for v in m.values_mut() {
@@ -31,12 +29,24 @@ pub fn redacted_notice_data(code: &str, data: &Value) -> Value {
             }
         }
     }
-    hide(d.get_mut("env"));
-    if let Some(Value::Object(servers)) = d.get_mut("mcp_servers") {
-        for s in servers.values_mut() {
-            hide(s.get_mut("env"));
-            hide(s.get_mut("headers"));
+    fn hide_servers(servers: Option<&mut Value>) {
+        if let Some(Value::Object(servers)) = servers {
+            for s in servers.values_mut() {
+                hide(s.get_mut("env"));
+                hide(s.get_mut("headers"));
+            }
         }
+    }
+    let mut d = data.clone();
+    match code {
+        "session_created" => {
+            hide(d.get_mut("env"));
+            hide_servers(d.get_mut("mcp_servers"));
+        }
+        "mcp_servers_set" => {
+            hide_servers(d.get_mut("request").and_then(|r| r.get_mut("servers")));
+        }
+        _ => {}
     }
     d
 }

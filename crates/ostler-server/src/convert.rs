@@ -1246,6 +1246,14 @@ mod tests {
         assert!(shown.contains("kept") && shown.contains("TOKEN"), "{shown}");
         let other = json_text(&eng::redacted_notice_data("resuming", &data));
         assert!(other.contains("s3cret"));
+        // SetMcpServers' notice (the request's servers) likewise.
+        let set = serde_json::json!({"request": {"servers": {
+            "a": {"type": "stdio", "command": "/bin/a", "args": [], "env": {"KEY": "s3cret"}},
+            "b": {"type": "http", "url": "https://x", "headers": {"X-Key": "s3cret"}},
+        }}, "answer": {"added": ["a", "b"]}});
+        let shown = json_text(&eng::redacted_notice_data("mcp_servers_set", &set));
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("KEY") && shown.contains("/bin/a"), "{shown}");
     }
 
     #[test]

@@ -745,71 +745,7 @@ impl CliOptions {
     }
 
     fn validate_mcp(&self) -> Result<(), InvalidOption> {
-        count("mcp_servers", self.mcp_servers.len(), limits::MCP_SERVERS)?;
-        for (name, server) in &self.mcp_servers {
-            let f = format!("mcp_servers[{}]", shown(name));
-            let name_ok = !name.is_empty()
-                && name.len() <= limits::MCP_NAME_BYTES
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            if !name_ok {
-                return Err(bad(
-                    f,
-                    format!(
-                        "an MCP server name is 1 to {} letters, digits, `_` or `-`",
-                        limits::MCP_NAME_BYTES
-                    ),
-                ));
-            }
-            match server {
-                McpServer::Stdio { command, args, env } => {
-                    arg(&format!("{f}.command"), command, limits::PATH_BYTES)?;
-                    count(&format!("{f}.args"), args.len(), limits::MCP_ARGS)?;
-                    for (i, a) in args.iter().enumerate() {
-                        text(&format!("{f}.args[{i}]"), a, limits::PATH_BYTES)?;
-                    }
-                    count(&format!("{f}.env"), env.len(), limits::VARS)?;
-                    for (k, v) in env {
-                        var_name(&format!("{f}.env"), k)?;
-                        text(&format!("{f}.env[{k}]"), v, limits::VALUE_BYTES)?;
-                    }
-                }
-                McpServer::Http { url, headers } | McpServer::Sse { url, headers } => {
-                    let uf = format!("{f}.url");
-                    arg(&uf, url, limits::PATH_BYTES)?;
-                    if !(url.starts_with("http://") || url.starts_with("https://")) {
-                        return Err(bad(
-                            uf,
-                            format!("{} is not an http:// or https:// URL", shown(url)),
-                        ));
-                    }
-                    count(&format!("{f}.headers"), headers.len(), limits::VARS)?;
-                    for (k, v) in headers {
-                        let hf = format!("{f}.headers");
-                        let ok = !k.is_empty()
-                            && k.len() <= 256
-                            && k.bytes().all(|b| b.is_ascii_graphic() && b != b':');
-                        if !ok {
-                            return Err(bad(hf, format!("{} is not a header name", shown(k))));
-                        }
-                        // Values are never shown: they often carry tokens.
-                        if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
-                            || v.len() > limits::VALUE_BYTES
-                        {
-                            return Err(bad(
-                                format!("{hf}[{k}]"),
-                                format!(
-                                    "a header value has no CR, LF or NUL and is at most {} bytes",
-                                    limits::VALUE_BYTES
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
+        validate_mcp_servers("mcp_servers", &self.mcp_servers)
     }
 
     /// The `--mcp-config` document (`{"mcpServers": {...}}`), when there are servers; tool
@@ -1044,6 +980,80 @@ fn redact_map(m: &mut BTreeMap<String, String>) {
     for v in m.values_mut() {
         *v = REDACTED.to_owned();
     }
+}
+
+/// Checks MCP server configs as `--mcp-config` (and `mcp_set_servers`) take them: names of
+/// 1-64 of `[A-Za-z0-9_-]`, a command or an http(s) URL, bounded args, env and headers.
+/// Errors name `field[name]...`.
+pub fn validate_mcp_servers(
+    field: &str,
+    servers: &BTreeMap<String, McpServer>,
+) -> Result<(), InvalidOption> {
+    count(field, servers.len(), limits::MCP_SERVERS)?;
+    for (name, server) in servers {
+        let f = format!("{field}[{}]", shown(name));
+        let name_ok = !name.is_empty()
+            && name.len() <= limits::MCP_NAME_BYTES
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok {
+            return Err(bad(
+                f,
+                format!(
+                    "an MCP server name is 1 to {} letters, digits, `_` or `-`",
+                    limits::MCP_NAME_BYTES
+                ),
+            ));
+        }
+        match server {
+            McpServer::Stdio { command, args, env } => {
+                arg(&format!("{f}.command"), command, limits::PATH_BYTES)?;
+                count(&format!("{f}.args"), args.len(), limits::MCP_ARGS)?;
+                for (i, a) in args.iter().enumerate() {
+                    text(&format!("{f}.args[{i}]"), a, limits::PATH_BYTES)?;
+                }
+                count(&format!("{f}.env"), env.len(), limits::VARS)?;
+                for (k, v) in env {
+                    var_name(&format!("{f}.env"), k)?;
+                    text(&format!("{f}.env[{k}]"), v, limits::VALUE_BYTES)?;
+                }
+            }
+            McpServer::Http { url, headers } | McpServer::Sse { url, headers } => {
+                let uf = format!("{f}.url");
+                arg(&uf, url, limits::PATH_BYTES)?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(bad(
+                        uf,
+                        format!("{} is not an http:// or https:// URL", shown(url)),
+                    ));
+                }
+                count(&format!("{f}.headers"), headers.len(), limits::VARS)?;
+                for (k, v) in headers {
+                    let hf = format!("{f}.headers");
+                    let ok = !k.is_empty()
+                        && k.len() <= 256
+                        && k.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+                    if !ok {
+                        return Err(bad(hf, format!("{} is not a header name", shown(k))));
+                    }
+                    // Values are never shown: they often carry tokens.
+                    if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+                        || v.len() > limits::VALUE_BYTES
+                    {
+                        return Err(bad(
+                            format!("{hf}[{k}]"),
+                            format!(
+                                "a header value has no CR, LF or NUL and is at most {} bytes",
+                                limits::VALUE_BYTES
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

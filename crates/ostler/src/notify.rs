@@ -302,6 +302,14 @@ pub fn signature(secret: &[u8], body: &[u8]) -> String {
 
 /// The JSON body of one item.
 pub fn body(notifier: &str, item: &FeedItem) -> Vec<u8> {
+    // A notice's secrets (a session's env values, MCP servers' env and headers) are hidden
+    // as from clients.
+    let mut payload = serde_json::to_value(&item.event.payload).unwrap_or_default();
+    if let ostler_engine::EventPayload::EngineNotice(n) = &item.event.payload
+        && let Some(data) = &n.data
+    {
+        payload["data"] = ostler_engine::redacted_notice_data(&n.code, data);
+    }
     let v = json!({
         "id": item.cursor,
         "notifier": notifier,
@@ -314,7 +322,7 @@ pub fn body(notifier: &str, item: &FeedItem) -> Vec<u8> {
         "event": {
             "seq": item.event.seq,
             "ts_ms": item.event.ts_ms,
-            "payload": item.event.payload,
+            "payload": payload,
         },
     });
     serde_json::to_vec(&v).unwrap_or_default()

@@ -230,15 +230,10 @@ async fn controls_2_1_330() {
     let set = c
         .set_mcp_servers(pb::SetMcpServersRequest {
             session_id: s.id.clone(),
+            // As `--mcp-config` takes it: no `type` (stdio), no `args`.
             servers_json: [(
                 "tickets".to_string(),
-                serde_json::json!({
-                    "type": "stdio",
-                    "command": mcp.display().to_string(),
-                    "args": [],
-                    "env": {},
-                })
-                .to_string(),
+                serde_json::json!({ "command": mcp.display().to_string() }).to_string(),
             )]
             .into(),
         })
@@ -347,14 +342,66 @@ async fn controls_2_1_330() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
-    let err = c
-        .set_mcp_servers(pb::SetMcpServersRequest {
+    // Configs CreateSession would refuse are refused here too, naming the server.
+    for (name, config, needle) in [
+        ("x", "[1]", "must be a JSON object"),
+        (
+            "bad name!",
+            r#"{"command": "/bin/true"}"#,
+            "an MCP server name",
+        ),
+        ("w", r#"{"type": "weird"}"#, "not an MCP server config"),
+        (
+            "f",
+            r#"{"type": "http", "url": "file:///etc/passwd"}"#,
+            "http:// or https://",
+        ),
+        ("d", r#"{"command": "-rf"}"#, "servers[\"d\"].command"),
+    ] {
+        let r = c
+            .set_mcp_servers(pb::SetMcpServersRequest {
+                session_id: s.id.clone(),
+                servers_json: [(name.to_string(), config.to_string())].into(),
+            })
+            .await;
+        assert_refused(r, tonic::Code::InvalidArgument, needle);
+    }
+
+    // What was set at runtime outlives the process: a resumed session gets the thinking
+    // budget on its command line and the MCP servers again.
+    c.set_max_thinking_tokens(pb::SetMaxThinkingTokensRequest {
+        session_id: s.id.clone(),
+        max_thinking_tokens: Some(3000),
+    })
+    .await
+    .unwrap();
+    c.stop_session(pb::StopSessionRequest {
+        session_id: s.id.clone(),
+    })
+    .await
+    .unwrap();
+    let resumed = c
+        .resume_session(pb::ResumeSessionRequest {
             session_id: s.id.clone(),
-            servers_json: [("x".to_string(), "[1]".to_string())].into(),
+            ..Default::default()
         })
         .await
-        .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        .unwrap()
+        .into_inner();
+    settled(&mut c, &resumed).await;
+    let kids = children(daemon.pid());
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    let argv = std::fs::read(format!("/proc/{}/cmdline", kids[0])).unwrap();
+    let argv: Vec<String> = argv
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    assert!(
+        argv.windows(2)
+            .any(|w| w[0] == "--max-thinking-tokens" && w[1] == "3000"),
+        "{argv:?}"
+    );
+    await_mcp_status(&mut c, &s.id, "tickets", "connected").await;
 }
 
 /// 1.0.128 answers `initialize` and `mcp_status` but none of the newer subtypes: each of

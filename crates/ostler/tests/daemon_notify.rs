@@ -259,6 +259,7 @@ kinds = ["permission_requested"]
                 cwd: world.work.display().to_string(),
                 first_prompt: text("Say hello"),
                 title: "hooked".into(),
+                env: [("API_TOKEN".to_owned(), "env5ecret".to_owned())].into(),
                 ..Default::default()
             },
         ))
@@ -273,6 +274,12 @@ kinds = ["permission_requested"]
     assert_eq!(created["session_id"], a.id.as_str());
     assert_eq!(created["title"], "hooked");
     assert_eq!(created["notifier"], "test-hook");
+    // The session's env values are hidden, as from clients.
+    let notice = created["event"]["payload"].to_string();
+    assert!(
+        !notice.contains("env5ecret") && notice.contains("API_TOKEN"),
+        "{notice}"
+    );
     assert_eq!(created["event"]["seq"], 1);
     let (turn, n) = accepted(&mut rx, "turn_completed").await;
     assert_eq!(n, 3);

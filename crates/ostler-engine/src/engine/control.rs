@@ -36,6 +36,47 @@ fn name_arg(field: &str, v: &str) -> Result<()> {
     Ok(())
 }
 
+/// `SetMcpServers`' configs checked as `CreateSession.mcp_servers` are (the same shapes
+/// and limits: a name of 1-64 of `[A-Za-z0-9_-]`, `type` stdio (the default with a
+/// `command`), http or sse), and written as the CLI's `mcp_set_servers` takes them: a
+/// stdio server always with `args` (the CLI fails on one without, with a JavaScript error).
+fn mcp_servers_to_send(servers: Map<String, Value>) -> Result<Map<String, Value>> {
+    use ostler_supervisor::McpServer;
+    let mut parsed = std::collections::BTreeMap::new();
+    for (name, mut config) in servers {
+        let field = format!("servers[{}]", ostler_supervisor::options::shown(&name));
+        let Value::Object(m) = &mut config else {
+            return Err(Error::invalid(field, "is not a JSON object"));
+        };
+        if !m.contains_key("type") && m.contains_key("command") {
+            m.insert("type".into(), Value::from("stdio"));
+        }
+        let server: McpServer = serde_json::from_value(config).map_err(|e| {
+            Error::invalid(
+                &field,
+                format!(
+                    "is not an MCP server config ({e}): {{\"type\": \"stdio\", \"command\", \
+                     \"args\"?, \"env\"?}} or {{\"type\": \"http\"|\"sse\", \"url\", \
+                     \"headers\"?}}"
+                ),
+            )
+        })?;
+        parsed.insert(name, server);
+    }
+    ostler_supervisor::options::validate_mcp_servers("servers", &parsed)
+        .map_err(|e| Error::invalid(e.field, e.message))?;
+    let mut out = Map::new();
+    for (name, server) in parsed {
+        let stdio = matches!(server, McpServer::Stdio { .. });
+        let mut v = serde_json::to_value(&server).map_err(|e| Error::internal(e.to_string()))?;
+        if stdio && let Value::Object(m) = &mut v {
+            m.entry("args").or_insert_with(|| Value::Array(Vec::new()));
+        }
+        out.insert(name, v);
+    }
+    Ok(out)
+}
+
 /// What every control request passes before it is sent: the release serves it (see
 /// [`crate::capability::check_control`]), and a model it switches to is one the session can
 /// be resumed with (the model is recorded and given as `--model` at every later spawn: a
@@ -123,15 +164,7 @@ impl Engine {
         session_id: &str,
         servers: Map<String, Value>,
     ) -> Result<Option<Value>> {
-        for (name, config) in &servers {
-            name_arg("servers", name)?;
-            if !config.is_object() {
-                return Err(Error::invalid(
-                    "servers",
-                    format!("the config of server {name:?} is not a JSON object"),
-                ));
-            }
-        }
+        let servers = mcp_servers_to_send(servers)?;
         self.control_answer(session_id, OutRequest::mcp_set_servers(servers))
             .await
     }

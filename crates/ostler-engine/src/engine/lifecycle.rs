@@ -852,8 +852,7 @@ impl Engine {
             from: SessionState::Starting,
             meta: Meta {
                 rules: req.rules.clone(),
-                messages: HashMap::new(),
-                hooks: Vec::new(),
+                ..Meta::default()
             },
         };
         // The new process does not suspend itself before its first prompt is sent.
@@ -899,11 +898,23 @@ impl Engine {
         } = launch;
         // Hook calls are answered with the registrations of the spec (issue 11).
         meta.hooks = spec.options.hooks.clone();
+        // The thinking budget last set at runtime wins over the create's (0 or a reset:
+        // the release's default), where the release takes the flag.
+        let takes_thinking_flag = self
+            .installation()
+            .capabilities
+            .accepts_option("--max-thinking-tokens")
+            != Some(false);
+        let max_thinking_tokens = match meta.thinking_tokens {
+            Some(set) if takes_thinking_flag => set.filter(|n| *n >= 1),
+            _ => spec.options.max_thinking_tokens,
+        };
         let opts = SpawnOptions {
             cwd: cwd.to_path_buf(),
             cli: CliOptions {
                 model: model.clone(),
                 permission_mode,
+                max_thinking_tokens,
                 managed_settings: ostler_supervisor::options::merge_managed_settings(
                     self.shared.opts.managed_settings.as_ref(),
                     spec.options.managed_settings.as_deref(),
@@ -1193,6 +1204,24 @@ impl Engine {
                             at_message_id: d["at_message_id"].as_str().map(str::to_owned),
                             message_since: false,
                         };
+                    }
+                    // Runtime controls a resume must not lose: the thinking budget is
+                    // given at spawn, the servers sent again after `initialize`.
+                    Ok(EventPayload::EngineNotice(n)) if n.code == "max_thinking_tokens_set" => {
+                        if let Some(d) = n.data {
+                            meta.thinking_tokens = Some(
+                                d["request"]["max_thinking_tokens"]
+                                    .as_u64()
+                                    .and_then(|v| u32::try_from(v).ok()),
+                            );
+                        }
+                    }
+                    Ok(EventPayload::EngineNotice(n)) if n.code == "mcp_servers_set" => {
+                        if let Some(serde_json::Value::Object(m)) =
+                            n.data.map(|mut d| d["request"]["servers"].take())
+                        {
+                            meta.mcp_servers = Some(m);
+                        }
                     }
                     Ok(EventPayload::EngineNotice(n)) if n.code == "rule_added" => {
                         if let Some(rule) = n
