@@ -251,6 +251,11 @@ fn prompt_from_stdin_and_failed_turn_exit_code() {
 name = "broken"
 when = { last_user_text_contains = "Break please" }
 error = { status = 400, kind = "invalid_request_error", message = "this request is broken" }
+
+[[model]]
+name = "escapes"
+when = { last_user_text_contains = "Say something odd" }
+blocks = [{ type = "text", text = "odd \u001b]0;pwned\u0007 \u001b[2J done" }]
 "#
     );
     let d = Served::start(&scenario);
@@ -273,6 +278,16 @@ error = { status = 400, kind = "invalid_request_error", message = "this request 
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("Hello from the fake model!"));
     assert!(String::from_utf8_lossy(&out.stderr).contains("✓ done · 1 turn"));
+
+    // Text from the model cannot drive the terminal: its escapes are shown, not sent.
+    let out = d.client(&["run", "Say something odd"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+    assert!(shown.contains("odd ^[]0;pwned^G ^[[2J done"), "{shown:?}");
 
     // A turn that ends in an API error: non-zero.
     let out = d.client(&["run", "--json", "Break please"], None);

@@ -443,7 +443,8 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
     match outcome {
         Outcome::Ended(why) if !a.until_turn => {
             if !a.json {
-                eprintln!("{}", Style::stderr().dim(&why));
+                let st = Style::stderr();
+                eprintln!("{}", super::render::terminal_safe(&st.dim(&why), st.on));
             }
             Ok(0)
         }

@@ -81,7 +81,61 @@ impl Style {
 /// `ostler: error: ...` on stderr.
 pub fn error_line(msg: &str) {
     let st = Style::stderr();
-    eprintln!("{} {msg}", st.red("ostler: error:"));
+    eprintln!("{} {}", st.red("ostler: error:"), terminal_safe(msg, false));
+}
+
+/// `s` made safe to write to a terminal: text from the model, the CLI or other clients
+/// must not drive it (move the cursor, set the title, write the clipboard with OSC 52,
+/// overwrite a line with `\r`). Control characters other than `\n` and `\t` are shown in
+/// caret notation (`^[`, `^A`, `^M`; C1 controls as `\u{9b}`), except the colour (SGR)
+/// sequences `ESC [ digits;... m` when `keep_colour` (ostler's own styling). A `\r` before
+/// `\n` is dropped.
+pub fn terminal_safe(s: &str, keep_colour: bool) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| (c.is_control() && c != '\n' && c != '\t') || ('\u{80}'..='\u{9f}').contains(&c);
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        let len = c.len_utf8();
+        if c == '\u{1b}' && keep_colour {
+            // ESC [ (digits | ;)* m
+            let tail = &rest[1..];
+            if let Some(params) = tail.strip_prefix('[') {
+                let n = params
+                    .bytes()
+                    .take_while(|b| b.is_ascii_digit() || *b == b';')
+                    .count();
+                if params.as_bytes().get(n) == Some(&b'm') {
+                    let seq = 2 + n + 1;
+                    out.push_str(&rest[..seq]);
+                    rest = &rest[seq..];
+                    continue;
+                }
+            }
+        }
+        if c == '\r' && rest[1..].starts_with('\n') {
+            rest = &rest[1..];
+            continue;
+        }
+        if unsafe_char(c) {
+            let code = c as u32;
+            if code < 0x20 {
+                out.push('^');
+                out.push(char::from_u32(code + 0x40).unwrap_or('?'));
+            } else if code == 0x7f {
+                out.push_str("^?");
+            } else {
+                out.push_str(&format!("\\u{{{code:x}}}"));
+            }
+        } else {
+            out.push(c);
+        }
+        rest = &rest[len..];
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Write to stdout and flush. A reader that went away (`ostler sessions | head -1`, `ostler
@@ -89,8 +143,16 @@ pub fn error_line(msg: &str) {
 /// no one left to tell, and a follower must not keep running for nobody. Other write errors
 /// are ignored, as `println!` would not.
 pub fn out(args: std::fmt::Arguments<'_>) {
+    static COLOUR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let colour = *COLOUR.get_or_init(|| Style::stdout().on);
+    let text = match args.as_str() {
+        Some(s) => std::borrow::Cow::Borrowed(s),
+        None => std::borrow::Cow::Owned(args.to_string()),
+    };
     let mut out = std::io::stdout().lock();
-    let written = out.write_fmt(args).and_then(|()| out.flush());
+    let written = out
+        .write_all(terminal_safe(&text, colour).as_bytes())
+        .and_then(|()| out.flush());
     stdout_written(written);
 }
 
@@ -377,7 +439,7 @@ impl Human {
             self.at_line_start = true;
             self.streaming = None;
         }
-        eprintln!("{s}");
+        eprintln!("{}", terminal_safe(s, self.err.on));
     }
 
     fn stream_text(&mut self, key: (String, u32), text: &str) {
@@ -1041,6 +1103,27 @@ mod tests {
             tool_call("Bash", &long).chars().count(),
             "Bash()".len() + 80
         );
+    }
+
+    #[test]
+    fn text_from_elsewhere_cannot_drive_the_terminal() {
+        use super::terminal_safe;
+        let evil =
+            "h\u{e9}llo \u{1f980} \u{1} ctrl \u{1b}[31m red \u{1b}]0;title\u{7} \u{9b}2J x\ry\r\n";
+        let shown = terminal_safe(evil, false);
+        assert_eq!(
+            shown,
+            "h\u{e9}llo \u{1f980} ^A ctrl ^[[31m red ^[]0;title^G \\u{9b}2J x^My\n"
+        );
+        // ostler's own colours pass when colour is on; nothing else does.
+        let coloured = format!("{} \u{1b}]52;c;aGk=\u{7}", "ok".red());
+        let shown = terminal_safe(&coloured, true);
+        assert!(shown.starts_with(&"ok".red().to_string()), "{shown:?}");
+        assert!(shown.ends_with("^[]52;c;aGk=^G"), "{shown:?}");
+        assert!(matches!(
+            terminal_safe("plain\ttext\n", false),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

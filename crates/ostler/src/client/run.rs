@@ -306,7 +306,10 @@ pub fn finish(
             let interrupted = !ok
                 && (f.interrupted || matches!(&f.out, Output::Human(h) if h.last_turn_interrupted));
             if !json_mode {
-                eprintln!("{}", summary(err, t, wall, interrupted));
+                eprintln!(
+                    "{}",
+                    super::render::terminal_safe(&summary(err, t, wall, interrupted), err.on)
+                );
             }
             let (code, outcome) = if ok {
                 (0, "success")
@@ -319,10 +322,8 @@ pub fn finish(
         }
         Outcome::Ended(why) => {
             if !json_mode {
-                eprintln!(
-                    "{}",
-                    err.red(&format!("✗ the turn did not complete: {why}"))
-                );
+                let line = err.red(&format!("✗ the turn did not complete: {why}"));
+                eprintln!("{}", super::render::terminal_safe(&line, err.on));
             }
             (EXIT_FAILED, json!({"outcome": "ended", "message": why}))
         }
