@@ -390,9 +390,22 @@ fn attach_resubscribes_after_the_daemon_dies_and_sees_every_event_once() {
             break;
         }
     }
-    // The daemon dies; a new one on the same address and store respawns the session.
+    // The daemon dies; a new one on the same address and store marks the session
+    // resumable (the default: no respawn at start), and the next send resumes it on
+    // demand. attach follows a resumable session as it does a suspended one.
     d.kill9();
-    d.restart(&[("OSTLER_SESSIONS__RESPAWN_ON_START", "true")]);
+    d.restart(&[]);
+    // attach has reconnected and shown the session resumable before anything resumes it.
+    loop {
+        let line = rx
+            .recv_timeout(common::guard())
+            .expect("attach shows the session resumable");
+        let resumable = line.contains("\"type\":\"state_changed\"") && line.contains("resumable");
+        lines.push(line);
+        if resumable {
+            break;
+        }
+    }
     let sent = d.ok_json(&["send", &id, "--json", "--no-wait", "Say hello again"]);
     let sent_seq = sent[0]["seq"].as_u64().expect("seq");
     // attach reconnects by itself and ends after the new turn.

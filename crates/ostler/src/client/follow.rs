@@ -395,9 +395,11 @@ impl Follower {
                                 let to = s.to;
                                 self.running = is_running(to);
                                 // A live stop/exit ends following (a replayed one does not),
-                                // unless (attach) the session is already live again: a
-                                // restarted daemon marks it resumable, then respawns it.
-                                if seq > caught_up_at && is_dead(to) && !(self.follow_respawns && self.live_now().await) {
+                                // except for attach: a restarted daemon marks the session
+                                // resumable, and it comes back on demand (as a suspended one
+                                // does) or is respawned at start.
+                                let resumable = to == pb::SessionState::Resumable as i32;
+                                if seq > caught_up_at && is_dead(to) && !(self.follow_respawns && (resumable || self.live_now().await)) {
                                     return Ok(Outcome::Ended(format!(
                                         "the session is {}{}",
                                         json::state_name(to),
