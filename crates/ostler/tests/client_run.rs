@@ -219,6 +219,13 @@ fn flags_deny_all_and_unanswerable_prompt() {
     );
     assert_eq!(listed.len(), 1, "the unanswered session still waits");
     assert_eq!(listed[0]["pending_interactions"], 1);
+    // The error says how to answer it from anywhere: approve / deny with its request id.
+    let pending = json_lines(&d.client(&["pending", "--json"], None).stdout);
+    let rid = pending[0]["request_id"].as_str().expect("request id");
+    assert!(
+        stderr.contains(&format!("ostler approve {rid}")),
+        "{stderr}"
+    );
     // Someone with the right to decide answers it later with attach.
     let id = listed[0]["id"].as_str().expect("id").to_owned();
     let out = d.client(

@@ -366,8 +366,9 @@ impl Answerer {
         let Some(tty) = self.tty.as_mut() else {
             return Ok(Asked::Unanswerable(format!(
                 "the session asks for permission to run {call}, and there is no terminal to ask on; \
-                 pass --allow-tools {} or --deny-all, or answer it with `ostler attach`",
-                r.tool_name
+                 pass --allow-tools {} or --deny-all, or answer it with `ostler approve {}` / \
+                 `ostler deny {} -m WHY`",
+                r.tool_name, r.request_id, r.request_id,
             )));
         };
         let st = tty.style;
@@ -671,8 +672,9 @@ impl Answerer {
                 .unwrap_or("?");
             return Ok(Asked::Unanswerable(format!(
                 "the session asks a question ({}) and there is no terminal to ask on; \
-                 pass --answer-first, or answer it with `ostler attach`",
-                clip(first, 80)
+                 pass --answer-first, or answer it with `ostler answer {} CHOICE`",
+                clip(first, 80),
+                q.request_id,
             )));
         };
         let st = tty.style;
