@@ -603,6 +603,12 @@ pub(crate) fn session_filters(
     count("states", states.len(), limits::STATE_FILTERS)?;
     count("labels", labels.len(), limits::LABEL_FILTERS)?;
     for (k, v) in labels {
+        // No session carries one (CreateSession refuses it): a typo, not "nothing matches".
+        if k.trim().is_empty() {
+            return Err(Status::invalid_argument(
+                "labels: a label key is empty (no session can carry one)",
+            ));
+        }
         bounded("labels: a key", k, limits::LABEL_KEY_BYTES)?;
         bounded(
             &format!("labels[{}]", crate::error::shown(k)),

@@ -307,6 +307,16 @@ async fn other_requests_are_checked_and_echoes_cut() {
         .await
         .unwrap_err();
     invalid(e, "labels");
+    // An empty key (which no session can carry) is a mistake, not an empty result.
+    let e = h
+        .client
+        .list_sessions(pb::ListSessionsRequest {
+            labels: [(String::new(), "x".to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    invalid(e, "label key is empty");
 
     // A known id that does not exist: NOT_FOUND, with the id quoted.
     let e = h
