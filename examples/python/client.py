@@ -78,7 +78,10 @@ def main():
     if args.token:
         metadata.append(("authorization", "Bearer " + args.token))
 
-    channel = grpc.insecure_channel(args.addr)
+    # One event may be larger than gRPC's default 4 MiB receive limit (docs/api.md, Limits).
+    channel = grpc.insecure_channel(
+        args.addr, options=[("grpc.max_receive_message_length", 64 << 20)]
+    )
     sessions = session_pb2_grpc.SessionServiceStub(channel)
 
     session = sessions.CreateSession(

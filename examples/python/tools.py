@@ -54,7 +54,11 @@ def main():
     metadata = [("x-ostler-client", "python-tools-example")]
     if args.token:
         metadata.append(("authorization", "Bearer " + args.token))
-    sessions = session_pb2_grpc.SessionServiceStub(grpc.insecure_channel(args.addr))
+    # One event may be larger than gRPC's default 4 MiB receive limit (docs/api.md, Limits).
+    channel = grpc.insecure_channel(
+        args.addr, options=[("grpc.max_receive_message_length", 64 << 20)]
+    )
+    sessions = session_pb2_grpc.SessionServiceStub(channel)
 
     tickets = session_pb2.ToolServer(
         name="tickets",

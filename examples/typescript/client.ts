@@ -34,7 +34,10 @@ const def = protoLoader.loadSync(["ostler/v1/session.proto"], {
 });
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const v1 = (grpc.loadPackageDefinition(def) as any).ostler.v1;
-const sessions = new v1.SessionService(addr, grpc.credentials.createInsecure());
+// One event may be larger than gRPC's default 4 MiB receive limit (docs/api.md, Limits).
+const sessions = new v1.SessionService(addr, grpc.credentials.createInsecure(), {
+  "grpc.max_receive_message_length": 64 << 20,
+});
 
 const md = new grpc.Metadata();
 md.set("x-ostler-client", "typescript-example");

@@ -267,7 +267,7 @@ impl Collector for Gauges {
             ),
             (
                 "pending_interactions",
-                "Permission requests and questions waiting for an answer",
+                "Interactions waiting for a client: permission requests, questions, hook calls, tool calls, elicitations",
                 self.pending_interactions,
             ),
             (

@@ -33,7 +33,7 @@ pub struct ServeArgs {
     /// Also listen on this Unix socket.
     #[arg(long, value_name = "PATH")]
     unix_socket: Option<PathBuf>,
-    /// Write the bound addresses to this file once the daemon accepts connections.
+    /// Write the bound addresses to this file once the daemon is ready (serves calls).
     #[arg(long, value_name = "FILE")]
     ready_file: Option<PathBuf>,
     /// Bearer tokens, one per line.

@@ -839,7 +839,7 @@ pub async fn health(a: HealthArgs) -> Result<i32> {
                     }
                 );
                 outln!(
-                    "  sessions {} total · {} live{} · {} running · {} waiting · {} idle · {} suspended · {} pending prompts",
+                    "  sessions {} total · {} live{} · {} running · {} waiting · {} idle · {} suspended · {} waiting for a client",
                     c.total,
                     c.live,
                     if c.max_live > 0 {
