@@ -339,3 +339,66 @@ fn sigterm_during_the_claude_check_ends_the_check_too() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// The client over TLS: a self-signed certificate made as docs/operations.md says
+/// (`CA:FALSE`) is accepted with `--tls-ca` naming it; one marked as a CA (what `openssl req
+/// -x509` makes without that extension) is refused by rustls, and the client says why and
+/// what to do instead of "start the daemon".
+#[tokio::test]
+async fn the_client_over_tls_says_what_is_wrong_with_a_certificate() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let world = World::new(NEW).await;
+    let dir = world.dir.path();
+    let make = |name: &str, ca: bool| {
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+        if ca {
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let (c, k) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c.display().to_string(), k.display().to_string())
+    };
+    let health = |addr: &str, ca: &str| {
+        Command::new(OSTLER)
+            .args(["health", "--addr", addr, "--tls-ca", ca])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &world.home)
+            .env("OSTLER_CONFIG", &world.config)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for (name, ca) in [("end-entity", false), ("marked-ca", true)] {
+        let (cert, key) = make(name, ca);
+        let daemon = world
+            .daemon_with_env(
+                &[],
+                &[("OSTLER_TLS__CERT", &cert), ("OSTLER_TLS__KEY", &key)],
+            )
+            .await;
+        let out = health(&format!("https://{}", daemon.addr), &cert);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if ca {
+            assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+            assert!(
+                stderr.contains("TLS certificate was not accepted")
+                    && stderr.contains("CA:FALSE")
+                    && !stderr.contains("ostler serve"),
+                "{stderr}"
+            );
+        } else {
+            assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+            assert!(stdout.starts_with("SERVING"), "{stdout}");
+        }
+        drop(daemon);
+    }
+}

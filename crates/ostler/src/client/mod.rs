@@ -355,6 +355,25 @@ static TARGET: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new(
 /// "cannot reach": which address, from which setting, and what to do.
 fn unreachable(target: &config::Target, why: &str) -> anyhow::Error {
     let addr = &target.endpoint;
+    // It answered, with a certificate the client does not accept: not a daemon to start.
+    if let Some(at) = why.find("invalid peer certificate") {
+        let reason = why[at..].split("; detail").next().unwrap_or(&why[at..]);
+        let hint = if reason.contains("CaUsedAsEndEntity") {
+            "the certificate is marked as a CA (CA:TRUE, what `openssl req -x509` makes by \
+             default): make the daemon's certificate with `-addext \
+             basicConstraints=critical,CA:FALSE` (docs/operations.md, TLS), or sign it with a CA \
+             and give that CA with --tls-ca"
+        } else if reason.contains("not valid for name") {
+            "connect by a name the certificate lists, or give that name with --tls-domain"
+        } else {
+            "give the CA that signed the daemon's certificate with --tls-ca (OSTLER_TLS_CA)"
+        };
+        return anyhow!(
+            "the ostler daemon at {addr} answered, but its TLS certificate was not accepted \
+             ({}): {hint}",
+            clip_detail(reason)
+        );
+    }
     let what = if why.contains("No such file") || why.contains("os error 2") {
         "no socket there"
     } else if why.contains("refused") {
