@@ -30,20 +30,19 @@ pub fn shown(s: &str) -> String {
     }
 }
 
-/// A message longer than ~300 characters keeps its first [`ECHO_CHARS`] and its last 80
-/// characters: an engine message that quotes a long input stays readable and small.
+/// A message longer than ~850 characters keeps its first 600 and its last 200 characters:
+/// an engine message that quotes a long input stays readable and small, and one that is
+/// long only because it says what to do (where it looked, which releases can) is whole.
 pub fn clip_message(m: String) -> String {
-    const TAIL: usize = 80;
+    const HEAD: usize = 600;
+    const TAIL: usize = 200;
     let n = m.chars().count();
-    if n <= ECHO_CHARS + TAIL + 40 {
+    if n <= HEAD + TAIL + 50 {
         return m;
     }
-    let head: String = m.chars().take(ECHO_CHARS).collect();
+    let head: String = m.chars().take(HEAD).collect();
     let tail: String = m.chars().skip(n - TAIL).collect();
-    format!(
-        "{head}... [{} characters cut] ...{tail}",
-        n - ECHO_CHARS - TAIL
-    )
+    format!("{head}... [{} characters cut] ...{tail}", n - HEAD - TAIL)
 }
 
 /// An engine error on its way to the client.
@@ -220,8 +219,11 @@ mod tests {
         let s = status_of(&Error::NotFound {
             what: format!("session \"{huge}\""),
         });
-        assert!(s.message().len() < 400, "{}", s.message().len());
+        assert!(s.message().len() < 1000, "{}", s.message().len());
         assert!(s.message().starts_with("session \"xxx"), "{}", s.message());
+        // A message long only for its advice is not cut.
+        let advice = format!("{} end", "where it looked, what to do; ".repeat(25));
+        assert_eq!(clip_message(advice.clone()), advice);
         let short = shown("abc");
         assert_eq!(short, "\"abc\"");
         let cut = shown(&"é".repeat(1000));
