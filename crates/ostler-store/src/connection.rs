@@ -39,6 +39,16 @@ pub(crate) fn open_error(path: &Path, e: rusqlite::Error) -> Error {
 pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<Connection> {
     let oe = |e| open_error(path, e);
     let conn = Connection::open_with_flags(path, open_flags_rw()).map_err(oe)?;
+    // SQLite opens a file it may not write read-only without a word; every write would then
+    // fail (and be retried as a passing fault). Said at once instead.
+    if conn.is_readonly(rusqlite::MAIN_DB).map_err(oe)? {
+        return Err(Error::Setup {
+            path: path.to_path_buf(),
+            reason: "the database file can be read but not written (its permissions, an \
+                     immutable attribute or a read-only mount); ostler writes every event to it"
+                .to_owned(),
+        });
+    }
     conn.busy_timeout(opts.busy_timeout).map_err(oe)?;
     // The writer reuses a couple of dozen statements; keep all of them prepared.
     conn.set_prepared_statement_cache_capacity(64);

@@ -353,3 +353,47 @@ async fn disk_full_at_shutdown_does_not_hold_the_daemon() {
     );
     drop(disk);
 }
+
+/// A store file the daemon may read but not write (here: the immutable attribute, which
+/// holds even for root) fails the start at once, saying so; SQLite would open it read-only
+/// without a word and every write would be retried for `store.write_retry_secs` (120 s)
+/// while clients were told the daemon was "starting".
+#[tokio::test]
+async fn a_store_file_that_cannot_be_written_fails_the_start_at_once() {
+    let world = World::new(NEW).await;
+    let Some(_disk) = SmallDisk::mount(world.store.parent().unwrap()) else {
+        return;
+    };
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let _ = create_session(&mut c, &world.work, "before").await;
+    daemon.terminate().await;
+    let chattr = |flag: &str| {
+        Command::new("chattr")
+            .arg(flag)
+            .arg(&world.store)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(chattr("+i"), "chattr +i on a tmpfs (root)");
+    let (mut cmd, _ready) = world.serve_command(&[]);
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &world.home);
+    let started = std::time::Instant::now();
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(chattr("-i"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("can be read but not written"),
+        "the reason is named: {stderr}"
+    );
+    assert!(
+        elapsed < ostler_testkit::timeouts::secs(30),
+        "refused at once, not after the write retries: {elapsed:?}"
+    );
+}
