@@ -648,17 +648,42 @@ impl CliOptions {
                 argv += v.len() + 1;
             }
         }
+        if let Some(js) = &self.json_schema
+            && let Ok(schema) = serde_json::from_str::<serde_json::Value>(js)
+        {
+            check_json_schema("json_schema", &schema, 0)?;
+        }
         if let Some(a) = &self.agents
             && let Ok(serde_json::Value::Object(m)) = serde_json::from_str(a)
         {
             for (name, def) in m {
+                let f = format!("agents[{}]", shown(&name));
                 let ok = def.get("description").is_some_and(|d| d.is_string())
                     && def.get("prompt").is_some_and(|p| p.is_string());
                 if !ok {
                     return Err(bad(
-                        format!("agents[{}]", shown(&name)),
+                        f,
                         "an agent needs a string `description` and a string `prompt`",
                     ));
+                }
+                // The fields the CLI reads with a shape of their own (it exits at start on
+                // another shape, and again at every resume).
+                for key in ["tools", "disallowedTools"] {
+                    if let Some(v) = def.get(key)
+                        && !v
+                            .as_array()
+                            .is_some_and(|a| a.iter().all(serde_json::Value::is_string))
+                    {
+                        return Err(bad(
+                            format!("{f}.{key}"),
+                            "is a list of tool names (strings)",
+                        ));
+                    }
+                }
+                if let Some(v) = def.get("model")
+                    && !v.is_string()
+                {
+                    return Err(bad(format!("{f}.model"), "is a model name (a string)"));
                 }
             }
         }
@@ -980,6 +1005,163 @@ fn redact_map(m: &mut BTreeMap<String, String>) {
     for v in m.values_mut() {
         *v = REDACTED.to_owned();
     }
+}
+
+/// The keywords of JSON Schema (draft-07 and 2020-12): the CLI compiles `--json-schema` in
+/// strict mode and exits at start on any other ("strict mode: unknown keyword"), and again
+/// at every resume.
+const SCHEMA_KEYWORDS: &[&str] = &[
+    "$schema",
+    "$id",
+    "$ref",
+    "$anchor",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$recursiveRef",
+    "$recursiveAnchor",
+    "$vocabulary",
+    "$comment",
+    "$defs",
+    "definitions",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "dependencies",
+    "prefixItems",
+    "items",
+    "additionalItems",
+    "contains",
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "type",
+    "enum",
+    "const",
+    "multipleOf",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "maxContains",
+    "minContains",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "dependentRequired",
+    "title",
+    "description",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "examples",
+    "format",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
+];
+
+/// JSON Schema's types.
+const SCHEMA_TYPES: &[&str] = &[
+    "string", "number", "integer", "boolean", "object", "array", "null",
+];
+
+/// A JSON Schema's keywords (at every level) and `type` values, as the CLI's strict
+/// compilation checks them; `at`: where in the schema (for the message).
+fn check_json_schema(at: &str, v: &serde_json::Value, depth: usize) -> Result<(), InvalidOption> {
+    use serde_json::Value;
+    if depth > 64 {
+        return Err(bad(at, "nests schemas more than 64 deep"));
+    }
+    let m = match v {
+        Value::Bool(_) => return Ok(()),
+        Value::Object(m) => m,
+        _ => return Err(bad(at, "is not a schema (an object, or true / false)")),
+    };
+    for (k, val) in m {
+        if !SCHEMA_KEYWORDS.contains(&k.as_str()) {
+            return Err(bad(
+                at,
+                format!(
+                    "{} is not a JSON Schema keyword (the CLI compiles the schema strictly and \
+                     would exit at start)",
+                    shown(k)
+                ),
+            ));
+        }
+        let here = format!("{at}.{k}");
+        match k.as_str() {
+            "type" => {
+                let ok = |t: &Value| t.as_str().is_some_and(|t| SCHEMA_TYPES.contains(&t));
+                let fine = match val {
+                    Value::Array(a) => !a.is_empty() && a.iter().all(ok),
+                    t => ok(t),
+                };
+                if !fine {
+                    return Err(bad(
+                        here,
+                        format!(
+                            "is not a JSON Schema type (one of {})",
+                            SCHEMA_TYPES.join(", ")
+                        ),
+                    ));
+                }
+            }
+            "not"
+            | "if"
+            | "then"
+            | "else"
+            | "contains"
+            | "additionalProperties"
+            | "propertyNames"
+            | "additionalItems"
+            | "unevaluatedItems"
+            | "unevaluatedProperties"
+            | "contentSchema" => {
+                check_json_schema(&here, val, depth + 1)?;
+            }
+            "items" => match val {
+                Value::Array(a) => {
+                    for (i, s) in a.iter().enumerate() {
+                        check_json_schema(&format!("{here}[{i}]"), s, depth + 1)?;
+                    }
+                }
+                s => check_json_schema(&here, s, depth + 1)?,
+            },
+            "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
+                let Value::Array(a) = val else {
+                    return Err(bad(here, "is a list of schemas"));
+                };
+                for (i, s) in a.iter().enumerate() {
+                    check_json_schema(&format!("{here}[{i}]"), s, depth + 1)?;
+                }
+            }
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+                let Value::Object(named) = val else {
+                    return Err(bad(here, "maps names to schemas"));
+                };
+                for (name, s) in named {
+                    check_json_schema(&format!("{here}[{}]", shown(name)), s, depth + 1)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Checks MCP server configs as `--mcp-config` (and `mcp_set_servers`) take them: names of
@@ -1358,6 +1540,48 @@ mod tests {
                 ..Default::default()
             },
             "json_schema",
+        );
+        // What the CLI's strict schema compilation refuses (it would exit at start, and at
+        // every resume), at any depth; and agent fields of the wrong shape.
+        for (schema, at) in [
+            (r#"{"foo": 1}"#, "json_schema"),
+            (r#"{"type": "bogus"}"#, "json_schema.type"),
+            (
+                r#"{"type": "object", "properties": {"x": {"type": "strin"}}}"#,
+                "json_schema.properties[\"x\"].type",
+            ),
+            (
+                r#"{"anyOf": [{"type": "string"}, {"minimun": 1}]}"#,
+                "json_schema.anyOf[1]",
+            ),
+            (r#"{"type": []}"#, "json_schema.type"),
+        ] {
+            let e = CliOptions {
+                json_schema: Some(schema.into()),
+                ..Default::default()
+            }
+            .validate()
+            .expect_err(schema);
+            assert_eq!(e.field, at, "{schema}: {e:?}");
+        }
+        let fine = r#"{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+            "properties": {"a": {"type": ["string", "null"], "description": "d"},
+            "b": {"type": "array", "items": {"enum": [1, 2]}}}, "required": ["a"],
+            "additionalProperties": false, "$defs": {"x": true}}"#;
+        CliOptions {
+            json_schema: Some(fine.into()),
+            ..Default::default()
+        }
+        .validate()
+        .expect("a schema of known keywords");
+        check(
+            CliOptions {
+                agents: Some(
+                    r#"{"a": {"description": "d", "prompt": "p", "tools": "notalist"}}"#.into(),
+                ),
+                ..Default::default()
+            },
+            "agents[\"a\"].tools",
         );
         check(
             CliOptions {
