@@ -29,6 +29,44 @@ use prometheus_client::registry::{Registry, Unit};
 /// The `Content-Type` of [`render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The `Content-Type` of [`to_prometheus_text`]'s text (Prometheus' classic format, for
+/// a scraper that does not ask for OpenMetrics).
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// [`render`]'s OpenMetrics text in Prometheus' classic text format (0.0.4): a counter's
+/// `# HELP` / `# TYPE` name its sample (`ostler_x_total`), `unknown` is `untyped`, no
+/// `# UNIT` and no `# EOF`. Samples are the same lines.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            if counters.contains(name) {
+                Some(format!("{p}{name}_total {tail}"))
+            } else if *p == "# TYPE " && tail == "unknown" {
+                Some(format!("{p}{name} untyped"))
+            } else {
+                None
+            }
+        });
+        match rewritten {
+            Some(l) => out.push_str(&l),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Every metric name starts with this (`ostler_events_appended_total`, ...).
 pub const PREFIX: &str = "ostler";
 
@@ -336,6 +374,43 @@ pub fn render(phase: Phase<'_>) -> Result<String, std::fmt::Error> {
 mod tests {
     use super::*;
     use prometheus_parse::{Scrape, Value};
+
+    /// The classic format names counters by their samples and carries the same values.
+    #[test]
+    fn the_classic_text_format_names_counters_by_their_samples() {
+        events_appended(3);
+        let om = render(Phase::Ready(Some(&Gauges::default()))).expect("render");
+        let text = to_prometheus_text(&om);
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE ostler_events_appended_total counter\n")
+                && text.contains("# HELP ostler_events_appended_total "),
+            "{text}"
+        );
+        assert!(
+            !text.contains("# TYPE ostler_events_appended counter"),
+            "{text}"
+        );
+        let lines = text.lines().map(|l| Ok(l.to_owned()));
+        let s = Scrape::parse(lines).expect("parse");
+        let c = s
+            .samples
+            .iter()
+            .find(|x| x.metric == "ostler_events_appended_total")
+            .expect("the counter");
+        assert!(
+            matches!(c.value, Value::Counter(v) if v >= 3.0),
+            "{:?}",
+            c.value
+        );
+        // Every sample line of the OpenMetrics text is there, unchanged.
+        for l in om.lines().filter(|l| !l.starts_with('#')) {
+            assert!(text.lines().any(|t| t == l), "{l}");
+        }
+    }
 
     fn scrape(g: Option<&Gauges>) -> Scrape {
         scrape_in(Phase::Ready(g))

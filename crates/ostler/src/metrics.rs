@@ -145,13 +145,26 @@ async fn answer(
         None => ostler_metrics::Phase::Starting,
         Some(g) => ostler_metrics::Phase::Ready(g.as_ref()),
     };
+    // OpenMetrics for a scraper that asks for it (Prometheus does); the classic text
+    // format otherwise (curl, parsers of the 0.0.4 format), as Prometheus' own clients do.
+    let openmetrics = req
+        .headers()
+        .get(hyper::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
     Ok(match ostler_metrics::render(phase) {
         Ok(text) => {
-            let mut r = Response::new(Full::new(Bytes::from(text)));
-            r.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static(ostler_metrics::CONTENT_TYPE),
-            );
+            let (body, content_type) = if openmetrics {
+                (text, ostler_metrics::CONTENT_TYPE)
+            } else {
+                (
+                    ostler_metrics::to_prometheus_text(&text),
+                    ostler_metrics::TEXT_CONTENT_TYPE,
+                )
+            };
+            let mut r = Response::new(Full::new(Bytes::from(body)));
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
             r
         }
         Err(e) => {
@@ -199,11 +212,20 @@ mod tests {
 
     /// GET /metrics on a fresh connection: the status line and the body.
     async fn scrape(addr: SocketAddr) -> (String, String) {
+        let (status, _, body) = scrape_accepting(addr, None).await;
+        (status, body)
+    }
+
+    /// GET /metrics with an `Accept` header: the status line, the content type, the body.
+    async fn scrape_accepting(addr: SocketAddr, accept: Option<&str>) -> (String, String, String) {
+        let accept = accept
+            .map(|a| format!("Accept: {a}\r\n"))
+            .unwrap_or_default();
         let exchange = async {
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                .await
-                .unwrap();
+            let req =
+                format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{accept}Connection: close\r\n\r\n");
+            s.write_all(req.as_bytes()).await.unwrap();
             let mut raw = String::new();
             s.read_to_string(&mut raw).await.unwrap();
             raw
@@ -212,7 +234,19 @@ mod tests {
             .await
             .expect("a starting daemon's endpoint answers at once");
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        (head.lines().next().unwrap().to_owned(), body.to_owned())
+        let content_type = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-type: ")
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+        (
+            head.lines().next().unwrap().to_owned(),
+            content_type,
+            body.to_owned(),
+        )
     }
 
     #[tokio::test]
@@ -241,6 +275,15 @@ mod tests {
             "no gauges before the engine: {body}"
         );
         assert!(value("ostler_events_appended_total").is_some(), "{body}");
+        // The classic format unless OpenMetrics is asked for (as Prometheus does).
+        let (_, plain, body) = scrape_accepting(addr, Some("*/*")).await;
+        assert!(plain.starts_with("text/plain; version=0.0.4"), "{plain}");
+        assert!(!body.contains("# EOF"), "{body}");
+        let prometheus =
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+        let (_, om, body) = scrape_accepting(addr, Some(prometheus)).await;
+        assert!(om.starts_with("application/openmetrics-text"), "{om}");
+        assert!(body.ends_with("# EOF\n"), "{body}");
         shutdown.cancel();
     }
 }

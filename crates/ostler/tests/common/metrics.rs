@@ -19,8 +19,13 @@ pub async fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
     let exchange = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(
-            format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
+            // Prometheus' own Accept: OpenMetrics first, the classic format after.
+            format!(
+                "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: \
+                 application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n\
+                 Connection: close\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .await
         .unwrap();
