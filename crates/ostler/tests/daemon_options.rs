@@ -1720,6 +1720,7 @@ async fn a_resume_checks_the_directory_the_roots_and_the_release_again() {
         mk(&other, "in-other-root", ""),
         mk(&swapped, "swapped-dir", ""),
         mk(&world.work, "with-effort", "high"),
+        mk(&world.work, "plain", ""),
     ] {
         let s = c.create_session(req).await.unwrap().into_inner();
         settled(&mut c, &s).await;
@@ -1761,6 +1762,28 @@ async fn a_resume_checks_the_directory_the_roots_and_the_release_again() {
         children(daemon.pid()).is_empty(),
         "no CLI was started for a refused resume"
     );
+    // A session the other release can run is resumed by it, and the log says so.
+    let before = session(&mut c, "plain").await;
+    assert_eq!(before.cli_version, NEW);
+    let answer = turn(&mut c, "plain", "Say hello").await;
+    assert!(!answer.is_empty());
+    let after = session(&mut c, "plain").await;
+    assert_eq!(after.cli_version, OLD, "the record follows the release");
+    let log = history(&mut c, "plain").await;
+    let changed = log
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(pb::session_event::Payload::EngineNotice(n))
+                if n.code == "cli_release_changed" =>
+            {
+                Some(n.clone())
+            }
+            _ => None,
+        })
+        .expect("a cli_release_changed notice");
+    let data: serde_json::Value = serde_json::from_str(&changed.data_json).unwrap();
+    assert_eq!(data["from"], NEW, "{data}");
+    assert_eq!(data["to"], OLD, "{data}");
     daemon.terminate().await;
 
     // The release that accepts the option resumes the session on demand.

@@ -247,6 +247,10 @@ pub(crate) const SESSION_CREATED: &str = "session_created";
 /// Code of the notice recorded before a session's next process is spawned.
 pub(crate) const RESUMING: &str = "resuming";
 
+/// Code of the notice recorded when a session is resumed by another CLI release than the
+/// one it last ran.
+pub(crate) const CLI_RELEASE_CHANGED: &str = "cli_release_changed";
+
 /// How to start a session's CLI process and actor.
 struct Launch<'a> {
     cwd: &'a Path,
@@ -1127,6 +1131,30 @@ impl Engine {
         let fork = fork && resume.is_some();
         let slot = self.acquire_slot(session_id, Some(entry)).await?;
         let how = if on_demand { " (on demand)" } else { "" };
+        let release = self.installation().version.to_string();
+        if let Some(before) = rec.cli_release.as_deref().filter(|r| *r != release) {
+            // Said in the log, and the record follows: the conversation's transcript was
+            // written by another release, which may read it otherwise (measured: 2.1.332
+            // continuing a conversation that 1.0.128 continued did not see 1.0.128's turns).
+            let item = Item::new(EventPayload::EngineNotice(EngineNotice {
+                code: CLI_RELEASE_CHANGED.into(),
+                message: format!(
+                    "this session last ran Claude Code {before}; it now runs {release}: turns \
+                     made under one release may be missing from the other's view of the \
+                     conversation (docs/operations.md, \"Changing the Claude Code release\")"
+                ),
+                data: Some(serde_json::json!({ "from": before, "to": release })),
+            }));
+            let with = WithEvents {
+                patch: Some(SessionPatch {
+                    cli_release: Some(release.clone()),
+                    updated_ms: now_ms(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            entry.hub.emit_with(vec![item], with).await?;
+        }
         entry
             .hub
             .emit_one(EventPayload::EngineNotice(EngineNotice {
