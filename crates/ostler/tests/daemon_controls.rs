@@ -669,15 +669,38 @@ fn control_commands() {
     assert!(context[0].is_object(), "{context:?}");
     let settings = d.ok_json(&["control", &id, "get_settings", "--json"]);
     assert!(settings[0].get("applied").is_some(), "{settings:?}");
-    for (subtype, use_instead) in [("set_model", "SetModel"), ("end_session", "StopSession")] {
+    for (subtype, use_instead, command) in [
+        ("set_model", "SetModel", "ostler model ID MODEL"),
+        ("end_session", "StopSession", "ostler stop ID"),
+    ] {
         let refused = d.client(&["control", &id, subtype, "{}"], None);
         assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+        let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(
-            String::from_utf8_lossy(&refused.stderr).contains(&format!("use {use_instead}")),
-            "{}",
+            stderr.contains(&format!("use {use_instead}"))
+                && stderr.contains(&format!("use `{command}`")),
+            "the RPC and the command that does it: {}",
             describe(&refused)
         );
     }
+
+    // The controls with a command of their own; each is recorded in the session's log.
+    let model = d.ok_json(&["model", &id, "claude-opus-test", "--json"]);
+    assert_eq!(model[0]["model"], "claude-opus-test", "{model:?}");
+    let mode = d.ok_json(&["mode", &id, "plan", "--json"]);
+    assert_eq!(mode[0]["permission_mode"], "plan", "{mode:?}");
+    let thinking = d.ok_json(&["thinking", &id, "4096", "--json"]);
+    assert_eq!(thinking[0]["max_thinking_tokens"], 4096, "{thinking:?}");
+    d.ok_json(&["thinking", &id, "--reset", "--json"]);
+    d.ok_json(&["stop-task", &id, "no-such-task", "--json"]);
+    let shown = d.ok_json(&["show", &id, "--json"]);
+    assert_eq!(shown[0]["model"], "claude-opus-test", "{shown:?}");
+    assert_eq!(shown[0]["permission_mode"], "plan", "{shown:?}");
+    let bad = d.client(&["mode", &id, "sideways"], None);
+    assert_eq!(bad.status.code(), Some(2), "{}", describe(&bad));
+    let none = d.client(&["thinking", &id], None);
+    assert_eq!(none.status.code(), Some(2), "{}", describe(&none));
+    d.ok_json(&["mode", &id, "default", "--json"]);
 
     let config = d.work.join("mcp.json");
     std::fs::write(

@@ -63,6 +63,81 @@ pub struct ControlArgs {
 }
 
 #[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:
+  ostler model @last claude-opus-4-1
+  ostler model 3f2a --default")]
+pub struct ModelArgs {
+    /// Session id, a unique suffix or prefix of one, or @last (the newest session)
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// The model (name or alias) for the following turns
+    #[arg(value_name = "MODEL", required_unless_present = "default")]
+    pub model: Option<String>,
+    /// Back to the CLI's default model
+    #[arg(long, conflicts_with = "model")]
+    pub default: bool,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:
+  ostler mode @last plan
+  ostler mode 3f2a acceptEdits")]
+pub struct ModeArgs {
+    /// Session id, a unique suffix or prefix of one, or @last (the newest session)
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// default, acceptEdits, plan or bypassPermissions
+    #[arg(value_name = "MODE", value_parser = super::run::parse_mode)]
+    pub mode: pb::PermissionMode,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:
+  ostler thinking @last 8000
+  ostler thinking 3f2a --reset")]
+pub struct ThinkingArgs {
+    /// Session id, a unique suffix or prefix of one, or @last (the newest session)
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// The most tokens the model may think per turn
+    #[arg(value_name = "TOKENS", required_unless_present = "reset")]
+    pub tokens: Option<u32>,
+    /// Clear the limit (the release's default)
+    #[arg(long, conflicts_with = "tokens")]
+    pub reset: bool,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct StopTaskArgs {
+    /// Session id, a unique suffix or prefix of one, or @last (the newest session)
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// The background task's id (from its `task_started` event)
+    #[arg(value_name = "TASK_ID")]
+    pub task_id: String,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Args)]
 pub struct RewindArgs {
     #[command(flatten)]
     pub session: SessionArg,
@@ -202,7 +277,24 @@ pub async fn control(a: ControlArgs) -> Result<i32> {
             request_json: a.fields.clone().unwrap_or_default(),
         })
         .await
-        .map_err(|s| status_error(&format!("send {}", a.subtype), s))?
+        .map_err(|s| {
+            // "use SetModel": the command that does it.
+            let hint = s
+                .message()
+                .split("use ")
+                .nth(1)
+                .map(|rest| {
+                    rest.split(|c: char| !c.is_ascii_alphanumeric())
+                        .next()
+                        .unwrap_or("")
+                })
+                .and_then(command_for);
+            let e = status_error(&format!("send {}", a.subtype), s);
+            match hint {
+                Some(cmd) => e.context(format!("use `{cmd}`")),
+                None => e,
+            }
+        })?
         .into_inner();
     let v = raw(&answer.response_json);
     if a.json {
@@ -211,6 +303,134 @@ pub async fn control(a: ControlArgs) -> Result<i32> {
         outln!("{}", serde_json::to_string_pretty(&v)?);
     }
     Ok(0)
+}
+
+/// A session named by a positional `ID` (before other positionals, so no `--last`).
+fn by_id(id: &str) -> SessionArg {
+    SessionArg {
+        id: Some(id.to_owned()),
+        last: false,
+    }
+}
+
+/// What a session-changing command prints: a line, or with `--json` one object.
+fn done(json: bool, id: &str, what: &str, fields: Value) -> Result<i32> {
+    if json {
+        let mut v = json!({"session_id": id, "done": what});
+        if let (Value::Object(m), Value::Object(f)) = (&mut v, fields) {
+            m.extend(f);
+        }
+        json_line(&v);
+    } else {
+        outln!("{what}");
+    }
+    Ok(0)
+}
+
+/// `ostler model ID MODEL|--default`: the model of the following turns (SetModel).
+pub async fn model(a: ModelArgs) -> Result<i32> {
+    let (mut conn, id) = session(&a.connect, &by_id(&a.id)).await?;
+    let model = if a.default {
+        String::new()
+    } else {
+        a.model.clone().unwrap_or_default()
+    };
+    conn.sessions
+        .set_model(pb::SetModelRequest {
+            session_id: id.clone(),
+            model: model.clone(),
+        })
+        .await
+        .map_err(|s| status_error("set the model", s))?;
+    // The CLI may map the name to another: the session says what it runs now.
+    let now = conn
+        .sessions
+        .get_session(pb::GetSessionRequest {
+            session_id: id.clone(),
+        })
+        .await
+        .map(|r| r.into_inner().model)
+        .unwrap_or(model);
+    done(
+        a.json,
+        &id,
+        &format!("model set to {now}"),
+        json!({"model": now}),
+    )
+}
+
+/// `ostler mode ID MODE`: the permission mode (SetPermissionMode).
+pub async fn mode(a: ModeArgs) -> Result<i32> {
+    let (mut conn, id) = session(&a.connect, &by_id(&a.id)).await?;
+    conn.sessions
+        .set_permission_mode(pb::SetPermissionModeRequest {
+            session_id: id.clone(),
+            mode: a.mode as i32,
+        })
+        .await
+        .map_err(|s| status_error("set the permission mode", s))?;
+    let name = super::json::mode_name(a.mode as i32);
+    done(
+        a.json,
+        &id,
+        &format!("permission mode set to {name}"),
+        json!({"permission_mode": name}),
+    )
+}
+
+/// `ostler thinking ID TOKENS|--reset`: the thinking budget (SetMaxThinkingTokens).
+pub async fn thinking(a: ThinkingArgs) -> Result<i32> {
+    let (mut conn, id) = session(&a.connect, &by_id(&a.id)).await?;
+    let tokens = if a.reset { None } else { a.tokens };
+    conn.sessions
+        .set_max_thinking_tokens(pb::SetMaxThinkingTokensRequest {
+            session_id: id.clone(),
+            max_thinking_tokens: tokens,
+        })
+        .await
+        .map_err(|s| status_error("set the thinking budget", s))?;
+    let what = match tokens {
+        Some(n) => format!("max thinking tokens set to {n}"),
+        None => "max thinking tokens reset".to_owned(),
+    };
+    done(a.json, &id, &what, json!({"max_thinking_tokens": tokens}))
+}
+
+/// `ostler stop-task ID TASK_ID`: stops a background task (StopTask).
+pub async fn stop_task(a: StopTaskArgs) -> Result<i32> {
+    let (mut conn, id) = session(&a.connect, &by_id(&a.id)).await?;
+    conn.sessions
+        .stop_task(pb::StopTaskRequest {
+            session_id: id.clone(),
+            task_id: a.task_id.clone(),
+        })
+        .await
+        .map_err(|s| status_error("stop the task", s))?;
+    done(
+        a.json,
+        &id,
+        &format!("asked the CLI to stop task {}", a.task_id),
+        json!({"task_id": a.task_id}),
+    )
+}
+
+/// The command of an RPC that `ostler control` refuses a subtype for.
+fn command_for(rpc: &str) -> Option<&'static str> {
+    Some(match rpc {
+        "SetModel" => "ostler model ID MODEL",
+        "SetPermissionMode" => "ostler mode ID MODE",
+        "SetMaxThinkingTokens" => "ostler thinking ID TOKENS",
+        "GetContextUsage" => "ostler context ID",
+        "GetMcpStatus" | "SetMcpServers" | "ToggleMcpServer" | "ReconnectMcpServer" => {
+            "ostler mcp ID ..."
+        }
+        "RewindFiles" => "ostler rewind ID --to MESSAGE_ID",
+        "StopTask" => "ostler stop-task ID TASK_ID",
+        "Interrupt" => "ostler interrupt ID",
+        "StopSession" => "ostler stop ID",
+        "GetSessionInfo" => "ostler info ID",
+        _ => return None,
+    })
 }
 
 /// `ostler context ID`: the context window's use.

@@ -161,6 +161,14 @@ pub enum ClientCommand {
     Context(controls::InfoArgs),
     /// A session's MCP servers: status, toggle NAME on|off, reconnect NAME, set FILE.
     Mcp(controls::McpArgs),
+    /// Switch a session's model for the following turns (or back to the default).
+    Model(controls::ModelArgs),
+    /// Set a session's permission mode: default, acceptEdits, plan or bypassPermissions.
+    Mode(controls::ModeArgs),
+    /// Set (or reset) the most tokens a session's model may think per turn.
+    Thinking(controls::ThinkingArgs),
+    /// Stop one of a session's background tasks.
+    StopTask(controls::StopTaskArgs),
     /// Restore the files a session changed to their state at one of its messages (a
     /// session created with file checkpointing).
     Rewind(controls::RewindArgs),
@@ -208,6 +216,10 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Info(a) => controls::info(a).await,
             ClientCommand::Context(a) => controls::context(a).await,
             ClientCommand::Mcp(a) => controls::mcp(a).await,
+            ClientCommand::Model(a) => controls::model(a).await,
+            ClientCommand::Mode(a) => controls::mode(a).await,
+            ClientCommand::Thinking(a) => controls::thinking(a).await,
+            ClientCommand::StopTask(a) => controls::stop_task(a).await,
             ClientCommand::Rewind(a) => controls::rewind(a).await,
             ClientCommand::Control(a) => controls::control(a).await,
         }
