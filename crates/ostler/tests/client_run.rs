@@ -202,6 +202,40 @@ fn flags_deny_all_and_unanswerable_prompt() {
     assert!(!d.work.join("created.txt").exists());
     assert!(d.model_saw("scripts may not touch"));
 
+    // --allowed-tools is the session's own rule (the CLI's --allowedTools): no prompt at
+    // all, without a terminal; --file-checkpointing makes the session rewindable.
+    let out = d.client(
+        &[
+            "run",
+            "--json",
+            "--allowed-tools",
+            "Bash(touch created.txt)",
+            "--file-checkpointing",
+            "Create the file please",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let ev = json_lines(&out.stdout);
+    assert!(
+        of_type(&ev, "permission_requested").is_empty(),
+        "{}",
+        describe(&out)
+    );
+    assert!(d.work.join("created.txt").exists());
+    std::fs::remove_file(d.work.join("created.txt")).unwrap();
+    let id = ev[0]["session"]["id"].as_str().expect("id");
+    let events = json_lines(&d.client(&["show", id, "--events", "--json"], None).stdout);
+    let created = events
+        .iter()
+        .find(|e| e["code"] == "session_created")
+        .expect("session_created");
+    let data = created["data"].to_string();
+    assert!(
+        data.contains("Bash(touch created.txt)") && data.contains("enable_file_checkpointing"),
+        "{data}"
+    );
+
     // No terminal, no flag that decides: a clear error, exit 3, the prompt left pending.
     let out = d.client(&["run", "Create the file please"], None);
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));

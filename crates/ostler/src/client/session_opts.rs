@@ -109,6 +109,19 @@ pub struct SessionOptionArgs {
     /// JSON schema the result must follow
     #[arg(long, value_name = "JSON")]
     pub json_schema: Option<String>,
+    /// Tool rules the session's CLI runs without asking anyone (its --allowedTools, e.g.
+    /// `Bash(git status)`; repeatable or comma-separated). Unlike --allow-tools, which this
+    /// client answers prompts with, these hold for every client
+    #[arg(long, value_name = "RULES", value_delimiter = ',')]
+    pub allowed_tools: Vec<String>,
+    /// Tool rules the session's CLI refuses outright (its --disallowedTools; repeatable or
+    /// comma-separated)
+    #[arg(long, value_name = "RULES", value_delimiter = ',')]
+    pub disallowed_tools: Vec<String>,
+    /// Keep checkpoints of the files the session changes, so `ostler rewind` can restore
+    /// them
+    #[arg(long)]
+    pub file_checkpointing: bool,
     /// An environment variable for this session's CLI (repeatable)
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -266,6 +279,9 @@ impl SessionOptionArgs {
         r.setting_sources = self.setting_sources.clone();
         r.agents_json = self.agents.clone().unwrap_or_default();
         r.json_schema = self.json_schema.clone().unwrap_or_default();
+        r.allowed_tools = self.allowed_tools.clone();
+        r.disallowed_tools = self.disallowed_tools.clone();
+        r.enable_file_checkpointing = self.file_checkpointing;
         r.tools = self.tools.clone();
         r.agent = self.agent.clone().unwrap_or_default();
         r.effort = self.effort.clone().unwrap_or_default();
