@@ -103,6 +103,59 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// `[[notify]]`: webhooks following the daemon-wide feed (config file only).
     pub notify: Vec<crate::notify::NotifyConfig>,
+    /// Where each value came from (the layers [`load`] merged), to name it in errors.
+    #[serde(skip)]
+    pub origins: Origins,
+}
+
+/// The merged layers of a loaded configuration: which one set a key (for messages only;
+/// equal for any two configurations).
+#[derive(Clone, Default)]
+pub struct Origins(Option<Figment>);
+
+impl PartialEq for Origins {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Origins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Origins")
+    }
+}
+
+impl Origins {
+    /// Where `key` (`sessions.max_live`) was set, when not by default: "in FILE", "by the
+    /// variable OSTLER_SESSIONS__MAX_LIVE", "by a command-line flag".
+    fn of(&self, key: &str) -> Option<String> {
+        let m = self.0.as_ref()?.find_metadata(key)?;
+        if m.name.contains("environment") {
+            let var = format!("OSTLER_{}", key.replace('.', "__").to_ascii_uppercase());
+            return Some(format!("set by the variable {var}"));
+        }
+        if let Some(figment::Source::File(f)) = &m.source {
+            return Some(format!("set in {}", f.display()));
+        }
+        // The flags are merged as one JSON value; the defaults are the `Config` type.
+        m.name
+            .contains("serde_json")
+            .then(|| "set by a command-line flag".to_owned())
+    }
+
+    /// `e` with where the setting it names (its first word, `sessions.max_live`) was set.
+    fn name_in(&self, e: anyhow::Error) -> anyhow::Error {
+        let text = format!("{e:#}");
+        let key: String = text
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_' || *c == '.')
+            .collect();
+        let key = key.trim_end_matches('.');
+        match (key.contains('.'), self.of(key)) {
+            (true, Some(origin)) => anyhow::anyhow!("{text} ({origin})"),
+            _ => e,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -486,6 +539,10 @@ pub fn load(explicit_file: Option<&Path>, overrides: &Overrides) -> Result<Confi
             }
         }
     }
+    // Each layer is read on its own terms before the next is merged over it: a value of the
+    // wrong type in the file is an error even when a variable or a flag sets the key too
+    // (else it would show up only the day that override goes).
+    fig.extract::<Config>().map_err(config_error)?;
     fig = fig
         .merge(Env::prefixed("OSTLER_").split("__").filter(|k| {
             let k = k.as_str();
@@ -510,13 +567,16 @@ pub fn load(explicit_file: Option<&Path>, overrides: &Overrides) -> Result<Confi
         // Merged over the file's table: where both set a key, the variable's value wins.
         fig = fig.merge(Serialized::default("sessions.managed_settings", value));
     }
+    fig.extract::<Config>().map_err(config_error)?;
     fig = fig
         .merge(Serialized::defaults(overrides.to_value()))
         .merge(Serialized::default(
             "sessions.env",
             overrides.session_env_value(),
         ));
-    fig.extract::<Config>().map_err(config_error)
+    let mut cfg = fig.extract::<Config>().map_err(config_error)?;
+    cfg.origins = Origins(Some(fig));
+    Ok(cfg)
 }
 
 /// A figment error as the user wrote the setting: `listen.adr in FILE`, or the variable
@@ -611,6 +671,10 @@ pub struct Validated {
 impl Config {
     /// Checks every key; errors name the key and say what to do.
     pub fn validate(&self) -> Result<Validated> {
+        self.validate_values().map_err(|e| self.origins.name_in(e))
+    }
+
+    fn validate_values(&self) -> Result<Validated> {
         let tcp =
             if self.listen.addr.trim().is_empty() {
                 None
@@ -1224,6 +1288,68 @@ mod tests {
         assert!(
             !format!("{c:?}").contains("secret-token"),
             "tokens never in Debug"
+        );
+    }
+
+    #[test]
+    fn every_layer_is_type_checked_and_errors_name_where_a_value_was_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("x.db").display().to_string();
+        // A wrong type in the file is an error though a flag sets the same key.
+        let bad = write(
+            dir.path(),
+            "bad.toml",
+            &format!("[store]\npath = {store:?}\n[sessions]\nmax_live = \"abc\"\n"),
+        );
+        let flags = Overrides {
+            max_live: Some(9),
+            ..Default::default()
+        };
+        let err = format!("{:#}", load(Some(&bad), &flags).unwrap_err());
+        assert!(
+            err.contains("sessions.max_live in") && err.contains("bad.toml"),
+            "{err}"
+        );
+        // Out of range: the message says which layer set it.
+        let zero = write(
+            dir.path(),
+            "zero.toml",
+            &format!("[store]\npath = {store:?}\n[sessions]\nmax_live = 0\n"),
+        );
+        let err = format!(
+            "{:#}",
+            load(Some(&zero), &Overrides::default())
+                .unwrap()
+                .validate()
+                .unwrap_err()
+        );
+        assert!(
+            err.contains("sessions.max_live")
+                && err.contains("(set in ")
+                && err.contains("zero.toml"),
+            "{err}"
+        );
+        let ok = write(
+            dir.path(),
+            "ok.toml",
+            &format!("[store]\npath = {store:?}\n"),
+        );
+        let flags = Overrides {
+            max_live: Some(0),
+            ..Default::default()
+        };
+        let err = format!(
+            "{:#}",
+            load(Some(&ok), &flags).unwrap().validate().unwrap_err()
+        );
+        assert!(err.contains("(set by a command-line flag)"), "{err}");
+        // A default is not "set" anywhere.
+        assert_eq!(
+            load(Some(&ok), &Overrides::default())
+                .unwrap()
+                .origins
+                .of("sessions.max_live"),
+            None
         );
     }
 
