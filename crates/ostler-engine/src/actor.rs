@@ -904,6 +904,16 @@ impl Actor {
         }
         let data = crate::runtime::control_notice_data(&request, answer.as_ref());
         let (code, message) = match &request {
+            // A dry run changed nothing: not recorded as a rewind.
+            OutRequest::Other { subtype, fields }
+                if subtype == "rewind_files"
+                    && fields.get("dry_run").and_then(serde_json::Value::as_bool) == Some(true) =>
+            {
+                (
+                    "files_rewind_checked",
+                    "rewind_files dry run done".to_owned(),
+                )
+            }
             OutRequest::Other { subtype, .. } => (
                 crate::runtime::control_notice_code(subtype),
                 format!("{subtype} done"),

@@ -304,6 +304,16 @@ async fn controls_2_1_330() {
         .into_inner();
     assert!(dry.can_rewind, "{}", dry.raw_json);
     assert!(target.is_file(), "a dry run changes nothing");
+    // ... and is not recorded as a rewind.
+    let dry_notice = read_until(&mut events, &mut seen, "the dry run's notice", |e| {
+        matches!(&e.payload, Some(P::EngineNotice(n))
+            if n.code == "files_rewind_checked" || n.code == "files_rewound")
+    })
+    .await;
+    assert!(
+        matches!(&dry_notice.payload, Some(P::EngineNotice(n)) if n.code == "files_rewind_checked"),
+        "{dry_notice:?}"
+    );
     let done = c
         .rewind_files(pb::RewindFilesRequest {
             session_id: s.id.clone(),
