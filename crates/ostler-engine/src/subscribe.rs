@@ -78,7 +78,8 @@ struct Prefetch {
 }
 
 /// The stored bytes (payloads and raw lines) a replay page stops at, besides its count: a
-/// subscriber holds at most two pages (the one being sent and the next), so many
+/// subscriber holds at most two pages of small events (the one being sent and the next,
+/// read ahead) and one page of large ones (a page cut here is not read ahead), so many
 /// subscribers replaying a log of large events (a 3 MB tool input and its echo) do not
 /// hold the log many times over.
 pub(crate) const PAGE_BYTES: usize = 1024 * 1024;
@@ -284,7 +285,11 @@ impl Subscription {
             self.last = seq;
             self.buf.push_back(ev);
         }
-        if more {
+        // The next page is read ahead while this one is sent, unless this one was cut at
+        // PAGE_BYTES: a log of large events is then held one page at a time (a subscriber
+        // that does not read holds one page, not two), and reading is cheap beside sending
+        // a MiB.
+        if more && !page.cut {
             let next = self.page_limit();
             if next > 0 {
                 self.prefetch = Some(self.start_page(self.last, next));
@@ -548,7 +553,7 @@ mod tests {
     }
 
     /// Replay pages end at [`PAGE_BYTES`] as well as at their count: a log of large events
-    /// is read a few events at a time (a subscriber holds at most two pages), and every
+    /// is read a few events at a time (a subscriber holds one such page at a time), and every
     /// event still comes, in order, followed or not.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn replay_pages_of_large_events_are_bounded_in_bytes() {
@@ -571,6 +576,12 @@ mod tests {
             for want in 1..=EVENTS {
                 let ev = next_event(&mut sub).await.expect("open");
                 assert_eq!(ev.seq, Some(want), "follow {follow}");
+                // A page cut at PAGE_BYTES is not read ahead: one page held at a time.
+                assert_eq!(
+                    sub.store_reads(),
+                    want.div_ceil(3),
+                    "follow {follow}: after event {want}"
+                );
             }
             // Three events make a page: ceil(9 / 3) pages, not one page of 512.
             assert!(
