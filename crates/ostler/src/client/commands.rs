@@ -218,7 +218,7 @@ pub async fn sessions(a: SessionsArgs) -> Result<i32> {
         return Ok(0);
     }
     if all.is_empty() {
-        eprintln!("no sessions");
+        errln!("no sessions");
         return Ok(0);
     }
     let st = Style::stdout();
@@ -410,7 +410,7 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
         Output::Human(h)
     };
     if !a.json {
-        eprintln!(
+        errln!(
             "{}",
             Style::stderr().dim(&format!(
                 "attached to {} (Ctrl-C interrupts a running turn, twice detaches)",
@@ -444,7 +444,7 @@ pub async fn attach(a: AttachArgs) -> Result<i32> {
         Outcome::Ended(why) if !a.until_turn => {
             if !a.json {
                 let st = Style::stderr();
-                eprintln!("{}", super::render::terminal_safe(&st.dim(&why), st.on));
+                eprintln!("{}", super::render::terminal_text(&st.dim(&why)));
             }
             Ok(0)
         }

@@ -32,7 +32,7 @@ impl Output {
         match self {
             Output::Human(h) => h.note(s),
             // stdout carries only JSON; notes go to stderr.
-            Output::Json => eprintln!("{}", super::render::terminal_safe(s, false)),
+            Output::Json => eprintln!("{}", super::render::terminal_text(s)),
         }
     }
 

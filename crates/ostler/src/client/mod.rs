@@ -23,6 +23,14 @@ macro_rules! outln {
     };
 }
 
+/// `eprintln!` through [`render::terminal_text`]: text from elsewhere shown harmlessly,
+/// ostler's own colours kept.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        eprintln!("{}", $crate::client::render::terminal_text(&format!($($arg)*)))
+    };
+}
+
 /// `bail!` for a [`Usage`] error.
 macro_rules! usage {
     ($($arg:tt)*) => {

@@ -202,7 +202,7 @@ pub async fn pending(a: PendingArgs) -> Result<i32> {
         return Ok(0);
     }
     if all.is_empty() {
-        eprintln!("nothing pending");
+        errln!("nothing pending");
         return Ok(0);
     }
     let st = Style::stdout();
@@ -225,7 +225,7 @@ pub async fn pending(a: PendingArgs) -> Result<i32> {
     for l in lines {
         outln!("{l}");
     }
-    eprintln!(
+    errln!(
         "{}",
         Style::stderr().dim(
             "answer with `ostler approve ID`, `ostler deny ID -m why`, `ostler answer ID CHOICE`, \

@@ -217,8 +217,10 @@ impl Tty {
         })
     }
 
+    /// Writes to the terminal: text from elsewhere (the model's tool input, a question)
+    /// shown harmlessly, ostler's own colours kept.
     pub fn say(&mut self, text: &str) {
-        let _ = write!(self.out, "{text}");
+        let _ = write!(self.out, "{}", super::render::terminal_text(text));
         let _ = self.out.flush();
     }
 

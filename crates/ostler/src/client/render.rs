@@ -36,42 +36,42 @@ impl Style {
     }
     pub fn dim(self, s: &str) -> String {
         if self.on {
-            s.dim().to_string()
+            mark(s.dim().to_string())
         } else {
             s.to_owned()
         }
     }
     pub fn bold(self, s: &str) -> String {
         if self.on {
-            s.bold().to_string()
+            mark(s.bold().to_string())
         } else {
             s.to_owned()
         }
     }
     pub fn red(self, s: &str) -> String {
         if self.on {
-            s.red().to_string()
+            mark(s.red().to_string())
         } else {
             s.to_owned()
         }
     }
     pub fn green(self, s: &str) -> String {
         if self.on {
-            s.green().to_string()
+            mark(s.green().to_string())
         } else {
             s.to_owned()
         }
     }
     pub fn yellow(self, s: &str) -> String {
         if self.on {
-            s.yellow().to_string()
+            mark(s.yellow().to_string())
         } else {
             s.to_owned()
         }
     }
     pub fn cyan(self, s: &str) -> String {
         if self.on {
-            s.cyan().to_string()
+            mark(s.cyan().to_string())
         } else {
             s.to_owned()
         }
@@ -81,15 +81,49 @@ impl Style {
 /// `ostler: error: ...` on stderr.
 pub fn error_line(msg: &str) {
     let st = Style::stderr();
-    eprintln!("{} {}", st.red("ostler: error:"), terminal_safe(msg, false));
+    eprintln!(
+        "{}",
+        terminal_text(&format!("{} {msg}", st.red("ostler: error:")))
+    );
+}
+
+/// What ostler's own styling writes where its escape sequences start, until the text is
+/// written: a per-process random token that text from elsewhere cannot know, so
+/// [`terminal_text`] can tell ostler's colours from escapes that came with the text.
+static STYLE_MARK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("\u{e000}{:016x}\u{e001}", h.finish())
+});
+
+/// ostler's styled text, its escapes replaced by [`STYLE_MARK`].
+fn mark(styled: String) -> String {
+    styled.replace('\u{1b}', &STYLE_MARK)
+}
+
+/// Text about to be written to a terminal (or a pipe): everything from elsewhere made
+/// harmless by [`terminal_safe`], then ostler's own styling (its marks) turned back into
+/// escapes.
+pub fn terminal_text(s: &str) -> std::borrow::Cow<'_, str> {
+    let safe = terminal_safe(s, false);
+    if safe.contains(STYLE_MARK.as_str()) {
+        std::borrow::Cow::Owned(safe.replace(STYLE_MARK.as_str(), "\u{1b}"))
+    } else {
+        safe
+    }
 }
 
 /// `s` made safe to write to a terminal: text from the model, the CLI or other clients
 /// must not drive it (move the cursor, set the title, write the clipboard with OSC 52,
-/// overwrite a line with `\r`). Control characters other than `\n` and `\t` are shown in
-/// caret notation (`^[`, `^A`, `^M`; C1 controls as `\u{9b}`), except the colour (SGR)
-/// sequences `ESC [ digits;... m` when `keep_colour` (ostler's own styling). A `\r` before
-/// `\n` is dropped.
+/// overwrite a line with `\r`, hide or blink text). Control characters other than `\n` and
+/// `\t` are shown in caret notation (`^[`, `^A`, `^M`; C1 controls as `\u{9b}`), except the
+/// colour (SGR) sequences `ESC [ digits;... m` when `keep_colour`. A `\r` before `\n` is
+/// dropped. Output goes through [`terminal_text`], which keeps only ostler's own colours.
 pub fn terminal_safe(s: &str, keep_colour: bool) -> std::borrow::Cow<'_, str> {
     let unsafe_char =
         |c: char| (c.is_control() && c != '\n' && c != '\t') || ('\u{80}'..='\u{9f}').contains(&c);
@@ -143,16 +177,17 @@ pub fn terminal_safe(s: &str, keep_colour: bool) -> std::borrow::Cow<'_, str> {
 /// no one left to tell, and a follower must not keep running for nobody. Other write errors
 /// are ignored, as `println!` would not.
 pub fn out(args: std::fmt::Arguments<'_>) {
-    static COLOUR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let colour = *COLOUR.get_or_init(|| Style::stdout().on);
     let text = match args.as_str() {
         Some(s) => std::borrow::Cow::Borrowed(s),
         None => std::borrow::Cow::Owned(args.to_string()),
     };
+    out_bytes(terminal_text(&text).as_bytes());
+}
+
+/// Write to stdout as is (see [`out`]).
+fn out_bytes(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
-    let written = out
-        .write_all(terminal_safe(&text, colour).as_bytes())
-        .and_then(|()| out.flush());
+    let written = out.write_all(bytes).and_then(|()| out.flush());
     stdout_written(written);
 }
 
@@ -166,9 +201,31 @@ pub fn stdout_written(written: std::io::Result<()>) {
     }
 }
 
-/// Print one JSON value as a line on stdout.
+/// Print one JSON value as a line on stdout: the text intact, and nothing in it that a
+/// terminal acts on (serde_json leaves DEL and the C1 controls unescaped: they are written
+/// as `\u007f`, `\u009b`, ..., which only strings can hold).
 pub fn json_line(v: &Value) {
-    out(format_args!("{v}\n"));
+    let mut line = json_text(v);
+    line.push('\n');
+    out_bytes(line.as_bytes());
+}
+
+/// `v` as one line of JSON that a terminal does not act on (see [`json_line`]).
+fn json_text(v: &Value) -> String {
+    let mut line = v.to_string();
+    if line.contains(|c: char| c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c)) {
+        line = line
+            .chars()
+            .map(|c| {
+                if c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c) {
+                    format!("\\u{:04x}", c as u32)
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect();
+    }
+    line
 }
 
 /// Shorten to `max` characters (by chars), with an ellipsis.
@@ -384,7 +441,7 @@ impl Human {
             self.since.elapsed().as_secs()
         );
         let mut e = std::io::stderr().lock();
-        let _ = write!(e, "\r\x1b[2K{}", self.err.cyan(&line));
+        let _ = write!(e, "\r\x1b[2K{}", terminal_text(&self.err.cyan(&line)));
         let _ = e.flush();
         self.spinner_shown = true;
     }
@@ -439,7 +496,7 @@ impl Human {
             self.at_line_start = true;
             self.streaming = None;
         }
-        eprintln!("{}", terminal_safe(s, self.err.on));
+        eprintln!("{}", terminal_text(s));
     }
 
     fn stream_text(&mut self, key: (String, u32), text: &str) {
@@ -1115,15 +1172,35 @@ mod tests {
             shown,
             "h\u{e9}llo \u{1f980} ^A ctrl ^[[31m red ^[]0;title^G \\u{9b}2J x^My\n"
         );
-        // ostler's own colours pass when colour is on; nothing else does.
-        let coloured = format!("{} \u{1b}]52;c;aGk=\u{7}", "ok".red());
-        let shown = terminal_safe(&coloured, true);
+        // ostler's own colours pass; colours, hiding and OSC from the text do not.
+        let st = super::Style { on: true };
+        let coloured = format!(
+            "{} \u{1b}[8mhidden \u{1b}[31mred \u{1b}]52;c;aGk=\u{7}",
+            st.red("ok")
+        );
+        let shown = super::terminal_text(&coloured);
         assert!(shown.starts_with(&"ok".red().to_string()), "{shown:?}");
-        assert!(shown.ends_with("^[]52;c;aGk=^G"), "{shown:?}");
+        assert!(
+            shown.ends_with(" ^[[8mhidden ^[[31mred ^[]52;c;aGk=^G"),
+            "{shown:?}"
+        );
+        assert!(!st.red("x").contains('\u{1b}'), "marked until written");
         assert!(matches!(
             terminal_safe("plain\ttext\n", false),
             std::borrow::Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn json_lines_keep_the_text_and_hold_nothing_a_terminal_acts_on() {
+        let text = "E\u{9b}2J F\u{85}G\u{7f}H \u{1b}]0;t\u{7} é";
+        let line = super::json_text(&serde_json::json!({ "text": text }));
+        assert!(
+            !line.chars().any(|c| c.is_control()),
+            "no raw control character: {line:?}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&line).expect("valid JSON");
+        assert_eq!(back["text"], text, "the text intact");
     }
 
     #[test]

@@ -131,7 +131,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     if args.json {
         json_line(&json!({"type": "session", "session": json::session(&session)}));
     } else {
-        eprintln!("{}", err.dim(&format!("session {id}")));
+        errln!("{}", err.dim(&format!("session {id}")));
     }
     let out = if args.json {
         Output::Json
@@ -205,7 +205,7 @@ async fn chat(args: RunArgs) -> Result<i32> {
     let mut conn = connect(&args.connect).await?;
     let mut ctrlc = CtrlC::install()?;
     let err = Style::stderr();
-    eprintln!(
+    errln!(
         "{}",
         err.dim("ostler chat · Enter sends · Ctrl-C interrupts a turn · Ctrl-D or /exit ends")
     );
@@ -237,7 +237,7 @@ async fn chat(args: RunArgs) -> Result<i32> {
                     .await
                     .map_err(|s| status_error("create session", s))?
                     .into_inner();
-                eprintln!("{}", err.dim(&format!("session {}", session.id)));
+                errln!("{}", err.dim(&format!("session {}", session.id)));
                 let f = follower.insert(Follower {
                     conn: conn.clone(),
                     session_id: session.id.clone(),
@@ -277,7 +277,7 @@ async fn chat(args: RunArgs) -> Result<i32> {
         }
     }
     if let Some(f) = &follower {
-        eprintln!(
+        errln!(
             "{}",
             err.dim(&format!(
                 "session {} stays; `ostler attach {0}` or `ostler send {0} …` continues it",
@@ -308,7 +308,7 @@ pub fn finish(
             if !json_mode {
                 eprintln!(
                     "{}",
-                    super::render::terminal_safe(&summary(err, t, wall, interrupted), err.on)
+                    super::render::terminal_text(&summary(err, t, wall, interrupted))
                 );
             }
             let (code, outcome) = if ok {
@@ -323,13 +323,13 @@ pub fn finish(
         Outcome::Ended(why) => {
             if !json_mode {
                 let line = err.red(&format!("✗ the turn did not complete: {why}"));
-                eprintln!("{}", super::render::terminal_safe(&line, err.on));
+                eprintln!("{}", super::render::terminal_text(&line));
             }
             (EXIT_FAILED, json!({"outcome": "ended", "message": why}))
         }
         Outcome::Detached => {
             if !json_mode {
-                eprintln!(
+                errln!(
                     "{}",
                     err.yellow(&format!(
                         "detached; the session keeps running — `ostler attach {id}` to follow it"

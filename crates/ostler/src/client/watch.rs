@@ -256,7 +256,7 @@ pub async fn watch(a: WatchArgs) -> Result<i32> {
         .into_inner();
     let st = Style::stdout();
     if !a.no_follow {
-        eprintln!("watching every session from cursor {after_cursor} (Ctrl-C to stop)");
+        errln!("watching every session from cursor {after_cursor} (Ctrl-C to stop)");
     }
     loop {
         let next = tokio::select! {
