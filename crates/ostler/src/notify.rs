@@ -150,26 +150,54 @@ impl NotifyConfig {
     /// Checks the entry `notify[i]`; errors name the key.
     pub fn validate(&self, i: usize) -> Result<Notifier> {
         let key = |k: &str| format!("notify[{i}].{k}");
-        let uri: hyper::Uri = self
-            .url
-            .trim()
-            .parse()
-            .with_context(|| format!("{}: {:?} is not a URL", key("url"), self.url))?;
+        // The url is never quoted back whole: it may hold a password or a token.
+        let uri: hyper::Uri = self.url.trim().parse().map_err(|e| {
+            anyhow::anyhow!(
+                "{}: not a URL ({e}); expected http(s)://HOST[:PORT]/PATH",
+                key("url")
+            )
+        })?;
         let https = match uri.scheme_str() {
             Some("http") => false,
             Some("https") => true,
             _ => bail!(
-                "{}: {:?} must start with https:// or http://",
+                "{}: must start with https:// or http:// (it starts with {:?})",
                 key("url"),
-                self.url
+                uri.scheme_str().unwrap_or("")
             ),
         };
         let host = uri
             .host()
-            .with_context(|| format!("{}: {:?} has no host", key("url"), self.url))?
+            .filter(|h| !h.is_empty())
+            .with_context(|| format!("{}: {} has no host", key("url"), redacted_url(&uri)))?
             .trim_matches(['[', ']'])
             .to_owned();
-        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        // A port written but not one (`:65616`): hyper reads no port at all.
+        let written_port = uri
+            .authority()
+            .map(|a| a.as_str().rsplit('@').next().unwrap_or(""))
+            .and_then(|hostport| {
+                hostport
+                    .rsplit_once(']')
+                    .map_or(Some(hostport), |(_, p)| Some(p))
+            })
+            .is_some_and(|rest| rest.contains(':'));
+        let port = match (written_port, uri.port_u16()) {
+            (true, None) => bail!(
+                "{}: the port of {} is not a port number (1 to 65535)",
+                key("url"),
+                redacted_url(&uri)
+            ),
+            (_, Some(0)) => bail!("{}: port 0 is not a port to send to", key("url")),
+            (_, Some(p)) => p,
+            (false, None) => {
+                if https {
+                    443
+                } else {
+                    80
+                }
+            }
+        };
         let tls = if https {
             let name = rustls_pki_types::ServerName::try_from(host.clone())
                 .with_context(|| format!("{}: {host:?} is not a TLS server name", key("url")))?;
@@ -351,6 +379,56 @@ pub fn spawn_all(
         .collect()
 }
 
+/// `Basic base64(user:password)` of a url's credentials (percent-decoded), if it has any.
+fn basic_auth(uri: &hyper::Uri) -> Option<String> {
+    let (userinfo, _) = uri.authority()?.as_str().rsplit_once('@')?;
+    let decoded = percent_decode(userinfo);
+    Some(format!("Basic {}", base64_encode(decoded.as_bytes())))
+}
+
+/// `%XX` sequences decoded (invalid ones kept as they are).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Standard base64 with padding.
+fn base64_encode(bytes: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// `scheme://host[:port]/path`, without credentials, and `?…` for a query: what may be
 /// logged of a notifier's URL.
 pub fn redacted_url(uri: &hyper::Uri) -> String {
@@ -412,7 +490,6 @@ pub async fn run(
         states: Vec::new(),
         kinds: n.kinds.clone(),
     });
-    let reader_name = name.clone();
     let reader_shown = shown.clone();
     let reader_stop = shutdown.clone();
     let reader = tokio::spawn(async move {
@@ -434,7 +511,7 @@ pub async fn run(
             let d = Delivery {
                 cursor: item.cursor,
                 kind: item.kind.as_str(),
-                body: Bytes::from(body(&reader_name, &item)),
+                body: Bytes::from(body(&reader_shown, &item)),
             };
             match tx.try_send(d) {
                 Ok(()) => {}
@@ -536,10 +613,15 @@ where
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let authority = n
-        .uri
-        .authority()
-        .map_or_else(|| n.host.clone(), |a| a.as_str().to_owned());
+    // Host is host[:port]; credentials in the url go as Basic authentication, as curl
+    // sends them (never in Host).
+    let authority = match n.uri.authority().and_then(|a| a.as_str().rsplit_once('@')) {
+        Some((_, host)) => host.to_owned(),
+        None => n
+            .uri
+            .authority()
+            .map_or_else(|| n.host.clone(), |a| a.as_str().to_owned()),
+    };
     let mut req = hyper::Request::post(path)
         .header(hyper::header::HOST, authority)
         .header(hyper::header::CONTENT_TYPE, "application/json")
@@ -551,6 +633,9 @@ where
         .header(KIND_HEADER, d.kind);
     if let Some(secret) = &n.secret {
         req = req.header(SIGNATURE_HEADER, signature(secret, &d.body));
+    }
+    if let Some(basic) = basic_auth(&n.uri) {
+        req = req.header(hyper::header::AUTHORIZATION, basic);
     }
     let req = req
         .body(Full::new(d.body.clone()))
@@ -566,6 +651,40 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_a_url_go_as_basic_auth_and_bad_urls_are_not_quoted() {
+        assert_eq!(
+            base64_encode(b"Aladdin:open sesame"),
+            "QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
+        assert_eq!(base64_encode(b"a"), "YQ==");
+        assert_eq!(base64_encode(b"ab"), "YWI=");
+        let u: hyper::Uri = "http://al%40x:p%3Aw@127.0.0.1:9/h".parse().unwrap();
+        assert_eq!(
+            basic_auth(&u).as_deref(),
+            Some(format!("Basic {}", base64_encode(b"al@x:p:w")).as_str())
+        );
+        let plain: hyper::Uri = "http://127.0.0.1:9/h".parse().unwrap();
+        assert_eq!(basic_auth(&plain), None);
+        for url in [
+            "ftp://u:PWSECRET@127.0.0.1:1/x?token=TSECRET",
+            "http://u:PWSECRET@/x?token=TSECRET",
+            "http://u:PWSECRET @127.0.0.1:1/x?token=TSECRET",
+            "http://u:PWSECRET@127.0.0.1:65616/x?token=TSECRET",
+        ] {
+            let cfg = NotifyConfig {
+                url: url.into(),
+                ..Default::default()
+            };
+            let err = format!("{:#}", cfg.validate(0).unwrap_err());
+            assert!(err.starts_with("notify[0].url"), "{err}");
+            assert!(
+                !err.contains("PWSECRET") && !err.contains("TSECRET"),
+                "{url}: {err}"
+            );
+        }
+    }
 
     #[test]
     fn a_url_is_logged_without_credentials_or_query() {

@@ -183,6 +183,9 @@ async fn next(rx: &mut mpsc::UnboundedReceiver<Received>, what: &str) -> Receive
         .unwrap()
 }
 
+/// The test-hook url's credentials, `hookuser:hookpw`, as Basic authentication.
+const HOOK_AUTH: Option<&str> = Some("Basic aG9va3VzZXI6aG9va3B3");
+
 fn expected_signature(body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(b"s3cret").unwrap();
     mac.update(body);
@@ -195,14 +198,26 @@ fn expected_signature(body: &[u8]) -> String {
     format!("sha256={hex}")
 }
 
-/// Reads requests until one is answered 200; checks every signature on the way. Returns
-/// the accepted body and how many attempts it took.
-async fn accepted(rx: &mut mpsc::UnboundedReceiver<Received>, what: &str) -> (Value, usize) {
+/// Reads requests until one is answered 200; checks every signature on the way, and that
+/// `Host` never carries a url's credentials. Returns the accepted body and how many
+/// attempts it took.
+async fn accepted(
+    rx: &mut mpsc::UnboundedReceiver<Received>,
+    what: &str,
+    auth: Option<&str>,
+) -> (Value, usize) {
     let mut attempts = 0;
     let mut id = None;
     loop {
         let r = next(rx, what).await;
         attempts += 1;
+        let host = r.headers.get("host").cloned().unwrap_or_default();
+        assert!(!host.is_empty() && !host.contains('@'), "Host {host:?}");
+        assert_eq!(
+            r.headers.get("authorization").map(String::as_str),
+            auth,
+            "{what}"
+        );
         assert_eq!(
             r.headers.get("x-ostler-signature").map(String::as_str),
             Some(expected_signature(&r.body).as_str()),
@@ -233,7 +248,7 @@ async fn webhooks_are_signed_retried_and_resumed_after_a_restart() {
             r#"
 [[notify]]
 name = "test-hook"
-url = "http://127.0.0.1:{port}/hook"
+url = "http://hookuser:hookpw@127.0.0.1:{port}/hook"
 secret = "s3cret"
 kinds = ["session_created", "turn_completed"]
 retry_initial_ms = 20
@@ -268,7 +283,7 @@ kinds = ["permission_requested"]
         .into_inner();
 
     // Each item: two 500s, then accepted on the third attempt; in feed order.
-    let (created, n) = accepted(&mut rx, "session_created").await;
+    let (created, n) = accepted(&mut rx, "session_created", HOOK_AUTH).await;
     assert_eq!(n, 3);
     assert_eq!(created["kind"], "session_created");
     assert_eq!(created["session_id"], a.id.as_str());
@@ -281,7 +296,7 @@ kinds = ["permission_requested"]
         "{notice}"
     );
     assert_eq!(created["event"]["seq"], 1);
-    let (turn, n) = accepted(&mut rx, "turn_completed").await;
+    let (turn, n) = accepted(&mut rx, "turn_completed", HOOK_AUTH).await;
     assert_eq!(n, 3);
     assert_eq!(turn["kind"], "turn_completed");
     assert_eq!(turn["event"]["payload"]["kind"], "turn_completed");
@@ -296,7 +311,7 @@ kinds = ["permission_requested"]
         "the unnamed notifier is named by its URL, redacted: {log}"
     );
     assert!(
-        !log.contains("pa55word") && !log.contains("qs3cret"),
+        !log.contains("pa55word") && !log.contains("qs3cret") && !log.contains("hookpw"),
         "a secret of a notifier's URL was logged: {log}"
     );
     // And counted: two failed attempts of each item were retried (each retry is counted
@@ -319,7 +334,7 @@ kinds = ["permission_requested"]
     let mut c = daemon.sessions().await;
     let b = plain_session(&mut c, &world).await;
     loop {
-        let (v, _) = accepted(&mut rx, "after the restart").await;
+        let (v, _) = accepted(&mut rx, "after the restart", HOOK_AUTH).await;
         assert_ne!(
             v["id"], created["id"],
             "an acknowledged item was delivered again"
@@ -383,7 +398,7 @@ retry_max_ms = 100
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
     let a = plain_session(&mut c, &world).await;
-    let (created, n) = accepted(&mut rx, "session_created over https").await;
+    let (created, n) = accepted(&mut rx, "session_created over https", None).await;
     assert_eq!(n, 1);
     assert_eq!(created["notifier"], "tls-hook");
     assert_eq!(created["session_id"], a.id.as_str());
