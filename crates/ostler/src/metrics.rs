@@ -151,7 +151,7 @@ async fn answer(
         .headers()
         .get(hyper::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("application/openmetrics-text"));
+        .is_some_and(wants_openmetrics);
     Ok(match ostler_metrics::render(phase) {
         Ok(text) => {
             let (body, content_type) = if openmetrics {
@@ -175,6 +175,33 @@ async fn answer(
             )
         }
     })
+}
+
+/// Whether an `Accept` header prefers OpenMetrics: its media type (any case) with a q
+/// above 0 and at least that of `text/plain` (or `text/*`, `*/*`).
+fn wants_openmetrics(accept: &str) -> bool {
+    let (mut om, mut text): (Option<f32>, Option<f32>) = (None, None);
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| {
+                let (k, v) = p.split_once('=')?;
+                k.trim()
+                    .eq_ignore_ascii_case("q")
+                    .then(|| v.trim().parse::<f32>().ok())
+                    .flatten()
+            })
+            .next()
+            .unwrap_or(1.0);
+        let best = |old: Option<f32>| Some(old.map_or(q, |o| o.max(q)));
+        match media.as_str() {
+            "application/openmetrics-text" => om = best(om),
+            "text/plain" | "text/*" | "*/*" => text = best(text),
+            _ => {}
+        }
+    }
+    om.is_some_and(|q| q > 0.0 && q >= text.unwrap_or(0.0))
 }
 
 /// The engine's health report as the gauges of a scrape.
@@ -209,6 +236,20 @@ mod tests {
 
     use super::*;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    #[test]
+    fn accept_is_read_with_its_q_values() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                          version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(wants_openmetrics(prometheus));
+        assert!(wants_openmetrics("APPLICATION/OPENMETRICS-TEXT"));
+        assert!(!wants_openmetrics("application/openmetrics-text;q=0"));
+        assert!(!wants_openmetrics(
+            "text/plain;q=1, application/openmetrics-text;q=0.5"
+        ));
+        assert!(!wants_openmetrics("application/openmetrics-textx"));
+        assert!(!wants_openmetrics("*/*"));
+    }
 
     /// GET /metrics on a fresh connection: the status line and the body.
     async fn scrape(addr: SocketAddr) -> (String, String) {
