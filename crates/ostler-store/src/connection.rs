@@ -38,6 +38,26 @@ pub(crate) fn open_error(path: &Path, e: rusqlite::Error) -> Error {
 /// incremental auto-vacuum for new files). Does not migrate.
 pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<Connection> {
     let oe = |e| open_error(path, e);
+    // The WAL and its index left by the last run must be writable too: SQLite would open
+    // the store and fail at the first write (or at the first read of a frame).
+    for suffix in ["-wal", "-shm"] {
+        let mut companion = path.as_os_str().to_owned();
+        companion.push(suffix);
+        let companion = std::path::PathBuf::from(companion);
+        if companion.exists()
+            && let Err(e) = std::fs::OpenOptions::new().write(true).open(&companion)
+        {
+            return Err(Error::Setup {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "its {suffix} file {} cannot be written ({e}): its permissions, an \
+                     immutable attribute or a read-only mount; ostler writes every event \
+                     through it",
+                    companion.display()
+                ),
+            });
+        }
+    }
     let conn = Connection::open_with_flags(path, open_flags_rw()).map_err(oe)?;
     // SQLite opens a file it may not write read-only without a word; every write would then
     // fail (and be retried as a passing fault). Said at once instead.

@@ -368,32 +368,44 @@ async fn a_store_file_that_cannot_be_written_fails_the_start_at_once() {
     let mut c = daemon.sessions().await;
     let _ = create_session(&mut c, &world.work, "before").await;
     daemon.terminate().await;
-    let chattr = |flag: &str| {
+    let chattr = |flag: &str, file: &Path| {
         Command::new("chattr")
             .arg(flag)
-            .arg(&world.store)
+            .arg(file)
             .status()
             .is_ok_and(|s| s.success())
     };
-    assert!(chattr("+i"), "chattr +i on a tmpfs (root)");
-    let (mut cmd, _ready) = world.serve_command(&[]);
-    cmd.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &world.home);
-    let started = std::time::Instant::now();
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    let elapsed = started.elapsed();
-    assert!(chattr("-i"));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("can be read but not written"),
-        "the reason is named: {stderr}"
-    );
-    assert!(
-        elapsed < ostler_testkit::timeouts::secs(30),
-        "refused at once, not after the write retries: {elapsed:?}"
-    );
+    // A start that must fail at once, saying `why`.
+    let refused = async |why: &str| {
+        let (mut cmd, _ready) = world.serve_command(&[]);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &world.home);
+        let started = std::time::Instant::now();
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let elapsed = started.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(why), "the reason is named: {stderr}");
+        assert!(
+            elapsed < ostler_testkit::timeouts::secs(30),
+            "refused at once, not after the write retries: {elapsed:?}"
+        );
+    };
+    assert!(chattr("+i", &world.store), "chattr +i on a tmpfs (root)");
+    refused("can be read but not written").await;
+    assert!(chattr("-i", &world.store));
+
+    // The WAL a killed daemon left behind, not writable: the same.
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let _ = create_session(&mut c, &world.work, "before the kill").await;
+    daemon.kill9();
+    let wal = world.store.with_extension("db-wal");
+    assert!(wal.exists(), "a killed daemon leaves its WAL");
+    assert!(chattr("+i", &wal));
+    refused("-wal file").await;
+    assert!(chattr("-i", &wal));
 }
