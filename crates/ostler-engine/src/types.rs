@@ -16,6 +16,29 @@ pub use ostler_store::{
 pub use ostler_supervisor::options as cli_options;
 pub use ostler_supervisor::{CliOptions, McpServer, ToolDecl, ToolServerDecl};
 
+/// A CLI's answer (a control response, `mcp_status`) as clients may see it: the values of
+/// every `env` and `headers` object in it (an MCP server's configuration, settings' `env`:
+/// possible secrets) replaced by `"<redacted>"`, at any depth.
+pub fn redact_env_and_headers(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m.iter_mut() {
+                if (k == "env" || k == "headers")
+                    && let Value::Object(secrets) = child
+                {
+                    for s in secrets.values_mut() {
+                        *s = Value::String(cli_options::REDACTED.into());
+                    }
+                } else {
+                    redact_env_and_headers(child);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(redact_env_and_headers),
+        _ => {}
+    }
+}
+
 /// An `engine_notice`'s data as clients (and webhooks) may see it: for `session_created`,
 /// the values of the session's environment variables and of its MCP servers' `env` and
 /// `headers` (possible secrets) are replaced by `"<redacted>"`, and so are those of the

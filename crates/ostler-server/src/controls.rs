@@ -142,7 +142,11 @@ pub(crate) fn context_usage_to_pb(answer: Option<Value>) -> pb::GetContextUsageR
     }
 }
 
-pub(crate) fn mcp_status_to_pb(answer: Option<Value>) -> pb::GetMcpStatusResponse {
+pub(crate) fn mcp_status_to_pb(mut answer: Option<Value>) -> pb::GetMcpStatusResponse {
+    // Servers' `env` and `headers` values are not returned (as nowhere else).
+    if let Some(a) = answer.as_mut() {
+        ostler_engine::redact_env_and_headers(a);
+    }
     pb::GetMcpStatusResponse {
         servers: servers(answer.as_ref().and_then(|a| a.get("mcpServers"))),
         raw_json: raw(answer.as_ref()),

@@ -1077,7 +1077,11 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 cp::ControlOutcome::Success { .. } => "success",
                 cp::ControlOutcome::Error { .. } => "error",
             };
-            P::SystemNotice(system_notice_json("control_response", subtype, r))
+            // An answer may carry MCP servers' configurations (`mcp_status`) or settings
+            // with an `env`: their values are not shown.
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            eng::redact_env_and_headers(&mut v);
+            P::SystemNotice(system_notice_json("control_response", subtype, &v))
         }
         eng::EventPayload::EngineNotice(n) => P::EngineNotice(pb::EngineNotice {
             code: n.code.clone(),
@@ -1260,6 +1264,15 @@ mod tests {
         let shown = json_text(&eng::redacted_notice_data("mcp_servers_set", &set));
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("KEY") && shown.contains("/bin/a"), "{shown}");
+        // The CLI's answers (mcp_status lists each server's configuration) likewise.
+        let mut status = serde_json::json!({"mcpServers": [{"name": "w", "status": "failed",
+            "config": {"type": "http", "url": "http://x", "headers": {"Authorization": "Bearer s3cret"}}}]});
+        eng::redact_env_and_headers(&mut status);
+        let shown = status.to_string();
+        assert!(
+            !shown.contains("s3cret") && shown.contains("Authorization"),
+            "{shown}"
+        );
     }
 
     #[test]
