@@ -275,6 +275,31 @@ impl Actor {
         self.await_initialize();
     }
 
+    /// Sends a control request in a task of its own (the CLI's answer may take until its
+    /// control timeout, plus `extra`); its outcome comes back as a `ControlDone`, which
+    /// records it and replies on `reply`.
+    fn request_in_task(
+        &self,
+        request: OutRequest,
+        extra: std::time::Duration,
+        reply: oneshot::Sender<Result<Option<RawJson>>>,
+    ) {
+        let process = self.process.clone();
+        let tx = self.self_tx.clone();
+        tokio::spawn(async move {
+            let result = process.request_within(request.clone(), extra).await;
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx
+                    .send(Command::ControlDone {
+                        request,
+                        result,
+                        reply,
+                    })
+                    .await;
+            }
+        });
+    }
+
     /// The answer to the `initialize` the process sent at spawn comes back as a
     /// `ControlDone` (recorded as `session_initialized`), never blocking the actor.
     fn await_initialize(&self) {
@@ -583,21 +608,8 @@ impl Actor {
                     ))));
                     return;
                 }
-                let process = self.process.clone();
-                let tx = self.self_tx.clone();
                 let extra = self.hook_wait_within(&request);
-                tokio::spawn(async move {
-                    let result = process.request_within(request.clone(), extra).await;
-                    if let Some(tx) = tx.upgrade() {
-                        let _ = tx
-                            .send(Command::ControlDone {
-                                request,
-                                result,
-                                reply,
-                            })
-                            .await;
-                    }
-                });
+                self.request_in_task(request, extra, reply);
             }
             Command::ControlDone {
                 request,
@@ -941,28 +953,6 @@ impl Actor {
     /// `initialize_failed` saying why (the session runs on; its `system/init` still says
     /// what it has).
     async fn initialized(&mut self, result: std::result::Result<Option<RawJson>, ControlError>) {
-        if result.is_ok()
-            && let Some(servers) = self.meta.mcp_servers.take().filter(|m| !m.is_empty())
-        {
-            // The servers a client set at runtime, before this process: set again (the
-            // answer is recorded as `mcp_servers_set`, like the client's call).
-            let request = OutRequest::mcp_set_servers(servers);
-            let process = self.process.clone();
-            let tx = self.self_tx.clone();
-            tokio::spawn(async move {
-                let result = process.request(request.clone()).await;
-                if let Some(tx) = tx.upgrade() {
-                    let (reply, _) = oneshot::channel();
-                    let _ = tx
-                        .send(Command::ControlDone {
-                            request,
-                            result,
-                            reply,
-                        })
-                        .await;
-                }
-            });
-        }
         let notice = match result {
             Ok(answer) => {
                 let data = answer.and_then(|a| a.to_value().ok());

@@ -72,8 +72,8 @@ pub(crate) struct Meta {
     /// The last `SetMaxThinkingTokens` (`Some(None)`: reset), given as the next spawn's
     /// `--max-thinking-tokens` instead of the create's.
     pub thinking_tokens: Option<Option<u32>>,
-    /// The servers of the last `SetMcpServers` (name -> config), sent again once the next
-    /// process has answered `initialize`.
+    /// The servers of the last `SetMcpServers` (name -> config), given to the next process
+    /// with the session's own (`--mcp-config`).
     pub mcp_servers: Option<serde_json::Map<String, serde_json::Value>>,
 }
 

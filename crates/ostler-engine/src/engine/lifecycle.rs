@@ -913,12 +913,29 @@ impl Engine {
             Some(set) if takes_thinking_flag => set.filter(|n| *n >= 1),
             _ => spec.options.max_thinking_tokens,
         };
+        // The servers last set at runtime start with the process (as `--mcp-config`, with
+        // the session's own; a name of both: the runtime one), so the call that resumed
+        // the session already finds them, on any release that takes `--mcp-config`.
+        let mut mcp_servers = spec.options.mcp_servers.clone();
+        if let Some(set) = &meta.mcp_servers {
+            for (name, config) in set {
+                match serde_json::from_value::<ostler_supervisor::McpServer>(config.clone()) {
+                    Ok(server) => {
+                        mcp_servers.insert(name.clone(), server);
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %name, error = %e, "an MCP server set at runtime could not be read back; not restored")
+                    }
+                }
+            }
+        }
         let opts = SpawnOptions {
             cwd: cwd.to_path_buf(),
             cli: CliOptions {
                 model: model.clone(),
                 permission_mode,
                 max_thinking_tokens,
+                mcp_servers,
                 managed_settings: ostler_supervisor::options::merge_managed_settings(
                     self.shared.opts.managed_settings.as_ref(),
                     spec.options.managed_settings.as_deref(),
