@@ -74,9 +74,14 @@ const OWN_CONTROLS: &[(&str, &str)] = &[
     ("stop_task", "StopTask"),
     // The CLI exits on it: the session would be recorded as ended by itself (EXITED).
     ("end_session", "StopSession"),
-    ("can_use_tool", "RespondToPermission (the CLI sends it)"),
-    ("hook_callback", "RespondToHook (the CLI sends it)"),
-    ("mcp_message", "RespondToToolCall (the CLI sends it)"),
+];
+
+/// Control subtypes the CLI sends (ostler answers them), with the call that answers.
+const CLI_CONTROLS: &[(&str, &str)] = &[
+    ("can_use_tool", "RespondToPermission"),
+    ("hook_callback", "RespondToHook"),
+    ("mcp_message", "RespondToToolCall"),
+    ("elicitation", "RespondToElicitation"),
 ];
 
 /// `Ok` when `subtype` may be sent by `SendControlRequest` on the installed release: not one
@@ -89,6 +94,14 @@ pub(crate) fn check_passthrough(inst: &Installation, subtype: &str) -> Result<()
         return Err(Error::invalid(
             "subtype",
             format!("`{subtype}` is sent by ostler itself; use {call}"),
+        ));
+    }
+    if let Some((_, call)) = CLI_CONTROLS.iter().find(|(s, _)| *s == subtype) {
+        return Err(Error::invalid(
+            "subtype",
+            format!(
+                "`{subtype}` is a request the CLI sends, not one it takes; answer it with {call}"
+            ),
         ));
     }
     let caps = &inst.capabilities;

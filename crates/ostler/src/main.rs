@@ -34,7 +34,7 @@ Examples:
   ostler approve 9c1e / ostler deny 9c1e -m \"not now\"
   ostler completion bash > ~/.local/share/bash-completion/completions/ostler
 
-Sessions are named by id, a unique suffix or prefix of one, @last or --last. Every client
+Sessions are named by id, a unique suffix or prefix of one, or @last. Every client
 command takes --json (one JSON object per line on stdout).
 
 Exit codes:

@@ -208,8 +208,10 @@ fn flags_deny_all_and_unanswerable_prompt() {
         &[
             "run",
             "--json",
-            "--allowed-tools",
+            "--allowed-tool",
             "Bash(touch created.txt)",
+            "--disallowed-tool",
+            "Bash(rm a,b)",
             "--file-checkpointing",
             "Create the file please",
         ],
@@ -232,8 +234,10 @@ fn flags_deny_all_and_unanswerable_prompt() {
         .expect("session_created");
     let data = created["data"].to_string();
     assert!(
-        data.contains("Bash(touch created.txt)") && data.contains("enable_file_checkpointing"),
-        "{data}"
+        data.contains("Bash(touch created.txt)")
+            && data.contains("\"disallowed_tools\":[\"Bash(rm a,b)\"]")
+            && data.contains("enable_file_checkpointing"),
+        "a rule keeps its commas: {data}"
     );
 
     // No terminal, no flag that decides: a clear error, exit 3, the prompt left pending.

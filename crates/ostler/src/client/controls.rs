@@ -47,7 +47,7 @@ pub enum McpAction {
   ostler control 3f2a list_models --json
   ostler control 3f2a rename_session '{\"title\": \"release notes\"}'")]
 pub struct ControlArgs {
-    /// Session id, a unique prefix of one, or @last (the newest session)
+    /// Session id, a unique suffix or prefix of one, or @last (the newest session)
     #[arg(value_name = "ID")]
     pub id: String,
     /// The control request's subtype (the Agent SDKs' names)
@@ -281,8 +281,12 @@ pub async fn control(a: ControlArgs) -> Result<i32> {
             // "use SetModel": the command that does it.
             let hint = s
                 .message()
-                .split("use ")
+                .split(';')
                 .nth(1)
+                .and_then(|rest| rest.rsplit(' ').next())
+                .map(str::to_owned);
+            let hint = hint
+                .as_deref()
                 .map(|rest| {
                     rest.split(|c: char| !c.is_ascii_alphanumeric())
                         .next()
@@ -333,7 +337,11 @@ pub async fn model(a: ModelArgs) -> Result<i32> {
     let model = if a.default {
         String::new()
     } else {
-        a.model.clone().unwrap_or_default()
+        let m = a.model.clone().unwrap_or_default();
+        if m.trim().is_empty() {
+            usage!("the model is empty (use --default to go back to the CLI's default model)");
+        }
+        m
     };
     conn.sessions
         .set_model(pb::SetModelRequest {
@@ -429,6 +437,10 @@ fn command_for(rpc: &str) -> Option<&'static str> {
         "Interrupt" => "ostler interrupt ID",
         "StopSession" => "ostler stop ID",
         "GetSessionInfo" => "ostler info ID",
+        "RespondToPermission" => "ostler approve REQUEST_ID` / `ostler deny REQUEST_ID",
+        "RespondToHook" => "ostler hook REQUEST_ID",
+        "RespondToToolCall" => "ostler tool-result REQUEST_ID",
+        "RespondToElicitation" => "ostler elicitation REQUEST_ID",
         _ => return None,
     })
 }

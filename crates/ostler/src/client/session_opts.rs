@@ -109,14 +109,17 @@ pub struct SessionOptionArgs {
     /// JSON schema the result must follow
     #[arg(long, value_name = "JSON")]
     pub json_schema: Option<String>,
-    /// Tool rules the session's CLI runs without asking anyone (its --allowedTools, e.g.
-    /// `Bash(git status)`; repeatable or comma-separated). Unlike --allow-tools, which this
-    /// client answers prompts with, these hold for every client
-    #[arg(long, value_name = "RULES", value_delimiter = ',')]
+    /// A tool rule the session's CLI runs without asking anyone (its --allowedTools, e.g.
+    /// `Bash(git status)`; repeatable, one rule each: a rule may hold commas). Unlike
+    /// --allow-tools, which this client answers prompts with, these hold for every client
+    #[arg(long = "allowed-tool", alias = "allowed-tools", value_name = "RULE")]
     pub allowed_tools: Vec<String>,
-    /// Tool rules the session's CLI refuses outright (its --disallowedTools; repeatable or
-    /// comma-separated)
-    #[arg(long, value_name = "RULES", value_delimiter = ',')]
+    /// A tool rule the session's CLI refuses outright (its --disallowedTools; repeatable)
+    #[arg(
+        long = "disallowed-tool",
+        alias = "disallowed-tools",
+        value_name = "RULE"
+    )]
     pub disallowed_tools: Vec<String>,
     /// Keep checkpoints of the files the session changes, so `ostler rewind` can restore
     /// them
