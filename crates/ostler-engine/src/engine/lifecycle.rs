@@ -428,19 +428,24 @@ impl Engine {
         let owned = cwd.to_path_buf();
         let f = field.to_owned();
         let c = blocking(move || canonical_dir(&f, &owned)).await?;
-        if !self.shared.roots.is_empty() && !self.shared.roots.iter().any(|r| c.starts_with(r)) {
-            let roots: Vec<String> = self
-                .shared
-                .roots
-                .iter()
-                .map(|r| r.display().to_string())
-                .collect();
+        if let Some(roots) = self.outside_roots(&c) {
             return Err(Error::invalid(
                 field,
-                format!("{} is outside the allowed roots {roots:?}", c.display()),
+                format!("{} is outside the allowed roots {roots}", c.display()),
             ));
         }
         Ok(c)
+    }
+
+    /// The allowed roots, listed for a message, when `dir` (canonical) lies under none of
+    /// them; `None` when it lies under one or no roots are set.
+    fn outside_roots(&self, dir: &Path) -> Option<String> {
+        let roots = &self.shared.roots;
+        if roots.is_empty() || roots.iter().any(|r| dir.starts_with(r)) {
+            return None;
+        }
+        let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        Some(format!("{roots:?}"))
     }
 
     /// A directory recorded at create (made canonical then), before a resume: it must still
@@ -471,11 +476,9 @@ impl Engine {
                 "{what} {shown} is no longer a directory"
             )));
         }
-        let roots = &self.shared.roots;
-        if !roots.is_empty() && !roots.iter().any(|r| dir.starts_with(r)) {
-            let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        if let Some(roots) = self.outside_roots(dir) {
             return Err(Error::precondition(format!(
-                "{what} {shown} is outside the daemon's allowed roots {roots:?} (they changed \
+                "{what} {shown} is outside the daemon's allowed roots {roots} (they changed \
                  since the session was created)"
             )));
         }

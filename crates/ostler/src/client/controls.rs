@@ -278,21 +278,11 @@ pub async fn control(a: ControlArgs) -> Result<i32> {
         })
         .await
         .map_err(|s| {
-            // "use SetModel": the command that does it.
-            let hint = s
-                .message()
-                .split(';')
-                .nth(1)
-                .and_then(|rest| rest.rsplit(' ').next())
-                .map(str::to_owned);
-            let hint = hint
-                .as_deref()
-                .map(|rest| {
-                    rest.split(|c: char| !c.is_ascii_alphanumeric())
-                        .next()
-                        .unwrap_or("")
-                })
-                .and_then(command_for);
+            // A subtype ostler sends or answers itself is refused (INVALID_ARGUMENT, naming
+            // the RPC): name the command that does it.
+            let hint = (s.code() == tonic::Code::InvalidArgument)
+                .then(|| command_for(&a.subtype))
+                .flatten();
             let e = status_error(&format!("send {}", a.subtype), s);
             match hint {
                 Some(cmd) => e.context(format!("use `{cmd}`")),
@@ -422,25 +412,24 @@ pub async fn stop_task(a: StopTaskArgs) -> Result<i32> {
     )
 }
 
-/// The command of an RPC that `ostler control` refuses a subtype for.
-fn command_for(rpc: &str) -> Option<&'static str> {
-    Some(match rpc {
-        "SetModel" => "ostler model ID MODEL",
-        "SetPermissionMode" => "ostler mode ID MODE",
-        "SetMaxThinkingTokens" => "ostler thinking ID TOKENS",
-        "GetContextUsage" => "ostler context ID",
-        "GetMcpStatus" | "SetMcpServers" | "ToggleMcpServer" | "ReconnectMcpServer" => {
-            "ostler mcp ID ..."
-        }
-        "RewindFiles" => "ostler rewind ID --to MESSAGE_ID",
-        "StopTask" => "ostler stop-task ID TASK_ID",
-        "Interrupt" => "ostler interrupt ID",
-        "StopSession" => "ostler stop ID",
-        "GetSessionInfo" => "ostler info ID",
-        "RespondToPermission" => "ostler approve REQUEST_ID` / `ostler deny REQUEST_ID",
-        "RespondToHook" => "ostler hook REQUEST_ID",
-        "RespondToToolCall" => "ostler tool-result REQUEST_ID",
-        "RespondToElicitation" => "ostler elicitation REQUEST_ID",
+/// The command that does what a control `subtype` ostler sends or answers itself does
+/// (the daemon refuses those in SendControlRequest, naming its RPC).
+fn command_for(subtype: &str) -> Option<&'static str> {
+    Some(match subtype {
+        "initialize" => "ostler run` / `ostler resume",
+        "set_model" => "ostler model ID MODEL",
+        "set_permission_mode" => "ostler mode ID MODE",
+        "set_max_thinking_tokens" => "ostler thinking ID TOKENS",
+        "get_context_usage" => "ostler context ID",
+        "mcp_status" | "mcp_set_servers" | "mcp_toggle" | "mcp_reconnect" => "ostler mcp ID ...",
+        "rewind_files" => "ostler rewind ID --to MESSAGE_ID",
+        "stop_task" => "ostler stop-task ID TASK_ID",
+        "interrupt" => "ostler interrupt ID",
+        "end_session" => "ostler stop ID",
+        "can_use_tool" => "ostler approve REQUEST_ID` / `ostler deny REQUEST_ID",
+        "hook_callback" => "ostler hook REQUEST_ID",
+        "mcp_message" => "ostler tool-result REQUEST_ID",
+        "elicitation" => "ostler elicitation REQUEST_ID",
         _ => return None,
     })
 }

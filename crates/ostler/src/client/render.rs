@@ -110,7 +110,7 @@ fn mark(styled: String) -> String {
 /// harmless by [`terminal_safe`], then ostler's own styling (its marks) turned back into
 /// escapes.
 pub fn terminal_text(s: &str) -> std::borrow::Cow<'_, str> {
-    let safe = terminal_safe(s, false);
+    let safe = terminal_safe(s);
     if safe.contains(STYLE_MARK.as_str()) {
         std::borrow::Cow::Owned(safe.replace(STYLE_MARK.as_str(), "\u{1b}"))
     } else {
@@ -121,10 +121,10 @@ pub fn terminal_text(s: &str) -> std::borrow::Cow<'_, str> {
 /// `s` made safe to write to a terminal: text from the model, the CLI or other clients
 /// must not drive it (move the cursor, set the title, write the clipboard with OSC 52,
 /// overwrite a line with `\r`, hide or blink text). Control characters other than `\n` and
-/// `\t` are shown in caret notation (`^[`, `^A`, `^M`; C1 controls as `\u{9b}`), except the
-/// colour (SGR) sequences `ESC [ digits;... m` when `keep_colour`. A `\r` before `\n` is
-/// dropped. Output goes through [`terminal_text`], which keeps only ostler's own colours.
-pub fn terminal_safe(s: &str, keep_colour: bool) -> std::borrow::Cow<'_, str> {
+/// `\t` are shown in caret notation (`^[`, `^A`, `^M`; C1 controls as `\u{9b}`), colour
+/// sequences included. A `\r` before `\n` is dropped. Output goes through
+/// [`terminal_text`], which turns only ostler's own colours (its marks) back into escapes.
+pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
     let unsafe_char =
         |c: char| (c.is_control() && c != '\n' && c != '\t') || ('\u{80}'..='\u{9f}').contains(&c);
     if !s.chars().any(unsafe_char) {
@@ -134,22 +134,6 @@ pub fn terminal_safe(s: &str, keep_colour: bool) -> std::borrow::Cow<'_, str> {
     let mut rest = s;
     while let Some(c) = rest.chars().next() {
         let len = c.len_utf8();
-        if c == '\u{1b}' && keep_colour {
-            // ESC [ (digits | ;)* m
-            let tail = &rest[1..];
-            if let Some(params) = tail.strip_prefix('[') {
-                let n = params
-                    .bytes()
-                    .take_while(|b| b.is_ascii_digit() || *b == b';')
-                    .count();
-                if params.as_bytes().get(n) == Some(&b'm') {
-                    let seq = 2 + n + 1;
-                    out.push_str(&rest[..seq]);
-                    rest = &rest[seq..];
-                    continue;
-                }
-            }
-        }
         if c == '\r' && rest[1..].starts_with('\n') {
             rest = &rest[1..];
             continue;
@@ -1167,7 +1151,7 @@ mod tests {
         use super::terminal_safe;
         let evil =
             "h\u{e9}llo \u{1f980} \u{1} ctrl \u{1b}[31m red \u{1b}]0;title\u{7} \u{9b}2J x\ry\r\n";
-        let shown = terminal_safe(evil, false);
+        let shown = terminal_safe(evil);
         assert_eq!(
             shown,
             "h\u{e9}llo \u{1f980} ^A ctrl ^[[31m red ^[]0;title^G \\u{9b}2J x^My\n"
@@ -1186,7 +1170,7 @@ mod tests {
         );
         assert!(!st.red("x").contains('\u{1b}'), "marked until written");
         assert!(matches!(
-            terminal_safe("plain\ttext\n", false),
+            terminal_safe("plain\ttext\n"),
             std::borrow::Cow::Borrowed(_)
         ));
     }
