@@ -399,7 +399,8 @@ fn transcript_file(config: &Path, id: &str) -> Option<PathBuf> {
 
 /// Which of the user messages `uuids` the CLI's transcript of conversation `cid` holds
 /// (entries of type `user` with that `uuid`: every release checked, 1.0.128 to 2.1.330,
-/// keeps the uuid ostler sends with a message). `None` when nothing can be said: no
+/// keeps the uuid ostler sends with a message; or listing it in `mergedSendUuids`, 2.1.332's
+/// one entry for messages queued together). `None` when nothing can be said: no
 /// configuration directory to look in, or a transcript that cannot be read. An empty set
 /// when the CLI wrote no transcript (no conversation id, or no file). Blocking: call
 /// through `blocking`.
@@ -434,9 +435,14 @@ pub(crate) fn transcript_user_entries(
             if found.contains(u) || !l.contains(u.as_str()) {
                 continue;
             }
+            // 2.1.x merges messages queued together into one entry: the last one's uuid,
+            // the others in `mergedSendUuids`.
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(l)
                 && v["type"] == "user"
-                && v["uuid"] == u.as_str()
+                && (v["uuid"] == u.as_str()
+                    || v["mergedSendUuids"]
+                        .as_array()
+                        .is_some_and(|m| m.iter().any(|m| m == u.as_str())))
             {
                 found.insert(u.clone());
             }
@@ -662,10 +668,21 @@ mod tests {
             r#"{"type":"user","uuid":"u-1","message":{"role":"user","content":"hi"}}"#,
             r#"{"type":"assistant","uuid":"a-1","parentUuid":"u-3","message":{"content":[]}}"#,
             "not json u-4",
+            // 2.1.332: messages queued together, one entry (the last one's uuid).
+            r#"{"type":"user","uuid":"u-7","mergedSendUuids":["u-5","u-6"],"message":{"role":"user","content":"a\nb\nc"}}"#,
+            r#"{"type":"assistant","uuid":"a-2","mergedSendUuids":["u-8"],"message":{"content":[]}}"#,
         ]);
-        let ids: Vec<String> = ["u-1", "u-2", "u-3", "u-4"].map(String::from).into();
+        let ids: Vec<String> = ["u-1", "u-2", "u-3", "u-4", "u-5", "u-6", "u-7", "u-8"]
+            .map(String::from)
+            .into();
         let found = transcript_user_entries(&env, Some(id), &ids).expect("a transcript");
-        assert_eq!(found, ["u-1".to_string()].into_iter().collect());
+        assert_eq!(
+            found,
+            ["u-1", "u-5", "u-6", "u-7"]
+                .map(String::from)
+                .into_iter()
+                .collect()
+        );
         let none = transcript_user_entries(&env, Some("other"), &ids).expect("no transcript");
         assert!(none.is_empty());
         assert!(

@@ -409,3 +409,95 @@ blocks = [{ type = "text", text = "late" }]
     retry_after_restart(&mut c, &s.id, &queued, &taken).await;
     drop(daemon);
 }
+
+/// Messages the real CLI (2.1.332) queued together behind a running turn run as one turn,
+/// and its transcript keeps them as one entry: the last message's uuid, the others in
+/// `mergedSendUuids`. None of them is failed at the next resume (they were answered; a
+/// retry would put them into the conversation twice) and each retry is the duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn messages_the_cli_merged_into_one_turn_are_not_failed_at_the_resume() {
+    const HELD: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "held"
+when = { last_user_text_contains = "HOLD-THIS-TURN" }
+hold_until = "go"
+blocks = [{ type = "text", text = "released" }]
+"#;
+    let world = World::with_scenario(NEW, HELD).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "q").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    let lifecycle = |id: String, state: &'static str| move |e: &pb::SessionEvent| matches!(&e.payload, Some(P::MessageLifecycle(l)) if l.message_id == id && l.state == state);
+    let held = send_with_id(&mut c, &s.id, "HOLD-THIS-TURN", "m-held").await;
+    read_until(
+        &mut events,
+        &mut seen,
+        "the held turn starts",
+        lifecycle(held.message_id.clone(), "started"),
+    )
+    .await;
+    let mut queued = Vec::new();
+    for (i, id) in ["m-q0", "m-q1", "m-q2"].into_iter().enumerate() {
+        let sent = send_with_id(&mut c, &s.id, &format!("queued {i}"), id).await;
+        read_until(
+            &mut events,
+            &mut seen,
+            "the CLI queues the message",
+            lifecycle(sent.message_id.clone(), "queued"),
+        )
+        .await;
+        queued.push((id, sent));
+    }
+    world.fake.signal("go");
+    // Every queued message is named by a finished turn.
+    let mut answered = std::collections::HashSet::new();
+    while !queued.iter().all(|(_, q)| answered.contains(&q.message_id)) {
+        let e = read_until(
+            &mut events,
+            &mut seen,
+            "the queued turns end",
+            is_turn_completed,
+        )
+        .await;
+        if let Some(P::TurnCompleted(t)) = &e.payload {
+            answered.extend(t.user_message_ids.iter().cloned());
+        }
+    }
+    assert!(
+        transcripts_mention(&world.home, "mergedSendUuids"),
+        "2.1.332 merges messages queued together into one transcript entry (what this test is about)"
+    );
+    drop(events);
+    c.stop_session(pb::StopSessionRequest {
+        session_id: s.id.clone(),
+    })
+    .await
+    .unwrap();
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: s.id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let failed: Vec<String> = history(&mut c, &s.id)
+        .await
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code == "delivery_failed" => Some(n.data_json.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(failed.is_empty(), "answered messages failed: {failed:?}");
+    for (id, q) in &queued {
+        let again = send_with_id(&mut c, &s.id, "retry", id).await;
+        assert!(
+            again.duplicate && again.seq == q.seq,
+            "the retry of {id} is the duplicate: {again:?}"
+        );
+    }
+    drop(daemon);
+}

@@ -2,8 +2,10 @@
 //! is written to the CLI's stdin, so a process that ends between the two (the daemon
 //! killed, the CLI killed with the message still in its pipe or its queue) leaves a
 //! recorded message the conversation does not have. Before a session is resumed, the
-//! messages of its last process that are not matched by a finished turn are looked up in
-//! the CLI's transcript (by the uuid ostler sends with each message); each one missing gets
+//! messages of its last process that are not matched by a finished turn (one naming it, or
+//! by count where the release names none) are looked up in the CLI's transcript (by the
+//! uuid ostler sends with each message, also where 2.1.x merged it into another message's
+//! entry, `mergedSendUuids`); each one missing gets
 //! a `delivery_failed` notice, which frees its `client_message_id` for the retry.
 
 use std::collections::HashSet;
@@ -48,6 +50,9 @@ impl Engine {
             // here; a message's content can be large.
             let mut sent = Vec::new();
             let mut failed = HashSet::new();
+            // The messages finished turns name (`user_message_uuids`), and the number of
+            // finished turns that name none (a release that does not say).
+            let mut answered = HashSet::new();
             let mut turns = 0usize;
             let mut before = u64::MAX;
             'scan: loop {
@@ -61,7 +66,16 @@ impl Engine {
                 before = last.seq;
                 for ev in &page {
                     match &*ev.kind {
-                        "turn_completed" => turns += 1,
+                        "turn_completed" => {
+                            match EventPayload::decode_stored(&ev.kind, &ev.payload) {
+                                Ok(EventPayload::TurnCompleted(t))
+                                    if !t.user_message_uuids.is_empty() =>
+                                {
+                                    answered.extend(t.user_message_uuids);
+                                }
+                                _ => turns += 1,
+                            }
+                        }
                         "user_message_sent" => {
                             if !failed.contains(&ev.seq) {
                                 sent.push(ev.seq);
@@ -85,26 +99,31 @@ impl Engine {
                     }
                 }
             }
-            // The CLI takes messages in order and ends a turn for each: the oldest `turns`
-            // were taken; the newer ones may not have been.
-            sent.truncate(sent.len().saturating_sub(turns));
-            let mut doubtful = Vec::new();
+            // Messages a finished turn names were taken (2.1.x runs messages queued together
+            // as one turn and names them all). Of the rest, oldest first, the CLI takes
+            // messages in order and ends a turn for each: the oldest `turns` were taken; the
+            // newer ones may not have been.
+            let mut unanswered = Vec::new();
             for seq in sent.into_iter().rev() {
                 let ev = store.events_after(&sid, seq.saturating_sub(1), 1)?;
-                if let Some(Ok(EventPayload::UserMessageSent(u))) = ev
+                let Some(Ok(EventPayload::UserMessageSent(u))) = ev
                     .first()
                     .filter(|e| e.seq == seq)
                     .map(|e| EventPayload::decode_stored(&e.kind, &e.payload))
-                    && let Some(message_id) = u.message_id
-                {
-                    doubtful.push(Sent {
-                        seq,
-                        message_id,
-                        client_message_id: u.client_message_id,
-                    });
+                else {
+                    continue;
+                };
+                if u.message_id.as_ref().is_some_and(|m| answered.contains(m)) {
+                    continue;
                 }
+                unanswered.push(u.message_id.map(|message_id| Sent {
+                    seq,
+                    message_id,
+                    client_message_id: u.client_message_id,
+                }));
             }
-            Ok::<_, Error>(doubtful)
+            unanswered.drain(..turns.min(unanswered.len()));
+            Ok::<_, Error>(unanswered.into_iter().flatten().collect::<Vec<_>>())
         })
         .await?;
         if doubtful.is_empty() {
