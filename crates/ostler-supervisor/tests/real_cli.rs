@@ -297,6 +297,60 @@ async fn resume(version: &str) {
     proc3.stop().await;
 }
 
+/// The inline JSON of `--settings` and `--mcp-config` (which can hold secrets: MCP `env`
+/// and `headers`, the settings' `env`) never appears on the CLI's command line, which every
+/// local user can read; the CLI still applies both (it reads them from `/dev/fd/N`).
+async fn option_values_off_the_command_line(version: &str) {
+    let env = setup(version).await;
+    let mut opts = env.spawn_options("private");
+    opts.cli.settings = Some(
+        r#"{"model":"claude-from-settings","env":{"SETTINGS_SECRET":"SECRET-IN-SETTINGS"}}"#.into(),
+    );
+    opts.cli.mcp_servers = std::collections::BTreeMap::from([(
+        "secretive".into(),
+        ostler_supervisor::options::McpServer::Stdio {
+            command: "/bin/true".into(),
+            args: vec![],
+            env: std::collections::BTreeMap::from([("TOKEN".into(), "SECRET-IN-MCP-ENV".into())]),
+        },
+    )]);
+    let (proc, mut rx) = SessionProcess::spawn(&env.inst, opts, env.supervisor_options())
+        .await
+        .expect("spawn");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", proc.pid())).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(
+        !cmdline.contains("SECRET-IN") && cmdline.contains("--mcp-config /dev/fd/"),
+        "{cmdline}"
+    );
+    proc.send_user(text("hello")).await.unwrap();
+    let t = run_turn(&mut rx, no_tools).await;
+    let started = t
+        .events()
+        .find_map(|e| match e {
+            Event::SessionStarted(s) => Some(s.clone()),
+            _ => None,
+        })
+        .expect("system/init");
+    assert_eq!(started.model.as_deref(), Some("claude-from-settings"));
+    let servers = started
+        .mcp_servers
+        .map(|m| m.get().to_owned())
+        .unwrap_or_default();
+    assert!(servers.contains("secretive"), "{servers}");
+    proc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_0_128_option_values_off_the_command_line() {
+    option_values_off_the_command_line("1.0.128").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_1_332_option_values_off_the_command_line() {
+    option_values_off_the_command_line("2.1.332").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_0_128_turns_permissions_model_and_stop() {
     turns_permissions_model_and_stop("1.0.128").await;

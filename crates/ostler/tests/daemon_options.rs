@@ -37,7 +37,24 @@ async fn the_cli(
     settled(c, session).await;
     let kids = children(daemon.pid());
     assert_eq!(kids.len(), 1, "one CLI process under the daemon: {kids:?}");
-    let argv = nul_separated(format!("/proc/{}/cmdline", kids[0]));
+    let raw = nul_separated(format!("/proc/{}/cmdline", kids[0]));
+    // `--settings` and `--mcp-config` JSON (secrets: MCP headers and env) is not on the
+    // command line, which every local user can read: the CLI reads it from `/dev/fd/N`,
+    // read here through `/proc` for the checks.
+    for flag in ["--settings", "--mcp-config"] {
+        assert!(
+            value_of(&raw, flag).is_none_or(|v| !v.starts_with('{')),
+            "{flag} JSON on the command line: {raw:?}"
+        );
+    }
+    let argv = raw
+        .into_iter()
+        .map(|a| match a.strip_prefix("/dev/fd/") {
+            Some(n) => std::fs::read_to_string(format!("/proc/{}/fd/{n}", kids[0]))
+                .unwrap_or_else(|e| panic!("the CLI's {a}: {e}")),
+            None => a,
+        })
+        .collect();
     let env = nul_separated(format!("/proc/{}/environ", kids[0]))
         .into_iter()
         .filter_map(|kv| {

@@ -110,7 +110,7 @@ impl SessionProcess {
                 opts.cwd.display()
             )));
         }
-        let (mut cmd, mark) = spawn::command(inst, &opts, &sup, &args);
+        let (mut cmd, mark) = spawn::command(inst, &opts, &sup, args.clone());
         let mut child = spawn_retrying(&mut cmd)
             .await
             .map_err(|source| Error::Spawn {
@@ -197,7 +197,8 @@ impl SessionProcess {
         &self.shared.log_id
     }
 
-    /// The command-line arguments the process was started with.
+    /// The command-line arguments the process was started with, the inline JSON of
+    /// `--settings` and `--mcp-config` included (the CLI gets those as `/dev/fd/N` paths).
     pub fn args(&self) -> &[String] {
         &self.shared.args
     }

@@ -174,6 +174,47 @@ pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Op
     )
 }
 
+/// Flags whose value can hold secrets (MCP servers' `env` and `headers`, credentials in
+/// their urls; the settings' `env`, `apiKeyHelper`): a command line is readable by every
+/// local user (`/proc/PID/cmdline`, `ps`). Their inline JSON goes to the CLI as a path,
+/// `/dev/fd/N`, of a memory file the CLI inherits ([`private_values`]); every release reads
+/// both flags from a file (1.0.128, 2.0.77, 2.1.332 checked). `--managed-settings` takes
+/// JSON only (2.1.x), so it stays inline: it holds permission rules, which restrict.
+const PRIVATE_VALUES: [&str; 2] = ["--settings", "--mcp-config"];
+
+/// Moves the inline JSON values of [`PRIVATE_VALUES`] in `args` into memory files
+/// (`memfd_create`, close-on-exec in the daemon) and puts `/dev/fd/N` in their place: the
+/// returned descriptors, made inheritable in the child only ([`command`]'s `pre_exec`).
+/// Only the owner of a process (and root) can open its `/dev/fd`. A value that cannot be
+/// moved (no memfd) stays inline, with a warning.
+fn private_values(log_id: &str, args: &mut [String]) -> Vec<std::os::fd::OwnedFd> {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    let mut fds = Vec::new();
+    for i in 1..args.len() {
+        if !PRIVATE_VALUES.contains(&args[i - 1].as_str()) || !args[i].starts_with('{') {
+            continue;
+        }
+        let made = memfd_create(c"ostler-session-option", MFdFlags::MFD_CLOEXEC)
+            .map_err(std::io::Error::from)
+            .and_then(|fd| {
+                let mut f = std::fs::File::from(fd);
+                std::io::Write::write_all(&mut f, args[i].as_bytes())?;
+                Ok(std::os::fd::OwnedFd::from(f))
+            });
+        match made {
+            Ok(fd) => {
+                use std::os::fd::AsRawFd;
+                args[i] = format!("/dev/fd/{}", fd.as_raw_fd());
+                fds.push(fd);
+            }
+            Err(e) => {
+                tracing::warn!(session = %log_id, flag = %args[i - 1], error = %e, "cannot pass the option in a memory file: it goes on the command line, readable by other local users");
+            }
+        }
+    }
+    fds
+}
+
 /// Spawns of this process so far: makes each session process's mark unique.
 static SPAWNS: AtomicU64 = AtomicU64::new(0);
 
@@ -183,8 +224,9 @@ pub(super) fn command(
     inst: &Installation,
     opts: &SpawnOptions,
     sup: &SupervisorOptions,
-    args: &[String],
+    mut args: Vec<String>,
 ) -> (tokio::process::Command, String) {
+    let private = private_values(&opts.log_id, &mut args);
     // The daemon's `[sessions.env]`, then the session's own variables (they win).
     let session: Vec<(String, String)> = opts
         .env
@@ -230,14 +272,19 @@ pub(super) fn command(
     });
     #[allow(unsafe_code)]
     // SAFETY: the closure runs in the child between fork and exec, where only
-    // async-signal-safe functions may be called. It calls write(2), prctl(2) and
+    // async-signal-safe functions may be called. It calls write(2), fcntl(2), prctl(2) and
     // getppid(2), all plain system calls, touches no locks, does not allocate (the error
-    // values are built from raw errno), and captures a `u32` by copy and an `OwnedFd` the
-    // parent keeps open until the `Command` drops (close-on-exec, so the CLI does not
-    // inherit it).
+    // values are built from raw errno), and captures a `u32` by copy and `OwnedFd`s the
+    // parent keeps open until the `Command` drops (close-on-exec: the CLI inherits only
+    // the `private` ones, whose flag the child clears on its own copy).
     unsafe {
         use std::os::fd::AsRawFd;
         cmd.pre_exec(move || {
+            for fd in &private {
+                if libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             if let Some(fd) = &cgroup_procs {
                 // "0": the writing process. A failure leaves the CLI outside the cgroup,
                 // still tracked by its mark and group (see `crate::proctree`).
