@@ -108,6 +108,11 @@ pub struct ServerOptions {
     pub keepalive_interval: Option<Duration>,
     /// See [`Self::keepalive_interval`].
     pub keepalive_timeout: Duration,
+    /// How long a new connection may take to complete its TLS handshake (TLS listeners)
+    /// and then to send the HTTP/2 preface; closed otherwise, so that connections opened
+    /// and left silent cannot hold the [`Self::max_connections`] slots (keep-alive only
+    /// begins after the preface).
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -120,6 +125,7 @@ impl Default for ServerOptions {
             max_connections: 1024,
             keepalive_interval: Some(Duration::from_secs(60)),
             keepalive_timeout: Duration::from_secs(20),
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }

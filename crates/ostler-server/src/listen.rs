@@ -28,9 +28,6 @@ use tower::ServiceExt as _;
 
 use crate::{Error, Listener, Result, TlsOptions};
 
-/// How long a client may take to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The service every connection is served by (the routes behind the auth and
 /// bad-request layers).
 pub(crate) type Svc = tower::util::BoxCloneService<
@@ -91,6 +88,8 @@ pub(crate) struct Conns {
     refusing: Arc<tokio::sync::Semaphore>,
     refuse: Svc,
     keepalive: Option<(Duration, Duration)>,
+    /// [`crate::ServerOptions::handshake_timeout`].
+    handshake: Duration,
 }
 
 impl Conns {
@@ -112,6 +111,7 @@ impl Conns {
             keepalive: opts
                 .keepalive_interval
                 .map(|every| (every, opts.keepalive_timeout)),
+            handshake: opts.handshake_timeout,
         }
     }
 }
@@ -189,6 +189,9 @@ pub(crate) async fn serve(
             }
         };
         let (conn_shutdown, keepalive) = (shutdown.clone(), shared.keepalive);
+        // From here the client has `handshake` for its TLS handshake, and again for the
+        // HTTP/2 preface.
+        let handshake = shared.handshake;
         let served: Pin<Box<dyn Future<Output = ()> + Send>> = match accepted {
             Accepted::Tcp(s) => {
                 // Without TCP_NODELAY, Nagle + delayed ACK add ~40 ms to responses of
@@ -197,18 +200,28 @@ pub(crate) async fn serve(
                     tracing::debug!(listener = %name, error = %e, "cannot set TCP_NODELAY");
                 }
                 match &tls {
-                    None => Box::pin(connection(s, svc, keepalive, conn_shutdown)),
+                    None => Box::pin(connection(
+                        Preface::new(s, handshake),
+                        svc,
+                        keepalive,
+                        conn_shutdown,
+                    )),
                     Some(acceptor) => Box::pin(tls_connection(
                         acceptor.clone(),
                         s,
                         svc,
-                        keepalive,
+                        (keepalive, handshake),
                         conn_shutdown,
                         name.clone(),
                     )),
                 }
             }
-            Accepted::Unix(s) => Box::pin(connection(s, svc, keepalive, conn_shutdown)),
+            Accepted::Unix(s) => Box::pin(connection(
+                Preface::new(s, handshake),
+                svc,
+                keepalive,
+                conn_shutdown,
+            )),
         };
         conns.spawn(async move {
             let _slot = slot;
@@ -244,17 +257,17 @@ fn broken(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(9 | 14 | 22 | 88))
 }
 
-/// Completes the TLS handshake (within [`HANDSHAKE_TIMEOUT`], given up at `shutdown`), then
-/// serves the connection.
+/// Completes the TLS handshake (within `handshake`, given up at `shutdown`), then serves
+/// the connection (whose preface is due within `handshake` again).
 async fn tls_connection(
     acceptor: tokio_rustls::TlsAcceptor,
     s: tokio::net::TcpStream,
     svc: Svc,
-    keepalive: Option<(Duration, Duration)>,
+    (keepalive, within): (Option<(Duration, Duration)>, Duration),
     shutdown: CancellationToken,
     listener: String,
 ) {
-    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(s));
+    let handshake = tokio::time::timeout(within, acceptor.accept(s));
     let s = tokio::select! {
         () = shutdown.cancelled() => return,
         r = handshake => match r {
@@ -269,7 +282,87 @@ async fn tls_connection(
             }
         },
     };
-    connection(s, svc, keepalive, shutdown).await;
+    connection(Preface::new(s, within), svc, keepalive, shutdown).await;
+}
+
+/// The length of the HTTP/2 client preface (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`).
+const PREFACE_LEN: usize = 24;
+
+/// A connection whose reads fail (`TimedOut`, which ends it) when the client has not sent
+/// the HTTP/2 preface's [`PREFACE_LEN`] bytes by a deadline; past them, the connection as
+/// it is. hyper's keep-alive starts only after the preface, so without this a connection
+/// opened and left silent would hold its slot forever.
+struct Preface<IO> {
+    io: IO,
+    read: usize,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<IO> Preface<IO> {
+    fn new(io: IO, within: Duration) -> Self {
+        Self {
+            io,
+            read: 0,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Preface<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(d) = &mut this.deadline
+            && d.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no HTTP/2 preface in time",
+            )));
+        }
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            this.read += buf.filled().len() - before;
+            if this.read >= PREFACE_LEN {
+                this.deadline = None;
+            }
+        }
+        r
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Preface<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 /// Serves one connection until it ends; on `shutdown`, asks it to finish gracefully.

@@ -168,3 +168,54 @@ async fn keepalive_closes_a_connection_whose_client_stopped_answering_and_keeps_
     assert_eq!(answered, 4, "the answering client was disconnected");
     h.shutdown.cancel();
 }
+
+/// A connection that sends nothing, or only part of the HTTP/2 preface, is closed after
+/// `handshake_timeout` and frees its slot (keep-alive starts only after the preface, so
+/// such connections would otherwise hold every slot forever); one that sent the preface
+/// stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_silent_before_the_preface_are_closed_and_free_their_slots() {
+    let within = millis(300);
+    let h = start(ServerOptions {
+        max_connections: 3,
+        keepalive_interval: None,
+        handshake_timeout: within,
+        ..Default::default()
+    })
+    .await;
+    let mut silent = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    let mut partial = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    partial.write_all(&PREFACE[..10]).await.unwrap();
+    let mut talking = RawClient::connect(h.addr).await;
+    assert!(closed(&mut silent).await, "a silent connection stays open");
+    assert!(closed(&mut partial).await, "half a preface stays open");
+    // The one that sent its preface is served past the deadline (3 of them).
+    let stays = tokio::time::timeout(within * 3, async {
+        while talking.next().await.is_some() {}
+    })
+    .await;
+    assert!(
+        stays.is_err(),
+        "a connection that sent its preface was closed"
+    );
+    // Their slots are free again: with the talking one, two more are served.
+    tokio::time::timeout(guard(), async {
+        loop {
+            if connect_and_check(h.addr).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the silent connections' slots are never freed");
+    h.shutdown.cancel();
+}
+
+/// Whether the server closes `s` (within the guard time), whatever it sent first.
+async fn closed(s: &mut tokio::net::TcpStream) -> bool {
+    let mut buf = Vec::new();
+    tokio::time::timeout(guard(), s.read_to_end(&mut buf))
+        .await
+        .is_ok()
+}
