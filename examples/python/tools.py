@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from client import generate
+from client import CHANNEL_OPTIONS, generate
 
 TICKETS = {"PY-7": "open: the printer is on fire (reported by the python example)"}
 
@@ -54,10 +54,8 @@ def main():
     metadata = [("x-ostler-client", "python-tools-example")]
     if args.token:
         metadata.append(("authorization", "Bearer " + args.token))
-    # One event may be larger than gRPC's default 4 MiB receive limit (docs/api.md, Limits).
-    channel = grpc.insecure_channel(
-        args.addr, options=[("grpc.max_receive_message_length", 64 << 20)]
-    )
+    # client.py's channel options: the receive limit and keep-alive.
+    channel = grpc.insecure_channel(args.addr, options=CHANNEL_OPTIONS)
     sessions = session_pb2_grpc.SessionServiceStub(channel)
 
     tickets = session_pb2.ToolServer(

@@ -34,9 +34,13 @@ const def = protoLoader.loadSync(["ostler/v1/session.proto"], {
 });
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const v1 = (grpc.loadPackageDefinition(def) as any).ostler.v1;
-// One event may be larger than gRPC's default 4 MiB receive limit (docs/api.md, Limits).
+// One event may be larger than gRPC's default 4 MiB receive limit (docs/api.md, Limits);
+// keep-alive: a connection that dies silently ends the stream within seconds.
 const sessions = new v1.SessionService(addr, grpc.credentials.createInsecure(), {
   "grpc.max_receive_message_length": 64 << 20,
+  "grpc.keepalive_time_ms": 10000,
+  "grpc.keepalive_timeout_ms": 10000,
+  "grpc.keepalive_permit_without_calls": 1,
 });
 
 const md = new grpc.Metadata();

@@ -70,6 +70,16 @@ pub enum Until {
 }
 
 impl Until {
+    /// Whether an event stored at `seq` is about what is followed: after the message (or
+    /// the seq) it waits on. A session suspended, stopped or exited before the message was
+    /// recorded (suspended to make room while the send was on its way) comes back for it.
+    fn covers(&self, seq: u64) -> bool {
+        match self {
+            Until::TurnAfter(s) | Until::AnswerTo { seq: s, .. } => seq > *s,
+            Until::Forever => true,
+        }
+    }
+
     /// Whether the TurnCompleted `t` stored at `seq` ends following.
     fn ends_at(&self, seq: u64, t: &pb::TurnCompleted) -> bool {
         match self {
@@ -399,7 +409,7 @@ impl Follower {
                                 // resumable, and it comes back on demand (as a suspended one
                                 // does) or is respawned at start.
                                 let resumable = to == pb::SessionState::Resumable as i32;
-                                if seq > caught_up_at && is_dead(to) && !(self.follow_respawns && (resumable || self.live_now().await)) {
+                                if seq > caught_up_at && until.covers(seq) && is_dead(to) && !(self.follow_respawns && (resumable || self.live_now().await)) {
                                     return Ok(Outcome::Ended(format!(
                                         "the session is {}{}",
                                         json::state_name(to),
@@ -408,7 +418,9 @@ impl Follower {
                                 }
                             }
                             Some(Payload::ProcessExited(x))
-                                if !matches!(until, Until::Forever) && seq > caught_up_at =>
+                                if !matches!(until, Until::Forever)
+                                    && seq > caught_up_at
+                                    && until.covers(seq) =>
                             {
                                 return Ok(Outcome::Ended(format!(
                                     "the CLI process exited: {}",
@@ -803,4 +815,35 @@ fn is_transient(s: &tonic::Status) -> bool {
 async fn backoff(attempt: u32) {
     let ms = (100u64 << attempt.min(5)).min(2000);
     tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What ends following a message: events after it only. A suspension (or stop, or
+    /// exit) recorded before the message, while the send was on its way, does not: the
+    /// session comes back for the message.
+    #[test]
+    fn only_events_after_the_message_end_following_it() {
+        let until = Until::AnswerTo {
+            seq: 10,
+            message_id: "m".into(),
+        };
+        assert!(!until.covers(9), "an exit before the message");
+        assert!(!until.covers(10));
+        assert!(until.covers(11), "an exit after the message");
+        assert!(Until::TurnAfter(3).covers(4) && !Until::TurnAfter(3).covers(3));
+        assert!(Until::Forever.covers(1));
+        let answer = pb::TurnCompleted {
+            user_message_ids: vec!["m".into()],
+            ..Default::default()
+        };
+        let other = pb::TurnCompleted {
+            user_message_ids: vec!["x".into()],
+            ..Default::default()
+        };
+        assert!(until.ends_at(12, &answer) && !until.ends_at(9, &answer));
+        assert!(!until.ends_at(12, &other), "another message's turn");
+    }
 }

@@ -300,6 +300,9 @@ pub async fn connect(args: &ConnectArgs) -> Result<Conn> {
     connect_to(&target).await
 }
 
+/// The client's HTTP/2 PING interval on TCP, and how long an answer may take.
+const KEEPALIVE: Duration = Duration::from_secs(10);
+
 /// Connect to a resolved target.
 pub async fn connect_to(target: &config::Target) -> Result<Conn> {
     let addr = target.endpoint.to_string();
@@ -308,7 +311,14 @@ pub async fn connect_to(target: &config::Target) -> Result<Conn> {
             let mut ep = TonicEndpoint::from_shared(uri.clone())
                 .with_context(|| format!("daemon address {uri}"))?
                 .connect_timeout(Duration::from_secs(5))
-                .tcp_nodelay(true);
+                .tcp_nodelay(true)
+                // A connection that dies without a word (a laptop or phone changing
+                // networks: no FIN, no RST) is noticed within KEEPALIVE * 2, and a
+                // follower resubscribes over a new one instead of waiting forever.
+                .http2_keep_alive_interval(KEEPALIVE)
+                .keep_alive_timeout(KEEPALIVE)
+                .keep_alive_while_idle(true)
+                .tcp_keepalive(Some(KEEPALIVE * 3));
             if *tls || target.tls_ca.is_some() {
                 let mut tls = ClientTlsConfig::new();
                 if let Some(ca) = &target.tls_ca {
