@@ -291,6 +291,9 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             .with_context(|| format!("listen.addr: cannot listen on {addr}"))?;
         listeners.push(ostler_server::Listener::Tcp(l));
     }
+    // The (device, inode) of the socket file this daemon made: removed at exit only if it
+    // is still that one.
+    let mut own_socket = None;
     if let Some(path) = &valid.unix_socket {
         if path.exists() {
             // A stale socket from a previous run; refuse to remove anything else.
@@ -302,10 +305,26 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
                     path.display()
                 );
             }
+            // Stale only when nobody listens on it: a socket that accepts is another
+            // process's (another daemon's), and replacing it would cut its clients off.
+            match std::os::unix::net::UnixStream::connect(path) {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                Ok(_) => anyhow::bail!(
+                    "listen.unix_socket: {} is in use (a running process, another ostler \
+                     daemon?, accepts connections on it); stop it or choose another path",
+                    path.display()
+                ),
+                Err(e) => anyhow::bail!(
+                    "listen.unix_socket: cannot tell whether {} is in use ({e}); remove it \
+                     if it is stale, or choose another path",
+                    path.display()
+                ),
+            }
             std::fs::remove_file(path)?;
         }
         let l = tokio::net::UnixListener::bind(path)
             .with_context(|| format!("listen.unix_socket: cannot bind {}", path.display()))?;
+        own_socket = socket_identity(path);
         listeners.push(ostler_server::Listener::Unix {
             listener: l,
             path: path.clone(),
@@ -362,9 +381,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
                 drop(starting);
                 shutdown.cancel();
                 let _ = server.await;
-                if let Some(path) = &valid.unix_socket {
-                    let _ = std::fs::remove_file(path);
-                }
+                remove_own_socket(valid.unix_socket.as_deref(), own_socket);
                 return Err(e);
             }
         };
@@ -403,9 +420,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     tracing::info!("stopping sessions");
     engine.shutdown().await;
     drop(engine);
-    if let Some(path) = &valid.unix_socket {
-        let _ = std::fs::remove_file(path);
-    }
+    remove_own_socket(valid.unix_socket.as_deref(), own_socket);
     tracing::info!("ostler daemon stopped");
     match served {
         Ok(Ok(())) => Ok(0),
@@ -670,6 +685,24 @@ fn write_ready_file(path: &std::path::Path, lines: &[String]) -> std::io::Result
     text.push('\n');
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
+}
+
+/// The (device, inode) of the file at `path`.
+fn socket_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Removes the daemon's Unix socket file at exit, unless something else replaced it.
+fn remove_own_socket(path: Option<&std::path::Path>, own: Option<(u64, u64)>) {
+    if let Some(path) = path
+        && own.is_some()
+        && socket_identity(path) == own
+    {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 #[cfg(test)]

@@ -125,6 +125,55 @@ async fn a_second_daemon_on_the_same_store_is_refused() {
     let _ = create_session(&mut c, &world.work, "still-serving").await;
 }
 
+/// A Unix socket another daemon listens on is not taken over (replacing it cut the first
+/// daemon's clients off for good, and its exit removed the second one's socket): the second
+/// daemon is refused, naming the path. A stale socket (nobody listening) is replaced.
+#[tokio::test]
+async fn a_unix_socket_in_use_is_not_taken_over() {
+    use std::os::unix::fs::MetadataExt as _;
+    let world = World::new(NEW).await;
+    let sock = world.dir.path().join("ostler.sock");
+    let first = world
+        .daemon(&["--unix-socket", sock.to_str().unwrap()])
+        .await;
+    let inode = std::fs::metadata(&sock).unwrap().ino();
+    let second = |ready: &str, store: &str| {
+        serve(&world, &world.dir.path().join(ready))
+            .args(["--unix-socket", sock.to_str().unwrap()])
+            .arg("--store")
+            .arg(world.dir.path().join(store))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &world.home)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = second("ready-second", "second.db");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "second daemon started: {stderr}");
+    assert!(
+        stderr.contains("is in use") && stderr.contains("ostler.sock"),
+        "unclear refusal: {stderr}"
+    );
+    assert_eq!(
+        std::fs::metadata(&sock).unwrap().ino(),
+        inode,
+        "the socket was replaced"
+    );
+    let mut c = first.sessions().await;
+    let _ = create_session(&mut c, &world.work, "still-serving").await;
+    // A stale socket (bound, nobody listening) is replaced.
+    drop(first);
+    let stale = std::os::unix::net::UnixListener::bind(&sock);
+    drop(stale);
+    assert!(sock.exists(), "a stale socket file to replace");
+    let third = world
+        .daemon(&["--unix-socket", sock.to_str().unwrap()])
+        .await;
+    drop(third);
+}
+
 /// While another process holds a write transaction on the store, the daemon cannot apply
 /// its schema and waits (`store.busy_timeout_secs`). It listens all the while and says
 /// that it is starting: health `NOT_SERVING`, other calls `UNAVAILABLE` with a message to
