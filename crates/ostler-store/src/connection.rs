@@ -34,6 +34,21 @@ pub(crate) fn open_error(path: &Path, e: rusqlite::Error) -> Error {
     }
 }
 
+/// Creates the database file, when there is none, readable and writable by its owner
+/// only (0600, whatever the umask): it holds every conversation and the secrets sessions
+/// are resumed with (MCP headers and env, session env). SQLite gives the `-wal` and
+/// `-shm` files it creates the database file's permissions.
+fn create_private(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // Already there (kept as it is), or not ours to create (a directory missing, no
+    // permission): SQLite's open says so better.
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+}
+
 /// Opens and configures the write connection (WAL, synchronous, busy timeout, foreign keys,
 /// incremental auto-vacuum for new files). Does not migrate.
 pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<Connection> {
@@ -58,6 +73,7 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
             });
         }
     }
+    create_private(path);
     let conn = Connection::open_with_flags(path, open_flags_rw()).map_err(oe)?;
     // SQLite opens a file it may not write read-only without a word; every write would then
     // fail (and be retried as a passing fault). Said at once instead.

@@ -35,6 +35,30 @@ fn open_sets_wal_foreign_keys_incremental_vacuum_and_current_version() {
     assert_eq!(version, SCHEMA_VERSION);
 }
 
+/// A new store's files are its owner's alone (0600 whatever the umask): they hold every
+/// conversation and the secrets sessions are resumed with. An existing file keeps its mode.
+#[test]
+fn a_new_store_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    store.append_blocking("s", vec![event(1)]).unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let file = format!("{}{suffix}", path.display());
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{file}: {mode:o}");
+    }
+    drop(store);
+    let kept = dir.path().join("kept.db");
+    std::fs::write(&kept, b"").unwrap();
+    std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o640)).unwrap();
+    drop(open(&kept));
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "an existing file's mode is the operator's");
+}
+
 #[test]
 fn appends_get_gap_free_seqs_from_one_per_session() {
     let dir = tempfile::tempdir().unwrap();

@@ -264,8 +264,21 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     if let Some(dir) = valid.store_path.parent()
         && !dir.as_os_str().is_empty()
     {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("store.path: cannot create {}", dir.display()))?;
+        // The store's own directory, when made here, is the daemon user's alone (0700): the
+        // store holds every conversation. Its parents (`~/.local/share`) and an existing
+        // directory keep their modes.
+        use std::os::unix::fs::DirBuilderExt as _;
+        let made = match dir.parent() {
+            Some(parent) if !dir.exists() => std::fs::create_dir_all(parent),
+            _ => Ok(()),
+        };
+        made.and_then(
+            |()| match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+                r => r,
+            },
+        )
+        .with_context(|| format!("store.path: cannot create {}", dir.display()))?;
     }
     // One daemon per database: a second `ostler serve` on the same file would assign
     // conflicting seqs. The OS releases the lock when this process ends, however it ends.
@@ -570,10 +583,12 @@ pub(crate) fn unenforced_policy(
 /// Take the store's daemon lock (`<store>.lock`), or say who holds it.
 fn lock_store(store: &std::path::Path) -> Result<std::fs::File> {
     let path = store.with_extension("lock");
+    use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&path)
         .with_context(|| format!("store.path: cannot create the lock file {}", path.display()))?;
     match file.try_lock() {

@@ -47,6 +47,14 @@ async fn serve_starts_without_a_config_file_and_uses_the_data_dir() {
         })
         .unwrap_or(false);
     assert!(has_db, "no database under {}", data.display());
+    // The store is the daemon user's alone: the directories it made, the database and its
+    // lock (a conversation log and the secrets sessions resume with).
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700, "{}", data.display());
+    for f in std::fs::read_dir(&data).unwrap().flatten() {
+        assert_eq!(mode(&f.path()) & 0o077, 0, "{}", f.path().display());
+    }
 }
 
 /// `runtime.worker_threads` sets the async worker threads the daemon runs, and a daemon on
