@@ -18,7 +18,8 @@ pub use ostler_supervisor::{CliOptions, McpServer, ToolDecl, ToolServerDecl};
 
 /// A CLI's answer (a control response, `mcp_status`) as clients may see it: the values of
 /// every `env` and `headers` object in it (an MCP server's configuration, settings' `env`:
-/// possible secrets) replaced by `"<redacted>"`, at any depth.
+/// possible secrets) replaced by `"<redacted>"`, and the credentials and query of every
+/// `url` ([`redact_url`]), at any depth.
 pub fn redact_env_and_headers(v: &mut Value) {
     match v {
         Value::Object(m) => {
@@ -28,6 +29,12 @@ pub fn redact_env_and_headers(v: &mut Value) {
                 {
                     for s in secrets.values_mut() {
                         *s = Value::String(cli_options::REDACTED.into());
+                    }
+                } else if k == "url"
+                    && let Value::String(url) = child
+                {
+                    if let Some(shown) = redact_url(url) {
+                        *url = shown;
                     }
                 } else {
                     redact_env_and_headers(child);
@@ -39,11 +46,46 @@ pub fn redact_env_and_headers(v: &mut Value) {
     }
 }
 
+/// `url` with its credentials (`user:password@`) and its query (`?token=...`) replaced by
+/// `<redacted>`; `None` when it has neither.
+pub fn redact_url(url: &str) -> Option<String> {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    let mut out = String::with_capacity(url.len());
+    out.push_str(&url[..start]);
+    let authority = &url[start..end];
+    let mut changed = false;
+    match authority.rfind('@') {
+        Some(at) => {
+            out.push_str(cli_options::REDACTED);
+            out.push_str(&authority[at..]);
+            changed = true;
+        }
+        None => out.push_str(authority),
+    }
+    let rest = &url[end..];
+    match rest.find('?') {
+        Some(q) => {
+            out.push_str(&rest[..=q]);
+            out.push_str(cli_options::REDACTED);
+            if let Some(h) = rest[q..].find('#') {
+                out.push_str(&rest[q + h..]);
+            }
+            changed = true;
+        }
+        None => out.push_str(rest),
+    }
+    changed.then_some(out)
+}
+
 /// An `engine_notice`'s data as clients (and webhooks) may see it: for `session_created`,
-/// the values of the session's environment variables and of its MCP servers' `env` and
-/// `headers` (possible secrets) are replaced by `"<redacted>"`, and so are those of the
-/// servers of `mcp_servers_set` (`SetMcpServers`, or its repetition after a resume); other
-/// notices unchanged.
+/// the values of the session's environment variables, of its MCP servers' `env` and
+/// `headers`, and of the `env` and `headers` in its inline `settings` and
+/// `managed_settings` (possible secrets) are replaced by `"<redacted>"`, as are the
+/// credentials and query of its MCP servers' urls; the servers of `mcp_servers_set`
+/// (`SetMcpServers`, or its repetition after a resume) likewise; other notices unchanged.
 pub fn redacted_notice_data(code: &str, data: &Value) -> Value {
     fn hide(v: Option<&mut Value>) {
         if let Some(Value::Object(m)) = v {
@@ -53,11 +95,17 @@ pub fn redacted_notice_data(code: &str, data: &Value) -> Value {
         }
     }
     fn hide_servers(servers: Option<&mut Value>) {
-        if let Some(Value::Object(servers)) = servers {
-            for s in servers.values_mut() {
-                hide(s.get_mut("env"));
-                hide(s.get_mut("headers"));
-            }
+        if let Some(servers @ Value::Object(_)) = servers {
+            redact_env_and_headers(servers);
+        }
+    }
+    /// Settings given inline (a JSON object in a string): its `env` and `headers` values.
+    fn hide_in_settings(settings: Option<&mut Value>) {
+        if let Some(Value::String(text)) = settings
+            && let Ok(mut v @ Value::Object(_)) = serde_json::from_str::<Value>(text)
+        {
+            redact_env_and_headers(&mut v);
+            *text = v.to_string();
         }
     }
     let mut d = data.clone();
@@ -65,6 +113,8 @@ pub fn redacted_notice_data(code: &str, data: &Value) -> Value {
         "session_created" => {
             hide(d.get_mut("env"));
             hide_servers(d.get_mut("mcp_servers"));
+            hide_in_settings(d.get_mut("settings"));
+            hide_in_settings(d.get_mut("managed_settings"));
         }
         "mcp_servers_set" => {
             hide_servers(d.get_mut("request").and_then(|r| r.get_mut("servers")));

@@ -1273,6 +1273,23 @@ mod tests {
             !shown.contains("s3cret") && shown.contains("Authorization"),
             "{shown}"
         );
+        // Credentials and tokens in MCP urls, `env` in inline settings.
+        let data = serde_json::json!({
+            "mcp_servers": {"h": {"type": "http", "url": "http://user:s3cret@host:9/mcp?token=s3cret#f", "headers": {}}},
+            "settings": "{\"env\":{\"K\":\"s3cret\"},\"model\":\"kept-model\"}",
+            "managed_settings": "{\"env\":{\"K\":\"s3cret\"}}",
+        });
+        let shown = json_text(&eng::redacted_notice_data("session_created", &data));
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("@host:9/mcp?<redacted>#f") && shown.contains("kept-model"),
+            "{shown}"
+        );
+        assert_eq!(eng::redact_url("https://host/p"), None);
+        assert_eq!(
+            eng::redact_url("https://a:b@host/p").as_deref(),
+            Some("https://<redacted>@host/p")
+        );
     }
 
     #[test]
