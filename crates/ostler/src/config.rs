@@ -597,14 +597,54 @@ fn config_error(e: figment::Error) -> anyhow::Error {
                     key.clone()
                 }
             });
+            let kind = shown_kind(&e.path, &e.kind);
             match from {
-                Some(from) if !key.is_empty() => format!("{from}: {}", e.kind),
-                _ if !key.is_empty() => format!("{key}: {}", e.kind),
-                _ => e.kind.to_string(),
+                Some(from) if !key.is_empty() => format!("{from}: {kind}"),
+                _ if !key.is_empty() => format!("{key}: {kind}"),
+                _ => kind,
             }
         })
         .collect();
     anyhow::anyhow!("invalid configuration: {}", described.join("; "))
+}
+
+/// Whether the setting at `path` may hold a secret: tokens, the sessions' environment, a
+/// notifier's url and signing secret. Its value is never quoted in an error.
+fn secret_setting(path: &[String]) -> bool {
+    let at = |i: usize, k: &str| path.get(i).is_some_and(|p| p.eq_ignore_ascii_case(k));
+    (at(0, "auth") && at(1, "tokens"))
+        || (at(0, "sessions") && at(1, "env"))
+        || (at(0, "notify")
+            && path
+                .last()
+                .is_some_and(|l| l == "url" || l == "secret" || l == "notify"))
+}
+
+/// A figment error's kind as shown: figment quotes the value it found, which is left out
+/// for a [`secret_setting`] (its type is said instead).
+fn shown_kind(path: &[String], kind: &figment::error::Kind) -> String {
+    use figment::error::{Actual, Kind};
+    if !secret_setting(path) {
+        return kind.to_string();
+    }
+    let what = |a: &Actual| match a {
+        Actual::Str(_) => "a string (not shown: it may be a secret)".to_owned(),
+        Actual::Char(_) => "a character".to_owned(),
+        Actual::Bytes(_) => "bytes".to_owned(),
+        Actual::Unsigned(_) | Actual::Signed(_) | Actual::Float(_) => "a number".to_owned(),
+        Actual::Other(_) => "a value (not shown: it may be a secret)".to_owned(),
+        a => a.to_string(),
+    };
+    match kind {
+        Kind::InvalidType(a, expected) => {
+            format!("invalid type: found {}, expected {expected}", what(a))
+        }
+        Kind::InvalidValue(a, expected) => {
+            format!("invalid value: {}, expected {expected}", what(a))
+        }
+        Kind::Message(_) => "invalid value (not shown: it may be a secret)".to_owned(),
+        k => k.to_string(),
+    }
 }
 
 /// `OSTLER_SESSIONS__MANAGED_SETTINGS`: a JSON object.
@@ -1289,6 +1329,47 @@ mod tests {
             !format!("{c:?}").contains("secret-token"),
             "tokens never in Debug"
         );
+    }
+
+    /// A setting that may hold a secret, of the wrong type, is named but its value never
+    /// quoted (the error goes to the journal and to `ostler doctor`'s output).
+    #[test]
+    fn a_secret_of_the_wrong_type_is_not_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("x.db").display().to_string();
+        for (body, key) in [
+            (
+                "[auth]\ntokens = \"TOKEN-SHOULD-NOT-SHOW\"\n",
+                "auth.tokens",
+            ),
+            (
+                "[sessions]\nenv = \"K=TOKEN-SHOULD-NOT-SHOW\"\n",
+                "sessions.env",
+            ),
+            (
+                "[sessions.env]\nK = [\"TOKEN-SHOULD-NOT-SHOW\"]\n",
+                "sessions.env.K",
+            ),
+        ] {
+            let f = write(
+                dir.path(),
+                "secret.toml",
+                &format!("[store]\npath = {store:?}\n{body}"),
+            );
+            let err = format!("{:#}", load(Some(&f), &Overrides::default()).unwrap_err());
+            assert!(
+                err.contains(key) && !err.contains("TOKEN-SHOULD-NOT-SHOW"),
+                "{err}"
+            );
+        }
+        // Other values are quoted: they help and are not secret.
+        let f = write(
+            dir.path(),
+            "plain.toml",
+            &format!("[store]\npath = {store:?}\n[sessions]\nmax_live = \"many\"\n"),
+        );
+        let err = format!("{:#}", load(Some(&f), &Overrides::default()).unwrap_err());
+        assert!(err.contains("\"many\""), "{err}");
     }
 
     #[test]
