@@ -34,6 +34,69 @@ pub(crate) fn open_error(path: &Path, e: rusqlite::Error) -> Error {
     }
 }
 
+/// What SQLite would handle badly or say unclearly about the store's files, said first:
+/// a directory where the database should be; an empty (or missing) database beside a WAL
+/// that holds data (SQLite would take the database for a new one and delete the WAL, with
+/// every event in it: the database file was truncated or lost, the WAL was not); a
+/// directory SQLite cannot create the `-wal` and `-shm` files in. A WAL that ends in a
+/// partial frame (a copy or a disk cut short: its last transactions are lost) is logged.
+fn check_files(path: &Path) -> Result<()> {
+    let setup = |reason: String| Error::Setup {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if path.is_dir() {
+        return Err(setup(
+            "it is a directory; store.path names the database file (e.g. \
+             .../ostler.db)"
+                .to_owned(),
+        ));
+    }
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal = std::path::PathBuf::from(wal);
+    let db_len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let wal_len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    if db_len == 0 && wal_len > 0 {
+        return Err(setup(format!(
+            "the database file is {} but its WAL {} holds {wal_len} bytes: opening would \
+             start an empty store and delete that WAL, with every event in it. Restore the \
+             database file from a backup (or copy), or move the WAL away to start empty",
+            if path.exists() { "empty" } else { "missing" },
+            wal.display()
+        )));
+    }
+    let mut header = [0u8; 32];
+    if wal_len > 32
+        && std::fs::File::open(&wal)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut header))
+            .is_ok()
+    {
+        let page = u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as u64;
+        if page >= 512 && (wal_len - 32) % (page + 24) != 0 {
+            tracing::warn!(
+                path = %wal.display(),
+                bytes = wal_len,
+                "the store's WAL ends in a partial frame: it was cut short (a crash while \
+                 writing, a copy or a disk that ran out); transactions in its last frames \
+                 are lost"
+            );
+        }
+    }
+    if wal_len == 0
+        && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_err()
+        && path.exists()
+    {
+        return Err(setup(format!(
+            "its directory {} cannot be written: SQLite creates the store's -wal and -shm \
+             files beside it (permissions or a read-only mount)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Creates the database file, when there is none, readable and writable by its owner
 /// only (0600, whatever the umask): it holds every conversation and the secrets sessions
 /// are resumed with (MCP headers and env, session env). SQLite gives the `-wal` and
@@ -53,6 +116,7 @@ fn create_private(path: &Path) {
 /// incremental auto-vacuum for new files). Does not migrate.
 pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<Connection> {
     let oe = |e| open_error(path, e);
+    check_files(path)?;
     // The WAL and its index left by the last run must be writable too: SQLite would open
     // the store and fail at the first write (or at the first read of a frame).
     for suffix in ["-wal", "-shm"] {

@@ -102,10 +102,20 @@ pub(crate) fn migrate_to(conn: &mut Connection, path: &Path, target: u32) -> Res
             "applied schema migration"
         );
     }
-    if applied {
+    // Also when a start before this one was cut off while giving the space back (the
+    // migrations were committed, their free pages not yet moved out): more than a quarter
+    // of the file free is that (deletes give their pages back at once).
+    if applied || mostly_free(conn).map_err(at)? {
         give_space_back(conn).map_err(at)?;
     }
     Ok(())
+}
+
+/// Whether more than a quarter of the file's pages (and at least 1,024) are free.
+fn mostly_free(conn: &Connection) -> rusqlite::Result<bool> {
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    Ok(free >= 1024 && free * 4 > pages)
 }
 
 /// After migrations: a migration that rebuilds a table (0003, 0008, 0009 rebuild `events`)
@@ -128,7 +138,7 @@ fn give_space_back(conn: &Connection) -> rusqlite::Result<()> {
     let left: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
     tracing::info!(
         freed_pages = free - left,
-        "gave the migration's free pages back"
+        "gave the free pages of a migration back"
     );
     Ok(())
 }

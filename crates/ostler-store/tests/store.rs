@@ -59,6 +59,74 @@ fn a_new_store_is_readable_by_its_owner_only() {
     assert_eq!(mode, 0o640, "an existing file's mode is the operator's");
 }
 
+/// Damage SQLite would handle badly is refused with what to do: an empty database file
+/// beside a WAL holding the store (SQLite would start empty and delete the WAL), a
+/// directory at the store's path. The files stay as they were.
+#[test]
+fn a_store_emptied_beside_its_wal_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let wal = dir.path().join("ostler.db-wal");
+    let store = open(&path);
+    store.create_session(new_session("s", 1)).wait().unwrap();
+    store.append_blocking("s", vec![event(1)]).unwrap();
+    // A copy of the files while the daemon runs: the WAL holds the data.
+    let copy = dir.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    std::fs::copy(&wal, copy.join("ostler.db-wal")).unwrap();
+    drop(store);
+    std::fs::write(copy.join("ostler.db"), b"").unwrap();
+    let wal_bytes = std::fs::read(copy.join("ostler.db-wal")).unwrap();
+    assert!(!wal_bytes.is_empty());
+    let err = Store::open(copy.join("ostler.db"), StoreOptions::default())
+        .map(|_| ())
+        .expect_err("an empty database beside a full WAL");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("empty") && shown.contains("WAL") && shown.contains("backup"),
+        "{shown}"
+    );
+    assert_eq!(
+        std::fs::read(copy.join("ostler.db-wal")).unwrap(),
+        wal_bytes,
+        "the WAL is kept"
+    );
+    let at_dir = dir.path().join("a-dir.db");
+    std::fs::create_dir(&at_dir).unwrap();
+    let err = Store::open(&at_dir, StoreOptions::default())
+        .map(|_| ())
+        .expect_err("a directory");
+    assert!(err.to_string().contains("is a directory"), "{err}");
+}
+
+/// A start cut off after the migrations but before their free pages were given back
+/// leaves the file mostly free pages: the next start gives them back.
+#[test]
+fn free_pages_left_by_a_cut_off_start_are_given_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    drop(open(&path));
+    {
+        let conn = raw_conn(&path);
+        conn.execute_batch(
+            "CREATE TABLE filler(x BLOB); \
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 4000) \
+             INSERT INTO filler SELECT zeroblob(4000) FROM n; \
+             DROP TABLE filler;",
+        )
+        .unwrap();
+        let free: i64 = conn
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+            .unwrap();
+        assert!(free > 2000, "{free} free pages to give back");
+    }
+    drop(open(&path));
+    let free: i64 = raw_conn(&path)
+        .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(free, 0, "the free pages were given back");
+}
+
 #[test]
 fn appends_get_gap_free_seqs_from_one_per_session() {
     let dir = tempfile::tempdir().unwrap();
