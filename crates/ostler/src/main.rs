@@ -42,7 +42,7 @@ Exit codes:
   1    error: the daemon refused, could not connect, or the turn ended in error
   2    bad usage
   3    a permission prompt or question could not be answered (no terminal, no flag)
-  130  interrupted or detached with Ctrl-C
+  130  the turn was interrupted (Ctrl-C, or `ostler interrupt` from anywhere), or detached
   72   (serve, doctor) no usable `claude` binary found
   78   (serve, doctor) configuration error, or `claude` unusable / too old";
 

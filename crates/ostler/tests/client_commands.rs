@@ -655,7 +655,7 @@ fn a_queued_send_withdrawn_by_an_interrupt_ends_and_the_session_is_idle() {
     let run = common::wait_output(run);
     assert_eq!(
         run.status.code(),
-        Some(1),
+        Some(130),
         "interrupted: {}",
         describe(&run)
     );
@@ -827,8 +827,12 @@ fn interrupt_command_ends_a_running_turn() {
     let out = common::wait_output(run);
     assert_eq!(
         out.status.code(),
-        Some(1),
-        "an interrupted turn is not a success"
+        Some(130),
+        "a turn interrupted by another client reads as interrupted, not failed"
+    );
+    assert!(
+        rest.iter().any(|e| e["outcome"] == "interrupted"),
+        "{rest:?}"
     );
     let done: Vec<&Value> = rest
         .iter()

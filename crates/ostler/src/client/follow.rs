@@ -115,7 +115,9 @@ pub struct Follower {
     pub include_partial: bool,
     /// Whether a turn is running (decides what the first Ctrl-C does).
     pub running: bool,
-    /// Set when the user interrupted.
+    /// Set when the user interrupted, or when the session recorded an interrupt (from any
+    /// client) after what is followed began: a turn that then ends unsuccessfully reads as
+    /// interrupted, not failed.
     pub interrupted: bool,
     /// Keep following when the session is live again after a stop (attach).
     pub follow_respawns: bool,
@@ -375,6 +377,13 @@ impl Follower {
                                 {
                                     message_id.clone_from(&m.message_id);
                                 }
+                            }
+                            Some(Payload::EngineNotice(n))
+                                if n.code == "interrupted"
+                                    && seq > caught_up_at
+                                    && until.covers(seq) =>
+                            {
+                                self.interrupted = true;
                             }
                             // Withdrawn before the CLI answered it (an interrupt that
                             // cancelled the queued messages): no turn will list it.

@@ -10,7 +10,8 @@
 //!
 //! Exit codes: 0 success; 1 an error (the daemon refused, could not connect, a turn that
 //! ended in error); 2 bad usage; 3 a permission prompt or question that could not be
-//! answered (no terminal and no flag decides it); 130 interrupted or detached with Ctrl-C.
+//! answered (no terminal and no flag decides it); 130 the turn was interrupted (Ctrl-C, or
+//! an interrupt from any client) or the command detached with Ctrl-C.
 
 /// `println!` for the client commands, through [`render::out`]: a reader that went away
 /// (`ostler sessions | head -1`) ends the command quietly instead of a panic.
