@@ -97,6 +97,56 @@ fn check_files(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What [`crate::Store::inspect`] found: the schema version of an existing store (`None`:
+/// no file yet, the daemon will create it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    pub version: Option<u32>,
+}
+
+/// The checks of [`open_write_connection`] that need no write: the files
+/// ([`check_files`]), a database that can be read, is ostler's (or empty), is not newer
+/// than this build, and can be written. Opens the file read-only; creates nothing (SQLite
+/// may create the `-shm` index beside a WAL-mode file, as any reader does).
+pub(crate) fn inspect(path: &Path) -> Result<Inspection> {
+    check_files(path)?;
+    if !path.exists() {
+        return Ok(Inspection { version: None });
+    }
+    let setup = |reason: &str| Error::Setup {
+        path: path.to_path_buf(),
+        reason: reason.to_owned(),
+    };
+    if nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_err() {
+        return Err(setup(
+            "the database file can be read but not written (its permissions, an immutable \
+             attribute or a read-only mount); ostler writes every event to it",
+        ));
+    }
+    let oe = |e| open_error(path, e);
+    let conn = Connection::open_with_flags(path, open_flags_ro()).map_err(oe)?;
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+        .map_err(oe)?;
+    let version = crate::migrate::current_version(&conn).map_err(oe)?;
+    if tables > 0 && version == 0 {
+        return Err(setup(
+            "it is not an ostler store: it holds tables and no ostler schema version; give \
+             ostler a file of its own (store.path)",
+        ));
+    }
+    if version > crate::SCHEMA_VERSION {
+        return Err(Error::NewerSchema {
+            path: path.to_path_buf(),
+            found: version,
+            supported: crate::SCHEMA_VERSION,
+        });
+    }
+    Ok(Inspection {
+        version: Some(version),
+    })
+}
+
 /// Creates the database file, when there is none, readable and writable by its owner
 /// only (0600, whatever the umask): it holds every conversation and the secrets sessions
 /// are resumed with (MCP headers and env, session env). SQLite gives the `-wal` and

@@ -17,6 +17,7 @@ mod store;
 mod types;
 mod writer;
 
+pub use connection::Inspection;
 pub use error::{Error, Result};
 pub use feed::{FeedEntry, FeedKind, FeedPage, MAX_TITLE_CHARS, shorten_title};
 pub use health::{WriteFault, WriteHealth};

@@ -159,6 +159,14 @@ fn open_checkpointer(
 }
 
 impl Store {
+    /// What opening the store at `path` would find, without opening it for writing or
+    /// changing anything (`ostler doctor`): the errors [`Store::open`] would give for the
+    /// files, a database that is not ostler's, newer than this build or not writable, and
+    /// otherwise its schema version (`None`: no store yet).
+    pub fn inspect(path: impl AsRef<Path>) -> Result<crate::Inspection> {
+        crate::connection::inspect(path.as_ref())
+    }
+
     /// Opens (creating if needed) the store at `path`, applies pending migrations and starts
     /// the writer thread.
     ///

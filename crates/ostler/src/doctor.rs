@@ -1,9 +1,11 @@
 //! `ostler doctor [--claude PATH]`: what the daemon would find at start-up.
 //!
 //! Prints the detected binary, release, compatibility level, the protocol adapter chosen
-//! and the capabilities, and exits with the daemon's start-up codes: 0 when the daemon
-//! would start (any level but INCOMPATIBLE), 72 when no usable `claude` binary is found,
-//! 78 when the binary is unusable or older than the minimum supported release.
+//! and the capabilities, and the store (its schema version, whether it would be upgraded;
+//! checked without writing to it), and exits with the daemon's start-up codes: 0 when the
+//! daemon would start (any level but INCOMPATIBLE), 72 when no usable `claude` binary is
+//! found, 78 when the binary is unusable or older than the minimum supported release (or
+//! the configuration is refused), 1 when the store would be refused.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -60,8 +62,8 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
     };
     // Checked as `serve` checks it: what it refuses (exit 78), doctor reports.
     let loaded = crate::config::load(args.config.as_deref(), &overrides)
-        .and_then(|c| c.validate().map(|_| c));
-    let cfg = match loaded {
+        .and_then(|c| c.validate().map(|v| (c, v.store_path)));
+    let (cfg, store_path) = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -88,10 +90,14 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
     let policy = result.as_ref().ok().and_then(|i| {
         crate::serve::unenforced_policy(!cfg.sessions.managed_settings.is_empty(), i)
     });
-    let code = match (&result, &policy) {
-        (Ok(_), None) => 0,
-        (Ok(_), Some(_)) => 78,
-        (Err(e), _) => e.exit_code(),
+    // The store as `serve` would open it (checked without writing to it): a store it
+    // would refuse stops the daemon with exit 1.
+    let store = ostler_store::Store::inspect(&store_path);
+    let code = match (&result, &policy, &store) {
+        (Err(e), _, _) => e.exit_code(),
+        (Ok(_), Some(_), _) => 78,
+        (Ok(_), None, Err(_)) => 1,
+        (Ok(_), None, Ok(_)) => 0,
     };
     if let Err(e) = &result {
         eprintln!("error: {e}");
@@ -99,18 +105,59 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
     if let Some(p) = &policy {
         eprintln!("error: {p}");
     }
+    if let Err(e) = &store {
+        eprintln!("error: store: {e}");
+    }
+    let store = StoreReport {
+        path: store_path,
+        found: store,
+    };
     if args.json {
-        let _ = writeln!(out, "{}", json_report(&result, policy.as_deref(), code));
+        let _ = writeln!(
+            out,
+            "{}",
+            json_report(&result, policy.as_deref(), &store, code)
+        );
     } else {
-        let _ = write_report(out, &result, policy.as_deref(), code);
+        let _ = write_report(out, &result, policy.as_deref(), &store, code);
     }
     code
+}
+
+/// The store's part of the report.
+struct StoreReport {
+    path: PathBuf,
+    found: ostler_store::Result<ostler_store::Inspection>,
+}
+
+impl StoreReport {
+    /// `schema 10 (current)`, `schema 7: upgraded to 10 at start`, `none yet: created at
+    /// start`, or the error.
+    fn describe(&self) -> String {
+        let now = ostler_store::SCHEMA_VERSION;
+        match &self.found {
+            Ok(ostler_store::Inspection { version: None }) => {
+                "none yet: created at start".to_owned()
+            }
+            Ok(ostler_store::Inspection { version: Some(v) }) if *v == now => {
+                format!("schema {v} (current)")
+            }
+            Ok(ostler_store::Inspection { version: Some(0) }) => {
+                format!("empty: given schema {now} at start")
+            }
+            Ok(ostler_store::Inspection { version: Some(v) }) => {
+                format!("schema {v}: upgraded to {now} at start (docs/operations.md, \"Upgrades\")")
+            }
+            Err(e) => format!("error: {e}"),
+        }
+    }
 }
 
 /// The report as one JSON object (`ostler doctor --json`).
 fn json_report(
     result: &Result<Installation, DiscoverError>,
     policy: Option<&str>,
+    store: &StoreReport,
     code: i32,
 ) -> serde_json::Value {
     use serde_json::json;
@@ -142,7 +189,19 @@ fn json_report(
     });
     json!({
         "installation": installation,
-        "error": result.as_ref().err().map(|e| e.to_string()).or(policy.map(str::to_owned)),
+        "error": result
+            .as_ref()
+            .err()
+            .map(|e| e.to_string())
+            .or(policy.map(str::to_owned))
+            .or(store.found.as_ref().err().map(|e| format!("store: {e}"))),
+        "store": {
+            "path": store.path.display().to_string(),
+            "schema_version": store.found.as_ref().ok().and_then(|i| i.version),
+            "supported_version": ostler_store::SCHEMA_VERSION,
+            "status": store.describe(),
+            "ok": store.found.is_ok(),
+        },
         "minimum_supported": m.minimum.to_string(),
         "newest_tested": m.newest_tested().map(|v| v.to_string()),
         "would_start": code == 0,
@@ -154,6 +213,7 @@ fn write_report(
     out: &mut (dyn Write + Send),
     result: &Result<Installation, DiscoverError>,
     policy: Option<&str>,
+    store: &StoreReport,
     code: i32,
 ) -> std::io::Result<()> {
     match result {
@@ -185,6 +245,12 @@ fn write_report(
         out,
         "supported:     {} or newer (tested up to {newest})",
         m.minimum
+    )?;
+    writeln!(
+        out,
+        "store:         {}: {}",
+        store.path.display(),
+        store.describe()
     )?;
     if code == 0 {
         writeln!(out, "daemon:        would start (exit 0)")
@@ -322,6 +388,53 @@ mod tests {
                 assert!(out.contains("daemon:        would start"), "{out}");
             }
         }
+    }
+
+    /// The store as `serve` would open it, checked without writing: none yet, the current
+    /// schema, one serve would refuse (exit 1).
+    #[tokio::test]
+    async fn doctor_reports_the_store_as_serve_would_open_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let claude = tokio::task::spawn_blocking(|| release("2.1.332"))
+            .await
+            .unwrap();
+        let with_store = |name: &str| {
+            let config = dir.path().join(format!("{name}.toml"));
+            let store = dir.path().join(name);
+            std::fs::write(
+                &config,
+                format!("[store]\npath = {:?}\n", store.display().to_string()),
+            )
+            .unwrap();
+            (config, store)
+        };
+        // None yet: created at start.
+        let (config, store) = with_store("new.db");
+        let (code, out) = doctor_with(claude.clone(), true, Some(config)).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("none yet: created at start"), "{out}");
+        assert!(!store.exists(), "the doctor created the store");
+        // The current schema.
+        let (config, store) = with_store("current.db");
+        drop(ostler_store::Store::open(&store, Default::default()).unwrap());
+        let (code, out) = doctor_with(claude.clone(), true, Some(config)).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains(&format!(
+                "schema {} (current)",
+                ostler_store::SCHEMA_VERSION
+            )),
+            "{out}"
+        );
+        // A store serve would refuse: exit 1, said.
+        let (config, store) = with_store("a-dir.db");
+        std::fs::create_dir(&store).unwrap();
+        let (code, out) = doctor_with(claude, true, Some(config)).await;
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.contains("is a directory") && out.contains("would refuse to start (exit 1)"),
+            "{out}"
+        );
     }
 
     /// With `sessions.managed_settings`, the doctor says what the daemon would do: 2.1.121
