@@ -685,11 +685,32 @@ impl Actor {
         if let Some(id) = &msg.client_message_id
             && let Some(&seq) = self.meta.messages.get(id)
         {
-            let _ = reply.send(Ok(SendOutcome {
-                seq,
-                duplicate: true,
-                message_id: None,
-            }));
+            // The first send's wire id, from its recorded event (a retry waits on the turn
+            // that names it like the first send would). Read off the actor's task.
+            let store = self.shared.store.clone();
+            let sid = self.sid().to_owned();
+            tokio::spawn(async move {
+                let message_id = crate::blocking::blocking(move || {
+                    let ev = store.events_after(&sid, seq.saturating_sub(1), 1)?;
+                    Ok::<_, Error>(
+                        match ev
+                            .first()
+                            .filter(|e| e.seq == seq)
+                            .map(|e| EventPayload::decode_stored(&e.kind, &e.payload))
+                        {
+                            Some(Ok(EventPayload::UserMessageSent(u))) => u.message_id,
+                            _ => None,
+                        },
+                    )
+                })
+                .await
+                .unwrap_or(None);
+                let _ = reply.send(Ok(SendOutcome {
+                    seq,
+                    duplicate: true,
+                    message_id,
+                }));
+            });
             return;
         }
         let message_id = uuid::Uuid::new_v4().to_string();

@@ -652,6 +652,10 @@ async fn sigterm_tells_subscribers_and_keeps_history() {
     assert!(!first.duplicate);
     assert!(again.duplicate);
     assert_eq!(first.seq, again.seq);
+    assert!(
+        !first.message_id.is_empty() && again.message_id == first.message_id,
+        "the duplicate names the first send's message: {first:?} {again:?}"
+    );
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
     let last = seen.last().unwrap().seq;
     let sent = seen
