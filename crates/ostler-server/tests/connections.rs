@@ -37,6 +37,21 @@ async fn connect_and_check(addr: SocketAddr) -> Result<Channel, tonic::Status> {
     Ok(ch)
 }
 
+/// Waits until a new connection is served (the server frees a slot once it has seen a
+/// connection close, so this may take a few attempts); fails with `why` after the guard.
+async fn served_again(addr: SocketAddr, why: &str) {
+    tokio::time::timeout(guard(), async {
+        loop {
+            if connect_and_check(addr).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect(why);
+}
+
 #[tokio::test]
 async fn a_connection_over_the_cap_is_refused_at_once_and_served_once_one_ends() {
     let h = start(ServerOptions {
@@ -66,16 +81,7 @@ async fn a_connection_over_the_cap_is_refused_at_once_and_served_once_one_ends()
     // One ends: the server frees its slot once it has seen the connection close, so the
     // retry may need a few attempts.
     drop(first);
-    tokio::time::timeout(guard(), async {
-        loop {
-            if connect_and_check(h.addr).await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("a connection is served again after one ended");
+    served_again(h.addr, "a connection is served again after one ended").await;
     h.shutdown.cancel();
 }
 
@@ -199,16 +205,7 @@ async fn connections_silent_before_the_preface_are_closed_and_free_their_slots()
         "a connection that sent its preface was closed"
     );
     // Their slots are free again: with the talking one, two more are served.
-    tokio::time::timeout(guard(), async {
-        loop {
-            if connect_and_check(h.addr).await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the silent connections' slots are never freed");
+    served_again(h.addr, "the silent connections' slots are never freed").await;
     h.shutdown.cancel();
 }
 

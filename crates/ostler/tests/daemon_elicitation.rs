@@ -536,17 +536,7 @@ async fn a_session_can_decline_every_elicitation_2_1_332() {
     assert!(pending_interactions(&mut c).await.is_empty());
 
     // Kept across a stop and resume, like the other session options.
-    c.stop_session(pb::StopSessionRequest {
-        session_id: s.id.clone(),
-    })
-    .await
-    .unwrap();
-    c.resume_session(pb::ResumeSessionRequest {
-        session_id: s.id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    stop_and_resume(&mut c, &s.id).await;
     let last = seen.last().map(|e| e.seq).unwrap_or_default();
     let mut events = subscribe(&mut c, &s.id, last, false).await;
     let mut seen = Vec::new();

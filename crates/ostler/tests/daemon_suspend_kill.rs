@@ -472,17 +472,7 @@ blocks = [{ type = "text", text = "released" }]
         "2.1.332 merges messages queued together into one transcript entry (what this test is about)"
     );
     drop(events);
-    c.stop_session(pb::StopSessionRequest {
-        session_id: s.id.clone(),
-    })
-    .await
-    .unwrap();
-    c.resume_session(pb::ResumeSessionRequest {
-        session_id: s.id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    stop_and_resume(&mut c, &s.id).await;
     let failed: Vec<String> = history(&mut c, &s.id)
         .await
         .iter()

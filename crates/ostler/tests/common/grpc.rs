@@ -146,6 +146,21 @@ pub fn text(t: &str) -> Option<pb::MessageContent> {
 
 pub type Events = tonic::Streaming<pb::SessionEvent>;
 
+/// StopSession, then ResumeSession (no fork, no cut): the session's next process.
+pub async fn stop_and_resume(c: &mut SessionServiceClient<Channel>, session_id: &str) {
+    c.stop_session(pb::StopSessionRequest {
+        session_id: session_id.to_owned(),
+    })
+    .await
+    .unwrap();
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: session_id.to_owned(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
 /// Every stored event of a session, from seq 1, without following live.
 pub async fn history(
     c: &mut SessionServiceClient<Channel>,
