@@ -677,6 +677,16 @@ fn a_queued_send_withdrawn_by_an_interrupt_ends_and_the_session_is_idle() {
     let shown = d.ok_json(&["show", &id, "--json"]);
     assert_eq!(shown[0]["state"], "idle", "{shown:?}");
     assert!(!d.model_saw("Second question"));
+    // Withdrawn is done: the next resume does not fail it ("send it again").
+    d.ok_json(&["stop", &id, "--json"]);
+    d.ok_json(&["resume", &id, "--json"]);
+    let events = d.ok_json(&["show", &id, "--events", "--json"]);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["code"] == "delivery_failed" || e["code"] == "message_unanswered"),
+        "{events:?}"
+    );
 }
 
 /// `ostler send --now` to a busy session: the running turn (held by the model) is stopped

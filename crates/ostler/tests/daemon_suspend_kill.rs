@@ -256,6 +256,22 @@ async fn retry_after_restart(
         vec![serde_json::json!({"seq": queued.answer.seq, "client_message_id": queued.id})],
         "exactly the queued message is failed"
     );
+    // The taken one, whose turn the kill cut off, is said to be unanswered (a client
+    // following its retry stops waiting for a turn that never comes).
+    let unanswered: Vec<u64> = h
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code == "message_unanswered" => {
+                serde_json::from_str::<serde_json::Value>(&n.data_json).unwrap()["seq"].as_u64()
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        unanswered,
+        vec![taken.answer.seq],
+        "the taken message's turn was cut off"
+    );
     let again = send_with_id(c, sid, taken.prompt, taken.id).await;
     assert!(
         again.duplicate && again.seq == taken.answer.seq,

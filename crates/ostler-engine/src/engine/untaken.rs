@@ -6,7 +6,10 @@
 //! by count where the release names none) are looked up in the CLI's transcript (by the
 //! uuid ostler sends with each message, also where 2.1.x merged it into another message's
 //! entry, `mergedSendUuids`); each one missing gets
-//! a `delivery_failed` notice, which frees its `client_message_id` for the retry.
+//! a `delivery_failed` notice, which frees its `client_message_id` for the retry; each one
+//! there (taken, but its turn cut off with its process) gets a `message_unanswered` notice,
+//! which ends the wait of a client following it. Messages withdrawn by an interrupt
+//! (`cancelled`) are done and checked for neither.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -26,6 +29,11 @@ struct Sent {
     message_id: String,
     client_message_id: Option<String>,
 }
+
+/// The notice of a message the CLI took (it is in the transcript) whose turn never ended:
+/// its process ended mid-turn. It stays in the conversation, unanswered; a client waiting
+/// for its `TurnCompleted` (a retry of it, with its id) stops waiting.
+pub(crate) const MESSAGE_UNANSWERED: &str = "message_unanswered";
 
 /// Why a message left out of the transcript failed.
 const NOT_IN_TRANSCRIPT: &str = "its process ended before the message reached the CLI's \
@@ -53,12 +61,19 @@ impl Engine {
             // The messages finished turns name (`user_message_uuids`), and the number of
             // finished turns that name none (a release that does not say).
             let mut answered = HashSet::new();
+            // Messages withdrawn (`cancelled` by an interrupt): done, nothing comes for them.
+            let mut withdrawn = HashSet::new();
             let mut turns = 0usize;
             let mut before = u64::MAX;
             'scan: loop {
                 let page = store.events_of_kinds_before(
                     &sid,
-                    &["user_message_sent", "turn_completed", "engine_notice"],
+                    &[
+                        "user_message_sent",
+                        "turn_completed",
+                        "engine_notice",
+                        "system_notice",
+                    ],
                     before,
                     64,
                 )?;
@@ -81,6 +96,16 @@ impl Engine {
                                 sent.push(ev.seq);
                             }
                         }
+                        "system_notice" => {
+                            if let Ok(EventPayload::SystemNotice(n)) =
+                                EventPayload::decode_stored(&ev.kind, &ev.payload)
+                                && let Some(ostler_protocol::NoticeDetail::MessageLifecycle(l)) =
+                                    n.detail
+                                && l.state == "cancelled"
+                            {
+                                withdrawn.insert(l.message_id);
+                            }
+                        }
                         _ => {
                             let Ok(EventPayload::EngineNotice(n)) =
                                 EventPayload::decode_stored(&ev.kind, &ev.payload)
@@ -90,7 +115,7 @@ impl Engine {
                             if n.code == SESSION_CREATED || n.code == RESUMING {
                                 break 'scan;
                             }
-                            if n.code == DELIVERY_FAILED
+                            if (n.code == DELIVERY_FAILED || n.code == MESSAGE_UNANSWERED)
                                 && let Some(seq) = n.data.as_ref().and_then(|d| d["seq"].as_u64())
                             {
                                 failed.insert(seq);
@@ -113,7 +138,10 @@ impl Engine {
                 else {
                     continue;
                 };
-                if u.message_id.as_ref().is_some_and(|m| answered.contains(m)) {
+                if u.message_id
+                    .as_ref()
+                    .is_some_and(|m| answered.contains(m) || withdrawn.contains(m))
+                {
                     continue;
                 }
                 unanswered.push(u.message_id.map(|message_id| Sent {
@@ -150,6 +178,23 @@ impl Engine {
         };
         for m in doubtful {
             if taken.contains(&m.message_id) {
+                entry
+                    .hub
+                    .emit_one(EventPayload::EngineNotice(EngineNotice {
+                        code: MESSAGE_UNANSWERED.into(),
+                        message: format!(
+                            "the user message (seq {}) was taken by the CLI, but its process \
+                             ended before the turn that answers it did: it stays in the \
+                             conversation unanswered",
+                            m.seq
+                        ),
+                        data: Some(serde_json::json!({
+                            "seq": m.seq,
+                            "message_id": m.message_id,
+                            "client_message_id": m.client_message_id,
+                        })),
+                    }))
+                    .await?;
                 continue;
             }
             entry

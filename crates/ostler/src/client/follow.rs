@@ -378,6 +378,23 @@ impl Follower {
                                     message_id.clone_from(&m.message_id);
                                 }
                             }
+                            // Taken by the CLI, but its process ended mid-turn (a restart
+                            // or a kill): no turn will answer it.
+                            Some(Payload::EngineNotice(n))
+                                if n.code == "message_unanswered"
+                                    && matches!(&until, Until::AnswerTo { seq: s, .. }
+                                        if serde_json::from_str::<serde_json::Value>(&n.data_json)
+                                            .ok()
+                                            .and_then(|d| d["seq"].as_u64())
+                                            == Some(*s)) =>
+                            {
+                                return Ok(Outcome::Ended(
+                                    "the message's turn was cut off (its CLI process ended \
+                                     before answering); it stays in the conversation \
+                                     unanswered"
+                                        .to_owned(),
+                                ));
+                            }
                             Some(Payload::EngineNotice(n))
                                 if n.code == "interrupted"
                                     && seq > caught_up_at
