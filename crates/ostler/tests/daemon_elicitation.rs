@@ -23,6 +23,17 @@ const NEW: &str = "2.1.332";
 /// tickets'.
 const SCENARIO: &str = r#"
 [[model]]
+name = "after T-5"
+when = { tool_result_for = "toolu_elicit_5" }
+blocks = [{ type = "text", text = "Ticket T-5 is settled." }]
+[[model]]
+name = "close T-5"
+when = { last_user_text_contains = "Close ticket T-5", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_elicit_5", name = "mcp__tickets__confirm_ticket", input = { ticket = "T-5" } },
+]
+
+[[model]]
 name = "after T-4"
 when = { tool_result_for = "toolu_elicit_4" }
 blocks = [{ type = "text", text = "Ticket T-4 is settled." }]
@@ -463,7 +474,9 @@ async fn elicitations_expire_and_close_at_a_restart_2_1_332() {
     let last = history.last().map(|e| e.seq).unwrap_or_default();
     let mut events = subscribe(&mut c, &s.id, last, false).await;
     let mut seen = Vec::new();
-    send(&mut c, &s.id, "Close ticket T-3 please.").await;
+    // Another ticket than the one the kill cut short: its tool call (the same id again)
+    // would leave the model's rules to tell two calls apart.
+    send(&mut c, &s.id, "Close ticket T-5 please.").await;
     let again = await_elicitation(&mut events, &mut seen, "an elicitation after the restart").await;
     // The terminal client fills the form's field.
     let out = ostler(
@@ -493,7 +506,7 @@ async fn elicitations_expire_and_close_at_a_restart_2_1_332() {
         &mut events,
         &mut seen,
         "the resumed turn's end",
-        |e| matches!(&e.payload, Some(P::TurnCompleted(t)) if t.result.contains("T-3 is settled")),
+        |e| matches!(&e.payload, Some(P::TurnCompleted(t)) if t.result.contains("T-5 is settled")),
     )
     .await;
     assert!(world.model_saw("after the restart"));
