@@ -83,6 +83,36 @@ fn check_files(path: &Path) -> Result<()> {
             );
         }
     }
+    // A database file cut short or overwritten beside a WAL with data: opening would
+    // checkpoint the WAL into it at the first close and delete the WAL, whatever else fails.
+    if wal_len > 0 && db_len > 0 {
+        let mut db_header = [0u8; 100];
+        let read = std::fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut db_header));
+        let page = match u16::from_be_bytes([db_header[16], db_header[17]]) {
+            1 => 65536,
+            p => u64::from(p),
+        };
+        let sound = read.is_ok()
+            && db_header.starts_with(b"SQLite format 3\0")
+            && (512..=65536).contains(&page)
+            && page.is_power_of_two()
+            && db_len.is_multiple_of(page);
+        if !sound {
+            return Err(setup(format!(
+                "the database file is damaged ({db_len} bytes, {}) and its WAL {} holds \
+                 {wal_len} bytes: opening would merge that WAL into the damaged file and \
+                 delete it. Restore the database file from a backup (or copy) and keep the \
+                 WAL beside it, or move both away to start empty",
+                if db_header.starts_with(b"SQLite format 3\0") {
+                    "not a whole number of pages"
+                } else {
+                    "no SQLite header"
+                },
+                wal.display()
+            )));
+        }
+    }
     if wal_len == 0
         && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         && nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_err()
@@ -189,6 +219,13 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
     }
     create_private(path);
     let conn = Connection::open_with_flags(path, open_flags_rw()).map_err(oe)?;
+    // Until the store is open (`Store::open` turns it back on), closing this connection
+    // does not checkpoint: a store refused below keeps its WAL as it found it.
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )
+    .map_err(oe)?;
     // SQLite opens a file it may not write read-only without a word; every write would then
     // fail (and be retried as a passing fault). Said at once instead.
     if conn.is_readonly(rusqlite::MAIN_DB).map_err(oe)? {

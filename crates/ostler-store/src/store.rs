@@ -186,6 +186,12 @@ impl Store {
         let readers = ReadPool::new(path.clone(), &opts);
         // Open one reader now so that a store that cannot be read fails here.
         readers.with(|_| Ok(()))?;
+        // Open: the last close checkpoints again (see `open_write_connection`).
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            false,
+        )
+        .map_err(|e| Error::sqlite_at(&path, e))?;
 
         // Checkpoints run on their own thread and connection, off the commit path. If that
         // cannot be set up, SQLite's automatic checkpoints (inside commits) stay on.

@@ -91,6 +91,23 @@ fn a_store_emptied_beside_its_wal_is_refused_untouched() {
         wal_bytes,
         "the WAL is kept"
     );
+    // A database cut short beside the WAL (a copy cut off): refused, the WAL kept.
+    let original = std::fs::read(&path).unwrap();
+    for (name, bytes) in [
+        ("short.db", &original[..50]),
+        ("half.db", &original[..original.len() / 2 + 100]),
+    ] {
+        let db = copy.join(name);
+        std::fs::write(&db, bytes).unwrap();
+        let db_wal = copy.join(format!("{name}-wal"));
+        std::fs::write(&db_wal, &wal_bytes).unwrap();
+        let err = Store::open(&db, StoreOptions::default())
+            .map(|_| ())
+            .expect_err("a damaged database beside a full WAL");
+        assert!(err.to_string().contains("damaged"), "{name}: {err}");
+        assert_eq!(std::fs::read(&db_wal).unwrap(), wal_bytes, "{name}: WAL kept");
+        assert_eq!(std::fs::read(&db).unwrap(), bytes, "{name}: database untouched");
+    }
     let at_dir = dir.path().join("a-dir.db");
     std::fs::create_dir(&at_dir).unwrap();
     let err = Store::open(&at_dir, StoreOptions::default())
