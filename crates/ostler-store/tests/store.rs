@@ -105,8 +105,16 @@ fn a_store_emptied_beside_its_wal_is_refused_untouched() {
             .map(|_| ())
             .expect_err("a damaged database beside a full WAL");
         assert!(err.to_string().contains("damaged"), "{name}: {err}");
-        assert_eq!(std::fs::read(&db_wal).unwrap(), wal_bytes, "{name}: WAL kept");
-        assert_eq!(std::fs::read(&db).unwrap(), bytes, "{name}: database untouched");
+        assert_eq!(
+            std::fs::read(&db_wal).unwrap(),
+            wal_bytes,
+            "{name}: WAL kept"
+        );
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            bytes,
+            "{name}: database untouched"
+        );
     }
     let at_dir = dir.path().join("a-dir.db");
     std::fs::create_dir(&at_dir).unwrap();

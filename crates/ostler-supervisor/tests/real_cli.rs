@@ -304,7 +304,9 @@ async fn option_values_off_the_command_line(version: &str) {
     let env = setup(version).await;
     let mut opts = env.spawn_options("private");
     opts.cli.settings = Some(
-        r#"{"model":"claude-from-settings","env":{"SETTINGS_SECRET":"SECRET-IN-SETTINGS"}}"#.into(),
+        r#"
+ {"model":"claude-from-settings","env":{"SETTINGS_SECRET":"SECRET-IN-SETTINGS"}}"#
+            .into(),
     );
     opts.cli.mcp_servers = std::collections::BTreeMap::from([(
         "secretive".into(),

@@ -264,21 +264,16 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     if let Some(dir) = valid.store_path.parent()
         && !dir.as_os_str().is_empty()
     {
-        // The store's own directory, when made here, is the daemon user's alone (0700): the
-        // store holds every conversation. Its parents (`~/.local/share`) and an existing
-        // directory keep their modes.
+        // The store's directory, when made here, is the daemon user's alone (0700): the
+        // store holds every conversation. Missing parents too (made with the umask, another
+        // user could replace the store's directory under them). An existing directory
+        // keeps its mode.
         use std::os::unix::fs::DirBuilderExt as _;
-        let made = match dir.parent() {
-            Some(parent) if !dir.exists() => std::fs::create_dir_all(parent),
-            _ => Ok(()),
-        };
-        made.and_then(
-            |()| match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
-                r => r,
-            },
-        )
-        .with_context(|| format!("store.path: cannot create {}", dir.display()))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("store.path: cannot create {}", dir.display()))?;
     }
     // One daemon per database: a second `ostler serve` on the same file would assign
     // conflicting seqs. The OS releases the lock when this process ends, however it ends.
@@ -320,14 +315,26 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             }
             // Stale only when nobody listens on it: a socket that accepts is another
             // process's (another daemon's), and replacing it would cut its clients off.
-            match std::os::unix::net::UnixStream::connect(path) {
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
-                Ok(_) => anyhow::bail!(
+            // Not blocking: a listener whose backlog is full would hold the start (and a
+            // SIGTERM) for as long as it likes; not answering within a second is "in use".
+            let probe = tokio::time::timeout(
+                Duration::from_secs(1),
+                tokio::net::UnixStream::connect(path),
+            )
+            .await;
+            match probe {
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                Ok(Ok(_)) | Err(_) => anyhow::bail!(
                     "listen.unix_socket: {} is in use (a running process, another ostler \
-                     daemon?, accepts connections on it); stop it or choose another path",
+                     daemon?, listens on it); stop it or choose another path",
                     path.display()
                 ),
-                Err(e) => anyhow::bail!(
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => anyhow::bail!(
+                    "listen.unix_socket: {} is in use (a process listens on it and does not \
+                     accept); stop it or choose another path",
+                    path.display()
+                ),
+                Ok(Err(e)) => anyhow::bail!(
                     "listen.unix_socket: cannot tell whether {} is in use ({e}); remove it \
                      if it is stale, or choose another path",
                     path.display()
@@ -337,6 +344,17 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         }
         let l = tokio::net::UnixListener::bind(path)
             .with_context(|| format!("listen.unix_socket: cannot bind {}", path.display()))?;
+        // Never open to every local user whatever the umask: the owner's and the group's
+        // bits as the umask left them (a group of clients stays possible), none for others.
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(path)
+                .with_context(|| format!("listen.unix_socket: {}", path.display()))?
+                .permissions()
+                .mode();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o770))
+                .with_context(|| format!("listen.unix_socket: cannot chmod {}", path.display()))?;
+        }
         own_socket = socket_identity(path);
         listeners.push(ostler_server::Listener::Unix {
             listener: l,

@@ -145,6 +145,11 @@ async fn a_unix_socket_in_use_is_not_taken_over() {
         .daemon(&["--unix-socket", sock.to_str().unwrap()])
         .await;
     let inode = std::fs::metadata(&sock).unwrap().ino();
+    assert_eq!(
+        std::fs::metadata(&sock).unwrap().mode() & 0o007,
+        0,
+        "the socket is never open to other users"
+    );
     let second = |ready: &str, store: &str| {
         serve(&world, &world.dir.path().join(ready))
             .args(["--unix-socket", sock.to_str().unwrap()])

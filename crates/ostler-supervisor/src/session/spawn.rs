@@ -191,7 +191,9 @@ fn private_values(log_id: &str, args: &mut [String]) -> Vec<std::os::fd::OwnedFd
     use nix::sys::memfd::{MFdFlags, memfd_create};
     let mut fds = Vec::new();
     for i in 1..args.len() {
-        if !PRIVATE_VALUES.contains(&args[i - 1].as_str()) || !args[i].starts_with('{') {
+        // Inline JSON, also after blanks (the CLI takes ` {...}` as JSON too).
+        if !PRIVATE_VALUES.contains(&args[i - 1].as_str()) || !args[i].trim_start().starts_with('{')
+        {
             continue;
         }
         let made = memfd_create(c"ostler-session-option", MFdFlags::MFD_CLOEXEC)
