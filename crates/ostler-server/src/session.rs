@@ -559,7 +559,12 @@ impl SessionService for SessionSvc {
             ));
         }
         in_session("SendControlRequest", id, async {
-            let answer = self.engine.send_control(id, subtype, fields).await?;
+            let mut answer = self.engine.send_control(id, subtype, fields).await?;
+            // As in the recorded control_response: `env` and `headers` values (settings,
+            // MCP servers) and url credentials are not returned.
+            if let Some(a) = answer.as_mut() {
+                ostler_engine::redact_env_and_headers(a);
+            }
             Ok(pb::SendControlRequestResponse {
                 response_json: answer.map(|v| v.to_string()).unwrap_or_default(),
             })

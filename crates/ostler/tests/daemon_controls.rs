@@ -568,7 +568,19 @@ async fn control_requests_passed_through_2_1_332() {
     let world = World::new(NEW).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let s = create_session(&mut c, &world.work, "passthrough").await;
+    // Settings with an `env` value: `get_settings` answers them, redacted.
+    let s = c
+        .create_session(as_client(
+            "passthrough",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                settings: r#"{"env":{"PASS_SECRET":"SEKRIT-PASS"}}"#.into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
     let mut events = subscribe(&mut c, &s.id, 0, false).await;
     let mut seen = Vec::new();
     await_initialized(&mut events, &mut seen).await;
@@ -586,6 +598,11 @@ async fn control_requests_passed_through_2_1_332() {
     let settings = send("get_settings", "").await.unwrap();
     let v: serde_json::Value = serde_json::from_str(&settings.response_json).unwrap();
     assert!(v.get("applied").is_some(), "{v}");
+    assert!(
+        settings.response_json.contains("PASS_SECRET")
+            && !settings.response_json.contains("SEKRIT-PASS"),
+        "{v}"
+    );
     let models = send("list_models", "{}").await.unwrap();
     let v: serde_json::Value = serde_json::from_str(&models.response_json).unwrap();
     assert!(!v["models"].as_array().unwrap().is_empty(), "{v}");
