@@ -154,7 +154,26 @@ pub(crate) fn inspect(path: &Path) -> Result<Inspection> {
         ));
     }
     let oe = |e| open_error(path, e);
-    let conn = Connection::open_with_flags(path, open_flags_ro()).map_err(oe)?;
+    // Without a WAL beside it (no daemon on it, a clean stop), read as immutable: a plain
+    // read-only open of a WAL-mode file would create its `-wal` and `-shm`.
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let conn = if Path::new(&wal).exists() {
+        Connection::open_with_flags(path, open_flags_ro())
+    } else {
+        let mut uri = String::from("file:");
+        for c in path.to_string_lossy().chars() {
+            match c {
+                '%' => uri.push_str("%25"),
+                '?' => uri.push_str("%3f"),
+                '#' => uri.push_str("%23"),
+                c => uri.push(c),
+            }
+        }
+        uri.push_str("?immutable=1");
+        Connection::open_with_flags(uri, open_flags_ro())
+    }
+    .map_err(oe)?;
     let tables: i64 = conn
         .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
         .map_err(oe)?;

@@ -426,6 +426,14 @@ mod tests {
             )),
             "{out}"
         );
+        let mut files: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("current.db") && !n.ends_with(".toml"))
+            .collect();
+        files.sort();
+        assert_eq!(files, ["current.db"], "the doctor wrote beside the store");
         // A store serve would refuse: exit 1, said.
         let (config, store) = with_store("a-dir.db");
         std::fs::create_dir(&store).unwrap();
