@@ -34,6 +34,49 @@ pub(crate) fn open_error(path: &Path, e: rusqlite::Error) -> Error {
     }
 }
 
+/// The number of tables in the database open on `conn`; `Setup` when they are another
+/// program's (tables and no ostler schema version), which ostler must neither change (not
+/// even its journal mode) nor mistake for its own.
+fn ostler_tables(conn: &Connection, path: &Path) -> Result<i64> {
+    let oe = |e| open_error(path, e);
+    // The first read of the schema is where SQLite notices a file that is not a database.
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+        .map_err(oe)?;
+    if tables > 0 && crate::migrate::current_version(conn).map_err(oe)? == 0 {
+        // Version 0 with tables: another program's database, which ostler must neither
+        // change (not even its journal mode) nor mistake for its own.
+        let names: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name LIMIT 6")
+            .and_then(|mut s| {
+                s.query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<_>>()
+            })
+            .map_err(oe)?;
+        let shown = names.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+        let more = if names.len() > 5 { ", ..." } else { "" };
+        return Err(Error::Setup {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it is not an ostler store: it holds tables ({shown}{more}) and no ostler \
+                 schema version; give ostler a file of its own (store.path)"
+            ),
+        });
+    }
+    Ok(tables)
+}
+
+/// Where SQLite keeps a database's `-wal` or `-shm` file.
+fn companion(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    p.into()
+}
+
+/// Why a database file that can be read but not written is refused.
+const READ_ONLY_FILE: &str = "the database file can be read but not written (its \
+    permissions, an immutable attribute or a read-only mount); ostler writes every event to it";
+
 /// What SQLite would handle badly or say unclearly about the store's files, said first:
 /// a directory where the database should be; an empty (or missing) database beside a WAL
 /// that holds data (SQLite would take the database for a new one and delete the WAL, with
@@ -52,9 +95,7 @@ fn check_files(path: &Path) -> Result<()> {
                 .to_owned(),
         ));
     }
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let wal = std::path::PathBuf::from(wal);
+    let wal = companion(path, "-wal");
     let db_len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let wal_len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     if db_len == 0 && wal_len > 0 {
@@ -73,7 +114,7 @@ fn check_files(path: &Path) -> Result<()> {
             .is_ok()
     {
         let page = u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as u64;
-        if page >= 512 && (wal_len - 32) % (page + 24) != 0 {
+        if page >= 512 && !(wal_len - 32).is_multiple_of(page + 24) {
             tracing::warn!(
                 path = %wal.display(),
                 bytes = wal_len,
@@ -136,8 +177,8 @@ pub struct Inspection {
 
 /// The checks of [`open_write_connection`] that need no write: the files
 /// ([`check_files`]), a database that can be read, is ostler's (or empty), is not newer
-/// than this build, and can be written. Opens the file read-only; creates nothing (SQLite
-/// may create the `-shm` index beside a WAL-mode file, as any reader does).
+/// than this build, and can be written. Opens the file read-only (a stopped store as
+/// immutable) and creates nothing.
 pub(crate) fn inspect(path: &Path) -> Result<Inspection> {
     check_files(path)?;
     if !path.exists() {
@@ -148,17 +189,12 @@ pub(crate) fn inspect(path: &Path) -> Result<Inspection> {
         reason: reason.to_owned(),
     };
     if nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_err() {
-        return Err(setup(
-            "the database file can be read but not written (its permissions, an immutable \
-             attribute or a read-only mount); ostler writes every event to it",
-        ));
+        return Err(setup(READ_ONLY_FILE));
     }
     let oe = |e| open_error(path, e);
     // Without a WAL beside it (no daemon on it, a clean stop), read as immutable: a plain
     // read-only open of a WAL-mode file would create its `-wal` and `-shm`.
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let conn = if Path::new(&wal).exists() {
+    let conn = if companion(path, "-wal").exists() {
         Connection::open_with_flags(path, open_flags_ro())
     } else {
         let mut uri = String::from("file:");
@@ -174,16 +210,8 @@ pub(crate) fn inspect(path: &Path) -> Result<Inspection> {
         Connection::open_with_flags(uri, open_flags_ro())
     }
     .map_err(oe)?;
-    let tables: i64 = conn
-        .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
-        .map_err(oe)?;
+    ostler_tables(&conn, path)?;
     let version = crate::migrate::current_version(&conn).map_err(oe)?;
-    if tables > 0 && version == 0 {
-        return Err(setup(
-            "it is not an ostler store: it holds tables and no ostler schema version; give \
-             ostler a file of its own (store.path)",
-        ));
-    }
     if version > crate::SCHEMA_VERSION {
         return Err(Error::NewerSchema {
             path: path.to_path_buf(),
@@ -219,9 +247,7 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
     // The WAL and its index left by the last run must be writable too: SQLite would open
     // the store and fail at the first write (or at the first read of a frame).
     for suffix in ["-wal", "-shm"] {
-        let mut companion = path.as_os_str().to_owned();
-        companion.push(suffix);
-        let companion = std::path::PathBuf::from(companion);
+        let companion = companion(path, suffix);
         if companion.exists()
             && let Err(e) = std::fs::OpenOptions::new().write(true).open(&companion)
         {
@@ -250,39 +276,14 @@ pub(crate) fn open_write_connection(path: &Path, opts: &StoreOptions) -> Result<
     if conn.is_readonly(rusqlite::MAIN_DB).map_err(oe)? {
         return Err(Error::Setup {
             path: path.to_path_buf(),
-            reason: "the database file can be read but not written (its permissions, an \
-                     immutable attribute or a read-only mount); ostler writes every event to it"
-                .to_owned(),
+            reason: READ_ONLY_FILE.to_owned(),
         });
     }
     conn.busy_timeout(opts.busy_timeout).map_err(oe)?;
     // The writer reuses a couple of dozen statements; keep all of them prepared.
     conn.set_prepared_statement_cache_capacity(64);
     register_delta_function(&conn).map_err(oe)?;
-    // The first read of the schema is where SQLite notices a file that is not a database.
-    let tables: i64 = conn
-        .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
-        .map_err(oe)?;
-    if tables > 0 && crate::migrate::current_version(&conn).map_err(oe)? == 0 {
-        // Version 0 with tables: another program's database, which ostler must neither
-        // change (not even its journal mode) nor mistake for its own.
-        let names: Vec<String> = conn
-            .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name LIMIT 6")
-            .and_then(|mut s| {
-                s.query_map([], |r| r.get::<_, String>(0))?
-                    .collect::<rusqlite::Result<_>>()
-            })
-            .map_err(oe)?;
-        let shown = names.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
-        let more = if names.len() > 5 { ", ..." } else { "" };
-        return Err(Error::Setup {
-            path: path.to_path_buf(),
-            reason: format!(
-                "it is not an ostler store: it holds tables ({shown}{more}) and no ostler \
-                 schema version; give ostler a file of its own (store.path)"
-            ),
-        });
-    }
+    let tables = ostler_tables(&conn, path)?;
     if tables == 0 {
         // Only possible before the first table exists: lets deletes give space back to the
         // file system with `PRAGMA incremental_vacuum`.
