@@ -73,6 +73,26 @@ pub(crate) fn delivery_failed(
     })
 }
 
+/// The user message recorded at `seq` of session `sid` (`None`: no such event, or another
+/// kind). Blocking: call through `blocking`.
+pub(crate) fn stored_user_message(
+    store: &ostler_store::Store,
+    sid: &str,
+    seq: u64,
+) -> Result<Option<UserMessageSent>> {
+    let ev = store.events_after(sid, seq.saturating_sub(1), 1)?;
+    Ok(
+        match ev
+            .first()
+            .filter(|e| e.seq == seq)
+            .map(|e| EventPayload::decode_stored(&e.kind, &e.payload))
+        {
+            Some(Ok(EventPayload::UserMessageSent(u))) => Some(u),
+            _ => None,
+        },
+    )
+}
+
 mod elicitations;
 mod hooks;
 mod interactions;
@@ -690,21 +710,12 @@ impl Actor {
             let store = self.shared.store.clone();
             let sid = self.sid().to_owned();
             tokio::spawn(async move {
-                let message_id = crate::blocking::blocking(move || {
-                    let ev = store.events_after(&sid, seq.saturating_sub(1), 1)?;
-                    Ok::<_, Error>(
-                        match ev
-                            .first()
-                            .filter(|e| e.seq == seq)
-                            .map(|e| EventPayload::decode_stored(&e.kind, &e.payload))
-                        {
-                            Some(Ok(EventPayload::UserMessageSent(u))) => u.message_id,
-                            _ => None,
-                        },
-                    )
-                })
-                .await
-                .unwrap_or(None);
+                let message_id =
+                    crate::blocking::blocking(move || stored_user_message(&store, &sid, seq))
+                        .await
+                        .ok()
+                        .flatten()
+                        .and_then(|u| u.message_id);
                 let _ = reply.send(Ok(SendOutcome {
                     seq,
                     duplicate: true,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::Engine;
 use super::lifecycle::{RESUMING, SESSION_CREATED};
-use crate::actor::{DELIVERY_FAILED, delivery_failed};
+use crate::actor::{DELIVERY_FAILED, delivery_failed, stored_user_message};
 use crate::blocking::blocking;
 use crate::error::{Error, Result};
 use crate::handle::{Meta, SessionEntry};
@@ -130,12 +130,7 @@ impl Engine {
             // newer ones may not have been.
             let mut unanswered = Vec::new();
             for seq in sent.into_iter().rev() {
-                let ev = store.events_after(&sid, seq.saturating_sub(1), 1)?;
-                let Some(Ok(EventPayload::UserMessageSent(u))) = ev
-                    .first()
-                    .filter(|e| e.seq == seq)
-                    .map(|e| EventPayload::decode_stored(&e.kind, &e.payload))
-                else {
+                let Some(u) = stored_user_message(&store, &sid, seq)? else {
                     continue;
                 };
                 if u.message_id
