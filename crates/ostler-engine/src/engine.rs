@@ -26,6 +26,13 @@ use crate::shared::Shared;
 pub use crate::subscribe::Subscription;
 use crate::types::*;
 
+/// `client_message_id`s with this prefix are ostler's own; clients' are refused.
+pub const RESERVED_MESSAGE_ID_PREFIX: &str = "ostler:";
+
+/// The `client_message_id` of a create's `first_prompt`: a retried create finds it by it,
+/// and sends it only if the first try did not.
+pub const FIRST_PROMPT_ID: &str = "ostler:first_prompt";
+
 const KNOWN_MODES: &[&str] = &[
     "default",
     "acceptEdits",
@@ -241,12 +248,30 @@ impl Engine {
             }
             _ => {}
         }
-        if msg.client_message_id.as_deref() == Some("") {
-            return Err(Error::invalid(
-                "client_message_id",
-                "empty id (omit it instead)",
-            ));
+        match msg.client_message_id.as_deref() {
+            Some("") => {
+                return Err(Error::invalid(
+                    "client_message_id",
+                    "empty id (omit it instead)",
+                ));
+            }
+            Some(id) if id.starts_with(RESERVED_MESSAGE_ID_PREFIX) => {
+                return Err(Error::invalid(
+                    "client_message_id",
+                    format!(
+                        "ids starting with {RESERVED_MESSAGE_ID_PREFIX:?} are ostler's own (the \
+                         first prompt of a create is {FIRST_PROMPT_ID:?}); choose another"
+                    ),
+                ));
+            }
+            _ => {}
         }
+        self.send_checked(session_id, msg).await
+    }
+
+    /// [`Self::send_message`] past the check of the client's id (which may be ostler's own
+    /// here).
+    async fn send_checked(&self, session_id: &str, msg: SendMessage) -> Result<SendOutcome> {
         if msg.delivery.context_only && msg.delivery.priority == Some(crate::Priority::Now) {
             return Err(Error::invalid(
                 "context_only",

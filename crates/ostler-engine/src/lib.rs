@@ -31,7 +31,9 @@ mod shared;
 mod subscribe;
 
 pub use capability::{CONTEXT_LOST, ResumeOptions};
-pub use engine::{Engine, EngineOptions, Subscription};
+pub use engine::{
+    Engine, EngineOptions, FIRST_PROMPT_ID, RESERVED_MESSAGE_ID_PREFIX, Subscription,
+};
 pub use error::{CodeKind, Error, Result};
 pub use feed::{FeedItem, FeedWatch, WatchRequest};
 pub use ostler_protocol::outbound::{Delivery, Priority};

@@ -1595,6 +1595,32 @@ async fn a_client_chosen_id_makes_create_idempotent() {
         .expect_err("other labels");
     assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
     assert!(e.message().contains("different labels"), "{}", e.message());
+    // Another first prompt is another request too (it would not be sent).
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            first_prompt: text("Say goodbye"),
+            ..req.clone()
+        })
+        .await
+        .expect_err("another first prompt");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(
+        e.message().contains("a different first_prompt)"),
+        "{}",
+        e.message()
+    );
+    // The create's first prompt carries ostler's own id, which clients cannot use.
+    let e = c
+        .send_message(pb::SendMessageRequest {
+            session_id: a.id.clone(),
+            content: text("mine"),
+            client_message_id: "ostler:first_prompt".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a reserved id");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("\"ostler:\""), "{}", e.message());
     // The retry did not send the first prompt again.
     let mut events = subscribe(&mut c, &a.id, 0, false).await;
     let mut seen = Vec::new();
@@ -1608,9 +1634,35 @@ async fn a_client_chosen_id_makes_create_idempotent() {
     let sent = history(&mut c, &a.id)
         .await
         .iter()
-        .filter(|e| matches!(&e.payload, Some(pb::session_event::Payload::UserMessage(u)) if u.text == "Say hello" && !u.sent_by.is_empty()))
+        .filter(|e| matches!(&e.payload, Some(pb::session_event::Payload::UserMessage(u)) if u.text == "Say hello" && !u.sent_by.is_empty() && u.client_message_id == "ostler:first_prompt"))
         .count();
     assert_eq!(sent, 1);
+
+    // A session that exists without its first prompt (the first try failed before sending
+    // it; here: created without one): the retry sends it, once.
+    let bare = pb::CreateSessionRequest {
+        session_id: "build-43.no_prompt_yet".into(),
+        first_prompt: None,
+        ..req.clone()
+    };
+    let d = c.create_session(bare.clone()).await.unwrap().into_inner();
+    let with = pb::CreateSessionRequest {
+        first_prompt: text("Say hello"),
+        ..bare
+    };
+    for _ in 0..2 {
+        let r = c.create_session(with.clone()).await.unwrap().into_inner();
+        assert_eq!(r.created_at_ms, d.created_at_ms, "the same session");
+    }
+    let mut events = subscribe(&mut c, &d.id, 0, false).await;
+    let mut seen = Vec::new();
+    read_until(&mut events, &mut seen, "the prompt's turn", is_turn_completed).await;
+    let sent = history(&mut c, &d.id)
+        .await
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(pb::session_event::Payload::UserMessage(u)) if u.text == "Say hello" && !u.sent_by.is_empty()))
+        .count();
+    assert_eq!(sent, 1, "sent by the first retry only");
 }
 
 #[tokio::test]

@@ -791,7 +791,11 @@ impl Engine {
         if let Some(id) = &req.session_id
             && let Some(info) = self.existing_create(id, &cwd, &spec, &req.labels).await?
         {
-            return Ok(info);
+            let sent = match req.first_prompt {
+                Some(content) => self.retried_first_prompt(id, content, req.client).await?,
+                None => false,
+            };
+            return if sent { self.get_session(id).await } else { Ok(info) };
         }
         let plan = match &req.origin {
             Some(o) => Some(self.plan_origin(o, &cwd, &req.options).await?),
@@ -871,18 +875,76 @@ impl Engine {
         // process from being suspended until the prompt is sent.
         drop(_life);
         if let Some(content) = req.first_prompt {
-            self.send_message(
-                &id,
-                SendMessage {
-                    content,
-                    client_message_id: None,
-                    client: req.client,
-                    delivery: crate::Delivery::default(),
-                },
-            )
-            .await?;
+            self.send_first_prompt(&id, content, req.client).await?;
         }
         self.get_session(&id).await
+    }
+
+    /// Sends a create's `first_prompt` (as [`crate::FIRST_PROMPT_ID`]: sent once however
+    /// often the create is retried).
+    async fn send_first_prompt(
+        &self,
+        id: &str,
+        content: MessageContent,
+        client: ClientRef,
+    ) -> Result<SendOutcome> {
+        let msg = SendMessage {
+            content,
+            client_message_id: Some(crate::FIRST_PROMPT_ID.to_owned()),
+            client,
+            delivery: crate::Delivery::default(),
+        };
+        self.send_checked(id, msg).await
+    }
+
+    /// The `first_prompt` of a retried create (whose session exists with the same cwd,
+    /// options, rules and labels), against the session's first user message among its
+    /// first events: the same content is the retry of a prompt sent (nothing is sent);
+    /// another is `AlreadyExists`. When the first try sent none (it failed before), or
+    /// the CLI never got it (`delivery_failed`), it is sent now. Whether it was sent now.
+    async fn retried_first_prompt(
+        &self,
+        id: &str,
+        content: MessageContent,
+        client: ClientRef,
+    ) -> Result<bool> {
+        /// How far into the log the first prompt is looked for: it is sent right after the
+        /// process starts, a few events after `session_created`.
+        const WITHIN: usize = 256;
+        let store = self.shared.store.clone();
+        let sid = id.to_owned();
+        let first = blocking(move || store.events_after(&sid, 0, WITHIN)).await?;
+        // The first prompt: the message with ostler's id, else (a session created before
+        // that id) the first one without an id.
+        let mut prompt: Option<(u64, UserMessageSent)> = None;
+        let mut failed = Vec::new();
+        for ev in first {
+            match EventPayload::decode_stored(&ev.kind, &ev.payload) {
+                Ok(EventPayload::UserMessageSent(u)) => {
+                    let ours = u.client_message_id.as_deref() == Some(crate::FIRST_PROMPT_ID);
+                    let taken = prompt.as_ref().is_some_and(|(_, p)| {
+                        p.client_message_id.as_deref() == Some(crate::FIRST_PROMPT_ID)
+                    });
+                    if ours && !taken || prompt.is_none() && u.client_message_id.is_none() {
+                        prompt = Some((ev.seq, u));
+                    }
+                }
+                Ok(EventPayload::EngineNotice(n)) if n.code == DELIVERY_FAILED => {
+                    failed.extend(n.data.as_ref().and_then(|d| d["seq"].as_u64()));
+                }
+                _ => {}
+            }
+        }
+        match prompt {
+            Some((_, u)) if u.content != content => Err(Error::AlreadyExists {
+                what: format!("session {id:?} (with a different first_prompt)"),
+            }),
+            Some((seq, _)) if !failed.contains(&seq) => Ok(false),
+            _ => self
+                .send_first_prompt(id, content, client)
+                .await
+                .map(|o| !o.duplicate),
+        }
     }
 
     async fn spawn_actor(
