@@ -660,7 +660,12 @@ fn a_queued_send_withdrawn_by_an_interrupt_ends_and_the_session_is_idle() {
         describe(&run)
     );
     let send = common::wait_output(send);
-    assert_ne!(send.status.code(), Some(0), "{}", describe(&send));
+    assert_eq!(
+        send.status.code(),
+        Some(130),
+        "interrupted (by another client): {}",
+        describe(&send)
+    );
     let ev = json_lines(&send.stdout);
     assert!(
         !ev.iter().any(|e| e["result"] == "The second answer."),
@@ -668,7 +673,7 @@ fn a_queued_send_withdrawn_by_an_interrupt_ends_and_the_session_is_idle() {
         describe(&send)
     );
     let summary = ev.last().expect("a summary line");
-    assert_eq!(summary["outcome"], "ended", "{}", describe(&send));
+    assert_eq!(summary["outcome"], "interrupted", "{}", describe(&send));
     assert!(
         summary["message"].to_string().contains("cancelled"),
         "{}",

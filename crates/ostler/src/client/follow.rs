@@ -101,6 +101,9 @@ pub enum Outcome {
     Turn(pb::TurnCompleted),
     /// The session stopped or its process exited before the turn completed.
     Ended(String),
+    /// The message followed was withdrawn by an interrupt (of any client) before the CLI
+    /// answered it.
+    Withdrawn(String),
     /// Second Ctrl-C (or Ctrl-C while idle).
     Detached,
     Unanswerable(String),
@@ -408,8 +411,10 @@ impl Follower {
                                 if m.state == "cancelled"
                                     && matches!(&until, Until::AnswerTo { message_id, .. } if *message_id == m.message_id) =>
                             {
-                                return Ok(Outcome::Ended(
-                                    "the message was cancelled before the CLI answered it".into(),
+                                return Ok(Outcome::Withdrawn(
+                                    "the message was withdrawn by an interrupt before the CLI \
+                                     answered it (cancelled)"
+                                        .into(),
                                 ));
                             }
                             Some(Payload::TurnCompleted(t)) if until.ends_at(seq, &t) => {

@@ -268,8 +268,9 @@ async fn chat(args: RunArgs) -> Result<i32> {
             }
         };
         // Detached (second Ctrl-C), nothing could answer, or the session ended: the chat
-        // ends; a completed (or interrupted) turn goes back to the prompt.
-        let ends = !matches!(outcome, Outcome::Turn(_));
+        // ends; a completed (or interrupted) turn, or a message withdrawn by an interrupt,
+        // goes back to the prompt.
+        let ends = !matches!(outcome, Outcome::Turn(_) | Outcome::Withdrawn(_));
         let id = f.session_id.clone();
         let code = finish(f, &id, outcome, started, false);
         if ends {
@@ -326,6 +327,16 @@ pub fn finish(
                 eprintln!("{}", super::render::terminal_text(&line));
             }
             (EXIT_FAILED, json!({"outcome": "ended", "message": why}))
+        }
+        Outcome::Withdrawn(why) => {
+            if !json_mode {
+                let line = err.yellow(&format!("✗ interrupted: {why}"));
+                eprintln!("{}", super::render::terminal_text(&line));
+            }
+            (
+                EXIT_INTERRUPTED,
+                json!({"outcome": "interrupted", "message": why}),
+            )
         }
         Outcome::Detached => {
             if !json_mode {
