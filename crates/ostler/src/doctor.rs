@@ -93,10 +93,13 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
     // The store as `serve` would open it (checked without writing to it): a store it
     // would refuse stops the daemon with exit 1.
     let store = ostler_store::Store::inspect(&store_path);
+    // A daemon serving the store: another would be refused (exit 1).
+    let in_use = crate::serve::store_in_use(&store_path);
     let code = match (&result, &policy, &store) {
         (Err(e), _, _) => e.exit_code(),
         (Ok(_), Some(_), _) => 78,
         (Ok(_), None, Err(_)) => 1,
+        (Ok(_), None, Ok(_)) if in_use => 1,
         (Ok(_), None, Ok(_)) => 0,
     };
     if let Err(e) = &result {
@@ -111,6 +114,7 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
     let store = StoreReport {
         path: store_path,
         found: store,
+        in_use,
     };
     if args.json {
         let _ = writeln!(
@@ -128,12 +132,27 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
 struct StoreReport {
     path: PathBuf,
     found: ostler_store::Result<ostler_store::Inspection>,
+    /// A daemon holds the store's lock.
+    in_use: bool,
 }
 
 impl StoreReport {
     /// `schema 10 (current)`, `schema 7: upgraded to 10 at start`, `none yet: created at
-    /// start`, or the error.
+    /// start`, or the error; and whether a daemon serves it.
     fn describe(&self) -> String {
+        let found = self.found_text();
+        if self.in_use && self.found.is_ok() {
+            format!(
+                "{found}; in use by a running ostler daemon (it holds {}): another one \
+                 would be refused",
+                crate::serve::lock_path(&self.path).display()
+            )
+        } else {
+            found
+        }
+    }
+
+    fn found_text(&self) -> String {
         let now = ostler_store::SCHEMA_VERSION;
         match &self.found {
             Ok(ostler_store::Inspection { version: None }) => {
@@ -201,6 +220,7 @@ fn json_report(
             "supported_version": ostler_store::SCHEMA_VERSION,
             "status": store.describe(),
             "ok": store.found.is_ok(),
+            "in_use": store.in_use,
         },
         "minimum_supported": m.minimum.to_string(),
         "newest_tested": m.newest_tested().map(|v| v.to_string()),
@@ -417,7 +437,7 @@ mod tests {
         // The current schema.
         let (config, store) = with_store("current.db");
         drop(ostler_store::Store::open(&store, Default::default()).unwrap());
-        let (code, out) = doctor_with(claude.clone(), true, Some(config)).await;
+        let (code, out) = doctor_with(claude.clone(), true, Some(config.clone())).await;
         assert_eq!(code, 0, "{out}");
         assert!(
             out.contains(&format!(
@@ -434,6 +454,18 @@ mod tests {
             .collect();
         files.sort();
         assert_eq!(files, ["current.db"], "the doctor wrote beside the store");
+        // A daemon serving it (holding its lock as `serve` does): another would be refused.
+        let lock = crate::serve::lock_store(&store).unwrap();
+        let (code, out) = doctor_with(claude.clone(), true, Some(config.clone())).await;
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.contains("in use by a running ostler daemon")
+                && out.contains("would refuse to start (exit 1)"),
+            "{out}"
+        );
+        drop(lock);
+        let (code, out) = doctor_with(claude.clone(), true, Some(config)).await;
+        assert_eq!(code, 0, "the lock released: {out}");
         // A store serve would refuse: exit 1, said.
         let (config, store) = with_store("a-dir.db");
         std::fs::create_dir(&store).unwrap();

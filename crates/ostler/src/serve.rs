@@ -598,9 +598,26 @@ pub(crate) fn unenforced_policy(
     })
 }
 
+/// The store's daemon lock: `<store>.lock`.
+pub(crate) fn lock_path(store: &std::path::Path) -> std::path::PathBuf {
+    store.with_extension("lock")
+}
+
+/// Whether a daemon holds the store's lock (`ostler doctor`). Tested by taking the lock
+/// shared for a moment (a lock is not visible otherwise), only when its file exists.
+pub(crate) fn store_in_use(store: &std::path::Path) -> bool {
+    match std::fs::File::open(lock_path(store)) {
+        Ok(file) => matches!(
+            file.try_lock_shared(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ),
+        Err(_) => false,
+    }
+}
+
 /// Take the store's daemon lock (`<store>.lock`), or say who holds it.
-fn lock_store(store: &std::path::Path) -> Result<std::fs::File> {
-    let path = store.with_extension("lock");
+pub(crate) fn lock_store(store: &std::path::Path) -> Result<std::fs::File> {
+    let path = lock_path(store);
     use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()
         .create(true)
