@@ -5,7 +5,8 @@
 //! checked without writing to it), and exits with the daemon's start-up codes: 0 when the
 //! daemon would start (any level but INCOMPATIBLE), 72 when no usable `claude` binary is
 //! found, 78 when the binary is unusable or older than the minimum supported release (or
-//! the configuration is refused), 1 when the store would be refused.
+//! the configuration is refused), 1 when the store would be refused (or a running daemon
+//! holds it).
 
 use std::io::Write;
 use std::path::PathBuf;
