@@ -137,6 +137,18 @@ pub struct Notifier {
     timeout: Duration,
 }
 
+impl Notifier {
+    /// Plain `http://` to a host that is not loopback (`localhost`, `127.0.0.0/8`, `::1`).
+    fn in_the_clear(&self) -> bool {
+        let loopback = self.host.eq_ignore_ascii_case("localhost")
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        self.tls.is_none() && !loopback
+    }
+}
+
 impl std::fmt::Debug for Notifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Notifier")
@@ -366,6 +378,15 @@ pub fn spawn_all(
     notifiers
         .into_iter()
         .map(|n| {
+            if n.in_the_clear() {
+                tracing::warn!(
+                    notifier = %n.shown,
+                    host = %n.host,
+                    "notifier sends over plain http:// to a host that is not loopback: its \
+                     items (titles, prompts, tool inputs) and any credentials in its url \
+                     cross the network unencrypted; use https://"
+                );
+            }
             let engine = engine.clone();
             let store = store.clone();
             let shutdown = shutdown.clone();
@@ -683,6 +704,36 @@ mod tests {
                 !err.contains("PWSECRET") && !err.contains("TSECRET"),
                 "{url}: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn plain_http_to_the_network_is_told_apart_from_loopback_and_https() {
+        let clear = |url: &str| {
+            NotifyConfig {
+                url: url.into(),
+                ..Default::default()
+            }
+            .validate(0)
+            .unwrap()
+            .in_the_clear()
+        };
+        for url in [
+            "http://127.0.0.1:9/h",
+            "http://127.8.0.1/h",
+            "http://[::1]:9/h",
+            "http://LocalHost:9/h",
+            "https://hooks.example/h",
+        ] {
+            assert!(!clear(url), "{url}");
+        }
+        for url in [
+            "http://hooks.example/h",
+            "http://10.0.0.7:8080/h",
+            "http://[fe80::1]/h",
+            "http://localhost.example/h",
+        ] {
+            assert!(clear(url), "{url}");
         }
     }
 
