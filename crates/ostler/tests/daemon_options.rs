@@ -1656,7 +1656,13 @@ async fn a_client_chosen_id_makes_create_idempotent() {
     }
     let mut events = subscribe(&mut c, &d.id, 0, false).await;
     let mut seen = Vec::new();
-    read_until(&mut events, &mut seen, "the prompt's turn", is_turn_completed).await;
+    read_until(
+        &mut events,
+        &mut seen,
+        "the prompt's turn",
+        is_turn_completed,
+    )
+    .await;
     let sent = history(&mut c, &d.id)
         .await
         .iter()

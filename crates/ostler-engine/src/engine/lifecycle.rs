@@ -795,7 +795,11 @@ impl Engine {
                 Some(content) => self.retried_first_prompt(id, content, req.client).await?,
                 None => false,
             };
-            return if sent { self.get_session(id).await } else { Ok(info) };
+            return if sent {
+                self.get_session(id).await
+            } else {
+                Ok(info)
+            };
         }
         let plan = match &req.origin {
             Some(o) => Some(self.plan_origin(o, &cwd, &req.options).await?),
