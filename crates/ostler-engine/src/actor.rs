@@ -193,6 +193,8 @@ pub(crate) struct ActorOptions {
     pub tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
     /// Answer elicitations `decline` at once (`CliOptions::decline_elicitations`).
     pub decline_elicitations: bool,
+    /// The running cost the CLI starts from (what it restored at a resume).
+    pub restored_cost_usd: f64,
 }
 
 /// The sending side of the view. Dropped with the actor (also when it panics): releases
@@ -255,7 +257,7 @@ impl Actor {
             stop_requested: false,
             shutdown: false,
             last_model: o.model,
-            process_cost_usd: 0.0,
+            process_cost_usd: o.restored_cost_usd,
             store_fault: None,
             bg_tasks: HashSet::new(),
             last_active: Instant::now(),

@@ -454,6 +454,52 @@ pub(crate) fn transcript_user_entries(
     Some(found)
 }
 
+/// The running cost a CLI resuming conversation `cid` starts from: the `totalCostUSD` of
+/// the transcript's last `cost-state` entry of that conversation. 2.1.330 and newer write
+/// those entries and restore the last one at `--resume` (also with `--fork-session`), so
+/// their `total_cost_usd` then goes on from it; older releases write none and start at 0
+/// (measured on 1.0.128, 2.1.0, 2.1.121, 2.1.330 and 2.1.332: a turn, stop, resume, a
+/// turn). 0 when there is no transcript or no entry. Blocking: call through `blocking`.
+pub(crate) fn transcript_cost(spawn_env: &[(String, String)], cid: &str) -> f64 {
+    use std::io::{BufRead, Read, Seek};
+    /// Read from the end first: the entries follow each turn, so the last is near it.
+    const TAIL: u64 = 1 << 20;
+    let Some(file) = config_dir(spawn_env).and_then(|c| transcript_file(&c, cid)) else {
+        return 0.0;
+    };
+    let last_in = |reader: &mut dyn BufRead| {
+        let mut last = None;
+        let mut line = Vec::new();
+        while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            if line.windows(11).any(|w| w == b"\"cost-state")
+                && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line)
+                && v["type"] == "cost-state"
+                && v["sessionId"].as_str().is_none_or(|s| s == cid)
+                && let Some(total) = v["totalCostUSD"].as_f64().filter(|t| t.is_finite())
+            {
+                last = Some(total);
+            }
+            line.clear();
+        }
+        last
+    };
+    let Ok(mut f) = std::fs::File::open(&file) else {
+        return 0.0;
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > TAIL && f.seek(std::io::SeekFrom::Start(len - TAIL)).is_ok() {
+        let mut tail = std::io::BufReader::new((&mut f).take(TAIL));
+        // The first line may be cut: skipped (it does not parse, or is read whole below).
+        if let Some(total) = last_in(&mut tail) {
+            return total.max(0.0);
+        }
+        if f.rewind().is_err() {
+            return 0.0;
+        }
+    }
+    last_in(&mut std::io::BufReader::new(f)).map_or(0.0, |t| t.max(0.0))
+}
+
 /// Longest message id accepted to resume at.
 pub const MESSAGE_ID_BYTES: usize = 128;
 
@@ -657,6 +703,35 @@ mod tests {
         std::fs::create_dir_all(&project).expect("mkdir");
         std::fs::write(project.join(format!("{id}.jsonl")), lines.join("\n")).expect("write");
         (dir, env, id)
+    }
+
+    /// The cost a resuming CLI starts from: the last `cost-state` of the conversation,
+    /// found in a long transcript's tail or, when the tail has none, anywhere; 0 without.
+    #[test]
+    fn transcript_cost_is_the_last_cost_state_of_the_conversation() {
+        let state = |id: &str, total: f64| {
+            format!(r#"{{"type":"cost-state","sessionId":"{id}","totalCostUSD":{total}}}"#)
+        };
+        let id = "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a";
+        let filler = format!(
+            r#"{{"type":"user","message":{{"content":"{}"}}}}"#,
+            "x".repeat(4000)
+        );
+        let (first, mine, other) = (state(id, 0.5), state(id, 1.25), state("other", 9.0));
+        let (_dir, env, _) = transcript_at_home(&[&first, &filler, &mine, &other, "not json"]);
+        assert_eq!(transcript_cost(&env, id), 1.25);
+        // Past the tail read first (1 MiB): the entry before it is still found.
+        let many: Vec<&str> = std::iter::once(first.as_str())
+            .chain(std::iter::repeat_n(filler.as_str(), 400))
+            .collect();
+        let (_dir, env, _) = transcript_at_home(&many);
+        assert_eq!(transcript_cost(&env, id), 0.5);
+        let tail: Vec<&str> = many.iter().copied().chain([mine.as_str()]).collect();
+        let (_dir, env, _) = transcript_at_home(&tail);
+        assert_eq!(transcript_cost(&env, id), 1.25);
+        let (_dir, env, _) = transcript_at_home(&[&filler]);
+        assert_eq!(transcript_cost(&env, id), 0.0);
+        assert_eq!(transcript_cost(&env, "no-such-conversation"), 0.0);
     }
 
     /// The transcript says which user messages the CLI took: by the uuid of a `user`

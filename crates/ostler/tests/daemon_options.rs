@@ -1868,3 +1868,57 @@ async fn a_resume_checks_the_directory_the_roots_and_the_release_again() {
     let answer = turn(&mut c, "with-effort", "Say hello").await;
     assert!(!answer.is_empty());
 }
+
+/// The CLI's `total_cost_usd` is its running total; a 2.1.330+ CLI resuming a conversation
+/// goes on from the total it saved at its last exit (the transcript's `cost-state`), older
+/// ones start again at 0 (measured). The session's cost counts each turn once either way.
+async fn session_cost_counts_each_turn_once_across_a_resume(release: &str, restores: bool) {
+    let world = World::new(release).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let a = create_session(&mut c, &world.work, "cost").await;
+    turn(&mut c, &a.id, "The first question").await;
+    c.stop_session(pb::StopSessionRequest {
+        session_id: a.id.clone(),
+    })
+    .await
+    .unwrap();
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: a.id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    turn(&mut c, &a.id, "The second question, a little longer").await;
+    let totals: Vec<f64> = history(&mut c, &a.id)
+        .await
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(pb::session_event::Payload::TurnCompleted(t)) => Some(t.total_cost_usd),
+            _ => None,
+        })
+        .collect();
+    let [first, second] = totals[..] else {
+        panic!("{release}: two turns: {totals:?}");
+    };
+    assert!(first > 0.0 && second > 0.0, "{release}: {totals:?}");
+    // What the two turns cost: the second total goes on from the first where it is restored.
+    let spent = if restores { second } else { first + second };
+    let s = session(&mut c, &a.id).await;
+    assert!(
+        (s.total_cost_usd - spent).abs() < 1e-9,
+        "{release}: the session says {} for turns of totals {totals:?} (spent {spent})",
+        s.total_cost_usd
+    );
+    assert_eq!(s.turns, 2, "{release}");
+}
+
+#[tokio::test]
+async fn session_cost_counts_each_turn_once_across_a_resume_new() {
+    session_cost_counts_each_turn_once_across_a_resume(NEW, true).await;
+}
+
+#[tokio::test]
+async fn session_cost_counts_each_turn_once_across_a_resume_old() {
+    session_cost_counts_each_turn_once_across_a_resume(OLD, false).await;
+}

@@ -351,7 +351,8 @@ impl Actor {
 
     pub(super) async fn record_usage(&mut self, r: &proto::TurnResult, seq: Option<u64>) {
         // `total_cost_usd` is cumulative over the process's life (measured on 1.0.128 and
-        // 2.1.330), while `usage` is per turn: record the difference.
+        // 2.1.330), from what a resuming 2.1.330+ restored (`process_cost_usd`'s start),
+        // while `usage` is per turn: record the difference.
         let turn_cost = match r.total_cost_usd {
             Some(total) if total.is_finite() => {
                 let cost = (total - self.process_cost_usd).max(0.0);

@@ -1021,6 +1021,17 @@ impl Engine {
             ),
             log_id: entry.id.to_string(),
         };
+        // Read before the CLI starts, as it reads it.
+        let restored_cost_usd = match &opts.resume {
+            Some(cid) => {
+                let env =
+                    crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options);
+                let cid = cid.clone();
+                blocking(move || Ok::<_, Error>(crate::capability::transcript_cost(&env, &cid)))
+                    .await?
+            }
+            None => 0.0,
+        };
         let spawned = SessionProcess::spawn(
             self.installation(),
             opts,
@@ -1093,6 +1104,7 @@ impl Engine {
             stderr_tail,
             tool_servers: spec.options.tool_servers.clone(),
             decline_elicitations: spec.options.decline_elicitations,
+            restored_cost_usd,
         })
         .await;
         self.registry.set_handle(&entry.id, handle);
