@@ -115,6 +115,36 @@ pub(crate) fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Statu
     required_text(field, value)
 }
 
+/// An image block (a message's, a tool result's): an `image/` media type and base64 data
+/// (standard alphabet, padded, no whitespace), which the CLI would otherwise replace with
+/// "[Image could not be processed]" without telling anyone.
+pub(crate) fn check_image(f: &str, media_type: &str, data_base64: &str) -> Result<(), Status> {
+    required(&format!("{f}.image.media_type"), media_type)?;
+    if !media_type.starts_with("image/") {
+        return Err(Status::invalid_argument(format!(
+            "{f}.image.media_type: {} is not an image type (image/png, image/jpeg, ...)",
+            crate::error::shown(media_type)
+        )));
+    }
+    let data = data_base64.as_bytes();
+    let body = data
+        .strip_suffix(b"==")
+        .or_else(|| data.strip_suffix(b"="))
+        .unwrap_or(data);
+    if data.is_empty()
+        || data.len() % 4 != 0
+        || !body
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/'))
+    {
+        return Err(Status::invalid_argument(format!(
+            "{f}.image.data_base64: not base64 data (standard alphabet, padded with '=' to a \
+             multiple of 4 characters, no whitespace)"
+        )));
+    }
+    Ok(())
+}
+
 /// A required field of any length: non-empty after trimming.
 fn required_text<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
     let v = value.trim();
@@ -309,8 +339,7 @@ pub(crate) fn message_content(
                     }
                     Some(Block::Text(t)) => serde_json::json!({"type": "text", "text": t}),
                     Some(Block::Image(img)) => {
-                        required(&format!("{f}.image.media_type"), &img.media_type)?;
-                        required_text(&format!("{f}.image.data_base64"), &img.data_base64)?;
+                        check_image(&f, &img.media_type, &img.data_base64)?;
                         serde_json::json!({
                             "type": "image",
                             "source": {
@@ -1315,6 +1344,37 @@ mod tests {
         };
         assert_eq!(b[0]["type"], "text");
         assert_eq!(b[1]["source"]["media_type"], "image/png");
+        // An image the CLI could not read is refused, not sent as "[Image could not be
+        // processed]".
+        for (media_type, data, says) in [
+            ("image/png", "!!!", "not base64"),
+            ("image/png", "AAA", "not base64"),
+            ("image/png", "AA=A", "not base64"),
+            ("image/png", "AAAA\n", "not base64"),
+            ("text/plain", "AAAA", "not an image type"),
+            ("image/png", "", "not base64"),
+        ] {
+            let c = pb::MessageContent {
+                content: Some(pb::message_content::Content::Blocks(pb::ContentBlocks {
+                    blocks: vec![pb::InputBlock {
+                        block: Some(Block::Image(pb::ImageBlock {
+                            media_type: media_type.into(),
+                            data_base64: data.into(),
+                        })),
+                    }],
+                })),
+            };
+            let e = message_content("content", Some(c)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{data:?}");
+            assert!(
+                e.message().starts_with("content.blocks[0].image.") && e.message().contains(says),
+                "{data:?}: {}",
+                e.message()
+            );
+        }
+        for ok in ["AA==", "AAA=", "aGVsbG8gd29ybGQ+/w=="] {
+            check_image("b", "image/png", ok).unwrap();
+        }
 
         let bad = pb::MessageContent {
             content: Some(pb::message_content::Content::Blocks(pb::ContentBlocks {

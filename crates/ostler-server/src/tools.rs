@@ -7,8 +7,6 @@ use ostler_proto::v1 as pb;
 use ostler_protocol::sdk_mcp::Content;
 use tonic::Status;
 
-use crate::error::shown;
-
 /// Tool servers of a session (as the supervisor's `limits::TOOL_SERVERS`; bounded here
 /// before anything is copied).
 pub const MAX_SERVERS: usize = 16;
@@ -80,22 +78,7 @@ pub fn content_from_pb(
                 Content::Text { text }
             }
             Some(Block::Image(img)) => {
-                if !img.media_type.starts_with("image/") {
-                    return Err(Status::invalid_argument(format!(
-                        "{f}.image.media_type: {} is not an image type (image/png, ...)",
-                        shown(&img.media_type)
-                    )));
-                }
-                if img.data_base64.is_empty()
-                    || !img
-                        .data_base64
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
-                {
-                    return Err(Status::invalid_argument(format!(
-                        "{f}.image.data_base64: not base64 data"
-                    )));
-                }
+                crate::convert::check_image(&f, &img.media_type, &img.data_base64)?;
                 total += img.data_base64.len();
                 Content::Image {
                     media_type: img.media_type,
