@@ -6,6 +6,9 @@
 //! (`grpc.health.v1.Health`) is exempt so that load balancers and probes work without a
 //! secret; it reveals only SERVING / NOT_SERVING. Tokens are never logged: [`Token`]'s
 //! `Debug` prints a placeholder.
+//!
+//! The check is also what decides which calls count as use of their connection (its idle
+//! rule, [`crate::idle`]): those with a valid token, or all of them without tokens.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,7 +17,9 @@ use std::task::{Context, Poll};
 use futures::future::{BoxFuture, FutureExt as _};
 use http::{Request, Response};
 use tonic::Status;
-use tower::{Layer, Service};
+use tower::Service;
+
+use crate::idle::{Calls, Counted};
 
 /// Paths reachable without a token.
 const PUBLIC_PREFIXES: &[&str] = &["/grpc.health.v1.Health/"];
@@ -53,7 +58,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Tower layer that checks bearer tokens. With no tokens it lets everything through.
+/// The bearer tokens and their check; each connection's `AuthService` applies it. With
+/// no tokens it lets everything through.
 #[derive(Clone, Debug, Default)]
 pub struct AuthLayer {
     tokens: Arc<[Token]>,
@@ -90,24 +96,25 @@ impl AuthLayer {
         }
         ok
     }
-}
 
-impl<S> Layer<S> for AuthLayer {
-    type Service = AuthService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
+    /// `inner` behind the token check, for one connection whose authenticated calls are
+    /// recorded in `calls` (see [`crate::idle`]).
+    pub(crate) fn connection<S>(&self, inner: S, calls: Arc<Calls>) -> AuthService<S> {
         AuthService {
             inner,
             auth: self.clone(),
+            calls,
         }
     }
 }
 
-/// The service produced by [`AuthLayer`].
+/// The service of one connection: refuses calls without a valid token, and records those
+/// that count for the connection's idle rule.
 #[derive(Clone, Debug)]
-pub struct AuthService<S> {
+pub(crate) struct AuthService<S> {
     inner: S,
     auth: AuthLayer,
+    calls: Arc<Calls>,
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for AuthService<S>
@@ -117,7 +124,7 @@ where
     ReqBody: Send + 'static,
     ResBody: Default + Send + 'static,
 {
-    type Response = S::Response;
+    type Response = Response<Counted<ResBody>>;
     type Error = S::Error;
     type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
@@ -129,12 +136,14 @@ where
         let public = PUBLIC_PREFIXES
             .iter()
             .any(|p| req.uri().path().starts_with(p));
-        if self.auth.enabled()
-            && !public
-            && !self
+        // Only a call with a valid token (any call, without tokens) counts as use of the
+        // connection: a health call without one is served but does not keep the
+        // connection.
+        let authenticated = !self.auth.enabled()
+            || self
                 .auth
-                .check_header(req.headers().get(http::header::AUTHORIZATION))
-        {
+                .check_header(req.headers().get(http::header::AUTHORIZATION));
+        if !authenticated && !public {
             tracing::debug!(
                 path = req.uri().path(),
                 "request refused: missing or wrong bearer token"
@@ -142,13 +151,21 @@ where
             let resp = Status::unauthenticated(
                 "missing or invalid bearer token (send `authorization: Bearer <token>`)",
             )
-            .into_http::<ResBody>();
+            .into_http::<ResBody>()
+            .map(|body| Counted::new(body, None));
             return async move { Ok(resp) }.boxed();
         }
+        // In flight from now until the response body is dropped (or this future, if the
+        // client resets the stream before the response).
+        let call = authenticated.then(|| self.calls.start());
         // Standard tower pattern: use the clone that was made ready, keep a fresh one.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        async move { inner.call(req).await }.boxed()
+        async move {
+            let resp = inner.call(req).await?;
+            Ok(resp.map(|body| Counted::new(body, call)))
+        }
+        .boxed()
     }
 }
 

@@ -5,7 +5,8 @@
 //!   `Status` mapping ([`error`]) live here.
 //! - `grpc.health.v1.Health` (tonic-health), kept in line with the engine's store status,
 //!   and server reflection (tonic-reflection, v1 and v1alpha).
-//! - [`auth::AuthLayer`]: bearer tokens checked in a tower layer (health exempt).
+//! - [`auth::AuthLayer`]: bearer tokens checked for every call of a connection (health
+//!   exempt); the calls that pass are what keeps a connection from being idle (`idle`).
 //! - [`error::BadRequestLayer`]: an undecodable request is INVALID_ARGUMENT, not INTERNAL.
 //! - [`Server::run`]: serves on already-bound listeners (TCP, optionally TLS; Unix socket)
 //!   until a [`CancellationToken`] fires; then health turns NOT_SERVING, every subscriber
@@ -23,6 +24,7 @@ pub mod error;
 pub mod fuzzing;
 mod health;
 mod hooks;
+mod idle;
 mod listen;
 mod notices;
 mod session;
@@ -52,6 +54,11 @@ pub enum Error {
     Tls(String),
     #[error("reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("server option {option}: {reason}")]
+    Option {
+        option: &'static str,
+        reason: &'static str,
+    },
     #[error("I/O on {listener}: {source}")]
     Io {
         listener: String,
@@ -113,6 +120,36 @@ pub struct ServerOptions {
     /// and left silent cannot hold the [`Self::max_connections`] slots (keep-alive only
     /// begins after the preface).
     pub handshake_timeout: Duration,
+    /// A connection with no authenticated call in flight for this long (since its last
+    /// one ended) is asked to go away: HTTP/2 GOAWAY, calls in flight go on, and a client
+    /// opens a new connection for its next call. Authenticated: with a valid token, or any
+    /// call when [`Self::tokens`] is empty; calls refused `UNAUTHENTICATED` and health calls
+    /// without a token do not count. A connection that has not made its first
+    /// authenticated call within [`Self::handshake_timeout`] (from the end of its TLS
+    /// handshake; at most this long) is asked likewise, so connections without a token
+    /// cannot hold the [`Self::max_connections`] slots. A connection asked to go away that
+    /// has not closed within [`Self::handshake_timeout`] while no authenticated call is in
+    /// flight is closed. Not zero.
+    pub idle_timeout: Duration,
+}
+
+impl ServerOptions {
+    /// Refuses options the server cannot work with.
+    fn check(&self) -> Result<()> {
+        if self.idle_timeout.is_zero() {
+            return Err(Error::Option {
+                option: "idle_timeout",
+                reason: "zero would close every connection at once",
+            });
+        }
+        if self.handshake_timeout.is_zero() {
+            return Err(Error::Option {
+                option: "handshake_timeout",
+                reason: "zero would close every connection at once",
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Default for ServerOptions {
@@ -126,6 +163,7 @@ impl Default for ServerOptions {
             keepalive_interval: Some(Duration::from_secs(60)),
             keepalive_timeout: Duration::from_secs(20),
             handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -253,6 +291,7 @@ impl Server {
         shutdown: CancellationToken,
     ) -> Result<()> {
         use tower::ServiceExt as _;
+        opts.check()?;
         let (reporter, health_svc) = tonic_health::server::health_reporter();
         // Health streams end once shutdown has set NOT_SERVING (see below).
         let health_ended = CancellationToken::new();
@@ -301,9 +340,10 @@ impl Server {
             ready.engine
         };
         let tls = opts.tls.as_ref().map(listen::tls_acceptor).transpose()?;
+        // The token check is added per connection (`listen`): it records the connection's
+        // authenticated calls.
         let svc: listen::Svc = tower::util::BoxCloneService::new(
             tower::ServiceBuilder::new()
-                .layer(AuthLayer::new(opts.tokens.clone()))
                 .layer(error::BadRequestLayer)
                 .service(routes),
         );

@@ -26,10 +26,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
+use crate::auth::AuthLayer;
+use crate::idle::Calls;
 use crate::{Error, Listener, Result, TlsOptions};
 
-/// The service every connection is served by (the routes behind the auth and
-/// bad-request layers).
+/// The service every connection is served by, behind its connection's token check (the
+/// routes behind the bad-request layer).
 pub(crate) type Svc = tower::util::BoxCloneService<
     http::Request<tonic::body::Body>,
     http::Response<tonic::body::Body>,
@@ -80,16 +82,19 @@ pub(crate) fn tls_acceptor(t: &TlsOptions) -> Result<tokio_rustls::TlsAcceptor> 
 }
 
 /// What every connection shares: the connection slots (over all listeners), the
-/// refusals' slots and service, and the HTTP/2 settings.
+/// refusals' slots and service, the token check, and the HTTP/2 settings.
 #[derive(Clone)]
 pub(crate) struct Conns {
     slots: Arc<tokio::sync::Semaphore>,
     max: usize,
     refusing: Arc<tokio::sync::Semaphore>,
     refuse: Svc,
+    auth: AuthLayer,
     keepalive: Option<(Duration, Duration)>,
     /// [`crate::ServerOptions::handshake_timeout`].
     handshake: Duration,
+    /// [`crate::ServerOptions::idle_timeout`].
+    idle: Duration,
 }
 
 impl Conns {
@@ -108,10 +113,12 @@ impl Conns {
             max,
             refusing: Arc::new(tokio::sync::Semaphore::new(REFUSING_MAX)),
             refuse: tower::util::BoxCloneService::new(refuse),
+            auth: AuthLayer::new(opts.tokens.clone()),
             keepalive: opts
                 .keepalive_interval
                 .map(|every| (every, opts.keepalive_timeout)),
             handshake: opts.handshake_timeout,
+            idle: opts.idle_timeout,
         }
     }
 }
@@ -169,8 +176,8 @@ pub(crate) async fn serve(
         // (a message that names the cap), for a few seconds, so the client fails fast and
         // retries rather than waiting in the backlog. Past that many refusals at once, it
         // is closed unanswered.
-        let (slot, svc, lifetime) = match shared.slots.clone().try_acquire_owned() {
-            Ok(slot) => (slot, svc.clone(), None),
+        let (slot, served) = match shared.slots.clone().try_acquire_owned() {
+            Ok(slot) => (slot, Served::Counted(svc.clone(), shared.auth.clone())),
             Err(_) => {
                 refused += 1;
                 if refused_logged.is_none_or(|t| t.elapsed() >= REFUSED_LOG_EVERY) {
@@ -183,15 +190,17 @@ pub(crate) async fn serve(
                     refused_logged = Some(tokio::time::Instant::now());
                 }
                 match shared.refusing.clone().try_acquire_owned() {
-                    Ok(slot) => (slot, shared.refuse.clone(), Some(REFUSING_FOR)),
+                    Ok(slot) => (slot, Served::Refused(shared.refuse.clone())),
                     Err(_) => continue,
                 }
             }
         };
-        let (conn_shutdown, keepalive) = (shutdown.clone(), shared.keepalive);
+        let conn_shutdown = shutdown.clone();
+        let times = Times::of(&shared);
         // From here the client has `handshake` for its TLS handshake, and again for the
         // HTTP/2 preface.
         let handshake = shared.handshake;
+        let lifetime = matches!(served, Served::Refused(_)).then_some(REFUSING_FOR);
         let served: Pin<Box<dyn Future<Output = ()> + Send>> = match accepted {
             Accepted::Tcp(s) => {
                 // Without TCP_NODELAY, Nagle + delayed ACK add ~40 ms to responses of
@@ -200,28 +209,19 @@ pub(crate) async fn serve(
                     tracing::debug!(listener = %name, error = %e, "cannot set TCP_NODELAY");
                 }
                 match &tls {
-                    None => Box::pin(connection(
-                        Preface::new(s, handshake),
-                        svc,
-                        keepalive,
-                        conn_shutdown,
-                    )),
+                    None => Box::pin(served.on(Preface::new(s, handshake), times, conn_shutdown)),
                     Some(acceptor) => Box::pin(tls_connection(
                         acceptor.clone(),
                         s,
-                        svc,
-                        (keepalive, handshake),
+                        (served, times),
                         conn_shutdown,
                         name.clone(),
                     )),
                 }
             }
-            Accepted::Unix(s) => Box::pin(connection(
-                Preface::new(s, handshake),
-                svc,
-                keepalive,
-                conn_shutdown,
-            )),
+            Accepted::Unix(s) => {
+                Box::pin(served.on(Preface::new(s, handshake), times, conn_shutdown))
+            }
         };
         conns.spawn(async move {
             let _slot = slot;
@@ -257,17 +257,16 @@ fn broken(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(9 | 14 | 22 | 88))
 }
 
-/// Completes the TLS handshake (within `handshake`, given up at `shutdown`), then serves
-/// the connection (whose preface is due within `handshake` again).
+/// Completes the TLS handshake (within `times.handshake`, given up at `shutdown`), then
+/// serves the connection (whose preface is due within `times.handshake` again).
 async fn tls_connection(
     acceptor: tokio_rustls::TlsAcceptor,
     s: tokio::net::TcpStream,
-    svc: Svc,
-    (keepalive, within): (Option<(Duration, Duration)>, Duration),
+    (served, times): (Served, Times),
     shutdown: CancellationToken,
     listener: String,
 ) {
-    let handshake = tokio::time::timeout(within, acceptor.accept(s));
+    let handshake = tokio::time::timeout(times.handshake, acceptor.accept(s));
     let s = tokio::select! {
         () = shutdown.cancelled() => return,
         r = handshake => match r {
@@ -282,7 +281,72 @@ async fn tls_connection(
             }
         },
     };
-    connection(Preface::new(s, within), svc, keepalive, shutdown).await;
+    served
+        .on(Preface::new(s, times.handshake), times, shutdown)
+        .await;
+}
+
+/// How an accepted connection is served.
+enum Served {
+    /// Within the cap: the routes behind the connection's token check, which records its
+    /// authenticated calls for the idle rule.
+    Counted(Svc, AuthLayer),
+    /// Over the cap: every call answered `UNAVAILABLE`, for [`REFUSING_FOR`].
+    Refused(Svc),
+}
+
+/// The times a connection is served by, from [`Conns`].
+#[derive(Clone, Copy)]
+struct Times {
+    keepalive: Option<(Duration, Duration)>,
+    handshake: Duration,
+    idle: Duration,
+}
+
+impl Times {
+    fn of(c: &Conns) -> Self {
+        Self {
+            keepalive: c.keepalive,
+            handshake: c.handshake,
+            idle: c.idle,
+        }
+    }
+}
+
+impl Served {
+    async fn on<IO>(self, io: IO, times: Times, shutdown: CancellationToken)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        match self {
+            Served::Counted(svc, auth) => {
+                // The idle rule's times run from here (past the TLS handshake).
+                let calls = Calls::new();
+                let svc = auth.connection(svc, Arc::clone(&calls));
+                let idle = Idle {
+                    calls,
+                    first: times.handshake,
+                    idle: times.idle,
+                    grace: times.handshake,
+                };
+                connection(io, svc, times.keepalive, Some(idle), shutdown).await;
+            }
+            Served::Refused(svc) => connection(io, svc, times.keepalive, None, shutdown).await,
+        }
+    }
+}
+
+/// A connection's idle rule (see [`crate::idle`]).
+struct Idle {
+    calls: Arc<Calls>,
+    /// How long a connection may go without its first authenticated call:
+    /// [`crate::ServerOptions::handshake_timeout`] (at most `idle`).
+    first: Duration,
+    /// [`crate::ServerOptions::idle_timeout`].
+    idle: Duration,
+    /// How long a connection asked to go away may take to finish while no authenticated
+    /// call is in flight: [`crate::ServerOptions::handshake_timeout`].
+    grace: Duration,
 }
 
 /// The length of the HTTP/2 client preface (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`).
@@ -365,15 +429,29 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Preface<IO> {
     }
 }
 
-/// Serves one connection until it ends; on `shutdown`, asks it to finish gracefully.
+/// Serves one connection until it ends; on `shutdown`, asks it to finish gracefully, and
+/// so too once its `idle` rule says it has been idle too long (then closing it if it has
+/// not finished within the rule's grace while no authenticated call is in flight).
 /// `keepalive`: the PING interval and how long an answer may take.
-async fn connection<IO>(
+async fn connection<IO, S, B>(
     io: IO,
-    svc: Svc,
+    svc: S,
     keepalive: Option<(Duration, Duration)>,
+    idle: Option<Idle>,
     shutdown: CancellationToken,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<B>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let svc = TowerToHyperService::new(
         svc.map_request(|req: http::Request<hyper::body::Incoming>| {
@@ -393,11 +471,38 @@ async fn connection<IO>(
     }
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
+    let idle_for = async {
+        match &idle {
+            Some(i) => i.calls.idle(i.first, i.idle).await,
+            None => std::future::pending().await,
+        }
+    };
     let r = tokio::select! {
         r = conn.as_mut() => r,
         () = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();
             conn.await
+        }
+        () = idle_for => {
+            // GOAWAY: calls in flight go on, a client opens a new connection for its next
+            // call. A peer that keeps the connection past the grace with calls that do not
+            // count (a health `Watch` without a token; not answering the GOAWAY's PING) is
+            // closed.
+            tracing::debug!("connection idle (listen.idle_timeout_secs); asking it to go away");
+            conn.as_mut().graceful_shutdown();
+            let quiet = async {
+                match &idle {
+                    Some(i) => i.calls.quiet_after(i.grace).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = conn.as_mut() => r,
+                () = quiet => {
+                    tracing::debug!("idle connection did not finish in time; closing it");
+                    Ok(())
+                }
+            }
         }
     };
     if let Err(e) = r {

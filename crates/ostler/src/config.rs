@@ -170,6 +170,9 @@ pub struct ListenConfig {
     pub keepalive_secs: u64,
     /// A PING not answered within this many seconds closes the connection.
     pub keepalive_timeout_secs: u64,
+    /// A connection with no authenticated call in flight for this many seconds is asked
+    /// to go away (HTTP/2 GOAWAY; the client reconnects for its next call).
+    pub idle_timeout_secs: u64,
 }
 
 impl Default for ListenConfig {
@@ -180,12 +183,17 @@ impl Default for ListenConfig {
             max_connections: 1024,
             keepalive_secs: 60,
             keepalive_timeout_secs: 20,
+            idle_timeout_secs: 300,
         }
     }
 }
 
 /// Most connections `listen.max_connections` may allow (each is a file descriptor).
 pub const MAX_CONNECTIONS: u64 = 1 << 20;
+
+/// The longest `listen.idle_timeout_secs` may be: a day. Longer, idle connections hold
+/// their slots for so long that the rule no longer frees them in any useful time.
+pub const MAX_IDLE_TIMEOUT_SECS: u64 = 24 * 3600;
 
 #[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -706,6 +714,8 @@ pub struct Validated {
     pub max_connections: usize,
     /// `listen.keepalive_secs` and `listen.keepalive_timeout_secs` (`None`: off).
     pub keepalive: Option<(std::time::Duration, std::time::Duration)>,
+    /// `listen.idle_timeout_secs`.
+    pub idle_timeout: std::time::Duration,
 }
 
 impl Config {
@@ -873,7 +883,11 @@ impl Config {
         let managed_settings = self.validate_managed_settings()?;
         let metrics = self.validate_metrics()?;
         let worker_threads = self.validate_worker_threads()?;
-        let (max_connections, keepalive) = self.validate_connections()?;
+        let Connections {
+            max_connections,
+            keepalive,
+            idle_timeout,
+        } = self.validate_connections()?;
         let cgroup = self
             .sessions
             .cgroup
@@ -901,6 +915,7 @@ impl Config {
             worker_threads,
             max_connections,
             keepalive,
+            idle_timeout,
             cgroup,
             metrics,
             notifiers,
@@ -918,8 +933,13 @@ impl Config {
     }
 }
 
-/// A connection cap and the keep-alive (interval, timeout), validated.
-type Connections = (usize, Option<(std::time::Duration, std::time::Duration)>);
+/// The `[listen]` connection settings, validated.
+struct Connections {
+    max_connections: usize,
+    /// (interval, timeout).
+    keepalive: Option<(std::time::Duration, std::time::Duration)>,
+    idle_timeout: std::time::Duration,
+}
 
 /// The longest any `*_secs` setting may be: a year. Longer is a mistake, and a time that
 /// far ahead overflows the clock's arithmetic.
@@ -985,7 +1005,19 @@ impl Config {
                 std::time::Duration::from_secs(timeout),
             )),
         };
-        Ok((usize::try_from(l.max_connections)?, keepalive))
+        if l.idle_timeout_secs == 0 || l.idle_timeout_secs > MAX_IDLE_TIMEOUT_SECS {
+            bail!(
+                "listen.idle_timeout_secs: {} is out of range; 1 to {MAX_IDLE_TIMEOUT_SECS} \
+                 (a connection with no authenticated call in flight for this long is asked \
+                 to go away; its client reconnects for its next call)",
+                l.idle_timeout_secs
+            );
+        }
+        Ok(Connections {
+            max_connections: usize::try_from(l.max_connections)?,
+            keepalive,
+            idle_timeout: std::time::Duration::from_secs(l.idle_timeout_secs),
+        })
     }
 
     fn validate_managed_settings(
@@ -1188,17 +1220,19 @@ mod tests {
         assert_eq!(v.max_connections, 1024);
         let secs = std::time::Duration::from_secs;
         assert_eq!(v.keepalive, Some((secs(60), secs(20))));
+        assert_eq!(v.idle_timeout, secs(300));
         let f = write(
             dir.path(),
             "b.toml",
             "[store]\npath = \"/tmp/x.db\"\n[listen]\nmax_connections = 8\n\
-             keepalive_secs = 0\nkeepalive_timeout_secs = 0\n",
+             keepalive_secs = 0\nkeepalive_timeout_secs = 0\nidle_timeout_secs = 30\n",
         );
         let v = load(Some(&f), &Overrides::default())
             .unwrap()
             .validate()
             .unwrap();
         assert_eq!(v.max_connections, 8);
+        assert_eq!(v.idle_timeout, secs(30));
         assert_eq!(
             v.keepalive, None,
             "0: no PINGs (the timeout is then unused)"
@@ -1523,6 +1557,14 @@ mod tests {
             (
                 Box::new(|c| c.listen.keepalive_timeout_secs = 0),
                 "listen.keepalive_timeout_secs",
+            ),
+            (
+                Box::new(|c| c.listen.idle_timeout_secs = 0),
+                "listen.idle_timeout_secs",
+            ),
+            (
+                Box::new(|c| c.listen.idle_timeout_secs = MAX_IDLE_TIMEOUT_SECS + 1),
+                "listen.idle_timeout_secs",
             ),
             (
                 Box::new(|c| c.sessions.allowed_roots = vec!["/nonexistent/root".into()]),

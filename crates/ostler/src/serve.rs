@@ -381,6 +381,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
             ostler_server::ServerOptions::default().keepalive_timeout,
             |(_, t)| t,
         ),
+        idle_timeout: valid.idle_timeout,
         ..Default::default()
     };
     let (starting, server) =
