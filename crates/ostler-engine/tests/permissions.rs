@@ -67,6 +67,16 @@ async fn forwarded_first_answer_wins(version: &'static str) {
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].request_id, rid);
 
+    // The call for questions is refused as the wrong call (it would fail again), and the
+    // request stays pending.
+    let e = env
+        .engine
+        .answer_question(&s.id, &rid, vec![], ClientRef::new("alice"))
+        .await
+        .expect_err("not a question");
+    assert_eq!(e.code_kind(), CodeKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("RespondToPermission"), "{e}");
+
     // Two clients answer at once: exactly one wins, the other learns who decided.
     let allow = PermissionResponse::Allow {
         updated_input: None,
@@ -386,7 +396,8 @@ async fn ask_user_question_answered() {
         )
         .await
         .expect_err("question");
-    assert_eq!(e.code_kind(), CodeKind::FailedPrecondition);
+    assert_eq!(e.code_kind(), CodeKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("AnswerQuestion"), "{e}");
 
     let decided = env
         .engine

@@ -460,9 +460,14 @@ impl Actor {
                 remember,
             } => {
                 if p.kind == InteractionKind::Question {
-                    return Err(Error::precondition(format!(
-                        "{request_id:?} is a question: answer it with AnswerQuestion (or deny it)"
-                    )));
+                    // The wrong call fails again whenever it is made: not a precondition.
+                    return Err(Error::invalid(
+                        "request_id",
+                        format!(
+                            "{request_id:?} is a question: answer it with AnswerQuestion (or \
+                             deny it with RespondToPermission)"
+                        ),
+                    ));
                 }
                 if let Some(v) = &updated_input
                     && !v.is_object()
@@ -537,9 +542,13 @@ impl Actor {
             return Err(self.not_pending(request_id).await);
         };
         if p.kind != InteractionKind::Question {
-            return Err(Error::precondition(format!(
-                "{request_id:?} is a permission request, not a question: use RespondToPermission"
-            )));
+            return Err(Error::invalid(
+                "request_id",
+                format!(
+                    "{request_id:?} is a permission request, not a question: use \
+                     RespondToPermission"
+                ),
+            ));
         }
         let questions = p.request.questions().unwrap_or_default();
         let pairs = permission::validate_answers(
