@@ -93,6 +93,48 @@ pub(crate) fn stored_user_message(
     )
 }
 
+/// The message a client sent with `client_message_id` that still holds the id: the
+/// newest one that no `delivery_failed` freed (as the actor's record of ids, rebuilt at a
+/// resume, keeps it). `None`: the id is free. Reads the log's messages and notices from
+/// the end. Blocking: call through `blocking`.
+pub(crate) fn stored_send(
+    store: &ostler_store::Store,
+    sid: &str,
+    client_message_id: &str,
+) -> Result<Option<(u64, UserMessageSent)>> {
+    let mut freed = std::collections::HashSet::new();
+    let mut before = u64::MAX;
+    loop {
+        let page = store.events_of_kinds_before(
+            sid,
+            &["user_message_sent", "engine_notice"],
+            before,
+            64,
+        )?;
+        let Some(last) = page.last() else {
+            return Ok(None);
+        };
+        before = last.seq;
+        for ev in page {
+            match EventPayload::decode_stored(&ev.kind, &ev.payload) {
+                Ok(EventPayload::EngineNotice(n)) if n.code == DELIVERY_FAILED => {
+                    let d = n.data.unwrap_or_default();
+                    if d["client_message_id"] == client_message_id {
+                        freed.extend(d["seq"].as_u64());
+                    }
+                }
+                Ok(EventPayload::UserMessageSent(u))
+                    if u.client_message_id.as_deref() == Some(client_message_id)
+                        && !freed.contains(&ev.seq) =>
+                {
+                    return Ok(Some((ev.seq, u)));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 mod elicitations;
 mod hooks;
 mod interactions;

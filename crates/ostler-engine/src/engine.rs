@@ -280,6 +280,23 @@ impl Engine {
             ));
         }
         crate::capability::check_delivery(&self.shared.installation, &msg.delivery)?;
+        // A retry to a session without a process (suspended, resumable after a restart,
+        // stopped) is answered from the log: it neither brings the CLI back for nothing nor
+        // fails as "resume it first". The live actor answers retries itself.
+        if let Some(cid) = msg.client_message_id.clone()
+            && self.live_handle(session_id).is_none()
+        {
+            let store = self.shared.store.clone();
+            let sid = session_id.to_owned();
+            let sent = blocking(move || crate::actor::stored_send(&store, &sid, &cid)).await?;
+            if let Some((seq, u)) = sent {
+                return Ok(SendOutcome {
+                    seq,
+                    duplicate: true,
+                    message_id: u.message_id,
+                });
+            }
+        }
         self.call(session_id, |reply| Command::Send { msg, reply })
             .await
     }
