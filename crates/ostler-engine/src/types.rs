@@ -307,6 +307,9 @@ pub enum PermissionResponse {
         /// "Remember for this session": rules added to the session's rule set (normally
         /// `Allow` rules for this tool).
         remember: Vec<PermissionRule>,
+        /// Permission updates for the CLI to apply (its `updatedPermissions`: a JSON array
+        /// of `PermissionUpdate`s, e.g. the request's `suggestions`).
+        updated_permissions: Option<Value>,
     },
     Deny {
         /// Sent to the CLI (a default is used when empty).
@@ -376,6 +379,9 @@ pub enum Resolution {
         /// Was the input edited by the decider?
         #[serde(default)]
         edited: bool,
+        /// What was sent as `updatedPermissions` (the CLI's permission updates), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        updated_permissions: Option<Value>,
     },
     Denied {
         message: String,
@@ -956,6 +962,14 @@ mod tests {
             Resolution::Allowed {
                 updated_input: json!({"command": "ls"}),
                 edited: true,
+                updated_permissions: None,
+            },
+            Resolution::Allowed {
+                updated_input: json!({"command": "ls"}),
+                edited: false,
+                updated_permissions: Some(
+                    json!([{"type": "setMode", "mode": "acceptEdits", "destination": "session"}]),
+                ),
             },
             Resolution::Denied {
                 message: "no".into(),

@@ -256,6 +256,7 @@ async fn a_decision_never_exists_without_its_resolution_event() {
                 PermissionResponse::Allow {
                     updated_input: None,
                     remember: Vec::new(),
+                    updated_permissions: None,
                 },
                 ClientRef::default(),
             )

@@ -81,6 +81,7 @@ async fn forwarded_first_answer_wins(version: &'static str) {
     let allow = PermissionResponse::Allow {
         updated_input: None,
         remember: vec![],
+        updated_permissions: None,
     };
     let deny = PermissionResponse::Deny {
         message: "no".into(),
@@ -169,6 +170,7 @@ async fn allow_with_edited_input_and_remember() {
             PermissionResponse::Allow {
                 updated_input: Some(serde_json::json!("not an object")),
                 remember: vec![],
+                updated_permissions: None,
             },
             ClientRef::new("alice"),
         )
@@ -183,6 +185,7 @@ async fn allow_with_edited_input_and_remember() {
             PermissionResponse::Allow {
                 updated_input: Some(serde_json::json!({"command": "touch edited.txt"})),
                 remember: vec![PermissionRule::allow("Bash", Some("touch"))],
+                updated_permissions: None,
             },
             ClientRef::new("alice"),
         )
@@ -329,6 +332,7 @@ async fn pending_request_expires() {
             PermissionResponse::Allow {
                 updated_input: None,
                 remember: vec![],
+                updated_permissions: None,
             },
             ClientRef::new("alice"),
         )
@@ -391,6 +395,7 @@ async fn ask_user_question_answered() {
             PermissionResponse::Allow {
                 updated_input: None,
                 remember: vec![],
+                updated_permissions: None,
             },
             ClientRef::new("alice"),
         )

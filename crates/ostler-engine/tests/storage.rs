@@ -28,6 +28,7 @@ async fn raw_lines_stored_once_partials_never() {
             PermissionResponse::Allow {
                 updated_input: None,
                 remember: vec![],
+                updated_permissions: None,
             },
             ClientRef::new("alice"),
         )

@@ -680,6 +680,16 @@ pub(crate) fn permission_response(
                     &a.updated_input_json,
                 )?)
             };
+            let updated_permissions = if a.updated_permissions_json.trim().is_empty() {
+                None
+            } else {
+                bounded(
+                    "allow.updated_permissions_json",
+                    &a.updated_permissions_json,
+                    limits::TEXT_BYTES,
+                )?;
+                Some(permission_updates(&a.updated_permissions_json)?)
+            };
             count("allow.remember", a.remember.len(), limits::RULES)?;
             let remember = a
                 .remember
@@ -690,6 +700,7 @@ pub(crate) fn permission_response(
             Ok(eng::PermissionResponse::Allow {
                 updated_input,
                 remember,
+                updated_permissions,
             })
         }
         Some(Decision::Deny(d)) => {
@@ -705,6 +716,30 @@ pub(crate) fn permission_response(
             })
         }
     }
+}
+
+/// `allow.updated_permissions_json`: a non-empty JSON array of objects, each with a string
+/// `type` (the CLI's `PermissionUpdate`s; their fields are the CLI's to check).
+fn permission_updates(text: &str) -> Result<serde_json::Value, Status> {
+    const FIELD: &str = "allow.updated_permissions_json";
+    let v: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| Status::invalid_argument(format!("{FIELD} is not valid JSON ({e})")))?;
+    let Some(items) = v.as_array().filter(|a| !a.is_empty()) else {
+        return Err(Status::invalid_argument(format!(
+            "{FIELD} must be a JSON array of permission updates, e.g. \
+             [{{\"type\":\"setMode\",\"mode\":\"acceptEdits\",\"destination\":\"session\"}}]"
+        )));
+    };
+    if let Some(i) = items
+        .iter()
+        .position(|u| !u.get("type").is_some_and(serde_json::Value::is_string))
+    {
+        return Err(Status::invalid_argument(format!(
+            "{FIELD}[{i}] must be an object with a string \"type\" (setMode, addRules, \
+             replaceRules, removeRules, addDirectories, removeDirectories)"
+        )));
+    }
+    Ok(v)
 }
 
 pub(crate) fn answers(a: Vec<pb::QuestionAnswer>) -> Result<Vec<eng::QuestionAnswer>, Status> {
@@ -821,10 +856,18 @@ fn answers_to_pb(a: &[eng::QuestionAnswer]) -> Vec<pb::QuestionAnswer> {
 }
 
 pub(crate) fn permission_resolved(r: &eng::InteractionResolved) -> pb::PermissionResolved {
+    let updated_permissions_json = match &r.resolution {
+        eng::Resolution::Allowed {
+            updated_permissions: Some(p),
+            ..
+        } => json_text(p),
+        _ => String::new(),
+    };
     let (message, updated_input_json, edited, interrupt) = match &r.resolution {
         eng::Resolution::Allowed {
             updated_input,
             edited,
+            ..
         } => (String::new(), json_text(updated_input), *edited, false),
         eng::Resolution::Denied { message, interrupt } => {
             (message.clone(), String::new(), false, *interrupt)
@@ -841,6 +884,7 @@ pub(crate) fn permission_resolved(r: &eng::InteractionResolved) -> pb::Permissio
         resolved_by: r.decided_by.clone(),
         edited,
         interrupt,
+        updated_permissions_json,
     }
 }
 
@@ -1415,25 +1459,50 @@ mod tests {
                 pattern: String::new(),
                 action: pb::RuleAction::Allow as i32,
             }],
+            updated_permissions_json:
+                r#"[{"type":"setMode","mode":"acceptEdits","destination":"session"}]"#.into(),
         });
         match permission_response(Some(allow)).unwrap() {
             eng::PermissionResponse::Allow {
                 updated_input,
                 remember,
+                updated_permissions,
             } => {
                 assert_eq!(updated_input.unwrap()["command"], "ls");
                 assert_eq!(remember[0].pattern, None);
+                assert_eq!(updated_permissions.unwrap()[0]["mode"], "acceptEdits");
             }
             other => panic!("{other:?}"),
         }
         let bad_json = Decision::Allow(pb::PermissionAllow {
             updated_input_json: "{".into(),
             remember: vec![],
+            updated_permissions_json: String::new(),
         });
         assert_eq!(
             permission_response(Some(bad_json)).unwrap_err().code(),
             Code::InvalidArgument
         );
+        for (bad, says) in [
+            ("[", "not valid JSON"),
+            ("{}", "must be a JSON array"),
+            ("[]", "must be a JSON array"),
+            (r#"[{"mode":"plan"}]"#, "[0] must be an object"),
+            (r#"[{"type":"setMode"}, 3]"#, "[1] must be an object"),
+        ] {
+            let e = permission_response(Some(Decision::Allow(pb::PermissionAllow {
+                updated_permissions_json: bad.into(),
+                ..Default::default()
+            })))
+            .unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{bad}");
+            assert!(
+                e.message().starts_with("allow.updated_permissions_json")
+                    && e.message().contains(says),
+                "{bad}: {}",
+                e.message()
+            );
+        }
     }
 
     #[test]

@@ -1922,3 +1922,111 @@ async fn session_cost_counts_each_turn_once_across_a_resume_new() {
 async fn session_cost_counts_each_turn_once_across_a_resume_old() {
     session_cost_counts_each_turn_once_across_a_resume(OLD, false).await;
 }
+
+/// Write a file, then edit it: each needs permission in the default mode.
+const WRITE_THEN_EDIT: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "write"
+when = { last_user_text_contains = "Write the note" }
+blocks = [{ type = "tool_use", id = "toolu_note_w", name = "Write", input = { file_path = "NOTE_PATH", content = "a" } }]
+
+[[model]]
+name = "after write"
+when = { tool_result_for = "toolu_note_w" }
+blocks = [{ type = "text", text = "Written." }]
+
+[[model]]
+name = "edit"
+when = { last_user_text_contains = "Edit the note" }
+blocks = [{ type = "tool_use", id = "toolu_note_e", name = "Edit", input = { file_path = "NOTE_PATH", old_string = "a", new_string = "b" } }]
+
+[[model]]
+name = "after edit"
+when = { tool_result_for = "toolu_note_e" }
+blocks = [{ type = "text", text = "Edited." }]
+"#;
+
+/// An allow that carries the CLI's own suggestion (`updated_permissions_json`, the SDKs'
+/// `updatedPermissions`): 2.1.332 suggests `setMode acceptEdits` for a write in the cwd,
+/// and once it is sent with the allow, the next edit runs without asking. The resolution
+/// records what was sent.
+#[tokio::test]
+async fn an_allow_can_apply_the_clis_permission_suggestions() {
+    let scratch = tempfile::tempdir().unwrap();
+    let note = scratch.path().join("note.txt");
+    let scenario = WRITE_THEN_EDIT.replace("NOTE_PATH", &note.display().to_string());
+    let world = World::with_scenario(NEW, &scenario).await;
+    let root = scratch.path().display().to_string();
+    let daemon = world.daemon(&["--allowed-root", &root]).await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: root.clone(),
+            first_prompt: text("Write the note"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    let asked = read_until(&mut events, &mut seen, "the write's prompt", |e| {
+        matches!(
+            &e.payload,
+            Some(pb::session_event::Payload::PermissionRequested(_))
+        )
+    })
+    .await;
+    let Some(pb::session_event::Payload::PermissionRequested(p)) = asked.payload else {
+        unreachable!()
+    };
+    assert_eq!(p.tool_name, "Write");
+    let suggestions: serde_json::Value = serde_json::from_str(&p.suggestions_json).unwrap();
+    assert!(
+        suggestions.as_array().is_some_and(|a| a
+            .iter()
+            .any(|u| u["type"] == "setMode" && u["mode"] == "acceptEdits")),
+        "{suggestions}"
+    );
+    let decided = c
+        .respond_to_permission(pb::RespondToPermissionRequest {
+            session_id: s.id.clone(),
+            request_id: p.request_id.clone(),
+            decision: Some(pb::respond_to_permission_request::Decision::Allow(
+                pb::PermissionAllow {
+                    updated_permissions_json: p.suggestions_json.clone(),
+                    ..Default::default()
+                },
+            )),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let resolved = decided.resolved.unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&resolved.updated_permissions_json).unwrap(),
+        suggestions
+    );
+    read_until(
+        &mut events,
+        &mut seen,
+        "the write's turn",
+        is_turn_completed,
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "a");
+
+    send(&mut c, &s.id, "Edit the note").await;
+    let next = read_until(&mut events, &mut seen, "the edit's turn or a prompt", |e| {
+        is_turn_completed(e)
+            || matches!(
+                &e.payload,
+                Some(pb::session_event::Payload::PermissionRequested(_))
+            )
+    })
+    .await;
+    assert!(is_turn_completed(&next), "the edit asked again: {next:?}");
+    assert_eq!(std::fs::read_to_string(&note).unwrap(), "b");
+}

@@ -133,6 +133,7 @@ impl Actor {
                         Resolution::Allowed {
                             updated_input: input.clone(),
                             edited: false,
+                            updated_permissions: None,
                         },
                         ResponseBody::Allow {
                             updated_input: input,
@@ -458,6 +459,7 @@ impl Actor {
             PermissionResponse::Allow {
                 updated_input,
                 remember,
+                updated_permissions,
             } => {
                 if p.kind == InteractionKind::Question {
                     // The wrong call fails again whenever it is made: not a precondition.
@@ -491,10 +493,11 @@ impl Actor {
                         Resolution::Allowed {
                             updated_input: input.clone(),
                             edited,
+                            updated_permissions: updated_permissions.clone(),
                         },
                         ResponseBody::Allow {
                             updated_input: input,
-                            updated_permissions: None,
+                            updated_permissions,
                         },
                     )
                     .await?;

@@ -671,8 +671,8 @@ impl Follower {
                 let decision = match decision {
                     PermissionAnswer::Allow { remember } => {
                         pb::respond_to_permission_request::Decision::Allow(pb::PermissionAllow {
-                            updated_input_json: String::new(),
                             remember,
+                            ..Default::default()
                         })
                     }
                     PermissionAnswer::Deny { message, interrupt } => {

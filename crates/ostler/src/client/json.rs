@@ -263,6 +263,7 @@ fn payload(p: &Payload) -> Value {
             "request_id": r.request_id, "resolution": resolution_name(r.resolution),
             "message": r.message, "updated_input": parsed(&r.updated_input_json),
             "resolved_by": r.resolved_by, "edited": r.edited, "interrupt": r.interrupt,
+            "updated_permissions": parsed(&r.updated_permissions_json),
         }),
         Payload::QuestionAsked(q) => json!({
             "request_id": q.request_id, "tool_use_id": q.tool_use_id,

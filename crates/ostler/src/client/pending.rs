@@ -33,6 +33,10 @@ pub struct ApproveArgs {
     /// Also allow this tool (Bash: this exact command prefix) for the rest of the session
     #[arg(long)]
     pub remember: bool,
+    /// Also apply what the CLI suggested with the request (`ostler pending --json` shows
+    /// its `suggestions`, e.g. switching the session to acceptEdits)
+    #[arg(long)]
+    pub suggestions: bool,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
@@ -271,6 +275,16 @@ pub async fn approve(a: ApproveArgs) -> Result<i32> {
     } else {
         vec![]
     };
+    let updated_permissions_json = if !a.suggestions {
+        String::new()
+    } else if r.suggestions_json.trim().is_empty() || r.suggestions_json.trim() == "[]" {
+        anyhow::bail!(
+            "--suggestions: the CLI suggested nothing with request {}; approve without it",
+            p.request_id
+        );
+    } else {
+        r.suggestions_json.clone()
+    };
     let resp = conn
         .sessions
         .respond_to_permission(pb::RespondToPermissionRequest {
@@ -278,8 +292,9 @@ pub async fn approve(a: ApproveArgs) -> Result<i32> {
             request_id: p.request_id.clone(),
             decision: Some(pb::respond_to_permission_request::Decision::Allow(
                 pb::PermissionAllow {
-                    updated_input_json: String::new(),
                     remember,
+                    updated_permissions_json,
+                    ..Default::default()
                 },
             )),
         })
