@@ -725,12 +725,19 @@ fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
     let mut rest: Vec<usize> = Vec::new();
     let mut texts: Vec<&str> = Vec::new();
     let mut all_text = true;
+    // The frame's structured result (one per frame): on its first tool result's event.
+    let not_null = |v: &Option<&RawValue>| v.filter(|v| !is_null(v)).map(raw_json);
+    let mut structured = Some((
+        not_null(&env.tool_use_result),
+        not_null(&env.tool_result_meta),
+    ));
     for (pos, item) in items.iter().enumerate() {
         let b = item.0.as_ref();
         match b.and_then(|b| b.ty.as_deref()) {
             Some("tool_result") => {
                 if let Some(b) = b {
-                    out.push(tool_result(b, parent.clone()));
+                    let (result, meta) = structured.take().unwrap_or_default();
+                    out.push(tool_result(b, parent.clone(), result, meta));
                 }
             }
             Some("text") if b.is_some_and(|b| b.text.is_some()) => {
@@ -771,7 +778,12 @@ pub fn is_interruption_marker(text: &str) -> bool {
     t.starts_with("[Request interrupted by user") && t.ends_with(']') && t.len() <= 64
 }
 
-fn tool_result(b: &WireBlock<'_>, parent_tool_use_id: Option<String>) -> Event {
+fn tool_result(
+    b: &WireBlock<'_>,
+    parent_tool_use_id: Option<String>,
+    tool_use_result: Option<RawJson>,
+    tool_result_meta: Option<RawJson>,
+) -> Event {
     let mut absent = Vec::new();
     let tool_use_id = b.tool_use_id.owned();
     if tool_use_id.is_none() {
@@ -793,6 +805,8 @@ fn tool_result(b: &WireBlock<'_>, parent_tool_use_id: Option<String>) -> Event {
         parent_tool_use_id,
         content,
         is_error: b.is_error.0.unwrap_or(false),
+        tool_use_result,
+        tool_result_meta,
         absent,
     })
 }

@@ -252,6 +252,19 @@ pub struct ToolResult {
     pub content: ToolResultContent,
     #[serde(default)]
     pub is_error: bool,
+    /// The tool's structured result as the CLI sent it, verbatim (`tool_use_result` at the
+    /// top level of the `user` frame: Bash `{"stdout","stderr","interrupted",...}`,
+    /// Write/Edit `{"type","filePath","structuredPatch",...}`, a plain string for a refused
+    /// call, ...). Its shape is the CLI's and varies by tool and release; 2.0.x and later
+    /// send it, 1.0.x does not. The CLI sends one per frame and one `tool_result` block per
+    /// frame; should a frame hold several blocks, it is on the first block's event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_result: Option<RawJson>,
+    /// The frame's `tool_result_meta`, verbatim (2.1.330 and later): one entry per tool use,
+    /// named by `id`, e.g. `[{"id":"toolu_1","permission_decision":{"decision":"accept",
+    /// "source":"user_temporary"}}]`. On the same event as `tool_use_result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_result_meta: Option<RawJson>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub absent: Absent,
 }

@@ -466,6 +466,14 @@ pub(crate) struct Envelope<'a> {
     pub user_message_uuids: Option<&'a RawValue>,
     #[serde(borrow)]
     pub user_message_uuid: LStr<'a>,
+    // user (tool results)
+    /// The tool's structured result, one per `user` frame (2.0.x and later; its shape is the
+    /// tool's and the release's).
+    #[serde(borrow)]
+    pub tool_use_result: Option<&'a RawValue>,
+    /// Per tool use: `[{"id", "permission_decision", ...}]` (2.1.330 and later).
+    #[serde(borrow)]
+    pub tool_result_meta: Option<&'a RawValue>,
 }
 
 /// `message` of `assistant` / `user` frames.

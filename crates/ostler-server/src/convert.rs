@@ -177,6 +177,11 @@ fn json_text<T: serde::Serialize + ?Sized>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 
+/// JSON the event keeps verbatim, as text (empty when absent): no re-serialising.
+fn raw_text(v: Option<&cp::RawJson>) -> String {
+    v.map(|r| r.get().to_owned()).unwrap_or_default()
+}
+
 // ---------------------------------------------------------------- enums
 
 pub(crate) fn state_to_pb(s: eng::SessionState) -> pb::SessionState {
@@ -1054,6 +1059,8 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                     cp::ToolResultContent::Null => None,
                 },
                 is_error: t.is_error,
+                tool_use_result_json: raw_text(t.tool_use_result.as_ref()),
+                tool_result_meta_json: raw_text(t.tool_result_meta.as_ref()),
             })
         }
         eng::EventPayload::PermissionRequested(r) => {

@@ -561,6 +561,36 @@ mod tests {
         assert_eq!(event_round_trip(&noise, None).0, CODEC_PLAIN);
     }
 
+    #[test]
+    fn a_tool_results_structured_result_is_copied_from_its_line_not_stored_twice() {
+        // A 2.1.332 Bash result: the output is in the block's `content` and again in the
+        // frame's `tool_use_result`; the payload carries both verbatim (as the decoder
+        // keeps them), so they cost copy ops against the line, not their bytes.
+        let out = "line of output from the tool\\n".repeat(60);
+        let raw = format!(
+            r#"{{"type":"user","message":{{"role":"user","content":[{{"tool_use_id":"toolu_b1","type":"tool_result","content":"{out}","is_error":false}}]}},"parent_tool_use_id":null,"session_id":"a9e0c099-ec1b-432c-9c49-b4f3147e068e","uuid":"b976dd7b-fc0d-4fc1-ae40-0db6479d8bf9","timestamp":"2026-11-29T22:06:33.742Z","tool_use_result":{{"stdout":"{out}","stderr":"","interrupted":false,"isImage":false,"noOutputExpected":false}},"tool_result_meta":[{{"id":"toolu_b1","permission_decision":{{"decision":"accept","source":"config","reason_type":"subcommandResults"}}}}]}}"#
+        );
+        let without = format!(
+            r#"{{"tool_use_id":"toolu_b1","content":{{"type":"text","value":"{out}"}},"is_error":false}}"#
+        );
+        let with = format!(
+            r#"{{"tool_use_id":"toolu_b1","content":{{"type":"text","value":"{out}"}},"is_error":false,"tool_use_result":{{"stdout":"{out}","stderr":"","interrupted":false,"isImage":false,"noOutputExpected":false}},"tool_result_meta":[{{"id":"toolu_b1","permission_decision":{{"decision":"accept","source":"config","reason_type":"subcommandResults"}}}}]}}"#
+        );
+        let (codec, before) = round_trip(without.as_bytes(), raw.as_bytes());
+        assert_eq!(codec, CODEC_DELTA);
+        let (codec, after) = round_trip(with.as_bytes(), raw.as_bytes());
+        assert_eq!(codec, CODEC_DELTA);
+        eprintln!(
+            "payload {} B stored as {after} B ({before} B without the fields)",
+            with.len()
+        );
+        assert!(
+            after < before + 48,
+            "{after} bytes with the fields, {before} without ({} byte output)",
+            out.len()
+        );
+    }
+
     /// A deterministic pseudo-random sequence (xorshift64) from `seed`.
     fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
         move || {

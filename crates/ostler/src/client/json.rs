@@ -251,7 +251,11 @@ fn payload(p: &Payload) -> Value {
                 Some(pb::tool_result::Content::BlocksJson(j)) => parsed(j),
                 None => Value::Null,
             };
-            json!({"tool_use_id": r.tool_use_id, "content": content, "is_error": r.is_error})
+            json!({
+                "tool_use_id": r.tool_use_id, "content": content, "is_error": r.is_error,
+                "tool_use_result": parsed(&r.tool_use_result_json),
+                "tool_result_meta": parsed(&r.tool_result_meta_json),
+            })
         }
         Payload::PermissionRequested(r) => json!({
             "request_id": r.request_id, "tool_name": r.tool_name, "input": parsed(&r.input_json),
