@@ -337,6 +337,74 @@ impl Actor {
         )
         .await;
         self.await_initialize();
+        self.restore_runtime_controls().await;
+    }
+
+    /// Sends again what was set at runtime through `SendControlRequest` and accepted by an
+    /// earlier process of the session (flag settings, MCP permission mode overrides; see
+    /// [`crate::runtime::RuntimeSettings`]): queued for stdin now, right behind
+    /// `initialize` and before any user message (the actor takes no command before this
+    /// returns), so the first turn already runs with them. Each answer is recorded as
+    /// `control_restored`, or `control_restore_failed` when the CLI refuses it, does not
+    /// answer, or the release cannot take it (refused at once, nothing sent).
+    async fn restore_runtime_controls(&mut self) {
+        for request in self.meta.runtime.requests() {
+            let subtype = crate::capability::subtype(&request).to_owned();
+            if let Err(e) =
+                crate::capability::check_passthrough(&self.shared.installation, &subtype)
+            {
+                self.restored(request, Err(e.to_string())).await;
+                continue;
+            }
+            let answer = self.process.queue_request(request.clone());
+            let tx = self.self_tx.clone();
+            tokio::spawn(async move {
+                let result = answer.await.unwrap_or(Err(ControlError::ProcessGone));
+                if let Some(tx) = tx.upgrade() {
+                    let _ = tx.send(Command::Restored { request, result }).await;
+                }
+            });
+        }
+    }
+
+    /// Records the outcome of a runtime control sent again after `initialize`.
+    async fn restored(
+        &mut self,
+        request: OutRequest,
+        result: std::result::Result<Option<RawJson>, String>,
+    ) {
+        let subtype = crate::capability::subtype(&request).to_owned();
+        let fields = match &request {
+            OutRequest::Other { fields, .. } => serde_json::Value::Object(fields.clone()),
+            _ => serde_json::Value::Null,
+        };
+        let notice = match result {
+            Ok(answer) => EngineNotice {
+                code: crate::runtime::CONTROL_RESTORED.into(),
+                message: format!("{subtype} sent again after the respawn"),
+                data: Some(serde_json::json!({
+                    "subtype": subtype,
+                    "request": fields,
+                    "answer": answer.and_then(|a| a.to_value().ok()),
+                })),
+            },
+            Err(error) => {
+                tracing::warn!(session = %self.sid(), %subtype, %error, "a runtime control could not be restored");
+                EngineNotice {
+                    code: crate::runtime::CONTROL_RESTORE_FAILED.into(),
+                    message: format!(
+                        "{subtype} set before the respawn could not be sent again; the \
+                         session runs without it: {error}"
+                    ),
+                    data: Some(serde_json::json!({
+                        "subtype": subtype,
+                        "request": fields,
+                        "error": error,
+                    })),
+                }
+            }
+        };
+        self.emit_logged(EventPayload::EngineNotice(notice)).await;
     }
 
     /// Sends a control request in a task of its own (the CLI's answer may take until its
@@ -682,6 +750,15 @@ impl Actor {
             } => {
                 let r = self.control_done(request, result).await;
                 let _ = reply.send(r);
+            }
+            Command::Restored { request, result } => {
+                let result = result.map_err(|e| e.to_string()).and_then(|answer| {
+                    match crate::runtime::refusal_in_answer(&request, answer.as_ref()) {
+                        Some(refused) => Err(refused),
+                        None => Ok(answer),
+                    }
+                });
+                self.restored(request, result).await;
             }
             Command::Suspend { reason, reply } => {
                 let suspending = self.begin_suspend(reason);

@@ -75,6 +75,9 @@ pub(crate) struct Meta {
     /// The servers of the last `SetMcpServers` (name -> config), given to the next process
     /// with the session's own (`--mcp-config`).
     pub mcp_servers: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The flag settings and MCP permission mode overrides set at runtime, sent again
+    /// right after `initialize`.
+    pub runtime: crate::runtime::RuntimeSettings,
 }
 
 /// What an actor shows of its session, written by the actor only.
@@ -229,6 +232,12 @@ pub(crate) enum Command {
         request: OutRequest,
         result: std::result::Result<Option<RawJson>, ControlError>,
         reply: oneshot::Sender<Result<Option<RawJson>>>,
+    },
+    /// The outcome of a runtime control sent again after `initialize` (recorded as
+    /// `control_restored` or `control_restore_failed`).
+    Restored {
+        request: OutRequest,
+        result: std::result::Result<Option<RawJson>, ControlError>,
     },
     /// A user message queued for stdin has been written (or the write failed).
     SendWritten {

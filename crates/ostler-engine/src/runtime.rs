@@ -4,7 +4,7 @@
 //! Read back by `Engine::session_details` (`GetSessionInfo`).
 
 use ostler_protocol::outbound::OutRequest;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use ostler_protocol::model::SessionStarted;
 
@@ -36,7 +36,145 @@ pub(crate) fn control_notice_code(subtype: &str) -> &'static str {
         "mcp_reconnect" => "mcp_server_reconnected",
         "rewind_files" => "files_rewound",
         "stop_task" => "task_stopped",
+        "apply_flag_settings" => FLAG_SETTINGS_APPLIED,
+        "set_mcp_permission_mode_override" => MCP_MODE_OVERRIDE_SET,
         _ => "control",
+    }
+}
+
+/// The `engine_notice` code of an `apply_flag_settings` the CLI accepted (`data.request`:
+/// the request's fields, its `settings` whole; shown with `env`/`headers` values redacted).
+pub const FLAG_SETTINGS_APPLIED: &str = "flag_settings_applied";
+/// The `engine_notice` code of a `set_mcp_permission_mode_override` the CLI accepted.
+pub const MCP_MODE_OVERRIDE_SET: &str = "mcp_permission_mode_override_set";
+/// The `engine_notice` code of a runtime control sent again after a respawn and accepted
+/// (`data`: `subtype`, `request`, `answer`).
+pub const CONTROL_RESTORED: &str = "control_restored";
+/// The `engine_notice` code of a runtime control sent again after a respawn that the CLI
+/// refused, did not answer, or that the release cannot take (`data`: `subtype`, `request`,
+/// `error`): the process runs without it.
+pub const CONTROL_RESTORE_FAILED: &str = "control_restore_failed";
+
+/// The runtime controls passed through `SendControlRequest` that a respawn must not lose,
+/// rebuilt from the session's log (the notices of the requests the CLI answered with
+/// success) and sent again right after `initialize`, before any user message.
+///
+/// `apply_flag_settings`, measured on 2.1.332 (`get_settings` after each request):
+/// successive requests shallow-merge top-level keys into the flag settings layer (a second
+/// request with another key keeps the first; one with the same key replaces its whole value:
+/// `env: {A}` then `env: {B}` leaves `env: {B}`); `null` removes the key from the layer (a
+/// value the session's `--settings` gave shows again) and, for `effortLevel`, resets the
+/// effort to the model's default (not to `--settings`'/`--effort`'s); a refused request
+/// (a setting that would make the CLI drop the layer, `settings` not an object) applies
+/// nothing. Requests written right after `initialize`, before its answer, are applied the
+/// same. So replaying the accepted requests in order re-creates the layer exactly; earlier
+/// requests whose keys are all set again later are dropped (the list stays as short as the
+/// keys used), except where the order matters beyond the layer: per the Agent SDK's
+/// documentation an `effortLevel` that moves the level without an `ultracode` key turns
+/// ultracode off, so a request with `effortLevel` or `ultracode` is only dropped when a
+/// later one sets both, or no request kept mentions `ultracode`. `model` is left out of
+/// the replay: the model a request switched to is the session's model, given as `--model`
+/// at every spawn (a later `SetModel` wins, as it did live).
+///
+/// `set_mcp_permission_mode_override` (`serverName`, `mode`: `default`, `auto`, or `null`
+/// to clear; measured on 2.1.332: stored per server name, also for a server not connected
+/// yet, with a `warning` in the answer): the last mode per server, cleared ones left out.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct RuntimeSettings {
+    /// The `settings` of the `apply_flag_settings` requests to replay, oldest first.
+    pub flag_settings: Vec<Map<String, Value>>,
+    /// Server name -> permission mode override.
+    pub mcp_mode_overrides: std::collections::BTreeMap<String, Value>,
+}
+
+impl RuntimeSettings {
+    /// Takes in the notice of a control the CLI accepted, when it is one to restore.
+    /// Builds before the dedicated codes recorded `apply_flag_settings` as `control` with
+    /// the message `apply_flag_settings done`: read too.
+    pub fn record(&mut self, code: &str, message: &str, data: Option<&Value>) {
+        let Some(request) = data
+            .and_then(|d| d.get("request"))
+            .and_then(Value::as_object)
+        else {
+            return;
+        };
+        if code == FLAG_SETTINGS_APPLIED
+            || (code == "control" && message == "apply_flag_settings done")
+        {
+            if let Some(settings) = request.get("settings").and_then(Value::as_object) {
+                self.apply_flag_settings(settings.clone());
+            }
+        } else if code == MCP_MODE_OVERRIDE_SET
+            && let Some(server) = request.get("serverName").and_then(Value::as_str)
+        {
+            match request.get("mode") {
+                None | Some(Value::Null) => {
+                    self.mcp_mode_overrides.remove(server);
+                }
+                Some(mode) => {
+                    self.mcp_mode_overrides
+                        .insert(server.to_owned(), mode.clone());
+                }
+            }
+        }
+    }
+
+    /// Adds an accepted `apply_flag_settings`' settings, dropping the earlier ones it makes
+    /// redundant (see the type's documentation).
+    pub fn apply_flag_settings(&mut self, settings: Map<String, Value>) {
+        const EFFORT: &str = "effortLevel";
+        const ULTRACODE: &str = "ultracode";
+        if settings.is_empty() {
+            return;
+        }
+        self.flag_settings.push(settings);
+        let any_ultracode = self.flag_settings.iter().any(|s| s.contains_key(ULTRACODE));
+        let all = &self.flag_settings;
+        let keep: Vec<bool> = all
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let later = &all[i + 1..];
+                let overridden =
+                    !later.is_empty() && e.keys().all(|k| later.iter().any(|l| l.contains_key(k)));
+                let order_free = !(e.contains_key(EFFORT) || e.contains_key(ULTRACODE))
+                    || later
+                        .iter()
+                        .any(|l| l.contains_key(EFFORT) && l.contains_key(ULTRACODE))
+                    || !any_ultracode;
+                !(overridden && order_free)
+            })
+            .collect();
+        let mut it = keep.into_iter();
+        self.flag_settings.retain(|_| it.next().unwrap_or(true));
+    }
+
+    /// The requests that re-create these settings in a new process, in order.
+    pub fn requests(&self) -> Vec<OutRequest> {
+        let mut out = Vec::new();
+        for settings in &self.flag_settings {
+            let mut settings = settings.clone();
+            settings.remove("model");
+            if settings.is_empty() {
+                continue;
+            }
+            let mut fields = Map::new();
+            fields.insert("settings".into(), Value::Object(settings));
+            out.push(OutRequest::Other {
+                subtype: "apply_flag_settings".into(),
+                fields,
+            });
+        }
+        for (server, mode) in &self.mcp_mode_overrides {
+            let mut fields = Map::new();
+            fields.insert("serverName".into(), Value::from(server.as_str()));
+            fields.insert("mode".into(), mode.clone());
+            out.push(OutRequest::Other {
+                subtype: "set_mcp_permission_mode_override".into(),
+                fields,
+            });
+        }
+        out
     }
 }
 
@@ -262,5 +400,104 @@ mod tests {
             ),
             None
         );
+    }
+}
+
+#[cfg(test)]
+mod runtime_settings_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
+
+    fn settings_sent(r: &RuntimeSettings) -> Vec<Value> {
+        r.requests()
+            .into_iter()
+            .filter_map(|q| match q {
+                OutRequest::Other { subtype, fields } if subtype == "apply_flag_settings" => {
+                    fields.get("settings").cloned()
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn flag_settings_replay_in_order_without_redundant_requests() {
+        let mut r = RuntimeSettings::default();
+        r.apply_flag_settings(obj(json!({"env": {"A": "1"}, "permissions": {}})));
+        r.apply_flag_settings(obj(json!({"alwaysThinkingEnabled": false})));
+        r.apply_flag_settings(obj(json!({"env": {"B": "2"}})));
+        // The first is kept: `permissions` was not set again.
+        assert_eq!(r.flag_settings.len(), 3);
+        r.apply_flag_settings(obj(
+            json!({"permissions": null, "alwaysThinkingEnabled": true}),
+        ));
+        assert_eq!(
+            settings_sent(&r),
+            [
+                json!({"env": {"B": "2"}}),
+                json!({"permissions": null, "alwaysThinkingEnabled": true})
+            ]
+        );
+        // Effort changes: without ultracode anywhere, only the last counts.
+        r.apply_flag_settings(obj(json!({"effortLevel": "low"})));
+        r.apply_flag_settings(obj(json!({"effortLevel": "high"})));
+        assert_eq!(settings_sent(&r).len(), 3);
+        // With ultracode, an effort move matters: kept until both keys are set again.
+        r.apply_flag_settings(obj(json!({"ultracode": true})));
+        r.apply_flag_settings(obj(json!({"effortLevel": "low"})));
+        assert_eq!(settings_sent(&r).len(), 5);
+        r.apply_flag_settings(obj(json!({"effortLevel": "max", "ultracode": false})));
+        assert_eq!(
+            settings_sent(&r).last(),
+            Some(&json!({"effortLevel": "max", "ultracode": false}))
+        );
+        assert_eq!(settings_sent(&r).len(), 3);
+    }
+
+    #[test]
+    fn the_model_is_not_replayed_and_overrides_are_per_server() {
+        let mut r = RuntimeSettings::default();
+        let applied = |s: Value| json!({"request": {"settings": s}, "answer": null});
+        r.record(
+            FLAG_SETTINGS_APPLIED,
+            "",
+            Some(&applied(json!({"model": "claude-x"}))),
+        );
+        r.record(
+            "control",
+            "apply_flag_settings done",
+            Some(&applied(json!({"model": "claude-y", "effortLevel": "low"}))),
+        );
+        // Another control's notice is not taken.
+        r.record(
+            "control",
+            "rename_session done",
+            Some(&applied(json!({"x": 1}))),
+        );
+        assert_eq!(settings_sent(&r), [json!({"effortLevel": "low"})]);
+        let set = |server: &str, mode: Value| json!({"request": {"serverName": server, "mode": mode}, "answer": {}});
+        r.record(MCP_MODE_OVERRIDE_SET, "", Some(&set("a", json!("default"))));
+        r.record(MCP_MODE_OVERRIDE_SET, "", Some(&set("b", json!("auto"))));
+        r.record(MCP_MODE_OVERRIDE_SET, "", Some(&set("a", Value::Null)));
+        let overrides: Vec<_> = r
+            .requests()
+            .into_iter()
+            .filter_map(|q| match q {
+                OutRequest::Other { subtype, fields }
+                    if subtype == "set_mcp_permission_mode_override" =>
+                {
+                    Some(Value::Object(fields))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(overrides, [json!({"serverName": "b", "mode": "auto"})]);
     }
 }

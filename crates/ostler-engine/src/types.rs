@@ -85,7 +85,9 @@ pub fn redact_url(url: &str) -> Option<String> {
 /// `headers`, and of the `env` and `headers` in its inline `settings` and
 /// `managed_settings` (possible secrets) are replaced by `"<redacted>"`, as are the
 /// credentials and query of its MCP servers' urls; the servers of `mcp_servers_set`
-/// (`SetMcpServers`, or its repetition after a resume) likewise; other notices unchanged.
+/// (`SetMcpServers`, or its repetition after a resume) likewise, and the `env` / `headers`
+/// values in the request and answer of a passed-through control's notice (`control`,
+/// `flag_settings_applied`, `control_restored`, ...); other notices unchanged.
 pub fn redacted_notice_data(code: &str, data: &Value) -> Value {
     fn hide(v: Option<&mut Value>) {
         if let Some(Value::Object(m)) = v {
@@ -118,6 +120,16 @@ pub fn redacted_notice_data(code: &str, data: &Value) -> Value {
         }
         "mcp_servers_set" => {
             hide_servers(d.get_mut("request").and_then(|r| r.get_mut("servers")));
+        }
+        // Control requests passed through (`SendControlRequest`) and those sent again after
+        // a respawn: settings may carry `env` values, MCP server configs `headers`, in the
+        // request and in the answer (`get_settings` answers the settings in force).
+        "control"
+        | crate::runtime::FLAG_SETTINGS_APPLIED
+        | crate::runtime::MCP_MODE_OVERRIDE_SET
+        | crate::runtime::CONTROL_RESTORED
+        | crate::runtime::CONTROL_RESTORE_FAILED => {
+            redact_env_and_headers(&mut d);
         }
         _ => {}
     }

@@ -761,3 +761,168 @@ fn control_commands() {
     let rewind = d.client(&["rewind", &id, "--to", "no-such-message", "--json"], None);
     assert_eq!(rewind.status.code(), Some(1), "{}", describe(&rewind));
 }
+
+/// The `output_config.effort` of the last model request whose messages carry `prompt`.
+fn effort_of(world: &World, prompt: &str) -> String {
+    let reqs = world.fake.requests();
+    let r = reqs
+        .iter()
+        .rev()
+        .find(|r| {
+            r.body
+                .as_ref()
+                .is_some_and(|b| b["messages"].to_string().contains(prompt))
+        })
+        .unwrap_or_else(|| panic!("no model request for {prompt:?}"));
+    let body = r.body.as_ref().unwrap();
+    body["output_config"]["effort"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no effort in {}", body["output_config"]))
+        .to_owned()
+}
+
+/// `apply_flag_settings` (SendControlRequest) outlives the process: after an idle suspension
+/// and an on-demand resume, and after a stop and resume, the CLI runs with the settings
+/// applied (seen from outside: the effort the model is asked with, and the CLI's own
+/// `get_settings`), merged as the CLI merged them; each respawn records `control_restored`;
+/// the settings' `env` values never reach a client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn flag_settings_survive_respawns_2_1_332() {
+    let world = World::new(NEW).await;
+    std::fs::write(&world.config, "[sessions]\nidle_suspend_secs = 1\n").unwrap();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(as_client(
+            "flags",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                settings: r#"{"effortLevel":"high"}"#.into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    let id = s.id.clone();
+    let cc = c.clone();
+    let control = |subtype: &str, request_json: &str| {
+        let mut c = cc.clone();
+        let req = pb::SendControlRequestRequest {
+            session_id: id.clone(),
+            subtype: subtype.into(),
+            request_json: request_json.into(),
+        };
+        async move { c.send_control_request(req).await.unwrap().into_inner() }
+    };
+    // Two requests with different keys: the CLI merges them; one it refuses is not kept.
+    control(
+        "apply_flag_settings",
+        r#"{"settings":{"effortLevel":"low","env":{"FLAG_SECRET":"SEKRIT-FLAG"}}}"#,
+    )
+    .await;
+    control(
+        "apply_flag_settings",
+        r#"{"settings":{"alwaysThinkingEnabled":false}}"#,
+    )
+    .await;
+    let refused = c
+        .send_control_request(pb::SendControlRequestRequest {
+            session_id: s.id.clone(),
+            subtype: "apply_flag_settings".into(),
+            request_json: r#"{"settings":{"permissions":{"defaultMode":"weird"}}}"#.into(),
+        })
+        .await;
+    assert_refused(
+        refused,
+        tonic::Code::FailedPrecondition,
+        "nothing in this request",
+    );
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 1").await;
+    assert_eq!(effort_of(&world, "Say hello 1"), "low");
+
+    // Idle: suspended; the next message resumes it on demand, with the settings.
+    read_until(
+        &mut events,
+        &mut seen,
+        "idle suspension",
+        |e| matches!(&e.payload, Some(P::StateChanged(s)) if s.to() == pb::SessionState::Suspended),
+    )
+    .await;
+    let restored_before = seen
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code == "control_restored"))
+        .count();
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 2").await;
+    assert_eq!(
+        effort_of(&world, "Say hello 2"),
+        "low",
+        "after the suspension"
+    );
+    if seen[..]
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code == "control_restored"))
+        .count()
+        == restored_before
+    {
+        read_until(
+            &mut events,
+            &mut seen,
+            "control_restored",
+            |e| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code == "control_restored"),
+        )
+        .await;
+    }
+
+    // Stopped and resumed: the CLI's flag settings layer is what it was, both keys.
+    stop_and_resume(&mut c, &s.id).await;
+    let settings = control("get_settings", "").await;
+    let v: serde_json::Value = serde_json::from_str(&settings.response_json).unwrap();
+    let flags = &v["effective"];
+    assert_eq!(flags["effortLevel"], "low", "{v}");
+    assert_eq!(flags["alwaysThinkingEnabled"], false, "{v}");
+    assert!(flags["env"].get("FLAG_SECRET").is_some(), "{v}");
+    assert!(!settings.response_json.contains("SEKRIT-FLAG"), "{v}");
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 3").await;
+    assert_eq!(
+        effort_of(&world, "Say hello 3"),
+        "low",
+        "after stop + resume"
+    );
+
+    // The applied settings are recorded, and their env values shown redacted.
+    let stored = history(&mut c, &s.id).await;
+    let notices: Vec<&pb::EngineNotice> = stored
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) => Some(n),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        notices
+            .iter()
+            .filter(|n| n.code == "flag_settings_applied")
+            .count(),
+        2,
+        "{notices:#?}"
+    );
+    // One `control_restored` per request sent again, in the order they were applied.
+    for key in ["FLAG_SECRET", "alwaysThinkingEnabled"] {
+        assert!(
+            notices
+                .iter()
+                .any(|n| n.code == "control_restored" && n.data_json.contains(key)),
+            "{notices:#?}"
+        );
+    }
+    assert!(
+        !notices.iter().any(|n| n.code == "control_restore_failed"),
+        "{notices:#?}"
+    );
+    for e in &stored {
+        assert!(!format!("{e:?}").contains("SEKRIT-FLAG"), "{}", describe(e));
+    }
+}

@@ -1374,6 +1374,11 @@ impl Engine {
                             meta.messages.remove(id);
                         }
                     }
+                    // Runtime controls sent again after `initialize` (flag settings, MCP
+                    // permission mode overrides).
+                    Ok(EventPayload::EngineNotice(n)) => {
+                        meta.runtime.record(&n.code, &n.message, n.data.as_ref());
+                    }
                     _ => {}
                 }
             }

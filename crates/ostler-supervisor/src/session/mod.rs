@@ -291,6 +291,17 @@ impl SessionProcess {
         control::request(&self.shared, request, Duration::ZERO).await
     }
 
+    /// Queues a control request for stdin now, ordered before anything written after this
+    /// returns (a user message queued next goes after it), and awaits its answer in a task of
+    /// its own (ending with the answer, an error answer, the control timeout or the
+    /// process's exit). For the requests that must reach the CLI right after `initialize`,
+    /// before any user message.
+    pub fn queue_request(&self, request: OutRequest) -> InitializeAnswer {
+        let sent = control::send(&self.shared, request);
+        let shared = self.shared.clone();
+        tokio::spawn(async move { control::wait(&shared, sent?, Duration::ZERO).await })
+    }
+
     /// [`Self::request`] allowed `extra` beyond the control timeout: for a request the CLI
     /// answers only after a hook of ostler's (a client's answer) returns.
     pub async fn request_within(
