@@ -306,14 +306,28 @@ fn req() -> impl Strategy<Value = Req> {
                 select(&["", "{}", "{\"a\":1}", "[1]", "{", "null"][..]).prop_map(str::to_owned),
                 s()
             ],
-            prop::collection::vec(rule(), 0..3)
+            prop::collection::vec(rule(), 0..3),
+            prop_oneof![
+                select(
+                    &[
+                        "",
+                        "[]",
+                        "[{\"type\":\"setMode\",\"mode\":\"acceptEdits\"}]",
+                        "[{}]",
+                        "{",
+                    ][..]
+                )
+                .prop_map(str::to_owned),
+                s()
+            ]
         )
-            .prop_map(|(updated_input_json, remember)| Decision::Allow(
-                pb::PermissionAllow {
+            .prop_map(|(updated_input_json, remember, updated_permissions_json)| {
+                Decision::Allow(pb::PermissionAllow {
                     updated_input_json,
-                    remember
-                }
-            )),
+                    remember,
+                    updated_permissions_json,
+                })
+            }),
         (s(), any::<bool>()).prop_map(|(message, interrupt)| Decision::Deny(pb::PermissionDeny {
             message,
             interrupt

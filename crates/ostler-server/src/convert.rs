@@ -132,7 +132,7 @@ pub(crate) fn check_image(f: &str, media_type: &str, data_base64: &str) -> Resul
         .or_else(|| data.strip_suffix(b"="))
         .unwrap_or(data);
     if data.is_empty()
-        || data.len() % 4 != 0
+        || !data.len().is_multiple_of(4)
         || !body
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/'))
