@@ -422,6 +422,13 @@ async fn labels_filter_and_paginate() {
     env.engine.shutdown().await;
 }
 
+/// A send that must be answered as a duplicate of an earlier one.
+async fn retried(engine: &Engine, id: &str, msg: SendMessage) -> SendOutcome {
+    let r = engine.send_message(id, msg).await.expect("retry");
+    assert!(r.duplicate, "{r:?}");
+    r
+}
+
 /// A retried send with the same client message id is not delivered twice, also after a
 /// daemon restart.
 #[tokio::test(flavor = "multi_thread")]
@@ -441,12 +448,7 @@ async fn send_message_is_idempotent() {
         .await
         .expect("send");
     assert!(!first.duplicate);
-    let again = env
-        .engine
-        .send_message(&s.id, msg("What is 2+2?"))
-        .await
-        .expect("retry");
-    assert!(again.duplicate);
+    let again = retried(&env.engine, &s.id, msg("What is 2+2?")).await;
     assert_eq!(again.seq, first.seq);
     until(&mut sub, is_turn_end).await;
     assert_eq!(
@@ -462,12 +464,7 @@ async fn send_message_is_idempotent() {
     // Resumable after the restart: the retry is answered from the log, without bringing
     // the CLI back for it.
     let before = env.engine.get_session(&s.id).await.expect("session");
-    let after = env
-        .engine
-        .send_message(&s.id, msg("What is 2+2?"))
-        .await
-        .expect("retry");
-    assert!(after.duplicate);
+    let after = retried(&env.engine, &s.id, msg("What is 2+2?")).await;
     assert_eq!(after.seq, first.seq);
     assert_eq!(after.message_id, first.message_id);
     let now = env.engine.get_session(&s.id).await.expect("session");
@@ -477,21 +474,11 @@ async fn send_message_is_idempotent() {
         .resume_session(&s.id, false)
         .await
         .expect("resume");
-    let after = env
-        .engine
-        .send_message(&s.id, msg("What is 2+2?"))
-        .await
-        .expect("retry");
-    assert!(after.duplicate);
+    let after = retried(&env.engine, &s.id, msg("What is 2+2?")).await;
     assert_eq!(after.seq, first.seq);
     // Stopped: a retry is still a duplicate (a new message needs a resume first).
     env.engine.stop_session(&s.id).await.expect("stop");
-    let after = env
-        .engine
-        .send_message(&s.id, msg("What is 2+2?"))
-        .await
-        .expect("retry of a stopped session's message");
-    assert!(after.duplicate);
+    let after = retried(&env.engine, &s.id, msg("What is 2+2?")).await;
     assert_eq!(after.seq, first.seq);
     let e = env
         .engine
