@@ -280,11 +280,18 @@ impl Engine {
             ));
         }
         crate::capability::check_delivery(&self.shared.installation, &msg.delivery)?;
-        // A retry to a session without a process (suspended, resumable after a restart,
-        // stopped) is answered from the log: it neither brings the CLI back for nothing nor
-        // fails as "resume it first". The live actor answers retries itself.
+        // A retry to a suspended session is answered from the log, without bringing the CLI
+        // back for nothing: a suspension waited for every turn, so the log says all about
+        // its messages. After another end (a restart, a kill, a stop) the resume's check
+        // of untaken messages may still free the id: the resumed actor answers then, as
+        // it answers every retry while live.
+        let suspending = self
+            .registry
+            .get(session_id)
+            .is_some_and(|r| r.entry.suspending.load(std::sync::atomic::Ordering::SeqCst));
         if let Some(cid) = msg.client_message_id.clone()
-            && self.live_handle(session_id).is_none()
+            && (suspending || self.live_handle(session_id).is_none())
+            && self.record(session_id).await?.state == SessionState::Suspended
         {
             let store = self.shared.store.clone();
             let sid = session_id.to_owned();

@@ -460,6 +460,56 @@ async fn a_message_the_cli_exits_on_is_still_acknowledged() {
     }
 }
 
+/// A retried send to a suspended session is a duplicate answered from its log: the CLI is
+/// not brought back for it, nothing is recorded; a new message resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_to_a_suspended_session_does_not_resume_it() {
+    let fx = Fake::start(|o| o.idle_suspend = Some(Duration::from_millis(300))).await;
+    let s = fx.session("remember the word teapot").await;
+    let mut sub = fx.follow(&s.id, 0).await;
+    until(&mut sub, is_turn_end).await;
+    let msg = |id: &str| SendMessage {
+        content: MessageContent::Text("and the word kettle".into()),
+        client_message_id: Some(id.into()),
+        client: ClientRef::new("tester"),
+        delivery: Default::default(),
+    };
+    let first = fx
+        .engine
+        .send_message(&s.id, msg("m-1"))
+        .await
+        .expect("send");
+    until(&mut sub, is_turn_end).await;
+    until(&mut sub, |e| state_change(e, SessionState::Suspended)).await;
+    let before = fx.engine.get_session(&s.id).await.unwrap();
+    let again = fx
+        .engine
+        .send_message(&s.id, msg("m-1"))
+        .await
+        .expect("retry");
+    assert!(again.duplicate, "{again:?}");
+    assert_eq!(
+        (again.seq, &again.message_id),
+        (first.seq, &first.message_id)
+    );
+    let now = fx.engine.get_session(&s.id).await.unwrap();
+    assert_eq!(
+        now.state,
+        SessionState::Suspended,
+        "not resumed for a retry"
+    );
+    assert_eq!(now.last_seq, before.last_seq, "nothing recorded");
+    assert_eq!(fake_processes(&fx.cwd), 0);
+    // A new id resumes it, as any message does.
+    let next = fx
+        .engine
+        .send_message(&s.id, msg("m-2"))
+        .await
+        .expect("send");
+    assert!(!next.duplicate);
+    until(&mut sub, is_turn_end).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_session_suspends_and_resumes_on_demand_for_its_subscriber() {
     let fx = Fake::start(|o| o.idle_suspend = Some(Duration::from_millis(300))).await;
