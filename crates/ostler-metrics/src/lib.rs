@@ -4,7 +4,7 @@
 //! - **Counters and histograms** are process-wide, like the process's log: the crate where a
 //!   thing happens calls one function here, once per site ([`events_appended`],
 //!   [`store_commit`], [`control_request`], [`cli_exited`], [`interaction_decided`],
-//!   [`partial_deltas_missed`]). They cost an atomic add (a histogram: a few) and never
+//!   [`partial_deltas_missed`], [`connection_closed`]). They cost an atomic add (a histogram: a few) and never
 //!   block.
 //! - **Gauges** that are state owned elsewhere (sessions per state, live processes, pending
 //!   interactions, subscribers) are never copied here: whoever serves `/metrics` reads them
@@ -93,6 +93,7 @@ struct Metrics {
     cli_exits: Family<Labels<1>, Counter>,
     decisions: Family<Labels<3>, Counter>,
     notifications: Family<Labels<1>, Counter>,
+    connections_closed: Family<Labels<1>, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -156,8 +157,19 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
          (every attempt failed), queue_full (a slow receiver paused the notifier's feed)",
         notifications.clone(),
     );
+    let connections_closed = Family::default();
+    registry.register(
+        "connections_closed",
+        "Client connections the daemon ended or refused itself, by reason: idle (no \
+         authenticated call for listen.idle_timeout_secs; asked to go away), \
+         never_authenticated (no authenticated call within listen.handshake_timeout_secs), \
+         over_capacity (listen.max_connections in use; its calls answered UNAVAILABLE), \
+         tls_handshake (failed or not done within listen.handshake_timeout_secs)",
+        connections_closed.clone(),
+    );
     Metrics {
         registry,
+        connections_closed,
         notifications,
         events_appended,
         partial_deltas_missed,
@@ -247,6 +259,40 @@ pub fn notification(outcome: &'static str) {
     METRICS
         .notifications
         .get_or_create(&[("outcome", outcome)])
+        .inc();
+}
+
+/// Why the daemon ended or refused a client connection, as counted by [`connection_closed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionClosed {
+    /// No authenticated call for the idle time: asked to go away (GOAWAY).
+    Idle,
+    /// No authenticated call within the handshake time.
+    NeverAuthenticated,
+    /// Over `listen.max_connections`: refused (its calls answered UNAVAILABLE, or closed
+    /// unanswered past the refusals' own cap).
+    OverCapacity,
+    /// The TLS handshake failed or was not done in time.
+    TlsHandshake,
+}
+
+impl ConnectionClosed {
+    /// The `reason` label.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::NeverAuthenticated => "never_authenticated",
+            Self::OverCapacity => "over_capacity",
+            Self::TlsHandshake => "tls_handshake",
+        }
+    }
+}
+
+/// The daemon ended or refused a client connection itself (see [`ConnectionClosed`]).
+pub fn connection_closed(why: ConnectionClosed) {
+    METRICS
+        .connections_closed
+        .get_or_create(&[("reason", why.label())])
         .inc();
 }
 

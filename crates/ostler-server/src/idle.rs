@@ -51,6 +51,11 @@ impl Calls {
         InFlight(Arc::clone(self))
     }
 
+    /// Whether the connection ever made a counted call (one is in flight, or one ended).
+    pub(crate) fn ever_counted(&self) -> bool {
+        self.busy() || self.last_end.load(Ordering::Relaxed) != 0
+    }
+
     /// Whether a counted call is in flight.
     fn busy(&self) -> bool {
         // Acquire: pairs with the Release of the decrement in `InFlight::drop`, so once the
@@ -216,6 +221,16 @@ mod tests {
         assert_eq!(calls.due(now, S, Duration::MAX), None);
         let _call = calls.start();
         assert_eq!(calls.due(now, S, Duration::MAX), None);
+    }
+
+    #[test]
+    fn a_connection_has_counted_calls_from_the_first_start() {
+        let calls = Calls::new();
+        assert!(!calls.ever_counted());
+        let call = calls.start();
+        assert!(calls.ever_counted(), "a call in flight");
+        drop(call);
+        assert!(calls.ever_counted(), "a call that ended");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::time::Duration;
 use futures::task::AtomicWaker;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use ostler_metrics::ConnectionClosed;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -179,6 +180,7 @@ pub(crate) async fn serve(
         let (slot, served) = match shared.slots.clone().try_acquire_owned() {
             Ok(slot) => (slot, Served::Counted(svc.clone(), shared.auth.clone())),
             Err(_) => {
+                ostler_metrics::connection_closed(ConnectionClosed::OverCapacity);
                 refused += 1;
                 if refused_logged.is_none_or(|t| t.elapsed() >= REFUSED_LOG_EVERY) {
                     tracing::warn!(
@@ -273,10 +275,12 @@ async fn tls_connection(
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::debug!(%listener, error = %e, "TLS handshake failed");
+                ostler_metrics::connection_closed(ConnectionClosed::TlsHandshake);
                 return;
             }
             Err(_) => {
                 tracing::debug!(%listener, "TLS handshake timed out");
+                ostler_metrics::connection_closed(ConnectionClosed::TlsHandshake);
                 return;
             }
         },
@@ -489,6 +493,13 @@ async fn connection<IO, S, B>(
             // count (a health `Watch` without a token; not answering the GOAWAY's PING) is
             // closed.
             tracing::debug!("connection idle (listen.idle_timeout_secs); asking it to go away");
+            if let Some(i) = &idle {
+                ostler_metrics::connection_closed(if i.calls.ever_counted() {
+                    ConnectionClosed::Idle
+                } else {
+                    ConnectionClosed::NeverAuthenticated
+                });
+            }
             conn.as_mut().graceful_shutdown();
             let quiet = async {
                 match &idle {

@@ -46,6 +46,15 @@ async fn connect_and_check(addr: SocketAddr) -> Result<Channel, tonic::Status> {
     Ok(ch)
 }
 
+/// `ostler_connections_closed_total{reason}` as this process counted it so far.
+fn closed_total(reason: &str) -> u64 {
+    let text = ostler_metrics::render(ostler_metrics::Phase::Starting).unwrap();
+    let key = format!("ostler_connections_closed_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
 /// Waits until a new connection is served (the server frees a slot once it has seen a
 /// connection close, so this may take a few attempts); fails with `why` after the guard.
 async fn served_again(addr: SocketAddr, why: &str) {
@@ -69,6 +78,7 @@ async fn a_connection_over_the_cap_is_refused_at_once_and_served_once_one_ends()
         ..Default::default()
     })
     .await;
+    let refused_before = closed_total("over_capacity");
     let first = tokio::time::timeout(guard(), connect_and_check(h.addr))
         .await
         .unwrap()
@@ -87,6 +97,7 @@ async fn a_connection_over_the_cap_is_refused_at_once_and_served_once_one_ends()
         status.message().contains("listen.max_connections"),
         "{status}"
     );
+    assert_eq!(closed_total("over_capacity"), refused_before + 1);
     // One ends: the server frees its slot once it has seen the connection close, so the
     // retry may need a few attempts.
     drop(first);
@@ -397,6 +408,7 @@ async fn a_connection_that_makes_no_call_is_asked_to_go_away_and_frees_its_slot(
         ..idle_options(first, guard())
     })
     .await;
+    let (never_before, idle_before) = (closed_total("never_authenticated"), closed_total("idle"));
     let opened = Instant::now();
     let mut peer = RawClient::connect(h.addr).await;
     let (went_away, pings) = tokio::time::timeout(guard(), peer.answer_until_closed())
@@ -405,6 +417,8 @@ async fn a_connection_that_makes_no_call_is_asked_to_go_away_and_frees_its_slot(
     assert!(went_away, "closed without a GOAWAY");
     assert!(pings > 0, "the server sent no PING to answer");
     assert!(opened.elapsed() >= first, "closed before its grace");
+    assert_eq!(closed_total("never_authenticated"), never_before + 1);
+    assert_eq!(closed_total("idle"), idle_before);
     served_again(h.addr, "the slot of the closed connection is never freed").await;
     h.shutdown.cancel();
 }
@@ -420,6 +434,7 @@ async fn a_client_whose_calls_all_fail_authentication_loses_its_connection() {
         ..idle_options(first, guard())
     })
     .await;
+    let never_before = closed_total("never_authenticated");
     let Watching { ch, mut events, .. } = Watching::connect(h.addr).await;
     assert_eq!(next_conn(&mut events).await, Conn::Opened);
     let spam = async {
@@ -434,6 +449,7 @@ async fn a_client_whose_calls_all_fail_authentication_loses_its_connection() {
         () = spam => unreachable!(),
         c = next_conn(&mut events) => assert_eq!(c, Conn::Closed),
     }
+    assert_eq!(closed_total("never_authenticated"), never_before + 1);
     drop(ch);
     served_again(h.addr, "the slot of the closed connection is never freed").await;
     h.shutdown.cancel();
@@ -496,6 +512,7 @@ async fn a_stream_in_flight_keeps_its_connection_past_the_idle_timeout() {
 async fn an_idle_client_is_asked_to_go_away_and_its_next_call_reconnects() {
     let (first, idle) = (millis(200), millis(600));
     let h = start(idle_options(first, idle)).await;
+    let (never_before, idle_before) = (closed_total("never_authenticated"), closed_total("idle"));
     let mut w = Watching::connect(h.addr).await;
     assert_eq!(next_conn(&mut w.events).await, Conn::Opened);
     let mut client = DaemonServiceClient::new(w.ch.clone());
@@ -510,6 +527,8 @@ async fn an_idle_client_is_asked_to_go_away_and_its_next_call_reconnects() {
         "closed {:?} after its last call; the idle timeout is {idle:?}",
         before.elapsed()
     );
+    assert_eq!(closed_total("idle"), idle_before + 1);
+    assert_eq!(closed_total("never_authenticated"), never_before);
     w.disconnected().await;
     client
         .get_health_details(with_token(pb::GetHealthDetailsRequest {}, TOKEN))
