@@ -1,8 +1,8 @@
 //! A tool's structured result through the real daemon and the real CLI (2.1.332): the model
-//! calls Write and Bash in one answer; each ToolResult carries its tool's own
+//! calls Write and Bash in one answer, then Edit; each ToolResult carries its tool's own
 //! `tool_use_result_json` (Write: `type`, `filePath`, `content`; Bash: `stdout`, `stderr`)
 //! and `tool_result_meta_json` (the permission decision), live, on replay from the store,
-//! and in `ostler show --events --json`.
+//! and in `ostler show --events --json`; `ostler show --events` shows the Write as a diff.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 #![allow(clippy::disallowed_methods)] // runs the ostler binary under test as a client
 
@@ -18,9 +18,14 @@ const SCENARIO: &str = r#"
 default_text = "OK."
 
 [[model]]
+name = "after the edit"
+when = { has_tool_result_for = "toolu_edit_1", stream = true }
+blocks = [{ type = "text", text = "All done." }]
+
+[[model]]
 name = "after both"
 when = { has_tool_result_for = "toolu_bash_1", stream = true }
-blocks = [{ type = "text", text = "Both done." }]
+blocks = [{ type = "tool_use", id = "toolu_edit_1", name = "Edit", input = { file_path = "note.txt", old_string = "hello", new_string = "hi there" } }]
 
 [[model]]
 name = "write and echo"
@@ -113,7 +118,10 @@ async fn tool_results_carry_the_tools_structured_result_live_and_on_replay() {
         .await
         .unwrap();
     }
-    assert!(world.work.join("note.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(world.work.join("note.txt")).unwrap(),
+        "hi there\n"
+    );
     let (write, bash) = results(&live);
     check(&write, &bash);
 
@@ -148,4 +156,28 @@ async fn tool_results_carry_the_tools_structured_result_live_and_on_replay() {
         shown["tool_result_meta"][0]["id"], "toolu_write_1",
         "{shown}"
     );
+
+    // The human form shows the file change as a diff; the Bash result as its text.
+    let args = ["show".to_string(), id.clone(), "--events".to_string()];
+    let child = client_command(&world, &daemon.addr.to_string(), &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("⎿ Created note.txt (1 line)"), "{text}");
+    assert!(text.lines().any(|l| l.trim() == "+hello"), "{text}");
+    assert!(text.contains("⎿ out-text"), "{text}");
+    assert!(
+        text.contains("⎿ Updated note.txt: 1 addition, 1 removal"),
+        "{text}"
+    );
+    let diff: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("-hello") || l.starts_with("+hi there"))
+        .collect();
+    assert_eq!(diff, ["-hello", "+hi there"], "{text}");
 }

@@ -483,6 +483,28 @@ impl Human {
         eprintln!("{}", terminal_text(s));
     }
 
+    /// A file change: its headline, then its diff (the first [`DIFF_LINES`] lines unless
+    /// verbose), added lines green, removed red.
+    fn show_file_change(&mut self, indent: &str, change: &FileChange) {
+        let st = self.st;
+        self.line(&st.dim(&format!("{indent}  ⎿ {}", change.headline)));
+        let shown = if self.verbose { usize::MAX } else { DIFF_LINES };
+        for l in change.lines.iter().take(shown) {
+            let line = format!("{indent}      {l}");
+            self.line(&match l.chars().next() {
+                Some('+') => st.green(&line),
+                Some('-') => st.red(&line),
+                _ => st.dim(&line),
+            });
+        }
+        if change.lines.len() > shown {
+            let more = change.lines.len() - shown;
+            self.line(&st.dim(&format!(
+                "{indent}      … {more} more lines (--verbose shows them)"
+            )));
+        }
+    }
+
     fn stream_text(&mut self, key: (String, u32), text: &str) {
         self.clear_spinner();
         let nl = if self.streaming.as_ref() != Some(&key) && !self.at_line_start {
@@ -620,6 +642,16 @@ impl Human {
                 }
             }
             Payload::ToolResult(r) => {
+                let change = if r.is_error {
+                    None
+                } else {
+                    file_change(&r.tool_use_result_json)
+                };
+                if let Some(change) = change {
+                    self.show_file_change(indent, &change);
+                    self.set_activity(Activity::Model);
+                    return;
+                }
                 let text = match &r.content {
                     Some(pb::tool_result::Content::Text(t)) => t.clone(),
                     Some(pb::tool_result::Content::BlocksJson(j)) => blocks_text(j),
@@ -1008,6 +1040,58 @@ pub fn delivery_tags(m: &pb::UserMessage) -> String {
     tags.join(", ")
 }
 
+/// How many lines of a file change's diff are shown without `--verbose`.
+const DIFF_LINES: usize = 12;
+
+/// A file written or edited by a tool call, from its `tool_use_result_json`.
+#[derive(Debug, PartialEq, Eq)]
+struct FileChange {
+    /// `Created a.txt (2 lines)`, `Updated a.txt: +1 -1`.
+    headline: String,
+    /// The diff's lines, each starting with `+`, `-` or a space.
+    lines: Vec<String>,
+}
+
+/// The change a Write / Edit / MultiEdit call made, from the CLI's structured result (a
+/// `filePath` with `structuredPatch` hunks, or `type: create` with the `content`); `None`
+/// for any other result (or JSON that does not have that shape: the CLI's shapes vary by
+/// release, so this reads leniently and the caller falls back to the result's text).
+fn file_change(json: &str) -> Option<FileChange> {
+    if json.is_empty() {
+        return None;
+    }
+    let v: Value = serde_json::from_str(json).ok()?;
+    let path = v.get("filePath")?.as_str()?;
+    let patch = v.get("structuredPatch").and_then(Value::as_array);
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    if v.get("type").and_then(Value::as_str) == Some("create") {
+        let content = v.get("content").and_then(Value::as_str).unwrap_or_default();
+        let lines: Vec<String> = content.lines().map(|l| format!("+{l}")).collect();
+        return Some(FileChange {
+            headline: format!("Created {path} ({})", count(lines.len(), "line")),
+            lines,
+        });
+    }
+    let lines: Vec<String> = patch?
+        .iter()
+        .filter_map(|h| h.get("lines").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|l| l.as_str().map(str::to_owned))
+        .collect();
+    let added = lines.iter().filter(|l| l.starts_with('+')).count();
+    let removed = lines.iter().filter(|l| l.starts_with('-')).count();
+    let headline = if lines.is_empty() {
+        format!("Updated {path} (no change)")
+    } else {
+        format!(
+            "Updated {path}: {}, {}",
+            count(added, "addition"),
+            count(removed, "removal")
+        )
+    };
+    Some(FileChange { headline, lines })
+}
+
 fn blocks_text(j: &str) -> String {
     let v: Value = serde_json::from_str(j).unwrap_or(Value::Null);
     match v.as_array() {
@@ -1121,6 +1205,44 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(delivery_tags(&now), "now");
+    }
+
+    #[test]
+    fn file_changes_read_as_diffs() {
+        // 2.1.332's Edit result (shape as recorded).
+        let edit = r#"{"filePath":"/w/a.txt","oldString":"one","newString":"two","originalFile":"one\nkeep\n","structuredPatch":[{"oldStart":1,"oldLines":2,"newStart":1,"newLines":2,"lines":["-one","+two"," keep"]}],"userModified":false,"replaceAll":false}"#;
+        assert_eq!(
+            file_change(edit),
+            Some(FileChange {
+                headline: "Updated /w/a.txt: 1 addition, 1 removal".into(),
+                lines: vec!["-one".into(), "+two".into(), " keep".into()],
+            })
+        );
+        let create = r#"{"type":"create","filePath":"/w/b.txt","content":"hello\nworld","structuredPatch":[],"originalFile":null}"#;
+        assert_eq!(
+            file_change(create),
+            Some(FileChange {
+                headline: "Created /w/b.txt (2 lines)".into(),
+                lines: vec!["+hello".into(), "+world".into()],
+            })
+        );
+        let hunks = r#"{"type":"update","filePath":"/w/c","structuredPatch":[{"lines":["+a","+b"]},{"lines":["-c"]}]}"#;
+        assert_eq!(
+            file_change(hunks).map(|c| c.headline),
+            Some("Updated /w/c: 2 additions, 1 removal".into())
+        );
+        // Other results, and shapes this does not know: the text is shown instead.
+        for other in [
+            "",
+            r#""Error: refused""#,
+            r#"{"stdout":"x","stderr":"","interrupted":false}"#,
+            r#"{"type":"text","file":{"filePath":"/w/a.txt","content":"one"}}"#,
+            r#"{"filePath":"/w/a.txt"}"#,
+            r#"{"filePath":7,"structuredPatch":[]}"#,
+            "not json",
+        ] {
+            assert_eq!(file_change(other), None, "{other}");
+        }
     }
 
     #[test]
