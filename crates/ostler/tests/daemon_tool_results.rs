@@ -43,6 +43,22 @@ fn tool_result(e: &pb::SessionEvent) -> Option<&pb::ToolResult> {
     }
 }
 
+/// `ostler show ARGS`'s stdout; the command must succeed.
+fn show(world: &World, daemon: &Daemon, args: &[&str]) -> String {
+    let args: Vec<String> = std::iter::once("show")
+        .chain(args.iter().copied())
+        .map(str::to_owned)
+        .collect();
+    let child = client_command(world, &daemon.addr.to_string(), &args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child);
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"))
 }
@@ -132,18 +148,7 @@ async fn tool_results_carry_the_tools_structured_result_live_and_on_replay() {
     assert_eq!(b2, bash);
 
     // The client's JSON form: the fields parsed, under their names without `_json`.
-    let args: Vec<String> = ["show", id.as_str(), "--events", "--json"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let child = client_command(&world, &daemon.addr.to_string(), &args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_output(child);
-    assert!(out.status.success(), "{out:?}");
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+    let lines: Vec<Value> = show(&world, &daemon, &[id.as_str(), "--events", "--json"])
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
@@ -158,15 +163,7 @@ async fn tool_results_carry_the_tools_structured_result_live_and_on_replay() {
     );
 
     // The human form shows the file change as a diff; the Bash result as its text.
-    let args = ["show".to_string(), id.clone(), "--events".to_string()];
-    let child = client_command(&world, &daemon.addr.to_string(), &args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_output(child);
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = show(&world, &daemon, &[id.as_str(), "--events"]);
     assert!(text.contains("⎿ Created note.txt (1 line)"), "{text}");
     assert!(text.lines().any(|l| l.trim() == "+hello"), "{text}");
     assert!(text.contains("⎿ out-text"), "{text}");
