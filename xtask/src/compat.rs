@@ -48,6 +48,10 @@ pub struct ProbeArgs {
     /// recorded evidence.
     #[arg(long)]
     pub options_only: bool,
+    /// With `--options-only`: measure only these flags (repeatable), keeping the other
+    /// recorded flags.
+    #[arg(long = "option", value_name = "FLAG", requires = "options_only")]
+    pub only_options: Vec<String>,
     /// Only measure which control requests from the CLI ostler can serve
     /// (`cli_requests`), keeping the rest of the recorded evidence.
     #[arg(long)]
@@ -214,7 +218,12 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
             ev
         } else if a.options_only {
             let (mut ev, binary) = recorded()?;
-            ev.options = rt.block_on(option_probe(&binary))?;
+            let measured = rt.block_on(option_probe(&binary, &a.only_options))?;
+            if a.only_options.is_empty() {
+                ev.options = measured;
+            } else {
+                ev.options.extend(measured);
+            }
             ev
         } else {
             rt.block_on(measure(&v))?
@@ -286,7 +295,7 @@ async fn measure(version: &str) -> Result<Evidence> {
         .await
         .with_context(|| format!("control probe of {version}"))?;
     let get = |f: ostler_supervisor::Flag| flags.accepted.get(&f).copied().unwrap_or(false);
-    let options = option_probe(&binary).await?;
+    let options = option_probe(&binary, &[]).await?;
     let policies = policy_probe(&binary, &options).await?;
     Ok(Evidence {
         version: version.to_string(),
@@ -1342,10 +1351,17 @@ fn tool_result_reached(server: &ostler_testkit::FakeModelServer, text: &str) -> 
 /// Which session-option flags the option parser accepts: each flag alone (with its probe
 /// value) after the stream-json base, stdin at EOF, an unreachable API; `unknown option`
 /// in the output means absent, anything else (or still running after 60 s) accepted.
-async fn option_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+/// Measures every flag of `PROBED_OPTIONS`, or only those named in `only` (each must be
+/// one of them).
+async fn option_probe(binary: &Path, only: &[String]) -> Result<BTreeMap<String, bool>> {
+    let probed = &ostler_supervisor::compat::PROBED_OPTIONS;
+    if let Some(unknown) = only.iter().find(|f| !probed.iter().any(|(p, _)| p == f)) {
+        bail!("{unknown} is not one of compat::PROBED_OPTIONS");
+    }
     let herm = ostler_testkit::cli::Hermetic::new()?;
-    let runs = ostler_supervisor::compat::PROBED_OPTIONS
+    let runs = probed
         .iter()
+        .filter(|(flag, _)| only.is_empty() || only.iter().any(|o| o == flag))
         .map(|(flag, value)| {
             let mut args = ostler_protocol::argv::StreamJsonArgs::base();
             match value {

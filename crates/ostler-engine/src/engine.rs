@@ -41,6 +41,34 @@ const KNOWN_MODES: &[&str] = &[
     "dontAsk",
 ];
 
+/// A switch to `bypassPermissions` the CLI refused because the session was not started
+/// to allow it: the CLI's reason names its own flag (2.1.332: "Cannot set permission mode
+/// to bypassPermissions because the session was not launched with
+/// --dangerously-skip-permissions"), which ostler's clients never pass; say which session
+/// option it is. Other refusals (bypass disabled by settings) are left as they are.
+fn bypass_refused(e: Error) -> Error {
+    match e {
+        Error::FailedPrecondition {
+            message,
+            decided_by,
+        } if message.starts_with("the CLI refused")
+            && message.contains("dangerously-skip-permissions") =>
+        {
+            Error::FailedPrecondition {
+                message: format!(
+                    "{message}. A session can be switched to bypassPermissions only if it was \
+                     created with allow_dangerously_skip_permissions (`ostler run \
+                     --allow-dangerously-skip-permissions`; a daemon running as root also \
+                     needs the session env IS_SANDBOX=1) or with permission_mode \
+                     BYPASS_PERMISSIONS: create a new session with it"
+                ),
+                decided_by,
+            }
+        }
+        other => other,
+    }
+}
+
 /// Dropped with the last [`Engine`] handle: tells the actors.
 struct Alive(tokio::sync::watch::Sender<bool>);
 
@@ -529,8 +557,14 @@ impl Engine {
                 format!("unknown permission mode {mode:?} (known: {KNOWN_MODES:?})"),
             ));
         }
-        self.control(session_id, OutRequest::SetPermissionMode(mode))
-            .await
+        let bypass = mode == "bypassPermissions";
+        let result = self
+            .control(session_id, OutRequest::SetPermissionMode(mode))
+            .await;
+        if bypass {
+            return result.map_err(bypass_refused);
+        }
+        result
     }
 
     /// Appends an ostler notice (audit note, operator message, ...) to a session's log,
@@ -597,5 +631,29 @@ impl Engine {
 
     pub(crate) fn store(&self) -> &ostler_store::Store {
         &self.shared.store
+    }
+}
+
+#[cfg(test)]
+mod bypass_tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_bypass_switch_names_the_session_option() {
+        let e = bypass_refused(Error::precondition(
+            "the CLI refused: Cannot set permission mode to bypassPermissions because the \
+             session was not launched with --dangerously-skip-permissions",
+        ));
+        let msg = e.to_string();
+        assert!(matches!(e, Error::FailedPrecondition { .. }), "{e:?}");
+        assert!(msg.contains("allow_dangerously_skip_permissions"), "{msg}");
+        assert!(msg.contains("IS_SANDBOX=1"), "{msg}");
+        // Bypass disabled by settings: nothing a session option changes.
+        let settings = "the CLI refused: Cannot set permission mode to bypassPermissions \
+                        because it is disabled by settings or configuration";
+        assert_eq!(
+            bypass_refused(Error::precondition(settings)).to_string(),
+            settings
+        );
     }
 }

@@ -537,6 +537,7 @@ pub(crate) fn create_session(
         plan_mode_instructions: opt_string(r.plan_mode_instructions),
         tool_aliases: r.tool_aliases.into_iter().collect(),
         task_budget_tokens: r.task_budget_tokens,
+        allow_dangerously_skip_permissions: r.allow_dangerously_skip_permissions,
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options
@@ -1289,6 +1290,7 @@ mod tests {
             )]
             .into(),
             strict_mcp_config: true,
+            allow_dangerously_skip_permissions: true,
             ..Default::default()
         };
         let req = create_session(full.clone(), c.clone()).unwrap();
@@ -1306,6 +1308,7 @@ mod tests {
             Some(r#"{"permissions": {"deny": ["WebFetch"]}}"#)
         );
         assert!(o.strict_mcp_config);
+        assert!(o.allow_dangerously_skip_permissions);
         assert!(
             matches!(&o.mcp_servers["tickets"], eng::McpServer::Stdio { command, .. } if command == "/bin/tickets")
         );

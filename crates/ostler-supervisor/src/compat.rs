@@ -264,7 +264,7 @@ pub const PROBED_CONTROLS: [&str; 13] = [
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
 /// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 25] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 26] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -289,6 +289,7 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 25] = [
     ("--thinking-display", Some("summarized")),
     ("--task-budget", Some("1000")),
     ("--managed-settings", Some("{}")),
+    ("--allow-dangerously-skip-permissions", None),
     (REPLAY_USER_MESSAGES, None),
 ];
 

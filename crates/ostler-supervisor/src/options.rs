@@ -149,6 +149,13 @@ pub struct CliOptions {
     /// user's input) `decline` at once instead of asking the clients.
     #[serde(skip_serializing_if = "is_false")]
     pub decline_elicitations: bool,
+    /// `--allow-dangerously-skip-permissions` (the Agent SDKs'
+    /// `allowDangerouslySkipPermissions`): the session may be switched to
+    /// `bypassPermissions` later (`set_permission_mode`), whatever mode it starts in. As
+    /// root the CLI refuses to start with it unless the session's environment has
+    /// `IS_SANDBOX=1`.
+    #[serde(skip_serializing_if = "is_false")]
+    pub allow_dangerously_skip_permissions: bool,
 }
 
 /// The levels `--effort` takes (2.1.332's help, the TypeScript Agent SDK 0.3.332's
@@ -961,6 +968,11 @@ impl CliOptions {
             self.thinking_display.is_some(),
             "--thinking-display",
             "thinking_display",
+        );
+        on(
+            self.allow_dangerously_skip_permissions,
+            "--allow-dangerously-skip-permissions",
+            "allow_dangerously_skip_permissions",
         );
         v
     }

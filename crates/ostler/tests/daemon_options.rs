@@ -753,6 +753,141 @@ async fn permission_prompts_and_thinking_reach_the_cli() {
     );
 }
 
+/// `allow_dangerously_skip_permissions` against 2.1.332 (tests run as root: the session's
+/// env carries IS_SANDBOX=1, which the daemon does not pass on from its own environment).
+/// A session created in `default` with the option is started with
+/// `--allow-dangerously-skip-permissions` and can be switched to bypassPermissions: the
+/// model's Bash call then runs without a PermissionRequested (its file exists). A resume
+/// passes the flag again and starts in the mode the session was switched to. Without the
+/// option the switch is refused with FAILED_PRECONDITION saying which option to create the
+/// session with.
+#[tokio::test]
+async fn allow_dangerously_skip_permissions_lets_a_session_switch_to_bypass() {
+    let world = World::with_scenario(NEW, NEEDS_PERMISSION).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let sandbox: std::collections::HashMap<String, String> =
+        [("IS_SANDBOX".to_string(), "1".to_string())].into();
+    let allowed = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            allow_dangerously_skip_permissions: true,
+            env: sandbox.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(
+        allowed.permission_mode(),
+        pb::PermissionMode::BypassPermissions
+    );
+    let (argv, env) = the_cli(&daemon, &mut c, &allowed).await;
+    assert!(
+        argv.iter()
+            .any(|a| a == "--allow-dangerously-skip-permissions"),
+        "{argv:?}"
+    );
+    assert_eq!(env.get("IS_SANDBOX").map(String::as_str), Some("1"));
+    c.set_permission_mode(pb::SetPermissionModeRequest {
+        session_id: allowed.id.clone(),
+        mode: pb::PermissionMode::BypassPermissions as i32,
+    })
+    .await
+    .expect("switched to bypass");
+    assert_eq!(
+        session(&mut c, &allowed.id).await.permission_mode(),
+        pb::PermissionMode::BypassPermissions
+    );
+    let mut events = subscribe(&mut c, &allowed.id, 0, false).await;
+    send(&mut c, &allowed.id, "Create the file please").await;
+    let mut seen = Vec::new();
+    use pb::session_event::Payload as P;
+    let end = read_until(&mut events, &mut seen, "the turn's end or a prompt", |e| {
+        is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_)))
+    })
+    .await;
+    assert!(
+        is_turn_completed(&end),
+        "a prompt was raised in bypassPermissions: {:?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    assert!(
+        world.work.join("made-by-bash.txt").exists(),
+        "the Bash call did not run: {:?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+
+    // A resume passes the flag again, in the mode the session was switched to.
+    c.stop_session(pb::StopSessionRequest {
+        session_id: allowed.id.clone(),
+    })
+    .await
+    .unwrap();
+    let resumed = c
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: allowed.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (again, env) = the_cli(&daemon, &mut c, &resumed).await;
+    assert!(
+        again
+            .iter()
+            .any(|a| a == "--allow-dangerously-skip-permissions"),
+        "{again:?}"
+    );
+    assert_eq!(
+        value_of(&again, "--permission-mode"),
+        Some("bypassPermissions")
+    );
+    assert_eq!(env.get("IS_SANDBOX").map(String::as_str), Some("1"));
+    c.stop_session(pb::StopSessionRequest {
+        session_id: allowed.id.clone(),
+    })
+    .await
+    .unwrap();
+
+    // Without the option the CLI refuses the switch, and the answer says what to do.
+    let plain = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            env: sandbox,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (argv, _) = the_cli(&daemon, &mut c, &plain).await;
+    assert!(
+        !argv
+            .iter()
+            .any(|a| a == "--allow-dangerously-skip-permissions"),
+        "{argv:?}"
+    );
+    let e = c
+        .set_permission_mode(pb::SetPermissionModeRequest {
+            session_id: plain.id.clone(),
+            mode: pb::PermissionMode::BypassPermissions as i32,
+        })
+        .await
+        .expect_err("no bypass without the option");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("allow_dangerously_skip_permissions")
+            && e.message().contains("IS_SANDBOX=1"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(
+        session(&mut c, &plain.id).await.permission_mode(),
+        plain.permission_mode(),
+        "the mode is unchanged"
+    );
+}
+
 /// `skills` and `plan_mode_instructions` (sent in `initialize`) against the real CLI: with
 /// two skills in the project and `skills: [alpha]`, only alpha's description reaches the
 /// model and the CLI is allowed `Skill(alpha)`; in plan mode the instructions reach the
@@ -1248,6 +1383,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             },
             "tool_aliases",
             "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
+                allow_dangerously_skip_permissions: true,
+                ..Default::default()
+            },
+            "allow_dangerously_skip_permissions",
+            "--allow-dangerously-skip-permissions",
         ),
         (
             pb::CreateSessionRequest {

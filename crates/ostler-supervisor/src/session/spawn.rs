@@ -83,6 +83,9 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
     if cli.include_hook_events {
         a.flag("--include-hook-events");
     }
+    if cli.allow_dangerously_skip_permissions {
+        a.flag("--allow-dangerously-skip-permissions");
+    }
     if !cli.betas.is_empty() {
         a.option("--betas", cli.betas.join(","));
     }
@@ -342,6 +345,7 @@ mod tests {
                     },
                 )]),
                 strict_mcp_config: true,
+                allow_dangerously_skip_permissions: true,
                 allowed_tools: vec!["Read".into()],
                 ..Default::default()
             },
@@ -366,6 +370,10 @@ mod tests {
         ));
         assert!(pair("--setting-sources", "user,local"));
         assert!(args.iter().any(|a| a == "--strict-mcp-config"));
+        assert!(
+            args.iter()
+                .any(|a| a == "--allow-dangerously-skip-permissions")
+        );
         let tail: Vec<&str> = args[args.len() - 7..].iter().map(|s| s.as_str()).collect();
         assert_eq!(
             [tail[0], tail[1], tail[2], tail[3], tail[5], tail[6]],
@@ -413,6 +421,18 @@ mod tests {
             "{e:?}"
         );
         o.cli.managed_settings = None;
+        let e = session_args(&inst((1, 0, 128)), &o).expect_err("1.0.128 lacks the bypass switch");
+        assert!(
+            matches!(
+                e,
+                Error::Unsupported {
+                    flag: "--allow-dangerously-skip-permissions",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        o.cli.allow_dangerously_skip_permissions = false;
         session_args(&inst((1, 0, 128)), &o).expect("the rest is measured on 1.0.128");
     }
 }

@@ -121,6 +121,11 @@ pub struct SessionOptionArgs {
         value_name = "RULE"
     )]
     pub disallowed_tools: Vec<String>,
+    /// Let the session be switched to bypassPermissions later (`ostler mode ...`) whatever
+    /// mode it starts in: then every tool call runs without asking. Only for sandboxed
+    /// sessions; a daemon running as root also needs `--env IS_SANDBOX=1` (2.0.77 and later)
+    #[arg(long)]
+    pub allow_dangerously_skip_permissions: bool,
     /// Keep checkpoints of the files the session changes, so `ostler rewind` can restore
     /// them
     #[arg(long)]
@@ -285,6 +290,7 @@ impl SessionOptionArgs {
         r.allowed_tools = self.allowed_tools.clone();
         r.disallowed_tools = self.disallowed_tools.clone();
         r.enable_file_checkpointing = self.file_checkpointing;
+        r.allow_dangerously_skip_permissions = self.allow_dangerously_skip_permissions;
         r.tools = self.tools.clone();
         r.agent = self.agent.clone().unwrap_or_default();
         r.effort = self.effort.clone().unwrap_or_default();
@@ -380,5 +386,30 @@ mod tests {
         let mut r = pb::CreateSessionRequest::default();
         all.opts.apply(&mut r);
         assert!(r.all_skills && r.skills.is_empty());
+    }
+
+    #[test]
+    fn allow_dangerously_skip_permissions_flag() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            opts: SessionOptionArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "x",
+            "--allow-dangerously-skip-permissions",
+            "--env",
+            "IS_SANDBOX=1",
+        ])
+        .expect("parses");
+        let mut r = pb::CreateSessionRequest::default();
+        cli.opts.apply(&mut r);
+        assert!(r.allow_dangerously_skip_permissions);
+        assert_eq!(r.env["IS_SANDBOX"], "1");
+        let plain = Cli::try_parse_from(["x"]).expect("parses");
+        let mut r = pb::CreateSessionRequest::default();
+        plain.opts.apply(&mut r);
+        assert!(!r.allow_dangerously_skip_permissions);
     }
 }
