@@ -96,6 +96,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -209,6 +211,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -322,6 +326,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -435,6 +441,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -548,6 +556,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -661,6 +671,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -774,6 +786,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -887,6 +901,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1000,6 +1016,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1113,6 +1131,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1226,6 +1246,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1339,6 +1361,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", true),
+                ("forward_subagent_text", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", false),
@@ -1452,6 +1476,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", true),
+                ("forward_subagent_text", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", false),
@@ -1588,6 +1614,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", true),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", true),
+                ("forward_subagent_text", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", true),
@@ -1725,6 +1753,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", true),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", true),
+                ("forward_subagent_text", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", true),
