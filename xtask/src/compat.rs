@@ -1166,7 +1166,9 @@ const PROBE_PLAN: &str = "PROBE-PLAN-INSTRUCTIONS: write the plan as a list";
 /// model and beta's did not (a release that lists no skills at all cannot show it: not
 /// honoured); `plan_mode_instructions` when its text reached the model. Measured by hand
 /// before: 2.1.120 and later honour both; 2.1.0 lists both skills and drops the text;
-/// 1.0.128 lists no skills. `tool_aliases` in a session of its own ([`tool_alias_probe`]).
+/// 1.0.128 lists no skills. `tool_aliases`, `exclude_dynamic_sections` and
+/// `forward_subagent_text` in sessions of their own ([`tool_alias_probe`],
+/// [`dynamic_sections_probe`], [`subagent_text_probe`]).
 async fn init_field_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
     let herm = ostler_testkit::cli::Hermetic::new()?;
     for (name, desc) in [
@@ -1205,7 +1207,137 @@ async fn init_field_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
         ),
         ("plan_mode_instructions".to_string(), any(PROBE_PLAN)),
         ("tool_aliases".to_string(), tool_alias_probe(binary).await?),
+        (
+            "exclude_dynamic_sections".to_string(),
+            dynamic_sections_probe(binary).await?,
+        ),
+        (
+            "forward_subagent_text".to_string(),
+            subagent_text_probe(binary).await?,
+        ),
     ]))
+}
+
+/// `excludeDynamicSections`: one turn without it and one with it, each in a hermetic
+/// HOME and cwd; honoured when the session's paths (its working directory, its memory
+/// directory under HOME) are in the model request's `system` without the field, and with
+/// it are not in `system` but in the messages. Measured by hand before: 2.1.120 and
+/// 2.1.121 move the environment section (the working directory) out of `system`; 2.1.330
+/// and 2.1.332 have it in the first message anyway and move the memory section (its
+/// directory) out too; 2.1.0 changes nothing.
+async fn dynamic_sections_probe(binary: &Path) -> Result<bool> {
+    let (without_in_system, _) = session_paths_in_request(binary, None).await?;
+    let init = serde_json::json!({"excludeDynamicSections": true});
+    let (with_in_system, with_in_messages) = session_paths_in_request(binary, Some(init)).await?;
+    Ok(without_in_system && !with_in_system && with_in_messages)
+}
+
+/// Whether the hermetic root (the parent of HOME and cwd) appears in the `system` and in
+/// the `messages` of the model request of one turn with `init` in `initialize`.
+async fn session_paths_in_request(
+    binary: &Path,
+    init: Option<serde_json::Value>,
+) -> Result<(bool, bool)> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let root = herm
+        .cwd()
+        .parent()
+        .context("the hermetic cwd has a parent")?
+        .display()
+        .to_string();
+    let server = serve_turn_in(
+        &herm,
+        binary,
+        PROBE_SCENARIO,
+        &[],
+        init,
+        "PROBE-DYNAMIC-SECTIONS hello",
+        &mut |_| serde_json::json!({}),
+    )
+    .await?;
+    let requests = server.requests();
+    // A release whose turn never reached the model (1.0.58) shows nothing: not honoured.
+    let Some(body) = requests
+        .iter()
+        .filter(|r| last_user_has(r, "PROBE-DYNAMIC-SECTIONS"))
+        .find_map(|r| r.body.clone())
+    else {
+        return Ok((false, false));
+    };
+    Ok((
+        body["system"].to_string().contains(&root),
+        body["messages"].to_string().contains(&root),
+    ))
+}
+
+/// The fake model of [`subagent_text_probe`]: the main agent starts a foreground
+/// sub-agent (`run_in_background: false`; a release whose Task tool does not take the
+/// field runs it in the foreground anyway), whose answer is one text block.
+const SUBAGENT_TEXT_SCENARIO: &str = r#"
+description = "compat probe: does forwardSubagentText write a sub-agent's text?"
+default_text = "ok"
+[[model]]
+name = "main after task"
+when = { tool_result_for = "toolu_probe_task" }
+blocks = [ { type = "text", text = "probe done" } ]
+[[model]]
+name = "sub answers"
+when = { last_user_text_contains = "PROBE-SUBTASK" }
+blocks = [ { type = "text", text = "PROBE-SUBAGENT-TEXT" } ]
+[[model]]
+name = "main delegates"
+when = { last_user_text_contains = "PROBE-DELEGATE" }
+blocks = [ { type = "tool_use", id = "toolu_probe_task", name = ["Agent", "Task"], input = { description = "Probe", prompt = "PROBE-SUBTASK: say something.", subagent_type = "general-purpose", run_in_background = false } } ]
+"#;
+
+/// `forwardSubagentText`: one turn without it and one with it, each starting a foreground
+/// sub-agent that answers with text; honoured when the sub-agent's text is written (an
+/// assistant message with `parent_tool_use_id` and that text) with the field and not
+/// without. Measured by hand before: 2.1.120, 2.1.121, 2.1.330 and 2.1.332 write a
+/// foreground sub-agent's text and thinking only with it (a background sub-agent's text
+/// is written either way on 2.1.332); 2.1.0 never writes it.
+async fn subagent_text_probe(binary: &Path) -> Result<bool> {
+    let without = subagent_text_written(binary, None).await?;
+    let init = serde_json::json!({"forwardSubagentText": true});
+    let with = subagent_text_written(binary, Some(init)).await?;
+    Ok(with && !without)
+}
+
+/// Whether the sub-agent's text of [`SUBAGENT_TEXT_SCENARIO`] was written, in one turn
+/// with `init` in `initialize`.
+async fn subagent_text_written(binary: &Path, init: Option<serde_json::Value>) -> Result<bool> {
+    let mut written = false;
+    let mut until = |v: &serde_json::Value| {
+        written |= v["type"] == "assistant"
+            && !v["parent_tool_use_id"].is_null()
+            && v["message"]["content"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|b| b["type"] == "text" && b["text"] == "PROBE-SUBAGENT-TEXT")
+            });
+        v["type"] == "result"
+    };
+    let turns = Turns {
+        initialize: init,
+        texts: &["PROBE-DELEGATE please"],
+        until: Some(&mut until),
+        limit: secs(90),
+    };
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let server = serve_turns(
+        &herm,
+        binary,
+        SUBAGENT_TEXT_SCENARIO,
+        &[],
+        turns,
+        &mut |request| serde_json::json!({"behavior": "allow", "updatedInput": request["input"]}),
+    )
+    .await?;
+    // A release that never started the sub-agent shows nothing: not honoured.
+    let started = server
+        .requests()
+        .iter()
+        .any(|r| last_user_has(r, "PROBE-SUBTASK"));
+    Ok(started && written)
 }
 
 /// The id of the tool call [`read_call_scenario`] makes.
@@ -2143,7 +2275,8 @@ fn render_md(d: &Derived) -> Result<String> {
     s.push_str(
         "Session options sent in `initialize` rather than as flags, measured by their effect \
          (`cargo xtask compat probe`, `--init-fields-only` for just these; CreateSession's \
-         `skills` / `all_skills` and `plan_mode_instructions`). A release ignores a field it \
+         `skills` / `all_skills`, `plan_mode_instructions`, `tool_aliases`, \
+         `exclude_dynamic_sections` and `forward_subagent_text`). A release ignores a field it \
          does not know, so CreateSession refuses one the release is measured not to honour \
          with FAILED_PRECONDITION. Each honoured field is listed among the release's \
          capabilities as `init:<field>`. `-` not measured.\n\n",

@@ -238,6 +238,16 @@ pub(crate) fn check_init_fields(
             "tool_aliases",
             !options.tool_aliases.is_empty(),
         ),
+        (
+            "exclude_dynamic_sections",
+            "exclude_dynamic_sections",
+            options.exclude_dynamic_sections,
+        ),
+        (
+            "forward_subagent_text",
+            "forward_subagent_text",
+            options.forward_subagent_text,
+        ),
     ];
     for (field, option, on) in asked {
         if on && inst.capabilities.init_fields.get(field) == Some(&false) {

@@ -215,6 +215,13 @@ pub struct InitializeRequest {
     pub plan_mode_instructions: Option<String>,
     /// `toolAliases`: tool name the model may use -> the tool that runs.
     pub tool_aliases: Option<Map<String, Value>>,
+    /// `excludeDynamicSections`: the per-session sections (working directory,
+    /// environment, memory, ...) go in the first user message, not the system prompt, so
+    /// the system prompt is the same across sessions.
+    pub exclude_dynamic_sections: bool,
+    /// `forwardSubagentText`: a foreground sub-agent's text and thinking are written too
+    /// (with `parent_tool_use_id`), not only its tool calls and results.
+    pub forward_subagent_text: bool,
 }
 
 impl InitializeRequest {
@@ -250,6 +257,12 @@ impl InitializeRequest {
         }
         if let Some(a) = self.tool_aliases {
             f.insert("toolAliases".into(), Value::Object(a));
+        }
+        if self.exclude_dynamic_sections {
+            f.insert("excludeDynamicSections".into(), true.into());
+        }
+        if self.forward_subagent_text {
+            f.insert("forwardSubagentText".into(), true.into());
         }
         OutRequest::Initialize(f)
     }
@@ -653,12 +666,15 @@ mod tests {
                 "Bash".to_string(),
                 json!("mcp__box__bash"),
             )])),
+            exclude_dynamic_sections: true,
+            forward_subagent_text: true,
             ..Default::default()
         };
         assert_eq!(
             request(fields.into_request()),
             json!({"subtype": "initialize", "skills": ["pdf"], "planModeInstructions": "Plan in steps.",
-                   "toolAliases": {"Bash": "mcp__box__bash"}})
+                   "toolAliases": {"Bash": "mcp__box__bash"}, "excludeDynamicSections": true,
+                   "forwardSubagentText": true})
         );
     }
 

@@ -536,6 +536,8 @@ pub(crate) fn create_session(
         all_skills: r.all_skills,
         plan_mode_instructions: opt_string(r.plan_mode_instructions),
         tool_aliases: r.tool_aliases.into_iter().collect(),
+        exclude_dynamic_sections: r.exclude_dynamic_sections,
+        forward_subagent_text: r.forward_subagent_text,
         task_budget_tokens: r.task_budget_tokens,
         allow_dangerously_skip_permissions: r.allow_dangerously_skip_permissions,
     };

@@ -223,7 +223,7 @@ pub const POLICIES: [(&str, &str); 1] = [(
 /// probe` measures (the `init_fields` column), each with what honouring it means. A
 /// release ignores a field it does not know, so a session that asks for one it is measured
 /// not to honour is refused.
-pub const INIT_FIELDS: [(&str, &str); 3] = [
+pub const INIT_FIELDS: [(&str, &str); 5] = [
     (
         "skills",
         "`skills: [name]` lists only that skill to the model (another skill of the project is \
@@ -236,6 +236,17 @@ pub const INIT_FIELDS: [(&str, &str); 3] = [
     (
         "tool_aliases",
         "`toolAliases: {ProbeFetch: Read}` runs Read for the model's call of `ProbeFetch`",
+    ),
+    (
+        "exclude_dynamic_sections",
+        "`excludeDynamicSections` moves the session's paths (working directory, memory \
+         directory) out of the system prompt into the messages, where they are in the system \
+         prompt without it",
+    ),
+    (
+        "forward_subagent_text",
+        "`forwardSubagentText` writes a foreground sub-agent's text (an assistant message with \
+         `parent_tool_use_id`), which is not written without it",
     ),
 ];
 
@@ -358,7 +369,7 @@ pub struct Capabilities {
     #[serde(default)]
     pub inputs: BTreeMap<String, bool>,
     /// Fields of `initialize` the release honours -> whether it does (`skills`,
-    /// `plan_mode_instructions`: see [`INIT_FIELDS`]), measured or where the pinned
+    /// `plan_mode_instructions`, ...: see [`INIT_FIELDS`]), measured or where the pinned
     /// neighbours agree; a field not listed is unknown (then sent).
     #[serde(default)]
     pub init_fields: BTreeMap<String, bool>,

@@ -97,6 +97,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -211,6 +213,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -325,6 +329,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -439,6 +445,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -553,6 +561,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -667,6 +677,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -781,6 +793,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -895,6 +909,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1009,6 +1025,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1123,6 +1141,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1237,6 +1257,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", false),
+                ("forward_subagent_text", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1351,6 +1373,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", true),
+                ("forward_subagent_text", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", false),
@@ -1465,6 +1489,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", true),
+                ("forward_subagent_text", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", false),
@@ -1602,6 +1628,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", true),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", true),
+                ("forward_subagent_text", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", true),
@@ -1740,6 +1768,8 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", true),
             ],
             init_fields: &[
+                ("exclude_dynamic_sections", true),
+                ("forward_subagent_text", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", true),

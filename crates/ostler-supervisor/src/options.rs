@@ -135,6 +135,16 @@ pub struct CliOptions {
     /// these names runs the tool it maps to (one hop), e.g. `Bash` -> an MCP tool.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub tool_aliases: BTreeMap<String, String>,
+    /// Not a flag: `excludeDynamicSections` in `initialize`: the per-session sections of
+    /// the system prompt (working directory, environment, memory, ...) go in the first
+    /// user message instead, so the system prompt is the same for every session.
+    #[serde(skip_serializing_if = "is_false")]
+    pub exclude_dynamic_sections: bool,
+    /// Not a flag: `forwardSubagentText` in `initialize`: a foreground sub-agent's text
+    /// and thinking are written too (with `parent_tool_use_id`), not only its tool calls
+    /// and their results.
+    #[serde(skip_serializing_if = "is_false")]
+    pub forward_subagent_text: bool,
     /// `--permission-prompts`: `host` (ostler's clients answer, the default) or `none`
     /// (anything that would prompt is denied at once and the model is told).
     #[serde(skip_serializing_if = "Option::is_none")]

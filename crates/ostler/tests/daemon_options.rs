@@ -1007,6 +1007,125 @@ async fn tool_aliases_run_the_mapped_tool() {
     );
 }
 
+/// `exclude_dynamic_sections` (`excludeDynamicSections` in `initialize`) against the real
+/// CLI: the system prompt of the turn's model request names neither the session's working
+/// directory nor its memory directory (under HOME), which go in the messages instead;
+/// without it the memory directory is in the system prompt (2.1.332 has the working
+/// directory in the first message either way).
+#[tokio::test]
+async fn exclude_dynamic_sections_keeps_the_session_paths_out_of_the_system_prompt() {
+    let world = World::new(NEW).await;
+    let home = world.home.display().to_string();
+    let work = world.work.display().to_string();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let system_and_messages = |prompt: &str| {
+        let turn = turn_requests(&world, prompt);
+        let body = turn.first().and_then(|r| r.body.clone()).unwrap();
+        (body["system"].to_string(), body["messages"].to_string())
+    };
+    let req = pb::CreateSessionRequest {
+        exclude_dynamic_sections: true,
+        ..Default::default()
+    };
+    create_and_turn(&mut c, &world, req, "DYNAMIC-ONE hello").await;
+    let (system, messages) = system_and_messages("DYNAMIC-ONE");
+    assert!(
+        !system.contains(&home),
+        "memory directory in the system prompt"
+    );
+    assert!(
+        !system.contains(&work),
+        "working directory in the system prompt"
+    );
+    assert!(
+        messages.contains(&home),
+        "the model lost the memory section"
+    );
+    assert!(
+        messages.contains(&work),
+        "the model lost the working directory"
+    );
+
+    create_and_turn(&mut c, &world, Default::default(), "DYNAMIC-TWO hello").await;
+    let (system, _) = system_and_messages("DYNAMIC-TWO");
+    assert!(
+        system.contains(&home),
+        "without it the memory section is in the system prompt"
+    );
+}
+
+/// The sub-agent's answer in [`FOREGROUND_SUBAGENT`].
+const SUBAGENT_TEXT: &str = "SUBAGENT-TEXT-9: all done here.";
+
+/// The model starts a sub-agent in the foreground (`run_in_background: false`), which
+/// answers with one text block.
+const FOREGROUND_SUBAGENT: &str = r#"
+default_text = "ok"
+
+[[model]]
+name = "main after task"
+when = { tool_result_for = "toolu_fg_task" }
+blocks = [{ type = "text", text = "The sub-agent answered." }]
+
+[[model]]
+name = "sub answers"
+when = { last_user_text_contains = "FG-SUBTASK" }
+blocks = [{ type = "text", text = "SUBAGENT-TEXT-9: all done here." }]
+
+[[model]]
+name = "main delegates"
+when = { last_user_text_contains = "Ask a sub-agent" }
+blocks = [{ type = "tool_use", id = "toolu_fg_task", name = ["Agent", "Task"], input = { description = "Say done", prompt = "FG-SUBTASK: say you are done.", subagent_type = "general-purpose", run_in_background = false } }]
+"#;
+
+/// Whether `seen` has the sub-agent's text as an assistant block of the sub-agent (its
+/// `parent_tool_use_id` the call that started it).
+fn subagent_text_seen(seen: &[pb::SessionEvent]) -> bool {
+    seen.iter().any(|e| {
+        e.parent_tool_use_id.as_deref() == Some("toolu_fg_task")
+            && matches!(&e.payload, Some(pb::session_event::Payload::AssistantBlock(b))
+                if matches!(&b.block, Some(pb::assistant_block::Block::Text(t)) if t.text == SUBAGENT_TEXT))
+    })
+}
+
+/// `forward_subagent_text` (`forwardSubagentText` in `initialize`) against the real CLI:
+/// a foreground sub-agent's text reaches the client as an assistant block under the call
+/// that started it; without the option only its tool calls and results would (its text
+/// comes back only inside the call's result).
+#[tokio::test]
+async fn forward_subagent_text_delivers_a_subagents_text() {
+    let world = World::with_scenario(NEW, FOREGROUND_SUBAGENT).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let req = pb::CreateSessionRequest {
+        forward_subagent_text: true,
+        ..Default::default()
+    };
+    let (_, _, seen) = create_and_turn(&mut c, &world, req, "Ask a sub-agent, please.").await;
+    assert!(
+        subagent_text_seen(&seen),
+        "{:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+
+    let plain = World::with_scenario(NEW, FOREGROUND_SUBAGENT).await;
+    let daemon = plain.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let (_, _, seen) = create_and_turn(
+        &mut c,
+        &plain,
+        Default::default(),
+        "Ask a sub-agent, please.",
+    )
+    .await;
+    assert!(plain.model_saw("FG-SUBTASK"), "the sub-agent never ran");
+    assert!(
+        !subagent_text_seen(&seen),
+        "the sub-agent's text without the option"
+    );
+}
+
 /// The `tool_result` the model got for `id`, if any.
 fn tool_result(world: &World, id: &str) -> Option<serde_json::Value> {
     world.fake.requests().iter().find_map(|r| {
@@ -1391,6 +1510,22 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
             },
             "allow_dangerously_skip_permissions",
             "--allow-dangerously-skip-permissions",
+        ),
+        (
+            pb::CreateSessionRequest {
+                exclude_dynamic_sections: true,
+                ..Default::default()
+            },
+            "exclude_dynamic_sections",
+            "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
+                forward_subagent_text: true,
+                ..Default::default()
+            },
+            "forward_subagent_text",
+            "Initialize fields",
         ),
         (
             pb::CreateSessionRequest {

@@ -171,6 +171,8 @@ pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Op
                     .map(|(k, v)| (k.clone(), v.clone().into()))
                     .collect()
             }),
+            exclude_dynamic_sections: opts.cli.exclude_dynamic_sections,
+            forward_subagent_text: opts.cli.forward_subagent_text,
             ..Default::default()
         }
         .into_request(),

@@ -55,6 +55,15 @@ pub struct SessionOptionArgs {
     /// 2.1.330 and later)
     #[arg(long = "tool-alias", value_name = "FROM=TO", value_parser = parse_env)]
     pub tool_aliases: Vec<(String, String)>,
+    /// Keep the per-session sections (working directory, environment, memory) out of the
+    /// system prompt, in the first message instead, so the system prompt is the same for
+    /// every session (2.1.120 and later)
+    #[arg(long)]
+    pub exclude_dynamic_sections: bool,
+    /// Show a foreground sub-agent's text and thinking too, not only its tool calls
+    /// (2.1.120 and later)
+    #[arg(long)]
+    pub subagent_text: bool,
     /// A plugin directory to load for this session (repeatable)
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<String>,
@@ -275,6 +284,8 @@ impl SessionOptionArgs {
         r.all_skills = self.all_skills;
         r.plan_mode_instructions = self.plan_instructions.clone().unwrap_or_default();
         r.tool_aliases = self.tool_aliases.iter().cloned().collect();
+        r.exclude_dynamic_sections = self.exclude_dynamic_sections;
+        r.forward_subagent_text = self.subagent_text;
         r.permission_prompts = self.permission_prompts.clone().unwrap_or_default();
         r.thinking = self.thinking.clone().unwrap_or_default();
         r.thinking_display = self.thinking_display.clone().unwrap_or_default();
@@ -386,6 +397,27 @@ mod tests {
         let mut r = pb::CreateSessionRequest::default();
         all.opts.apply(&mut r);
         assert!(r.all_skills && r.skills.is_empty());
+        assert!(!r.exclude_dynamic_sections && !r.forward_subagent_text);
+    }
+
+    #[test]
+    fn initialize_switches_parse() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            opts: SessionOptionArgs,
+        }
+        let cli = Cli::try_parse_from(["x", "--exclude-dynamic-sections", "--subagent-text"])
+            .expect("parses");
+        let mut r = pb::CreateSessionRequest::default();
+        cli.opts.apply(&mut r);
+        assert!(r.exclude_dynamic_sections);
+        assert!(r.forward_subagent_text);
+        let none = Cli::try_parse_from(["x"]).expect("parses");
+        let mut r = pb::CreateSessionRequest::default();
+        none.opts.apply(&mut r);
+        assert!(!r.exclude_dynamic_sections && !r.forward_subagent_text);
     }
 
     #[test]
