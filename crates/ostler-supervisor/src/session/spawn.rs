@@ -397,43 +397,21 @@ mod tests {
 
     #[test]
     fn an_option_the_release_lacks_is_refused_naming_it() {
-        let e = session_args(&inst((1, 0, 128)), &opts()).expect_err("1.0.128 lacks budgets");
-        assert!(
-            matches!(
-                e,
-                Error::Unsupported {
-                    flag: "--max-budget-usd",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        // 1.0.128 refuses `o` naming `flag`.
+        let refused = |o: &SpawnOptions, flag: &str| {
+            let e = session_args(&inst((1, 0, 128)), o).expect_err(flag);
+            assert!(
+                matches!(e, Error::Unsupported { flag: f, .. } if f == flag),
+                "{e:?}"
+            );
+        };
         let mut o = opts();
+        refused(&o, "--max-budget-usd");
         o.cli.max_budget_usd = None;
         o.cli.max_thinking_tokens = None;
-        let e = session_args(&inst((1, 0, 128)), &o).expect_err("1.0.128 lacks policies");
-        assert!(
-            matches!(
-                e,
-                Error::Unsupported {
-                    flag: "--managed-settings",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        refused(&o, "--managed-settings");
         o.cli.managed_settings = None;
-        let e = session_args(&inst((1, 0, 128)), &o).expect_err("1.0.128 lacks the bypass switch");
-        assert!(
-            matches!(
-                e,
-                Error::Unsupported {
-                    flag: "--allow-dangerously-skip-permissions",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        refused(&o, "--allow-dangerously-skip-permissions");
         o.cli.allow_dangerously_skip_permissions = false;
         session_args(&inst((1, 0, 128)), &o).expect("the rest is measured on 1.0.128");
     }

@@ -363,16 +363,23 @@ mod tests {
         assert_eq!(got, [("PreToolUse", "Bash|Write", 300), ("Stop", "", 300)]);
         assert!(parse_hook(":Bash").is_err());
     }
-    #[test]
-    fn skill_plan_and_alias_flags_parse() {
+    /// The request `ostler run ARGS` builds from its session-option flags.
+    fn request(args: &[&str]) -> Result<pb::CreateSessionRequest, clap::Error> {
         use clap::Parser;
         #[derive(clap::Parser)]
         struct Cli {
             #[command(flatten)]
             opts: SessionOptionArgs,
         }
-        let cli = Cli::try_parse_from([
-            "x",
+        let cli = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))?;
+        let mut r = pb::CreateSessionRequest::default();
+        cli.opts.apply(&mut r);
+        Ok(r)
+    }
+
+    #[test]
+    fn skill_plan_and_alias_flags_parse() {
+        let r = request(&[
             "--skill",
             "pdf",
             "--skill",
@@ -385,63 +392,39 @@ mod tests {
             r#"{"permissions":{"deny":["Bash"]}}"#,
         ])
         .expect("parses");
-        let mut r = pb::CreateSessionRequest::default();
-        cli.opts.apply(&mut r);
         assert_eq!(r.managed_settings, r#"{"permissions":{"deny":["Bash"]}}"#);
         assert_eq!(r.skills, ["pdf", "docs:xlsx"]);
         assert!(!r.all_skills);
         assert_eq!(r.plan_mode_instructions, "Plan in steps.");
         assert_eq!(r.tool_aliases["Bash"], "mcp__box__bash");
-        assert!(Cli::try_parse_from(["x", "--skill", "pdf", "--all-skills"]).is_err());
-        let all = Cli::try_parse_from(["x", "--all-skills"]).expect("parses");
-        let mut r = pb::CreateSessionRequest::default();
-        all.opts.apply(&mut r);
+        assert!(request(&["--skill", "pdf", "--all-skills"]).is_err());
+        let r = request(&["--all-skills"]).expect("parses");
         assert!(r.all_skills && r.skills.is_empty());
-        assert!(!r.exclude_dynamic_sections && !r.forward_subagent_text);
     }
 
     #[test]
     fn initialize_switches_parse() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            opts: SessionOptionArgs,
-        }
-        let cli = Cli::try_parse_from(["x", "--exclude-dynamic-sections", "--subagent-text"])
-            .expect("parses");
-        let mut r = pb::CreateSessionRequest::default();
-        cli.opts.apply(&mut r);
+        let r = request(&["--exclude-dynamic-sections", "--subagent-text"]).expect("parses");
         assert!(r.exclude_dynamic_sections);
         assert!(r.forward_subagent_text);
-        let none = Cli::try_parse_from(["x"]).expect("parses");
-        let mut r = pb::CreateSessionRequest::default();
-        none.opts.apply(&mut r);
+        let r = request(&[]).expect("parses");
         assert!(!r.exclude_dynamic_sections && !r.forward_subagent_text);
     }
 
     #[test]
     fn allow_dangerously_skip_permissions_flag() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            opts: SessionOptionArgs,
-        }
-        let cli = Cli::try_parse_from([
-            "x",
+        let r = request(&[
             "--allow-dangerously-skip-permissions",
             "--env",
             "IS_SANDBOX=1",
         ])
         .expect("parses");
-        let mut r = pb::CreateSessionRequest::default();
-        cli.opts.apply(&mut r);
         assert!(r.allow_dangerously_skip_permissions);
         assert_eq!(r.env["IS_SANDBOX"], "1");
-        let plain = Cli::try_parse_from(["x"]).expect("parses");
-        let mut r = pb::CreateSessionRequest::default();
-        plain.opts.apply(&mut r);
-        assert!(!r.allow_dangerously_skip_permissions);
+        assert!(
+            !request(&[])
+                .expect("parses")
+                .allow_dangerously_skip_permissions
+        );
     }
 }
