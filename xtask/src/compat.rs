@@ -210,7 +210,7 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
             ev
         } else if a.init_fields_only {
             let (mut ev, binary) = recorded()?;
-            ev.init_fields = rt.block_on(init_field_probe(&binary))?;
+            ev.init_fields = rt.block_on(init_field_probe(&binary, &ev.control))?;
             ev
         } else if a.policies_only {
             let (mut ev, binary) = recorded()?;
@@ -297,6 +297,7 @@ async fn measure(version: &str) -> Result<Evidence> {
     let get = |f: ostler_supervisor::Flag| flags.accepted.get(&f).copied().unwrap_or(false);
     let options = option_probe(&binary, &[]).await?;
     let policies = policy_probe(&binary, &options).await?;
+    let init_fields = init_field_probe(&binary, &control).await?;
     Ok(Evidence {
         version: version.to_string(),
         stdio_permission_prompt: stdio,
@@ -315,7 +316,7 @@ async fn measure(version: &str) -> Result<Evidence> {
         hook_calls: hook_call_probe(&binary).await?,
         outputs: output_probe(&binary).await?,
         inputs: input_probe(&binary).await?,
-        init_fields: init_field_probe(&binary).await?,
+        init_fields,
         policies,
     })
 }
@@ -1168,8 +1169,13 @@ const PROBE_PLAN: &str = "PROBE-PLAN-INSTRUCTIONS: write the plan as a list";
 /// before: 2.1.120 and later honour both; 2.1.0 lists both skills and drops the text;
 /// 1.0.128 lists no skills. `tool_aliases`, `exclude_dynamic_sections` and
 /// `forward_subagent_text` in sessions of their own ([`tool_alias_probe`],
-/// [`dynamic_sections_probe`], [`subagent_text_probe`]).
-async fn init_field_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
+/// [`dynamic_sections_probe`], [`subagent_text_probe`]), and `per_task_stop_affordance`
+/// ([`task_stop_probe`]) where the release answers `stop_task` (`control`: the control
+/// probe's results).
+async fn init_field_probe(
+    binary: &Path,
+    control: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, bool>> {
     let herm = ostler_testkit::cli::Hermetic::new()?;
     for (name, desc) in [
         ("probe-alpha", "PROBE-ALPHA-SKILL"),
@@ -1215,7 +1221,119 @@ async fn init_field_probe(binary: &Path) -> Result<BTreeMap<String, bool>> {
             "forward_subagent_text".to_string(),
             subagent_text_probe(binary).await?,
         ),
+        (
+            "per_task_stop_affordance".to_string(),
+            task_stop_probe(binary, control).await?,
+        ),
     ]))
+}
+
+/// The fake model of [`task_stop_probe`]: the main agent starts a sub-agent and ends its
+/// turn; the sub-agent's own model call is held for the whole session, so a sub-agent that
+/// runs in the background stays running.
+const TASK_STOP_SCENARIO: &str = r#"
+description = "compat probe: does perTaskStopAffordance spare a background task from an interrupt?"
+default_text = "ok"
+[[model]]
+name = "main after task"
+when = { tool_result_for = "toolu_probe_bg" }
+blocks = [ { type = "text", text = "probe delegated" } ]
+[[model]]
+name = "sub held"
+when = { last_user_text_contains = "PROBE-BG-SUBTASK" }
+hold_until = "never"
+blocks = [ { type = "text", text = "never sent" } ]
+[[model]]
+name = "main delegates"
+when = { last_user_text_contains = "PROBE-BG-DELEGATE" }
+blocks = [ { type = "tool_use", id = "toolu_probe_bg", name = ["Agent", "Task"], input = { description = "Probe", prompt = "PROBE-BG-SUBTASK: wait.", subagent_type = "general-purpose", run_in_background = true } } ]
+"#;
+
+/// `perTaskStopAffordance`: one session without it and one with it, each starting a
+/// background sub-agent (held running) and ending its turn, then sending `interrupt`;
+/// honoured when the interrupt ended the task (`task_updated` to a final status, or
+/// `task_notification`, before the interrupt's answer) without the field, and with it did
+/// not, while a `stop_task` sent afterwards did (`stop_task` alone proves nothing: 2.1.332
+/// answers it with success for a task already killed). A release that does not answer `stop_task` (the
+/// control probe) has no per-task stop: not honoured, not run. Measured by hand before on
+/// 2.1.332: without the field the interrupt writes `task_updated` `killed`; with it the
+/// task goes on.
+async fn task_stop_probe(binary: &Path, control: &BTreeMap<String, String>) -> Result<bool> {
+    let answers = |s: &str| matches!(s, "answered" | "error_answered");
+    if !control.get("stop_task").is_some_and(|s| answers(s)) {
+        return Ok(false);
+    }
+    let without = task_outlives_interrupt(binary, serde_json::json!({})).await?;
+    let with =
+        task_outlives_interrupt(binary, serde_json::json!({"perTaskStopAffordance": true})).await?;
+    Ok(with == Some(true) && without == Some(false))
+}
+
+/// Whether the background task of [`TASK_STOP_SCENARIO`] outlived an interrupt after the
+/// turn, in a session whose `initialize` had `fields`; `None` when no background task
+/// started (or an answer did not come in time).
+async fn task_outlives_interrupt(binary: &Path, fields: serde_json::Value) -> Result<Option<bool>> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let mut s = ProbeSession::start(&herm, binary, TASK_STOP_SCENARIO, &[]).await?;
+    let mut init = fields;
+    init["subtype"] = "initialize".into();
+    s.send(&[
+        serde_json::json!({"type":"control_request","request_id":"probe-init","request":init}),
+        user_message("PROBE-BG-DELEGATE please", serde_json::json!({})),
+    ])
+    .await?;
+    let deadline = tokio::time::Instant::now() + secs(90);
+    let mut allow = |request: &serde_json::Value| serde_json::json!({"behavior": "allow", "updatedInput": request["input"]});
+    let mut task = None;
+    while let Some(v) = s.next(deadline, &mut allow).await? {
+        if v["type"] == "system" && v["subtype"] == "task_started" {
+            task = v["task_id"].as_str().map(str::to_owned);
+        }
+        if v["type"] == "result" {
+            break;
+        }
+    }
+    let Some(task) = task else {
+        return Ok(None);
+    };
+    // The answer to the control request `id`: whether it succeeded.
+    let answered = |v: &serde_json::Value, id: &str| {
+        (v["type"] == "control_response" && v["response"]["request_id"] == id)
+            .then(|| v["response"]["subtype"] == "success")
+    };
+    // The task's end: its `task_updated` to a final status, or its `task_notification`.
+    let ended = |v: &serde_json::Value| {
+        v["type"] == "system"
+            && v["task_id"] == task.as_str()
+            && (v["subtype"] == "task_notification"
+                || (v["subtype"] == "task_updated" && v["patch"]["status"].is_string()))
+    };
+    s.send(&[serde_json::json!({"type":"control_request","request_id":"probe-interrupt","request":{"subtype":"interrupt"}})])
+        .await?;
+    // 2.1.332 ends the tasks it kills before it answers the interrupt.
+    let mut killed = false;
+    loop {
+        let Some(v) = s.next(deadline, &mut allow).await? else {
+            return Ok(None);
+        };
+        killed |= ended(&v);
+        if answered(&v, "probe-interrupt").is_some() {
+            break;
+        }
+    }
+    if killed {
+        return Ok(Some(false));
+    }
+    // Not ended by the interrupt: it must still be running, so that stopping it ends it (a
+    // notice that would have been seen had the interrupt ended it).
+    s.send(&[serde_json::json!({"type":"control_request","request_id":"probe-stop","request":{"subtype":"stop_task","task_id":task}})])
+        .await?;
+    while let Some(v) = s.next(deadline, &mut allow).await? {
+        if ended(&v) {
+            return Ok(Some(true));
+        }
+    }
+    Ok(None)
 }
 
 /// `excludeDynamicSections`: one turn without it and one with it, each in a hermetic

@@ -248,6 +248,11 @@ pub(crate) fn check_init_fields(
             "forward_subagent_text",
             options.forward_subagent_text,
         ),
+        (
+            "per_task_stop_affordance",
+            "per_task_stop_affordance",
+            options.per_task_stop_affordance,
+        ),
     ];
     for (field, option, on) in asked {
         if on && inst.capabilities.init_fields.get(field) == Some(&false) {

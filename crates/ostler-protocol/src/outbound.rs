@@ -222,6 +222,9 @@ pub struct InitializeRequest {
     /// `forwardSubagentText`: a foreground sub-agent's text and thinking are written too
     /// (with `parent_tool_use_id`), not only its tool calls and results.
     pub forward_subagent_text: bool,
+    /// `perTaskStopAffordance`: the client stops background tasks one at a time
+    /// (`stop_task`), so an interrupt stops only the turn and spares them.
+    pub per_task_stop_affordance: bool,
 }
 
 impl InitializeRequest {
@@ -263,6 +266,9 @@ impl InitializeRequest {
         }
         if self.forward_subagent_text {
             f.insert("forwardSubagentText".into(), true.into());
+        }
+        if self.per_task_stop_affordance {
+            f.insert("perTaskStopAffordance".into(), true.into());
         }
         OutRequest::Initialize(f)
     }
@@ -668,13 +674,14 @@ mod tests {
             )])),
             exclude_dynamic_sections: true,
             forward_subagent_text: true,
+            per_task_stop_affordance: true,
             ..Default::default()
         };
         assert_eq!(
             request(fields.into_request()),
             json!({"subtype": "initialize", "skills": ["pdf"], "planModeInstructions": "Plan in steps.",
                    "toolAliases": {"Bash": "mcp__box__bash"}, "excludeDynamicSections": true,
-                   "forwardSubagentText": true})
+                   "forwardSubagentText": true, "perTaskStopAffordance": true})
         );
     }
 

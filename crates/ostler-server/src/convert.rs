@@ -538,6 +538,7 @@ pub(crate) fn create_session(
         tool_aliases: r.tool_aliases.into_iter().collect(),
         exclude_dynamic_sections: r.exclude_dynamic_sections,
         forward_subagent_text: r.forward_subagent_text,
+        per_task_stop_affordance: r.per_task_stop_affordance,
         task_budget_tokens: r.task_budget_tokens,
         allow_dangerously_skip_permissions: r.allow_dangerously_skip_permissions,
     };

@@ -223,7 +223,7 @@ pub const POLICIES: [(&str, &str); 1] = [(
 /// probe` measures (the `init_fields` column), each with what honouring it means. A
 /// release ignores a field it does not know, so a session that asks for one it is measured
 /// not to honour is refused.
-pub const INIT_FIELDS: [(&str, &str); 5] = [
+pub const INIT_FIELDS: [(&str, &str); 6] = [
     (
         "skills",
         "`skills: [name]` lists only that skill to the model (another skill of the project is \
@@ -247,6 +247,11 @@ pub const INIT_FIELDS: [(&str, &str); 5] = [
         "forward_subagent_text",
         "`forwardSubagentText` writes a foreground sub-agent's text (an assistant message with \
          `parent_tool_use_id`), which is not written without it",
+    ),
+    (
+        "per_task_stop_affordance",
+        "`perTaskStopAffordance` spares a running background sub-agent from an interrupt (a \
+         `stop_task` afterwards ends it), which ends it without the field",
     ),
 ];
 

@@ -99,6 +99,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -215,6 +216,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -331,6 +333,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -447,6 +450,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -563,6 +567,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -679,6 +684,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -795,6 +801,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -911,6 +918,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1027,6 +1035,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1143,6 +1152,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1259,6 +1269,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", false),
                 ("skills", false),
                 ("tool_aliases", false),
@@ -1375,6 +1386,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", false),
@@ -1491,6 +1503,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
+                ("per_task_stop_affordance", false),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", false),
@@ -1630,6 +1643,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
+                ("per_task_stop_affordance", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", true),
@@ -1770,6 +1784,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             init_fields: &[
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
+                ("per_task_stop_affordance", true),
                 ("plan_mode_instructions", true),
                 ("skills", true),
                 ("tool_aliases", true),

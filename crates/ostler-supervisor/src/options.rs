@@ -145,6 +145,10 @@ pub struct CliOptions {
     /// and their results.
     #[serde(skip_serializing_if = "is_false")]
     pub forward_subagent_text: bool,
+    /// Not a flag: `perTaskStopAffordance` in `initialize`: background tasks are stopped
+    /// one at a time (`stop_task`), so an interrupt stops only the turn and spares them.
+    #[serde(skip_serializing_if = "is_false")]
+    pub per_task_stop_affordance: bool,
     /// `--permission-prompts`: `host` (ostler's clients answer, the default) or `none`
     /// (anything that would prompt is denied at once and the model is told).
     #[serde(skip_serializing_if = "Option::is_none")]

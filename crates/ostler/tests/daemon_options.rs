@@ -1126,6 +1126,108 @@ async fn forward_subagent_text_delivers_a_subagents_text() {
     );
 }
 
+/// The model starts a sub-agent in the background, whose own model call is held for the
+/// whole test: the task keeps running after the main turn ends.
+const BACKGROUND_SUBAGENT: &str = r#"
+default_text = "ok"
+
+[[model]]
+name = "main after task"
+when = { tool_result_for = "toolu_bg_task" }
+blocks = [{ type = "text", text = "Delegated." }]
+
+[[model]]
+name = "sub held"
+when = { last_user_text_contains = "BG-SUBTASK" }
+hold_until = "never"
+blocks = [{ type = "text", text = "never sent" }]
+
+[[model]]
+name = "main delegates"
+when = { last_user_text_contains = "Delegate the work" }
+blocks = [{ type = "tool_use", id = "toolu_bg_task", name = ["Agent", "Task"], input = { description = "Bg work", prompt = "BG-SUBTASK: wait.", subagent_type = "general-purpose", run_in_background = true } }]
+"#;
+
+/// Whether `e` says that background task `task` ended: its `task_notification`
+/// (typed), or its `task_updated` (a SystemNotice) to a status.
+fn task_ended(e: &pb::SessionEvent, task: &str) -> bool {
+    match &e.payload {
+        Some(pb::session_event::Payload::TaskNotification(n)) => n.task_id == task,
+        Some(pb::session_event::Payload::SystemNotice(n)) if n.subtype == "task_updated" => {
+            serde_json::from_str::<serde_json::Value>(&n.fields_json)
+                .is_ok_and(|v| v["task_id"] == task && v["patch"]["status"].is_string())
+        }
+        _ => false,
+    }
+}
+
+/// A session with `per_task_stop_affordance` (or not) starts a background sub-agent, its
+/// turn ends, and a client interrupts: returns whether the interrupt ended the task (its
+/// `task_updated` to a final status or its `task_notification`, seen by the end of a next
+/// turn), and otherwise checks that it was still running (StopTask ends it).
+async fn interrupt_kills_the_background_task(per_task_stop_affordance: bool) -> bool {
+    let world = World::with_scenario(NEW, BACKGROUND_SUBAGENT).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let req = pb::CreateSessionRequest {
+        per_task_stop_affordance,
+        ..Default::default()
+    };
+    let (s, mut events, seen) = create_and_turn(&mut c, &world, req, "Delegate the work.").await;
+    let task = seen
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(pb::session_event::Payload::TaskStarted(t)) => Some(t.task_id.clone()),
+            _ => None,
+        })
+        .expect("no task_started: the sub-agent did not start in the background");
+    c.interrupt(pb::InterruptRequest {
+        session_id: s.id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // The CLI ends the tasks an interrupt kills before it answers it, so by the end of a
+    // next turn every such notice has been delivered.
+    send(&mut c, &s.id, "Say hi.").await;
+    let mut after = Vec::new();
+    read_until(
+        &mut events,
+        &mut after,
+        "the next turn's end",
+        is_turn_completed,
+    )
+    .await;
+    let ended = |e: &pb::SessionEvent| task_ended(e, &task);
+    if after.iter().any(ended) {
+        return true;
+    }
+    // Still running: stopping it ends it.
+    c.stop_task(pb::StopTaskRequest {
+        session_id: s.id.clone(),
+        task_id: task.clone(),
+    })
+    .await
+    .unwrap();
+    read_until(&mut events, &mut after, "the stopped task's end", ended).await;
+    false
+}
+
+/// `per_task_stop_affordance` (`perTaskStopAffordance` in `initialize`) against the real
+/// CLI: an interrupt after the turn spares a running background sub-agent, which StopTask
+/// then stops; without the option the interrupt kills it.
+#[tokio::test]
+async fn per_task_stop_affordance_spares_background_tasks_from_an_interrupt() {
+    assert!(
+        !interrupt_kills_the_background_task(true).await,
+        "the interrupt killed the task although the session stops tasks one by one"
+    );
+    assert!(
+        interrupt_kills_the_background_task(false).await,
+        "without the option the interrupt spared the task"
+    );
+}
+
 /// The `tool_result` the model got for `id`, if any.
 fn tool_result(world: &World, id: &str) -> Option<serde_json::Value> {
     world.fake.requests().iter().find_map(|r| {
@@ -1525,6 +1627,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
                 ..Default::default()
             },
             "forward_subagent_text",
+            "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
+                per_task_stop_affordance: true,
+                ..Default::default()
+            },
+            "per_task_stop_affordance",
             "Initialize fields",
         ),
         (

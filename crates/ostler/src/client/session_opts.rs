@@ -64,6 +64,10 @@ pub struct SessionOptionArgs {
     /// (2.1.120 and later)
     #[arg(long)]
     pub subagent_text: bool,
+    /// An interrupt stops only the turn: background tasks (sub-agents) go on until stopped
+    /// one by one (`ostler stop-task`); without it an interrupt kills them too
+    #[arg(long)]
+    pub per_task_stop: bool,
     /// A plugin directory to load for this session (repeatable)
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<String>,
@@ -286,6 +290,7 @@ impl SessionOptionArgs {
         r.tool_aliases = self.tool_aliases.iter().cloned().collect();
         r.exclude_dynamic_sections = self.exclude_dynamic_sections;
         r.forward_subagent_text = self.subagent_text;
+        r.per_task_stop_affordance = self.per_task_stop;
         r.permission_prompts = self.permission_prompts.clone().unwrap_or_default();
         r.thinking = self.thinking.clone().unwrap_or_default();
         r.thinking_display = self.thinking_display.clone().unwrap_or_default();
@@ -404,11 +409,19 @@ mod tests {
 
     #[test]
     fn initialize_switches_parse() {
-        let r = request(&["--exclude-dynamic-sections", "--subagent-text"]).expect("parses");
+        let r = request(&[
+            "--exclude-dynamic-sections",
+            "--subagent-text",
+            "--per-task-stop",
+        ])
+        .expect("parses");
         assert!(r.exclude_dynamic_sections);
         assert!(r.forward_subagent_text);
+        assert!(r.per_task_stop_affordance);
         let r = request(&[]).expect("parses");
-        assert!(!r.exclude_dynamic_sections && !r.forward_subagent_text);
+        assert!(
+            !r.exclude_dynamic_sections && !r.forward_subagent_text && !r.per_task_stop_affordance
+        );
     }
 
     #[test]
