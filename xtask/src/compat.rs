@@ -2382,9 +2382,11 @@ fn render_md(d: &Derived) -> Result<String> {
          compat probe`, `--inputs-only` for just these; SendMessage's `priority`, `verbatim` \
          and `context_only`). A release that ignores a field runs the message as if it were \
          not there, so SendMessage refuses a field the running release is measured not to \
-         honour with FAILED_PRECONDITION, before anything is recorded or written. Each \
-         honoured field is listed among the release's capabilities as `input:<field>`. \
-         `-` not measured.\n\n",
+         honour with FAILED_PRECONDITION, before anything is recorded or written; \
+         CreateSession and ResumeSession likewise refuse the session option \
+         `verbatim_prompts` (every message `verbatim`) where `verbatim` is measured `no`. \
+         Each honoured field is listed among the release's capabilities as \
+         `input:<field>`. `-` not measured.\n\n",
     );
     field_table(&mut s, d, &ostler_supervisor::compat::MESSAGE_FIELDS, |e| {
         &e.inputs

@@ -185,6 +185,8 @@ pub(crate) struct Actor {
     elicitations: HashMap<String, elicitations::PendingElicitation>,
     /// Whether those are answered `decline` at once instead.
     decline_elicitations: bool,
+    /// Every user message goes as written (`CliOptions::verbatim_prompts`).
+    verbatim_prompts: bool,
     /// The messages written to the CLI still owed an answer, and so the turns still to
     /// come (what keeps the session RUNNING).
     owed: owed::Owed,
@@ -235,6 +237,8 @@ pub(crate) struct ActorOptions {
     pub tool_servers: Vec<ostler_supervisor::ToolServerDecl>,
     /// Answer elicitations `decline` at once (`CliOptions::decline_elicitations`).
     pub decline_elicitations: bool,
+    /// Send every user message with `verbatim` (`CliOptions::verbatim_prompts`).
+    pub verbatim_prompts: bool,
     /// The running cost the CLI starts from (what it restored at a resume).
     pub restored_cost_usd: f64,
 }
@@ -291,6 +295,7 @@ impl Actor {
             tool_calls: HashMap::new(),
             elicitations: HashMap::new(),
             decline_elicitations: o.decline_elicitations,
+            verbatim_prompts: o.verbatim_prompts,
             owed: owed::Owed::default(),
             next_turn_due: None,
             turn_since_result: false,
@@ -815,7 +820,9 @@ impl Actor {
     /// Records the message, queues it for stdin and replies once it is written. The write
     /// is awaited in its own task: the CLI may stop reading stdin until its stdout is
     /// drained, so the actor keeps draining it meanwhile.
-    async fn send(&mut self, msg: SendMessage, reply: oneshot::Sender<Result<SendOutcome>>) {
+    async fn send(&mut self, mut msg: SendMessage, reply: oneshot::Sender<Result<SendOutcome>>) {
+        // The session's option, for every message (recorded with the message as sent).
+        msg.delivery.verbatim |= self.verbatim_prompts;
         if self.stop_requested {
             let _ = reply.send(Err(Error::precondition(format!(
                 "session {:?} is stopping",

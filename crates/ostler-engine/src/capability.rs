@@ -283,6 +283,25 @@ pub(crate) fn check_policies(inst: &Installation, managed_settings: bool) -> Res
     Ok(())
 }
 
+/// `Ok` unless the session option `verbatim_prompts` is set and the installed release is
+/// measured to ignore `verbatim` (`client_composed`): its messages would then run with
+/// `@path` expanded and slash commands dispatched, what the option is there to prevent.
+pub(crate) fn check_verbatim_prompts(
+    inst: &Installation,
+    options: &ostler_supervisor::CliOptions,
+) -> Result<()> {
+    if options.verbatim_prompts && inst.capabilities.inputs.get("verbatim") == Some(&false) {
+        return Err(Error::precondition(format!(
+            "Claude Code {} ignores `verbatim` (measured: see docs/compatibility.md, \
+             \"User-message fields\"), which the session option `verbatim_prompts` needs: its \
+             messages would run with `@path` mentions expanded and slash commands \
+             dispatched; leave it unset or use a release that honours it",
+            inst.version
+        )));
+    }
+    Ok(())
+}
+
 /// `Ok` unless a message asks for a field (`ostler_supervisor::compat::MESSAGE_FIELDS`)
 /// the installed release is measured not to honour: then `FailedPrecondition` naming the
 /// field and the release. A field not measured for the release is written.

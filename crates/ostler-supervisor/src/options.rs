@@ -163,6 +163,11 @@ pub struct CliOptions {
     /// user's input) `decline` at once instead of asking the clients.
     #[serde(skip_serializing_if = "is_false")]
     pub decline_elicitations: bool,
+    /// Not a flag: the engine sends every user message of the session with
+    /// `client_composed` (the Agent SDKs' `verbatimPrompts`): the CLI delivers its text as
+    /// written, with no `@path` expansion and no slash-command dispatch.
+    #[serde(skip_serializing_if = "is_false")]
+    pub verbatim_prompts: bool,
     /// `--allow-dangerously-skip-permissions` (the Agent SDKs'
     /// `allowDangerouslySkipPermissions`): the session may be switched to
     /// `bypassPermissions` later (`set_permission_mode`), whatever mode it starts in. As

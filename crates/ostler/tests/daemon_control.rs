@@ -824,6 +824,116 @@ fn sent_message<'a>(seen: &'a [pb::SessionEvent], id: &str) -> &'a pb::UserMessa
         .unwrap_or_else(|| panic!("no UserMessage {id}"))
 }
 
+/// The session option `verbatim_prompts` (2.1.332): the first prompt and every message
+/// after it, sent plainly by any client, go as written (the `@path` mention is not
+/// expanded, the project's slash command is not run) and are recorded as verbatim, also
+/// after a resume. The same prompts in a session without the option get the file attached
+/// and the command expanded (what the option is there to prevent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verbatim_prompts_send_every_message_as_written() {
+    let world = World::new(NEW).await;
+    let notes = world.work.join("notes.txt");
+    std::fs::write(&notes, "NOTES-SECRET-8\n").unwrap();
+    let commands = world.work.join(".claude/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(
+        commands.join("shout.md"),
+        // The description is listed to the model in every session; the body only where
+        // the command runs.
+        "---\ndescription: Shout\n---\nSHOUT-EXPANDED-3: say it loudly: $ARGUMENTS\n",
+    )
+    .unwrap();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let mention = format!("@{}", notes.display());
+    let requests_with = |marker: &str, secret: &str| {
+        world.fake.requests().iter().any(|r| {
+            r.body.as_ref().is_some_and(|b| {
+                let t = b["messages"].to_string();
+                t.contains(marker) && t.contains(secret)
+            })
+        })
+    };
+
+    for verbatim in [true, false] {
+        let tag = if verbatim { "V" } else { "P" };
+        let s = c
+            .create_session(as_client(
+                "creator",
+                pb::CreateSessionRequest {
+                    cwd: world.work.display().to_string(),
+                    verbatim_prompts: verbatim,
+                    first_prompt: text(&format!("FIRST-{tag} look at {mention}")),
+                    ..Default::default()
+                },
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        let mut events = subscribe(&mut c, &s.id, 0, true).await;
+        let mut seen = Vec::new();
+        read_until(&mut events, &mut seen, "the first turn", is_turn_completed).await;
+        send(&mut c, &s.id, &format!("SECOND-{tag} look at {mention}")).await;
+        read_until(&mut events, &mut seen, "the second turn", is_turn_completed).await;
+        send(&mut c, &s.id, &format!("/shout THIRD-{tag}")).await;
+        read_until(&mut events, &mut seen, "the third turn", is_turn_completed).await;
+        drop(events);
+        if verbatim {
+            stop_and_resume(&mut c, &s.id).await;
+            let fourth = send_with(
+                &mut c,
+                &s.id,
+                &format!("FOURTH-{tag} look at {mention}"),
+                Default::default(),
+            )
+            .await
+            .unwrap();
+            let mut events = subscribe(&mut c, &s.id, 0, true).await;
+            seen.clear();
+            read_until(&mut events, &mut seen, "the fourth turn", |e| {
+                matches!(&e.payload, Some(P::TurnCompleted(t))
+                    if t.user_message_ids.contains(&fourth.message_id))
+            })
+            .await;
+        }
+        let sent: Vec<&pb::UserMessage> = seen
+            .iter()
+            .filter_map(|e| match &e.payload {
+                Some(P::UserMessage(u)) if !u.is_replay && !u.sent_by.is_empty() => Some(u),
+                _ => None,
+            })
+            .collect();
+        let expect = if verbatim { 4 } else { 3 };
+        assert_eq!(sent.len(), expect, "{sent:?}");
+        assert!(
+            sent.iter().all(|u| u.verbatim == verbatim),
+            "recorded as sent: {sent:?}"
+        );
+        if verbatim {
+            for m in ["FIRST-V", "SECOND-V", "FOURTH-V"] {
+                assert!(world.model_saw(&format!("{m} look at @")), "{m}");
+                assert!(
+                    !requests_with(m, "NOTES-SECRET-8"),
+                    "{m}: the file was attached"
+                );
+            }
+            assert!(world.model_saw("/shout THIRD-V"));
+            assert!(
+                !requests_with("THIRD-V", "SHOUT-EXPANDED-3"),
+                "the slash command ran"
+            );
+        } else {
+            for m in ["FIRST-P", "SECOND-P"] {
+                assert!(requests_with(m, "NOTES-SECRET-8"), "{m}: no file attached");
+            }
+            assert!(
+                requests_with("THIRD-P", "SHOUT-EXPANDED-3"),
+                "the slash command did not run"
+            );
+        }
+    }
+}
+
 /// SendMessage's delivery fields against the real CLI (2.1.332, which honours all four):
 /// `verbatim` sends `@path` as written where the plain message gets the file attached;
 /// `context_only` ends its turn with no model call and the next turn's request carries

@@ -1639,6 +1639,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
         ),
         (
             pb::CreateSessionRequest {
+                verbatim_prompts: true,
+                ..Default::default()
+            },
+            "verbatim_prompts",
+            "User-message fields",
+        ),
+        (
+            pb::CreateSessionRequest {
                 enable_file_checkpointing: true,
                 ..Default::default()
             },

@@ -217,6 +217,7 @@ fn release_checks(inst: &Installation, options: &CliOptions) -> Result<()> {
     crate::capability::check_tool_servers(inst, options)?;
     crate::capability::check_outputs(inst, options)?;
     crate::capability::check_init_fields(inst, options)?;
+    crate::capability::check_verbatim_prompts(inst, options)?;
     crate::capability::check_policies(inst, options.managed_settings.is_some())?;
     Ok(())
 }
@@ -1104,6 +1105,7 @@ impl Engine {
             stderr_tail,
             tool_servers: spec.options.tool_servers.clone(),
             decline_elicitations: spec.options.decline_elicitations,
+            verbatim_prompts: spec.options.verbatim_prompts,
             restored_cost_usd,
         })
         .await;

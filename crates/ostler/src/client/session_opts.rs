@@ -68,6 +68,10 @@ pub struct SessionOptionArgs {
     /// one by one (`ostler stop-task`); without it an interrupt kills them too
     #[arg(long)]
     pub per_task_stop: bool,
+    /// Send the first prompt and every later message as written, whoever sends it: no
+    /// `@path` file expansion, no slash commands (for prompts built from text nobody typed)
+    #[arg(long)]
+    pub verbatim_prompts: bool,
     /// A plugin directory to load for this session (repeatable)
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<String>,
@@ -291,6 +295,7 @@ impl SessionOptionArgs {
         r.exclude_dynamic_sections = self.exclude_dynamic_sections;
         r.forward_subagent_text = self.subagent_text;
         r.per_task_stop_affordance = self.per_task_stop;
+        r.verbatim_prompts = self.verbatim_prompts;
         r.permission_prompts = self.permission_prompts.clone().unwrap_or_default();
         r.thinking = self.thinking.clone().unwrap_or_default();
         r.thinking_display = self.thinking_display.clone().unwrap_or_default();
@@ -413,14 +418,19 @@ mod tests {
             "--exclude-dynamic-sections",
             "--subagent-text",
             "--per-task-stop",
+            "--verbatim-prompts",
         ])
         .expect("parses");
         assert!(r.exclude_dynamic_sections);
         assert!(r.forward_subagent_text);
         assert!(r.per_task_stop_affordance);
+        assert!(r.verbatim_prompts);
         let r = request(&[]).expect("parses");
         assert!(
-            !r.exclude_dynamic_sections && !r.forward_subagent_text && !r.per_task_stop_affordance
+            !r.exclude_dynamic_sections
+                && !r.forward_subagent_text
+                && !r.per_task_stop_affordance
+                && !r.verbatim_prompts
         );
     }
 
