@@ -152,10 +152,13 @@ fn open_checkpointer(
     conn.pragma_update(None, "synchronous", opts.synchronous.pragma_value())
         .map_err(oe)?;
     let write_back = opts.synchronous == Synchronous::Normal;
-    writer::spawn_checkpointer(conn, path.to_path_buf(), write_back).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    let sync_within = opts.sync_within.filter(|_| write_back);
+    writer::spawn_checkpointer(conn, path.to_path_buf(), write_back, sync_within).map_err(
+        |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    )
 }
 
 impl Store {

@@ -54,6 +54,12 @@ pub struct StoreOptions {
     /// is retried before it fails with [`crate::Error::Unwritable`]; meanwhile its caller
     /// waits and [`crate::Store::write_health`] reports the fault.
     pub write_retry_limit: Duration,
+    /// Under [`Synchronous::Normal`]: the longest a commit stays unsynced in the WAL (the
+    /// checkpointer syncs the WAL file that long after the first commit it has not synced),
+    /// and so what a power failure or an OS crash can lose. `None`: commits are synced by
+    /// checkpoints (under load, a fraction of a second apart) and the kernel's write-back
+    /// only. Not used under [`Synchronous::Full`], where every commit syncs.
+    pub sync_within: Option<Duration>,
 }
 
 impl Default for StoreOptions {
@@ -64,6 +70,7 @@ impl Default for StoreOptions {
             read_pool_size: 4,
             busy_timeout: Duration::from_secs(5),
             write_retry_limit: Duration::from_secs(120),
+            sync_within: Some(Duration::from_secs(1)),
         }
     }
 }

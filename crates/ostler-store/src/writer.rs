@@ -318,13 +318,29 @@ struct Progress {
     complete: bool,
     /// Write-backs of the database file after a nudge's passes (see [`spawn_checkpointer`]).
     written_back: u64,
+    /// Syncs of the WAL file for commits that waited `sync_within` (see [`spawn_checkpointer`]).
+    wal_synced: u64,
+}
+
+/// Why the checkpointer is woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// The WAL grew: run checkpoint passes.
+    Nudge,
+    /// A commit left the WAL unsynced: sync it within `sync_within`.
+    Unsynced,
 }
 
 /// The checkpointer's shared state: its nudge channel, the lock held while a checkpoint runs
 /// (SQLite would only answer "busy" to a second one) and its progress.
 #[derive(Clone)]
 pub(crate) struct Checkpointer {
-    tx: SyncSender<()>,
+    tx: SyncSender<Wake>,
+    /// Set by a commit (under `synchronous=NORMAL` with a `sync_within`) and cleared by the
+    /// checkpointer just before it syncs the WAL: whether a commit may be unsynced.
+    unsynced: Arc<AtomicBool>,
+    /// Whether commits are to be synced within a bound (the checkpointer's `sync_within`).
+    sync_within: bool,
     lock: Arc<Mutex<()>>,
     /// Set while the writer waits for `lock` (at the hard bound): the checkpointer then
     /// starts no new pass, so that the writer is not starved by passes back to back.
@@ -335,7 +351,18 @@ pub(crate) struct Checkpointer {
 impl Checkpointer {
     /// Asks for a pass; a full channel means one is already due (nudges coalesce).
     fn nudge(&self) {
-        let _ = self.tx.try_send(());
+        let _ = self.tx.try_send(Wake::Nudge);
+    }
+
+    /// After a commit: the checkpointer is to sync the WAL within its `sync_within` (one
+    /// wake-up per unsynced stretch; the flag, not the message, is what it goes by).
+    fn unsynced(&self) {
+        if self.sync_within
+            && !self.unsynced.load(Ordering::Relaxed)
+            && !self.unsynced.swap(true, Ordering::SeqCst)
+        {
+            let _ = self.tx.try_send(Wake::Unsynced);
+        }
     }
 
     /// Nudges the checkpointer and waits until a pass that started after this call has left
@@ -388,6 +415,7 @@ impl CheckpointNudge {
             self.writer_threshold = WAL_HARD_LIMIT_FRAMES;
         }
         self.last_frames = frames;
+        self.shared.unsynced();
         if frames >= self.nudged_at + CHECKPOINT_AFTER_FRAMES {
             self.shared.nudge();
             self.nudged_at = frames;
@@ -454,14 +482,43 @@ fn checkpoint_counts(conn: &Connection) -> rusqlite::Result<(bool, u64)> {
 /// Only under `synchronous=NORMAL`: under `FULL`, where every commit waits for a WAL sync,
 /// the write-backs delayed those syncs more than they saved (docs/performance.md,
 /// session 23).
+///
+/// With `sync_within` (under `synchronous=NORMAL`, where commits do not sync the WAL), a
+/// commit is synced to disk within that time: the first commit after a sync wakes the
+/// checkpointer, which syncs the WAL file (`fdatasync`, its own handle) when the time is
+/// up. That bounds what a power failure or an OS crash can lose to the commits of the
+/// last `sync_within`, at light load too, where nudges (one per [`CHECKPOINT_AFTER_FRAMES`]
+/// frames) may be minutes apart; the kernel's own write-back would take up to ~30 s.
+/// Without commits it sleeps: no timer runs.
 pub(crate) fn spawn_checkpointer(
     conn: Connection,
     path: PathBuf,
     write_back: bool,
+    sync_within: Option<Duration>,
 ) -> std::io::Result<(CheckpointNudge, std::thread::JoinHandle<()>)> {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+    // Room for a nudge and an unsynced wake-up at once (nudges coalesce).
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Wake>(2);
+    // The WAL, for syncing it: the writer's connection made it when it opened the store in
+    // WAL mode, and it stays (same file) until the last connection closes.
+    let wal_path = {
+        let mut p = path.clone().into_os_string();
+        p.push("-wal");
+        PathBuf::from(p)
+    };
+    let wal_file = sync_within
+        .map(|_| std::fs::File::open(&wal_path))
+        .transpose()
+        .inspect_err(|e| {
+            tracing::warn!(path = %wal_path.display(), error = %e, "the checkpointer cannot open the WAL to sync it; commits are synced by checkpoints and the kernel only");
+        })
+        .ok()
+        .flatten();
+    let sync_within = sync_within.filter(|_| wal_file.is_some());
+    let unsynced = Arc::new(AtomicBool::new(false));
     let shared = Checkpointer {
         tx,
+        unsynced: Arc::clone(&unsynced),
+        sync_within: sync_within.is_some(),
         lock: Arc::new(Mutex::new(())),
         writer_waiting: Arc::new(AtomicBool::new(false)),
         progress: Arc::new((Mutex::new(Progress::default()), Condvar::new())),
@@ -481,10 +538,63 @@ pub(crate) fn spawn_checkpointer(
     let handle = std::thread::Builder::new()
         .name("ostler-store-checkpoint".into())
         .spawn(move || {
-            while rx.recv().is_ok() {
+            // When the WAL is to be synced (a commit may be unsynced since then).
+            let mut sync_at: Option<Instant> = None;
+            loop {
+                let wake = match sync_at {
+                    None => match rx.recv() {
+                        Ok(w) => Some(w),
+                        Err(_) => break,
+                    },
+                    Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                        Ok(w) => Some(w),
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+                        // The store closes: its final checkpoint syncs what is left.
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                    },
+                };
+                match wake {
+                    Some(Wake::Nudge) => {}
+                    Some(Wake::Unsynced) => {
+                        if let (None, Some(within)) = (sync_at, sync_within)
+                            && unsynced.load(Ordering::SeqCst)
+                        {
+                            sync_at = Some(Instant::now() + within);
+                        }
+                        continue;
+                    }
+                    None => {
+                        sync_at = None;
+                        // Cleared first: a commit from now on wakes us again. Already clear
+                        // when a complete checkpoint pass synced the WAL meanwhile.
+                        if let Some(wal) = &wal_file
+                            && unsynced.swap(false, Ordering::SeqCst)
+                        {
+                            match wal.sync_data() {
+                                Ok(()) => {
+                                    let mut p =
+                                        progress.0.lock().unwrap_or_else(|p| p.into_inner());
+                                    p.wal_synced += 1;
+                                }
+                                Err(e) => {
+                                    tracing::warn!(path = %wal_path.display(), error = %e, "WAL sync failed");
+                                }
+                            }
+                            progress.1.notify_all();
+                        }
+                        if unsynced.load(Ordering::SeqCst) {
+                            sync_at = sync_within.map(|w| Instant::now() + w);
+                        }
+                        continue;
+                    }
+                }
                 let mut tail_pass_done = false;
                 // Whether a pass ran (and may have copied frames the file has not synced).
                 let mut ran = false;
+                // A complete pass syncs every frame committed before it began (SQLite syncs
+                // the WAL before copying): then no separate sync is owed for those.
+                let was_unsynced = unsynced.swap(false, Ordering::SeqCst);
+                let mut all_copied = false;
                 // The writer checkpointing at the hard bound does this nudge's work.
                 while !writer_waiting.load(Ordering::SeqCst) {
                     let result = {
@@ -506,10 +616,14 @@ pub(crate) fn spawn_checkpointer(
                         p.complete = complete;
                     }
                     cv.notify_all();
+                    all_copied = complete;
                     if complete || left == 0 || (left < CHASE_MIN_FRAMES && tail_pass_done) {
                         break;
                     }
                     tail_pass_done = left < CHASE_MIN_FRAMES;
+                }
+                if was_unsynced && !all_copied {
+                    unsynced.store(true, Ordering::SeqCst);
                 }
                 if ran && let Some(file) = &db_file {
                     match file.sync_data() {
@@ -524,6 +638,10 @@ pub(crate) fn spawn_checkpointer(
                 }
                 // Whoever waits in `caught_up` re-nudges if this nudge was left to the writer.
                 progress.1.notify_all();
+                // An unsynced wake-up may have been dropped while the channel was full.
+                if sync_at.is_none() && unsynced.load(Ordering::SeqCst) {
+                    sync_at = sync_within.map(|w| Instant::now() + w);
+                }
             }
         })?;
     let nudge = CheckpointNudge {
@@ -956,22 +1074,68 @@ mod tests {
             conn.execute("INSERT INTO t VALUES (zeroblob(10000))", [])
                 .unwrap();
         }
-        let (nudge, handle) = spawn_checkpointer(open(), path.clone(), true).unwrap();
+        let (nudge, handle) = spawn_checkpointer(open(), path.clone(), true, None).unwrap();
         let checkpointer = nudge.handle();
         let wait = ostler_testkit::timeouts::secs(30);
         assert!(checkpointer.caught_up(wait), "no pass copied the WAL");
         // The write-back follows the nudge's last pass.
-        let deadline = Instant::now() + wait;
-        let (lock, cv) = &*checkpointer.progress;
-        let mut p = lock.lock().unwrap();
-        while p.written_back == 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "no write-back after {} passes", p.passes);
-            p = cv.wait_timeout(p, left).unwrap().0;
-        }
+        let p = progress_until(&checkpointer, "a write-back", |p| p.written_back > 0);
         assert!(p.written_back <= p.passes, "{p:?}");
+        assert_eq!(p.wal_synced, 0, "no sync_within, no WAL sync");
         drop(p);
         drop((nudge, checkpointer));
         handle.join().unwrap();
+    }
+
+    /// With `sync_within`, a commit wakes the checkpointer, which syncs the WAL file that
+    /// long after, without running checkpoint passes; the next commit after that sync wakes
+    /// it again. Without `sync_within` a commit wakes nothing.
+    #[test]
+    fn a_commit_is_synced_within_sync_within() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let open = || {
+            let c = Connection::open(&path).unwrap();
+            c.pragma_update(None, "journal_mode", "WAL").unwrap();
+            c
+        };
+        let conn = open();
+        conn.execute_batch("CREATE TABLE t (x BLOB)").unwrap();
+        let within = Some(Duration::from_millis(20));
+        let (mut nudge, handle) = spawn_checkpointer(open(), path.clone(), true, within).unwrap();
+        let checkpointer = nudge.handle();
+        for round in 1..=3 {
+            conn.execute("INSERT INTO t VALUES (zeroblob(100))", [])
+                .unwrap();
+            // What the writer's WAL hook reports after a commit: far below a nudge.
+            nudge.committed(round);
+            let p = progress_until(&checkpointer, "the WAL synced", |p| p.wal_synced >= round);
+            assert_eq!(p.passes, 0, "a commit ran checkpoint passes: {p:?}");
+        }
+        drop((nudge, checkpointer));
+        handle.join().unwrap();
+
+        let (mut nudge, handle) = spawn_checkpointer(open(), path.clone(), true, None).unwrap();
+        nudge.committed(4);
+        assert!(!nudge.shared.unsynced.load(Ordering::SeqCst));
+        drop(nudge);
+        handle.join().unwrap();
+    }
+
+    /// Waits (on the checkpointer's condition variable) until `done` holds for its progress.
+    fn progress_until<'a>(
+        checkpointer: &'a Checkpointer,
+        what: &str,
+        done: impl Fn(&Progress) -> bool,
+    ) -> MutexGuard<'a, Progress> {
+        let deadline = Instant::now() + ostler_testkit::timeouts::secs(30);
+        let (lock, cv) = &*checkpointer.progress;
+        let mut p = lock.lock().unwrap();
+        while !done(&p) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "waited in vain for {what}: {p:?}");
+            p = cv.wait_timeout(p, left).unwrap().0;
+        }
+        p
     }
 }

@@ -24,6 +24,7 @@
 //! synchronous = "normal"           # or "full"
 //! write_retry_secs = 120           # how long writes wait out a full/read-only disk
 //! busy_timeout_secs = 5            # how long to wait for a lock held by another process
+//! max_unsynced_ms = 1000           # normal: commits reach the disk within this (0: by checkpoints)
 //!
 //! [sessions]
 //! max_live = 256                  # live CLI processes at most (the LRU idle one is suspended)
@@ -231,6 +232,10 @@ pub struct StoreConfig {
     /// How long an access to the database waits for a lock that another process holds (a
     /// backup tool, the `sqlite3` shell in a write transaction) before it fails.
     pub busy_timeout_secs: u64,
+    /// Under `synchronous = "normal"`: a commit is synced to disk within this many
+    /// milliseconds (what a power failure can lose); 0 leaves it to checkpoints and the
+    /// kernel.
+    pub max_unsynced_ms: u64,
 }
 
 impl Default for StoreConfig {
@@ -240,6 +245,7 @@ impl Default for StoreConfig {
             synchronous: "normal".to_owned(),
             write_retry_secs: 120,
             busy_timeout_secs: 5,
+            max_unsynced_ms: 1000,
         }
     }
 }
@@ -812,6 +818,13 @@ impl Config {
             // other's locks for moments; without any wait they would fail instead.
             bail!("store.busy_timeout_secs must be at least 1");
         }
+        if self.store.max_unsynced_ms > MAX_UNSYNCED_MS {
+            bail!(
+                "store.max_unsynced_ms is {}; it must be at most {MAX_UNSYNCED_MS} (0: commits \
+                 are synced by checkpoints and the kernel's write-back only)",
+                self.store.max_unsynced_ms
+            );
+        }
         if self.sessions.max_live == 0 {
             bail!("sessions.max_live must be at least 1");
         }
@@ -944,6 +957,9 @@ struct Connections {
 /// The longest any `*_secs` setting may be: a year. Longer is a mistake, and a time that
 /// far ahead overflows the clock's arithmetic.
 const MAX_SECS: u64 = 365 * 24 * 3600;
+/// `store.max_unsynced_ms` at most: a minute (the kernel's own write-back is ~30 s).
+const MAX_UNSYNCED_MS: u64 = 60_000;
+
 /// `store.busy_timeout_secs` at most (SQLite takes it in milliseconds as a C `int`).
 const MAX_BUSY_TIMEOUT_SECS: u64 = 3600;
 /// `sessions.max_live` at most (each is a process).
@@ -1524,6 +1540,10 @@ mod tests {
             (
                 Box::new(|c| c.store.busy_timeout_secs = 0),
                 "store.busy_timeout_secs",
+            ),
+            (
+                Box::new(|c| c.store.max_unsynced_ms = 60_001),
+                "store.max_unsynced_ms",
             ),
             (Box::new(|c| c.sessions.max_live = 0), "sessions.max_live"),
             (

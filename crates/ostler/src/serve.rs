@@ -535,6 +535,8 @@ fn store_options(cfg: &config::Config) -> ostler_store::StoreOptions {
         },
         write_retry_limit: Duration::from_secs(cfg.store.write_retry_secs),
         busy_timeout: Duration::from_secs(cfg.store.busy_timeout_secs),
+        sync_within: (cfg.store.max_unsynced_ms > 0)
+            .then(|| Duration::from_millis(cfg.store.max_unsynced_ms)),
         ..Default::default()
     }
 }
@@ -786,6 +788,7 @@ path = "/tmp/x.db"
 synchronous = "full"
 write_retry_secs = 7
 busy_timeout_secs = 9
+max_unsynced_ms = 250
 [sessions]
 max_live = 3
 idle_suspend_secs = 11
@@ -814,6 +817,9 @@ deny = ["Bash(rm)"]
         assert_eq!(store.synchronous, ostler_store::Synchronous::Full);
         assert_eq!(store.write_retry_limit, secs(7));
         assert_eq!(store.busy_timeout, secs(9));
+        assert_eq!(store.sync_within, Some(Duration::from_millis(250)));
+        let (store, _) = options("[store]\nmax_unsynced_ms = 0\n");
+        assert_eq!(store.sync_within, None, "0: off");
         assert_eq!(e.max_live_sessions, 3);
         assert_eq!(e.idle_suspend, Some(secs(11)));
         assert_eq!(e.live_wait, secs(13));
