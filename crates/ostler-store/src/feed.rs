@@ -89,7 +89,18 @@ pub enum FeedKind {
     /// `elicitation_requested` (an MCP server waits for the user's input; its resolution
     /// is `InteractionResolved`).
     ElicitationRequested,
+    /// The session was deleted (`Store::delete_session`). Its other entries went with it;
+    /// this one is kept (table `feed_deleted`, migration 0011) with the session's title,
+    /// cwd, state and labels as they were, and a `session_deleted` engine notice at the seq
+    /// the session's next event would have had ([`SESSION_DELETED_NOTICE`]), which is in no
+    /// log.
+    SessionDeleted,
 }
+
+/// The stored payload of the `engine_notice` a [`FeedKind::SessionDeleted`] entry carries
+/// (the engine's `EngineNotice` with code `session_deleted`).
+pub const SESSION_DELETED_NOTICE: &[u8] =
+    br#"{"code":"session_deleted","message":"session deleted"}"#;
 
 impl FeedKind {
     /// The feed kind of a stored event of `kind` at `seq`; `None` for the events that do
@@ -115,7 +126,7 @@ impl FeedKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [FeedKind; 10] = [
+    pub const ALL: [FeedKind; 11] = [
         FeedKind::SessionCreated,
         FeedKind::StateChanged,
         FeedKind::TurnCompleted,
@@ -126,6 +137,7 @@ impl FeedKind {
         FeedKind::HookPending,
         FeedKind::ToolCallRequested,
         FeedKind::ElicitationRequested,
+        FeedKind::SessionDeleted,
     ];
 
     /// The stored name.
@@ -141,6 +153,7 @@ impl FeedKind {
             FeedKind::HookPending => "hook_pending",
             FeedKind::ToolCallRequested => "tool_call_requested",
             FeedKind::ElicitationRequested => "elicitation_requested",
+            FeedKind::SessionDeleted => "session_deleted",
         }
     }
 }
@@ -169,11 +182,14 @@ pub struct FeedEntry<E = StoredEvent> {
     pub title: Option<String>,
     /// The session's working directory.
     pub cwd: String,
-    /// The session's stored state when the entry was read.
+    /// The session's stored state when the entry was read (for a
+    /// [`FeedKind::SessionDeleted`] entry: its state when it was deleted).
     pub state: SessionState,
-    /// The session's labels.
+    /// The session's labels (for a [`FeedKind::SessionDeleted`] entry: as they were when it
+    /// was deleted).
     pub labels: BTreeMap<String, String>,
-    /// The event (the session's `seq`).
+    /// The event (the session's `seq`; for a [`FeedKind::SessionDeleted`] entry the
+    /// `engine_notice` [`SESSION_DELETED_NOTICE`] at the session's last seq + 1, in no log).
     pub event: E,
 }
 
@@ -222,57 +238,111 @@ pub fn shorten_title(text: &str, max_chars: usize) -> Option<String> {
     Some(cut)
 }
 
+/// One row of a page: a feed row joined with its session (`pk` set), or a deletion's
+/// entry (`pk` `None`: title, cwd, state and labels are the deleted session's).
+struct RawRow {
+    id: u64,
+    seq: u64,
+    kind: String,
+    pk: Option<i64>,
+    session_id: String,
+    title: Option<String>,
+    cwd: String,
+    state: String,
+    deleted_ms: i64,
+}
+
 fn read_page(conn: &Connection, after: u64, limit: usize) -> Result<FeedPage> {
     let limit_sql = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
     // One snapshot for the rows and the events they name.
     let tx = conn.unchecked_transaction()?;
     let mut stmt = tx.prepare_cached(
-        "SELECT f.id, f.seq, f.kind, s.pk, s.id, s.title, s.cwd, s.state
-         FROM feed f JOIN sessions s ON s.pk = f.session_pk
-         WHERE f.id > ?1 ORDER BY f.id LIMIT ?2",
+        // Each side is cut to the page first (both are read in id order), so a page costs
+        // at most two pages of rows whatever the cursor.
+        "SELECT * FROM (
+             SELECT f.id, f.seq, f.kind, s.pk, s.id, s.title, s.cwd, s.state, 0
+             FROM feed f JOIN sessions s ON s.pk = f.session_pk
+             WHERE f.id > ?1 ORDER BY f.id LIMIT ?2)
+         UNION ALL
+         SELECT * FROM (
+             SELECT d.id, d.seq, 'session_deleted', NULL, d.session_id, d.title, d.cwd,
+                    d.state, d.deleted_ms
+             FROM feed_deleted d
+             WHERE d.id > ?1 ORDER BY d.id LIMIT ?2)
+         ORDER BY 1 LIMIT ?2",
     )?;
     let mut rows_iter = stmt.query(params![u64_to_sql(after, "cursor")?, limit_sql])?;
     let mut raw = Vec::new();
     while let Some(row) = rows_iter.next()? {
-        raw.push((
-            u64_from_sql(row.get(0)?, "feed id")?,
-            u64_from_sql(row.get(1)?, "seq")?,
-            row.get::<_, String>(2)?,
-            row.get::<_, i64>(3)?,
-            row.get::<_, String>(4)?,
-            row.get::<_, Option<String>>(5)?,
-            row.get::<_, String>(6)?,
-            row.get::<_, String>(7)?,
-        ));
+        raw.push(RawRow {
+            id: u64_from_sql(row.get(0)?, "feed id")?,
+            seq: u64_from_sql(row.get(1)?, "seq")?,
+            kind: row.get(2)?,
+            pk: row.get(3)?,
+            session_id: row.get(4)?,
+            title: row.get(5)?,
+            cwd: row.get(6)?,
+            state: row.get(7)?,
+            deleted_ms: row.get(8)?,
+        });
     }
     drop(rows_iter);
     drop(stmt);
     let mut page = FeedPage {
         entries: Vec::with_capacity(raw.len()),
-        scanned_to: raw.last().map_or(after, |r| r.0),
+        scanned_to: raw.last().map_or(after, |r| r.id),
     };
-    for (id, seq, kind, pk, session_id, title, cwd, state) in raw {
-        let Some(event) =
-            rows::events_after(&tx, &session_id, seq.saturating_sub(1), 1, usize::MAX)?
-                .into_iter()
-                .find(|e| e.seq == seq)
-        else {
-            // The event is gone (cannot happen while feed rows cascade with their session).
-            continue;
+    for r in raw {
+        let (event, labels) = match r.pk {
+            Some(pk) => {
+                let Some(event) =
+                    rows::events_after(&tx, &r.session_id, r.seq.saturating_sub(1), 1, usize::MAX)?
+                        .into_iter()
+                        .find(|e| e.seq == r.seq)
+                else {
+                    // The event is gone (cannot happen while feed rows cascade with their
+                    // session).
+                    continue;
+                };
+                (event, rows::labels(&tx, pk)?)
+            }
+            None => (
+                StoredEvent {
+                    session_id: r.session_id.as_str().into(),
+                    seq: r.seq,
+                    kind: "engine_notice".into(),
+                    payload: bytes::Bytes::from_static(SESSION_DELETED_NOTICE),
+                    raw: None,
+                    ts_ms: r.deleted_ms,
+                },
+                deleted_labels(&tx, r.id)?,
+            ),
         };
         page.entries.push(FeedEntry {
-            cursor: id,
-            kind: kind.parse()?,
-            title,
-            cwd,
-            state: state.parse()?,
-            labels: rows::labels(&tx, pk)?,
-            session_id,
+            cursor: r.id,
+            kind: r.kind.parse()?,
+            title: r.title,
+            cwd: r.cwd,
+            state: r.state.parse()?,
+            labels,
+            session_id: r.session_id,
             event,
         });
     }
     tx.finish()?;
     Ok(page)
+}
+
+/// The labels a deleted session had (its `feed_deleted` entry `id`).
+fn deleted_labels(conn: &Connection, id: u64) -> Result<BTreeMap<String, String>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT key, value FROM feed_deleted_labels WHERE feed_id = ?1")?;
+    let mut rows = stmt.query([u64_to_sql(id, "feed id")?])?;
+    let mut out = BTreeMap::new();
+    while let Some(row) = rows.next()? {
+        out.insert(row.get(0)?, row.get(1)?);
+    }
+    Ok(out)
 }
 
 impl Store {

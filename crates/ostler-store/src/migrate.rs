@@ -42,6 +42,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(8, "0008_events_dictionary.sql"),
     migration!(9, "0009_events_by_id.sql"),
     migration!(10, "0010_elicitation.sql"),
+    migration!(11, "0011_feed_deleted.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).
@@ -530,6 +531,68 @@ mod tests {
             )
             .expect("indexes");
         assert_eq!(indexes, 0);
+    }
+
+    /// A schema-10 store whose feed counter ran past its rows (the newest were deleted with
+    /// their session) gains 0011: its entries read as before, and a deletion's entry takes
+    /// a cursor beyond every one handed out before the upgrade, with the session's labels.
+    #[test]
+    fn a_schema_10_feed_gets_deletion_entries_after_its_old_cursors() {
+        use crate::types::*;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v10.db");
+        {
+            let conn = at_version(&path, 10);
+            conn.execute_batch(
+                "INSERT INTO sessions (pk, id, cwd, state, created_ms, updated_ms)
+                 VALUES (1, 'a', '/w', 'idle', 1, 1), (2, 'b', '/w', 'exited', 1, 1);
+                 INSERT INTO session_labels VALUES (2, 'team', 'infra');
+                 INSERT INTO events (id, kind, ts_ms, codec, payload)
+                 VALUES ((1 << 36) | 1, 'engine_notice', 1, 0, x'7b7d'),
+                        ((2 << 36) | 1, 'engine_notice', 1, 0, x'7b7d'),
+                        ((2 << 36) | 2, 'turn_completed', 2, 0, x'7b7d');
+                 INSERT INTO feed (id, session_pk, seq, kind)
+                 VALUES (1, 1, 1, 'session_created'), (2, 2, 1, 'session_created'),
+                        (3, 2, 2, 'turn_completed');
+                 UPDATE sqlite_sequence SET seq = 7 WHERE name = 'feed';",
+            )
+            .expect("v10 data");
+        }
+        let store = crate::Store::open(&path, StoreOptions::default()).expect("migrating open");
+        assert_eq!(*store.feed_watch().borrow(), 7);
+        let cursors = |after| -> Vec<(u64, crate::FeedKind)> {
+            store
+                .feed_after(after, 100)
+                .expect("feed")
+                .entries
+                .iter()
+                .map(|e| (e.cursor, e.kind))
+                .collect()
+        };
+        assert_eq!(
+            cursors(0),
+            [
+                (1, crate::FeedKind::SessionCreated),
+                (2, crate::FeedKind::SessionCreated),
+                (3, crate::FeedKind::TurnCompleted)
+            ]
+        );
+        store.delete_session("b").wait().expect("delete");
+        assert_eq!(*store.feed_watch().borrow(), 8);
+        let page = store.feed_after(7, 100).expect("feed");
+        assert_eq!(page.entries.len(), 1);
+        let d = &page.entries[0];
+        assert_eq!((d.cursor, d.kind), (8, crate::FeedKind::SessionDeleted));
+        assert_eq!(d.event.seq, 3);
+        assert_eq!(d.state, SessionState::Exited);
+        assert_eq!(d.labels.get("team").map(String::as_str), Some("infra"));
+        assert_eq!(
+            cursors(0),
+            [
+                (1, crate::FeedKind::SessionCreated),
+                (8, crate::FeedKind::SessionDeleted)
+            ]
+        );
     }
 
     /// A schema-8 store with a session pk too large for the id key (2^27) is not migrated:

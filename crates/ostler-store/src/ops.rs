@@ -155,10 +155,36 @@ pub(crate) fn update_session_op(
     Ok(())
 }
 
-pub(crate) fn delete_session_op(ctx: &mut Ctx<'_>, session_id: &str) -> Result<()> {
+pub(crate) fn delete_session_op(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    deleted_ms: i64,
+) -> Result<()> {
     let slot = ctx.slot(session_id)?;
     let conn = ctx.conn;
-    // Labels, interactions and usage go with it (ON DELETE CASCADE), events by the trigger
+    // The feed item of the deletion (migration 0011), in this transaction. Its cursor is the
+    // feed's next id: a feed row is inserted for the session (the AUTOINCREMENT counter
+    // moves past it) and goes with the session below, so no reader ever sees it.
+    let next_seq = u64_to_sql(slot.last_seq.saturating_add(1), "seq")?;
+    conn.prepare_cached("INSERT INTO feed (session_pk, seq, kind) VALUES (?1, ?2, ?3)")?
+        .execute(params![
+            slot.pk,
+            next_seq,
+            FeedKind::SessionDeleted.as_str()
+        ])?;
+    let cursor = conn.last_insert_rowid();
+    conn.prepare_cached(
+        "INSERT INTO feed_deleted (id, session_id, seq, title, cwd, state, deleted_ms)
+         SELECT ?2, id, ?3, title, cwd, state, ?4 FROM sessions WHERE pk = ?1",
+    )?
+    .execute(params![slot.pk, cursor, next_seq, deleted_ms])?;
+    conn.prepare_cached(
+        "INSERT INTO feed_deleted_labels (feed_id, key, value)
+         SELECT ?2, key, value FROM session_labels WHERE session_pk = ?1",
+    )?
+    .execute(params![slot.pk, cursor])?;
+    ctx.feed_touched = true;
+    // Labels, interactions, usage and feed rows go with it (ON DELETE CASCADE), events by the trigger
     // `events_of_deleted_session` (migration 0009).
     conn.prepare_cached("DELETE FROM sessions WHERE pk = ?1")?
         .execute([slot.pk])?;

@@ -354,9 +354,18 @@ impl Store {
     /// Deletes a session with its events, interactions and usage, and gives the freed pages
     /// back to the file system (incremental vacuum; the file shrinks at the next WAL
     /// checkpoint). [`Error::NotFound`] if there is no such session.
+    ///
+    /// Its feed rows go too; in their place the feed gets one [`FeedKind::SessionDeleted`]
+    /// entry (with the session's title, cwd, state and labels as they were), committed with
+    /// the deletion.
+    ///
+    /// [`FeedKind::SessionDeleted`]: crate::FeedKind::SessionDeleted
     pub fn delete_session(&self, session_id: &str) -> Ticket<()> {
         let sid = session_id.to_owned();
-        self.submit(move |ctx| ops::delete_session_op(ctx, &sid))
+        let deleted_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self.submit(move |ctx| ops::delete_session_op(ctx, &sid, deleted_ms))
     }
 
     /// Records a permission request or question as pending. If it is already recorded and

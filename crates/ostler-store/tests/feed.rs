@@ -107,24 +107,165 @@ fn cursors_are_never_reused_and_survive_reopening() {
             .append_blocking("b", vec![ev("state_changed", 1), ev("turn_completed", 2)])
             .unwrap();
         assert_eq!(*store.feed_watch().borrow(), 3);
-        // The newest rows go with their session; their ids are not handed out again.
+        // The newest rows go with their session; their ids are not handed out again. The
+        // deletion's own entry takes the next one.
         store.delete_session("b").wait().unwrap();
         let page = store.feed_after(0, 10).unwrap();
-        assert_eq!(page.entries.len(), 1);
-        assert_eq!(page.entries[0].cursor, 1);
+        assert_eq!(
+            page.entries
+                .iter()
+                .map(|e| (e.cursor, e.session_id.as_str(), e.kind))
+                .collect::<Vec<_>>(),
+            [
+                (1, "a", FeedKind::StateChanged),
+                (4, "b", FeedKind::SessionDeleted)
+            ]
+        );
     }
     let store = open(&path);
     assert_eq!(
         *store.feed_watch().borrow(),
-        3,
+        4,
         "the position is known at open"
     );
     store
         .append_blocking("a", vec![ev("turn_completed", 2)])
         .unwrap();
     let page = store.feed_after(1, 10).unwrap();
-    assert_eq!(page.entries.len(), 1);
-    assert_eq!(page.entries[0].cursor, 4);
+    assert_eq!(
+        page.entries.iter().map(|e| e.cursor).collect::<Vec<_>>(),
+        [4, 5]
+    );
+    // The deletion's entry survived the reopening, once, and a cursor after it skips it.
+    assert_eq!(page.entries[0].kind, FeedKind::SessionDeleted);
+    let page = store.feed_after(4, 10).unwrap();
+    assert_eq!(
+        page.entries.iter().map(|e| e.cursor).collect::<Vec<_>>(),
+        [5]
+    );
+}
+
+/// A deletion leaves one entry in the feed, published with the deletion's commit: the
+/// session as it was (title, cwd, state, labels) and a `session_deleted` notice at the seq
+/// after its last event. A watcher's cursor from before the deletion gets it exactly once;
+/// in replay it sits between the other sessions' entries in commit order, across pages.
+#[test]
+fn a_deletion_leaves_one_entry_in_commit_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    let mut s = new_session("a", 1);
+    s.labels.insert("team".into(), "x".into());
+    s.labels.insert("env".into(), "ci".into());
+    store.create_session(s).wait().unwrap();
+    store.create_session(new_session("b", 2)).wait().unwrap();
+    store.set_title("a", "alpha").wait().unwrap();
+    store
+        .append_blocking("a", vec![ev("engine_notice", 1), ev("assistant_block", 2)])
+        .unwrap(); // cursor 1
+    store
+        .append_blocking("b", vec![ev("engine_notice", 1)])
+        .unwrap(); // cursor 2
+    store
+        .update_session(
+            "a",
+            SessionPatch {
+                state: Some(SessionState::Exited),
+                updated_ms: 3,
+                ..Default::default()
+            },
+        )
+        .wait()
+        .unwrap();
+    let mut watch = store.feed_watch();
+    assert_eq!(*watch.borrow_and_update(), 2);
+    store.delete_session("a").wait().unwrap(); // cursor 3
+    assert!(watch.has_changed().unwrap(), "published with the commit");
+    assert_eq!(*watch.borrow_and_update(), 3);
+    store
+        .append_blocking("b", vec![ev("turn_completed", 2)])
+        .unwrap(); // cursor 4
+
+    let after_2 = store.feed_after(2, 10).unwrap();
+    assert_eq!(after_2.scanned_to, 4);
+    let d = &after_2.entries[0];
+    assert_eq!(d.cursor, 3);
+    assert_eq!(d.kind, FeedKind::SessionDeleted);
+    assert_eq!(d.session_id, "a");
+    assert_eq!(d.title.as_deref(), Some("alpha"));
+    assert_eq!(d.cwd, "/work/project");
+    assert_eq!(d.state, SessionState::Exited);
+    assert_eq!(
+        d.labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>(),
+        ["env=ci", "team=x"]
+    );
+    assert_eq!(d.event.seq, 3, "the seq after the session's last event");
+    assert_eq!(&*d.event.session_id, "a");
+    assert_eq!(&*d.event.kind, "engine_notice");
+    assert_eq!(&d.event.payload[..], SESSION_DELETED_NOTICE);
+    assert!(d.event.ts_ms > 1_600_000_000_000, "{}", d.event.ts_ms);
+    assert_eq!(after_2.entries[1].cursor, 4);
+    assert_eq!(after_2.entries.len(), 2);
+
+    // Replay one entry per page: every cursor once, in order, the deletion included.
+    let mut cursor = 0;
+    let mut seen = Vec::new();
+    loop {
+        let page = store.feed_after(cursor, 1).unwrap();
+        if page.scanned_to == cursor {
+            break;
+        }
+        cursor = page.scanned_to;
+        seen.extend(
+            page.entries
+                .iter()
+                .map(|e| (e.cursor, e.session_id.clone(), e.kind)),
+        );
+    }
+    let row = |c, s: &str, k| (c, s.to_owned(), k);
+    assert_eq!(
+        seen,
+        [
+            row(2, "b", FeedKind::SessionCreated),
+            row(3, "a", FeedKind::SessionDeleted),
+            row(4, "b", FeedKind::TurnCompleted),
+        ]
+    );
+    assert!(
+        store
+            .feed_after(3, 10)
+            .unwrap()
+            .entries
+            .iter()
+            .all(|e| e.cursor > 3)
+    );
+
+    // A deletion that fails (no such session) leaves nothing and moves no cursor.
+    assert!(matches!(
+        store.delete_session("a").wait(),
+        Err(Error::NotFound { .. })
+    ));
+    assert_eq!(*store.feed_watch().borrow(), 4);
+    assert_eq!(store.feed_after(4, 10).unwrap().entries.len(), 0);
+    drop(store);
+
+    // In the database: the session's rows are gone, its deletion entry is there (one
+    // commit), and no feed row of it is left.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+    assert_eq!(count("SELECT count(*) FROM sessions WHERE id = 'a'"), 0);
+    assert_eq!(
+        count("SELECT count(*) FROM feed_deleted WHERE session_id = 'a'"),
+        1
+    );
+    assert_eq!(count("SELECT count(*) FROM feed_deleted_labels"), 2);
+    assert_eq!(
+        count("SELECT count(*) FROM feed WHERE kind = 'session_deleted'"),
+        0
+    );
 }
 
 #[test]

@@ -50,7 +50,7 @@ pub struct NotifyConfig {
     pub secret: String,
     /// Feed kinds to deliver (empty: all): session_created, state_changed, turn_completed,
     /// permission_requested, question_asked, interaction_resolved, process_exited,
-    /// hook_pending, tool_call_requested, elicitation_requested. The pending ones
+    /// hook_pending, tool_call_requested, elicitation_requested, session_deleted. The pending ones
     /// (permission_requested, question_asked, hook_pending, tool_call_requested,
     /// elicitation_requested: an MCP server waits for the user's input) call for someone's
     /// attention; their answers are interaction_resolved.

@@ -366,14 +366,21 @@ async fn a_reconnecting_watcher_sees_every_item_once_across_a_restart() {
         .into_inner();
     assert_eq!(got.title, "alpha");
 
-    // Deleting a session removes its items; cursors are not reused.
+    // Deleting a session removes its items but for the deletion's own; cursors are not
+    // reused.
     c.delete_session(pb::DeleteSessionRequest {
         session_id: b.id.clone(),
     })
     .await
     .unwrap();
     let after_delete = stored_feed(&mut c, 0).await;
-    assert!(after_delete.iter().all(|i| i.session_id != b.id));
+    let of_b: Vec<_> = after_delete
+        .iter()
+        .filter(|i| i.session_id == b.id)
+        .collect();
+    assert_eq!(of_b.len(), 1, "{}", kinds(&after_delete));
+    assert_eq!(of_b[0].kind, pb::FeedKind::SessionDeleted as i32);
+    assert!(of_b[0].cursor > all.last().unwrap().cursor);
     let last_before = all.last().unwrap().cursor;
     c.create_session(as_client(
         "tester",
@@ -387,4 +394,178 @@ async fn a_reconnecting_watcher_sees_every_item_once_across_a_restart() {
     let newer = stored_feed(&mut c, last_before).await;
     assert!(!newer.is_empty());
     assert!(newer.iter().all(|i| i.cursor > last_before));
+}
+
+/// The payload of a feed item's event, if it is an engine notice.
+fn notice(i: &pb::FeedItem) -> Option<&pb::EngineNotice> {
+    match i.event.as_ref()?.payload.as_ref()? {
+        Payload::EngineNotice(n) => Some(n),
+        _ => None,
+    }
+}
+
+/// DeleteSession of a real CLI session puts one FEED_KIND_SESSION_DELETED item in the feed:
+/// live to a follower right after the deletion, to a matching label filter and not to
+/// another, once to a watcher that reconnects with a cursor from before it (also after a
+/// daemon restart), with the session's title, cwd, labels and last state, and a
+/// `session_deleted` notice at the seq after the session's last event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_session_leaves_one_item_live_and_on_replay() {
+    let world = World::new(NEW).await;
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let follow = |labels: &[(&str, &str)]| pb::WatchSessionsRequest {
+        follow: true,
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+    let mut all = watch(&mut c, follow(&[])).await;
+    let mut mine = watch(&mut c, follow(&[("team", "del")])).await;
+    let mut others = watch(&mut c, follow(&[("team", "other")])).await;
+    let (mut seen_all, mut seen_mine, mut seen_others) = (Vec::new(), Vec::new(), Vec::new());
+
+    let a = c
+        .create_session(as_client(
+            "tester",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                first_prompt: text("Say hello"),
+                title: "doomed".into(),
+                labels: [("team".to_owned(), "del".to_owned())].into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    read_until(
+        &mut all,
+        &mut seen_all,
+        "A's turn",
+        is(pb::FeedKind::TurnCompleted, &a.id),
+    )
+    .await;
+    let before = stored_feed(&mut c, 0).await.last().unwrap().cursor;
+
+    c.delete_session(pb::DeleteSessionRequest {
+        session_id: a.id.clone(),
+    })
+    .await
+    .unwrap();
+    let gone = read_until(
+        &mut all,
+        &mut seen_all,
+        "A's deletion",
+        is(pb::FeedKind::SessionDeleted, &a.id),
+    )
+    .await;
+    assert!(gone.cursor > before);
+    assert_eq!(gone.title, "doomed");
+    assert_eq!(gone.cwd, world.work.display().to_string());
+    assert_eq!(gone.labels.get("team").map(String::as_str), Some("del"));
+    assert_ne!(gone.state, pb::SessionState::Unspecified as i32);
+    let n = notice(&gone).unwrap_or_else(|| panic!("an engine notice: {gone:?}"));
+    assert_eq!(n.code, "session_deleted");
+    let ev = gone.event.as_ref().unwrap();
+    assert_eq!(ev.session_id, a.id);
+    let last_seq = seen_all
+        .iter()
+        .filter(|i| i.session_id == a.id && i.cursor < gone.cursor)
+        .map(|i| i.event.as_ref().unwrap().seq)
+        .max()
+        .unwrap();
+    assert!(ev.seq > last_seq, "{} after {last_seq}", ev.seq);
+    assert!(ev.ts_ms > 0);
+    let err = c
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+
+    // The matching label filter gets it, as the unfiltered watcher did.
+    let got = read_until(
+        &mut mine,
+        &mut seen_mine,
+        "A's deletion (team=del)",
+        is(pb::FeedKind::SessionDeleted, &a.id),
+    )
+    .await;
+    assert_eq!(got, gone);
+    // The other one does not: a later item of its own comes first.
+    let m = c
+        .create_session(as_client(
+            "tester",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                labels: [("team".to_owned(), "other".to_owned())].into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let marker = read_until(
+        &mut others,
+        &mut seen_others,
+        "M created (team=other)",
+        is(pb::FeedKind::SessionCreated, &m.id),
+    )
+    .await;
+    assert!(marker.cursor > gone.cursor);
+    assert!(
+        seen_others.iter().all(|i| i.session_id != a.id),
+        "{}",
+        kinds(&seen_others)
+    );
+
+    // A watcher reconnecting with a cursor from before the deletion gets it once; one
+    // reconnecting with its cursor does not get it again. Also after a restart.
+    for round in ["running", "restarted"] {
+        let replay = stored_feed(&mut c, before).await;
+        let deletions: Vec<_> = replay
+            .iter()
+            .filter(|i| i.kind == pb::FeedKind::SessionDeleted as i32)
+            .collect();
+        assert_eq!(deletions, [&gone], "{round}: {}", kinds(&replay));
+        assert!(
+            stored_feed(&mut c, gone.cursor)
+                .await
+                .iter()
+                .all(|i| i.session_id != a.id),
+            "{round}"
+        );
+        // `kinds` and `states` filters apply to it (its state: the session's last).
+        let other = if gone.state == pb::SessionState::Running as i32 {
+            pb::SessionState::Idle
+        } else {
+            pb::SessionState::Running
+        };
+        for (states, want) in [(vec![gone.state], 1), (vec![other as i32], 0)] {
+            let mut s = watch(
+                &mut c,
+                pb::WatchSessionsRequest {
+                    kinds: vec![pb::FeedKind::SessionDeleted as i32],
+                    states,
+                    ..Default::default()
+                },
+            )
+            .await;
+            let mut only = Vec::new();
+            while let Some(i) = s.message().await.unwrap() {
+                only.push(i);
+            }
+            assert_eq!(only.len(), want, "{round}: {}", kinds(&only));
+            assert!(only.iter().all(|i| *i == gone));
+        }
+        if round == "running" {
+            daemon.kill9();
+            daemon = world.daemon(&[]).await;
+            c = daemon.sessions().await;
+        }
+    }
 }

@@ -29,7 +29,7 @@ pub struct WatchArgs {
     #[arg(long = "state", value_name = "STATE", value_parser = parse_state)]
     pub states: Vec<pb::SessionState>,
     /// Only these kinds (repeatable): created, state, turn, permission, question,
-    /// resolved, exited, hook, tool_call, elicitation
+    /// resolved, exited, hook, tool_call, elicitation, deleted
     #[arg(long = "kind", value_name = "KIND", value_parser = parse_kind)]
     pub kinds: Vec<pb::FeedKind>,
     /// Print one JSON object per item
@@ -40,7 +40,7 @@ pub struct WatchArgs {
 }
 
 /// The short kind names `--kind` takes (and `--json` prints).
-const KINDS: [(&str, pb::FeedKind); 10] = [
+const KINDS: [(&str, pb::FeedKind); 11] = [
     ("created", pb::FeedKind::SessionCreated),
     ("state", pb::FeedKind::StateChanged),
     ("turn", pb::FeedKind::TurnCompleted),
@@ -51,6 +51,7 @@ const KINDS: [(&str, pb::FeedKind); 10] = [
     ("hook", pb::FeedKind::HookPending),
     ("tool_call", pb::FeedKind::ToolCallPending),
     ("elicitation", pb::FeedKind::ElicitationPending),
+    ("deleted", pb::FeedKind::SessionDeleted),
 ];
 
 pub fn parse_kind(s: &str) -> Result<pb::FeedKind, String> {
@@ -84,6 +85,10 @@ pub fn title_cell(s: &pb::Session) -> String {
 /// What an item says, in a few words.
 fn what(item: &pb::FeedItem) -> String {
     let payload = item.event.as_ref().and_then(|e| e.payload.as_ref());
+    if item.kind == pb::FeedKind::SessionDeleted as i32 {
+        // The session's last state, from the item (the notice says only "session deleted").
+        return format!("session deleted (was {})", json::state_name(item.state));
+    }
     match payload {
         Some(Payload::EngineNotice(n)) => n.message.clone(),
         Some(Payload::StateChanged(s)) => format!(
@@ -201,7 +206,7 @@ fn human(st: Style, item: &pb::FeedItem) -> String {
             | pb::FeedKind::ToolCallPending
             | pb::FeedKind::ElicitationPending,
         ) => st.yellow(&line),
-        Ok(pb::FeedKind::ProcessExited) => st.red(&line),
+        Ok(pb::FeedKind::ProcessExited | pb::FeedKind::SessionDeleted) => st.red(&line),
         Ok(pb::FeedKind::TurnCompleted) => st.green(&line),
         _ => line,
     }
@@ -288,7 +293,7 @@ mod tests {
         }
         assert!(parse_kind("nope").unwrap_err().contains("permission"));
         // Every kind the feed has (but UNSPECIFIED) has a name `--kind` takes.
-        for v in 1..=pb::FeedKind::ElicitationPending as i32 {
+        for v in 1..=pb::FeedKind::SessionDeleted as i32 {
             assert_ne!(kind_name(v), "other", "feed kind {v} has no name");
         }
     }
@@ -302,6 +307,36 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_deletion_says_so_with_the_last_state() {
+        let mut d = item(
+            pb::FeedKind::SessionDeleted,
+            Payload::EngineNotice(pb::EngineNotice {
+                code: "session_deleted".into(),
+                message: "session deleted".into(),
+                ..Default::default()
+            }),
+        );
+        d.cursor = 42;
+        d.session_id = "s-1".into();
+        d.title = "alpha".into();
+        d.state = pb::SessionState::Exited as i32;
+        d.labels.insert("team".into(), "x".into());
+        assert_eq!(what(&d), "session deleted (was exited)");
+        let line = human(Style { on: false }, &d);
+        assert!(
+            line.contains("alpha  deleted    session deleted (was exited)"),
+            "{line}"
+        );
+        let j = item_json(&d);
+        assert_eq!(j["kind"], "deleted");
+        assert_eq!(j["cursor"], 42);
+        assert_eq!(j["state"], "exited");
+        assert_eq!(j["labels"]["team"], "x");
+        assert_eq!(j["event"]["type"], "engine_notice", "{j}");
+        assert_eq!(j["event"]["code"], "session_deleted", "{j}");
     }
 
     #[test]
