@@ -1063,11 +1063,7 @@ mod tests {
     fn a_nudge_ends_with_a_write_back_of_the_database_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.db");
-        let open = || {
-            let c = Connection::open(&path).unwrap();
-            c.pragma_update(None, "journal_mode", "WAL").unwrap();
-            c
-        };
+        let open = || wal_connection(&path);
         let conn = open();
         conn.execute_batch("CREATE TABLE t (x BLOB)").unwrap();
         for _ in 0..50 {
@@ -1094,11 +1090,7 @@ mod tests {
     fn a_commit_is_synced_within_sync_within() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let open = || {
-            let c = Connection::open(&path).unwrap();
-            c.pragma_update(None, "journal_mode", "WAL").unwrap();
-            c
-        };
+        let open = || wal_connection(&path);
         let conn = open();
         conn.execute_batch("CREATE TABLE t (x BLOB)").unwrap();
         let within = Some(Duration::from_millis(20));
@@ -1120,6 +1112,13 @@ mod tests {
         assert!(!nudge.shared.unsynced.load(Ordering::SeqCst));
         drop(nudge);
         handle.join().unwrap();
+    }
+
+    /// A connection to `path` in WAL mode.
+    fn wal_connection(path: &Path) -> Connection {
+        let c = Connection::open(path).unwrap();
+        c.pragma_update(None, "journal_mode", "WAL").unwrap();
+        c
     }
 
     /// Waits (on the checkpointer's condition variable) until `done` holds for its progress.

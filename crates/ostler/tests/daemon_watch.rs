@@ -97,20 +97,7 @@ async fn a_reconnecting_watcher_sees_every_item_once_across_a_restart() {
         },
     )
     .await;
-    let a = c
-        .create_session(as_client(
-            "tester",
-            pb::CreateSessionRequest {
-                cwd: world.work.display().to_string(),
-                first_prompt: text("Say hello"),
-                title: "alpha".into(),
-                labels: [("team".to_owned(), "a".to_owned())].into(),
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let a = create_labelled(&mut c, &world, "alpha", "a").await;
     assert_eq!(a.title, "alpha");
     let created = read_until(
         &mut w,
@@ -427,20 +414,7 @@ async fn a_deleted_session_leaves_one_item_live_and_on_replay() {
     let mut others = watch(&mut c, follow(&[("team", "other")])).await;
     let (mut seen_all, mut seen_mine, mut seen_others) = (Vec::new(), Vec::new(), Vec::new());
 
-    let a = c
-        .create_session(as_client(
-            "tester",
-            pb::CreateSessionRequest {
-                cwd: world.work.display().to_string(),
-                first_prompt: text("Say hello"),
-                title: "doomed".into(),
-                labels: [("team".to_owned(), "del".to_owned())].into(),
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let a = create_labelled(&mut c, &world, "doomed", "del").await;
     read_until(
         &mut all,
         &mut seen_all,
@@ -568,4 +542,26 @@ async fn a_deleted_session_leaves_one_item_live_and_on_replay() {
             c = daemon.sessions().await;
         }
     }
+}
+
+/// CreateSession (as client "tester") with a first prompt, a title and the label `team`.
+async fn create_labelled(
+    c: &mut pb::session_service_client::SessionServiceClient<tonic::transport::Channel>,
+    world: &World,
+    title: &str,
+    team: &str,
+) -> pb::Session {
+    c.create_session(as_client(
+        "tester",
+        pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            first_prompt: text("Say hello"),
+            title: title.into(),
+            labels: [("team".to_owned(), team.to_owned())].into(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap()
+    .into_inner()
 }
