@@ -541,6 +541,7 @@ pub(crate) fn create_session(
         per_task_stop_affordance: r.per_task_stop_affordance,
         task_budget_tokens: r.task_budget_tokens,
         allow_dangerously_skip_permissions: r.allow_dangerously_skip_permissions,
+        project_config_root: opt_string(r.project_config_root),
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options
@@ -1294,6 +1295,7 @@ mod tests {
             .into(),
             strict_mcp_config: true,
             allow_dangerously_skip_permissions: true,
+            project_config_root: "/srv/trusted".into(),
             ..Default::default()
         };
         let req = create_session(full.clone(), c.clone()).unwrap();
@@ -1312,6 +1314,7 @@ mod tests {
         );
         assert!(o.strict_mcp_config);
         assert!(o.allow_dangerously_skip_permissions);
+        assert_eq!(o.project_config_root.as_deref(), Some("/srv/trusted"));
         assert!(
             matches!(&o.mcp_servers["tickets"], eng::McpServer::Stdio { command, .. } if command == "/bin/tickets")
         );
