@@ -908,6 +908,26 @@ when = { last_user_text_contains = "Try the file" }
 blocks = [{ type = "tool_use", id = "toolu_pcr_3", name = "Bash", input = { command = "touch made-by-bash.txt", description = "create a file" } }]
 
 [[model]]
+name = "read"
+when = { last_user_text_contains = "Read the notes" }
+blocks = [{ type = "tool_use", id = "toolu_pcr_read", name = "Read", input = { file_path = "notes.txt" } }]
+
+[[model]]
+name = "after-read"
+when = { tool_result_for = "toolu_pcr_read" }
+blocks = [{ type = "text", text = "Read them." }]
+
+[[model]]
+name = "read-control"
+when = { last_user_text_contains = "Read again" }
+blocks = [{ type = "tool_use", id = "toolu_pcr_read_2", name = "Read", input = { file_path = "notes.txt" } }]
+
+[[model]]
+name = "after-read-control"
+when = { tool_result_for = "toolu_pcr_read_2" }
+blocks = [{ type = "text", text = "Tried to read." }]
+
+[[model]]
 name = "after"
 when = { tool_result_for = "toolu_pcr_1" }
 blocks = [{ type = "text", text = "Done." }]
@@ -944,10 +964,11 @@ async fn turn_without_prompt(
 
 /// `project_config_root` against the real CLI 2.1.332: a trusted repository R commits a
 /// `.claude/settings.json` denying Bash; the session runs in W, a `git worktree` of R
-/// whose branch deletes that file. With project_config_root = R the deny holds in W: the
-/// model's Bash call is refused by the CLI itself (no permission prompt, no file), also
-/// after a daemon restart (the option is recorded with the session and passed again).
-/// Without it the session follows the branch: the same call in W asks for permission.
+/// whose branch replaces it with one denying Read instead. With project_config_root = R
+/// the session follows R: the model's Bash call is refused by the CLI itself (no
+/// permission prompt, no file), also after a daemon restart (the option is recorded with
+/// the session and passed again), and its Read of a file in W runs (W's deny not read).
+/// Without it the session follows the branch: the Read is denied, the same Bash call asks.
 /// (An `allow` rule for Bash in a project's settings is not honoured by 2.1.332 either
 /// way, measured: the deny is what shows which settings the CLI read.)
 #[tokio::test]
@@ -988,9 +1009,22 @@ async fn project_config_root_takes_the_project_settings_from_the_trusted_checkou
             task.to_str().unwrap(),
         ],
     );
-    git(&task, &["rm", "-q", ".claude/settings.json"]);
-    git(&task, &["commit", "-q", "-m", "the branch drops the deny"]);
-    assert!(!task.join(".claude/settings.json").exists());
+    std::fs::write(
+        task.join(".claude/settings.json"),
+        r#"{"permissions": {"deny": ["Read"]}}"#,
+    )
+    .unwrap();
+    git(
+        &task,
+        &[
+            "commit",
+            "-q",
+            "-am",
+            "the branch trades the deny of Bash for Read",
+        ],
+    );
+    const NOTES: &str = "PCR-NOTES-31";
+    std::fs::write(task.join("notes.txt"), format!("{NOTES}\n")).unwrap();
     let shown = |seen: &[pb::SessionEvent]| seen.iter().map(describe).collect::<Vec<_>>();
     let denied = |id: &str, seen: &[pb::SessionEvent]| {
         let result = tool_result(&world, id)
@@ -1031,6 +1065,13 @@ async fn project_config_root_takes_the_project_settings_from_the_trusted_checkou
         !task.join("made-by-bash.txt").exists(),
         "the denied Bash ran"
     );
+    let (seen, ended) = turn_without_prompt(&mut c, &s.id, "Read the notes please").await;
+    assert!(ended, "{:?}", shown(&seen));
+    assert!(
+        world.model_saw(NOTES),
+        "the branch's deny of Read was applied: {:?}",
+        tool_result(&world, "toolu_pcr_read")
+    );
 
     // Recorded with the session: after a daemon restart the resumed CLI gets it again.
     daemon.terminate().await;
@@ -1053,7 +1094,8 @@ async fn project_config_root_takes_the_project_settings_from_the_trusted_checkou
     .await
     .unwrap();
 
-    // Without it the session follows the branch, which dropped the deny: a prompt.
+    // Without it the session follows the branch: its deny of Read holds, and it has no
+    // deny of Bash, so the Bash call asks.
     let plain = c
         .create_session(pb::CreateSessionRequest {
             cwd: task.display().to_string(),
@@ -1067,6 +1109,9 @@ async fn project_config_root_takes_the_project_settings_from_the_trusted_checkou
         value_of(&argv, "--project-config-root").is_none(),
         "{argv:?}"
     );
+    let (seen, ended) = turn_without_prompt(&mut c, &plain.id, "Read again please").await;
+    assert!(ended, "{:?}", shown(&seen));
+    denied("toolu_pcr_read_2", &seen);
     let (seen, ended) = turn_without_prompt(&mut c, &plain.id, "Try the file please").await;
     assert!(!ended, "no prompt without the option: {:?}", shown(&seen));
     assert!(
