@@ -542,6 +542,7 @@ pub(crate) fn create_session(
         verbatim_prompts: r.verbatim_prompts,
         task_budget_tokens: r.task_budget_tokens,
         allow_dangerously_skip_permissions: r.allow_dangerously_skip_permissions,
+        project_config_root: opt_string(r.project_config_root),
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options
@@ -1295,6 +1296,7 @@ mod tests {
             .into(),
             strict_mcp_config: true,
             allow_dangerously_skip_permissions: true,
+            project_config_root: "/srv/trusted".into(),
             ..Default::default()
         };
         let req = create_session(full.clone(), c.clone()).unwrap();
@@ -1313,6 +1315,7 @@ mod tests {
         );
         assert!(o.strict_mcp_config);
         assert!(o.allow_dangerously_skip_permissions);
+        assert_eq!(o.project_config_root.as_deref(), Some("/srv/trusted"));
         assert!(
             matches!(&o.mcp_servers["tickets"], eng::McpServer::Stdio { command, .. } if command == "/bin/tickets")
         );

@@ -280,7 +280,7 @@ pub const PROBED_CONTROLS: [&str; 13] = [
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
 /// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 26] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 27] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -306,6 +306,8 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 26] = [
     ("--task-budget", Some("1000")),
     ("--managed-settings", Some("{}")),
     ("--allow-dangerously-skip-permissions", None),
+    // The CLI checks the value (an existing local directory it can list).
+    ("--project-config-root", Some("/")),
     (REPLAY_USER_MESSAGES, None),
 ];
 

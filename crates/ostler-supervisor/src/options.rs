@@ -175,6 +175,12 @@ pub struct CliOptions {
     /// `IS_SANDBOX=1`.
     #[serde(skip_serializing_if = "is_false")]
     pub allow_dangerously_skip_permissions: bool,
+    /// `--project-config-root` (the Agent SDKs' `projectConfigRoot`): the trusted checkout
+    /// the working directory is a worktree of (an absolute path, made canonical by the
+    /// engine at create). The project's settings, `.mcp.json`, the `.claude` trees and
+    /// `CLAUDE_PROJECT_DIR` come from there instead of from the working directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_config_root: Option<String>,
 }
 
 /// The levels `--effort` takes (2.1.332's help, the TypeScript Agent SDK 0.3.332's
@@ -554,6 +560,16 @@ impl CliOptions {
                 }
                 argv += d.len() + 1;
             }
+        }
+        if let Some(d) = &self.project_config_root {
+            arg("project_config_root", d, limits::PATH_BYTES)?;
+            if !d.starts_with('/') {
+                return Err(bad(
+                    "project_config_root",
+                    format!("{} is not an absolute path", shown(d)),
+                ));
+            }
+            argv += d.len() + 1;
         }
         argv += names(
             "betas",
@@ -992,6 +1008,11 @@ impl CliOptions {
             self.allow_dangerously_skip_permissions,
             "--allow-dangerously-skip-permissions",
             "allow_dangerously_skip_permissions",
+        );
+        on(
+            self.project_config_root.is_some(),
+            "--project-config-root",
+            "project_config_root",
         );
         v
     }
@@ -1501,6 +1522,15 @@ mod tests {
             },
             "add_dirs[0]",
         );
+        for bad_root in ["relative/dir", "", "/a\0b", "-x"] {
+            check(
+                CliOptions {
+                    project_config_root: Some(bad_root.into()),
+                    ..Default::default()
+                },
+                "project_config_root",
+            );
+        }
         check(
             CliOptions {
                 add_dirs: vec!["/d".into(); limits::ADD_DIRS + 1],

@@ -888,6 +888,284 @@ async fn allow_dangerously_skip_permissions_lets_a_session_switch_to_bypass() {
     );
 }
 
+/// Bash calls, one per prompt, each creating a file in the working directory, then text.
+const PROJECT_BASH: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "first"
+when = { last_user_text_contains = "Create the file" }
+blocks = [{ type = "tool_use", id = "toolu_pcr_1", name = "Bash", input = { command = "touch made-by-bash.txt", description = "create a file" } }]
+
+[[model]]
+name = "again"
+when = { last_user_text_contains = "Create another" }
+blocks = [{ type = "tool_use", id = "toolu_pcr_2", name = "Bash", input = { command = "touch made-again.txt", description = "create a file" } }]
+
+[[model]]
+name = "control"
+when = { last_user_text_contains = "Try the file" }
+blocks = [{ type = "tool_use", id = "toolu_pcr_3", name = "Bash", input = { command = "touch made-by-bash.txt", description = "create a file" } }]
+
+[[model]]
+name = "read"
+when = { last_user_text_contains = "Read the notes" }
+blocks = [{ type = "tool_use", id = "toolu_pcr_read", name = "Read", input = { file_path = "notes.txt" } }]
+
+[[model]]
+name = "after-read"
+when = { tool_result_for = "toolu_pcr_read" }
+blocks = [{ type = "text", text = "Read them." }]
+
+[[model]]
+name = "read-control"
+when = { last_user_text_contains = "Read again" }
+blocks = [{ type = "tool_use", id = "toolu_pcr_read_2", name = "Read", input = { file_path = "notes.txt" } }]
+
+[[model]]
+name = "after-read-control"
+when = { tool_result_for = "toolu_pcr_read_2" }
+blocks = [{ type = "text", text = "Tried to read." }]
+
+[[model]]
+name = "after"
+when = { tool_result_for = "toolu_pcr_1" }
+blocks = [{ type = "text", text = "Done." }]
+
+[[model]]
+name = "after-again"
+when = { tool_result_for = "toolu_pcr_2" }
+blocks = [{ type = "text", text = "Done again." }]
+
+[[model]]
+name = "after-control"
+when = { tool_result_for = "toolu_pcr_3" }
+blocks = [{ type = "text", text = "Tried." }]
+"#;
+
+/// Sends `prompt` and reads this turn's events until it ends or a permission prompt
+/// comes: what was read, and whether the turn ended without a prompt.
+async fn turn_without_prompt(
+    c: &mut SessionServiceClient<Channel>,
+    id: &str,
+    prompt: &str,
+) -> (Vec<pb::SessionEvent>, bool) {
+    use pb::session_event::Payload as P;
+    let after = session(c, id).await.last_seq;
+    let mut events = subscribe(c, id, after, false).await;
+    send(c, id, prompt).await;
+    let mut seen = Vec::new();
+    let end = read_until(&mut events, &mut seen, "the turn's end or a prompt", |e| {
+        is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_)))
+    })
+    .await;
+    (seen, is_turn_completed(&end))
+}
+
+/// `project_config_root` against the real CLI 2.1.332: a trusted repository R commits a
+/// `.claude/settings.json` denying Bash; the session runs in W, a `git worktree` of R
+/// whose branch replaces it with one denying Read instead. With project_config_root = R
+/// the session follows R: the model's Bash call is refused by the CLI itself (no
+/// permission prompt, no file), also after a daemon restart (the option is recorded with
+/// the session and passed again), and its Read of a file in W runs (W's deny not read).
+/// Without it the session follows the branch: the Read is denied, the same Bash call asks.
+/// (An `allow` rule for Bash in a project's settings is not honoured by 2.1.332 either
+/// way, measured: the deny is what shows which settings the CLI read.)
+#[tokio::test]
+async fn project_config_root_takes_the_project_settings_from_the_trusted_checkout() {
+    use pb::session_event::Payload as P;
+    let world = World::with_scenario(NEW, PROJECT_BASH).await;
+    let trusted = world.work.join("trusted");
+    let task = world.work.join("task");
+    std::fs::create_dir_all(trusted.join(".claude")).unwrap();
+    std::fs::write(
+        trusted.join(".claude/settings.json"),
+        r#"{"permissions": {"deny": ["Bash"]}}"#,
+    )
+    .unwrap();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        // The test's own fixture, a git worktree: not a process the daemon would spawn.
+        #[allow(clippy::disallowed_methods)]
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&trusted, &["init", "-q"]);
+    git(&trusted, &["add", "."]);
+    git(&trusted, &["commit", "-q", "-m", "deny Bash"]);
+    git(
+        &trusted,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "task",
+            task.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(
+        task.join(".claude/settings.json"),
+        r#"{"permissions": {"deny": ["Read"]}}"#,
+    )
+    .unwrap();
+    git(
+        &task,
+        &[
+            "commit",
+            "-q",
+            "-am",
+            "the branch trades the deny of Bash for Read",
+        ],
+    );
+    const NOTES: &str = "PCR-NOTES-31";
+    std::fs::write(task.join("notes.txt"), format!("{NOTES}\n")).unwrap();
+    let shown = |seen: &[pb::SessionEvent]| seen.iter().map(describe).collect::<Vec<_>>();
+    let denied = |id: &str, seen: &[pb::SessionEvent]| {
+        let result = tool_result(&world, id)
+            .unwrap_or_else(|| panic!("the model never got {id}'s result: {:?}", shown(seen)));
+        assert_eq!(result["is_error"], true, "{result}");
+        assert!(
+            !seen
+                .iter()
+                .any(|e| matches!(e.payload, Some(P::PermissionRequested(_)))),
+            "denied by the CLI, nobody asked: {:?}",
+            shown(seen)
+        );
+    };
+
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: task.display().to_string(),
+            project_config_root: trusted.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (argv, _) = the_cli(&daemon, &mut c, &s).await;
+    let canonical = std::fs::canonicalize(&trusted).unwrap();
+    let canonical = canonical.to_str().unwrap();
+    assert_eq!(
+        value_of(&argv, "--project-config-root"),
+        Some(canonical),
+        "{argv:?}"
+    );
+    let (seen, ended) = turn_without_prompt(&mut c, &s.id, "Create the file please").await;
+    assert!(ended, "R's deny was not applied: {:?}", shown(&seen));
+    denied("toolu_pcr_1", &seen);
+    assert!(
+        !task.join("made-by-bash.txt").exists(),
+        "the denied Bash ran"
+    );
+    let (seen, ended) = turn_without_prompt(&mut c, &s.id, "Read the notes please").await;
+    assert!(ended, "{:?}", shown(&seen));
+    assert!(
+        world.model_saw(NOTES),
+        "the branch's deny of Read was applied: {:?}",
+        tool_result(&world, "toolu_pcr_read")
+    );
+
+    // Recorded with the session: after a daemon restart the resumed CLI gets it again.
+    daemon.terminate().await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let (seen, ended) = turn_without_prompt(&mut c, &s.id, "Create another file please").await;
+    assert!(ended, "R's deny was lost on resume: {:?}", shown(&seen));
+    denied("toolu_pcr_2", &seen);
+    assert!(!task.join("made-again.txt").exists(), "the denied Bash ran");
+    let resumed = session(&mut c, &s.id).await;
+    let (again, _) = the_cli(&daemon, &mut c, &resumed).await;
+    assert_eq!(
+        value_of(&again, "--project-config-root"),
+        Some(canonical),
+        "{again:?}"
+    );
+    c.stop_session(pb::StopSessionRequest {
+        session_id: s.id.clone(),
+    })
+    .await
+    .unwrap();
+
+    // Without it the session follows the branch: its deny of Read holds, and it has no
+    // deny of Bash, so the Bash call asks.
+    let plain = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: task.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (argv, _) = the_cli(&daemon, &mut c, &plain).await;
+    assert!(
+        value_of(&argv, "--project-config-root").is_none(),
+        "{argv:?}"
+    );
+    let (seen, ended) = turn_without_prompt(&mut c, &plain.id, "Read again please").await;
+    assert!(ended, "{:?}", shown(&seen));
+    denied("toolu_pcr_read_2", &seen);
+    let (seen, ended) = turn_without_prompt(&mut c, &plain.id, "Try the file please").await;
+    assert!(!ended, "no prompt without the option: {:?}", shown(&seen));
+    assert!(
+        matches!(seen.last().and_then(|e| e.payload.as_ref()), Some(P::PermissionRequested(p)) if p.tool_name == "Bash"),
+        "{:?}",
+        shown(&seen)
+    );
+    assert!(tool_result(&world, "toolu_pcr_3").is_none(), "not denied");
+
+    // The checkout is checked again at a resume, like the working directory.
+    std::fs::rename(&trusted, world.work.join("moved")).unwrap();
+    let e = c
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: s.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("the checkout is gone");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("project_config_root") && e.message().contains(canonical),
+        "{}",
+        e.message()
+    );
+}
+
+/// The newest pinned release without `--project-config-root` (2.1.121, measured) refuses
+/// the option at once, naming release, option and flag; nothing is created.
+#[tokio::test]
+async fn project_config_root_is_refused_by_a_release_without_the_flag() {
+    let world = World::new("2.1.121").await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            project_config_root: world.work.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("2.1.121 lacks the flag");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    for needle in ["2.1.121", "project_config_root", "--project-config-root"] {
+        assert!(e.message().contains(needle), "{needle}: {}", e.message());
+    }
+    let list = c
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.sessions.is_empty(), "{:?}", list.sessions);
+    assert!(children(daemon.pid()).is_empty());
+}
+
 /// `skills` and `plan_mode_instructions` (sent in `initialize`) against the real CLI: with
 /// two skills in the project and `skills: [alpha]`, only alpha's description reaches the
 /// model and the CLI is allowed `Skill(alpha)`; in plan mode the instructions reach the
@@ -1615,6 +1893,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
         ),
         (
             pb::CreateSessionRequest {
+                project_config_root: world.work.display().to_string(),
+                ..Default::default()
+            },
+            "project_config_root",
+            "--project-config-root",
+        ),
+        (
+            pb::CreateSessionRequest {
                 exclude_dynamic_sections: true,
                 ..Default::default()
             },
@@ -1691,6 +1977,9 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
     let cwd = world.work.display().to_string();
     let huge = "x".repeat(3 << 20);
     let outside = world.dir.path().display().to_string();
+    let a_file = world.work.join("a-file.txt");
+    std::fs::write(&a_file, "not a directory").unwrap();
+    let a_file = a_file.display().to_string();
     let cases: Vec<(pb::CreateSessionRequest, &str)> = vec![
         (
             pb::CreateSessionRequest {
@@ -1832,10 +2121,45 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
         ),
         (
             pb::CreateSessionRequest {
-                add_dirs: vec![outside],
+                add_dirs: vec![outside.clone()],
                 ..Default::default()
             },
             "add_dirs[0]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                project_config_root: "relative/checkout".into(),
+                ..Default::default()
+            },
+            "project_config_root",
+        ),
+        (
+            pb::CreateSessionRequest {
+                project_config_root: outside,
+                ..Default::default()
+            },
+            "project_config_root",
+        ),
+        (
+            pb::CreateSessionRequest {
+                project_config_root: format!("{cwd}/no-such-checkout"),
+                ..Default::default()
+            },
+            "project_config_root",
+        ),
+        (
+            pb::CreateSessionRequest {
+                project_config_root: a_file.clone(),
+                ..Default::default()
+            },
+            "project_config_root",
+        ),
+        (
+            pb::CreateSessionRequest {
+                project_config_root: format!("{cwd}\0"),
+                ..Default::default()
+            },
+            "project_config_root",
         ),
         (
             pb::CreateSessionRequest {

@@ -551,6 +551,14 @@ impl Engine {
                 list.push(c.to_string_lossy().into_owned());
             }
         }
+        // The trusted checkout the project's configuration comes from: checked like the
+        // working directory, recorded canonical (rechecked at every resume).
+        if let Some(root) = options.project_config_root.take() {
+            let c = self
+                .validate_dir("project_config_root", Path::new(&root))
+                .await?;
+            options.project_config_root = Some(c.to_string_lossy().into_owned());
+        }
         if let Some(path) = options.settings.clone().filter(|s| s.starts_with('/')) {
             let is_file = blocking(move || Ok::<_, Error>(Path::new(&path).is_file())).await?;
             if !is_file {
@@ -1197,6 +1205,10 @@ impl Engine {
             .chain(&spec.options.plugin_dirs)
         {
             self.recheck_dir("the session's extra directory", Path::new(d))
+                .await?;
+        }
+        if let Some(root) = &spec.options.project_config_root {
+            self.recheck_dir("the session's project_config_root", Path::new(root))
                 .await?;
         }
         let at_message_id = opts.at_message_id.clone();

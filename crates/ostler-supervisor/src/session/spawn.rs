@@ -64,7 +64,8 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
         .option_if("--effort", cli.effort.as_deref())
         .option_if("--permission-prompts", cli.permission_prompts.as_deref())
         .option_if("--thinking", cli.thinking.as_deref())
-        .option_if("--thinking-display", cli.thinking_display.as_deref());
+        .option_if("--thinking-display", cli.thinking_display.as_deref())
+        .option_if("--project-config-root", cli.project_config_root.as_deref());
     if let Some(b) = cli.max_budget_usd {
         a.option("--max-budget-usd", b.to_string());
     }
@@ -349,6 +350,7 @@ mod tests {
                 )]),
                 strict_mcp_config: true,
                 allow_dangerously_skip_permissions: true,
+                project_config_root: Some("/srv/trusted".into()),
                 allowed_tools: vec!["Read".into()],
                 ..Default::default()
             },
@@ -372,6 +374,7 @@ mod tests {
             r#"{"permissions":{"deny":["Bash"]}}"#
         ));
         assert!(pair("--setting-sources", "user,local"));
+        assert!(pair("--project-config-root", "/srv/trusted"));
         assert!(args.iter().any(|a| a == "--strict-mcp-config"));
         assert!(
             args.iter()
@@ -414,6 +417,8 @@ mod tests {
         o.cli.managed_settings = None;
         refused(&o, "--allow-dangerously-skip-permissions");
         o.cli.allow_dangerously_skip_permissions = false;
+        refused(&o, "--project-config-root");
+        o.cli.project_config_root = None;
         session_args(&inst((1, 0, 128)), &o).expect("the rest is measured on 1.0.128");
     }
 }

@@ -72,6 +72,11 @@ pub struct SessionOptionArgs {
     /// `@path` file expansion, no slash commands (for prompts built from text nobody typed)
     #[arg(long)]
     pub verbatim_prompts: bool,
+    /// The trusted checkout the session's directory is a worktree of (an absolute path on
+    /// the daemon's machine): the project's settings (hooks, permissions), `.mcp.json` and
+    /// `.claude` trees come from there, not from the branch checked out (2.1.330 and later)
+    #[arg(long, value_name = "DIR")]
+    pub project_config_root: Option<String>,
     /// A plugin directory to load for this session (repeatable)
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<String>,
@@ -285,6 +290,7 @@ impl SessionOptionArgs {
             .collect();
         r.add_dirs = self.add_dirs.clone();
         r.plugin_dirs = self.plugin_dirs.clone();
+        r.project_config_root = self.project_config_root.clone().unwrap_or_default();
         r.include_hook_events = self.hook_events;
         r.betas = self.betas.clone();
         r.prompt_suggestions = self.prompt_suggestions;
@@ -448,6 +454,17 @@ mod tests {
             !request(&[])
                 .expect("parses")
                 .allow_dangerously_skip_permissions
+        );
+    }
+
+    #[test]
+    fn project_config_root_flag() {
+        let r = request(&["--project-config-root", "/srv/repo"]).expect("parses");
+        assert_eq!(r.project_config_root, "/srv/repo");
+        assert_eq!(request(&[]).expect("parses").project_config_root, "");
+        assert!(
+            request(&["--project-config-root"]).is_err(),
+            "needs a value"
         );
     }
 }
