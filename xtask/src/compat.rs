@@ -1169,9 +1169,9 @@ const PROBE_PLAN: &str = "PROBE-PLAN-INSTRUCTIONS: write the plan as a list";
 /// before: 2.1.120 and later honour both; 2.1.0 lists both skills and drops the text;
 /// 1.0.128 lists no skills. `tool_aliases`, `exclude_dynamic_sections` and
 /// `forward_subagent_text` in sessions of their own ([`tool_alias_probe`],
-/// [`dynamic_sections_probe`], [`subagent_text_probe`]), and `per_task_stop_affordance`
+/// [`dynamic_sections_probe`], [`subagent_text_probe`]), `per_task_stop_affordance`
 /// ([`task_stop_probe`]) where the release answers `stop_task` (`control`: the control
-/// probe's results).
+/// probe's results), and `agent_progress_summaries` ([`progress_summary_probe`]).
 async fn init_field_probe(
     binary: &Path,
     control: &BTreeMap<String, String>,
@@ -1225,7 +1225,105 @@ async fn init_field_probe(
             "per_task_stop_affordance".to_string(),
             task_stop_probe(binary, control).await?,
         ),
+        (
+            "agent_progress_summaries".to_string(),
+            progress_summary_probe(binary).await?,
+        ),
     ]))
+}
+
+/// The fake model of [`progress_summary_probe`]: the main agent starts a sub-agent, which
+/// runs one Bash command; its next model call is held for the whole probe, so the
+/// sub-agent keeps running. A summary fork (its prompt asks for the agent's "most recent
+/// action") is answered with [`PROBE_SUMMARY`].
+const PROGRESS_SUMMARY_SCENARIO: &str = r#"
+description = "compat probe: does agentProgressSummaries send a running sub-agent's summary?"
+default_text = "ok"
+[[model]]
+name = "summary"
+when = { last_user_text_contains = "most recent action" }
+blocks = [ { type = "text", text = "Probing the summary module" } ]
+[[model]]
+name = "main after task"
+when = { tool_result_for = "toolu_probe_sum_task" }
+blocks = [ { type = "text", text = "probe delegated" } ]
+[[model]]
+name = "sub held"
+when = { tool_result_for = "toolu_probe_sum_echo" }
+hold_until = "never"
+blocks = [ { type = "text", text = "never sent" } ]
+[[model]]
+name = "sub runs a command"
+when = { last_user_text_contains = "PROBE-SUM-SUBTASK" }
+blocks = [ { type = "tool_use", id = "toolu_probe_sum_echo", name = "Bash", input = { command = "echo probe", description = "Echo probe" } } ]
+[[model]]
+name = "main delegates"
+when = { last_user_text_contains = "PROBE-SUM-DELEGATE" }
+blocks = [ { type = "tool_use", id = "toolu_probe_sum_task", name = ["Agent", "Task"], input = { description = "Probe", prompt = "PROBE-SUM-SUBTASK: run a command.", subagent_type = "general-purpose" } } ]
+"#;
+
+/// The summary [`PROGRESS_SUMMARY_SCENARIO`]'s model writes.
+const PROBE_SUMMARY: &str = "Probing the summary module";
+
+/// How long [`progress_summary_probe`] watches a session: the CLI asks for a summary 30 s
+/// after the sub-agent's first model call (2.1.332: a fixed interval, no variable shortens
+/// it), plus a margin. Behaviour measured, not a guard: not scaled.
+const PROGRESS_SUMMARY_WINDOW: Duration = Duration::from_secs(45);
+
+/// `agentProgressSummaries`: one session without it and one with it, side by side, each
+/// starting a sub-agent that keeps running; honoured when, within
+/// [`PROGRESS_SUMMARY_WINDOW`], the session with it wrote a `task_progress` whose
+/// `summary` is the fake model's answer to the summary fork, and the session without it
+/// sent no summary request. A release whose JavaScript lacks the field's name
+/// (`agentProgressSummaries`) cannot honour it: not honoured, not run (it would cost the
+/// whole window). Measured by hand before on 2.1.332: the summary comes 30 s into the
+/// sub-agent.
+async fn progress_summary_probe(binary: &Path) -> Result<bool> {
+    let path =
+        std::fs::canonicalize(binary).with_context(|| format!("resolve {}", binary.display()))?;
+    let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+    if memchr::memmem::find(&bytes, b"agentProgressSummaries").is_none() {
+        return Ok(false);
+    }
+    drop(bytes);
+    let (without, with) = tokio::join!(
+        progress_summary_seen(binary, serde_json::json!({})),
+        progress_summary_seen(binary, serde_json::json!({"agentProgressSummaries": true})),
+    );
+    let (without_written, without_asked) = without?;
+    let (with_written, with_asked) = with?;
+    Ok(with_written && with_asked && !without_written && !without_asked)
+}
+
+/// In a session of [`PROGRESS_SUMMARY_SCENARIO`] whose `initialize` had `fields`: whether
+/// a `task_progress` with [`PROBE_SUMMARY`] was written within [`PROGRESS_SUMMARY_WINDOW`],
+/// and whether the model got a summary request.
+async fn progress_summary_seen(binary: &Path, fields: serde_json::Value) -> Result<(bool, bool)> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let mut s = ProbeSession::start(&herm, binary, PROGRESS_SUMMARY_SCENARIO, &[]).await?;
+    let mut init = fields;
+    init["subtype"] = "initialize".into();
+    s.send(&[
+        serde_json::json!({"type":"control_request","request_id":"probe-init","request":init}),
+        user_message("PROBE-SUM-DELEGATE please", serde_json::json!({})),
+    ])
+    .await?;
+    let deadline = tokio::time::Instant::now() + PROGRESS_SUMMARY_WINDOW;
+    let mut allow = |request: &serde_json::Value| serde_json::json!({"behavior": "allow", "updatedInput": request["input"]});
+    let mut written = false;
+    while let Some(v) = s.next(deadline, &mut allow).await? {
+        if v["type"] == "system" && v["subtype"] == "task_progress" && v["summary"] == PROBE_SUMMARY
+        {
+            written = true;
+            break;
+        }
+    }
+    let server = s.finish().await;
+    let asked = server
+        .requests()
+        .iter()
+        .any(|r| r.rule_name.as_deref() == Some("summary"));
+    Ok((written, asked))
 }
 
 /// The fake model of [`task_stop_probe`]: the main agent starts a sub-agent and ends its

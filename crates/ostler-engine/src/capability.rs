@@ -253,6 +253,11 @@ pub(crate) fn check_init_fields(
             "per_task_stop_affordance",
             options.per_task_stop_affordance,
         ),
+        (
+            "agent_progress_summaries",
+            "agent_progress_summaries",
+            options.agent_progress_summaries,
+        ),
     ];
     for (field, option, on) in asked {
         if on && inst.capabilities.init_fields.get(field) == Some(&false) {

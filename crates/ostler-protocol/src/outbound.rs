@@ -225,6 +225,9 @@ pub struct InitializeRequest {
     /// `perTaskStopAffordance`: the client stops background tasks one at a time
     /// (`stop_task`), so an interrupt stops only the turn and spares them.
     pub per_task_stop_affordance: bool,
+    /// `agentProgressSummaries`: a running sub-agent's conversation is summed up every
+    /// ~30 s in a short line, sent as `task_progress`'s `summary`.
+    pub agent_progress_summaries: bool,
 }
 
 impl InitializeRequest {
@@ -269,6 +272,9 @@ impl InitializeRequest {
         }
         if self.per_task_stop_affordance {
             f.insert("perTaskStopAffordance".into(), true.into());
+        }
+        if self.agent_progress_summaries {
+            f.insert("agentProgressSummaries".into(), true.into());
         }
         OutRequest::Initialize(f)
     }
@@ -675,13 +681,15 @@ mod tests {
             exclude_dynamic_sections: true,
             forward_subagent_text: true,
             per_task_stop_affordance: true,
+            agent_progress_summaries: true,
             ..Default::default()
         };
         assert_eq!(
             request(fields.into_request()),
             json!({"subtype": "initialize", "skills": ["pdf"], "planModeInstructions": "Plan in steps.",
                    "toolAliases": {"Bash": "mcp__box__bash"}, "excludeDynamicSections": true,
-                   "forwardSubagentText": true, "perTaskStopAffordance": true})
+                   "forwardSubagentText": true, "perTaskStopAffordance": true,
+                   "agentProgressSummaries": true})
         );
     }
 

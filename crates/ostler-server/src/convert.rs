@@ -539,6 +539,7 @@ pub(crate) fn create_session(
         exclude_dynamic_sections: r.exclude_dynamic_sections,
         forward_subagent_text: r.forward_subagent_text,
         per_task_stop_affordance: r.per_task_stop_affordance,
+        agent_progress_summaries: r.agent_progress_summaries,
         verbatim_prompts: r.verbatim_prompts,
         task_budget_tokens: r.task_budget_tokens,
         allow_dangerously_skip_permissions: r.allow_dangerously_skip_permissions,

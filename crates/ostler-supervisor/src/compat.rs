@@ -223,7 +223,7 @@ pub const POLICIES: [(&str, &str); 1] = [(
 /// probe` measures (the `init_fields` column), each with what honouring it means. A
 /// release ignores a field it does not know, so a session that asks for one it is measured
 /// not to honour is refused.
-pub const INIT_FIELDS: [(&str, &str); 6] = [
+pub const INIT_FIELDS: [(&str, &str); 7] = [
     (
         "skills",
         "`skills: [name]` lists only that skill to the model (another skill of the project is \
@@ -252,6 +252,12 @@ pub const INIT_FIELDS: [(&str, &str); 6] = [
         "per_task_stop_affordance",
         "`perTaskStopAffordance` spares a running background sub-agent from an interrupt (a \
          `stop_task` afterwards ends it), which ends it without the field",
+    ),
+    (
+        "agent_progress_summaries",
+        "`agentProgressSummaries` sends a running sub-agent's progress summary (a \
+         `task_progress` with the model's `summary`, asked for ~30 s into the sub-agent), \
+         which is not asked for without the field",
     ),
 ];
 

@@ -98,6 +98,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -216,6 +217,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -334,6 +336,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -452,6 +455,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -570,6 +574,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -688,6 +693,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -806,6 +812,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -924,6 +931,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -1042,6 +1050,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -1160,6 +1169,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -1278,6 +1288,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -1396,6 +1407,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
                 ("per_task_stop_affordance", false),
@@ -1514,6 +1526,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", false),
             ],
             init_fields: &[
+                ("agent_progress_summaries", false),
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
                 ("per_task_stop_affordance", false),
@@ -1655,6 +1668,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", true),
             ],
             init_fields: &[
+                ("agent_progress_summaries", true),
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
                 ("per_task_stop_affordance", true),
@@ -1797,6 +1811,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
                 ("verbatim", true),
             ],
             init_fields: &[
+                ("agent_progress_summaries", true),
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
                 ("per_task_stop_affordance", true),

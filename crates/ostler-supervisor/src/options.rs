@@ -149,6 +149,11 @@ pub struct CliOptions {
     /// one at a time (`stop_task`), so an interrupt stops only the turn and spares them.
     #[serde(skip_serializing_if = "is_false")]
     pub per_task_stop_affordance: bool,
+    /// Not a flag: `agentProgressSummaries` in `initialize`: a running sub-agent's
+    /// conversation is summed up every ~30 s (one model request each) in a short line,
+    /// sent as `task_progress`'s `summary`.
+    #[serde(skip_serializing_if = "is_false")]
+    pub agent_progress_summaries: bool,
     /// `--permission-prompts`: `host` (ostler's clients answer, the default) or `none`
     /// (anything that would prompt is denied at once and the model is told).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1506,6 +1506,117 @@ async fn per_task_stop_affordance_spares_background_tasks_from_an_interrupt() {
     );
 }
 
+/// The model starts a sub-agent, which runs one Bash command and whose next model call is
+/// held (`sub-done`); a summary fork (its prompt asks for the agent's "most recent action")
+/// is answered with [`PROGRESS_SUMMARY`].
+const SUMMARIZED_SUBAGENT: &str = r#"
+default_text = "ok"
+
+[[model]]
+name = "summary"
+when = { last_user_text_contains = "most recent action" }
+blocks = [{ type = "text", text = "Analyzing the fake module" }]
+
+[[model]]
+name = "main after task"
+when = { tool_result_for = "toolu_sum_task" }
+blocks = [{ type = "text", text = "Delegated." }]
+
+[[model]]
+name = "sub held"
+when = { tool_result_for = "toolu_sub_echo" }
+hold_until = "sub-done"
+blocks = [{ type = "text", text = "Sub-agent done." }]
+
+[[model]]
+name = "sub runs a command"
+when = { last_user_text_contains = "SUM-SUBTASK" }
+blocks = [{ type = "tool_use", id = "toolu_sub_echo", name = "Bash", input = { command = "echo progress", description = "Echo progress" } }]
+
+[[model]]
+name = "main delegates"
+when = { last_user_text_contains = "Delegate and report" }
+blocks = [{ type = "tool_use", id = "toolu_sum_task", name = ["Agent", "Task"], input = { description = "Summed work", prompt = "SUM-SUBTASK: run a command.", subagent_type = "general-purpose" } }]
+"#;
+
+/// The summary the fake model writes for [`SUMMARIZED_SUBAGENT`].
+const PROGRESS_SUMMARY: &str = "Analyzing the fake module";
+
+/// The summary of a TaskProgress event, if `e` is one with a summary.
+fn progress_summary(e: &pb::SessionEvent) -> Option<&str> {
+    match &e.payload {
+        Some(pb::session_event::Payload::TaskProgress(p)) if !p.summary.is_empty() => {
+            Some(p.summary.as_str())
+        }
+        _ => None,
+    }
+}
+
+/// `agent_progress_summaries` (`agentProgressSummaries` in `initialize`) against the real
+/// CLI: a running sub-agent's progress summary, the fake model's answer to the CLI's
+/// summary fork (about 30 s after the sub-agent's first model call), reaches the client as
+/// TaskProgress.summary. A session without the option, started first so that its
+/// sub-agent has run longer when the other's summary arrives, has no summary request at
+/// the fake model by then, and none at all by its end.
+#[tokio::test]
+async fn agent_progress_summaries_reach_the_client() {
+    let plain = World::with_scenario(NEW, SUMMARIZED_SUBAGENT).await;
+    let plain_daemon = plain.daemon(&[]).await;
+    let mut pc = plain_daemon.sessions().await;
+    let (ps, mut plain_events, mut plain_seen) =
+        create_and_turn(&mut pc, &plain, Default::default(), "Delegate and report.").await;
+    await_model_request(&plain.fake, "sub held").await;
+
+    let world = World::with_scenario(NEW, SUMMARIZED_SUBAGENT).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let req = pb::CreateSessionRequest {
+        agent_progress_summaries: true,
+        ..Default::default()
+    };
+    let (_, mut events, mut seen) =
+        create_and_turn(&mut c, &world, req, "Delegate and report.").await;
+    let got = read_until(&mut events, &mut seen, "a progress summary", |e| {
+        progress_summary(e).is_some()
+    })
+    .await;
+    assert_eq!(progress_summary(&got), Some(PROGRESS_SUMMARY));
+    let asked = |w: &World| {
+        w.fake
+            .requests()
+            .iter()
+            .any(|r| r.rule_name.as_deref() == Some("summary"))
+    };
+    assert!(asked(&world));
+    assert!(
+        !asked(&plain),
+        "a summary was asked for in the session without the option"
+    );
+
+    // Both sub-agents finish; the one without the option never had a summary.
+    world.fake.signal("sub-done");
+    plain.fake.signal("sub-done");
+    let task_done = |e: &pb::SessionEvent| {
+        matches!(
+            &e.payload,
+            Some(pb::session_event::Payload::TaskNotification(_))
+        )
+    };
+    read_until(
+        &mut plain_events,
+        &mut plain_seen,
+        "the sub-agent's end",
+        task_done,
+    )
+    .await;
+    assert!(
+        !plain_seen.iter().any(|e| progress_summary(e).is_some()) && !asked(&plain),
+        "a summary without the option: {:#?}",
+        plain_seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    drop(ps);
+}
+
 /// The `tool_result` the model got for `id`, if any.
 fn tool_result(world: &World, id: &str) -> Option<serde_json::Value> {
     world.fake.requests().iter().find_map(|r| {
@@ -1921,6 +2032,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
                 ..Default::default()
             },
             "per_task_stop_affordance",
+            "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
+                agent_progress_summaries: true,
+                ..Default::default()
+            },
+            "agent_progress_summaries",
             "Initialize fields",
         ),
         (

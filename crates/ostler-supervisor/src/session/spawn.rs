@@ -175,6 +175,7 @@ pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Op
             exclude_dynamic_sections: opts.cli.exclude_dynamic_sections,
             forward_subagent_text: opts.cli.forward_subagent_text,
             per_task_stop_affordance: opts.cli.per_task_stop_affordance,
+            agent_progress_summaries: opts.cli.agent_progress_summaries,
             ..Default::default()
         }
         .into_request(),

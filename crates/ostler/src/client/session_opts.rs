@@ -68,6 +68,10 @@ pub struct SessionOptionArgs {
     /// one by one (`ostler stop-task`); without it an interrupt kills them too
     #[arg(long)]
     pub per_task_stop: bool,
+    /// Show a short model-written line of what each running sub-agent is doing, asked for
+    /// about every 30 s while it runs (one extra model request each time)
+    #[arg(long)]
+    pub progress_summaries: bool,
     /// Send the first prompt and every later message as written, whoever sends it: no
     /// `@path` file expansion, no slash commands (for prompts built from text nobody typed)
     #[arg(long)]
@@ -301,6 +305,7 @@ impl SessionOptionArgs {
         r.exclude_dynamic_sections = self.exclude_dynamic_sections;
         r.forward_subagent_text = self.subagent_text;
         r.per_task_stop_affordance = self.per_task_stop;
+        r.agent_progress_summaries = self.progress_summaries;
         r.verbatim_prompts = self.verbatim_prompts;
         r.permission_prompts = self.permission_prompts.clone().unwrap_or_default();
         r.thinking = self.thinking.clone().unwrap_or_default();
@@ -425,18 +430,21 @@ mod tests {
             "--subagent-text",
             "--per-task-stop",
             "--verbatim-prompts",
+            "--progress-summaries",
         ])
         .expect("parses");
         assert!(r.exclude_dynamic_sections);
         assert!(r.forward_subagent_text);
         assert!(r.per_task_stop_affordance);
         assert!(r.verbatim_prompts);
+        assert!(r.agent_progress_summaries);
         let r = request(&[]).expect("parses");
         assert!(
             !r.exclude_dynamic_sections
                 && !r.forward_subagent_text
                 && !r.per_task_stop_affordance
                 && !r.verbatim_prompts
+                && !r.agent_progress_summaries
         );
     }
 
