@@ -853,17 +853,8 @@ impl Human {
                 )));
             }
             Payload::TaskProgress(t) => {
-                if self.verbose {
-                    self.note(&self.err.dim(&format!(
-                        "· task {}: {}{}",
-                        t.task_id,
-                        clip(&t.description, 80),
-                        if t.last_tool_name.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" (last tool {})", t.last_tool_name)
-                        }
-                    )));
+                if let Some(line) = task_progress(t, self.verbose) {
+                    self.note(&self.err.dim(&line));
                 }
             }
             Payload::TaskNotification(t) => {
@@ -1176,9 +1167,60 @@ fn hook_lines(h: &pb::HookActivity, verbose: bool) -> Vec<(bool, String)> {
     }
 }
 
+/// A background task's progress line: its summary whenever it has one (the session option
+/// `agent_progress_summaries`), else only with `--verbose` its description and last tool.
+fn task_progress(t: &pb::TaskProgress, verbose: bool) -> Option<String> {
+    let last_tool = if verbose && !t.last_tool_name.is_empty() {
+        format!(" (last tool {})", t.last_tool_name)
+    } else {
+        String::new()
+    };
+    if !t.summary.is_empty() {
+        return Some(format!(
+            "· task {}: {}{last_tool}",
+            t.task_id,
+            clip(&t.summary, 100)
+        ));
+    }
+    verbose.then(|| {
+        format!(
+            "· task {}: {}{last_tool}",
+            t.task_id,
+            clip(&t.description, 80)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn task_progress_shows_a_summary_always_the_rest_when_verbose() {
+        let plain = pb::TaskProgress {
+            task_id: "t1".into(),
+            description: "Write sub.txt".into(),
+            last_tool_name: "Bash".into(),
+            ..Default::default()
+        };
+        assert_eq!(task_progress(&plain, false), None);
+        assert_eq!(
+            task_progress(&plain, true).as_deref(),
+            Some("· task t1: Write sub.txt (last tool Bash)")
+        );
+        let summed = pb::TaskProgress {
+            summary: "Analyzing the fake module".into(),
+            ..plain
+        };
+        assert_eq!(
+            task_progress(&summed, false).as_deref(),
+            Some("· task t1: Analyzing the fake module")
+        );
+        assert_eq!(
+            task_progress(&summed, true).as_deref(),
+            Some("· task t1: Analyzing the fake module (last tool Bash)")
+        );
+    }
 
     #[test]
     fn delivery_tags_name_what_was_asked() {
