@@ -369,15 +369,25 @@ pub fn body(notifier: &str, item: &FeedItem) -> Vec<u8> {
 }
 
 /// Starts every notifier; they stop when `shutdown` is cancelled.
-pub fn spawn_all(
+/// Starts every notifier. Awaited before the daemon says it is ready: a new notifier's
+/// cursor ("what happens from now on") is fixed here, so no item committed after
+/// readiness is missed, however late its task first runs.
+pub async fn spawn_all(
     notifiers: Vec<Notifier>,
     engine: &Engine,
     store: &Store,
     shutdown: &CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    notifiers
-        .into_iter()
-        .map(|n| {
+    let mut tasks = Vec::with_capacity(notifiers.len());
+    for n in notifiers {
+        let start = match start_cursor(&n, store).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(notifier = %n.shown, error = %format!("{e:#}"), "notifier stopped");
+                continue;
+            }
+        };
+        tasks.push({
             if n.in_the_clear() {
                 tracing::warn!(
                     notifier = %n.shown,
@@ -392,12 +402,13 @@ pub fn spawn_all(
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 let shown = n.shown.clone();
-                if let Err(e) = run(n, engine, store, shutdown).await {
+                if let Err(e) = run(n, start, engine, store, shutdown).await {
                     tracing::error!(notifier = %shown, error = %format!("{e:#}"), "notifier stopped");
                 }
             })
-        })
-        .collect()
+        });
+    }
+    tasks
 }
 
 /// `Basic base64(user:password)` of a url's credentials (percent-decoded), if it has any.
@@ -474,13 +485,9 @@ struct Delivery {
     body: Bytes,
 }
 
-/// Runs one notifier until `shutdown`.
-pub async fn run(
-    n: Notifier,
-    engine: Engine,
-    store: Store,
-    shutdown: CancellationToken,
-) -> Result<()> {
+/// Where `n` starts: its saved cursor, or for a new notifier the feed's position now
+/// (saved at once).
+async fn start_cursor(n: &Notifier, store: &Store) -> Result<u64> {
     let name = n.name.clone();
     let saved = {
         let (store, name) = (store.clone(), name.clone());
@@ -501,6 +508,18 @@ pub async fn run(
             now
         }
     };
+    Ok(start)
+}
+
+/// Delivers `n`'s items after cursor `start` until `shutdown`.
+pub async fn run(
+    n: Notifier,
+    start: u64,
+    engine: Engine,
+    store: Store,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let name = n.name.clone();
     let shown = n.shown.clone();
     tracing::info!(notifier = %shown, url = %redacted_url(&n.uri), after_cursor = start, "notifier started");
     let (tx, mut rx) = mpsc::channel::<Delivery>(n.queue);

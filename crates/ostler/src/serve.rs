@@ -427,7 +427,7 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         metrics.serve_engine(engine.clone());
     }
     let notifiers =
-        crate::notify::spawn_all(valid.notifiers.clone(), &engine, &notify_store, &shutdown);
+        crate::notify::spawn_all(valid.notifiers.clone(), &engine, &notify_store, &shutdown).await;
     starting
         .ready(ostler_server::Ready {
             engine: engine.clone(),
