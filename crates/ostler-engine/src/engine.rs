@@ -163,6 +163,19 @@ impl Engine {
         &self.shared.installation
     }
 
+    /// What the CLI would refuse at its start for this daemon (its user, the environment
+    /// it hands the session), checked at create and at every resume before anything is
+    /// recorded: `FailedPrecondition` saying what to change.
+    fn start_checks(&self, options: &ostler_supervisor::CliOptions) -> Result<()> {
+        ostler_supervisor::session::check_start(
+            self.installation(),
+            options,
+            &self.shared.opts.spawn_env,
+            &self.shared.opts.supervisor,
+        )
+        .map_err(Error::from)
+    }
+
     fn entry_for(&self, id: &str) -> Arc<SessionEntry> {
         self.registry.entry_or_insert(id, || {
             SessionEntry::new(

@@ -148,7 +148,9 @@ impl From<ostler_supervisor::Error> for Error {
     fn from(e: ostler_supervisor::Error) -> Self {
         use ostler_supervisor::Error as S;
         match e {
-            S::Incompatible { .. } | S::Unsupported { .. } => Error::precondition(e.to_string()),
+            S::Incompatible { .. } | S::Unsupported { .. } | S::RootBypass { .. } => {
+                Error::precondition(e.to_string())
+            }
             S::InvalidOptions(m) => Error::invalid("options", m),
             // The kernel or std refused the arguments themselves (E2BIG, a NUL byte):
             // retrying cannot help.

@@ -753,6 +753,80 @@ async fn permission_prompts_and_thinking_reach_the_cli() {
     );
 }
 
+/// As root, 2.1.332 exits 1 at start when it may bypass permissions outside a declared
+/// sandbox ("--dangerously-skip-permissions cannot be used with root/sudo privileges").
+/// The daemon refuses such a create at once with FAILED_PRECONDITION saying what to set,
+/// and records nothing; with `IS_SANDBOX=1` in the session's env the same request makes a
+/// session whose CLI runs a turn. Not as root the CLI starts either way (checked too).
+#[tokio::test]
+async fn a_bypass_session_as_root_needs_a_declared_sandbox() {
+    let world = World::with_scenario(NEW, NEEDS_PERMISSION).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let root = nix::unistd::getuid().is_root();
+    let bypass = pb::CreateSessionRequest {
+        cwd: world.work.display().to_string(),
+        permission_mode: pb::PermissionMode::BypassPermissions as i32,
+        ..Default::default()
+    };
+    let allow = pb::CreateSessionRequest {
+        cwd: world.work.display().to_string(),
+        allow_dangerously_skip_permissions: true,
+        ..Default::default()
+    };
+    for (req, which) in [
+        (bypass.clone(), "permission_mode bypassPermissions"),
+        (allow, "allow_dangerously_skip_permissions"),
+    ] {
+        let made = c.create_session(req).await;
+        if root {
+            let e = made.expect_err("refused as root without a sandbox");
+            assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+            for needle in [which, "root", "IS_SANDBOX=1", "2.1.332"] {
+                assert!(e.message().contains(needle), "{needle}: {}", e.message());
+            }
+        } else {
+            let s = made.expect("not root: the CLI starts").into_inner();
+            c.stop_session(pb::StopSessionRequest { session_id: s.id })
+                .await
+                .unwrap();
+        }
+    }
+    if root {
+        let list = c
+            .list_sessions(pb::ListSessionsRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(list.sessions.is_empty(), "{:?}", list.sessions);
+        assert!(children(daemon.pid()).is_empty());
+    }
+
+    // Declared a sandbox, the same session starts and bypasses the prompt.
+    let made = c
+        .create_session(pb::CreateSessionRequest {
+            env: [("IS_SANDBOX".to_string(), "1".to_string())].into(),
+            ..bypass
+        })
+        .await
+        .expect("IS_SANDBOX=1 declares a sandbox")
+        .into_inner();
+    let mut events = subscribe(&mut c, &made.id, 0, false).await;
+    send(&mut c, &made.id, "Create the file please").await;
+    let mut seen = Vec::new();
+    use pb::session_event::Payload as P;
+    let end = read_until(&mut events, &mut seen, "the turn's end or a prompt", |e| {
+        is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_)))
+    })
+    .await;
+    assert!(
+        is_turn_completed(&end),
+        "{:?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    assert!(world.work.join("made-by-bash.txt").exists());
+}
+
 /// `allow_dangerously_skip_permissions` against 2.1.332 (tests run as root: the session's
 /// env carries IS_SANDBOX=1, which the daemon does not pass on from its own environment).
 /// A session created in `default` with the option is started with

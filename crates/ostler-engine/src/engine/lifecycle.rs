@@ -569,6 +569,7 @@ impl Engine {
             }
         }
         release_checks(self.installation(), &options)?;
+        self.start_checks(&options)?;
         check_checkpointing(self.installation(), req.enable_file_checkpointing)?;
         Ok(SessionSpec {
             options,
@@ -1195,6 +1196,7 @@ impl Engine {
         // other allowed roots, than when the session was made; refused, the session stays
         // as it is (resumable or suspended) for a daemon that can run it.
         release_checks(self.installation(), &spec.options)?;
+        self.start_checks(&spec.options)?;
         check_checkpointing(self.installation(), spec.enable_file_checkpointing)?;
         let cwd = PathBuf::from(&rec.cwd);
         self.recheck_dir("the session's directory", &cwd).await?;

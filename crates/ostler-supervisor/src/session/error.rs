@@ -24,6 +24,16 @@ pub enum Error {
         flag: &'static str,
         version: semver::Version,
     },
+    #[error(
+        "Claude Code {version} refuses {which} when it runs as root (the daemon's user) \
+         outside a sandbox: set IS_SANDBOX=1 in the session's env (`ostler run --env \
+         IS_SANDBOX=1`, or `[sessions.env]` in the daemon's configuration) if the daemon \
+         runs in a container or VM, or run the daemon as another user"
+    )]
+    RootBypass {
+        which: &'static str,
+        version: semver::Version,
+    },
     #[error("invalid spawn options: {0}")]
     InvalidOptions(String),
     #[error("the session process has exited")]

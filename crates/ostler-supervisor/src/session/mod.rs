@@ -71,7 +71,7 @@ pub use control::{NO_DECISION, Responder};
 pub use error::{ControlError, Error, Result};
 pub use events::{Line, ProcessEvent};
 pub use shared::WriteAck;
-pub use spawn::session_args;
+pub use spawn::{check_start, session_args};
 pub use types::{ExitInfo, SpawnOptions, SupervisorOptions};
 
 use crate::child::spawn_retrying;
@@ -110,7 +110,7 @@ impl SessionProcess {
                 opts.cwd.display()
             )));
         }
-        let (mut cmd, mark) = spawn::command(inst, &opts, &sup, args.clone());
+        let (mut cmd, mark) = spawn::command(inst, &opts, &sup, args.clone())?;
         let mut child = spawn_retrying(&mut cmd)
             .await
             .map_err(|source| Error::Spawn {

@@ -228,28 +228,102 @@ fn private_values(log_id: &str, args: &mut [String]) -> Vec<std::os::fd::OwnedFd
 /// Spawns of this process so far: makes each session process's mark unique.
 static SPAWNS: AtomicU64 = AtomicU64::new(0);
 
+/// The environment of a session's CLI (without the process mark): the daemon's own
+/// variables the allowlist lets through, then `spawn_env` (the daemon's `[sessions.env]`),
+/// then the session's own variables (they win).
+fn child_env(
+    spawn_env: &[(String, String)],
+    cli: &crate::options::CliOptions,
+    sup: &SupervisorOptions,
+) -> Vec<(OsString, OsString)> {
+    let session: Vec<(String, String)> = spawn_env
+        .iter()
+        .cloned()
+        .chain(cli.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+        .collect();
+    build_env(
+        std::env::vars_os(),
+        &sup.env_allowlist,
+        &sup.scrub,
+        &session,
+    )
+}
+
+/// What [`SessionProcess::spawn`](super::SessionProcess::spawn) would refuse of a session's
+/// options and environment before starting anything, beyond the flags a release lacks
+/// ([`session_args`]): for callers that record a session before it starts and want to
+/// refuse it first. Today: bypassing permissions as root outside a sandbox.
+pub fn check_start(
+    inst: &Installation,
+    cli: &crate::options::CliOptions,
+    spawn_env: &[(String, String)],
+    sup: &SupervisorOptions,
+) -> Result<()> {
+    let env = child_env(spawn_env, cli, sup);
+    refuse_root_bypass(&inst.version, cli, &env, nix::unistd::getuid().as_raw())
+}
+
+/// Refuses a session the CLI would refuse to start: one that may bypass permissions
+/// (`permission_mode` `bypassPermissions` or `allow_dangerously_skip_permissions`) while
+/// the daemon, and so the CLI, runs as root outside a declared sandbox. Every release
+/// prints "--dangerously-skip-permissions cannot be used with root/sudo privileges" and
+/// exits 1 then. A declared sandbox is `IS_SANDBOX` in the session's environment (exactly
+/// `1` from 2.0.77 on, any value before) or `CLAUDE_CODE_BUBBLEWRAP` (2.0.77 on; taken as
+/// set when not empty, so a value a release reads differently is left to the CLI).
+fn refuse_root_bypass(
+    version: &semver::Version,
+    cli: &crate::options::CliOptions,
+    env: &[(OsString, OsString)],
+    uid: u32,
+) -> Result<()> {
+    let bypass = cli.permission_mode.as_deref() == Some("bypassPermissions")
+        || cli.allow_dangerously_skip_permissions;
+    if !bypass || uid != 0 {
+        return Ok(());
+    }
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_os_str())
+            .filter(|v| !v.is_empty())
+    };
+    let strict = *version >= semver::Version::new(2, 0, 77);
+    let sandbox = match var("IS_SANDBOX") {
+        Some(v) => !strict || v == "1",
+        None => false,
+    };
+    let bubblewrap = strict && var("CLAUDE_CODE_BUBBLEWRAP").is_some();
+    if sandbox || bubblewrap {
+        return Ok(());
+    }
+    let which = if cli.permission_mode.as_deref() == Some("bypassPermissions") {
+        "permission_mode bypassPermissions"
+    } else {
+        "allow_dangerously_skip_permissions"
+    };
+    Err(Error::RootBypass {
+        which,
+        version: version.clone(),
+    })
+}
+
 /// The command for a session process with `args`, and the process mark it carries
-/// ([`crate::proctree::MARK_VAR`]).
+/// ([`crate::proctree::MARK_VAR`]); refused before anything is created when the CLI would
+/// refuse to start ([`refuse_root_bypass`]).
 pub(super) fn command(
     inst: &Installation,
     opts: &SpawnOptions,
     sup: &SupervisorOptions,
     mut args: Vec<String>,
-) -> (tokio::process::Command, String) {
+) -> Result<(tokio::process::Command, String)> {
+    let mut env = child_env(&opts.env, &opts.cli, sup);
+    refuse_root_bypass(
+        &inst.version,
+        &opts.cli,
+        &env,
+        nix::unistd::getuid().as_raw(),
+    )?;
     let private = private_values(&opts.log_id, &mut args);
-    // The daemon's `[sessions.env]`, then the session's own variables (they win).
-    let session: Vec<(String, String)> = opts
-        .env
-        .iter()
-        .cloned()
-        .chain(opts.cli.env.iter().map(|(k, v)| (k.clone(), v.clone())))
-        .collect();
-    let mut env = build_env(
-        std::env::vars_os(),
-        &sup.env_allowlist,
-        &sup.scrub,
-        &session,
-    );
     let mark = format!(
         "{}/{}/{}",
         sup.process_tag,
@@ -310,7 +384,7 @@ pub(super) fn command(
             Ok(())
         });
     }
-    (cmd, mark)
+    Ok((cmd, mark))
 }
 
 #[cfg(test)]
@@ -319,6 +393,55 @@ mod tests {
 
     use super::*;
     use crate::options::{CliOptions, McpServer};
+
+    /// What the CLI of each generation accepts as root, read from the releases' code
+    /// (1.0.128: `!process.env.IS_SANDBOX`; 2.0.77: `IS_SANDBOX!=="1"&&
+    /// CLAUDE_CODE_BUBBLEWRAP!=="1"`; 2.1.332: `isSandboxEnvSet` is `IS_SANDBOX==="1"`).
+    #[test]
+    fn a_bypass_session_as_root_needs_a_declared_sandbox() {
+        let env = |vars: &[(&str, &str)]| -> Vec<(OsString, OsString)> {
+            vars.iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                .collect()
+        };
+        let bypass = CliOptions {
+            permission_mode: Some("bypassPermissions".into()),
+            ..Default::default()
+        };
+        let allow = CliOptions {
+            allow_dangerously_skip_permissions: true,
+            ..Default::default()
+        };
+        let plain = CliOptions {
+            permission_mode: Some("acceptEdits".into()),
+            ..Default::default()
+        };
+        let new = semver::Version::new(2, 1, 332);
+        let old = semver::Version::new(1, 0, 128);
+        let none = env(&[("PATH", "/bin")]);
+        for cli in [&bypass, &allow] {
+            let e = refuse_root_bypass(&new, cli, &none, 0).unwrap_err();
+            assert!(matches!(e, Error::RootBypass { .. }), "{e:?}");
+            assert!(e.to_string().contains("IS_SANDBOX=1"), "{e}");
+            // Not root: the CLI starts.
+            refuse_root_bypass(&new, cli, &none, 1000).unwrap();
+            refuse_root_bypass(&new, cli, &env(&[("IS_SANDBOX", "1")]), 0).unwrap();
+            refuse_root_bypass(&new, cli, &env(&[("CLAUDE_CODE_BUBBLEWRAP", "1")]), 0).unwrap();
+            // 2.0.77 and later want exactly "1"; empty is unset everywhere.
+            refuse_root_bypass(&new, cli, &env(&[("IS_SANDBOX", "true")]), 0).unwrap_err();
+            refuse_root_bypass(&new, cli, &env(&[("IS_SANDBOX", "")]), 0).unwrap_err();
+        }
+        assert!(
+            refuse_root_bypass(&new, &bypass, &none, 0)
+                .unwrap_err()
+                .to_string()
+                .contains("permission_mode bypassPermissions")
+        );
+        refuse_root_bypass(&new, &plain, &none, 0).unwrap();
+        // Before 2.0.77 any value of IS_SANDBOX will do, and bubblewrap is not read.
+        refuse_root_bypass(&old, &bypass, &env(&[("IS_SANDBOX", "yes")]), 0).unwrap();
+        refuse_root_bypass(&old, &bypass, &env(&[("CLAUDE_CODE_BUBBLEWRAP", "1")]), 0).unwrap_err();
+    }
 
     fn inst(v: (u64, u64, u64)) -> Installation {
         Installation::assume(

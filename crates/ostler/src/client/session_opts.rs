@@ -149,7 +149,7 @@ pub struct SessionOptionArgs {
     pub disallowed_tools: Vec<String>,
     /// Let the session be switched to bypassPermissions later (`ostler mode ...`) whatever
     /// mode it starts in: then every tool call runs without asking. Only for sandboxed
-    /// sessions; a daemon running as root also needs `--env IS_SANDBOX=1` (2.0.77 and later)
+    /// sessions; a daemon running as root also needs `--env IS_SANDBOX=1`
     #[arg(long)]
     pub allow_dangerously_skip_permissions: bool,
     /// Keep checkpoints of the files the session changes, so `ostler rewind` can restore
