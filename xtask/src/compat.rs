@@ -78,7 +78,11 @@ pub struct ProbeArgs {
     pub init_fields_only: bool,
     /// With `--init-fields-only`: measure only these fields (repeatable, e.g.
     /// `dialog_kinds`), keeping the other recorded fields.
-    #[arg(long = "init-field", value_name = "FIELD", requires = "init_fields_only")]
+    #[arg(
+        long = "init-field",
+        value_name = "FIELD",
+        requires = "init_fields_only"
+    )]
     pub only_init_fields: Vec<String>,
     /// Only measure which policies the release enforces (`policies`), keeping the rest of
     /// the recorded evidence.
@@ -1333,9 +1337,9 @@ async fn dialog_probe(binary: &Path) -> Result<bool> {
         return Ok(false);
     };
     Ok(server.requests().iter().any(|r| {
-        r.body
-            .as_ref()
-            .is_some_and(|b| b["model"] == fallback.as_str() && b.to_string().contains("PROBE-DIALOG"))
+        r.body.as_ref().is_some_and(|b| {
+            b["model"] == fallback.as_str() && b.to_string().contains("PROBE-DIALOG")
+        })
     }))
 }
 

@@ -30,7 +30,11 @@ pub(super) struct PendingDialog {
 }
 
 /// The event of the CLI's `request_user_dialog` request `raw` (its `request` object).
-pub(crate) fn requested(request_id: &str, raw: &Value, expires_at_ms: Option<i64>) -> DialogRequested {
+pub(crate) fn requested(
+    request_id: &str,
+    raw: &Value,
+    expires_at_ms: Option<i64>,
+) -> DialogRequested {
     DialogRequested {
         request_id: request_id.to_owned(),
         dialog_kind: raw

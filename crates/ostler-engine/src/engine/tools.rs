@@ -10,8 +10,9 @@ use crate::error::Result;
 use crate::handle::Command;
 use crate::hub::{Item, now_ms};
 use crate::types::{
-    ClientRef, DialogBehavior, DialogDecided, DialogResolved, ElicitationAction, ElicitationDecided, ElicitationResolved, EventPayload,
-    ToolCallDecided, ToolCallOutcome, ToolCallResolved,
+    ClientRef, DialogBehavior, DialogDecided, DialogResolved, ElicitationAction,
+    ElicitationDecided, ElicitationResolved, EventPayload, ToolCallDecided, ToolCallOutcome,
+    ToolCallResolved,
 };
 
 /// The decision that cancels interaction `i` without an answer, taken by `by`.

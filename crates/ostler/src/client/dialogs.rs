@@ -89,8 +89,7 @@ pub async fn dialog(a: DialogArgs) -> Result<i32> {
     let mut conn = connect(&a.connect).await?;
     let all = list(&mut conn, &[]).await?;
     let p = pick(&all, &a.id)?.clone();
-    let Some(Payload::DialogRequested(d)) = p.event.as_ref().and_then(|e| e.payload.clone())
-    else {
+    let Some(Payload::DialogRequested(d)) = p.event.as_ref().and_then(|e| e.payload.clone()) else {
         bail!(
             "{} is not a dialog: it is {}",
             p.request_id,
@@ -102,7 +101,9 @@ pub async fn dialog(a: DialogArgs) -> Result<i32> {
     } else {
         let r = a.result.clone().unwrap_or_default();
         if serde_json::from_str::<Value>(&r).is_err() {
-            bail!("--result is not JSON; a choice is a quoted string, e.g. --result '\"retry_fallback\"'");
+            bail!(
+                "--result is not JSON; a choice is a quoted string, e.g. --result '\"retry_fallback\"'"
+            );
         }
         (pb::DialogBehavior::Completed, r)
     };
@@ -170,7 +171,9 @@ mod tests {
         let parse = |v: &[&str]| Cli::try_parse_from([&["dialog"], v].concat());
         assert!(parse(&["r1"]).is_err(), "an answer is required");
         assert!(parse(&["r1", "--cancel", "--result", "1"]).is_err());
-        let a = parse(&["r1", "--result", "\"retry_fallback\""]).expect("parses").a;
+        let a = parse(&["r1", "--result", "\"retry_fallback\""])
+            .expect("parses")
+            .a;
         assert_eq!(a.result.as_deref(), Some("\"retry_fallback\""));
     }
 }

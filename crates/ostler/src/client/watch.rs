@@ -168,11 +168,9 @@ fn what(item: &pb::FeedItem) -> String {
             super::elicitations::action_done(e.action()),
             e.resolved_by
         ),
-        Some(Payload::DialogRequested(d)) => format!(
-            "dialog {}: {}",
-            d.request_id,
-            super::dialogs::describe(d)
-        ),
+        Some(Payload::DialogRequested(d)) => {
+            format!("dialog {}: {}", d.request_id, super::dialogs::describe(d))
+        }
         Some(Payload::DialogResolved(d)) => format!(
             "{} {} by {}",
             d.request_id,
