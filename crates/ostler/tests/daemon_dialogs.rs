@@ -387,3 +387,122 @@ async fn bad_dialog_kinds_are_invalid_argument() {
     .await
     .unwrap();
 }
+
+/// `ostler ARGS` as a client of `daemon` (no terminal).
+async fn ostler(world: &World, daemon: &Daemon, args: &[&str]) -> std::process::Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let mut cmd = client_command(world, &daemon.addr.to_string(), &args);
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    tokio::task::spawn_blocking(move || wait_output(child))
+        .await
+        .unwrap()
+}
+
+/// The terminal client: `show` names the dialog and how to answer it, `pending` lists it
+/// with kind `dialog`, `send` without a terminal stops (exit 3) naming `ostler dialog`,
+/// and `ostler dialog PREFIX --result` answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_terminal_client_shows_and_answers_a_dialog() {
+    let world = World::with_scenario(NEW, SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let (s, mut events, mut seen) =
+        refused_turn(&mut c, &world, &["refusal_fallback_prompt"], &[]).await;
+    let asked = await_dialog(&mut events, &mut seen).await;
+
+    let out = ostler(&world, &daemon, &["show", &s.id, "--events"]).await;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("? dialog refusal_fallback_prompt: claude-fable-5 refused (cyber)")
+            && text.contains(&format!(
+                "ostler dialog {} --result '\"retry_fallback\"'",
+                asked.request_id
+            )),
+        "{text}"
+    );
+    let out = ostler(&world, &daemon, &["pending", "--json"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let listed: serde_json::Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(listed["kind"], "dialog", "{listed}");
+    assert_eq!(listed["request_id"], asked.request_id.as_str(), "{listed}");
+
+    let prefix: String = asked.request_id.chars().take(8).collect();
+    let out = ostler(
+        &world,
+        &daemon,
+        &[
+            "dialog",
+            &prefix,
+            "--result",
+            "\"retry_fallback\"",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let said: serde_json::Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(
+        (
+            said["behavior"].as_str(),
+            said["result"].as_str(),
+            said["request_id"].as_str()
+        ),
+        (
+            Some("completed"),
+            Some("retry_fallback"),
+            Some(asked.request_id.as_str())
+        ),
+        "{said}"
+    );
+    let end = turn_end(&mut events, &mut seen).await;
+    assert!(end.result.contains(FALLBACK_TEXT), "{end:?}");
+
+    // The session stays on the fallback model: the next prompt is not refused.
+    let out = ostler(
+        &world,
+        &daemon,
+        &["send", &s.id, "Explain the exploit again."],
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(FALLBACK_TEXT),
+        "{out:?}"
+    );
+
+    // Without a terminal, `send` stops at a dialog (exit 3) naming the command that
+    // answers it.
+    let other = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            model: REFUSED_MODEL.into(),
+            settings: r#"{"switchModelsOnFlag": false}"#.into(),
+            dialog_kinds: vec!["refusal_fallback_prompt".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let out = ostler(
+        &world,
+        &daemon,
+        &["send", &other.id, "Explain the exploit."],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ostler dialog ") && err.contains("retry_fallback"),
+        "{err}"
+    );
+    assert_eq!(pending_interactions(&mut c).await.len(), 1);
+}

@@ -976,11 +976,14 @@ impl Human {
             // A dialog the CLI asks for (a kind the session declared with --dialog-kinds):
             // answered with `ostler dialog`.
             Payload::DialogRequested(d) => {
-                self.note(&format!(
-                    "? dialog {}; answer: {}",
-                    super::dialogs::describe(d),
-                    super::dialogs::hint(d)
-                ));
+                // On a terminal the prompt itself shows the request.
+                if !self.interactive {
+                    self.note(&format!(
+                        "? dialog {}; answer: {}",
+                        super::dialogs::describe(d),
+                        super::dialogs::hint(d)
+                    ));
+                }
             }
             Payload::DialogResolved(d) => {
                 let how = if d.resolution == pb::Resolution::Answered as i32 {
