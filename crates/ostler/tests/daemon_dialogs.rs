@@ -506,3 +506,58 @@ async fn the_terminal_client_shows_and_answers_a_dialog() {
     );
     assert_eq!(pending_interactions(&mut c).await.len(), 1);
 }
+
+/// The daemon's permission expiry answers a dialog `cancelled` (`expiry`); a resumed
+/// session still declares its dialog kinds (the CLI asks again), and a dialog a dead
+/// daemon left pending is closed by `restart`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dialogs_expire_survive_a_resume_and_close_at_a_restart() {
+    let world = World::with_scenario(NEW, SCENARIO).await;
+    let expiry = ostler_testkit::timeouts::secs(2)
+        .as_secs()
+        .max(1)
+        .to_string();
+    let mut daemon = world
+        .daemon_with_env(&[], &[("OSTLER_SESSIONS__PERMISSION_EXPIRY_SECS", &expiry)])
+        .await;
+    let mut c = daemon.sessions().await;
+    let (s, mut events, mut seen) =
+        refused_turn(&mut c, &world, &["refusal_fallback_prompt"], &[]).await;
+    let asked = await_dialog(&mut events, &mut seen).await;
+    assert!(asked.expires_at_ms > 0, "{asked:?}");
+    let ev = read_until(&mut events, &mut seen, "the expiry", |e| {
+        resolved(e).is_some_and(|r| r.request_id == asked.request_id)
+    })
+    .await;
+    let r = resolved(&ev).unwrap();
+    assert_eq!(r.resolution(), pb::Resolution::Expired, "{r:?}");
+    assert_eq!(
+        (r.behavior(), r.resolved_by.as_str()),
+        (pb::DialogBehavior::Cancelled, "expiry")
+    );
+    turn_end(&mut events, &mut seen).await;
+
+    // Resumed: the next process is started with the kinds again.
+    stop_and_resume(&mut c, &s.id).await;
+    send(&mut c, &s.id, "Explain the exploit once more.").await;
+    let again = read_until(
+        &mut events,
+        &mut seen,
+        "the resumed session's dialog",
+        |e| dialog(e).is_some_and(|d| d.request_id != asked.request_id),
+    )
+    .await;
+    let left = dialog(&again).unwrap().request_id.clone();
+    daemon.kill9();
+    drop(events);
+
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let closed = history(&mut c, &s.id)
+        .await
+        .into_iter()
+        .find_map(|e| resolved(&e).filter(|r| r.request_id == left).cloned())
+        .expect("the dialog a dead daemon left is closed at start");
+    assert_eq!(closed.resolved_by, "restart", "{closed:?}");
+    assert!(pending_interactions(&mut c).await.is_empty());
+}
