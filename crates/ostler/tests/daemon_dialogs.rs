@@ -164,6 +164,25 @@ async fn a_refusal_fallback_dialog_is_answered_remotely() {
         0,
         "nothing on the fallback yet"
     );
+    // The daemon-wide feed has it as FEED_KIND_DIALOG_PENDING.
+    let mut feed = c
+        .watch_sessions(pb::WatchSessionsRequest {
+            kinds: vec![pb::FeedKind::DialogPending as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let item = tokio::time::timeout(guard(), feed.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a feed item");
+    assert_eq!(item.session_id, s.id);
+    assert!(matches!(
+        item.event.and_then(|e| e.payload),
+        Some(P::DialogRequested(d)) if d.request_id == asked.request_id
+    ));
 
     // Answers without meaning are refused before the CLI sees them, never echoed.
     for (id, behavior, result, code, needle) in [
