@@ -76,6 +76,14 @@ pub struct ProbeArgs {
     /// the rest of the recorded evidence.
     #[arg(long)]
     pub init_fields_only: bool,
+    /// With `--init-fields-only`: measure only these fields (repeatable, e.g.
+    /// `dialog_kinds`), keeping the other recorded fields.
+    #[arg(
+        long = "init-field",
+        value_name = "FIELD",
+        requires = "init_fields_only"
+    )]
+    pub only_init_fields: Vec<String>,
     /// Only measure which policies the release enforces (`policies`), keeping the rest of
     /// the recorded evidence.
     #[arg(long)]
@@ -210,7 +218,14 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
             ev
         } else if a.init_fields_only {
             let (mut ev, binary) = recorded()?;
-            ev.init_fields = rt.block_on(init_field_probe(&binary, &ev.control))?;
+            if a.only_init_fields.is_empty() {
+                ev.init_fields = rt.block_on(init_field_probe(&binary, &ev.control))?;
+            } else {
+                for f in &a.only_init_fields {
+                    let honoured = rt.block_on(init_field_probe_one(&binary, &ev.control, f))?;
+                    ev.init_fields.insert(f.clone(), honoured);
+                }
+            }
             ev
         } else if a.policies_only {
             let (mut ev, binary) = recorded()?;
@@ -1229,7 +1244,103 @@ async fn init_field_probe(
             "agent_progress_summaries".to_string(),
             progress_summary_probe(binary).await?,
         ),
+        ("dialog_kinds".to_string(), dialog_probe(binary).await?),
     ]))
+}
+
+/// One field of [`init_field_probe`] (`skills` and `plan_mode_instructions` share a
+/// session: that whole probe runs for either).
+async fn init_field_probe_one(
+    binary: &Path,
+    control: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<bool> {
+    Ok(match field {
+        "tool_aliases" => tool_alias_probe(binary).await?,
+        "exclude_dynamic_sections" => dynamic_sections_probe(binary).await?,
+        "forward_subagent_text" => subagent_text_probe(binary).await?,
+        "per_task_stop_affordance" => task_stop_probe(binary, control).await?,
+        "agent_progress_summaries" => progress_summary_probe(binary).await?,
+        "dialog_kinds" => dialog_probe(binary).await?,
+        "skills" | "plan_mode_instructions" => init_field_probe(binary, control)
+            .await?
+            .get(field)
+            .copied()
+            .unwrap_or(false),
+        other => anyhow::bail!(
+            "{other} is not an initialize field the probe measures ({})",
+            ostler_supervisor::compat::INIT_FIELDS
+                .iter()
+                .map(|(f, _)| *f)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
+}
+
+/// The fake model of [`dialog_probe`]: every request for the probe's model is refused
+/// (streamed `stop_reason: refusal` with `stop_details`), any other model answers.
+const DIALOG_SCENARIO: &str = r#"
+description = "compat probe: does supportedDialogKinds bring a refusal_fallback_prompt dialog?"
+default_text = "PROBE-FALLBACK-ANSWER"
+[[model]]
+name = "refused"
+when = { model_contains = "claude-fable-5" }
+stop_reason = "refusal"
+stop_details = { type = "refusal", category = "cyber", explanation = "probe refusal" }
+blocks = []
+"#;
+
+/// `supportedDialogKinds: ["refusal_fallback_prompt"]` (`dialog_kinds`): a session on a
+/// model the fake refuses (`claude-fable-5`, with `switchModelsOnFlag: false` so that the
+/// CLI asks instead of switching by itself), whose dialog is answered `retry_fallback`.
+/// Honoured when the CLI sent `request_user_dialog` of that kind and, once answered, the
+/// model got a request on the dialog's `fallbackModel`. A release whose binary lacks the
+/// field's name (`supportedDialogKinds`) cannot honour it: not honoured, not run. Measured
+/// by hand before on 2.1.332: the first refusal is retried once by itself, the second
+/// brings the dialog.
+async fn dialog_probe(binary: &Path) -> Result<bool> {
+    let path =
+        std::fs::canonicalize(binary).with_context(|| format!("resolve {}", binary.display()))?;
+    let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+    if memchr::memmem::find(&bytes, b"supportedDialogKinds").is_none() {
+        return Ok(false);
+    }
+    drop(bytes);
+    let mut fallback = None::<String>;
+    let mut answer = |request: &serde_json::Value| {
+        if request["subtype"] == "request_user_dialog"
+            && request["dialog_kind"] == "refusal_fallback_prompt"
+        {
+            fallback = request["payload"]["fallbackModel"]
+                .as_str()
+                .map(str::to_owned);
+            serde_json::json!({"behavior": "completed", "result": "retry_fallback"})
+        } else {
+            serde_json::json!({})
+        }
+    };
+    let server = serve_turn_in(
+        &ostler_testkit::cli::Hermetic::new()?,
+        binary,
+        DIALOG_SCENARIO,
+        &[
+            ("--model", "claude-fable-5".to_string()),
+            ("--settings", r#"{"switchModelsOnFlag":false}"#.to_string()),
+        ],
+        Some(serde_json::json!({"supportedDialogKinds": ["refusal_fallback_prompt"]})),
+        "PROBE-DIALOG hello",
+        &mut answer,
+    )
+    .await?;
+    let Some(fallback) = fallback else {
+        return Ok(false);
+    };
+    Ok(server.requests().iter().any(|r| {
+        r.body.as_ref().is_some_and(|b| {
+            b["model"] == fallback.as_str() && b.to_string().contains("PROBE-DIALOG")
+        })
+    }))
 }
 
 /// The fake model of [`progress_summary_probe`]: the main agent starts a sub-agent, which

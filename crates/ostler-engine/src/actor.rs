@@ -135,6 +135,7 @@ pub(crate) fn stored_send(
     }
 }
 
+mod dialogs;
 mod elicitations;
 mod hooks;
 mod interactions;
@@ -183,6 +184,8 @@ pub(crate) struct Actor {
     tool_calls: HashMap<String, tools::PendingToolCall>,
     /// MCP servers' requests for the user's input waiting for a client.
     elicitations: HashMap<String, elicitations::PendingElicitation>,
+    /// The CLI's dialogs (`request_user_dialog`) waiting for a client.
+    dialogs: HashMap<String, dialogs::PendingDialog>,
     /// Whether those are answered `decline` at once instead.
     decline_elicitations: bool,
     /// Every user message goes as written (`CliOptions::verbatim_prompts`).
@@ -294,6 +297,7 @@ impl Actor {
             tool_servers: o.tool_servers,
             tool_calls: HashMap::new(),
             elicitations: HashMap::new(),
+            dialogs: HashMap::new(),
             decline_elicitations: o.decline_elicitations,
             verbatim_prompts: o.verbatim_prompts,
             owed: owed::Owed::default(),
@@ -471,6 +475,7 @@ impl Actor {
                 .chain(self.hook_deadline())
                 .chain(self.tool_deadline())
                 .chain(self.elicitation_deadline())
+                .chain(self.dialog_deadline())
                 .min();
             let idle_at = self.idle_deadline();
             let next_turn_due = self.next_turn_due;
@@ -516,6 +521,7 @@ impl Actor {
                         self.expire_hooks_due().await;
                         self.expire_tool_calls().await;
                         self.expire_elicitations().await;
+                        self.expire_dialogs().await;
                         None
                     }
                     () = sleep_until(next_turn_due), if next_turn_due.is_some() => {
@@ -712,6 +718,18 @@ impl Actor {
             } => {
                 let r = self
                     .respond_tool_call(&request_id, content, is_error, &client)
+                    .await;
+                let _ = reply.send(r);
+            }
+            Command::RespondDialog {
+                request_id,
+                behavior,
+                result,
+                client,
+                reply,
+            } => {
+                let r = self
+                    .respond_dialog(&request_id, behavior, result, &client)
                     .await;
                 let _ = reply.send(r);
             }
@@ -1234,6 +1252,7 @@ impl Actor {
         self.cancel_hooks("engine").await;
         self.cancel_tool_calls(None, "engine", why).await;
         self.cancel_elicitations(None, "engine").await;
+        self.cancel_dialogs(None, "engine").await;
     }
 
     /// Nothing runs: no turn, no pending interaction, no background task, not stopping.
@@ -1277,6 +1296,7 @@ impl Actor {
             || !self.hooks.is_empty()
             || !self.tool_calls.is_empty()
             || !self.elicitations.is_empty()
+            || !self.dialogs.is_empty()
     }
 
     /// What kind of interaction `request_id` is, when it is pending here.
@@ -1292,6 +1312,8 @@ impl Actor {
             Some("tool call")
         } else if self.elicitations.contains_key(request_id) {
             Some("elicitation")
+        } else if self.dialogs.contains_key(request_id) {
+            Some("dialog")
         } else {
             None
         }

@@ -82,6 +82,7 @@ const CLI_CONTROLS: &[(&str, &str)] = &[
     ("hook_callback", "RespondToHook"),
     ("mcp_message", "RespondToToolCall"),
     ("elicitation", "RespondToElicitation"),
+    ("request_user_dialog", "RespondToDialog"),
 ];
 
 /// `Ok` when `subtype` may be sent by `SendControlRequest` on the installed release: not one
@@ -257,6 +258,11 @@ pub(crate) fn check_init_fields(
             "agent_progress_summaries",
             "agent_progress_summaries",
             options.agent_progress_summaries,
+        ),
+        (
+            "dialog_kinds",
+            "dialog_kinds",
+            !options.dialog_kinds.is_empty(),
         ),
     ];
     for (field, option, on) in asked {

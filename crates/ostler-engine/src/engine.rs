@@ -519,6 +519,9 @@ impl Engine {
                     EventPayload::ElicitationRequested(e) => {
                         (e.request_id.clone(), InteractionKind::Elicitation)
                     }
+                    EventPayload::DialogRequested(d) => {
+                        (d.request_id.clone(), InteractionKind::Dialog)
+                    }
                     _ => return None,
                 };
                 Some(PendingInteraction {

@@ -208,6 +208,13 @@ pub(crate) enum Command {
         client: ClientRef,
         reply: oneshot::Sender<Result<ToolCallDecided>>,
     },
+    RespondDialog {
+        request_id: String,
+        behavior: DialogBehavior,
+        result: Option<serde_json::Value>,
+        client: ClientRef,
+        reply: oneshot::Sender<Result<DialogDecided>>,
+    },
     RespondElicitation {
         request_id: String,
         action: ElicitationAction,

@@ -574,6 +574,65 @@ pub enum EventPayload {
     ElicitationRequested(ElicitationRequested),
     /// An elicitation was answered (client, expiry, restart, cancellation).
     ElicitationResolved(ElicitationResolved),
+    /// The CLI asks for a dialog of a declared kind (`request_user_dialog`), pending.
+    DialogRequested(DialogRequested),
+    /// A dialog was answered (client, expiry, restart, withdrawal, cancellation).
+    DialogResolved(DialogResolved),
+}
+
+/// The CLI's `request_user_dialog`: a dialog of a kind the session declared
+/// (`dialog_kinds`), for clients to answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DialogRequested {
+    pub request_id: String,
+    pub dialog_kind: String,
+    /// What the dialog shows (a JSON object, fields per kind).
+    pub payload: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<String>,
+    /// When it is answered `cancelled` if nobody answered (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    /// The request as the CLI sent it (fields newer releases add included).
+    pub request: Value,
+}
+
+/// How a dialog was closed (the CLI's `behavior`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DialogBehavior {
+    Completed,
+    Cancelled,
+}
+
+impl DialogBehavior {
+    /// The CLI's name (`completed`, `cancelled`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DialogBehavior::Completed => "completed",
+            DialogBehavior::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// A dialog was answered (`behavior` and `result` as sent to the CLI).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DialogResolved {
+    pub request_id: String,
+    pub outcome: ToolCallOutcome,
+    pub behavior: DialogBehavior,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// `client:<id>`, `expiry`, `restart`, `cli`, `engine`.
+    pub resolved_by: String,
+}
+
+/// A dialog answered through `RespondToDialog`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DialogDecided {
+    /// The seq of the `dialog_resolved` event.
+    pub seq: u64,
+    pub resolved: DialogResolved,
 }
 
 /// An MCP server's request for the user's input (MCP `elicitation/create`), passed on by
@@ -730,6 +789,8 @@ impl EventPayload {
             EventPayload::ToolCallResolved(_) => "tool_call_resolved",
             EventPayload::ElicitationRequested(_) => "elicitation_requested",
             EventPayload::ElicitationResolved(_) => "elicitation_resolved",
+            EventPayload::DialogRequested(_) => "dialog_requested",
+            EventPayload::DialogResolved(_) => "dialog_resolved",
         }
     }
 
@@ -779,7 +840,9 @@ impl EventPayload {
             ToolCallRequested,
             ToolCallResolved,
             ElicitationRequested,
-            ElicitationResolved
+            ElicitationResolved,
+            DialogRequested,
+            DialogResolved
         )?;
         Ok(out)
     }
@@ -823,7 +886,9 @@ impl EventPayload {
             ToolCallRequested => "tool_call_requested",
             ToolCallResolved => "tool_call_resolved",
             ElicitationRequested => "elicitation_requested",
-            ElicitationResolved => "elicitation_resolved"
+            ElicitationResolved => "elicitation_resolved",
+            DialogRequested => "dialog_requested",
+            DialogResolved => "dialog_resolved"
         );
         match r {
             Ok(p) if p.kind() == kind => Ok(p),

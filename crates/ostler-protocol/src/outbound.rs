@@ -228,6 +228,9 @@ pub struct InitializeRequest {
     /// `agentProgressSummaries`: a running sub-agent's conversation is summed up every
     /// ~30 s in a short line, sent as `task_progress`'s `summary`.
     pub agent_progress_summaries: bool,
+    /// `supportedDialogKinds`: the dialogs (`request_user_dialog`) the host can show; the
+    /// CLI asks only these. Empty: not sent.
+    pub dialog_kinds: Vec<String>,
 }
 
 impl InitializeRequest {
@@ -275,6 +278,9 @@ impl InitializeRequest {
         }
         if self.agent_progress_summaries {
             f.insert("agentProgressSummaries".into(), true.into());
+        }
+        if !self.dialog_kinds.is_empty() {
+            f.insert("supportedDialogKinds".into(), self.dialog_kinds.into());
         }
         OutRequest::Initialize(f)
     }
@@ -682,6 +688,7 @@ mod tests {
             forward_subagent_text: true,
             per_task_stop_affordance: true,
             agent_progress_summaries: true,
+            dialog_kinds: vec!["refusal_fallback_prompt".into()],
             ..Default::default()
         };
         assert_eq!(
@@ -689,7 +696,8 @@ mod tests {
             json!({"subtype": "initialize", "skills": ["pdf"], "planModeInstructions": "Plan in steps.",
                    "toolAliases": {"Bash": "mcp__box__bash"}, "excludeDynamicSections": true,
                    "forwardSubagentText": true, "perTaskStopAffordance": true,
-                   "agentProgressSummaries": true})
+                   "agentProgressSummaries": true,
+                   "supportedDialogKinds": ["refusal_fallback_prompt"]})
         );
     }
 

@@ -540,6 +540,7 @@ pub(crate) fn create_session(
         forward_subagent_text: r.forward_subagent_text,
         per_task_stop_affordance: r.per_task_stop_affordance,
         agent_progress_summaries: r.agent_progress_summaries,
+        dialog_kinds: r.dialog_kinds,
         verbatim_prompts: r.verbatim_prompts,
         task_budget_tokens: r.task_budget_tokens,
         allow_dangerously_skip_permissions: r.allow_dangerously_skip_permissions,
@@ -1095,7 +1096,8 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
             // `interaction_resolved`.
             eng::InteractionKind::Hook
             | eng::InteractionKind::ToolCall
-            | eng::InteractionKind::Elicitation => return None,
+            | eng::InteractionKind::Elicitation
+            | eng::InteractionKind::Dialog => return None,
         },
         eng::EventPayload::HookRequested(r) => P::HookRequested(crate::hooks::requested_to_pb(r)),
         eng::EventPayload::HookResolved(r) => P::HookResolved(crate::hooks::resolved_to_pb(r)),
@@ -1110,6 +1112,12 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
         }
         eng::EventPayload::ElicitationResolved(e) => {
             P::ElicitationResolved(crate::elicitations::resolved_to_pb(e))
+        }
+        eng::EventPayload::DialogRequested(d) => {
+            P::DialogRequested(crate::dialogs::requested_to_pb(d))
+        }
+        eng::EventPayload::DialogResolved(d) => {
+            P::DialogResolved(crate::dialogs::resolved_to_pb(d))
         }
         eng::EventPayload::TurnCompleted(t) => P::TurnCompleted(pb::TurnCompleted {
             subtype: t.subtype.clone(),

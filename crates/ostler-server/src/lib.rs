@@ -18,6 +18,7 @@ pub mod auth;
 mod controls;
 mod convert;
 mod daemon;
+mod dialogs;
 mod elicitations;
 pub mod error;
 #[doc(hidden)]

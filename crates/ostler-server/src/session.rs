@@ -638,6 +638,28 @@ impl SessionService for SessionSvc {
         .await
     }
 
+    async fn respond_to_dialog(
+        &self,
+        req: Request<pb::RespondToDialogRequest>,
+    ) -> Res<pb::RespondToDialogResponse> {
+        let client = client_of(&req);
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        let request_id = required("request_id", &r.request_id)?;
+        let (behavior, result) = crate::dialogs::answer_from_pb(r.behavior, &r.result_json)?;
+        in_session("RespondToDialog", id, async {
+            let res = self
+                .engine
+                .respond_dialog(id, request_id, behavior, result, client)
+                .await?;
+            Ok(pb::RespondToDialogResponse {
+                resolved: Some(crate::dialogs::resolved_to_pb(&res.resolved)),
+                seq: res.seq,
+            })
+        })
+        .await
+    }
+
     async fn watch_sessions(
         &self,
         req: Request<pb::WatchSessionsRequest>,

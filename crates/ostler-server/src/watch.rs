@@ -33,6 +33,7 @@ pub(crate) fn kind_to_pb(k: eng::FeedKind) -> pb::FeedKind {
         eng::FeedKind::HookPending => pb::FeedKind::HookPending,
         eng::FeedKind::ToolCallRequested => pb::FeedKind::ToolCallPending,
         eng::FeedKind::ElicitationRequested => pb::FeedKind::ElicitationPending,
+        eng::FeedKind::DialogRequested => pb::FeedKind::DialogPending,
         eng::FeedKind::SessionDeleted => pb::FeedKind::SessionDeleted,
     }
 }
@@ -58,6 +59,7 @@ fn kind_from_pb(field: &str, v: i32) -> Result<Option<eng::FeedKind>, Status> {
         pb::FeedKind::HookPending => Some(eng::FeedKind::HookPending),
         pb::FeedKind::ToolCallPending => Some(eng::FeedKind::ToolCallRequested),
         pb::FeedKind::ElicitationPending => Some(eng::FeedKind::ElicitationRequested),
+        pb::FeedKind::DialogPending => Some(eng::FeedKind::DialogRequested),
         pb::FeedKind::SessionDeleted => Some(eng::FeedKind::SessionDeleted),
     })
 }

@@ -89,6 +89,9 @@ pub enum FeedKind {
     /// `elicitation_requested` (an MCP server waits for the user's input; its resolution
     /// is `InteractionResolved`).
     ElicitationRequested,
+    /// `dialog_requested` (the CLI waits for a dialog's answer; its resolution is
+    /// `InteractionResolved`).
+    DialogRequested,
     /// The session was deleted (`Store::delete_session`). Its other entries went with it;
     /// this one is kept (table `feed_deleted`, migration 0011) with the session's title,
     /// cwd, state and labels as they were, and a `session_deleted` engine notice at the seq
@@ -117,16 +120,18 @@ impl FeedKind {
             "hook_requested" => FeedKind::HookPending,
             "tool_call_requested" => FeedKind::ToolCallRequested,
             "elicitation_requested" => FeedKind::ElicitationRequested,
+            "dialog_requested" => FeedKind::DialogRequested,
             "interaction_resolved"
             | "hook_resolved"
             | "tool_call_resolved"
-            | "elicitation_resolved" => FeedKind::InteractionResolved,
+            | "elicitation_resolved"
+            | "dialog_resolved" => FeedKind::InteractionResolved,
             _ => return None,
         })
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [FeedKind; 11] = [
+    pub const ALL: [FeedKind; 12] = [
         FeedKind::SessionCreated,
         FeedKind::StateChanged,
         FeedKind::TurnCompleted,
@@ -137,6 +142,7 @@ impl FeedKind {
         FeedKind::HookPending,
         FeedKind::ToolCallRequested,
         FeedKind::ElicitationRequested,
+        FeedKind::DialogRequested,
         FeedKind::SessionDeleted,
     ];
 
@@ -153,6 +159,7 @@ impl FeedKind {
             FeedKind::HookPending => "hook_pending",
             FeedKind::ToolCallRequested => "tool_call_requested",
             FeedKind::ElicitationRequested => "elicitation_requested",
+            FeedKind::DialogRequested => "dialog_requested",
             FeedKind::SessionDeleted => "session_deleted",
         }
     }

@@ -43,6 +43,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(9, "0009_events_by_id.sql"),
     migration!(10, "0010_elicitation.sql"),
     migration!(11, "0011_feed_deleted.sql"),
+    migration!(12, "0012_dialog.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).

@@ -323,6 +323,8 @@ pub enum InteractionKind {
     ToolCall,
     /// An MCP server's request for the user's input (the CLI's `elicitation`).
     Elicitation,
+    /// A dialog the CLI asks the host for (its `request_user_dialog`).
+    Dialog,
 }
 
 /// Where an interaction stands. Everything but `Pending` is final.
@@ -385,6 +387,7 @@ str_enum!(InteractionKind {
     Hook => "hook",
     ToolCall => "tool_call",
     Elicitation => "elicitation",
+    Dialog => "dialog",
 });
 str_enum!(InteractionState {
     Pending => "pending",

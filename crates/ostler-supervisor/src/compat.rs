@@ -223,7 +223,7 @@ pub const POLICIES: [(&str, &str); 1] = [(
 /// probe` measures (the `init_fields` column), each with what honouring it means. A
 /// release ignores a field it does not know, so a session that asks for one it is measured
 /// not to honour is refused.
-pub const INIT_FIELDS: [(&str, &str); 7] = [
+pub const INIT_FIELDS: [(&str, &str); 8] = [
     (
         "skills",
         "`skills: [name]` lists only that skill to the model (another skill of the project is \
@@ -258,6 +258,12 @@ pub const INIT_FIELDS: [(&str, &str); 7] = [
         "`agentProgressSummaries` sends a running sub-agent's progress summary (a \
          `task_progress` with the model's `summary`, asked for ~30 s into the sub-agent), \
          which is not asked for without the field",
+    ),
+    (
+        "dialog_kinds",
+        "`supportedDialogKinds: [\"refusal_fallback_prompt\"]` makes a refused turn ask the \
+         host (`request_user_dialog`) whether to retry on the fallback model, where without \
+         it the turn ends with the refusal",
     ),
 ];
 

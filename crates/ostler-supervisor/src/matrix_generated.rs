@@ -99,6 +99,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -218,6 +219,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -337,6 +339,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -456,6 +459,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -575,6 +579,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -694,6 +699,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -813,6 +819,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -932,6 +939,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -1051,6 +1059,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -1170,6 +1179,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -1289,6 +1299,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", false),
                 ("forward_subagent_text", false),
                 ("per_task_stop_affordance", false),
@@ -1408,6 +1419,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
                 ("per_task_stop_affordance", false),
@@ -1527,6 +1539,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", false),
+                ("dialog_kinds", false),
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
                 ("per_task_stop_affordance", false),
@@ -1669,6 +1682,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", true),
+                ("dialog_kinds", true),
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
                 ("per_task_stop_affordance", true),
@@ -1812,6 +1826,7 @@ pub(crate) static MATRIX: Matrix = Matrix {
             ],
             init_fields: &[
                 ("agent_progress_summaries", true),
+                ("dialog_kinds", true),
                 ("exclude_dynamic_sections", true),
                 ("forward_subagent_text", true),
                 ("per_task_stop_affordance", true),

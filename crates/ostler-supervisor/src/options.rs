@@ -154,6 +154,11 @@ pub struct CliOptions {
     /// sent as `task_progress`'s `summary`.
     #[serde(skip_serializing_if = "is_false")]
     pub agent_progress_summaries: bool,
+    /// Not a flag: `supportedDialogKinds` in `initialize`: the kinds of dialog the CLI may
+    /// ask the host (its `request_user_dialog` control request, e.g.
+    /// `refusal_fallback_prompt`); only a declared kind is ever asked. Empty: not sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dialog_kinds: Vec<String>,
     /// `--permission-prompts`: `host` (ostler's clients answer, the default) or `none`
     /// (anything that would prompt is denied at once and the model is told).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -260,6 +265,9 @@ pub mod limits {
     /// `skills` entries, and the bytes of one.
     pub const SKILLS: usize = 128;
     pub const SKILL_BYTES: usize = 128;
+    /// `dialog_kinds` entries, and the bytes of one.
+    pub const DIALOG_KINDS: usize = 16;
+    pub const DIALOG_KIND_BYTES: usize = 64;
     /// `add_dirs` entries.
     pub const ADD_DIRS: usize = 64;
     /// MCP servers of a session.
@@ -591,6 +599,14 @@ impl CliOptions {
             |c| c.is_ascii_alphanumeric() || b"-_.:".contains(&c),
             "a skill name (letters, digits, '-', '_', '.', ':', e.g. \"pdf\" or \"docs:pdf\")",
         )? + 7 * self.skills.len();
+        // Not on the command line (`initialize`).
+        names(
+            "dialog_kinds",
+            &self.dialog_kinds,
+            (limits::DIALOG_KINDS, limits::DIALOG_KIND_BYTES),
+            |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_',
+            "a dialog kind (lower-case letters, digits and '_', e.g. \"refusal_fallback_prompt\")",
+        )?;
         if self.all_skills && !self.skills.is_empty() {
             return Err(bad(
                 "all_skills",

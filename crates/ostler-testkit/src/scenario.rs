@@ -91,6 +91,10 @@ pub struct ModelRule {
     /// `stop_reason`; default `tool_use` when a block is a tool_use, else `end_turn`.
     #[serde(default)]
     pub stop_reason: Option<String>,
+    /// `stop_details` sent with the stop reason (in `message_delta` when streamed), e.g.
+    /// a refusal's `{type = "refusal", category = "cyber", explanation = "..."}`.
+    #[serde(default)]
+    pub stop_details: Option<serde_json::Value>,
     /// Split each text/thinking/tool input into this many deltas (default 1).
     #[serde(default)]
     pub chunks: Option<usize>,

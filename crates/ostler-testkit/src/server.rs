@@ -524,6 +524,7 @@ struct Answer {
     model: String,
     blocks: Vec<Built>,
     stop_reason: String,
+    stop_details: Option<Value>,
     input_tokens: u64,
     output_tokens: u64,
     chunks: usize,
@@ -600,6 +601,7 @@ impl Answer {
             model: model.to_string(),
             blocks,
             stop_reason,
+            stop_details: rule.stop_details.clone(),
             input_tokens: input_tokens(req),
             output_tokens: (out_chars as u64) / 4 + 1,
             chunks: rule.chunks.unwrap_or(1).max(1),
@@ -628,7 +630,7 @@ impl Answer {
                 }
             })
             .collect();
-        json!({
+        let mut m = json!({
             "id": self.id,
             "type": "message",
             "role": "assistant",
@@ -637,7 +639,11 @@ impl Answer {
             "stop_reason": self.stop_reason,
             "stop_sequence": null,
             "usage": self.usage(),
-        })
+        });
+        if let Some(d) = &self.stop_details {
+            m["stop_details"] = d.clone();
+        }
+        m
     }
 
     /// The SSE events: (event data, whether a delay precedes it).
@@ -693,9 +699,12 @@ impl Answer {
             }
             ev.push((json!({"type": "content_block_stop", "index": index}), false));
         }
+        let mut delta = json!({"stop_reason": self.stop_reason, "stop_sequence": null});
+        if let Some(d) = &self.stop_details {
+            delta["stop_details"] = d.clone();
+        }
         ev.push((
-            json!({"type": "message_delta",
-                "delta": {"stop_reason": self.stop_reason, "stop_sequence": null},
+            json!({"type": "message_delta", "delta": delta,
                 "usage": {"output_tokens": self.output_tokens}}),
             false,
         ));

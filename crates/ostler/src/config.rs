@@ -273,7 +273,7 @@ pub struct SessionsConfig {
     pub subscriber_buffer: u64,
     pub allowed_roots: Vec<PathBuf>,
     /// Deny pending permission requests / questions, and answer pending elicitations
-    /// `cancel`, after this many seconds (0: never).
+    /// `cancel` and dialogs `cancelled`, after this many seconds (0: never).
     pub permission_expiry_secs: u64,
     pub allow_free_text_answers: bool,
     /// Respawn sessions that were live at the last stop, instead of leaving them resumable.

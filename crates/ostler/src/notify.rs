@@ -50,10 +50,11 @@ pub struct NotifyConfig {
     pub secret: String,
     /// Feed kinds to deliver (empty: all): session_created, state_changed, turn_completed,
     /// permission_requested, question_asked, interaction_resolved, process_exited,
-    /// hook_pending, tool_call_requested, elicitation_requested, session_deleted. The pending ones
-    /// (permission_requested, question_asked, hook_pending, tool_call_requested,
-    /// elicitation_requested: an MCP server waits for the user's input) call for someone's
-    /// attention; their answers are interaction_resolved.
+    /// hook_pending, tool_call_requested, elicitation_requested, session_deleted,
+    /// dialog_requested. The pending ones (permission_requested, question_asked,
+    /// hook_pending, tool_call_requested, elicitation_requested: an MCP server waits for the
+    /// user's input, dialog_requested: the CLI waits for a dialog's answer) call for
+    /// someone's attention; their answers are interaction_resolved.
     pub kinds: Vec<String>,
     /// Only sessions carrying all of these labels.
     pub labels: BTreeMap<String, String>,
@@ -790,6 +791,7 @@ mod tests {
             "hook_pending",
             "tool_call_requested",
             "elicitation_requested",
+            "dialog_requested",
             "interaction_resolved",
         ] {
             let c = NotifyConfig {

@@ -2118,6 +2118,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
         ),
         (
             pb::CreateSessionRequest {
+                dialog_kinds: vec!["refusal_fallback_prompt".into()],
+                ..Default::default()
+            },
+            "dialog_kinds",
+            "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
                 verbatim_prompts: true,
                 ..Default::default()
             },

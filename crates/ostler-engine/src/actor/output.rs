@@ -197,6 +197,7 @@ impl Actor {
             self.cancel_tool_calls(Some(&request_id), "cli", "withdrawn by the CLI")
                 .await;
             self.cancel_elicitations(Some(&request_id), "cli").await;
+            self.cancel_dialogs(Some(&request_id), "cli").await;
             if !self.hook_withdrawn(&request_id).await {
                 self.cancelled_by_cli(&request_id).await;
             }
@@ -390,6 +391,7 @@ impl Actor {
             self.cancel_tool_calls(None, "engine", "the turn ended")
                 .await;
             self.cancel_elicitations(None, "engine").await;
+            self.cancel_dialogs(None, "engine").await;
         }
         if !self.turn_since_result && !self.pending.is_empty() {
             let ids: Vec<String> = self.pending.keys().cloned().collect();
@@ -435,6 +437,14 @@ impl Actor {
                 let body = body.clone();
                 self.elicitation(request.request_id, &body, responder, raw)
                     .await;
+                return;
+            }
+            CliRequest::Other {
+                ref request_subtype,
+                raw: ref body,
+            } if request_subtype == "request_user_dialog" => {
+                let body = body.clone();
+                self.dialog(request.request_id, &body, responder, raw).await;
                 return;
             }
             CliRequest::Other {

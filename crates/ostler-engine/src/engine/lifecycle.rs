@@ -350,6 +350,9 @@ impl Engine {
             if i.kind == InteractionKind::Elicitation {
                 return super::tools::elicitation_at_restart(i);
             }
+            if i.kind == InteractionKind::Dialog {
+                return super::tools::dialog_at_restart(i);
+            }
             let item = Item::new(EventPayload::InteractionResolved(InteractionResolved {
                 request_id: i.request_id.clone(),
                 kind: i.kind,

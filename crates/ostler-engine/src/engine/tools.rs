@@ -10,8 +10,9 @@ use crate::error::Result;
 use crate::handle::Command;
 use crate::hub::{Item, now_ms};
 use crate::types::{
-    ClientRef, ElicitationAction, ElicitationDecided, ElicitationResolved, EventPayload,
-    ToolCallDecided, ToolCallOutcome, ToolCallResolved,
+    ClientRef, DialogBehavior, DialogDecided, DialogResolved, ElicitationAction,
+    ElicitationDecided, ElicitationResolved, EventPayload, ToolCallDecided, ToolCallOutcome,
+    ToolCallResolved,
 };
 
 /// The decision that cancels interaction `i` without an answer, taken by `by`.
@@ -53,7 +54,43 @@ pub(super) fn elicitation_at_restart(i: &ostler_store::Interaction) -> (Item, (S
     (item, cancelled(i, "restart"))
 }
 
+/// A dialog left pending by a daemon that died: answered `cancelled` by `restart` (the CLI
+/// that asked is gone), event and decision committed together.
+pub(super) fn dialog_at_restart(i: &ostler_store::Interaction) -> (Item, (String, Decision)) {
+    let item = Item::new(EventPayload::DialogResolved(DialogResolved {
+        request_id: i.request_id.clone(),
+        outcome: ToolCallOutcome::Cancelled,
+        behavior: DialogBehavior::Cancelled,
+        result: None,
+        resolved_by: "restart".into(),
+    }));
+    (item, cancelled(i, "restart"))
+}
+
 impl Engine {
+    /// Answers a pending dialog (`result`: the choice given with `Completed`). The first
+    /// answer wins; later ones get `FailedPrecondition` naming who answered.
+    pub async fn respond_dialog(
+        &self,
+        session_id: &str,
+        request_id: &str,
+        behavior: DialogBehavior,
+        result: Option<serde_json::Value>,
+        client: ClientRef,
+    ) -> Result<DialogDecided> {
+        let actor = self.deciding_actor(session_id, request_id).await?;
+        let rid = request_id.to_owned();
+        actor
+            .call(session_id, |reply| Command::RespondDialog {
+                request_id: rid,
+                behavior,
+                result,
+                client,
+                reply,
+            })
+            .await
+    }
+
     /// Answers a pending elicitation (`content`: the input given with `Accept`, a JSON
     /// object). The first answer wins; later ones get `FailedPrecondition` naming who
     /// answered.

@@ -176,6 +176,7 @@ pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Op
             forward_subagent_text: opts.cli.forward_subagent_text,
             per_task_stop_affordance: opts.cli.per_task_stop_affordance,
             agent_progress_summaries: opts.cli.agent_progress_summaries,
+            dialog_kinds: opts.cli.dialog_kinds.clone(),
             ..Default::default()
         }
         .into_request(),

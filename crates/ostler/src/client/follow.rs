@@ -156,6 +156,14 @@ fn settled_by(ev: &pb::SessionEvent, request_id: &str) -> Option<String> {
             ),
             e.resolved_by.clone(),
         ),
+        Some(Payload::DialogResolved(d)) if d.request_id == request_id => (
+            format!(
+                "{} ({})",
+                json::resolution_name(d.resolution),
+                super::dialogs::behavior_name(d.behavior)
+            ),
+            d.resolved_by.clone(),
+        ),
         _ => return None,
     };
     Some(if by.is_empty() {
@@ -351,7 +359,8 @@ impl Follower {
                                 | Payload::QuestionAsked(_)
                                 | Payload::HookRequested(_)
                                 | Payload::ToolCallRequested(_)
-                                | Payload::ElicitationRequested(_)),
+                                | Payload::ElicitationRequested(_)
+                                | Payload::DialogRequested(_)),
                             ) => {
                                 let id = request_id(&p);
                                 if !answered.contains(&id) && !pending.iter().any(|x| request_id(&x.event) == id) {
@@ -372,6 +381,9 @@ impl Follower {
                             }
                             Some(Payload::ElicitationResolved(e)) => {
                                 pending.retain(|x| request_id(&x.event) != e.request_id);
+                            }
+                            Some(Payload::DialogResolved(d)) => {
+                                pending.retain(|x| request_id(&x.event) != d.request_id);
                             }
                             Some(Payload::UserMessage(m)) => {
                                 if let Until::AnswerTo { seq: s, message_id } = &mut until
@@ -792,6 +804,29 @@ impl Follower {
                     break r;
                 }
             },
+            Payload::DialogRequested(d) => {
+                let raced = race(
+                    self.answerer.dialog(d, ctrlc),
+                    stream,
+                    backlog,
+                    &d.request_id,
+                )
+                .await?;
+                let (behavior, result_json) = match self.taken(raced, None) {
+                    Ok(a) => a,
+                    Err(end) => return Ok(end),
+                };
+                self.conn
+                    .sessions
+                    .respond_to_dialog(pb::RespondToDialogRequest {
+                        session_id: self.session_id.clone(),
+                        request_id: d.request_id.clone(),
+                        behavior: behavior as i32,
+                        result_json,
+                    })
+                    .await
+                    .map(|_| ())
+            }
             _ => Ok(()),
         };
         match result {
@@ -819,6 +854,7 @@ fn request_id(p: &Payload) -> String {
         Payload::HookRequested(h) => h.request_id.clone(),
         Payload::ToolCallRequested(t) => t.request_id.clone(),
         Payload::ElicitationRequested(e) => e.request_id.clone(),
+        Payload::DialogRequested(d) => d.request_id.clone(),
         _ => String::new(),
     }
 }

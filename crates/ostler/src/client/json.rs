@@ -11,7 +11,7 @@ use pb::session_event::Payload;
 use serde_json::{Map, Value, json};
 
 /// Parse JSON text; empty text becomes `null`, invalid text stays a string.
-fn parsed(text: &str) -> Value {
+pub(super) fn parsed(text: &str) -> Value {
     if text.is_empty() {
         return Value::Null;
     }
@@ -147,6 +147,8 @@ pub fn kind(p: Option<&Payload>) -> &'static str {
         Some(Payload::ElicitationRequested(_)) => "elicitation_requested",
         Some(Payload::ElicitationResolved(_)) => "elicitation_resolved",
         Some(Payload::ElicitationCompleted(_)) => "elicitation_completed",
+        Some(Payload::DialogRequested(_)) => "dialog_requested",
+        Some(Payload::DialogResolved(_)) => "dialog_resolved",
         Some(Payload::HookActivity(_)) => "hook_activity",
         Some(Payload::Informational(_)) => "informational",
         Some(Payload::PromptSuggestion(_)) => "prompt_suggestion",
@@ -343,6 +345,16 @@ fn payload(p: &Payload) -> Value {
             "request_id": e.request_id, "resolution": resolution_name(e.resolution),
             "action": elicitation_action_name(e.action), "content": parsed(&e.content_json),
             "resolved_by": e.resolved_by,
+        }),
+        Payload::DialogRequested(d) => json!({
+            "request_id": d.request_id, "dialog_kind": d.dialog_kind,
+            "payload": parsed(&d.payload_json), "tool_use_id": d.tool_use_id,
+            "expires_at_ms": d.expires_at_ms, "request": parsed(&d.request_json),
+        }),
+        Payload::DialogResolved(d) => json!({
+            "request_id": d.request_id, "resolution": resolution_name(d.resolution),
+            "behavior": super::dialogs::behavior_name(d.behavior),
+            "result": parsed(&d.result_json), "resolved_by": d.resolved_by,
         }),
         Payload::HookActivity(h) => json!({
             "phase": h.phase, "hook_id": h.hook_id, "hook_name": h.hook_name,

@@ -42,6 +42,7 @@ macro_rules! usage {
 pub mod commands;
 pub mod config;
 pub mod controls;
+pub mod dialogs;
 pub mod elicitations;
 pub mod follow;
 pub mod hooks;
@@ -160,6 +161,9 @@ pub enum ClientCommand {
     /// Answer an MCP server's pending request for input (an elicitation): accept, decline or
     /// cancel
     Elicitation(elicitations::ElicitationArgs),
+    /// Answer a dialog the CLI asks for (a kind declared with --dialog-kinds, e.g. whether to
+    /// retry a refused prompt on the fallback model)
+    Dialog(dialogs::DialogArgs),
     /// Follow every session at once: created, state changes, finished turns, prompts,
     /// answers, exits (resume with --since CURSOR).
     Watch(watch::WatchArgs),
@@ -221,6 +225,7 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Hook(a) => hooks::hook(a).await,
             ClientCommand::ToolResult(a) => tool_calls::tool_result(a).await,
             ClientCommand::Elicitation(a) => elicitations::elicitation(a).await,
+            ClientCommand::Dialog(a) => dialogs::dialog(a).await,
             ClientCommand::Watch(a) => watch::watch(a).await,
             ClientCommand::Info(a) => controls::info(a).await,
             ClientCommand::Context(a) => controls::context(a).await,

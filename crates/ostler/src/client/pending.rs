@@ -141,6 +141,7 @@ fn kind(p: &pb::PendingInteraction) -> &'static str {
         Some(Payload::HookRequested(_)) => "hook",
         Some(Payload::ToolCallRequested(_)) => "tool_call",
         Some(Payload::ElicitationRequested(_)) => "elicitation",
+        Some(Payload::DialogRequested(_)) => "dialog",
         _ => "other",
     }
 }
@@ -164,6 +165,9 @@ pub(super) fn answer_hint(p: &pb::PendingInteraction) -> String {
             "an MCP server's request for input: answer it with `ostler elicitation {id} \
              --accept|--decline|--cancel`"
         ),
+        "dialog" => format!(
+            "a dialog the CLI asks for: answer it with `ostler dialog {id} --result JSON|--cancel`"
+        ),
         _ => "a request this client does not know (a newer daemon?)".to_owned(),
     }
 }
@@ -181,6 +185,7 @@ fn what(p: &pb::PendingInteraction) -> String {
         Some(Payload::HookRequested(h)) => super::hooks::describe(h),
         Some(Payload::ToolCallRequested(t)) => super::tool_calls::describe(t),
         Some(Payload::ElicitationRequested(e)) => super::elicitations::describe(e),
+        Some(Payload::DialogRequested(d)) => super::dialogs::describe(d),
         _ => String::new(),
     }
 }

@@ -541,6 +541,40 @@ impl Answerer {
         }))
     }
 
+    /// Answer a dialog the CLI asks for (`request_user_dialog`): the result as JSON (a
+    /// bare word is taken as a JSON string, `retry_fallback`), or an empty line to cancel.
+    /// The behavior and the result (JSON text; empty when cancelled).
+    pub async fn dialog(
+        &mut self,
+        d: &pb::DialogRequested,
+        ctrlc: &mut CtrlC,
+    ) -> Result<Asked<(pb::DialogBehavior, String)>> {
+        use super::dialogs as dl;
+        let what = dl::describe(d);
+        let Some(tty) = self.tty.as_mut() else {
+            return Ok(Asked::Unanswerable(format!(
+                "the CLI asks for a dialog ({what}), and there is no terminal to ask on; \
+                 answer it with `{}`",
+                dl::hint(d)
+            )));
+        };
+        let st = tty.style;
+        let choices = if d.dialog_kind == "refusal_fallback_prompt" {
+            "retry_fallback, edit_prompt"
+        } else {
+            "JSON"
+        };
+        tty.say(&format!(
+            "\n{} {}\n  type the result ({choices}), or an empty line to cancel\n",
+            st.yellow("? Dialog"),
+            st.bold(&what)
+        ));
+        let Some(line) = tty.ask("  result: ", ctrlc).await? else {
+            return Ok(Asked::CtrlC);
+        };
+        Ok(Asked::Answer(dialog_result(&line)))
+    }
+
     /// Answer an elicitation (an MCP server asking for input): accept, decline or cancel;
     /// accepting a form asks each of its fields. The action and the content (JSON object
     /// text; empty in url mode and unless accepted).
@@ -884,5 +918,39 @@ mod tests {
         assert_eq!((r.tool.as_str(), r.pattern.as_str()), ("Bash", "touch a"));
         let r = remember_rule("Edit", &json!({"file_path": "/x"}));
         assert_eq!(r.pattern, "");
+    }
+}
+
+/// A dialog's typed answer: empty = cancelled; JSON as is; a bare word as a JSON string.
+pub fn dialog_result(line: &str) -> (pb::DialogBehavior, String) {
+    let t = line.trim();
+    if t.is_empty() {
+        return (pb::DialogBehavior::Cancelled, String::new());
+    }
+    let json = match serde_json::from_str::<serde_json::Value>(t) {
+        Ok(_) => t.to_owned(),
+        Err(_) => serde_json::Value::String(t.to_owned()).to_string(),
+    };
+    (pb::DialogBehavior::Completed, json)
+}
+
+#[cfg(test)]
+mod dialog_tests {
+    use super::*;
+
+    #[test]
+    fn a_typed_dialog_answer_is_json_a_word_or_nothing() {
+        assert_eq!(
+            dialog_result(" retry_fallback \n"),
+            (pb::DialogBehavior::Completed, "\"retry_fallback\"".into())
+        );
+        assert_eq!(
+            dialog_result("{\"a\": 1}"),
+            (pb::DialogBehavior::Completed, "{\"a\": 1}".into())
+        );
+        assert_eq!(
+            dialog_result("  "),
+            (pb::DialogBehavior::Cancelled, String::new())
+        );
     }
 }

@@ -973,6 +973,36 @@ impl Human {
                     e.resolved_by
                 )));
             }
+            // A dialog the CLI asks for (a kind the session declared with --dialog-kinds):
+            // answered with `ostler dialog`.
+            Payload::DialogRequested(d) => {
+                // On a terminal the prompt itself shows the request.
+                if !self.interactive {
+                    self.note(&format!(
+                        "? dialog {}; answer: {}",
+                        super::dialogs::describe(d),
+                        super::dialogs::hint(d)
+                    ));
+                }
+            }
+            Payload::DialogResolved(d) => {
+                let how = if d.resolution == pb::Resolution::Answered as i32 {
+                    String::new()
+                } else {
+                    format!(" ({})", json::resolution_name(d.resolution))
+                };
+                let result = if d.result_json.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", clip(&d.result_json, 80))
+                };
+                self.note(&self.err.dim(&format!(
+                    "· dialog {} {}{result}{how} by {}",
+                    d.request_id,
+                    super::dialogs::behavior_name(d.behavior),
+                    d.resolved_by
+                )));
+            }
             // A hook the CLI ran (every hook with include_hook_events): its end, with the
             // output of one that failed; its start and output so far with --verbose.
             Payload::HookActivity(h) => {

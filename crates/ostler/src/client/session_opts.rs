@@ -72,6 +72,11 @@ pub struct SessionOptionArgs {
     /// about every 30 s while it runs (one extra model request each time)
     #[arg(long)]
     pub progress_summaries: bool,
+    /// Dialogs the CLI may ask this session's clients for (comma-separated kinds, e.g.
+    /// `refusal_fallback_prompt`: when the model refuses, retry on the fallback model?);
+    /// answer them with `ostler dialog`. 2.1.330 and later
+    #[arg(long, value_name = "KIND,...", value_delimiter = ',')]
+    pub dialog_kinds: Vec<String>,
     /// Send the first prompt and every later message as written, whoever sends it: no
     /// `@path` file expansion, no slash commands (for prompts built from text nobody typed)
     #[arg(long)]
@@ -306,6 +311,7 @@ impl SessionOptionArgs {
         r.forward_subagent_text = self.subagent_text;
         r.per_task_stop_affordance = self.per_task_stop;
         r.agent_progress_summaries = self.progress_summaries;
+        r.dialog_kinds = self.dialog_kinds.clone();
         r.verbatim_prompts = self.verbatim_prompts;
         r.permission_prompts = self.permission_prompts.clone().unwrap_or_default();
         r.thinking = self.thinking.clone().unwrap_or_default();
@@ -431,8 +437,11 @@ mod tests {
             "--per-task-stop",
             "--verbatim-prompts",
             "--progress-summaries",
+            "--dialog-kinds",
+            "refusal_fallback_prompt,enum_prompt",
         ])
         .expect("parses");
+        assert_eq!(r.dialog_kinds, ["refusal_fallback_prompt", "enum_prompt"]);
         assert!(r.exclude_dynamic_sections);
         assert!(r.forward_subagent_text);
         assert!(r.per_task_stop_affordance);
@@ -445,6 +454,7 @@ mod tests {
                 && !r.per_task_stop_affordance
                 && !r.verbatim_prompts
                 && !r.agent_progress_summaries
+                && r.dialog_kinds.is_empty()
         );
     }
 

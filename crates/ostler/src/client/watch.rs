@@ -40,7 +40,7 @@ pub struct WatchArgs {
 }
 
 /// The short kind names `--kind` takes (and `--json` prints).
-const KINDS: [(&str, pb::FeedKind); 11] = [
+const KINDS: [(&str, pb::FeedKind); 12] = [
     ("created", pb::FeedKind::SessionCreated),
     ("state", pb::FeedKind::StateChanged),
     ("turn", pb::FeedKind::TurnCompleted),
@@ -51,6 +51,7 @@ const KINDS: [(&str, pb::FeedKind); 11] = [
     ("hook", pb::FeedKind::HookPending),
     ("tool_call", pb::FeedKind::ToolCallPending),
     ("elicitation", pb::FeedKind::ElicitationPending),
+    ("dialog", pb::FeedKind::DialogPending),
     ("deleted", pb::FeedKind::SessionDeleted),
 ];
 
@@ -167,6 +168,15 @@ fn what(item: &pb::FeedItem) -> String {
             super::elicitations::action_done(e.action()),
             e.resolved_by
         ),
+        Some(Payload::DialogRequested(d)) => {
+            format!("dialog {}: {}", d.request_id, super::dialogs::describe(d))
+        }
+        Some(Payload::DialogResolved(d)) => format!(
+            "{} {} by {}",
+            d.request_id,
+            super::dialogs::behavior_name(d.behavior),
+            d.resolved_by
+        ),
         Some(Payload::ProcessExited(x)) => format!("process exited: {}", exit_text(x)),
         _ => json::kind(payload).to_owned(),
     }
@@ -204,7 +214,8 @@ fn human(st: Style, item: &pb::FeedItem) -> String {
             | pb::FeedKind::QuestionAsked
             | pb::FeedKind::HookPending
             | pb::FeedKind::ToolCallPending
-            | pb::FeedKind::ElicitationPending,
+            | pb::FeedKind::ElicitationPending
+            | pb::FeedKind::DialogPending,
         ) => st.yellow(&line),
         Ok(pb::FeedKind::ProcessExited | pb::FeedKind::SessionDeleted) => st.red(&line),
         Ok(pb::FeedKind::TurnCompleted) => st.green(&line),

@@ -261,6 +261,13 @@ pub fn describe(e: &pb::SessionEvent) -> String {
         Some(P::ElicitationRequested(e)) => format!("elicitation_requested({})", e.mode),
         Some(P::ElicitationResolved(e)) => format!("elicitation_resolved({:?})", e.action()),
         Some(P::ElicitationCompleted(e)) => format!("elicitation_completed({})", e.elicitation_id),
+        Some(P::DialogRequested(d)) => format!("dialog_requested({})", d.dialog_kind),
+        Some(P::DialogResolved(d)) => format!(
+            "dialog_resolved({:?} {} by {})",
+            d.behavior(),
+            d.result_json,
+            d.resolved_by
+        ),
         Some(P::HookActivity(h)) => format!("hook_activity({} {})", h.hook_name, h.phase),
         Some(P::Informational(i)) => format!("informational({})", i.level),
         Some(P::PromptSuggestion(p)) => format!("prompt_suggestion({})", p.suggestion),
