@@ -11,14 +11,13 @@
 
 use bytes::Bytes;
 use ostler_protocol::model::RawJson;
-use ostler_protocol::outbound::ResponseBody;
-use ostler_store::{Decision, NewInteraction};
+use ostler_store::NewInteraction;
 use ostler_supervisor::Responder;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::Actor;
-use super::interactions::Committed;
+use super::interactions::Waiting;
 use crate::error::Result;
 use crate::hub::{Item, now_ms};
 use crate::types::*;
@@ -27,6 +26,12 @@ use crate::types::*;
 pub(super) struct PendingElicitation {
     responder: Responder,
     pub(super) deadline: Option<Instant>,
+}
+
+impl Waiting for PendingElicitation {
+    fn into_responder(self) -> Responder {
+        self.responder
+    }
 }
 
 /// The event of the CLI's `elicitation` request `raw` (its `request` object).
@@ -126,36 +131,18 @@ impl Actor {
         request_id: &str,
         resolved: ElicitationResolved,
     ) -> Result<ElicitationDecided> {
-        if !self.elicitations.contains_key(request_id) {
-            return Err(self.not_pending(request_id).await);
-        }
         let body = answer(resolved.action, resolved.content.as_ref());
-        let decision = Decision {
-            state: resolved.outcome.state(),
-            decided_by: resolved.resolved_by.clone(),
-            response: Some(Bytes::from(body.to_string())),
-            decided_ms: now_ms(),
-        };
-        // The decision and its resolution event commit in one transaction.
-        let item = Item::new(EventPayload::ElicitationResolved(resolved.clone()));
-        let (events, p) = match self
-            .commit_decision(request_id, decision, item, |a| {
-                a.take_pending(request_id, |a| &mut a.elicitations)
-            })
-            .await?
-        {
-            Committed::Won(events, p) => (events, p),
-            Committed::Lost(_) => return Err(self.not_pending(request_id).await),
-        };
-        if let Some(p) = p
-            && let Err(e) = p.responder.respond(ResponseBody::Success(body))
-        {
-            tracing::warn!(session = %self.sid(), request_id, error = %e, "the CLI no longer waits for this elicitation");
-        }
-        Ok(ElicitationDecided {
-            seq: events.first().and_then(|e| e.seq).unwrap_or_default(),
-            resolved,
-        })
+        let seq = self
+            .answer_waiting(
+                request_id,
+                (resolved.outcome.state(), resolved.resolved_by.clone()),
+                Bytes::from(body.to_string()),
+                Item::new(EventPayload::ElicitationResolved(resolved.clone())),
+                body,
+                |a| &mut a.elicitations,
+            )
+            .await?;
+        Ok(ElicitationDecided { seq, resolved })
     }
 
     /// `RespondToElicitation` (the server checked the answer's shape).

@@ -21,6 +21,12 @@ use crate::hub::{Item, now_ms};
 use crate::permission::{self, ASK_USER_QUESTION, RuleAction};
 use crate::types::*;
 
+/// A control request of the CLI waiting for a client's answer
+/// ([`Actor::answer_waiting`]).
+pub(super) trait Waiting {
+    fn into_responder(self) -> Responder;
+}
+
 impl Actor {
     pub(super) async fn can_use_tool(
         &mut self,
@@ -298,6 +304,45 @@ impl Actor {
     /// Takes `request_id` off the caller's pending state (`map`: permission prompts, hook
     /// calls, tool calls or elicitations) and off the view; the grace the CLI has to take
     /// the next message owed counts from now.
+    /// Answers a control request that waits in `map` (an elicitation, a dialog, a client
+    /// tool call): the decision (`state`, `decided_by`, `stored` as the recorded response)
+    /// and `item`, its resolution event, commit in one transaction (the first answer wins),
+    /// then the CLI gets `wire`. Returns the resolution event's seq.
+    pub(super) async fn answer_waiting<P: Waiting>(
+        &mut self,
+        request_id: &str,
+        (state, decided_by): (InteractionState, String),
+        stored: Bytes,
+        item: Item,
+        wire: Value,
+        map: fn(&mut Self) -> &mut std::collections::HashMap<String, P>,
+    ) -> Result<u64> {
+        if !map(self).contains_key(request_id) {
+            return Err(self.not_pending(request_id).await);
+        }
+        let decision = Decision {
+            state,
+            decided_by,
+            response: Some(stored),
+            decided_ms: now_ms(),
+        };
+        let (events, p) = match self
+            .commit_decision(request_id, decision, item, |a| {
+                a.take_pending(request_id, map)
+            })
+            .await?
+        {
+            Committed::Won(events, p) => (events, p),
+            Committed::Lost(_) => return Err(self.not_pending(request_id).await),
+        };
+        if let Some(p) = p
+            && let Err(e) = p.into_responder().respond(ResponseBody::Success(wire))
+        {
+            tracing::warn!(session = %self.sid(), request_id, error = %e, "the CLI no longer waits for this answer");
+        }
+        Ok(events.first().and_then(|e| e.seq).unwrap_or_default())
+    }
+
     pub(super) fn take_pending<P>(
         &mut self,
         request_id: &str,

@@ -9,13 +9,13 @@ use bytes::Bytes;
 use ostler_protocol::model::RawJson;
 use ostler_protocol::outbound::ResponseBody;
 use ostler_protocol::sdk_mcp::{self, Content, Handled};
-use ostler_store::{Decision, NewInteraction};
+use ostler_store::NewInteraction;
 use ostler_supervisor::Responder;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::Actor;
-use super::interactions::Committed;
+use super::interactions::Waiting;
 use crate::error::Result;
 use crate::hub::{Item, now_ms};
 use crate::types::*;
@@ -28,6 +28,12 @@ pub(super) struct PendingToolCall {
     responder: Responder,
     pub(super) deadline: Instant,
     timeout_secs: u32,
+}
+
+impl Waiting for PendingToolCall {
+    fn into_responder(self) -> Responder {
+        self.responder
+    }
 }
 
 impl Actor {
@@ -118,34 +124,17 @@ impl Actor {
             return Err(self.not_pending(request_id).await);
         };
         let mcp = sdk_mcp::call_result(&p.rpc_id, &resolved.content, resolved.is_error);
-        let decision = Decision {
-            state: resolved.outcome.state(),
-            decided_by: resolved.resolved_by.clone(),
-            response: Some(Bytes::from(mcp.to_string())),
-            decided_ms: now_ms(),
-        };
-        // The decision and its resolution event commit in one transaction.
-        let item = Item::new(EventPayload::ToolCallResolved(resolved.clone()));
-        let (events, p) = match self
-            .commit_decision(request_id, decision, item, |a| {
-                a.take_pending(request_id, |a| &mut a.tool_calls)
-            })
-            .await?
-        {
-            Committed::Won(events, p) => (events, p),
-            Committed::Lost(_) => return Err(self.not_pending(request_id).await),
-        };
-        if let Some(p) = p
-            && let Err(e) = p
-                .responder
-                .respond(ResponseBody::Success(sdk_mcp::control_body(mcp)))
-        {
-            tracing::warn!(session = %self.sid(), request_id, error = %e, "the CLI no longer waits for this tool call");
-        }
-        Ok(ToolCallDecided {
-            seq: events.first().and_then(|e| e.seq).unwrap_or_default(),
-            resolved,
-        })
+        let seq = self
+            .answer_waiting(
+                request_id,
+                (resolved.outcome.state(), resolved.resolved_by.clone()),
+                Bytes::from(mcp.to_string()),
+                Item::new(EventPayload::ToolCallResolved(resolved.clone())),
+                sdk_mcp::control_body(mcp),
+                |a| &mut a.tool_calls,
+            )
+            .await?;
+        Ok(ToolCallDecided { seq, resolved })
     }
 
     /// `RespondToToolCall`.
