@@ -301,9 +301,6 @@ impl Actor {
         })
     }
 
-    /// Takes `request_id` off the caller's pending state (`map`: permission prompts, hook
-    /// calls, tool calls or elicitations) and off the view; the grace the CLI has to take
-    /// the next message owed counts from now.
     /// Answers a control request that waits in `map` (an elicitation, a dialog, a client
     /// tool call): the decision (`state`, `decided_by`, `stored` as the recorded response)
     /// and `item`, its resolution event, commit in one transaction (the first answer wins),
@@ -343,6 +340,9 @@ impl Actor {
         Ok(events.first().and_then(|e| e.seq).unwrap_or_default())
     }
 
+    /// Takes `request_id` off the caller's pending state (`map`: permission prompts, hook
+    /// calls, tool calls, elicitations or dialogs) and off the view; the grace the CLI has
+    /// to take the next message owed counts from now.
     pub(super) fn take_pending<P>(
         &mut self,
         request_id: &str,
