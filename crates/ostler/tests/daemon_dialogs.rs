@@ -5,8 +5,9 @@
 //! with `switchModelsOnFlag: false` so that the CLI asks rather than switching by itself.
 //! The CLI retries the first refusal once, then asks; ostler makes the dialog a pending
 //! interaction that a client answers with RespondToDialog. `retry_fallback` sends the turn
-//! to the fallback model; CANCELLED lets the refusal stand; nobody answering lets the CLI
-//! withdraw it; a session without the option is never asked.
+//! to the fallback model; CANCELLED lets the refusal stand; `edit_prompt` aborts the turn
+//! without it; nobody answering, or an `Interrupt`, lets the CLI withdraw it; a session
+//! without the option is never asked.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;
@@ -352,6 +353,152 @@ async fn a_dialog_nobody_answers_is_withdrawn_by_the_cli() {
     assert!(!end.result.contains(FALLBACK_TEXT), "{end:?}");
     assert_eq!(session(&mut c, &s.id).await.pending_interactions, 0);
     assert!(pending_interactions(&mut c).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupt_makes_the_cli_withdraw_a_dialog() {
+    let world = World::with_scenario(NEW, SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let (s, mut events, mut seen) =
+        refused_turn(&mut c, &world, &["refusal_fallback_prompt"], &[]).await;
+    let asked = await_dialog(&mut events, &mut seen).await;
+    c.interrupt(pb::InterruptRequest {
+        session_id: s.id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ev = read_until(&mut events, &mut seen, "the withdrawal", |e| {
+        resolved(e).is_some_and(|r| r.request_id == asked.request_id)
+    })
+    .await;
+    let r = resolved(&ev).unwrap();
+    // The CLI's own `control_cancel_request` (its request is tied to the turn's abort
+    // signal), not the engine closing it at the turn's end.
+    assert_eq!(r.resolved_by, "cli", "{r:?}");
+    assert_eq!(r.resolution(), pb::Resolution::Cancelled);
+    assert_eq!(r.behavior(), pb::DialogBehavior::Cancelled);
+    let end = turn_end(&mut events, &mut seen).await;
+    assert!(!end.result.contains(FALLBACK_TEXT), "{end:?}");
+    let payload: serde_json::Value = serde_json::from_str(&asked.payload_json).unwrap();
+    let fallback = payload["fallbackModel"].as_str().unwrap_or_default();
+    assert_eq!(
+        requests_on(&world, fallback),
+        0,
+        "no request on the fallback"
+    );
+    assert_eq!(session(&mut c, &s.id).await.pending_interactions, 0);
+    assert!(pending_interactions(&mut c).await.is_empty());
+    // A late answer is refused, naming who settled it.
+    let late = c
+        .respond_to_dialog(respond(
+            "c",
+            &s.id,
+            &asked.request_id,
+            pb::DialogBehavior::Completed,
+            r#""retry_fallback""#,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition, "{late:?}");
+    assert!(late.message().contains("cli"), "{late:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn edit_prompt_ends_the_turn_without_the_refusal() {
+    let world = World::with_scenario(NEW, SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    // The same refused turn, answered `cancelled`, ends with the refusal's error text:
+    // the baseline `edit_prompt` is told apart from.
+    let (cancelled, mut events, mut seen) =
+        refused_turn(&mut c, &world, &["refusal_fallback_prompt"], &[]).await;
+    let asked = await_dialog(&mut events, &mut seen).await;
+    c.respond_to_dialog(respond(
+        "c",
+        &cancelled.id,
+        &asked.request_id,
+        pb::DialogBehavior::Completed,
+        r#""cancelled""#,
+    ))
+    .await
+    .unwrap();
+    let refused = turn_end(&mut events, &mut seen).await;
+    let refusal_said = |seen: &[pb::SessionEvent]| {
+        seen.iter()
+            .filter_map(assistant_text)
+            .any(|t| !t.trim().is_empty())
+    };
+    assert!(
+        refusal_said(&seen) || !refused.result.trim().is_empty(),
+        "the cancelled dialog's turn says something of the refusal: {refused:?}: {:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+
+    let (s, mut events, mut seen) =
+        refused_turn(&mut c, &world, &["refusal_fallback_prompt"], &[]).await;
+    let asked = await_dialog(&mut events, &mut seen).await;
+    let payload: serde_json::Value = serde_json::from_str(&asked.payload_json).unwrap();
+    let fallback = payload["fallbackModel"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let before = requests_on(&world, &fallback);
+    let r = c
+        .respond_to_dialog(respond(
+            "c",
+            &s.id,
+            &asked.request_id,
+            pb::DialogBehavior::Completed,
+            r#""edit_prompt""#,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .resolved
+        .unwrap();
+    assert_eq!(r.result_json, r#""edit_prompt""#);
+    let end = turn_end(&mut events, &mut seen).await;
+    assert!(
+        !refusal_said(&seen) && end.result.trim().is_empty(),
+        "edit_prompt aborts the turn without the refusal's text: {end:?}: {:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        requests_on(&world, &fallback),
+        before,
+        "no request on the fallback"
+    );
+    // The CLI reports the prompt cancelled (a client puts it back for editing); it stays in
+    // the conversation the model sees (2.1.332).
+    let prompt_id = seen
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(P::UserMessage(u)) if !u.message_id.is_empty() => Some(u.message_id.clone()),
+            _ => None,
+        })
+        .expect("the prompt's UserMessage");
+    read_until(&mut events, &mut seen, "the prompt's cancellation", |e| {
+        matches!(&e.payload, Some(P::MessageLifecycle(m))
+            if m.message_id == prompt_id && m.state == "cancelled")
+    })
+    .await;
+    // The session takes the next prompt (the user's edited one): refused again here, so
+    // asked again.
+    send(&mut c, &s.id, "Explain the exploit, gently.").await;
+    let again = await_dialog(&mut events, &mut seen).await;
+    assert_ne!(again.request_id, asked.request_id);
+    c.respond_to_dialog(respond(
+        "c",
+        &s.id,
+        &again.request_id,
+        pb::DialogBehavior::Cancelled,
+        "",
+    ))
+    .await
+    .unwrap();
+    turn_end(&mut events, &mut seen).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
