@@ -6,7 +6,7 @@
 use anyhow::Result;
 use std::io::Write as _;
 
-use clap::{CommandFactory as _, Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 /// mimalloc instead of the system allocator: the firehose spent 10-20 % of the daemon's CPU
 /// in glibc's malloc/free (more with 16 sessions than with one); with mimalloc it takes
@@ -46,6 +46,122 @@ Exit codes:
   72   (serve, doctor) no usable `claude` binary found
   78   (serve, doctor) configuration error, or `claude` unusable / too old";
 
+/// The top-level help lists the commands in these groups, in this order (kubectl's and
+/// gh's grouped help); a command in none of them is listed under "Other commands", and a
+/// test keeps every command in exactly one group.
+const GROUPS: &[(&str, &[&str])] = &[
+    (
+        "Sessions",
+        &[
+            "run",
+            "sessions",
+            "show",
+            "attach",
+            "send",
+            "interrupt",
+            "stop",
+            "resume",
+            "delete",
+            "watch",
+        ],
+    ),
+    (
+        "Waiting for an answer",
+        &[
+            "pending",
+            "approve",
+            "deny",
+            "answer",
+            "hook",
+            "tool-result",
+            "elicitation",
+            "dialog",
+        ],
+    ),
+    (
+        "Inside a session",
+        &[
+            "info",
+            "context",
+            "mcp",
+            "model",
+            "mode",
+            "thinking",
+            "stop-task",
+            "rewind",
+            "control",
+        ],
+    ),
+    ("The daemon", &["serve", "health", "doctor"]),
+    ("Other", &["decode", "completion", "help"]),
+];
+
+/// The command line's definition, with the top-level help's commands in [`GROUPS`].
+fn command() -> clap::Command {
+    let cmd = Cli::command();
+    let listing = grouped_commands(&cmd);
+    cmd.help_template(format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{listing}\nOptions:\n{{options}}{{after-help}}"
+    ))
+}
+
+/// `cmd`'s subcommands under the headings of [`GROUPS`], each with the first line of its
+/// description (what clap's own `{subcommands}` would show).
+fn grouped_commands(cmd: &clap::Command) -> String {
+    let about = |c: &clap::Command| {
+        c.get_about()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('.')
+            .to_owned()
+    };
+    let mut all: Vec<(String, String)> = cmd
+        .get_subcommands()
+        .map(|c| (c.get_name().to_owned(), about(c)))
+        .collect();
+    if !all.iter().any(|(n, _)| n == "help") {
+        all.push((
+            "help".into(),
+            "Print this message or the help of the given subcommand(s)".into(),
+        ));
+    }
+    let width = all.iter().map(|(n, _)| n.len()).max().unwrap_or(0) + 2;
+    let grouped: Vec<&str> = GROUPS
+        .iter()
+        .flat_map(|(_, names)| names.iter().copied())
+        .collect();
+    let others: Vec<&str> = all
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| !grouped.contains(n))
+        .collect();
+    let mut out = String::new();
+    let sections = GROUPS
+        .iter()
+        .map(|(h, names)| (*h, names.to_vec()))
+        .chain((!others.is_empty()).then(|| ("Other commands", others.clone())));
+    for (heading, names) in sections {
+        let rows: Vec<&(String, String)> = names
+            .iter()
+            .filter_map(|n| all.iter().find(|(name, _)| name == n))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        out.push_str(heading);
+        out.push_str(":\n");
+        for (name, about) in rows {
+            out.push_str(&format!("  {name:width$}{about}\n"));
+        }
+        out.push('\n');
+    }
+    out.pop();
+    out
+}
+
 #[derive(Parser)]
 #[command(
     name = "ostler",
@@ -76,19 +192,55 @@ enum Command {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match cli.command {
         Command::Decode(args) => decode::run(args),
         Command::Doctor(args) => std::process::exit(doctor::run(args)),
         Command::Serve(args) => std::process::exit(serve::run(args)),
         Command::Client(cmd) => client::main(cmd),
         Command::Completion { shell } => {
-            let mut cmd = Cli::command();
+            let mut cmd = command();
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, "ostler", &mut script);
             let mut out = std::io::stdout().lock();
             client::render::stdout_written(out.write_all(&script).and_then(|()| out.flush()));
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_is_in_exactly_one_help_group() {
+        let cmd = Cli::command();
+        let mut names: Vec<String> = cmd
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .collect();
+        names.push("help".into());
+        for name in &names {
+            let groups: Vec<&str> = GROUPS
+                .iter()
+                .filter(|(_, members)| members.contains(&name.as_str()))
+                .map(|(h, _)| *h)
+                .collect();
+            assert_eq!(groups.len(), 1, "{name} is in {groups:?}");
+        }
+        for (heading, members) in GROUPS {
+            for m in *members {
+                assert!(
+                    names.iter().any(|n| n == m),
+                    "{heading} names {m}, no such command"
+                );
+            }
+        }
+        let help = grouped_commands(&cmd);
+        assert!(!help.contains("Other commands"), "{help}");
     }
 }

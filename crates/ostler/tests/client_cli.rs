@@ -70,6 +70,22 @@ fn help_has_connection_heading_examples_and_exit_codes() {
         top.contains("Exit codes:") && top.contains("130") && top.contains("3    a permission"),
         "{top}"
     );
+    // Commands in groups (kubectl / gh), each under its heading.
+    let mut at = 0;
+    for (heading, first) in [
+        ("Sessions:", "  run "),
+        ("Waiting for an answer:", "  pending "),
+        ("Inside a session:", "  info "),
+        ("The daemon:", "  serve "),
+        ("Other:", "  decode "),
+        ("Options:", "  -h, --help"),
+    ] {
+        let h = top[at..]
+            .find(&format!("\n{heading}\n{first}"))
+            .unwrap_or_else(|| panic!("{heading} then {first:?} after byte {at}:\n{top}"));
+        at += h + 1;
+    }
+    assert!(!top.contains("Other commands:"), "{top}");
     let out = ostler(&["send", "--help"], &[]);
     let help = text(&out.stdout);
     let conn = help.find("Connection:").expect("a Connection heading");

@@ -145,8 +145,8 @@ pub enum ClientCommand {
     Delete(commands::IdArgs),
     /// Check the daemon's health (standard gRPC health plus daemon details).
     Health(commands::HealthArgs),
-    /// List every pending permission prompt, question, hook call, tool call and elicitation
-    /// across sessions, oldest first.
+    /// List every pending permission prompt, question, hook call, tool call, elicitation and
+    /// dialog across sessions, oldest first.
     Pending(pending::PendingArgs),
     /// Allow a pending permission request (by request id or prefix, see `pending`).
     Approve(pending::ApproveArgs),
