@@ -1,4 +1,4 @@
-//! `ostler watch` (the daemon-wide feed) and session titles (`run --name`, `sessions`),
+//! `ostler watch` (the daemon-wide feed) and session titles (`run --name`, `sessions`, `show`),
 //! through the built binary against a live daemon.
 #![allow(clippy::disallowed_methods)] // spawns the ostler binary (daemon and clients)
 
@@ -33,6 +33,12 @@ fn watch_lists_resumes_filters_and_follows() {
     assert!(
         table.contains("TITLE") && table.contains("my task"),
         "{table}"
+    );
+    let out = d.client(&["show", &id], None);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.lines().any(|l| l.trim() == "title: my task"),
+        "{shown}"
     );
 
     // The stored feed: created, state changes, the turn; cursors increase.

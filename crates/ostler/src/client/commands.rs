@@ -306,8 +306,11 @@ pub(crate) fn table<R: AsRef<[String]>>(head: &[&str], rows: &[R]) -> (String, V
 fn print_session(s: &pb::Session) {
     let st = Style::stdout();
     let u = s.usage.unwrap_or_default();
-    let rows: Vec<(&str, String)> = vec![
-        ("id", s.id.clone()),
+    let mut rows: Vec<(&str, String)> = vec![("id", s.id.clone())];
+    if !s.title.is_empty() {
+        rows.push(("title", s.title.clone()));
+    }
+    rows.extend([
         ("state", json::state_name(s.state)),
         ("cwd", s.cwd.clone()),
         (
@@ -337,7 +340,7 @@ fn print_session(s: &pb::Session) {
             ),
         ),
         ("cost", format!("${:.4}", s.total_cost_usd)),
-    ];
+    ]);
     for (k, v) in rows {
         outln!("{} {v}", st.dim(&format!("{k:>15}:")));
     }
