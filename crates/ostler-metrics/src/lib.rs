@@ -351,7 +351,7 @@ impl Collector for Gauges {
             ),
             (
                 "pending_interactions",
-                "Interactions waiting for a client: permission requests, questions, hook calls, tool calls, elicitations",
+                "Interactions waiting for a client: permission requests, questions, hook calls, tool calls, elicitations, dialogs",
                 self.pending_interactions,
             ),
             (
