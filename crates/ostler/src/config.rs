@@ -49,6 +49,9 @@
 //! [claude]
 //! path = "/usr/local/bin/claude"   # default: search PATH
 //!
+//! [feed]
+//! deleted_retention_secs = 2592000 # keep session-deleted feed items 30 days (0: forever)
+//!
 //! [[notify]]                      # webhooks following the daemon-wide feed (repeatable)
 //! url = "http://127.0.0.1:9000/ostler"
 //! secret = "..."                  # HMAC-SHA256 signature header
@@ -85,6 +88,7 @@ const SECTIONS: &[&str] = &[
     "log",
     "metrics",
     "runtime",
+    "feed",
 ];
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7433";
@@ -102,6 +106,7 @@ pub struct Config {
     pub log: LogConfig,
     pub metrics: MetricsConfig,
     pub runtime: RuntimeConfig,
+    pub feed: FeedConfig,
     /// `[[notify]]`: webhooks following the daemon-wide feed (config file only).
     pub notify: Vec<crate::notify::NotifyConfig>,
     /// Where each value came from (the layers [`load`] merged), to name it in errors.
@@ -418,6 +423,24 @@ impl Default for LogConfig {
 pub struct MetricsConfig {
     /// TCP address of the HTTP endpoint serving `/metrics`; empty (the default): off.
     pub listen: String,
+}
+
+/// `[feed]`: the daemon-wide feed (`WatchSessions`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeedConfig {
+    /// How long a session-deleted item stays in the feed (its session's other items go
+    /// with the deletion); 0: forever. Older ones are pruned at start and then periodically,
+    /// never before every configured notifier has passed them.
+    pub deleted_retention_secs: u64,
+}
+
+impl Default for FeedConfig {
+    fn default() -> Self {
+        Self {
+            deleted_retention_secs: 30 * 24 * 3600,
+        }
+    }
 }
 
 /// `[runtime]`: the daemon's async runtime.
@@ -992,6 +1015,11 @@ impl Config {
             ),
             ("sessions.stop_timeout_secs", s.stop_timeout_secs, MAX_SECS),
             ("sessions.max_live", s.max_live, MAX_LIVE),
+            (
+                "feed.deleted_retention_secs",
+                self.feed.deleted_retention_secs,
+                MAX_SECS,
+            ),
         ] {
             if v > max {
                 bail!("{key} is {v}; at most {max} is allowed");
