@@ -349,7 +349,7 @@ async fn a_waiting_reader_wakes_on_the_commit() {
 fn cursors(store: &Store) -> Vec<(u64, FeedKind)> {
     store
         .feed_after(0, 100)
-        .unwrap()
+        .expect("feed")
         .entries
         .iter()
         .map(|e| (e.cursor, e.kind))
@@ -362,8 +362,8 @@ fn delete_at(store: &Store, deletions: &[(&str, i64)]) {
     for (id, at) in deletions {
         let mut s = new_session(id, 1);
         s.labels.insert("team".into(), (*id).to_owned());
-        store.create_session(s).wait().unwrap();
-        store.delete_session_at(id, *at).wait().unwrap();
+        store.create_session(s).wait().expect("create");
+        store.delete_session_at(id, *at).wait().expect("delete");
     }
 }
 

@@ -1191,6 +1191,40 @@ mod tests {
         assert_eq!(c.sessions.max_live, 3);
     }
 
+    /// `feed.deleted_retention_secs`: 30 days unless set, 0 allowed (forever), more than
+    /// a year refused naming the key.
+    #[test]
+    fn feed_deleted_retention_defaults_to_30_days_and_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let none = write(dir.path(), "none.toml", "");
+        let c = load(Some(&none), &Overrides::default()).unwrap();
+        assert_eq!(c.feed.deleted_retention_secs, 2_592_000);
+        for (v, ok) in [
+            (0u64, true),
+            (3600, true),
+            (MAX_SECS, true),
+            (MAX_SECS + 1, false),
+        ] {
+            let f = write(
+                dir.path(),
+                "feed.toml",
+                &format!("[feed]\ndeleted_retention_secs = {v}\n"),
+            );
+            let c = load(Some(&f), &Overrides::default()).unwrap();
+            assert_eq!(c.feed.deleted_retention_secs, v);
+            match c.validate_bounds() {
+                Ok(()) => assert!(ok, "{v} accepted"),
+                Err(e) => {
+                    assert!(!ok, "{v}: {e:#}");
+                    assert!(
+                        format!("{e:#}").contains("feed.deleted_retention_secs"),
+                        "{e:#}"
+                    );
+                }
+            }
+        }
+    }
+
     /// `sessions.managed_settings`: a TOML table in the file (keys as written), one JSON
     /// object in the environment; anything else, or too big, stops the start naming it.
     #[test]

@@ -197,3 +197,56 @@ async fn the_timer_prunes_a_deletion_once_it_is_older_than_the_retention() {
         daemon.log_text()
     );
 }
+
+/// A configured notifier that has not delivered a deletion (its receiver refuses every
+/// connection; the next attempt is a minute away) holds it past the retention: the
+/// start-up pruning keeps it, says why, and refuses no cursor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_a_notifier_has_not_delivered_is_kept_past_the_retention() {
+    let world = World::new(NEW).await;
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        &world.config,
+        format!(
+            "[[notify]]\nname = \"down\"\nurl = \"http://127.0.0.1:{port}/hook\"\n\
+             max_attempts = 8\nretry_initial_ms = 60000\nretry_max_ms = 60000\n"
+        ),
+    )
+    .unwrap();
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let old = create(&mut c, &world).await;
+    let d_old = delete(&mut c, &old).await;
+    daemon.terminate().await;
+    {
+        let conn = rusqlite::Connection::open(&world.store).unwrap();
+        let saved: i64 = conn
+            .query_row(
+                "SELECT cursor FROM notify_cursors WHERE name = 'down'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!((saved as u64) < d_old, "the notifier has not passed it");
+        conn.execute(
+            "UPDATE feed_deleted SET deleted_ms = deleted_ms - 31 * 86400000",
+            [],
+        )
+        .unwrap();
+    }
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let all = stored(&mut c, 0).await.unwrap();
+    assert_eq!(deletions_of(&all, &old), 1, "held back by the notifier");
+    assert_eq!(stored(&mut c, d_old - 1).await.unwrap().len(), 1);
+    assert!(
+        daemon.log_text().contains("slowest notifier"),
+        "{}",
+        daemon.log_text()
+    );
+}
