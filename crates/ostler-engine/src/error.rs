@@ -18,6 +18,8 @@ pub enum CodeKind {
     InvalidArgument,
     /// `RESOURCE_EXHAUSTED`
     ResourceExhausted,
+    /// `OUT_OF_RANGE`
+    OutOfRange,
     /// `UNAVAILABLE`
     Unavailable,
     /// `INTERNAL`
@@ -71,6 +73,14 @@ pub enum Error {
         message: String,
     },
 
+    /// A position the daemon can no longer serve completely: a feed cursor before entries
+    /// that were pruned since (`WatchSessions`).
+    #[error("{message}")]
+    OutOfRange {
+        /// What is gone and where to start again.
+        message: String,
+    },
+
     /// The engine or the session's process is not available right now (shutting down, the
     /// CLI process went away mid-call, ...). Retrying later may work.
     #[error("unavailable: {0}")]
@@ -90,6 +100,7 @@ impl Error {
             Error::FailedPrecondition { .. } => CodeKind::FailedPrecondition,
             Error::InvalidArgument { .. } => CodeKind::InvalidArgument,
             Error::ResourceExhausted { .. } => CodeKind::ResourceExhausted,
+            Error::OutOfRange { .. } => CodeKind::OutOfRange,
             Error::Unavailable(_) => CodeKind::Unavailable,
             Error::Internal(_) => CodeKind::Internal,
         }

@@ -55,6 +55,9 @@ pub struct FeedWatch {
     req: WatchRequest,
     /// The last feed id read (items filtered out included).
     scanned: u64,
+    /// The highest pruned cursor when the watch began: entries pruned later and not yet
+    /// read are missed, which ends the watch with [`crate::Error::OutOfRange`].
+    pruned_at_start: u64,
     ready: VecDeque<FeedItem>,
 }
 
@@ -83,6 +86,14 @@ impl FeedWatch {
                 Ok(p) => p,
                 Err(e) => return Some(Err(e)),
             };
+            if page.pruned_to > self.pruned_at_start
+                && page.pruned_to > self.scanned
+                && self.scanned > 0
+            {
+                // Deletion entries after this watcher's position were pruned while it
+                // was reading (it fell behind by the whole retention).
+                return Some(Err(pruned_error(self.scanned, page.pruned_to)));
+            }
             if page.scanned_to > self.scanned {
                 self.scanned = page.scanned_to;
                 for e in page.entries {
@@ -119,7 +130,16 @@ impl Engine {
     /// (a cursor from another store, or made up) is refused, as `Subscribe` refuses an
     /// `after_seq` beyond a session's last event, instead of waiting silently until the
     /// feed grows past it.
+    ///
+    /// A non-zero cursor below the highest pruned one (deletion entries older than the
+    /// daemon's retention are pruned, [`ostler_store::Store::prune_feed_deletions`]) is
+    /// refused with [`crate::Error::OutOfRange`]: the watch could miss deletions. 0 (the
+    /// whole stored feed) is always accepted.
     pub fn watch_checked(&self, req: WatchRequest) -> crate::Result<FeedWatch> {
+        let pruned = self.store().feed_pruned_to();
+        if req.after_cursor != 0 && req.after_cursor < pruned {
+            return Err(pruned_error(req.after_cursor, pruned));
+        }
         let newest = *self.store().feed_watch().borrow();
         if req.after_cursor > newest {
             return Err(crate::Error::invalid(
@@ -139,11 +159,25 @@ impl Engine {
         let store = self.store().clone();
         FeedWatch {
             committed: store.feed_watch(),
+            pruned_at_start: store.feed_pruned_to(),
             scanned: req.after_cursor,
             store,
             req,
             ready: VecDeque::new(),
         }
+    }
+}
+
+/// The refusal of a watch from `after` when deletion entries up to `pruned` are gone.
+fn pruned_error(after: u64, pruned: u64) -> crate::Error {
+    crate::Error::OutOfRange {
+        message: format!(
+            "after_cursor {after} is before cursor {pruned}: session-deleted items \
+             (FEED_KIND_SESSION_DELETED) up to cursor {pruned} were pruned (older than the \
+             daemon's feed.deleted_retention_secs), so a watch from {after} could miss \
+             deletions; list sessions (ListSessions) to see which are gone, then watch again \
+             from after_cursor = {pruned} (or 0 for the whole stored feed)"
+        ),
     }
 }
 

@@ -94,6 +94,7 @@ struct Metrics {
     decisions: Family<Labels<3>, Counter>,
     notifications: Family<Labels<1>, Counter>,
     connections_closed: Family<Labels<1>, Counter>,
+    feed_pruned: Counter,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -167,9 +168,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
          tls_handshake (failed or not done within listen.handshake_timeout_secs)",
         connections_closed.clone(),
     );
+    let feed_pruned = Counter::default();
+    registry.register(
+        "feed_pruned",
+        "Session-deleted items removed from the daemon-wide feed after \
+         feed.deleted_retention_secs (once every configured notifier had passed them)",
+        feed_pruned.clone(),
+    );
     Metrics {
         registry,
         connections_closed,
+        feed_pruned,
         notifications,
         events_appended,
         partial_deltas_missed,
@@ -260,6 +269,11 @@ pub fn notification(outcome: &'static str) {
         .notifications
         .get_or_create(&[("outcome", outcome)])
         .inc();
+}
+
+/// Session-deleted items pruned from the daemon-wide feed.
+pub fn feed_pruned(n: u64) {
+    METRICS.feed_pruned.inc_by(n);
 }
 
 /// Why the daemon ended or refused a client connection, as counted by [`connection_closed`].

@@ -75,6 +75,7 @@ pub fn status_of(e: &Error) -> Status {
         CodeKind::FailedPrecondition => Code::FailedPrecondition,
         CodeKind::InvalidArgument => Code::InvalidArgument,
         CodeKind::ResourceExhausted => Code::ResourceExhausted,
+        CodeKind::OutOfRange => Code::OutOfRange,
         CodeKind::Unavailable => Code::Unavailable,
         CodeKind::Internal => Code::Internal,
     };
@@ -196,6 +197,12 @@ mod tests {
                     message: "256 live sessions (max_sessions)".into(),
                 },
                 Code::ResourceExhausted,
+            ),
+            (
+                Error::OutOfRange {
+                    message: "after_cursor 3 is before cursor 9".into(),
+                },
+                Code::OutOfRange,
             ),
             (
                 Error::Unavailable("shutting down".into()),

@@ -28,9 +28,25 @@ fn last_feed_id(conn: &Connection) -> rusqlite::Result<u64> {
     Ok(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
 }
 
-/// Owned by the writer: publishes the last committed feed id after each commit.
+/// The highest feed cursor pruned so far (table `feed_pruned`, migration 0013; 0 before
+/// any pruning, and on a database older than that migration).
+fn pruned_to(conn: &Connection) -> rusqlite::Result<u64> {
+    let v: Option<i64> = match conn
+        .prepare_cached("SELECT cursor FROM feed_pruned WHERE id = 0")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+    {
+        Ok(v) => v,
+        Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.contains("no such table") => None,
+        Err(e) => return Err(e),
+    };
+    Ok(v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
+}
+
+/// Owned by the writer: publishes the last committed feed id and the highest pruned cursor
+/// after each commit.
 pub(crate) struct FeedPublisher {
     tx: watch::Sender<u64>,
+    pruned: watch::Sender<u64>,
 }
 
 impl FeedPublisher {
@@ -38,6 +54,7 @@ impl FeedPublisher {
         let start = last_feed_id(conn).unwrap_or(0);
         Self {
             tx: watch::Sender::new(start),
+            pruned: watch::Sender::new(pruned_to(conn).unwrap_or(0)),
         }
     }
 
@@ -45,8 +62,23 @@ impl FeedPublisher {
         self.tx.subscribe()
     }
 
+    pub(crate) fn subscribe_pruned(&self) -> watch::Receiver<u64> {
+        self.pruned.subscribe()
+    }
+
     /// Called by the writer after a successful commit (outside any transaction).
     pub(crate) fn committed(&self, conn: &Connection) {
+        // The pruned cursor first: a watcher woken by the feed position sees it.
+        match pruned_to(conn) {
+            Ok(p) => {
+                self.pruned.send_if_modified(|v| {
+                    let moved = p > *v;
+                    *v = (*v).max(p);
+                    moved
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the feed's pruned cursor"),
+        }
         match last_feed_id(conn) {
             Ok(id) => {
                 self.tx.send_if_modified(|v| {
@@ -224,6 +256,22 @@ pub struct FeedPage {
     /// The id of the last feed row this read covered (the next read continues after it);
     /// the cursor asked for when nothing newer exists.
     pub scanned_to: u64,
+    /// The highest cursor pruned so far ([`Store::feed_pruned_to`]), in the same snapshot
+    /// as the entries.
+    pub pruned_to: u64,
+}
+
+/// What one [`Store::prune_feed_deletions`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FeedPruned {
+    /// Deletion entries removed.
+    pub pruned: u64,
+    /// Deletion entries old enough but kept because a notifier has not passed them yet.
+    pub held_back: u64,
+    /// The highest cursor pruned so far (this time or before; 0: none).
+    pub pruned_to: u64,
+    /// The slowest of the notifiers named (its saved cursor), when any has one.
+    pub notifier_floor: Option<u64>,
 }
 
 /// The longest stored title, in characters.
@@ -298,6 +346,7 @@ fn read_page(conn: &Connection, after: u64, limit: usize) -> Result<FeedPage> {
     let mut page = FeedPage {
         entries: Vec::with_capacity(raw.len()),
         scanned_to: raw.last().map_or(after, |r| r.id),
+        pruned_to: pruned_to(&tx)?,
     };
     for r in raw {
         let (event, labels) = match r.pk {
@@ -357,6 +406,68 @@ impl Store {
     /// your cursor, then read with [`Store::feed_after`].
     pub fn feed_watch(&self) -> watch::Receiver<u64> {
         self.feed_receiver()
+    }
+
+    /// The highest feed cursor pruned by [`Store::prune_feed_deletions`] so far (0: none),
+    /// as of the last commit (no I/O). A watcher from a non-zero cursor below it could have
+    /// missed a deletion entry.
+    pub fn feed_pruned_to(&self) -> u64 {
+        *self.feed_pruned_receiver().borrow()
+    }
+
+    /// Removes the [`FeedKind::SessionDeleted`] entries deleted at least `keep_ms`
+    /// milliseconds before `now_ms` (Unix epoch milliseconds) that every notifier in
+    /// `notifiers` has passed (its saved cursor, [`Store::set_notify_cursor`], is at or
+    /// after the entry; a notifier without one holds nothing back), and records the highest
+    /// cursor removed durably ([`Store::feed_pruned_to`]). Nothing else leaves the feed.
+    pub fn prune_feed_deletions(
+        &self,
+        now_ms: i64,
+        keep_ms: u64,
+        notifiers: Vec<String>,
+    ) -> Ticket<FeedPruned> {
+        let cutoff = now_ms.saturating_sub(i64::try_from(keep_ms).unwrap_or(i64::MAX));
+        self.submit(move |ctx| {
+            let conn = ctx.conn;
+            let mut floor: Option<u64> = None;
+            {
+                let mut stmt =
+                    conn.prepare_cached("SELECT cursor FROM notify_cursors WHERE name = ?1")?;
+                for name in &notifiers {
+                    if let Some(c) = stmt.query_row([name], |r| r.get::<_, i64>(0)).optional()? {
+                        let c = u64_from_sql(c, "notify cursor")?;
+                        floor = Some(floor.map_or(c, |f| f.min(c)));
+                    }
+                }
+            }
+            let limit = match floor {
+                Some(f) => u64_to_sql(f, "notify cursor")?,
+                None => i64::MAX,
+            };
+            let (top, held): (Option<i64>, i64) = conn
+                .prepare_cached(
+                    "SELECT max(id) FILTER (WHERE id <= ?2), count(*) FILTER (WHERE id > ?2)
+                     FROM feed_deleted WHERE deleted_ms <= ?1",
+                )?
+                .query_row(params![cutoff, limit], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let pruned = conn
+                .prepare_cached("DELETE FROM feed_deleted WHERE deleted_ms <= ?1 AND id <= ?2")?
+                .execute(params![cutoff, limit])?;
+            if let Some(top) = top {
+                conn.prepare_cached(
+                    "UPDATE feed_pruned SET cursor = max(cursor, ?1) WHERE id = 0",
+                )?
+                .execute([top])?;
+                // The publisher reads the pruned cursor again after the commit.
+                ctx.feed_touched = true;
+            }
+            Ok(FeedPruned {
+                pruned: pruned as u64,
+                held_back: u64::try_from(held).unwrap_or(0),
+                pruned_to: pruned_to(conn)?,
+                notifier_floor: floor,
+            })
+        })
     }
 
     /// Up to `limit` feed entries after `cursor` (0 = from the beginning), in id order, with

@@ -20,7 +20,8 @@ mod writer;
 pub use connection::Inspection;
 pub use error::{Error, Result};
 pub use feed::{
-    FeedEntry, FeedKind, FeedPage, MAX_TITLE_CHARS, SESSION_DELETED_NOTICE, shorten_title,
+    FeedEntry, FeedKind, FeedPage, FeedPruned, MAX_TITLE_CHARS, SESSION_DELETED_NOTICE,
+    shorten_title,
 };
 pub use health::{WriteFault, WriteHealth};
 pub use migrate::SCHEMA_VERSION;

@@ -44,6 +44,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(10, "0010_elicitation.sql"),
     migration!(11, "0011_feed_deleted.sql"),
     migration!(12, "0012_dialog.sql"),
+    migration!(13, "0013_feed_pruned.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).

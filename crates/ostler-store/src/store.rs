@@ -51,6 +51,8 @@ struct Inner {
     readers: ReadPool,
     health: Arc<HealthCell>,
     feed: tokio::sync::watch::Receiver<u64>,
+    /// The highest feed cursor pruned ([`Store::feed_pruned_to`]), published by the writer.
+    feed_pruned: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Drop for Inner {
@@ -218,6 +220,7 @@ impl Store {
             opts.write_retry_limit,
         );
         let feed = writer.feed_watch();
+        let feed_pruned = writer.feed_pruned_watch();
         // Commits on a caller's thread only where a commit does not fsync (but the one that
         // restarts the WAL, which syncs its new header: a small write, see `writer`).
         let writes = writer::Shared::new(
@@ -244,6 +247,7 @@ impl Store {
                 readers,
                 health,
                 feed,
+                feed_pruned,
             }),
         })
     }
@@ -270,6 +274,10 @@ impl Store {
 
     pub(crate) fn feed_receiver(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.feed.clone()
+    }
+
+    pub(crate) fn feed_pruned_receiver(&self) -> &tokio::sync::watch::Receiver<u64> {
+        &self.inner.feed_pruned
     }
 
     /// `op` may run more than once: a group that meets a storage fault is rolled back and
@@ -361,10 +369,16 @@ impl Store {
     ///
     /// [`FeedKind::SessionDeleted`]: crate::FeedKind::SessionDeleted
     pub fn delete_session(&self, session_id: &str) -> Ticket<()> {
-        let sid = session_id.to_owned();
         let deleted_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self.delete_session_at(session_id, deleted_ms)
+    }
+
+    /// [`Store::delete_session`] with the deletion's time given (milliseconds since the Unix
+    /// epoch): the age [`Store::prune_feed_deletions`] measures its feed entry by.
+    pub fn delete_session_at(&self, session_id: &str, deleted_ms: i64) -> Ticket<()> {
+        let sid = session_id.to_owned();
         self.submit(move |ctx| ops::delete_session_op(ctx, &sid, deleted_ms))
     }
 

@@ -694,6 +694,11 @@ impl Writer {
         self.feed.subscribe()
     }
 
+    /// The highest pruned feed cursor, published after each commit that touched the feed.
+    pub(crate) fn feed_pruned_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.feed.subscribe_pruned()
+    }
+
     /// Commits a group and returns its commands with their outcome, to be finished once
     /// the writer's lock is released ([`Finished::send`]); or hands the group back (`Err`,
     /// left in `batch`) after a storage fault when `retry` is false.

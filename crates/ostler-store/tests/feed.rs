@@ -79,7 +79,8 @@ fn attention_events_enter_the_feed_with_their_commit() {
         store.feed_after(11, 100).unwrap(),
         FeedPage {
             entries: vec![],
-            scanned_to: 11
+            scanned_to: 11,
+            pruned_to: 0
         }
     );
 
@@ -342,4 +343,130 @@ async fn a_waiting_reader_wakes_on_the_commit() {
         .unwrap()
         .unwrap();
     assert_eq!(v, 1);
+}
+
+/// (cursor, kind) of every stored entry.
+fn cursors(store: &Store) -> Vec<(u64, FeedKind)> {
+    store
+        .feed_after(0, 100)
+        .expect("feed")
+        .entries
+        .iter()
+        .map(|e| (e.cursor, e.kind))
+        .collect()
+}
+
+/// Sessions `ids` created and deleted at the times given, in order (each deletion takes the
+/// next cursor; creating a session without events writes no feed row).
+fn delete_at(store: &Store, deletions: &[(&str, i64)]) {
+    for (id, at) in deletions {
+        let mut s = new_session(id, 1);
+        s.labels.insert("team".into(), (*id).to_owned());
+        store.create_session(s).wait().expect("create");
+        store.delete_session_at(id, *at).wait().expect("delete");
+    }
+}
+
+#[test]
+fn deletion_entries_older_than_the_retention_are_pruned_and_the_cursor_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    {
+        let store = open(&path);
+        store.create_session(new_session("live", 1)).wait().unwrap();
+        store
+            .append_blocking("live", vec![ev("engine_notice", 1)])
+            .unwrap(); // cursor 1: session_created, of a session that stays
+        delete_at(&store, &[("a", 1_000), ("b", 5_000), ("c", 9_000)]); // cursors 2, 3, 4
+        assert_eq!(store.feed_pruned_to(), 0);
+
+        // Nothing is old enough yet: nothing goes, nothing is recorded.
+        let none = store
+            .prune_feed_deletions(5_999, 5_000, Vec::new())
+            .wait()
+            .unwrap();
+        assert_eq!((none.pruned, none.pruned_to), (0, 0));
+        assert_eq!(cursors(&store).len(), 4);
+
+        // Cut-off 6_000: a and b (deleted at 1_000 and 5_000) go; c (9_000) and the other
+        // kinds of entries stay.
+        let done = store
+            .prune_feed_deletions(10_000, 4_000, Vec::new())
+            .wait()
+            .unwrap();
+        assert_eq!(
+            done,
+            FeedPruned {
+                pruned: 2,
+                held_back: 0,
+                pruned_to: 3,
+                notifier_floor: None
+            }
+        );
+        assert_eq!(
+            cursors(&store),
+            [(1, FeedKind::SessionCreated), (4, FeedKind::SessionDeleted)]
+        );
+        assert_eq!(store.feed_pruned_to(), 3, "published with the commit");
+        assert_eq!(store.feed_after(0, 10).unwrap().pruned_to, 3);
+        let c = &store.feed_after(3, 10).unwrap().entries[0];
+        assert_eq!(c.labels.get("team").map(String::as_str), Some("c"));
+    }
+    // Durable, and cursors are never reused.
+    let store = open(&path);
+    assert_eq!(store.feed_pruned_to(), 3);
+    assert_eq!(*store.feed_watch().borrow(), 4);
+    delete_at(&store, &[("d", 20_000)]);
+    assert_eq!(cursors(&store).last(), Some(&(5, FeedKind::SessionDeleted)));
+    // A later pruning that takes less does not move the recorded cursor back.
+    let again = store
+        .prune_feed_deletions(10_000, 0, Vec::new())
+        .wait()
+        .unwrap();
+    assert_eq!((again.pruned, again.pruned_to), (1, 4));
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let labels: i64 = conn
+        .query_row("SELECT count(*) FROM feed_deleted_labels", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(labels, 1, "only d's labels are left");
+}
+
+#[test]
+fn pruning_stops_at_the_slowest_configured_notifier() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    delete_at(&store, &[("a", 1), ("b", 2), ("c", 3)]); // cursors 1, 2, 3
+    store.set_notify_cursor("slow", 1).wait().unwrap();
+    store.set_notify_cursor("fast", 3).wait().unwrap();
+    // Not configured any more: its old cursor holds nothing back.
+    store.set_notify_cursor("removed", 0).wait().unwrap();
+    let configured = || vec!["fast".to_owned(), "slow".to_owned(), "new".to_owned()];
+
+    let first = store
+        .prune_feed_deletions(1_000, 10, configured())
+        .wait()
+        .unwrap();
+    assert_eq!(
+        first,
+        FeedPruned {
+            pruned: 1,
+            held_back: 2,
+            pruned_to: 1,
+            notifier_floor: Some(1)
+        }
+    );
+    assert_eq!(
+        cursors(&store),
+        [(2, FeedKind::SessionDeleted), (3, FeedKind::SessionDeleted)]
+    );
+
+    store.set_notify_cursor("slow", 2).wait().unwrap();
+    let second = store
+        .prune_feed_deletions(1_000, 10, configured())
+        .wait()
+        .unwrap();
+    assert_eq!((second.pruned, second.held_back), (1, 1));
+    assert_eq!(store.feed_pruned_to(), 2);
+    assert_eq!(cursors(&store), [(3, FeedKind::SessionDeleted)]);
 }

@@ -49,6 +49,9 @@
 //! [claude]
 //! path = "/usr/local/bin/claude"   # default: search PATH
 //!
+//! [feed]
+//! deleted_retention_secs = 2592000 # keep session-deleted feed items 30 days (0: forever)
+//!
 //! [[notify]]                      # webhooks following the daemon-wide feed (repeatable)
 //! url = "http://127.0.0.1:9000/ostler"
 //! secret = "..."                  # HMAC-SHA256 signature header
@@ -85,6 +88,7 @@ const SECTIONS: &[&str] = &[
     "log",
     "metrics",
     "runtime",
+    "feed",
 ];
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7433";
@@ -102,6 +106,7 @@ pub struct Config {
     pub log: LogConfig,
     pub metrics: MetricsConfig,
     pub runtime: RuntimeConfig,
+    pub feed: FeedConfig,
     /// `[[notify]]`: webhooks following the daemon-wide feed (config file only).
     pub notify: Vec<crate::notify::NotifyConfig>,
     /// Where each value came from (the layers [`load`] merged), to name it in errors.
@@ -418,6 +423,24 @@ impl Default for LogConfig {
 pub struct MetricsConfig {
     /// TCP address of the HTTP endpoint serving `/metrics`; empty (the default): off.
     pub listen: String,
+}
+
+/// `[feed]`: the daemon-wide feed (`WatchSessions`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeedConfig {
+    /// How long a session-deleted item stays in the feed (its session's other items go
+    /// with the deletion); 0: forever. Older ones are pruned at start and then periodically,
+    /// never before every configured notifier has passed them.
+    pub deleted_retention_secs: u64,
+}
+
+impl Default for FeedConfig {
+    fn default() -> Self {
+        Self {
+            deleted_retention_secs: 30 * 24 * 3600,
+        }
+    }
 }
 
 /// `[runtime]`: the daemon's async runtime.
@@ -992,6 +1015,11 @@ impl Config {
             ),
             ("sessions.stop_timeout_secs", s.stop_timeout_secs, MAX_SECS),
             ("sessions.max_live", s.max_live, MAX_LIVE),
+            (
+                "feed.deleted_retention_secs",
+                self.feed.deleted_retention_secs,
+                MAX_SECS,
+            ),
         ] {
             if v > max {
                 bail!("{key} is {v}; at most {max} is allowed");
@@ -1161,6 +1189,40 @@ mod tests {
         let c = load(Some(&f), &o).unwrap();
         assert_eq!(c.listen.addr, "127.0.0.1:0", "flags win over the file");
         assert_eq!(c.sessions.max_live, 3);
+    }
+
+    /// `feed.deleted_retention_secs`: 30 days unless set, 0 allowed (forever), more than
+    /// a year refused naming the key.
+    #[test]
+    fn feed_deleted_retention_defaults_to_30_days_and_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let none = write(dir.path(), "none.toml", "");
+        let c = load(Some(&none), &Overrides::default()).unwrap();
+        assert_eq!(c.feed.deleted_retention_secs, 2_592_000);
+        for (v, ok) in [
+            (0u64, true),
+            (3600, true),
+            (MAX_SECS, true),
+            (MAX_SECS + 1, false),
+        ] {
+            let f = write(
+                dir.path(),
+                "feed.toml",
+                &format!("[feed]\ndeleted_retention_secs = {v}\n"),
+            );
+            let c = load(Some(&f), &Overrides::default()).unwrap();
+            assert_eq!(c.feed.deleted_retention_secs, v);
+            match c.validate_bounds() {
+                Ok(()) => assert!(ok, "{v} accepted"),
+                Err(e) => {
+                    assert!(!ok, "{v}: {e:#}");
+                    assert!(
+                        format!("{e:#}").contains("feed.deleted_retention_secs"),
+                        "{e:#}"
+                    );
+                }
+            }
+        }
     }
 
     /// `sessions.managed_settings`: a TOML table in the file (keys as written), one JSON

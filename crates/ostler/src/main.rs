@@ -19,6 +19,7 @@ mod client;
 mod config;
 mod decode;
 mod doctor;
+mod feed_prune;
 mod metrics;
 mod notify;
 mod serve;

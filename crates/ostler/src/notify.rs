@@ -498,7 +498,17 @@ async fn start_cursor(n: &Notifier, store: &Store) -> Result<u64> {
             .context("reading the notifier's cursor")?
     };
     let start = match saved {
-        Some(c) => c,
+        Some(c) => {
+            let pruned = store.feed_pruned_to();
+            if c < pruned {
+                // Pruning stops at a configured notifier's cursor: this one was not
+                // configured for a while (`feed.deleted_retention_secs`).
+                tracing::error!(notifier = %n.shown, after_cursor = c, pruned_to = pruned,
+                    "session-deleted feed items this notifier had not delivered were pruned \
+                     while it was not configured: it continues without them");
+            }
+            c
+        }
         None => {
             // A new notifier starts with what happens from now on.
             let now = *store.feed_watch().borrow();

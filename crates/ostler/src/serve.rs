@@ -426,6 +426,18 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     if let Some(metrics) = &metrics {
         metrics.serve_engine(engine.clone());
     }
+    // Session-deleted feed items past their retention: pruned before the daemon says it
+    // is ready, then by a timer.
+    let pruner = match crate::feed_prune::Retention::new(
+        cfg.feed.deleted_retention_secs,
+        valid.notifiers.iter().map(|n| n.name.clone()).collect(),
+    ) {
+        Some(r) => {
+            r.prune_now(&notify_store).await;
+            Some(r.spawn(notify_store.clone(), shutdown.clone()))
+        }
+        None => None,
+    };
     let notifiers =
         crate::notify::spawn_all(valid.notifiers.clone(), &engine, &notify_store, &shutdown).await;
     starting
@@ -447,6 +459,9 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     shutdown.cancel();
     for n in notifiers {
         let _ = n.await;
+    }
+    if let Some(p) = pruner {
+        let _ = p.await;
     }
     drop(notify_store);
     tracing::info!("stopping sessions");

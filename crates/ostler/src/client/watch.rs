@@ -253,6 +253,29 @@ async fn start_cursor(a: &WatchArgs, conn: &mut super::Conn) -> Result<u64> {
     Ok(last)
 }
 
+/// A failed watch; OUT_OF_RANGE (deletion items after `--since` were pruned) also says
+/// what to run with this client.
+fn watch_error(s: tonic::Status) -> anyhow::Error {
+    let resume = (s.code() == tonic::Code::OutOfRange)
+        .then(|| pruned_cursor(s.message()))
+        .flatten();
+    let e = status_error("watch sessions", s);
+    match resume {
+        Some(n) => anyhow::anyhow!(
+            "{e}\nwith this client: run `ostler sessions` to see which sessions still exist, \
+             then `ostler watch --since {n}` (or --all for the whole stored feed)"
+        ),
+        None => e,
+    }
+}
+
+/// The cursor an OUT_OF_RANGE message says to watch again from (`after_cursor = N`).
+fn pruned_cursor(message: &str) -> Option<u64> {
+    let (_, rest) = message.split_once("after_cursor = ")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 /// `ostler watch`
 pub async fn watch(a: WatchArgs) -> Result<i32> {
     let mut conn = connect(&a.connect).await?;
@@ -268,7 +291,7 @@ pub async fn watch(a: WatchArgs) -> Result<i32> {
         .sessions
         .watch_sessions(req)
         .await
-        .map_err(|s| status_error("watch sessions", s))?
+        .map_err(watch_error)?
         .into_inner();
     let st = Style::stdout();
     if !a.no_follow {
@@ -279,7 +302,7 @@ pub async fn watch(a: WatchArgs) -> Result<i32> {
             _ = tokio::signal::ctrl_c() => return Ok(EXIT_INTERRUPTED),
             next = stream.message() => next,
         };
-        let Some(item) = next.map_err(|s| status_error("watch sessions", s))? else {
+        let Some(item) = next.map_err(watch_error)? else {
             return Ok(0);
         };
         if a.json {
@@ -295,6 +318,15 @@ pub async fn watch(a: WatchArgs) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pruned_cursor_is_read_from_the_message() {
+        assert_eq!(
+            pruned_cursor("... then watch again from after_cursor = 42 (or 0 ...)"),
+            Some(42)
+        );
+        assert_eq!(pruned_cursor("after_cursor 3 is beyond"), None);
+    }
 
     #[test]
     fn kinds_parse_and_name_each_other() {
