@@ -730,10 +730,32 @@ async fn serve_turns(
     binary: &Path,
     scenario: &str,
     options: &[(&str, String)],
+    turns: Turns<'_>,
+    answer: &mut dyn FnMut(&serde_json::Value) -> serde_json::Value,
+) -> Result<ostler_testkit::FakeModelServer> {
+    serve_turns_env(
+        herm,
+        binary,
+        scenario,
+        options,
+        &BTreeMap::new(),
+        turns,
+        answer,
+    )
+    .await
+}
+
+/// [`serve_turns`] with `env` added to the CLI's environment.
+async fn serve_turns_env(
+    herm: &ostler_testkit::cli::Hermetic,
+    binary: &Path,
+    scenario: &str,
+    options: &[(&str, String)],
+    env: &BTreeMap<String, String>,
     mut turns: Turns<'_>,
     answer: &mut dyn FnMut(&serde_json::Value) -> serde_json::Value,
 ) -> Result<ostler_testkit::FakeModelServer> {
-    let mut s = ProbeSession::start(herm, binary, scenario, options).await?;
+    let mut s = ProbeSession::start_env(herm, binary, scenario, options, env).await?;
     if let Some(mut fields) = turns.initialize.take() {
         fields["subtype"] = "initialize".into();
         let init = serde_json::json!({"type":"control_request","request_id":"probe-init","request":fields});
@@ -787,6 +809,17 @@ impl ProbeSession {
         scenario: &str,
         options: &[(&str, String)],
     ) -> Result<Self> {
+        Self::start_env(herm, binary, scenario, options, &BTreeMap::new()).await
+    }
+
+    /// [`Self::start`] with `env` added to the CLI's environment.
+    async fn start_env(
+        herm: &ostler_testkit::cli::Hermetic,
+        binary: &Path,
+        scenario: &str,
+        options: &[(&str, String)],
+        env: &BTreeMap<String, String>,
+    ) -> Result<Self> {
         let scenario = ostler_testkit::Scenario::from_toml("compat-probe", scenario)?;
         let server = ostler_testkit::FakeModelServer::start(scenario).await?;
         let mut args = ostler_protocol::argv::StreamJsonArgs::session();
@@ -794,7 +827,7 @@ impl ProbeSession {
             args.option(flag, value);
         }
         let mut child = herm
-            .command(binary, &args.into_args(), &server.url(), &BTreeMap::new())
+            .command(binary, &args.into_args(), &server.url(), env)
             .spawn()?;
         let stdin = child.stdin.take().context("stdin")?;
         let stdout = child.stdout.take().context("stdout")?;
@@ -1245,7 +1278,11 @@ async fn init_field_probe(
             progress_summary_probe(binary).await?,
         ),
         ("dialog_kinds".to_string(), dialog_probe(binary).await?),
-    ]))
+    ])
+    .into_iter()
+    .chain(question_probe(binary, &[]).await?)
+    .chain([("title".to_string(), title_probe(binary).await?)])
+    .collect())
 }
 
 /// One field of [`init_field_probe`] (`skills` and `plan_mode_instructions` share a
@@ -1262,6 +1299,14 @@ async fn init_field_probe_one(
         "per_task_stop_affordance" => task_stop_probe(binary, control).await?,
         "agent_progress_summaries" => progress_summary_probe(binary).await?,
         "dialog_kinds" => dialog_probe(binary).await?,
+        "title" => title_probe(binary).await?,
+        "question_preview_format" | "question_extended" | "question_optional_descriptions" => {
+            question_probe(binary, &[field])
+                .await?
+                .get(field)
+                .copied()
+                .unwrap_or(false)
+        }
         "skills" | "plan_mode_instructions" => init_field_probe(binary, control)
             .await?
             .get(field)
@@ -1276,6 +1321,156 @@ async fn init_field_probe_one(
                 .join(", ")
         ),
     })
+}
+
+/// The AskUserQuestion tool definition (its `description` and `input_schema`, as JSON)
+/// in the model request of one turn with `env` in the CLI's environment; `None` when no
+/// request of the turn offered the tool.
+async fn question_tool_definition(
+    binary: &Path,
+    env: &BTreeMap<String, String>,
+) -> Result<Option<String>> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let turns = Turns {
+        initialize: None,
+        texts: &["PROBE-QUESTION-TOOL hello"],
+        until: None,
+        limit: secs(90),
+    };
+    let server = serve_turns_env(&herm, binary, PROBE_SCENARIO, &[], env, turns, &mut |_| {
+        serde_json::json!({})
+    })
+    .await?;
+    Ok(server
+        .requests()
+        .iter()
+        .filter(|r| last_user_has(r, "PROBE-QUESTION-TOOL"))
+        .filter_map(|r| r.body.as_ref())
+        .filter_map(|b| b["tools"].as_array())
+        .flatten()
+        .find(|t| t["name"] == "AskUserQuestion")
+        .map(|t| {
+            serde_json::json!({"description": t["description"], "input_schema": t["input_schema"]})
+                .to_string()
+        }))
+}
+
+/// The session options that set AskUserQuestion's configuration through the CLI's
+/// environment (the Agent SDKs' `toolConfig.askUserQuestion`), each with the variable and
+/// the value it is probed with.
+const QUESTION_OPTIONS: [(&str, &str, &str); 3] = [
+    (
+        "question_preview_format",
+        "CLAUDE_CODE_QUESTION_PREVIEW_FORMAT",
+        "html",
+    ),
+    ("question_extended", "CLAUDE_CODE_QUESTION_EXTENDED", "1"),
+    (
+        "question_optional_descriptions",
+        "CLAUDE_CODE_QUESTION_OPTIONAL_DESCRIPTIONS",
+        "1",
+    ),
+];
+
+/// The AskUserQuestion options ([`QUESTION_OPTIONS`]; `only`: those named, empty: all):
+/// a turn without any of the variables, then one turn with each; honoured when the
+/// AskUserQuestion tool the model is offered (description and input schema) differs from
+/// the one offered without it. A release whose binary lacks the variable's name cannot
+/// honour it: not honoured, not run. Measured by hand before on 2.1.332 (an `sdk-cli`
+/// entry point, as ostler's sessions are): `html` adds the preview's rules to the tool's
+/// description; `EXTENDED` adds text and number questions (`kind`) to the schema;
+/// `OPTIONAL_DESCRIPTIONS` makes an option's `description` optional.
+async fn question_probe(binary: &Path, only: &[&str]) -> Result<BTreeMap<String, bool>> {
+    let path =
+        std::fs::canonicalize(binary).with_context(|| format!("resolve {}", binary.display()))?;
+    let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+    let known: Vec<bool> = QUESTION_OPTIONS
+        .iter()
+        .map(|(_, var, _)| memchr::memmem::find(&bytes, var.as_bytes()).is_some())
+        .collect();
+    drop(bytes);
+    let mut out = BTreeMap::new();
+    let mut baseline = None::<Option<String>>;
+    for ((field, var, value), known) in QUESTION_OPTIONS.iter().zip(known) {
+        if !only.is_empty() && !only.contains(field) {
+            continue;
+        }
+        if !known {
+            out.insert(field.to_string(), false);
+            continue;
+        }
+        let without = match &baseline {
+            Some(b) => b.clone(),
+            None => {
+                let b = question_tool_definition(binary, &BTreeMap::new()).await?;
+                baseline = Some(b.clone());
+                b
+            }
+        };
+        let env = BTreeMap::from([(var.to_string(), value.to_string())]);
+        let with = question_tool_definition(binary, &env).await?;
+        out.insert(
+            field.to_string(),
+            without.is_some() && with.is_some() && with != without,
+        );
+    }
+    Ok(out)
+}
+
+/// The title [`title_probe`] gives its session.
+const PROBE_TITLE: &str = "PROBE-TITLE-7 release notes";
+
+/// What one turn with `init` in `initialize` shows of the session's title: whether the
+/// CLI's transcript (under HOME's `.claude/projects/`) has a `custom-title` entry with
+/// [`PROBE_TITLE`], and whether it wrote `system/session_title_changed` with it.
+async fn title_seen(binary: &Path, init: Option<serde_json::Value>) -> Result<(bool, bool)> {
+    let herm = ostler_testkit::cli::Hermetic::new()?;
+    let mut changed = false;
+    let mut until = |v: &serde_json::Value| {
+        changed |= v["type"] == "system"
+            && v["subtype"] == "session_title_changed"
+            && v["title"] == PROBE_TITLE;
+        v["type"] == "result"
+    };
+    let turns = Turns {
+        initialize: init,
+        texts: &["PROBE-TITLE hello"],
+        until: Some(&mut until),
+        limit: secs(90),
+    };
+    serve_turns(&herm, binary, PROBE_SCENARIO, &[], turns, &mut |_| {
+        serde_json::json!({})
+    })
+    .await?;
+    let mut in_transcript = false;
+    let projects = herm.home().join(".claude/projects");
+    for dir in std::fs::read_dir(&projects).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+            in_transcript |= text.lines().any(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .is_ok_and(|v| v["type"] == "custom-title" && v["customTitle"] == PROBE_TITLE)
+            });
+        }
+    }
+    Ok((in_transcript, changed))
+}
+
+/// `title` in `initialize` (CreateSessionRequest.title given by the client): a turn
+/// without it and one with it; honoured when with it the CLI's transcript has the title as
+/// its `custom-title` (the name it keeps for the session) and without it has none. The
+/// `session_title_changed` line is not required: 2.1.120 and 2.1.121 record the title but
+/// have no such line (their binaries do not name it); 2.1.330 and 2.1.332 write it at
+/// `initialize`. Measured by hand before on 2.1.332: no model request generates a title in
+/// either turn (one request each), so that is no sign.
+async fn title_probe(binary: &Path) -> Result<bool> {
+    let (without, _) = title_seen(binary, None).await?;
+    let (with, _) = title_seen(binary, Some(serde_json::json!({"title": PROBE_TITLE}))).await?;
+    Ok(with && !without)
 }
 
 /// The fake model of [`dialog_probe`]: every request for the probe's model is refused
@@ -2605,9 +2800,13 @@ fn render_md(d: &Derived) -> Result<String> {
         "Session options sent in `initialize` rather than as flags, measured by their effect \
          (`cargo xtask compat probe`, `--init-fields-only` for just these; CreateSession's \
          `skills` / `all_skills`, `plan_mode_instructions`, `tool_aliases`, \
-         `exclude_dynamic_sections` and `forward_subagent_text`). A release ignores a field it \
+         `exclude_dynamic_sections`, `forward_subagent_text`, ...), and the AskUserQuestion \
+         options the CLI reads from its environment (`question_preview_format`, \
+         `question_extended`, `question_optional_descriptions`: the Agent SDKs' \
+         `toolConfig.askUserQuestion`), measured alike. A release ignores a field it \
          does not know, so CreateSession refuses one the release is measured not to honour \
-         with FAILED_PRECONDITION. Each honoured field is listed among the release's \
+         with FAILED_PRECONDITION; except `title` (CreateSession's `title`, sent at create \
+         and fork), which such a release is just not sent: the title is ostler's own too. Each honoured field is listed among the release's \
          capabilities as `init:<field>`. `-` not measured.\n\n",
     );
     field_table(&mut s, d, &ostler_supervisor::compat::INIT_FIELDS, |e| {

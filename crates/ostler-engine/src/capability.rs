@@ -264,6 +264,21 @@ pub(crate) fn check_init_fields(
             "dialog_kinds",
             !options.dialog_kinds.is_empty(),
         ),
+        (
+            "question_preview_format",
+            "question_preview_format",
+            options.question_preview_format.is_some(),
+        ),
+        (
+            "question_extended",
+            "question_extended",
+            options.question_extended,
+        ),
+        (
+            "question_optional_descriptions",
+            "question_optional_descriptions",
+            options.question_optional_descriptions,
+        ),
     ];
     for (field, option, on) in asked {
         if on && inst.capabilities.init_fields.get(field) == Some(&false) {

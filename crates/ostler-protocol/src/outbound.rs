@@ -231,6 +231,9 @@ pub struct InitializeRequest {
     /// `supportedDialogKinds`: the dialogs (`request_user_dialog`) the host can show; the
     /// CLI asks only these. Empty: not sent.
     pub dialog_kinds: Vec<String>,
+    /// `title`: the session's name (the CLI records it as its transcript's `custom-title`
+    /// and writes `system/session_title_changed`). `None`: not sent.
+    pub title: Option<String>,
 }
 
 impl InitializeRequest {
@@ -281,6 +284,9 @@ impl InitializeRequest {
         }
         if !self.dialog_kinds.is_empty() {
             f.insert("supportedDialogKinds".into(), self.dialog_kinds.into());
+        }
+        if let Some(t) = self.title {
+            f.insert("title".into(), t.into());
         }
         OutRequest::Initialize(f)
     }
@@ -689,6 +695,7 @@ mod tests {
             per_task_stop_affordance: true,
             agent_progress_summaries: true,
             dialog_kinds: vec!["refusal_fallback_prompt".into()],
+            title: Some("release notes".into()),
             ..Default::default()
         };
         assert_eq!(
@@ -697,7 +704,8 @@ mod tests {
                    "toolAliases": {"Bash": "mcp__box__bash"}, "excludeDynamicSections": true,
                    "forwardSubagentText": true, "perTaskStopAffordance": true,
                    "agentProgressSummaries": true,
-                   "supportedDialogKinds": ["refusal_fallback_prompt"]})
+                   "supportedDialogKinds": ["refusal_fallback_prompt"],
+                   "title": "release notes"})
         );
     }
 

@@ -220,10 +220,11 @@ pub const POLICIES: [(&str, &str); 1] = [(
 )];
 
 /// The `initialize` fields (session options sent there, not as flags) `cargo xtask compat
-/// probe` measures (the `init_fields` column), each with what honouring it means. A
-/// release ignores a field it does not know, so a session that asks for one it is measured
-/// not to honour is refused.
-pub const INIT_FIELDS: [(&str, &str); 8] = [
+/// probe` measures (the `init_fields` column), each with what honouring it means, and the
+/// session options the CLI reads from its environment (`question_*`, the Agent SDKs'
+/// `toolConfig.askUserQuestion`). A release ignores a field or variable it does not know,
+/// so a session that asks for one it is measured not to honour is refused.
+pub const INIT_FIELDS: [(&str, &str); 12] = [
     (
         "skills",
         "`skills: [name]` lists only that skill to the model (another skill of the project is \
@@ -264,6 +265,26 @@ pub const INIT_FIELDS: [(&str, &str); 8] = [
         "`supportedDialogKinds: [\"refusal_fallback_prompt\"]` makes a refused turn ask the \
          host (`request_user_dialog`) whether to retry on the fallback model, where without \
          it the turn ends with the refusal",
+    ),
+    (
+        "question_preview_format",
+        "`CLAUDE_CODE_QUESTION_PREVIEW_FORMAT=html` in the CLI's environment changes the \
+         AskUserQuestion tool the model is offered (its description or input schema)",
+    ),
+    (
+        "question_extended",
+        "`CLAUDE_CODE_QUESTION_EXTENDED=1` in the CLI's environment changes the \
+         AskUserQuestion tool the model is offered (its description or input schema)",
+    ),
+    (
+        "question_optional_descriptions",
+        "`CLAUDE_CODE_QUESTION_OPTIONAL_DESCRIPTIONS=1` in the CLI's environment changes the \
+         AskUserQuestion tool the model is offered (its description or input schema)",
+    ),
+    (
+        "title",
+        "`title` names the CLI's session: its transcript gets the title as its `custom-title`, \
+         which it has none of without the field",
     ),
 ];
 

@@ -159,6 +159,21 @@ pub struct CliOptions {
     /// `refusal_fallback_prompt`); only a declared kind is ever asked. Empty: not sent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dialog_kinds: Vec<String>,
+    /// Not a flag: `CLAUDE_CODE_QUESTION_PREVIEW_FORMAT` in the CLI's environment (the
+    /// Agent SDKs' `toolConfig.askUserQuestion.previewFormat`): one of
+    /// [`QUESTION_PREVIEW_FORMATS`]; AskUserQuestion's options may carry a `preview` in
+    /// that format (the tool's description tells the model how to write one). `None`: not
+    /// set (2.1.332 as ostler runs it then offers no previews).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question_preview_format: Option<String>,
+    /// Not a flag: `CLAUDE_CODE_QUESTION_EXTENDED=1` (`extendedQuestions`): AskUserQuestion
+    /// also asks free-text and number questions (`kind`), with a form `title`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub question_extended: bool,
+    /// Not a flag: `CLAUDE_CODE_QUESTION_OPTIONAL_DESCRIPTIONS=1`
+    /// (`optionalDescriptions`): an AskUserQuestion option's `description` is optional.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub question_optional_descriptions: bool,
     /// `--permission-prompts`: `host` (ostler's clients answer, the default) or `none`
     /// (anything that would prompt is denied at once and the model is told).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -202,6 +217,24 @@ pub const PERMISSION_PROMPTS: [&str; 2] = ["host", "none"];
 
 /// The modes `--thinking` takes (2.1.332's choices; `enabled` is `adaptive` there).
 pub const THINKING_MODES: [&str; 3] = ["adaptive", "enabled", "disabled"];
+
+/// The values `question_preview_format` takes (`CLAUDE_CODE_QUESTION_PREVIEW_FORMAT`;
+/// 2.1.332 ignores any other value).
+pub const QUESTION_PREVIEW_FORMATS: [&str; 2] = ["markdown", "html"];
+
+/// The variables of the CLI's environment the AskUserQuestion options set, each with its
+/// option's field name (see [`CliOptions::question_env`]).
+pub const QUESTION_ENV: [(&str, &str); 3] = [
+    (
+        "CLAUDE_CODE_QUESTION_PREVIEW_FORMAT",
+        "question_preview_format",
+    ),
+    ("CLAUDE_CODE_QUESTION_EXTENDED", "question_extended"),
+    (
+        "CLAUDE_CODE_QUESTION_OPTIONAL_DESCRIPTIONS",
+        "question_optional_descriptions",
+    ),
+];
 
 /// The values `--thinking-display` takes on every release that has it (2.1.120 and
 /// 2.1.332; 2.1.330+ also take `highlights`).
@@ -533,6 +566,12 @@ impl CliOptions {
                 &THINKING_DISPLAYS[..],
                 "a display",
             ),
+            (
+                "question_preview_format",
+                &self.question_preview_format,
+                &QUESTION_PREVIEW_FORMATS[..],
+                "a preview format",
+            ),
         ] {
             if let Some(v) = v
                 && !allowed.contains(&v.as_str())
@@ -784,6 +823,21 @@ impl CliOptions {
             text(&format!("env[{k}]"), v, limits::VALUE_BYTES)?;
             env_total += k.len() + v.len() + 2;
         }
+        // A question option and the session's own variable of the same name would fight
+        // over one variable: refused when they differ (the same value is harmless).
+        for (var, value, field) in self.question_env() {
+            if let Some(mine) = self.env.get(var)
+                && *mine != value
+            {
+                return Err(bad(
+                    format!("env[{var}]"),
+                    format!(
+                        "contradicts {field} (which sets {var}={value}); set {field} only, \
+                         or leave {var} out of env"
+                    ),
+                ));
+            }
+        }
         if env_total > limits::ENV_TOTAL_BYTES {
             return Err(bad(
                 "env",
@@ -794,6 +848,23 @@ impl CliOptions {
             ));
         }
         Ok(())
+    }
+
+    /// The CLI's environment variables the AskUserQuestion options set, as (variable,
+    /// value, option field): none for options left unset.
+    pub fn question_env(&self) -> Vec<(&'static str, String, &'static str)> {
+        let [preview, extended, optional] = QUESTION_ENV;
+        let mut v = Vec::new();
+        if let Some(f) = &self.question_preview_format {
+            v.push((preview.0, f.clone(), preview.1));
+        }
+        if self.question_extended {
+            v.push((extended.0, "1".to_string(), extended.1));
+        }
+        if self.question_optional_descriptions {
+            v.push((optional.0, "1".to_string(), optional.1));
+        }
+        v
     }
 
     /// `--allowedTools`: `allowed_tools`, and the Skill tool for the skills the session

@@ -1407,6 +1407,421 @@ async fn exclude_dynamic_sections_keeps_the_session_paths_out_of_the_system_prom
     );
 }
 
+/// The AskUserQuestion tool the model was offered in the first model request of the turn
+/// of `prompt`: its description and input schema.
+fn question_tool(world: &World, prompt: &str) -> (String, serde_json::Value) {
+    let turn = turn_requests(world, prompt);
+    let body = turn.first().and_then(|r| r.body.clone()).unwrap();
+    let tool = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "AskUserQuestion")
+        .unwrap_or_else(|| panic!("{prompt}: no AskUserQuestion offered"))
+        .clone();
+    (
+        tool["description"].as_str().unwrap().to_owned(),
+        tool["input_schema"].clone(),
+    )
+}
+
+/// What the AskUserQuestion options change in the tool the model is offered (measured on
+/// 2.1.332): the preview format adds a "Preview feature" section to the description, in
+/// HTML or markdown terms; extended questions add a `kind` (choice, text, number) to each
+/// question; optional descriptions drop `description` from an option's required fields.
+#[derive(Debug, PartialEq)]
+struct QuestionTool {
+    html_previews: bool,
+    markdown_previews: bool,
+    kinds: bool,
+    description_required: bool,
+}
+
+fn question_tool_shape(world: &World, prompt: &str) -> QuestionTool {
+    let (description, schema) = question_tool(world, prompt);
+    let question = &schema["properties"]["questions"]["items"];
+    let option_required = question["properties"]["options"]["items"]["required"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{prompt}: option schema {question}"));
+    QuestionTool {
+        html_previews: description.contains("self-contained HTML fragment"),
+        markdown_previews: description.contains("rendered as markdown"),
+        kinds: question["properties"]["kind"]["enum"]
+            == serde_json::json!(["choice", "text", "number"]),
+        description_required: option_required.iter().any(|r| r == "description"),
+    }
+}
+
+/// `question_preview_format`, `question_extended` and `question_optional_descriptions`
+/// (AskUserQuestion's configuration, in the CLI's environment) against the real CLI: each
+/// changes the AskUserQuestion tool the model is offered, and only that part; the
+/// variables are in the CLI's environment only when asked for; a resume sets them again.
+#[tokio::test]
+async fn question_options_change_the_question_tool_and_survive_a_resume() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let plain = QuestionTool {
+        html_previews: false,
+        markdown_previews: false,
+        kinds: false,
+        description_required: true,
+    };
+    let (session, _, _) =
+        create_and_turn(&mut c, &world, Default::default(), "QUESTION-NONE hello").await;
+    assert_eq!(question_tool_shape(&world, "QUESTION-NONE"), plain);
+    let (_, env) = the_cli(&daemon, &mut c, &session).await;
+    assert!(
+        !env.keys().any(|k| k.starts_with("CLAUDE_CODE_QUESTION_")),
+        "{env:?}"
+    );
+    c.stop_session(pb::StopSessionRequest {
+        session_id: session.id.clone(),
+    })
+    .await
+    .unwrap();
+    let cases = [
+        (
+            pb::CreateSessionRequest {
+                question_preview_format: "html".into(),
+                ..Default::default()
+            },
+            "QUESTION-HTML",
+            QuestionTool {
+                html_previews: true,
+                ..plain
+            },
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_preview_format: "markdown".into(),
+                ..Default::default()
+            },
+            "QUESTION-MARKDOWN",
+            QuestionTool {
+                markdown_previews: true,
+                ..plain
+            },
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_extended: true,
+                ..Default::default()
+            },
+            "QUESTION-EXTENDED",
+            QuestionTool {
+                kinds: true,
+                // Extended questions make descriptions optional too (2.1.332).
+                description_required: false,
+                ..plain
+            },
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_optional_descriptions: true,
+                ..Default::default()
+            },
+            "QUESTION-OPTIONAL",
+            QuestionTool {
+                description_required: false,
+                ..plain
+            },
+        ),
+    ];
+    for (req, prompt, want) in cases {
+        let (session, _, _) =
+            create_and_turn(&mut c, &world, req, &format!("{prompt} hello")).await;
+        assert_eq!(question_tool_shape(&world, prompt), want, "{prompt}");
+        c.stop_session(pb::StopSessionRequest {
+            session_id: session.id.clone(),
+        })
+        .await
+        .unwrap();
+    }
+
+    // All three, and again after a resume (the CLI's environment and what the model gets).
+    let all = pb::CreateSessionRequest {
+        question_preview_format: "html".into(),
+        question_extended: true,
+        question_optional_descriptions: true,
+        // The same value as the option: allowed.
+        env: [("CLAUDE_CODE_QUESTION_EXTENDED".to_string(), "1".to_string())].into(),
+        ..Default::default()
+    };
+    let want = QuestionTool {
+        html_previews: true,
+        markdown_previews: false,
+        kinds: true,
+        description_required: false,
+    };
+    let (session, _, _) = create_and_turn(&mut c, &world, all, "QUESTION-ALL hello").await;
+    assert_eq!(question_tool_shape(&world, "QUESTION-ALL"), want);
+    let vars = |env: &BTreeMap<String, String>| {
+        env.iter()
+            .filter(|(k, _)| k.starts_with("CLAUDE_CODE_QUESTION_"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+    };
+    let expected = [
+        "CLAUDE_CODE_QUESTION_EXTENDED=1",
+        "CLAUDE_CODE_QUESTION_OPTIONAL_DESCRIPTIONS=1",
+        "CLAUDE_CODE_QUESTION_PREVIEW_FORMAT=html",
+    ];
+    let (_, env) = the_cli(&daemon, &mut c, &session).await;
+    assert_eq!(vars(&env), expected);
+    c.stop_session(pb::StopSessionRequest {
+        session_id: session.id.clone(),
+    })
+    .await
+    .unwrap();
+    let resumed = c
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: session.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (_, env) = the_cli(&daemon, &mut c, &resumed).await;
+    assert_eq!(vars(&env), expected, "after resume");
+    let mut events = subscribe(&mut c, &resumed.id, resumed.last_seq, false).await;
+    send(&mut c, &resumed.id, "QUESTION-RESUMED hello").await;
+    read_until(
+        &mut events,
+        &mut Vec::new(),
+        "the turn's end",
+        is_turn_completed,
+    )
+    .await;
+    assert_eq!(question_tool_shape(&world, "QUESTION-RESUMED"), want);
+}
+
+/// 2.1.121 knows `CLAUDE_CODE_QUESTION_PREVIEW_FORMAT` only (measured): a session with
+/// the preview format runs, one with extended questions or optional descriptions is
+/// refused at once naming release and option.
+#[tokio::test]
+async fn question_options_a_release_does_not_honour_are_refused() {
+    let world = World::new("2.1.121").await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    for (req, field) in [
+        (
+            pb::CreateSessionRequest {
+                question_extended: true,
+                ..Default::default()
+            },
+            "question_extended",
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_optional_descriptions: true,
+                ..Default::default()
+            },
+            "question_optional_descriptions",
+        ),
+    ] {
+        let e = c
+            .create_session(pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                ..req
+            })
+            .await
+            .expect_err(field);
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        for needle in ["2.1.121", field] {
+            assert!(e.message().contains(needle), "{needle}: {}", e.message());
+        }
+    }
+    assert!(children(daemon.pid()).is_empty());
+    let req = pb::CreateSessionRequest {
+        question_preview_format: "html".into(),
+        ..Default::default()
+    };
+    let (session, _, _) = create_and_turn(&mut c, &world, req, "QUESTION-OLD hello").await;
+    let (description, _) = question_tool(&world, "QUESTION-OLD");
+    assert!(description.contains("HTML"), "{description}");
+    let (_, env) = the_cli(&daemon, &mut c, &session).await;
+    assert_eq!(
+        env.get("CLAUDE_CODE_QUESTION_PREVIEW_FORMAT")
+            .map(String::as_str),
+        Some("html")
+    );
+}
+
+/// The `custom-title` entries of the CLI's transcript of `cli_session_id` (under the
+/// world's HOME, `.claude/projects/<dir>/<id>.jsonl`), oldest first.
+fn custom_titles(world: &World, cli_session_id: &str) -> Vec<String> {
+    let mut titles = Vec::new();
+    let projects = world.home.join(".claude/projects");
+    for dir in std::fs::read_dir(&projects).unwrap().flatten() {
+        let file = dir.path().join(format!("{cli_session_id}.jsonl"));
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if v["type"] == "custom-title" {
+                titles.push(v["customTitle"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    titles
+}
+
+fn title_changed(e: &pb::SessionEvent) -> Option<String> {
+    match &e.payload {
+        Some(pb::session_event::Payload::Unknown(u))
+            if u.message_type == "system/session_title_changed" =>
+        {
+            let v: serde_json::Value = serde_json::from_str(&u.raw_json).unwrap();
+            Some(v["title"].as_str().unwrap().to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// A title the client gives names the CLI's session too (`title` in `initialize`): the
+/// CLI writes `session_title_changed` with it and records it as its transcript's
+/// `custom-title`. A session titled by its first prompt (no title given) sends none, and a
+/// resume sends none (the CLI's own persisted title wins).
+#[tokio::test]
+async fn a_given_title_names_the_cli_session_at_create_only() {
+    const TITLE: &str = "TITLE-CLI-9 release notes";
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let req = pb::CreateSessionRequest {
+        title: TITLE.into(),
+        ..Default::default()
+    };
+    let (titled, _, seen) = create_and_turn(&mut c, &world, req, "TITLED hello").await;
+    let titled = session(&mut c, &titled.id).await;
+    assert_eq!(titled.title, TITLE);
+    assert_eq!(
+        seen.iter().filter_map(title_changed).collect::<Vec<_>>(),
+        [TITLE]
+    );
+    assert!(!titled.cli_session_id.is_empty());
+    let titles = custom_titles(&world, &titled.cli_session_id);
+    assert!(
+        !titles.is_empty() && titles.iter().all(|t| t == TITLE),
+        "{titles:?}"
+    );
+
+    // Titled by its first prompt: ostler's own fallback, not sent.
+    let untitled = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            first_prompt: text("UNTITLED-3 hello"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &untitled.id, 0, false).await;
+    let mut seen = Vec::new();
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    let untitled = session(&mut c, &untitled.id).await;
+    assert_eq!(untitled.title, "UNTITLED-3 hello", "ostler's own fallback");
+    assert_eq!(seen.iter().filter_map(title_changed).count(), 0);
+    assert_eq!(
+        custom_titles(&world, &untitled.cli_session_id),
+        Vec::<String>::new()
+    );
+
+    // A resume does not send the title; the CLI announces the title it has (2.1.332).
+    c.stop_session(pb::StopSessionRequest {
+        session_id: titled.id.clone(),
+    })
+    .await
+    .unwrap();
+    let resumed = c
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: titled.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &resumed.id, resumed.last_seq, false).await;
+    send(&mut c, &resumed.id, "TITLED-AGAIN hello").await;
+    let mut seen = Vec::new();
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    for t in seen.iter().filter_map(title_changed) {
+        assert_eq!(t, TITLE);
+    }
+    assert_eq!(session(&mut c, &titled.id).await.title, TITLE);
+    c.stop_session(pb::StopSessionRequest {
+        session_id: titled.id.clone(),
+    })
+    .await
+    .unwrap();
+
+    // Adopting the CLI conversation with another title: the CLI's own title wins, the
+    // client's is not sent (ostler keeps whatever the CLI announces).
+    let req = pb::CreateSessionRequest {
+        title: "ADOPTED-TITLE-2".into(),
+        adopt_claude_session_id: titled.cli_session_id.clone(),
+        ..Default::default()
+    };
+    let (adopted, _, seen) = create_and_turn(&mut c, &world, req, "ADOPTED hello").await;
+    assert!(
+        seen.iter().filter_map(title_changed).all(|t| t == TITLE),
+        "{:?}",
+        seen.iter().filter_map(title_changed).collect::<Vec<_>>()
+    );
+    let titles = custom_titles(&world, &titled.cli_session_id);
+    assert!(!titles.iter().any(|t| t.contains("ADOPTED")), "{titles:?}");
+    c.stop_session(pb::StopSessionRequest {
+        session_id: adopted.id.clone(),
+    })
+    .await
+    .unwrap();
+
+    // A fork is a new CLI session: it takes the title given for it.
+    let req = pb::CreateSessionRequest {
+        title: "FORKED-TITLE-5".into(),
+        fork_from_session_id: titled.id.clone(),
+        ..Default::default()
+    };
+    let (forked, _, seen) = create_and_turn(&mut c, &world, req, "FORKED hello").await;
+    let forked = session(&mut c, &forked.id).await;
+    assert_eq!(
+        seen.iter().filter_map(title_changed).next_back().as_deref(),
+        Some("FORKED-TITLE-5")
+    );
+    assert_ne!(forked.cli_session_id, titled.cli_session_id);
+    assert_eq!(
+        custom_titles(&world, &forked.cli_session_id)
+            .last()
+            .map(String::as_str),
+        Some("FORKED-TITLE-5")
+    );
+    assert_eq!(forked.title, "FORKED-TITLE-5");
+}
+
+/// A release that does not honour `title` (2.0.77, measured) is not sent it, and the
+/// create goes on: the title is ostler's own.
+#[tokio::test]
+async fn a_title_is_not_refused_by_a_release_without_it() {
+    const TITLE: &str = "TITLE-OLD-4";
+    let world = World::new("2.0.77").await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let req = pb::CreateSessionRequest {
+        title: TITLE.into(),
+        ..Default::default()
+    };
+    let (s, _, seen) = create_and_turn(&mut c, &world, req, "OLD-TITLE hello").await;
+    let s = session(&mut c, &s.id).await;
+    assert_eq!(s.title, TITLE);
+    assert_eq!(seen.iter().filter_map(title_changed).count(), 0);
+    assert_eq!(
+        custom_titles(&world, &s.cli_session_id),
+        Vec::<String>::new()
+    );
+}
+
 /// The sub-agent's answer in [`FOREGROUND_SUBAGENT`].
 const SUBAGENT_TEXT: &str = "SUBAGENT-TEXT-9: all done here.";
 
@@ -2126,6 +2541,30 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
         ),
         (
             pb::CreateSessionRequest {
+                question_preview_format: "html".into(),
+                ..Default::default()
+            },
+            "question_preview_format",
+            "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_extended: true,
+                ..Default::default()
+            },
+            "question_extended",
+            "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_optional_descriptions: true,
+                ..Default::default()
+            },
+            "question_optional_descriptions",
+            "Initialize fields",
+        ),
+        (
+            pb::CreateSessionRequest {
                 verbatim_prompts: true,
                 ..Default::default()
             },
@@ -2277,6 +2716,40 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                 ..Default::default()
             },
             "thinking_display",
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_preview_format: "svg".into(),
+                ..Default::default()
+            },
+            "question_preview_format",
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_preview_format: "HTML".into(),
+                ..Default::default()
+            },
+            "question_preview_format",
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_preview_format: "html".into(),
+                env: [(
+                    "CLAUDE_CODE_QUESTION_PREVIEW_FORMAT".to_string(),
+                    "markdown".to_string(),
+                )]
+                .into(),
+                ..Default::default()
+            },
+            "env[CLAUDE_CODE_QUESTION_PREVIEW_FORMAT]",
+        ),
+        (
+            pb::CreateSessionRequest {
+                question_extended: true,
+                env: [("CLAUDE_CODE_QUESTION_EXTENDED".to_string(), "0".to_string())].into(),
+                ..Default::default()
+            },
+            "question_extended",
         ),
         (
             pb::CreateSessionRequest {

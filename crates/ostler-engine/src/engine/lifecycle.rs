@@ -269,6 +269,9 @@ struct Launch<'a> {
     from: SessionState,
     /// Session rules and message ids, handed to the actor.
     meta: Meta,
+    /// `title` for `initialize` (`SpawnOptions::title`): the client's title, at create and
+    /// fork only.
+    title: Option<String>,
 }
 
 impl Engine {
@@ -882,6 +885,15 @@ impl Engine {
                 rules: req.rules.clone(),
                 ..Meta::default()
             },
+            // A new CLI session (or a fork) takes the client's title; an adopted one keeps
+            // the title its transcript has (as a resume does).
+            // The title as ostler stores it (first line, 200 characters at most), so that
+            // the CLI's `session_title_changed` echoes the same.
+            title: req
+                .title
+                .as_deref()
+                .and_then(|t| ostler_store::shorten_title(t, ostler_store::MAX_TITLE_CHARS))
+                .filter(|_| plan.as_ref().is_none_or(|p| p.fork)),
         };
         // The new process does not suspend itself before its first prompt is sent.
         let _spawning = super::demand::hold(&entry);
@@ -981,6 +993,7 @@ impl Engine {
             claude_session_id,
             from,
             mut meta,
+            title,
         } = launch;
         // Hook calls are answered with the registrations of the spec (issue 11).
         meta.hooks = spec.options.hooks.clone();
@@ -1033,6 +1046,7 @@ impl Engine {
                 spec.enable_file_checkpointing,
             ),
             log_id: entry.id.to_string(),
+            title,
         };
         // Read before the CLI starts, as it reads it.
         let restored_cost_usd = match &opts.resume {
@@ -1302,6 +1316,7 @@ impl Engine {
             claude_session_id: if fork { None } else { resume },
             from: state,
             meta,
+            title: None,
         };
         self.spawn_actor(entry, launch, slot).await
     }

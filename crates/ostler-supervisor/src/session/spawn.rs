@@ -177,6 +177,12 @@ pub(super) fn initialize_request(inst: &Installation, opts: &SpawnOptions) -> Op
             per_task_stop_affordance: opts.cli.per_task_stop_affordance,
             agent_progress_summaries: opts.cli.agent_progress_summaries,
             dialog_kinds: opts.cli.dialog_kinds.clone(),
+            // A release that ignores the field does not get it: the title is ostler's own
+            // too, so the session runs without the CLI knowing it.
+            title: opts
+                .title
+                .clone()
+                .filter(|_| inst.capabilities.init_fields.get("title") != Some(&false)),
             ..Default::default()
         }
         .into_request(),
@@ -231,7 +237,9 @@ static SPAWNS: AtomicU64 = AtomicU64::new(0);
 
 /// The environment of a session's CLI (without the process mark): the daemon's own
 /// variables the allowlist lets through, then `spawn_env` (the daemon's `[sessions.env]`),
-/// then the session's own variables (they win).
+/// then the session's own variables (they win), then the variables of the session's
+/// AskUserQuestion options (`question_*`; `CliOptions::validate` refuses an `env` entry
+/// that contradicts one).
 fn child_env(
     spawn_env: &[(String, String)],
     cli: &crate::options::CliOptions,
@@ -241,6 +249,11 @@ fn child_env(
         .iter()
         .cloned()
         .chain(cli.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+        .chain(
+            cli.question_env()
+                .into_iter()
+                .map(|(k, v, _)| (k.to_string(), v)),
+        )
         .collect();
     build_env(
         std::env::vars_os(),

@@ -30,6 +30,11 @@ pub struct SpawnOptions {
     pub env: Vec<(String, String)>,
     /// Identifies the session in logs.
     pub log_id: String,
+    /// `title` in `initialize`: the CLI names its session so (its transcript's
+    /// `custom-title`; no title of its own). Only at a session's first start (create,
+    /// fork) and only a title the client gave; a resume keeps the CLI's persisted title.
+    /// Not sent to a release measured not to honour it (`init_fields` `title`).
+    pub title: Option<String>,
 }
 
 /// Policy shared by all sessions of a daemon.

@@ -77,6 +77,17 @@ pub struct SessionOptionArgs {
     /// answer them with `ostler dialog`. 2.1.330 and later
     #[arg(long, value_name = "KIND,...", value_delimiter = ',')]
     pub dialog_kinds: Vec<String>,
+    /// AskUserQuestion's option previews: `markdown` or `html` (a self-contained HTML
+    /// fragment, for web clients); unset: no previews. 2.1.120 and later
+    #[arg(long, value_name = "FORMAT", value_parser = ["markdown", "html"])]
+    pub question_preview_format: Option<String>,
+    /// AskUserQuestion may also ask free-text and number questions, with a form title
+    /// (2.1.330 and later)
+    #[arg(long)]
+    pub question_extended: bool,
+    /// AskUserQuestion's options need no description (2.1.330 and later)
+    #[arg(long)]
+    pub question_optional_descriptions: bool,
     /// Send the first prompt and every later message as written, whoever sends it: no
     /// `@path` file expansion, no slash commands (for prompts built from text nobody typed)
     #[arg(long)]
@@ -312,6 +323,9 @@ impl SessionOptionArgs {
         r.per_task_stop_affordance = self.per_task_stop;
         r.agent_progress_summaries = self.progress_summaries;
         r.dialog_kinds = self.dialog_kinds.clone();
+        r.question_preview_format = self.question_preview_format.clone().unwrap_or_default();
+        r.question_extended = self.question_extended;
+        r.question_optional_descriptions = self.question_optional_descriptions;
         r.verbatim_prompts = self.verbatim_prompts;
         r.permission_prompts = self.permission_prompts.clone().unwrap_or_default();
         r.thinking = self.thinking.clone().unwrap_or_default();
@@ -439,9 +453,15 @@ mod tests {
             "--progress-summaries",
             "--dialog-kinds",
             "refusal_fallback_prompt,enum_prompt",
+            "--question-preview-format",
+            "html",
+            "--question-extended",
+            "--question-optional-descriptions",
         ])
         .expect("parses");
         assert_eq!(r.dialog_kinds, ["refusal_fallback_prompt", "enum_prompt"]);
+        assert_eq!(r.question_preview_format, "html");
+        assert!(r.question_extended && r.question_optional_descriptions);
         assert!(r.exclude_dynamic_sections);
         assert!(r.forward_subagent_text);
         assert!(r.per_task_stop_affordance);
@@ -455,7 +475,11 @@ mod tests {
                 && !r.verbatim_prompts
                 && !r.agent_progress_summaries
                 && r.dialog_kinds.is_empty()
+                && r.question_preview_format.is_empty()
+                && !r.question_extended
+                && !r.question_optional_descriptions
         );
+        assert!(request(&["--question-preview-format", "svg"]).is_err());
     }
 
     #[test]
