@@ -457,6 +457,37 @@ mod tests {
         refuse_root_bypass(&old, &bypass, &env(&[("CLAUDE_CODE_BUBBLEWRAP", "1")]), 0).unwrap_err();
     }
 
+    #[test]
+    fn the_title_goes_only_to_a_release_that_honours_it() {
+        let titled = SpawnOptions {
+            title: Some("release notes".into()),
+            log_id: "t".into(),
+            ..Default::default()
+        };
+        let title_of = |v| match initialize_request(&inst(v), &titled) {
+            Some(ostler_protocol::outbound::OutRequest::Initialize(f)) => {
+                f.get("title").and_then(|t| t.as_str()).map(str::to_owned)
+            }
+            other => panic!("{v:?}: {other:?}"),
+        };
+        // Measured (contracts/compat): 2.1.120 and later honour `title`; 2.0.77 answers
+        // initialize but ignores it, so it is not sent.
+        assert_eq!(title_of((2, 1, 332)).as_deref(), Some("release notes"));
+        assert_eq!(title_of((2, 1, 120)).as_deref(), Some("release notes"));
+        assert_eq!(title_of((2, 0, 77)), None);
+        // No title asked for: none sent.
+        let untitled = SpawnOptions {
+            log_id: "t".into(),
+            ..Default::default()
+        };
+        match initialize_request(&inst((2, 1, 332)), &untitled) {
+            Some(ostler_protocol::outbound::OutRequest::Initialize(f)) => {
+                assert!(!f.contains_key("title"), "{f:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn inst(v: (u64, u64, u64)) -> Installation {
         Installation::assume(
             "/bin/false".into(),
