@@ -429,6 +429,24 @@ pub fn validate_answers(
                 ),
             ));
         }
+        if let (true, Some(text)) = (q.is_number(), other) {
+            let in_range = text.parse::<f64>().ok().filter(|v| {
+                v.is_finite()
+                    && q.min.is_none_or(|min| *v >= min)
+                    && q.max.is_none_or(|max| *v <= max)
+            });
+            if in_range.is_none() {
+                return Err(Error::invalid(
+                    format!("answers[{ai}].other_text"),
+                    format!(
+                        "{:?} asks for a number from {} to {}; got {text:?}",
+                        q.question,
+                        q.min.map_or("-".into(), |v| v.to_string()),
+                        q.max.map_or("-".into(), |v| v.to_string()),
+                    ),
+                ));
+            }
+        }
         let count = a.selected.len() + usize::from(other.is_some());
         if count == 0 {
             return Err(Error::invalid(
@@ -639,10 +657,11 @@ mod tests {
                 .iter()
                 .map(|l| QuestionOption {
                     label: (*l).into(),
-                    description: None,
+                    ..Default::default()
                 })
                 .collect(),
             multi_select: multi,
+            ..Default::default()
         }
     }
 
@@ -683,6 +702,44 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn text_and_number_questions_take_free_text_numbers_in_range() {
+        let text = Question {
+            question: "Name?".into(),
+            kind: Some("text".into()),
+            ..Default::default()
+        };
+        let number = Question {
+            question: "Slides?".into(),
+            kind: Some("number".into()),
+            min: Some(3.0),
+            max: Some(20.0),
+            ..Default::default()
+        };
+        let qs = [text, number];
+        let out = validate_answers(
+            &qs,
+            &[other("Name?", &[], "Launch"), other("Slides?", &[], "12.5")],
+            false,
+        )
+        .unwrap();
+        assert_eq!(out[0].1, ["Launch"]);
+        assert_eq!(out[1].1, ["12.5"]);
+        for bad in ["2", "21", "many", "NaN", "inf"] {
+            let e = validate_answers(
+                &qs,
+                &[other("Name?", &[], "Launch"), other("Slides?", &[], bad)],
+                false,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("answers[1].other_text") && e.contains("from 3 to 20"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

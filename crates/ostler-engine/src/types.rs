@@ -1118,8 +1118,12 @@ mod tests {
                 options: vec![proto::QuestionOption {
                     label: "A".into(),
                     description: None,
+                    preview: Some("<b>A</b>".into()),
                 }],
                 multi_select: true,
+                kind: Some("choice".into()),
+                min: Some(1.5),
+                ..Default::default()
             }],
             input: json!({}),
             expires_at_ms: None,

@@ -329,7 +329,7 @@ pub struct HookCallback {
 }
 
 /// One question of an AskUserQuestion tool call.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Question {
     pub question: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -338,13 +338,45 @@ pub struct Question {
     pub options: Vec<QuestionOption>,
     #[serde(default)]
     pub multi_select: bool,
+    /// `kind` (2.1.330 and later with `CLAUDE_CODE_QUESTION_EXTENDED`): `choice` (also
+    /// when absent), `text` or `number`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// A helper line shown under the question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `text` questions: the empty box's placeholder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placeholder: Option<String>,
+    /// `number` questions: range, increment, starting value and unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_value: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+impl Question {
+    /// A `number` question (its answer is a number in `min..=max`).
+    pub fn is_number(&self) -> bool {
+        self.kind.as_deref() == Some("number")
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct QuestionOption {
     pub label: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Content shown while the option is focused (`CLAUDE_CODE_QUESTION_PREVIEW_FORMAT`:
+    /// markdown or an HTML fragment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -556,12 +556,16 @@ pub(crate) fn parse_questions(req: &CanUseTool) -> Option<Vec<Question>> {
                             .filter_map(|o| match o {
                                 Value::String(s) => Some(QuestionOption {
                                     label: s.clone(),
-                                    description: None,
+                                    ..Default::default()
                                 }),
                                 Value::Object(m) => Some(QuestionOption {
                                     label: m.get("label")?.as_str()?.to_string(),
                                     description: m
                                         .get("description")
+                                        .and_then(Value::as_str)
+                                        .map(str::to_string),
+                                    preview: m
+                                        .get("preview")
                                         .and_then(Value::as_str)
                                         .map(str::to_string),
                                 }),
@@ -570,11 +574,21 @@ pub(crate) fn parse_questions(req: &CanUseTool) -> Option<Vec<Question>> {
                             .collect()
                     })
                     .unwrap_or_default();
+                let text = |k: &str| q.get(k).and_then(Value::as_str).map(str::to_string);
+                let number = |k: &str| q.get(k).and_then(Value::as_f64);
                 Some(Question {
                     question,
                     header,
                     options,
                     multi_select,
+                    kind: text("kind"),
+                    description: text("description"),
+                    placeholder: text("placeholder"),
+                    min: number("min"),
+                    max: number("max"),
+                    step: number("step"),
+                    default_value: number("defaultValue"),
+                    unit: text("unit"),
                 })
             })
             .collect(),

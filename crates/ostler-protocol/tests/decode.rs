@@ -767,3 +767,53 @@ mod dedup_property {
         }
     }
 }
+
+#[test]
+fn extended_questions_and_previews_are_read() {
+    // 2.1.332 with CLAUDE_CODE_QUESTION_EXTENDED and CLAUDE_CODE_QUESTION_PREVIEW_FORMAT:
+    // a form title, text and number questions, an option's preview.
+    let ev = one(
+        "2.1.332",
+        json!({"type":"control_request","request_id":"r","request":{"subtype":"can_use_tool","tool_name":"AskUserQuestion","tool_use_id":"t",
+            "input":{"title":"Before I build your deck","questions":[
+                {"question":"Which layout?","header":"Layout","options":[{"label":"Grid","description":"tiles","preview":"<div>grid</div>"},{"label":"List"}]},
+                {"question":"Deck name?","header":"Name","kind":"text","description":"Shown on the cover","placeholder":"Q3 review"},
+                {"question":"How many slides?","header":"Slides","kind":"number","min":3,"max":20,"step":1,"defaultValue":8,"unit":"slides"}]}}}),
+    );
+    let Event::ControlRequest(ControlRequest {
+        request: CliRequest::CanUseTool(c),
+        ..
+    }) = &ev[0]
+    else {
+        panic!()
+    };
+    let q = c.questions().unwrap();
+    assert_eq!(q.len(), 3);
+    assert_eq!(q[0].kind, None);
+    assert_eq!(q[0].options[0].preview.as_deref(), Some("<div>grid</div>"));
+    assert_eq!(q[0].options[1].preview, None);
+    assert_eq!(q[1].kind.as_deref(), Some("text"));
+    assert!(q[1].options.is_empty());
+    assert_eq!(q[1].description.as_deref(), Some("Shown on the cover"));
+    assert_eq!(q[1].placeholder.as_deref(), Some("Q3 review"));
+    assert!(q[2].is_number());
+    assert_eq!(
+        (q[2].min, q[2].max, q[2].step, q[2].default_value),
+        (Some(3.0), Some(20.0), Some(1.0), Some(8.0))
+    );
+    assert_eq!(q[2].unit.as_deref(), Some("slides"));
+    let line = Outbound::answer(
+        "r",
+        c,
+        &[
+            ("Which layout?".into(), vec!["Grid".into()]),
+            ("Deck name?".into(), vec!["Launch".into()]),
+            ("How many slides?".into(), vec!["12".into()]),
+        ],
+    )
+    .to_line();
+    let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+    let answers = &v["response"]["response"]["updatedInput"]["answers"];
+    assert_eq!(answers["Deck name?"], "Launch");
+    assert_eq!(answers["How many slides?"], "12");
+}

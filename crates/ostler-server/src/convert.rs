@@ -926,9 +926,18 @@ fn question_to_pb(q: &cp::Question) -> pb::Question {
             .map(|o| pb::QuestionOption {
                 label: o.label.clone(),
                 description: o.description.clone().unwrap_or_default(),
+                preview: o.preview.clone().unwrap_or_default(),
             })
             .collect(),
         multi_select: q.multi_select,
+        kind: q.kind.clone().unwrap_or_default(),
+        description: q.description.clone().unwrap_or_default(),
+        placeholder: q.placeholder.clone().unwrap_or_default(),
+        min: q.min,
+        max: q.max,
+        step: q.step,
+        default_value: q.default_value,
+        unit: q.unit.clone().unwrap_or_default(),
     }
 }
 
@@ -1091,6 +1100,8 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
             request_id: q.request_id.clone(),
             tool_use_id: q.tool_use_id.clone().unwrap_or_default(),
             questions: q.questions.iter().map(question_to_pb).collect(),
+            title: q.input["title"].as_str().unwrap_or_default().to_owned(),
+            input_json: q.input.to_string(),
         }),
         eng::EventPayload::InteractionResolved(r) => match r.kind {
             eng::InteractionKind::Permission => P::PermissionResolved(permission_resolved(r)),

@@ -3424,3 +3424,124 @@ async fn an_allow_can_apply_the_clis_permission_suggestions() {
     assert!(is_turn_completed(&next), "the edit asked again: {next:?}");
     assert_eq!(std::fs::read_to_string(&note).unwrap(), "b");
 }
+
+const EXTENDED_QUESTIONS: &str = r#"
+[[model]]
+name = "form"
+when = { last_user_text_contains = "Plan my deck", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_form_1", name = "AskUserQuestion", input = { title = "Before I build your deck", questions = [
+    { question = "Which layout?", header = "Layout", multiSelect = false, options = [
+      { label = "Grid", description = "Tiles", preview = "<div><b>Grid</b> of tiles</div>" },
+      { label = "List", description = "Rows", preview = "<div><b>List</b> of rows</div>" },
+    ] },
+    { question = "Deck name?", header = "Name", kind = "text", description = "Shown on the cover", placeholder = "Q3 review" },
+    { question = "How many slides?", header = "Slides", kind = "number", min = 3, max = 20, step = 1, defaultValue = 8, unit = "slides" },
+  ] } },
+]
+
+[[model]]
+name = "after form"
+when = { tool_result_for = "toolu_form_1", stream = true }
+blocks = [{ type = "text", text = "Building it." }]
+"#;
+
+/// With `question_extended` and `question_preview_format`, the questions the model asks
+/// carry what a client needs to show them (the form's title, each question's kind, the
+/// number range, the options' previews), and text and number questions are answered with
+/// `other_text`, a number checked against its range; the CLI gets the answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn extended_questions_reach_clients_whole_and_take_text_and_number_answers() {
+    let world = World::with_scenario(NEW, EXTENDED_QUESTIONS).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            question_extended: true,
+            question_preview_format: "html".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Plan my deck").await;
+    let ev = read_until(&mut events, &mut seen, "the questions", |e| {
+        matches!(
+            e.payload,
+            Some(pb::session_event::Payload::QuestionAsked(_))
+        )
+    })
+    .await;
+    let Some(pb::session_event::Payload::QuestionAsked(q)) = ev.payload else {
+        unreachable!()
+    };
+    assert_eq!(q.title, "Before I build your deck");
+    let input: serde_json::Value = serde_json::from_str(&q.input_json).unwrap();
+    assert_eq!(input["questions"][2]["unit"], "slides", "{input}");
+    let [layout, name, slides] = &q.questions[..] else {
+        panic!("{q:?}")
+    };
+    // 2.1.332 fills in the default kind.
+    assert_eq!(layout.kind, "choice");
+    assert_eq!(layout.options[0].preview, "<div><b>Grid</b> of tiles</div>");
+    assert_eq!(name.kind, "text");
+    assert!(name.options.is_empty());
+    assert_eq!(name.description, "Shown on the cover");
+    assert_eq!(name.placeholder, "Q3 review");
+    assert_eq!(slides.kind, "number");
+    assert_eq!(
+        (slides.min, slides.max, slides.step, slides.default_value),
+        (Some(3.0), Some(20.0), Some(1.0), Some(8.0))
+    );
+    assert_eq!(slides.unit, "slides");
+
+    let answer = |slides: &str| pb::AnswerQuestionRequest {
+        session_id: s.id.clone(),
+        request_id: q.request_id.clone(),
+        answers: vec![
+            pb::QuestionAnswer {
+                question: "Which layout?".into(),
+                selected: vec!["Grid".into()],
+                other_text: String::new(),
+            },
+            pb::QuestionAnswer {
+                question: "Deck name?".into(),
+                selected: vec![],
+                other_text: "Launch plan".into(),
+            },
+            pb::QuestionAnswer {
+                question: "How many slides?".into(),
+                selected: vec![],
+                other_text: slides.into(),
+            },
+        ],
+    };
+    // Out of range: refused before the CLI sees it; the question stays pending.
+    let err = c.answer_question(answer("40")).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("answers[2].other_text") && err.message().contains("from 3 to 20"),
+        "{err:?}"
+    );
+    c.answer_question(answer("12")).await.unwrap();
+    read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    let result = world
+        .fake
+        .requests()
+        .into_iter()
+        .filter_map(|r| r.body)
+        .find(|b| {
+            b["messages"]
+                .to_string()
+                .contains("toolu_form_1\",\"type\":\"tool_result")
+        })
+        .map(|b| b["messages"].to_string())
+        .unwrap_or_default();
+    assert!(
+        result.contains("Launch plan") && result.contains("12") && result.contains("Grid"),
+        "the model gets the answers: {result}"
+    );
+}

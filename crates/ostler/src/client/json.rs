@@ -271,13 +271,16 @@ fn payload(p: &Payload) -> Value {
             "resolved_by": r.resolved_by, "edited": r.edited, "interrupt": r.interrupt,
             "updated_permissions": parsed(&r.updated_permissions_json),
         }),
-        Payload::QuestionAsked(q) => json!({
-            "request_id": q.request_id, "tool_use_id": q.tool_use_id,
-            "questions": q.questions.iter().map(|q| json!({
-                "question": q.question, "header": q.header, "multi_select": q.multi_select,
-                "options": q.options.iter().map(|o| json!({"label": o.label, "description": o.description})).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-        }),
+        Payload::QuestionAsked(q) => {
+            let mut v = json!({
+                "request_id": q.request_id, "tool_use_id": q.tool_use_id,
+                "questions": q.questions.iter().map(question).collect::<Vec<_>>(),
+            });
+            if !q.title.is_empty() {
+                v["title"] = json!(q.title);
+            }
+            v
+        }
         Payload::QuestionAnswered(a) => json!({
             "request_id": a.request_id, "answers": answers(&a.answers),
             "resolution": resolution_name(a.resolution), "resolved_by": a.resolved_by,
@@ -431,6 +434,42 @@ pub fn event(e: &pb::SessionEvent) -> Value {
     Value::Object(m)
 }
 
+/// One question of a `question_asked` event; the fields of extended questions and
+/// previews only when set.
+fn question(q: &pb::Question) -> Value {
+    let mut v = json!({
+        "question": q.question, "header": q.header, "multi_select": q.multi_select,
+        "options": q.options.iter().map(|o| {
+            let mut v = json!({"label": o.label, "description": o.description});
+            if !o.preview.is_empty() {
+                v["preview"] = json!(o.preview);
+            }
+            v
+        }).collect::<Vec<_>>(),
+    });
+    for (k, s) in [
+        ("kind", &q.kind),
+        ("description", &q.description),
+        ("placeholder", &q.placeholder),
+        ("unit", &q.unit),
+    ] {
+        if !s.is_empty() {
+            v[k] = json!(s);
+        }
+    }
+    for (k, n) in [
+        ("min", q.min),
+        ("max", q.max),
+        ("step", q.step),
+        ("default_value", q.default_value),
+    ] {
+        if let Some(n) = n {
+            v[k] = json!(n);
+        }
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,6 +495,46 @@ mod tests {
         assert_eq!(v["redelivered"], true);
         assert_eq!(v["input"]["command"], "touch x");
         assert_eq!(v["suggestions"], Value::Null);
+    }
+
+    #[test]
+    fn extended_questions_as_json() {
+        let e = pb::SessionEvent {
+            payload: Some(Payload::QuestionAsked(pb::QuestionAsked {
+                request_id: "r".into(),
+                title: "Before I build".into(),
+                questions: vec![
+                    pb::Question {
+                        question: "Layout?".into(),
+                        options: vec![pb::QuestionOption {
+                            label: "Grid".into(),
+                            preview: "<b>grid</b>".into(),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    },
+                    pb::Question {
+                        question: "Slides?".into(),
+                        kind: "number".into(),
+                        min: Some(3.0),
+                        max: Some(20.0),
+                        unit: "slides".into(),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let v = event(&e);
+        assert_eq!(v["title"], "Before I build");
+        assert_eq!(v["questions"][0]["options"][0]["preview"], "<b>grid</b>");
+        assert_eq!(v["questions"][0].get("kind"), None, "unset fields left out");
+        assert_eq!(v["questions"][1]["kind"], "number");
+        assert_eq!(v["questions"][1]["min"], 3.0);
+        assert_eq!(v["questions"][1]["max"], 20.0);
+        assert_eq!(v["questions"][1]["unit"], "slides");
+        assert_eq!(v["questions"][1].get("step"), None);
     }
 
     #[test]

@@ -691,7 +691,10 @@ impl Answerer {
                         .map(|o| o.label.clone())
                         .into_iter()
                         .collect(),
-                    other_text: if q.options.is_empty() {
+                    other_text: if q.kind == "number" {
+                        // The starting value, else the lowest (the daemon checks the range).
+                        fmt_number(q.default_value.or(q.min).unwrap_or(0.0))
+                    } else if q.options.is_empty() {
                         "(no answer)".into()
                     } else {
                         String::new()
@@ -715,6 +718,9 @@ impl Answerer {
         };
         let st = tty.style;
         let mut answers = Vec::new();
+        if !q.title.is_empty() {
+            tty.say(&format!("\n{}\n", st.bold(&q.title)));
+        }
         for question in &q.questions {
             let mut text = String::from("\n");
             if !question.header.is_empty() {
@@ -725,6 +731,9 @@ impl Answerer {
                 st.yellow("?"),
                 st.bold(&question.question)
             ));
+            if !question.description.is_empty() {
+                text.push_str(&format!("  {}\n", st.dim(&question.description)));
+            }
             for (i, o) in question.options.iter().enumerate() {
                 let desc = if o.description.is_empty() {
                     String::new()
@@ -741,6 +750,10 @@ impl Answerer {
                 format!("  choose 1-{n}, several separated by commas: ")
             } else if n > 0 {
                 format!("  choose 1-{n}: ")
+            } else if question.kind == "number" {
+                format!("  {}: ", number_range(question))
+            } else if !question.placeholder.is_empty() {
+                format!("  your answer (e.g. {}): ", question.placeholder)
             } else {
                 "  your answer: ".to_owned()
             };
@@ -753,6 +766,9 @@ impl Answerer {
                         answers.push(a);
                         break;
                     }
+                    None if question.kind == "number" => {
+                        tty.say(&format!("  please type {}\n", number_range(question)))
+                    }
                     None if question.multi_select => tty.say(&format!(
                         "  please type option numbers between 1 and {n}, separated by commas\n"
                     )),
@@ -764,14 +780,41 @@ impl Answerer {
     }
 }
 
+/// `12`, `12.5`: a number as a person types it.
+fn fmt_number(v: f64) -> String {
+    format!("{v}")
+}
+
+/// "a number from 3 to 20 slides": what a number question takes.
+fn number_range(q: &pb::Question) -> String {
+    let bound = |b: Option<f64>| b.map_or_else(|| "…".to_owned(), fmt_number);
+    let unit = if q.unit.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", q.unit)
+    };
+    format!("a number from {} to {}{unit}", bound(q.min), bound(q.max))
+}
+
 /// Numbers (1-based, commas for multi-select) pick options; a question without options
-/// takes any text. `None`: not a valid choice (ask again).
+/// takes any text (a number question: a number in its range). `None`: not a valid choice
+/// (ask again).
 pub fn parse_choice(line: &str, q: &pb::Question) -> Option<pb::QuestionAnswer> {
     let line = line.trim();
     if line.is_empty() {
         return None;
     }
     if q.options.is_empty() {
+        if q.kind == "number" {
+            let v = line.parse::<f64>().ok().filter(|v| {
+                v.is_finite() && q.min.is_none_or(|m| *v >= m) && q.max.is_none_or(|m| *v <= m)
+            })?;
+            return Some(pb::QuestionAnswer {
+                question: q.question.clone(),
+                selected: vec![],
+                other_text: fmt_number(v),
+            });
+        }
         return Some(pb::QuestionAnswer {
             question: q.question.clone(),
             selected: vec![],
@@ -901,6 +944,19 @@ mod tests {
         };
         let a = parse_choice("Ada", &open);
         assert_eq!(a.map(|a| a.other_text), Some("Ada".to_owned()));
+        let slides = pb::Question {
+            question: "Slides?".into(),
+            kind: "number".into(),
+            min: Some(3.0),
+            max: Some(20.0),
+            unit: "slides".into(),
+            ..Default::default()
+        };
+        let a = parse_choice(" 12 ", &slides);
+        assert_eq!(a.map(|a| a.other_text), Some("12".to_owned()));
+        assert!(parse_choice("2", &slides).is_none(), "below min");
+        assert!(parse_choice("twelve", &slides).is_none(), "not a number");
+        assert_eq!(number_range(&slides), "a number from 3 to 20 slides");
         let multi = pb::Question {
             multi_select: true,
             ..q
