@@ -15,8 +15,9 @@ use super::{ConnectArgs, json, status_error};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RenameArgs {
-    #[command(flatten)]
-    pub session: SessionArg,
+    /// Session id, a unique suffix or prefix of one, or @last (the newest session)
+    #[arg(value_name = "ID")]
+    pub id: String,
     /// The new title (at most 200 characters; ostler's title, not the CLI's)
     #[arg(value_name = "TITLE")]
     pub title: String,
@@ -74,7 +75,7 @@ pub async fn rename(a: RenameArgs) -> Result<i32> {
         title: Some(a.title),
         ..Default::default()
     };
-    update(&a.connect, a.session.raw(), a.json, req, |s| {
+    update(&a.connect, &a.id, a.json, req, |s| {
         format!("{} is now titled {:?}", s.id, s.title)
     })
     .await
