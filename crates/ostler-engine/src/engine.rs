@@ -6,6 +6,7 @@
 mod control;
 mod demand;
 mod lifecycle;
+mod meta;
 mod tools;
 mod untaken;
 
@@ -245,6 +246,7 @@ impl Engine {
         let filter = SessionFilter {
             states: req.states.clone(),
             labels: req.labels.clone(),
+            archived: req.archived,
             ..Default::default()
         };
         let limit = match req.page_size {
@@ -307,7 +309,13 @@ impl Engine {
             }
             _ => {}
         }
-        self.send_checked(session_id, msg).await
+        let sent = self.send_checked(session_id, msg).await?;
+        // Sent: an archived session is unarchived (engine/meta.rs). The message is in the
+        // log whatever happens here, so a failure is logged, not returned.
+        if let Err(e) = self.unarchive_on_send(session_id).await {
+            tracing::warn!(session = %session_id, error = %e, "cannot unarchive the session a message was sent to");
+        }
+        Ok(sent)
     }
 
     /// [`Self::send_message`] past the check of the client's id (which may be ostler's own

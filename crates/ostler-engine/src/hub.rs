@@ -23,7 +23,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
-use ostler_store::{AppendedWith, DecideOutcome, NewEvent, Store, StoredEvent, Ticket, WithEvents};
+use ostler_store::{
+    AppendedWith, DecideOutcome, MetaChange, MetaNotice, MetaPatch, NewEvent, Store, StoredEvent,
+    Ticket, WithEvents,
+};
 use tokio::sync::broadcast;
 
 use crate::error::Result;
@@ -260,6 +263,40 @@ impl Hub {
         let (events, decided) = guard.persist_with(items, Some(with)).await?;
         guard.publish(&events);
         Ok((events, decided))
+    }
+
+    /// A client's change of the session's title, labels and archived mark
+    /// ([`Store::update_meta`]), with the notice `payload_of` builds from what changed,
+    /// persisted in one transaction and published in order. No event when nothing changed.
+    pub async fn emit_meta(
+        self: &Arc<Self>,
+        patch: MetaPatch,
+        payload_of: Arc<dyn Fn(&MetaChange) -> EventPayload + Send + Sync>,
+    ) -> Result<(MetaChange, Option<Arc<EngineEvent>>)> {
+        let ts_ms = now_ms();
+        let build = payload_of.clone();
+        let notice: MetaNotice = Arc::new(move |change: &MetaChange| {
+            let payload = build(change);
+            let bytes = encode_payload(&payload, 256)
+                .map_err(|e| ostler_store::Error::InvalidData(e.to_string()))?;
+            Ok(NewEvent {
+                kind: payload.kind().into(),
+                payload: Bytes::from(bytes),
+                raw: None,
+                ts_ms,
+            })
+        });
+        let (place, ticket) = self.submit(|s| s.update_meta(&self.session_id, patch, notice));
+        let updated = ticket.await?;
+        let Some(seq) = updated.seq else {
+            // Nothing written: the place is given up.
+            drop(place);
+            return Ok((updated.change, None));
+        };
+        let event = Arc::new(self.event(Some(seq), ts_ms, payload_of(&updated.change)));
+        crate::metrics::committed(std::slice::from_ref(&event));
+        place.publish(std::slice::from_ref(&event));
+        Ok((updated.change, Some(event)))
     }
 
     /// [`Hub::emit`] for one item; returns its event.

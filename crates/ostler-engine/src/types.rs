@@ -277,6 +277,23 @@ pub struct ListSessions {
     pub page_size: u32,
     /// From a previous page.
     pub page_token: Option<String>,
+    /// Only archived sessions (`Some(true)`) or only the others (`Some(false)`).
+    pub archived: Option<bool>,
+}
+
+/// `UpdateSession`: what to change (at least one of them).
+#[derive(Debug, Clone, Default)]
+pub struct UpdateSession {
+    /// The new title.
+    pub title: Option<String>,
+    /// Labels to add or to give a new value.
+    pub set_labels: BTreeMap<String, String>,
+    /// Label keys to remove.
+    pub remove_labels: Vec<String>,
+    /// Archive or unarchive.
+    pub archived: Option<bool>,
+    /// The most labels the session may carry afterwards (0: no limit).
+    pub max_labels: usize,
 }
 
 /// One page of sessions.

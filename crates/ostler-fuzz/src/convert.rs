@@ -276,6 +276,7 @@ fn req() -> impl Strategy<Value = Req> {
                 labels,
                 page_size,
                 page_token,
+                archived: None,
             })
         });
     let send = (

@@ -399,6 +399,37 @@ pub(crate) fn rule_from_pb(
     })
 }
 
+/// A session title's limit (CreateSessionRequest.title, UpdateSessionRequest.title).
+fn title_field(field: &str, title: &str) -> Result<(), Status> {
+    bounded(field, title, crate::watch::TITLE_BYTES)
+}
+
+/// Labels a session is to carry (CreateSessionRequest.labels, UpdateSessionRequest.set_labels):
+/// at most [`limits::LABELS`], non-empty keys, keys and values within their sizes.
+fn session_labels(
+    field: &str,
+    given: std::collections::HashMap<String, String>,
+) -> Result<BTreeMap<String, String>, Status> {
+    use crate::error::shown;
+    count(field, given.len(), limits::LABELS)?;
+    let mut labels = BTreeMap::new();
+    for (k, v) in given {
+        if k.trim().is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "{field}: a label key is empty"
+            )));
+        }
+        bounded(&format!("{field}: a key"), &k, limits::LABEL_KEY_BYTES)?;
+        bounded(
+            &format!("{field}[{}]", shown(&k)),
+            &v,
+            limits::LABEL_VALUE_BYTES,
+        )?;
+        labels.insert(k, v);
+    }
+    Ok(labels)
+}
+
 pub(crate) fn create_session(
     r: pb::CreateSessionRequest,
     client: eng::ClientRef,
@@ -419,21 +450,8 @@ pub(crate) fn create_session(
         &r.append_system_prompt,
         limits::PROMPT_ARG_BYTES,
     )?;
-    bounded("title", &r.title, crate::watch::TITLE_BYTES)?;
-    count("labels", r.labels.len(), limits::LABELS)?;
-    let mut labels = BTreeMap::new();
-    for (k, v) in r.labels {
-        if k.trim().is_empty() {
-            return Err(Status::invalid_argument("labels: a label key is empty"));
-        }
-        bounded("labels: a key", &k, limits::LABEL_KEY_BYTES)?;
-        bounded(
-            &format!("labels[{}]", shown(&k)),
-            &v,
-            limits::LABEL_VALUE_BYTES,
-        )?;
-        labels.insert(k, v);
-    }
+    title_field("title", &r.title)?;
+    let labels = session_labels("labels", r.labels)?;
     let first_prompt = match r.first_prompt {
         Some(p) => Some(message_content("first_prompt", Some(p))?),
         None => None,
@@ -676,6 +694,35 @@ pub(crate) fn list_sessions(r: pb::ListSessionsRequest) -> Result<eng::ListSessi
         labels: r.labels.into_iter().collect(),
         page_size: r.page_size.min(500),
         page_token: opt_string(r.page_token),
+        archived: r.archived,
+    })
+}
+
+// ---- UpdateSession (title, labels and archived mark after create)
+
+/// UpdateSessionRequest with CreateSession's title and label rules and limits (the same
+/// helpers); the session may carry at most [`limits::LABELS`] labels afterwards (checked
+/// by the store against the labels it carries).
+pub(crate) fn update_session(r: pb::UpdateSessionRequest) -> Result<eng::UpdateSession, Status> {
+    if let Some(t) = &r.title {
+        title_field("title", t)?;
+        if t.trim().is_empty() {
+            return Err(Status::invalid_argument(
+                "title is empty (a session's title cannot be removed, only replaced)",
+            ));
+        }
+    }
+    let set_labels = session_labels("set_labels", r.set_labels)?;
+    count("remove_labels", r.remove_labels.len(), limits::LABELS)?;
+    for k in &r.remove_labels {
+        bounded("remove_labels: a key", k, limits::LABEL_KEY_BYTES)?;
+    }
+    Ok(eng::UpdateSession {
+        title: r.title,
+        set_labels,
+        remove_labels: r.remove_labels,
+        archived: r.archived,
+        max_labels: limits::LABELS,
     })
 }
 
@@ -858,6 +905,7 @@ pub(crate) fn session_to_pb(s: &eng::SessionInfo) -> pb::Session {
         }),
         total_cost_usd: s.usage.cost_usd,
         title: s.title.clone().unwrap_or_default(),
+        archived: s.archived,
     }
 }
 

@@ -338,6 +338,18 @@ impl SessionService for SessionSvc {
         .await
     }
 
+    async fn update_session(&self, req: Request<pb::UpdateSessionRequest>) -> Res<pb::Session> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?.to_owned();
+        let update = convert::update_session(r)?;
+        in_session("UpdateSession", &id, async {
+            Ok(convert::session_to_pb(
+                &self.engine.update_session(&id, update).await?,
+            ))
+        })
+        .await
+    }
+
     async fn list_pending_interactions(
         &self,
         req: Request<pb::ListPendingInteractionsRequest>,
@@ -358,6 +370,8 @@ impl SessionService for SessionSvc {
                     labels: labels.clone(),
                     page_size: 1000,
                     page_token: token.take(),
+                    // Archived sessions' questions wait too.
+                    archived: None,
                 })
                 .await
                 .map_err(ApiError::from)?;

@@ -35,6 +35,7 @@ pub(crate) fn kind_to_pb(k: eng::FeedKind) -> pb::FeedKind {
         eng::FeedKind::ElicitationRequested => pb::FeedKind::ElicitationPending,
         eng::FeedKind::DialogRequested => pb::FeedKind::DialogPending,
         eng::FeedKind::SessionDeleted => pb::FeedKind::SessionDeleted,
+        eng::FeedKind::SessionUpdated => pb::FeedKind::SessionUpdated,
     }
 }
 
@@ -61,6 +62,7 @@ fn kind_from_pb(field: &str, v: i32) -> Result<Option<eng::FeedKind>, Status> {
         pb::FeedKind::ElicitationPending => Some(eng::FeedKind::ElicitationRequested),
         pb::FeedKind::DialogPending => Some(eng::FeedKind::DialogRequested),
         pb::FeedKind::SessionDeleted => Some(eng::FeedKind::SessionDeleted),
+        pb::FeedKind::SessionUpdated => Some(eng::FeedKind::SessionUpdated),
     })
 }
 

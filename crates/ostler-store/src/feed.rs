@@ -130,6 +130,9 @@ pub enum FeedKind {
     /// the session's next event would have had ([`SESSION_DELETED_NOTICE`]), which is in no
     /// log.
     SessionDeleted,
+    /// A client changed the session's title, labels or archived mark (`Store::update_meta`):
+    /// the entry's event is the `session_updated` notice that recorded it.
+    SessionUpdated,
 }
 
 /// The stored payload of the `engine_notice` a [`FeedKind::SessionDeleted`] entry carries
@@ -163,7 +166,7 @@ impl FeedKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [FeedKind; 12] = [
+    pub const ALL: [FeedKind; 13] = [
         FeedKind::SessionCreated,
         FeedKind::StateChanged,
         FeedKind::TurnCompleted,
@@ -176,6 +179,7 @@ impl FeedKind {
         FeedKind::ElicitationRequested,
         FeedKind::DialogRequested,
         FeedKind::SessionDeleted,
+        FeedKind::SessionUpdated,
     ];
 
     /// The stored name.
@@ -193,6 +197,7 @@ impl FeedKind {
             FeedKind::ElicitationRequested => "elicitation_requested",
             FeedKind::DialogRequested => "dialog_requested",
             FeedKind::SessionDeleted => "session_deleted",
+            FeedKind::SessionUpdated => "session_updated",
         }
     }
 }

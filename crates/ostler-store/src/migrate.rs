@@ -45,6 +45,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(11, "0011_feed_deleted.sql"),
     migration!(12, "0012_dialog.sql"),
     migration!(13, "0013_feed_pruned.sql"),
+    migration!(14, "0014_session_archived.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).

@@ -403,3 +403,99 @@ pub(crate) fn record_turn_op(ctx: &mut Ctx<'_>, session_id: &str, t: &TurnUsage)
     ])?;
     Ok(turn)
 }
+
+/// A client's change of title, labels and archived mark, with the event recording it (built
+/// by `notice` from what actually changed) and its `session_updated` feed row, in this one
+/// savepoint. Nothing is written when nothing would change.
+pub(crate) fn update_meta_op(
+    ctx: &mut Ctx<'_>,
+    session_id: &str,
+    p: &MetaPatch,
+    notice: &MetaNotice,
+) -> Result<MetaUpdated> {
+    let slot = ctx.slot(session_id)?;
+    let conn = ctx.conn;
+    let (title, archived): (Option<String>, i64) = conn
+        .prepare_cached("SELECT title, archived FROM sessions WHERE pk = ?1")?
+        .query_row([slot.pk], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let labels = rows::labels(conn, slot.pk)?;
+    let mut change = MetaChange::default();
+    if let Some(t) = &p.title {
+        let new = crate::feed::shorten_title(t, crate::feed::MAX_TITLE_CHARS)
+            .ok_or_else(|| Error::InvalidArgument("the title is empty".into()))?;
+        if title.as_deref() != Some(new.as_str()) {
+            change.title = Some((title, new));
+        }
+    }
+    for (k, v) in &p.set_labels {
+        if labels.get(k) != Some(v) {
+            change.labels_set.insert(k.clone(), v.clone());
+        }
+    }
+    for k in &p.remove_labels {
+        if labels.contains_key(k) && !change.labels_removed.contains(k) {
+            change.labels_removed.push(k.clone());
+        }
+    }
+    if let Some(a) = p.archived
+        && a != (archived != 0)
+    {
+        change.archived = Some(a);
+    }
+    if change.is_empty() {
+        return Ok(MetaUpdated { change, seq: None });
+    }
+    let after = labels.len()
+        + change
+            .labels_set
+            .keys()
+            .filter(|k| !labels.contains_key(*k))
+            .count()
+        - change.labels_removed.len();
+    if p.max_labels > 0 && after > p.max_labels {
+        return Err(Error::InvalidArgument(format!(
+            "the session would carry {after} labels, more than {}",
+            p.max_labels
+        )));
+    }
+    conn.prepare_cached(
+        "UPDATE sessions SET title = COALESCE(?2, title), archived = COALESCE(?3, archived),
+                             updated_ms = ?4
+         WHERE pk = ?1",
+    )?
+    .execute(params![
+        slot.pk,
+        change.title.as_ref().map(|(_, new)| new),
+        change.archived.map(i64::from),
+        p.updated_ms
+    ])?;
+    let mut set = conn.prepare_cached(
+        "INSERT INTO session_labels (session_pk, key, value) VALUES (?1, ?2, ?3)
+         ON CONFLICT (session_pk, key) DO UPDATE SET value = excluded.value",
+    )?;
+    for (k, v) in &change.labels_set {
+        set.execute(params![slot.pk, k, v])?;
+    }
+    let mut remove =
+        conn.prepare_cached("DELETE FROM session_labels WHERE session_pk = ?1 AND key = ?2")?;
+    for k in &change.labels_removed {
+        remove.execute(params![slot.pk, k])?;
+    }
+    let event = crate::codec::EncodedEvent::new(notice(&change)?);
+    let seq = append_op(ctx, session_id, std::slice::from_ref(&event))?
+        .first()
+        .copied()
+        .ok_or_else(|| Error::InvalidData("the update's notice got no seq".into()))?;
+    ctx.conn
+        .prepare_cached("INSERT INTO feed (session_pk, seq, kind) VALUES (?1, ?2, ?3)")?
+        .execute(params![
+            slot.pk,
+            u64_to_sql(seq, "seq")?,
+            FeedKind::SessionUpdated.as_str()
+        ])?;
+    ctx.feed_touched = true;
+    Ok(MetaUpdated {
+        change,
+        seq: Some(seq),
+    })
+}

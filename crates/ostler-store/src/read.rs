@@ -241,6 +241,10 @@ fn query_sessions(
         sql.push_str(" AND s.created_ms < ?");
         args.push(Value::Integer(before));
     }
+    if let Some(archived) = filter.archived {
+        sql.push_str(" AND s.archived = ?");
+        args.push(Value::Integer(i64::from(archived)));
+    }
     if let Some(after) = after {
         sql.push_str(" AND (s.created_ms, s.id) > (?, ?)");
         args.push(Value::Integer(after.created_ms));

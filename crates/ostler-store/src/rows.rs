@@ -116,7 +116,7 @@ pub(crate) const SESSION_COLUMNS: &str = concat!(
     s.exit_signal, s.exit_reason, s.exited_ms, s.turns, s.input_tokens, s.output_tokens, \
     s.cache_creation_input_tokens, s.cache_read_input_tokens, s.cost_usd, ",
     last_seq_of_s!(),
-    ", s.title"
+    ", s.title, s.archived"
 );
 
 /// Maps a row selected with [`SESSION_COLUMNS`] (labels left empty) and returns its pk.
@@ -154,6 +154,7 @@ pub(crate) fn session_from_row(row: &Row<'_>) -> Result<(i64, SessionRecord)> {
         },
         last_seq: u64_from_sql(row.get(20)?, "seq")?,
         title: row.get(21)?,
+        archived: row.get::<_, i64>(22)? != 0,
     };
     Ok((row.get(0)?, record))
 }

@@ -382,6 +382,39 @@ impl Store {
         self.submit(move |ctx| ops::delete_session_op(ctx, &sid, deleted_ms))
     }
 
+    /// Changes a session's title, labels and archived mark (a client's UpdateSession) and
+    /// records what changed: the event `notice` builds from the [`MetaChange`] is appended
+    /// to the session's log, with a [`FeedKind::SessionUpdated`] feed entry, in the same
+    /// transaction. When nothing would change (same title, labels already so, the mark
+    /// already set) nothing is written and the result's `seq` is `None`.
+    /// [`Error::NotFound`] if there is no such session.
+    ///
+    /// [`FeedKind::SessionUpdated`]: crate::FeedKind::SessionUpdated
+    /// [`Error::NotFound`]: crate::Error::NotFound
+    pub fn update_meta(
+        &self,
+        session_id: &str,
+        patch: MetaPatch,
+        notice: MetaNotice,
+    ) -> Ticket<MetaUpdated> {
+        let sid = session_id.to_owned();
+        self.submit(move |ctx| ops::update_meta_op(ctx, &sid, &patch, &notice))
+    }
+
+    /// Whether a session is archived. [`Error::NotFound`] if there is no such session.
+    ///
+    /// [`Error::NotFound`]: crate::Error::NotFound
+    pub fn archived(&self, session_id: &str) -> Result<bool> {
+        self.readers().with(|conn| {
+            use rusqlite::OptionalExtension as _;
+            conn.prepare_cached("SELECT archived FROM sessions WHERE id = ?1")?
+                .query_row([session_id], |r| r.get::<_, i64>(0))
+                .optional()?
+                .map(|a| a != 0)
+                .ok_or_else(|| crate::error::not_found_session(session_id))
+        })
+    }
+
     /// Records a permission request or question as pending. If it is already recorded and
     /// still pending, its details are refreshed; if it was already decided it is left as
     /// is. Resolves to the interaction as stored.

@@ -231,6 +231,8 @@ pub struct SessionRecord {
     pub last_seq: u64,
     /// A short name for people (`--name`, else the first prompt shortened).
     pub title: Option<String>,
+    /// Archived by a client ([`crate::Store::update_meta`]; migration 0014).
+    pub archived: bool,
 }
 
 /// Which sessions [`crate::Store::list_sessions`] returns. Empty fields do not filter.
@@ -244,6 +246,8 @@ pub struct SessionFilter {
     pub created_from_ms: Option<i64>,
     /// Created strictly before this time (epoch milliseconds).
     pub created_before_ms: Option<i64>,
+    /// Only archived sessions (`Some(true)`) or only the others (`Some(false)`).
+    pub archived: Option<bool>,
 }
 
 /// One page of [`crate::Store::list_sessions`], ordered by creation time then id.
@@ -532,4 +536,59 @@ pub struct AppendedWith {
     pub seqs: Vec<u64>,
     /// The decision's outcome, when one was asked for.
     pub decided: Option<DecideOutcome>,
+}
+
+/// A client's change to a session's title, labels and archived mark
+/// ([`crate::Store::update_meta`]). Empty fields leave things as they are.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetaPatch {
+    /// The new title ([`crate::MAX_TITLE_CHARS`] at most: longer text is shortened).
+    pub title: Option<String>,
+    /// Labels to add or to give a new value.
+    pub set_labels: BTreeMap<String, String>,
+    /// Label keys to remove (a key the session does not carry is no change).
+    pub remove_labels: Vec<String>,
+    /// The new archived mark.
+    pub archived: Option<bool>,
+    /// The most labels the session may carry after the change (0: no limit); more is
+    /// [`crate::Error::InvalidArgument`] and nothing is written.
+    pub max_labels: usize,
+    /// The time of the change (becomes `updated_ms` when something changed).
+    pub updated_ms: i64,
+}
+
+/// What a [`MetaPatch`] changed: only the parts that differ from what was stored.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetaChange {
+    /// The title before (`None`: it had none) and after, when it changed.
+    pub title: Option<(Option<String>, String)>,
+    /// Labels added or given a new value.
+    pub labels_set: BTreeMap<String, String>,
+    /// Labels removed (keys the session carried).
+    pub labels_removed: Vec<String>,
+    /// The new archived mark, when it changed.
+    pub archived: Option<bool>,
+}
+
+impl MetaChange {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.title.is_none()
+            && self.labels_set.is_empty()
+            && self.labels_removed.is_empty()
+            && self.archived.is_none()
+    }
+}
+
+/// Builds the event that records a [`MetaChange`] in the session's log (the engine's
+/// `session_updated` notice); called by the writer inside the update's transaction.
+pub type MetaNotice = std::sync::Arc<dyn Fn(&MetaChange) -> crate::Result<NewEvent> + Send + Sync>;
+
+/// The result of [`crate::Store::update_meta`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaUpdated {
+    /// What changed (empty for a no-op).
+    pub change: MetaChange,
+    /// The seq of the recording event; `None` when nothing changed (nothing was written).
+    pub seq: Option<u64>,
 }

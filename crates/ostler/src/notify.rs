@@ -51,7 +51,8 @@ pub struct NotifyConfig {
     /// Feed kinds to deliver (empty: all): session_created, state_changed, turn_completed,
     /// permission_requested, question_asked, interaction_resolved, process_exited,
     /// hook_pending, tool_call_requested, elicitation_requested, session_deleted,
-    /// dialog_requested. The pending ones (permission_requested, question_asked,
+    /// dialog_requested, session_updated (UpdateSession changed the title, labels or
+    /// archived mark). The pending ones (permission_requested, question_asked,
     /// hook_pending, tool_call_requested, elicitation_requested: an MCP server waits for the
     /// user's input, dialog_requested: the CLI waits for a dialog's answer) call for
     /// someone's attention; their answers are interaction_resolved.

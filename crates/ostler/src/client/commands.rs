@@ -18,7 +18,7 @@ use super::run::{parse_label, read_prompt};
 use super::{Conn, ConnectArgs, EXIT_FAILED, connect, json, status_error};
 
 /// Connect and resolve the session argument to a full id.
-async fn connect_to_session(c: &ConnectArgs, raw: &str) -> Result<(Conn, String)> {
+pub(crate) async fn connect_to_session(c: &ConnectArgs, raw: &str) -> Result<(Conn, String)> {
     let mut conn = connect(c).await?;
     let id = ids::resolve(&mut conn.sessions, raw).await?;
     Ok((conn, id))
@@ -58,6 +58,12 @@ pub struct SessionsArgs {
     /// At most this many sessions, the newest (default: all)
     #[arg(long, short = 'n')]
     pub limit: Option<usize>,
+    /// Only archived sessions (by default they are hidden)
+    #[arg(long, conflicts_with = "all")]
+    pub archived: bool,
+    /// Archived sessions too
+    #[arg(long)]
+    pub all: bool,
     /// Print one JSON object per session
     #[arg(long)]
     pub json: bool,
@@ -207,7 +213,12 @@ pub fn parse_state(s: &str) -> Result<pb::SessionState, String> {
 pub async fn sessions(a: SessionsArgs) -> Result<i32> {
     let mut conn = connect(&a.connect).await?;
     // Newest first; the daemon's order is not relied on, so all pages are read.
-    let mut all = ids::list_all(&mut conn.sessions, &a.state, &a.labels).await?;
+    let archived = match (a.archived, a.all) {
+        (true, _) => Some(true),
+        (false, true) => None,
+        (false, false) => Some(false),
+    };
+    let mut all = ids::list_all(&mut conn.sessions, &a.state, &a.labels, archived).await?;
     if let Some(l) = a.limit {
         all.truncate(l);
     }

@@ -40,6 +40,7 @@ pub async fn list_all(
     client: &mut Sessions,
     states: &[pb::SessionState],
     labels: &[(String, String)],
+    archived: Option<bool>,
 ) -> Result<Vec<pb::Session>> {
     let mut all = Vec::new();
     let mut token = String::new();
@@ -50,6 +51,7 @@ pub async fn list_all(
                 labels: labels.iter().cloned().collect(),
                 page_size: 500,
                 page_token: token.clone(),
+                archived,
             })
             .await
             .map_err(|s| status_error("list sessions", s))?
@@ -96,7 +98,7 @@ pub async fn resolve(client: &mut Sessions, raw: &str) -> Result<String> {
             Err(s) => return Err(status_error("get session", s)),
         }
     }
-    let all = list_all(client, &[], &[]).await?;
+    let all = list_all(client, &[], &[], None).await?;
     pick(&all, raw).map(|s| s.id.clone())
 }
 

@@ -116,6 +116,7 @@ pub fn session(s: &pb::Session) -> Value {
         "usage": usage(s.usage.as_ref()),
         "total_cost_usd": s.total_cost_usd,
         "title": s.title,
+        "archived": s.archived,
     })
 }
 

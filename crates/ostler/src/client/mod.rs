@@ -48,6 +48,7 @@ pub mod follow;
 pub mod hooks;
 pub mod ids;
 pub mod json;
+pub mod meta;
 pub mod pending;
 pub mod prompt;
 pub mod render;
@@ -143,6 +144,15 @@ pub enum ClientCommand {
     Resume(commands::ResumeArgs),
     /// Stop and delete a session and its history.
     Delete(commands::IdArgs),
+    /// Give a session a new title (ostler's, not the CLI's).
+    Rename(meta::RenameArgs),
+    /// Set (KEY=VALUE) or remove (-k KEY) a session's labels.
+    Label(meta::LabelArgs),
+    /// Archive a session: `sessions` hides it (the process and its log are left alone; a
+    /// message sent to it unarchives it).
+    Archive(commands::IdArgs),
+    /// Unarchive a session.
+    Unarchive(commands::IdArgs),
     /// Check the daemon's health (standard gRPC health plus daemon details).
     Health(commands::HealthArgs),
     /// List every pending permission prompt, question, hook call, tool call, elicitation and
@@ -217,6 +227,10 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::Stop(a) => commands::stop(a).await,
             ClientCommand::Resume(a) => commands::resume(a).await,
             ClientCommand::Delete(a) => commands::delete(a).await,
+            ClientCommand::Rename(a) => meta::rename(a).await,
+            ClientCommand::Label(a) => meta::label(a).await,
+            ClientCommand::Archive(a) => meta::archive(a, true).await,
+            ClientCommand::Unarchive(a) => meta::archive(a, false).await,
             ClientCommand::Health(a) => commands::health(a).await,
             ClientCommand::Pending(a) => pending::pending(a).await,
             ClientCommand::Approve(a) => pending::approve(a).await,

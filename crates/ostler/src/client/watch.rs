@@ -40,7 +40,7 @@ pub struct WatchArgs {
 }
 
 /// The short kind names `--kind` takes (and `--json` prints).
-const KINDS: [(&str, pb::FeedKind); 12] = [
+const KINDS: [(&str, pb::FeedKind); 13] = [
     ("created", pb::FeedKind::SessionCreated),
     ("state", pb::FeedKind::StateChanged),
     ("turn", pb::FeedKind::TurnCompleted),
@@ -53,6 +53,7 @@ const KINDS: [(&str, pb::FeedKind); 12] = [
     ("elicitation", pb::FeedKind::ElicitationPending),
     ("dialog", pb::FeedKind::DialogPending),
     ("deleted", pb::FeedKind::SessionDeleted),
+    ("updated", pb::FeedKind::SessionUpdated),
 ];
 
 pub fn parse_kind(s: &str) -> Result<pb::FeedKind, String> {
@@ -336,7 +337,7 @@ mod tests {
         }
         assert!(parse_kind("nope").unwrap_err().contains("permission"));
         // Every kind the feed has (but UNSPECIFIED) has a name `--kind` takes.
-        for v in 1..=pb::FeedKind::SessionDeleted as i32 {
+        for v in 1..=pb::FeedKind::SessionUpdated as i32 {
             assert_ne!(kind_name(v), "other", "feed kind {v} has no name");
         }
     }

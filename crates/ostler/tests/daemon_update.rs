@@ -1,0 +1,439 @@
+//! `UpdateSession` (the Agent SDK's renameSession / tagSession / archiveSession /
+//! unarchiveSession) against the real daemon and a real CLI release: the title, labels and
+//! archived mark change GetSession and ListSessions (label and archived filters), survive a
+//! daemon restart, are recorded as a `session_updated` notice in the session's log and a
+//! FEED_KIND_SESSION_UPDATED feed item, change nothing when already so, and a SendMessage
+//! unarchives. Bad requests get their codes.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::grpc::{as_client, text};
+use common::{NEW, World, guard};
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use pb::session_event::Payload;
+use tonic::transport::Channel;
+
+type Client = SessionServiceClient<Channel>;
+
+async fn create(
+    c: &mut Client,
+    world: &World,
+    title: &str,
+    team: &str,
+    prompt: Option<&str>,
+) -> pb::Session {
+    c.create_session(as_client(
+        "tester",
+        pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            title: title.into(),
+            labels: [("team".to_owned(), team.to_owned())].into(),
+            first_prompt: prompt.and_then(text),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+async fn update(
+    c: &mut Client,
+    req: pb::UpdateSessionRequest,
+) -> Result<pb::Session, tonic::Status> {
+    c.update_session(req).await.map(tonic::Response::into_inner)
+}
+
+async fn list(c: &mut Client, labels: &[(&str, &str)], archived: Option<bool>) -> Vec<String> {
+    let mut ids: Vec<String> = c
+        .list_sessions(pb::ListSessionsRequest {
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            archived,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The session's stored `session_updated` notices (data parsed).
+async fn updated_notices(c: &mut Client, id: &str) -> Vec<(u64, serde_json::Value)> {
+    let mut s = c
+        .subscribe(pb::SubscribeRequest {
+            session_id: id.to_owned(),
+            follow: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(ev) = tokio::time::timeout(guard(), s.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        if let Some(Payload::EngineNotice(n)) = &ev.payload
+            && n.code == "session_updated"
+        {
+            out.push((ev.seq, serde_json::from_str(&n.data_json).unwrap()));
+        }
+    }
+    out
+}
+
+/// The stored feed's SESSION_UPDATED items of `id`.
+async fn updated_items(c: &mut Client, id: &str) -> Vec<pb::FeedItem> {
+    let mut s = c
+        .watch_sessions(pb::WatchSessionsRequest {
+            kinds: vec![pb::FeedKind::SessionUpdated as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(i) = tokio::time::timeout(guard(), s.message())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        if i.session_id == id {
+            out.push(i);
+        }
+    }
+    out
+}
+
+fn sorted(m: &std::collections::HashMap<String, String>) -> Vec<(String, String)> {
+    let mut v: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_label_archive_are_listed_recorded_and_durable() {
+    let world = World::new(NEW).await;
+    let mut daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let a = create(&mut c, &world, "first", "a", None).await;
+    let b = create(&mut c, &world, "other", "a", None).await;
+
+    // A follower of A's log and of the feed see the change live.
+    let mut events = c
+        .subscribe(pb::SubscribeRequest {
+            session_id: a.id.clone(),
+            follow: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut feed = c
+        .watch_sessions(pb::WatchSessionsRequest {
+            follow: true,
+            kinds: vec![pb::FeedKind::SessionUpdated as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+
+    let before = c
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let got = update(
+        &mut c,
+        pb::UpdateSessionRequest {
+            session_id: a.id.clone(),
+            title: Some("renamed".into()),
+            set_labels: [("stage".to_owned(), "review".to_owned())].into(),
+            remove_labels: vec!["team".into()],
+            archived: Some(true),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(got.title, "renamed");
+    assert!(got.archived);
+    assert_eq!(
+        sorted(&got.labels),
+        vec![("stage".to_owned(), "review".to_owned())]
+    );
+    assert_eq!(got.last_seq, before.last_seq + 1);
+
+    // The notice, live, in A's log.
+    let notice = loop {
+        let ev = tokio::time::timeout(guard(), events.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let Some(Payload::EngineNotice(n)) = &ev.payload
+            && n.code == "session_updated"
+        {
+            assert_eq!(ev.seq, got.last_seq);
+            break n.clone();
+        }
+    };
+    let data: serde_json::Value = serde_json::from_str(&notice.data_json).unwrap();
+    assert_eq!(data["title"]["old"], "first");
+    assert_eq!(data["title"]["new"], "renamed");
+    assert_eq!(data["labels_set"], serde_json::json!({"stage": "review"}));
+    assert_eq!(data["labels_removed"], serde_json::json!(["team"]));
+    assert_eq!(data["archived"], true);
+    assert_eq!(data["cause"], "update_session");
+    // The feed item, live, with the session as it is now.
+    let item = tokio::time::timeout(guard(), feed.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(item.kind, pb::FeedKind::SessionUpdated as i32);
+    assert_eq!(item.session_id, a.id);
+    assert_eq!(item.title, "renamed");
+    assert_eq!(item.event.as_ref().unwrap().seq, got.last_seq);
+
+    // Get and List (label and archived filters).
+    let now = c
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((now.title.as_str(), now.archived), ("renamed", true));
+    assert_eq!(now.state, before.state, "the CLI is left alone");
+    assert_eq!(
+        list(&mut c, &[("stage", "review")], None).await,
+        vec![a.id.clone()]
+    );
+    assert_eq!(
+        list(&mut c, &[("team", "a")], None).await,
+        vec![b.id.clone()]
+    );
+    assert_eq!(list(&mut c, &[], Some(true)).await, vec![a.id.clone()]);
+    assert_eq!(list(&mut c, &[], Some(false)).await, vec![b.id.clone()]);
+    let mut both = vec![a.id.clone(), b.id.clone()];
+    both.sort();
+    assert_eq!(list(&mut c, &[], None).await, both);
+
+    // Already so: nothing written.
+    let same = update(
+        &mut c,
+        pb::UpdateSessionRequest {
+            session_id: a.id.clone(),
+            title: Some("renamed".into()),
+            set_labels: [("stage".to_owned(), "review".to_owned())].into(),
+            remove_labels: vec!["team".into()],
+            archived: Some(true),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(same.last_seq, got.last_seq);
+    assert_eq!(updated_notices(&mut c, &a.id).await.len(), 1);
+    assert_eq!(updated_items(&mut c, &a.id).await.len(), 1);
+
+    // After a restart (kill -9: what was answered is committed): all of it is still there.
+    drop((events, feed));
+    daemon.kill9();
+    daemon = world.daemon(&[]).await;
+    c = daemon.sessions().await;
+    let after = c
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((after.title.as_str(), after.archived), ("renamed", true));
+    assert_eq!(
+        sorted(&after.labels),
+        vec![("stage".to_owned(), "review".to_owned())]
+    );
+    assert_eq!(list(&mut c, &[], Some(true)).await, vec![a.id.clone()]);
+    assert_eq!(updated_notices(&mut c, &a.id).await.len(), 1);
+    assert_eq!(updated_items(&mut c, &a.id).await.len(), 1);
+
+    // A session whose process is gone is updated without waking it.
+    let again = update(
+        &mut c,
+        pb::UpdateSessionRequest {
+            session_id: a.id.clone(),
+            archived: Some(false),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(!again.archived);
+    assert_eq!(again.state, after.state, "not woken");
+    assert_eq!(again.last_seq, after.last_seq + 1);
+    let notices = updated_notices(&mut c, &a.id).await;
+    assert_eq!(notices.len(), 2);
+    assert_eq!(
+        notices[1].1,
+        serde_json::json!({"archived": false, "cause": "update_session"})
+    );
+    assert_eq!(updated_items(&mut c, &a.id).await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_updates_get_their_codes() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let a = create(&mut c, &world, "t", "a", None).await;
+    let req = |f: &dyn Fn(&mut pb::UpdateSessionRequest)| {
+        let mut r = pb::UpdateSessionRequest {
+            session_id: a.id.clone(),
+            ..Default::default()
+        };
+        f(&mut r);
+        r
+    };
+    let cases: Vec<(&str, pb::UpdateSessionRequest, tonic::Code, &str)> = vec![
+        (
+            "nothing",
+            req(&|_| {}),
+            tonic::Code::InvalidArgument,
+            "nothing to change",
+        ),
+        (
+            "set and removed",
+            req(&|r| {
+                r.set_labels.insert("k".into(), "v".into());
+                r.remove_labels.push("k".into());
+            }),
+            tonic::Code::InvalidArgument,
+            "remove_labels",
+        ),
+        (
+            "empty title",
+            req(&|r| r.title = Some("  ".into())),
+            tonic::Code::InvalidArgument,
+            "title",
+        ),
+        (
+            "long title",
+            req(&|r| r.title = Some("x".repeat(5000))),
+            tonic::Code::InvalidArgument,
+            "title",
+        ),
+        (
+            "empty key",
+            req(&|r| {
+                r.set_labels.insert(" ".into(), "v".into());
+            }),
+            tonic::Code::InvalidArgument,
+            "set_labels",
+        ),
+        (
+            "long value",
+            req(&|r| {
+                r.set_labels.insert("k".into(), "v".repeat(5000));
+            }),
+            tonic::Code::InvalidArgument,
+            "set_labels",
+        ),
+        (
+            "too many labels after",
+            req(&|r| {
+                for i in 0..64 {
+                    r.set_labels.insert(format!("k{i}"), "v".into());
+                }
+            }),
+            tonic::Code::InvalidArgument,
+            "set_labels",
+        ),
+        (
+            "unknown session",
+            pb::UpdateSessionRequest {
+                session_id: "no-such-session".into(),
+                archived: Some(true),
+                ..Default::default()
+            },
+            tonic::Code::NotFound,
+            "no-such-session",
+        ),
+    ];
+    for (what, r, code, names) in cases {
+        let st = update(&mut c, r).await.unwrap_err();
+        assert_eq!(st.code(), code, "{what}: {st:?}");
+        assert!(st.message().contains(names), "{what}: {}", st.message());
+    }
+    // Nothing of it was written.
+    let now = c
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        sorted(&now.labels),
+        vec![("team".to_owned(), "a".to_owned())]
+    );
+    assert!(updated_notices(&mut c, &a.id).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_to_an_archived_session_unarchives_it() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let a = create(&mut c, &world, "t", "a", None).await;
+    let archived = update(
+        &mut c,
+        pb::UpdateSessionRequest {
+            session_id: a.id.clone(),
+            archived: Some(true),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(archived.archived);
+    c.send_message(as_client(
+        "tester",
+        pb::SendMessageRequest {
+            session_id: a.id.clone(),
+            content: text("Say hello"),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap();
+    let now = c
+        .get_session(pb::GetSessionRequest {
+            session_id: a.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!now.archived);
+    assert_eq!(list(&mut c, &[], Some(true)).await, Vec::<String>::new());
+    let notices = updated_notices(&mut c, &a.id).await;
+    assert_eq!(notices.len(), 2, "{notices:?}");
+    assert_eq!(
+        notices[1].1,
+        serde_json::json!({"archived": false, "cause": "send_message"})
+    );
+    assert_eq!(updated_items(&mut c, &a.id).await.len(), 2);
+}
