@@ -218,6 +218,11 @@ pub(crate) struct Actor {
     suspend_reason: Option<String>,
     /// Batches of CLI output whose commit is in flight, oldest first.
     in_flight: VecDeque<output::Batch>,
+    /// Until the CLI answers `initialize`: the title it announces then is the one it held
+    /// from before (a respawn of a session ostler already has; 2.1.120 and later announce
+    /// their transcript's title at every resume), which is not a rename: ostler's title,
+    /// perhaps changed since with UpdateSession, stays ([`ActorOptions::keeps_title`]).
+    title_announced_from_before: bool,
 }
 
 /// What an actor starts with.
@@ -244,6 +249,9 @@ pub(crate) struct ActorOptions {
     pub verbatim_prompts: bool,
     /// The running cost the CLI starts from (what it restored at a resume).
     pub restored_cost_usd: f64,
+    /// This process respawns a session ostler already titled (a resume, not a create, a
+    /// fork into a new session or an adoption): see `Actor::title_announced_from_before`.
+    pub keeps_title: bool,
 }
 
 /// The sending side of the view. Dropped with the actor (also when it panics): releases
@@ -309,6 +317,7 @@ impl Actor {
             shutdown: false,
             last_model: o.model,
             process_cost_usd: o.restored_cost_usd,
+            title_announced_from_before: o.keeps_title,
             store_fault: None,
             bg_tasks: HashSet::new(),
             last_active: Instant::now(),
@@ -1131,6 +1140,7 @@ impl Actor {
     /// `initialize_failed` saying why (the session runs on; its `system/init` still says
     /// what it has).
     async fn initialized(&mut self, result: std::result::Result<Option<RawJson>, ControlError>) {
+        self.title_announced_from_before = false;
         let notice = match result {
             Ok(answer) => {
                 let data = answer.and_then(|a| a.to_value().ok());
@@ -1430,8 +1440,7 @@ impl Actor {
         }
     }
 
-    /// The CLI renamed its session (`system/session_title_changed`): the title is
-    /// queued to the store (a rename that cannot be stored is logged).
+    /// The CLI says its permission mode changed: recorded (what a resume starts with).
     fn cli_mode_changed(&self, mode: &str) {
         let patch = SessionPatch {
             permission_mode: Some(mode.to_owned()),
@@ -1447,10 +1456,18 @@ impl Actor {
         });
     }
 
+    /// The CLI renamed its session (`system/session_title_changed`): the title is
+    /// queued to the store (a rename that cannot be stored is logged). Not the title a
+    /// resumed CLI announces while it handles `initialize`: that is the one it held
+    /// before, not a rename.
     fn cli_renamed(&self, msg: &serde_json::Value) {
         let Some(title) = msg["title"].as_str().filter(|t| !t.trim().is_empty()) else {
             return;
         };
+        if self.title_announced_from_before {
+            tracing::debug!(session = %self.sid(), title, "the resumed CLI announces the title it held; ostler's stays");
+            return;
+        }
         let ticket = self.shared.store.set_title(self.sid(), title);
         let sid = self.sid().to_owned();
         tokio::spawn(async move {

@@ -437,3 +437,70 @@ async fn a_message_to_an_archived_session_unarchives_it() {
     );
     assert_eq!(updated_items(&mut c, &a.id).await.len(), 2);
 }
+
+/// A session created with a title gives it to the CLI (`initialize`'s `title`, 2.1.120 and
+/// later), which announces the title it holds again whenever it resumes
+/// (`system/session_title_changed`). That announcement must not undo a rename made since
+/// with UpdateSession; a rename the CLI makes itself (`rename_session`) still counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_survives_the_cli_announcing_its_old_title_at_a_resume() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create(&mut c, &world, "first name", "a", Some("Say hello")).await;
+    common::grpc::settled(&mut c, &s).await;
+    let renamed = update(
+        &mut c,
+        pb::UpdateSessionRequest {
+            session_id: s.id.clone(),
+            title: Some("second name".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(renamed.title, "second name");
+    common::grpc::stop_and_resume(&mut c, &s.id).await;
+    // A turn of the resumed process: the CLI's announcement at its start is in the log.
+    let events_before = common::grpc::history(&mut c, &s.id).await.len();
+    common::grpc::turn(&mut c, &s.id, "Say hello again").await;
+    let log = common::grpc::history(&mut c, &s.id).await;
+    let announced = log.iter().filter(|e| {
+        matches!(&e.payload, Some(Payload::Unknown(u)) if u.message_type == "system/session_title_changed")
+    });
+    assert!(
+        announced.count() >= 2,
+        "the CLI announced its title at create and at the resume: {:#?}",
+        log.iter()
+            .skip(events_before.saturating_sub(40))
+            .map(common::grpc::describe)
+            .collect::<Vec<_>>()
+    );
+    let now = common::grpc::session(&mut c, &s.id).await;
+    assert_eq!(
+        now.title, "second name",
+        "the rename holds after the resume"
+    );
+
+    // The CLI's own rename (a client's rename_session) still replaces the title: once its
+    // announcement is in the log, the session has the title.
+    let last = log.last().map_or(0, |e| e.seq);
+    let mut events = common::grpc::subscribe(&mut c, &s.id, last, true).await;
+    c.send_control_request(pb::SendControlRequestRequest {
+        session_id: s.id.clone(),
+        subtype: "rename_session".into(),
+        request_json: r#"{"title": "third name"}"#.into(),
+    })
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    common::grpc::read_until(&mut events, &mut seen, "the CLI's rename", |e| {
+        matches!(&e.payload, Some(Payload::Unknown(u))
+            if u.message_type == "system/session_title_changed" && u.raw_json.contains("third name"))
+    })
+    .await;
+    assert_eq!(
+        common::grpc::session(&mut c, &s.id).await.title,
+        "third name"
+    );
+}

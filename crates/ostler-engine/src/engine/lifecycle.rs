@@ -1133,6 +1133,8 @@ impl Engine {
             decline_elicitations: spec.options.decline_elicitations,
             verbatim_prompts: spec.options.verbatim_prompts,
             restored_cost_usd,
+            // Every launch but a create's respawns a session ostler already has.
+            keeps_title: from != SessionState::Starting,
         })
         .await;
         self.registry.set_handle(&entry.id, handle);
