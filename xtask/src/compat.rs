@@ -56,6 +56,10 @@ pub struct ProbeArgs {
     /// (`cli_requests`), keeping the rest of the recorded evidence.
     #[arg(long)]
     pub cli_requests_only: bool,
+    /// Only measure which control requests the release serves (`control`,
+    /// `control_errors`), keeping the rest of the recorded evidence.
+    #[arg(long)]
+    pub controls_only: bool,
     /// Only measure the dialect facts (`dialect`: what `--resume-session-at` matches),
     /// keeping the rest of the recorded evidence.
     #[arg(long)]
@@ -195,7 +199,13 @@ pub fn probe(a: ProbeArgs) -> Result<()> {
             let cache = ostler_testkit::releases::default_cache_dir();
             Ok((ev, ostler_testkit::releases::ensure(&v, &cache)?))
         };
-        let ev = if a.cli_requests_only {
+        let ev = if a.controls_only {
+            let (mut ev, binary) = recorded()?;
+            (ev.control, ev.control_errors) = rt
+                .block_on(control_probe(&binary))
+                .with_context(|| format!("control probe of {v}"))?;
+            ev
+        } else if a.cli_requests_only {
             let (mut ev, binary) = recorded()?;
             ev.cli_requests = rt.block_on(cli_request_probe(&binary))?;
             ev
@@ -2077,6 +2087,7 @@ fn control_fields(subtype: &str) -> serde_json::Value {
         "mcp_toggle" => json!({"serverName": "ostler-probe-absent", "enabled": false}),
         "mcp_reconnect" => json!({"serverName": "ostler-probe-absent"}),
         "stop_task" => json!({"task_id": "ostler-probe-absent"}),
+        "rename_session" => json!({"title": "ostler probe"}),
         // A hook the probe's turn calls (`hook_callback`, measured in the turn).
         "initialize" => json!({"hooks": {"UserPromptSubmit": [{"hookCallbackIds": [PROBE_HOOK]}]}}),
         _ => json!({}),

@@ -293,7 +293,7 @@ pub const INIT_FIELDS: [(&str, &str); 12] = [
 /// `hook_callback`, goes the other way: whether the CLI calls a hook registered in
 /// `initialize` during the probe's turn (`answered`) or not (`no_answer`); remote hooks
 /// (issue 11) need it.
-pub const PROBED_CONTROLS: [&str; 13] = [
+pub const PROBED_CONTROLS: [&str; 14] = [
     "initialize",
     "interrupt",
     "set_model",
@@ -306,6 +306,7 @@ pub const PROBED_CONTROLS: [&str; 13] = [
     "mcp_toggle",
     "mcp_reconnect",
     "stop_task",
+    "rename_session",
     "hook_callback",
 ];
 
