@@ -223,6 +223,15 @@ pub(crate) struct Actor {
     /// their transcript's title at every resume), which is not a rename: ostler's title,
     /// perhaps changed since with UpdateSession, stays ([`ActorOptions::keeps_title`]).
     title_announced_from_before: bool,
+    /// This process respawns a session ostler already titled ([`ActorOptions::keeps_title`]).
+    respawned: bool,
+    /// The title the respawned CLI announced before answering `initialize` (the one its
+    /// transcript held).
+    announced_title: Option<String>,
+    /// Titles sent with `rename_session` whose `session_title_changed` echo has not come
+    /// back yet: the echo of one is not a rename by the CLI (ostler's record, perhaps
+    /// renamed again since, stays).
+    titles_sent: VecDeque<String>,
 }
 
 /// What an actor starts with.
@@ -318,6 +327,9 @@ impl Actor {
             last_model: o.model,
             process_cost_usd: o.restored_cost_usd,
             title_announced_from_before: o.keeps_title,
+            respawned: o.keeps_title,
+            announced_title: None,
+            titles_sent: VecDeque::new(),
             store_fault: None,
             bg_tasks: HashSet::new(),
             last_active: Instant::now(),
@@ -783,6 +795,12 @@ impl Actor {
                 let r = self.control_done(request, result).await;
                 let _ = reply.send(r);
             }
+            Command::RenameCli { title } => {
+                if !self.stop_requested {
+                    self.rename_cli(title);
+                }
+            }
+            Command::RenameDone { request, result } => self.renamed_cli(request, result).await,
             Command::Restored { request, result } => {
                 let result = result.map_err(|e| e.to_string()).and_then(|answer| {
                     match crate::runtime::refusal_in_answer(&request, answer.as_ref()) {
@@ -1159,6 +1177,102 @@ impl Actor {
                 data: None,
             },
         };
+        let answered = notice.code == crate::runtime::SESSION_INITIALIZED;
+        self.emit_logged(EventPayload::EngineNotice(notice)).await;
+        if answered && self.respawned {
+            self.title_catch_up().await;
+        }
+    }
+
+    /// A respawned CLI has answered `initialize`: when the title ostler holds is not the
+    /// one the CLI announced (renamed with `UpdateSession` while the session was not live),
+    /// or the CLI announced none while a client titled the session, the CLI gets ostler's
+    /// with `rename_session` so its transcript catches up.
+    async fn title_catch_up(&mut self) {
+        let announced = self.announced_title.take();
+        let store = self.shared.store.clone();
+        let sid = self.sid().to_owned();
+        let held = match crate::blocking::blocking(move || store.title(&sid)).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(session = %self.sid(), error = %e, "cannot read the session's title");
+                return;
+            }
+        };
+        let Some(held) = held else { return };
+        let send = match &announced {
+            Some(a) => *a != held,
+            None => self.meta.client_titled,
+        };
+        if send {
+            self.rename_cli(held);
+        }
+    }
+
+    /// Sends `rename_session` with `title` when the release answers it (else nothing: the
+    /// CLI's transcript keeps its own title); the answer comes back as `RenameDone`.
+    fn rename_cli(&mut self, title: String) {
+        let mut fields = serde_json::Map::new();
+        fields.insert("title".into(), serde_json::Value::String(title.clone()));
+        let request = OutRequest::Other {
+            subtype: "rename_session".into(),
+            fields,
+        };
+        if !crate::capability::answers_rename(&self.shared.installation) {
+            tracing::debug!(session = %self.sid(), version = %self.shared.installation.version, "the release is not measured to answer rename_session: the title stays in ostler's record only");
+            return;
+        }
+        self.titles_sent.push_back(title);
+        let answer = self.process.queue_request(request.clone());
+        let tx = self.self_tx.clone();
+        tokio::spawn(async move {
+            let result = answer.await.unwrap_or(Err(ControlError::ProcessGone));
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx.send(Command::RenameDone { request, result }).await;
+            }
+        });
+    }
+
+    /// Records the CLI's answer to a `rename_session` ostler sent (`cli_title_set`), or
+    /// its refusal or silence (`cli_title_set_failed`, also logged): ostler's title stands
+    /// either way.
+    async fn renamed_cli(
+        &mut self,
+        request: OutRequest,
+        result: std::result::Result<Option<RawJson>, ControlError>,
+    ) {
+        let fields = match &request {
+            OutRequest::Other { fields, .. } => serde_json::Value::Object(fields.clone()),
+            _ => serde_json::Value::Null,
+        };
+        let title = fields["title"].as_str().unwrap_or_default().to_owned();
+        let notice = match result {
+            Ok(answer) => EngineNotice {
+                code: crate::runtime::CLI_TITLE_SET.into(),
+                message: format!("the CLI's session title set to {title:?}"),
+                data: Some(serde_json::json!({
+                    "request": fields,
+                    "answer": answer.and_then(|a| a.to_value().ok()),
+                })),
+            },
+            Err(e) => {
+                if let Some(i) = self.titles_sent.iter().position(|t| *t == title) {
+                    self.titles_sent.remove(i);
+                }
+                tracing::warn!(session = %self.sid(), %title, error = %e, "the CLI did not take the session's title");
+                EngineNotice {
+                    code: crate::runtime::CLI_TITLE_SET_FAILED.into(),
+                    message: format!(
+                        "the CLI did not take the session's title {title:?} (ostler's \
+                         stands): {e}"
+                    ),
+                    data: Some(serde_json::json!({
+                        "request": fields,
+                        "error": e.to_string(),
+                    })),
+                }
+            }
+        };
         self.emit_logged(EventPayload::EngineNotice(notice)).await;
     }
 
@@ -1460,12 +1574,19 @@ impl Actor {
     /// queued to the store (a rename that cannot be stored is logged). Not the title a
     /// resumed CLI announces while it handles `initialize`: that is the one it held
     /// before, not a rename.
-    fn cli_renamed(&self, msg: &serde_json::Value) {
+    fn cli_renamed(&mut self, msg: &serde_json::Value) {
         let Some(title) = msg["title"].as_str().filter(|t| !t.trim().is_empty()) else {
             return;
         };
         if self.title_announced_from_before {
             tracing::debug!(session = %self.sid(), title, "the resumed CLI announces the title it held; ostler's stays");
+            self.announced_title = Some(title.to_owned());
+            return;
+        }
+        if let Some(i) = self.titles_sent.iter().position(|t| t == title) {
+            // The echo of a rename ostler sent: its record already has that title, or a
+            // newer one.
+            self.titles_sent.drain(..=i);
             return;
         }
         let ticket = self.shared.store.set_title(self.sid(), title);

@@ -53,6 +53,14 @@ pub(crate) fn check_control(inst: &Installation, request: &OutRequest) -> Result
     )))
 }
 
+/// Whether ostler sends `rename_session` on its own (the title a client gave with
+/// `UpdateSession`, so the CLI's transcript follows it): only where the release is measured
+/// to answer it. A release not measured for it (an unpinned one in a gap) is left alone
+/// too: ostler's record holds the title either way, and nothing waits on the answer.
+pub(crate) fn answers_rename(inst: &Installation) -> bool {
+    inst.capabilities.control_support("rename_session") == ControlSupport::Answered
+}
+
 /// Control subtypes ostler sends or answers itself, with the call that does it: a
 /// `SendControlRequest` of one of them is refused (it would bypass what the call records,
 /// e.g. the session's model).
@@ -723,6 +731,40 @@ pub(crate) async fn resume_checked(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ostler sends `rename_session` on its own only to a release measured to answer it
+    /// (2.1.330 and later): not to 1.0.x to 2.1.0 (they leave it unanswered), nor 2.1.120
+    /// and 2.1.121 (they refuse it as unsupported), nor a release never measured for it.
+    #[test]
+    fn rename_is_sent_only_where_measured_answered() {
+        let inst = |v: &str| {
+            Installation::assume(
+                "/bin/false".into(),
+                semver::Version::parse(v).expect("version"),
+                None,
+            )
+        };
+        for v in ["2.1.330", "2.1.332"] {
+            assert!(answers_rename(&inst(v)), "{v}");
+        }
+        for (v, measured) in [
+            ("1.0.58", ControlSupport::NoAnswer),
+            ("1.0.128", ControlSupport::NoAnswer),
+            ("2.1.0", ControlSupport::NoAnswer),
+            ("2.1.121", ControlSupport::Unsupported),
+        ] {
+            let i = inst(v);
+            assert_eq!(
+                i.capabilities.control_support("rename_session"),
+                measured,
+                "{v}"
+            );
+            assert!(!answers_rename(&i), "{v}");
+        }
+        let mut i = inst("2.1.332");
+        i.capabilities.control.remove("rename_session");
+        assert!(!answers_rename(&i), "never measured");
+    }
 
     #[test]
     fn transcript_is_found_in_any_project_directory() {

@@ -78,6 +78,9 @@ pub(crate) struct Meta {
     /// The flag settings and MCP permission mode overrides set at runtime, sent again
     /// right after `initialize`.
     pub runtime: crate::runtime::RuntimeSettings,
+    /// A client gave the session its title (at create, or with `UpdateSession` since):
+    /// a respawned CLI announcing no title gets it with `rename_session`.
+    pub client_titled: bool,
 }
 
 /// What an actor shows of its session, written by the actor only.
@@ -142,6 +145,11 @@ impl SessionHandle {
             return false;
         }
         rx.await.unwrap_or(false)
+    }
+
+    /// Sends a command that has no reply; `Err` when the actor has ended.
+    pub async fn send(&self, cmd: Command) -> std::result::Result<(), ()> {
+        self.tx.send(cmd).await.map_err(drop)
     }
 
     /// Sends a command and awaits its reply.
@@ -243,6 +251,15 @@ pub(crate) enum Command {
     /// The outcome of a runtime control sent again after `initialize` (recorded as
     /// `control_restored` or `control_restore_failed`).
     Restored {
+        request: OutRequest,
+        result: std::result::Result<Option<RawJson>, ControlError>,
+    },
+    /// The session's title changed in ostler's record (`UpdateSession`): sent to the CLI
+    /// with `rename_session` where the release answers it, so its transcript follows.
+    RenameCli { title: String },
+    /// The outcome of a `rename_session` ostler sent (recorded as `cli_title_set` or
+    /// `cli_title_set_failed`).
+    RenameDone {
         request: OutRequest,
         result: std::result::Result<Option<RawJson>, ControlError>,
     },

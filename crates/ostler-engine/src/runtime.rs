@@ -55,6 +55,14 @@ pub const CONTROL_RESTORED: &str = "control_restored";
 /// `error`): the process runs without it.
 pub const CONTROL_RESTORE_FAILED: &str = "control_restore_failed";
 
+/// The `engine_notice` code of a `rename_session` ostler sent so that the CLI's transcript
+/// carries the title ostler holds (after an `UpdateSession` rename, or at a respawn whose
+/// CLI announced another title), answered with success (`data`: `request`, `answer`).
+pub const CLI_TITLE_SET: &str = "cli_title_set";
+/// The `engine_notice` code of such a `rename_session` the CLI refused or did not answer
+/// (`data`: `request`, `error`): ostler's title stands; the CLI's transcript keeps its own.
+pub const CLI_TITLE_SET_FAILED: &str = "cli_title_set_failed";
+
 /// The runtime controls passed through `SendControlRequest` that a respawn must not lose,
 /// rebuilt from the session's log (the notices of the requests the CLI answered with
 /// success) and sent again right after `initialize`, before any user message.

@@ -504,3 +504,219 @@ async fn a_rename_survives_the_cli_announcing_its_old_title_at_a_resume() {
         "third name"
     );
 }
+
+/// The `custom-title` entries of the CLI's transcript of `cli_session_id` (under the
+/// world's HOME, `.claude/projects/<dir>/<id>.jsonl`), oldest first.
+fn custom_titles(world: &World, cli_session_id: &str) -> Vec<String> {
+    let mut titles = Vec::new();
+    for dir in std::fs::read_dir(world.home.join(".claude/projects"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(text) = std::fs::read_to_string(dir.path().join(format!("{cli_session_id}.jsonl")))
+        else {
+            continue;
+        };
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if v["type"] == "custom-title" {
+                titles.push(v["customTitle"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    titles
+}
+
+/// The titles of the `rename_session` requests ostler sent on its own and the CLI took
+/// (`cli_title_set` notices), oldest first.
+fn titles_set(log: &[pb::SessionEvent]) -> Vec<String> {
+    log.iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::EngineNotice(n)) if n.code == "cli_title_set" => {
+                let d: serde_json::Value = serde_json::from_str(&n.data_json).unwrap();
+                Some(d["request"]["title"].as_str().unwrap().to_owned())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A title changed with UpdateSession reaches the CLI (`rename_session`, 2.1.120 and
+/// later), so its transcript (what `claude --resume` and the Agent SDK list) names the
+/// session as ostler does: at once while the session is live, and at the next resume for a
+/// rename made while it was not. The CLI's echo adds no second `session_updated`; a resume
+/// whose CLI already holds ostler's title sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_reaches_the_cli_transcript_live_and_at_the_next_resume() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create(&mut c, &world, "first name", "a", Some("Say hello")).await;
+    common::grpc::settled(&mut c, &s).await;
+    let s = common::grpc::session(&mut c, &s.id).await;
+    assert!(!s.cli_session_id.is_empty());
+
+    // Live: the CLI takes the new title, echoes it, and its transcript records it.
+    let mut events = common::grpc::subscribe(&mut c, &s.id, s.last_seq, false).await;
+    update(
+        &mut c,
+        pb::UpdateSessionRequest {
+            session_id: s.id.clone(),
+            title: Some("second name".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut set = false;
+    let mut echoed = false;
+    common::grpc::read_until(
+        &mut events,
+        &mut seen,
+        "the CLI's rename and its echo",
+        |e| {
+            match &e.payload {
+                Some(Payload::EngineNotice(n)) if n.code == "cli_title_set" => set = true,
+                Some(Payload::Unknown(u))
+                    if u.message_type == "system/session_title_changed"
+                        && u.raw_json.contains("second name") =>
+                {
+                    echoed = true
+                }
+                _ => {}
+            }
+            set && echoed
+        },
+    )
+    .await;
+    assert_eq!(
+        custom_titles(&world, &s.cli_session_id)
+            .last()
+            .map(String::as_str),
+        Some("second name")
+    );
+    assert_eq!(titles_set(&seen), ["second name"]);
+    let notices = updated_notices(&mut c, &s.id).await;
+    assert_eq!(notices.len(), 1, "one session_updated: {notices:?}");
+    assert_eq!(notices[0].1["title"]["new"], "second name");
+    assert_eq!(updated_items(&mut c, &s.id).await.len(), 1);
+    assert_eq!(
+        common::grpc::session(&mut c, &s.id).await.title,
+        "second name"
+    );
+
+    // A resume whose CLI holds ostler's title already: nothing sent.
+    common::grpc::stop_and_resume(&mut c, &s.id).await;
+    common::grpc::turn(&mut c, &s.id, "Say hello again").await;
+    let log = common::grpc::history(&mut c, &s.id).await;
+    assert_eq!(
+        titles_set(&log),
+        ["second name"],
+        "nothing sent at the resume"
+    );
+
+    // Renamed while stopped: the next process gets the title once it has answered
+    // initialize.
+    c.stop_session(pb::StopSessionRequest {
+        session_id: s.id.clone(),
+    })
+    .await
+    .unwrap();
+    update(
+        &mut c,
+        pb::UpdateSessionRequest {
+            session_id: s.id.clone(),
+            title: Some("third name".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        custom_titles(&world, &s.cli_session_id)
+            .last()
+            .map(String::as_str),
+        Some("second name"),
+        "nothing reached the stopped CLI"
+    );
+    let last = common::grpc::session(&mut c, &s.id).await.last_seq;
+    let mut events = common::grpc::subscribe(&mut c, &s.id, last, false).await;
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: s.id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    common::grpc::send(&mut c, &s.id, "Say hello once more").await;
+    let mut seen = Vec::new();
+    let (mut set, mut turned) = (false, false);
+    common::grpc::read_until(&mut events, &mut seen, "the turn and the title sent", |e| {
+        set |= matches!(&e.payload, Some(Payload::EngineNotice(n))
+            if n.code == "cli_title_set" && n.data_json.contains("third name"));
+        turned |= common::grpc::is_turn_completed(e);
+        set && turned
+    })
+    .await;
+    assert_eq!(
+        custom_titles(&world, &s.cli_session_id)
+            .last()
+            .map(String::as_str),
+        Some("third name")
+    );
+    let now = common::grpc::session(&mut c, &s.id).await;
+    assert_eq!(now.title, "third name", "ostler keeps its title");
+    let notices = updated_notices(&mut c, &s.id).await;
+    assert_eq!(notices.len(), 2, "{notices:?}");
+}
+
+/// An idempotent create retry (client-chosen id) compares the labels the session was
+/// created with, not the ones UpdateSession gave it since: after a relabel the original
+/// request still returns the session; other labels are still another request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_retry_after_a_relabel_returns_the_session() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let req = pb::CreateSessionRequest {
+        cwd: world.work.display().to_string(),
+        session_id: "relabel-retry-1".into(),
+        title: "first".into(),
+        labels: [("team".to_owned(), "a".to_owned())].into(),
+        ..Default::default()
+    };
+    let a = c.create_session(req.clone()).await.unwrap().into_inner();
+    update(
+        &mut c,
+        pb::UpdateSessionRequest {
+            session_id: a.id.clone(),
+            set_labels: [("stage".to_owned(), "review".to_owned())].into(),
+            remove_labels: vec!["team".into()],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let b = c.create_session(req.clone()).await.unwrap().into_inner();
+    assert_eq!(b.id, a.id);
+    assert_eq!(b.created_at_ms, a.created_at_ms, "the same session");
+    assert_eq!(
+        sorted(&b.labels),
+        vec![("stage".to_owned(), "review".to_owned())],
+        "the labels it has now"
+    );
+    for labels in [
+        [("team".to_owned(), "b".to_owned())].into(),
+        [("stage".to_owned(), "review".to_owned())].into(),
+    ] {
+        let e = c
+            .create_session(pb::CreateSessionRequest {
+                labels,
+                ..req.clone()
+            })
+            .await
+            .expect_err("other labels than the create's");
+        assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e:?}");
+        assert!(e.message().contains("different labels"), "{}", e.message());
+    }
+}

@@ -37,6 +37,11 @@ pub(crate) struct SessionSpec {
     enable_file_checkpointing: bool,
 }
 
+/// The `session_created` data key of the labels the session was created with.
+const CREATED_LABELS: &str = "labels";
+/// The `session_created` data key saying the client gave the session its title (`true`).
+const CREATED_TITLED: &str = "titled";
+
 /// The fields (as clients name them) in which two specs differ: `model, rules`.
 fn differing_fields(a: &SessionSpec, b: &SessionSpec) -> String {
     const SHOWN: usize = 8;
@@ -750,8 +755,10 @@ impl Engine {
     }
 
     /// A create with a client-chosen id that exists: the session when cwd, options, rules
-    /// and labels (which nothing changes later) are the same (an idempotent retry),
-    /// `AlreadyExists` otherwise.
+    /// and labels are the same as the create's (an idempotent retry), `AlreadyExists`
+    /// otherwise. The labels compared are those recorded in `session_created`
+    /// ([`CREATED_LABELS`]): UpdateSession may have changed the session's since. A notice
+    /// of an older build without them: the session's labels.
     async fn existing_create(
         &self,
         id: &str,
@@ -767,16 +774,21 @@ impl Engine {
         let store = self.shared.store.clone();
         let sid = id.to_owned();
         let first = blocking(move || store.events_after(&sid, 0, 1)).await?;
-        let recorded = first.into_iter().find_map(|ev| {
+        let data = first.into_iter().find_map(|ev| {
             match EventPayload::decode_stored(&ev.kind, &ev.payload) {
-                Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_CREATED => n
-                    .data
-                    .and_then(|d| serde_json::from_value::<SessionSpec>(d).ok()),
+                Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_CREATED => n.data,
                 _ => None,
             }
         });
+        let created_labels = data
+            .as_ref()
+            .and_then(|d| d.get(CREATED_LABELS))
+            .and_then(|l| {
+                serde_json::from_value::<std::collections::BTreeMap<String, String>>(l.clone()).ok()
+            });
+        let recorded = data.and_then(|d| serde_json::from_value::<SessionSpec>(d).ok());
         let same_cwd = Path::new(&rec.cwd) == cwd;
-        let same_labels = &rec.labels == labels;
+        let same_labels = created_labels.as_ref().unwrap_or(&rec.labels) == labels;
         if same_cwd && same_labels && recorded.as_ref() == Some(spec) {
             return self.get_session(id).await.map(Some);
         }
@@ -848,6 +860,20 @@ impl Engine {
         let entry = self.entry_for(&id);
         let _life = entry.lifecycle.lock().await;
         let mut data = serde_json::to_value(&spec).ok();
+        // Beside the spec (which ignores them when read back): the labels the session was
+        // created with (an idempotent retry compares against these, not the labels
+        // UpdateSession may have changed since), and whether the client gave a title.
+        if let Some(serde_json::Value::Object(m)) = data.as_mut() {
+            m.insert(CREATED_LABELS.into(), serde_json::json!(req.labels));
+            if req
+                .title
+                .as_deref()
+                .and_then(|t| ostler_store::shorten_title(t, ostler_store::MAX_TITLE_CHARS))
+                .is_some()
+            {
+                m.insert(CREATED_TITLED.into(), serde_json::Value::Bool(true));
+            }
+        }
         let mut message = format!("session created in {}", cwd.display());
         if let Some(p) = &plan {
             match &p.fork_point {
@@ -1346,6 +1372,10 @@ impl Engine {
                 }
                 match EventPayload::decode_stored(&ev.kind, &ev.payload) {
                     Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_CREATED => {
+                        meta.client_titled |= n
+                            .data
+                            .as_ref()
+                            .is_some_and(|d| d[CREATED_TITLED] == serde_json::Value::Bool(true));
                         if let Some(s) = n
                             .data
                             .and_then(|d| serde_json::from_value::<SessionSpec>(d).ok())
@@ -1384,6 +1414,15 @@ impl Engine {
                         {
                             meta.mcp_servers = Some(m);
                         }
+                    }
+                    // A client renamed the session (UpdateSession).
+                    Ok(EventPayload::EngineNotice(n))
+                        if n.code == super::meta::SESSION_UPDATED
+                            && n.data.as_ref().is_some_and(|d| {
+                                d["cause"] == "update_session" && d.get("title").is_some()
+                            }) =>
+                    {
+                        meta.client_titled = true;
                     }
                     Ok(EventPayload::EngineNotice(n)) if n.code == "rule_added" => {
                         if let Some(rule) = n

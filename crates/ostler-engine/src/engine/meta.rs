@@ -1,9 +1,16 @@
 //! A session's title, labels and archived mark after create (`UpdateSession`; the Agent
 //! SDK's renameSession / tagSession / archiveSession / unarchiveSession). Works in every
-//! state without the CLI: only ostler's record changes (the title does not reach the CLI).
-//! The change and the `session_updated` notice recording it commit in one transaction
+//! state without the CLI: ostler's record is the truth. The change and the
+//! `session_updated` notice recording it commit in one transaction
 //! ([`ostler_store::Store::update_meta`], which also writes the `session_updated` feed
 //! row); an update that changes nothing writes nothing.
+//!
+//! A new title also goes to the CLI, after the commit, where the release answers
+//! `rename_session` (measured: 2.1.330 and later; 2.1.120 and 2.1.121 refuse it), so the CLI's transcript (what
+//! `claude --resume` and the Agent SDK's listSessions show) follows: at once when the
+//! session is live, else at its next respawn (the actor compares after `initialize`).
+//! The CLI's answer or refusal is recorded (`cli_title_set` / `cli_title_set_failed`) and
+//! never fails the update; its `session_title_changed` echo changes nothing in ostler.
 
 use std::sync::Arc;
 
@@ -13,6 +20,7 @@ use serde_json::{Map, Value, json};
 use super::Engine;
 use crate::blocking::blocking;
 use crate::error::{Error, Result};
+use crate::handle::Command;
 use crate::hub::now_ms;
 use crate::types::{EngineNotice, EventPayload, SessionInfo, UpdateSession};
 
@@ -111,7 +119,8 @@ impl Engine {
             max_labels: req.max_labels,
             updated_ms: now_ms(),
         };
-        self.apply_meta(session_id, patch, Cause::UpdateSession)
+        let change = self
+            .apply_meta(session_id, patch, Cause::UpdateSession)
             .await
             .map_err(|e| match e {
                 Error::InvalidArgument { field, message } if field.is_empty() => {
@@ -119,6 +128,17 @@ impl Engine {
                 }
                 e => e,
             })?;
+        if let Some((_, title)) = change.title
+            && let Some(handle) = self.live_handle(session_id)
+        {
+            // Queued behind whatever the actor has; it sends the request (or not, for a
+            // release that does not answer it) and records the answer. Not awaited: the
+            // store holds the title already. A session that ends first gets it at its next
+            // respawn.
+            if handle.send(Command::RenameCli { title }).await.is_err() {
+                tracing::debug!(session = %session_id, "the session ended before its title reached the CLI");
+            }
+        }
         self.get_session(session_id).await
     }
 
