@@ -4,6 +4,7 @@
 //! live-session slots in `engine/demand.rs`.
 
 mod control;
+mod debug_log;
 mod demand;
 mod lifecycle;
 mod meta;
@@ -26,6 +27,7 @@ pub use crate::shared::EngineOptions;
 use crate::shared::Shared;
 pub use crate::subscribe::Subscription;
 use crate::types::*;
+pub use debug_log::{DEBUG_READ_DEFAULT, DEBUG_READ_MAX, DebugLogChunk};
 
 /// `client_message_id`s with this prefix are ostler's own; clients' are refused.
 pub const RESERVED_MESSAGE_ID_PREFIX: &str = "ostler:";
@@ -168,6 +170,7 @@ impl Engine {
     /// it hands the session), checked at create and at every resume before anything is
     /// recorded: `FailedPrecondition` saying what to change.
     fn start_checks(&self, options: &ostler_supervisor::CliOptions) -> Result<()> {
+        self.check_debug(options.debug)?;
         ostler_supervisor::session::check_start(
             self.installation(),
             options,

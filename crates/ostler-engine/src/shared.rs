@@ -64,6 +64,10 @@ pub struct EngineOptions {
     /// while the CLI waits on a client and when a client answers it.
     /// (`sessions.queue_grace_secs`)
     pub queue_grace: Duration,
+    /// Where sessions created with `debug` keep the CLI's debug log (`<id>.log`, made
+    /// owner-only when first needed). `None`: the option is refused (FAILED_PRECONDITION).
+    /// The daemon uses `debug/` next to its store.
+    pub debug_dir: Option<PathBuf>,
 }
 
 impl Default for EngineOptions {
@@ -85,6 +89,7 @@ impl Default for EngineOptions {
             idle_suspend: Some(Duration::from_secs(900)),
             live_wait: Duration::from_secs(30),
             queue_grace: Duration::from_secs(30),
+            debug_dir: None,
         }
     }
 }

@@ -566,6 +566,10 @@ pub(crate) fn create_session(
         task_budget_tokens: r.task_budget_tokens,
         allow_dangerously_skip_permissions: r.allow_dangerously_skip_permissions,
         project_config_root: opt_string(r.project_config_root),
+        debug: r.debug,
+        debug_filter: opt_string(r.debug_filter),
+        // The daemon's choice, set at spawn; never the client's.
+        debug_file: None,
     };
     // Every option field, checked before the engine is called (the engine checks again).
     options
@@ -1368,6 +1372,8 @@ mod tests {
             strict_mcp_config: true,
             allow_dangerously_skip_permissions: true,
             project_config_root: "/srv/trusted".into(),
+            debug: true,
+            debug_filter: "api,hooks".into(),
             ..Default::default()
         };
         let req = create_session(full.clone(), c.clone()).unwrap();
@@ -1387,6 +1393,9 @@ mod tests {
         assert!(o.strict_mcp_config);
         assert!(o.allow_dangerously_skip_permissions);
         assert_eq!(o.project_config_root.as_deref(), Some("/srv/trusted"));
+        assert!(o.debug);
+        assert_eq!(o.debug_filter.as_deref(), Some("api,hooks"));
+        assert_eq!(o.debug_file, None, "the file is the daemon's choice");
         assert!(
             matches!(&o.mcp_servers["tickets"], eng::McpServer::Stdio { command, .. } if command == "/bin/tickets")
         );

@@ -350,6 +350,27 @@ impl SessionService for SessionSvc {
         .await
     }
 
+    async fn read_debug_log(
+        &self,
+        req: Request<pb::ReadDebugLogRequest>,
+    ) -> Res<pb::ReadDebugLogResponse> {
+        let r = req.into_inner();
+        let id = session_id(&r.session_id)?;
+        in_session("ReadDebugLog", id, async {
+            let c = self
+                .engine
+                .read_debug_log(id, r.offset, r.max_bytes)
+                .await?;
+            Ok(pb::ReadDebugLogResponse {
+                data: c.data,
+                next_offset: c.next_offset,
+                size: c.size,
+                eof: c.eof,
+            })
+        })
+        .await
+    }
+
     async fn list_pending_interactions(
         &self,
         req: Request<pb::ListPendingInteractionsRequest>,

@@ -314,7 +314,7 @@ pub const PROBED_CONTROLS: [&str; 14] = [
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
 /// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 27] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 28] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -342,6 +342,8 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 27] = [
     ("--allow-dangerously-skip-permissions", None),
     // The CLI checks the value (an existing local directory it can list).
     ("--project-config-root", Some("/")),
+    // The session option `debug` (the file is the daemon's; the probe's goes nowhere).
+    ("--debug-file", Some("/dev/null")),
     (REPLAY_USER_MESSAGES, None),
 ];
 

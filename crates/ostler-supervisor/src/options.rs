@@ -206,6 +206,76 @@ pub struct CliOptions {
     /// `CLAUDE_PROJECT_DIR` come from there instead of from the working directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub project_config_root: Option<String>,
+    /// The CLI's debug log (the Agent SDKs' `debug` / `debugFile`): `--debug-file` into
+    /// [`Self::debug_file`], which the daemon chooses (never a client). Recorded with the
+    /// session, so every resume logs again (appended to the same file).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub debug: bool,
+    /// `--debug=<filter>` (with `debug` only): the CLI's category filter, comma-separated
+    /// categories all included (`api,hooks`) or all excluded (`!statsig,!file`); see
+    /// [`check_debug_filter`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debug_filter: Option<String>,
+    /// `--debug-file <path>`: where the CLI writes its debug log (with `debug`). Set by the
+    /// engine at every spawn (a file named by the session id in the daemon's debug
+    /// directory); never recorded nor taken from a client. `None` with `debug`: plain
+    /// `--debug` (the CLI's own default file).
+    #[serde(skip)]
+    pub debug_file: Option<String>,
+}
+
+/// Longest `debug_filter`.
+pub const DEBUG_FILTER_BYTES: usize = 512;
+
+/// A `debug_filter` the CLI honours: 1 to 32 comma-separated categories, each 1-64 of
+/// `[A-Za-z0-9._-]` (a category is the lowercased text before a log line's first `:`, or
+/// an MCP server's name), either all plain (only these) or all prefixed with `!` (all but
+/// these). The CLI silently ignores a filter that mixes the two (2.1.332's parser), so
+/// that is refused here.
+pub fn check_debug_filter(f: &str) -> Result<(), InvalidOption> {
+    const FIELD: &str = "debug_filter";
+    if f.len() > DEBUG_FILTER_BYTES {
+        return Err(bad(
+            FIELD,
+            format!("is {} bytes; at most {DEBUG_FILTER_BYTES}", f.len()),
+        ));
+    }
+    let items: Vec<&str> = f.split(',').map(str::trim).collect();
+    if items.len() > 32 {
+        return Err(bad(FIELD, "has more than 32 categories"));
+    }
+    let mut excluded = 0;
+    for item in &items {
+        let name = item.strip_prefix('!').unwrap_or(item);
+        if item.starts_with('!') {
+            excluded += 1;
+        }
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !ok {
+            return Err(bad(
+                FIELD,
+                format!(
+                    "{} is not a category (1-64 of [A-Za-z0-9._-], optionally after '!')",
+                    shown(item)
+                ),
+            ));
+        }
+    }
+    if excluded != 0 && excluded != items.len() {
+        return Err(bad(
+            FIELD,
+            format!(
+                "{} mixes included and excluded ('!') categories, which the CLI ignores; \
+                 use either kind only",
+                shown(f)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The levels `--effort` takes (2.1.332's help, the TypeScript Agent SDK 0.3.332's
@@ -612,6 +682,13 @@ impl CliOptions {
                 }
                 argv += d.len() + 1;
             }
+        }
+        if let Some(f) = &self.debug_filter {
+            if !self.debug {
+                return Err(bad("debug_filter", "needs debug"));
+            }
+            check_debug_filter(f)?;
+            argv += f.len() + 9;
         }
         if let Some(d) = &self.project_config_root {
             arg("project_config_root", d, limits::PATH_BYTES)?;
@@ -1106,6 +1183,7 @@ impl CliOptions {
             "--project-config-root",
             "project_config_root",
         );
+        on(self.debug, "--debug-file", "debug");
         v
     }
 
@@ -1592,6 +1670,34 @@ mod tests {
             assert!(e.field.starts_with(field), "{field}: {e:?}");
             assert!(e.message.len() < 400, "{field}: message too long");
         };
+        // The debug filter: only with debug; one kind of category; each a plain name.
+        let long_filter = "a,".repeat(300);
+        for (debug, filter) in [
+            (false, "api"),
+            (true, "api,!hooks"),
+            (true, "api,,hooks"),
+            (true, "api hooks"),
+            (true, "!"),
+            (true, long_filter.as_str()),
+        ] {
+            check(
+                CliOptions {
+                    debug,
+                    debug_filter: Some(filter.into()),
+                    ..Default::default()
+                },
+                "debug_filter",
+            );
+        }
+        for filter in ["api,hooks", "!statsig,!file", "mcp", "my-server.v2"] {
+            CliOptions {
+                debug: true,
+                debug_filter: Some(filter.into()),
+                ..Default::default()
+            }
+            .validate()
+            .expect(filter);
+        }
         let huge = "x".repeat(limits::PROMPT_BYTES + 1);
         check(
             CliOptions {

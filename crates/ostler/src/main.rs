@@ -95,6 +95,7 @@ const GROUPS: &[(&str, &[&str])] = &[
             "stop-task",
             "rewind",
             "control",
+            "debug-log",
         ],
     ),
     ("The daemon", &["serve", "health", "doctor"]),

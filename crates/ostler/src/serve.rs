@@ -592,8 +592,19 @@ fn engine_options(
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        // The CLI's debug logs of sessions created with `debug`: next to the store (whose
+        // directory is the daemon user's), one file per session.
+        debug_dir: Some(debug_dir(&valid.store_path)),
         ..Default::default()
     }
+}
+
+/// Where the CLI's debug logs go: `debug/` in the store's directory.
+pub(crate) fn debug_dir(store: &std::path::Path) -> std::path::PathBuf {
+    store
+        .parent()
+        .unwrap_or_else(|| std::path::Path::new("."))
+        .join("debug")
 }
 
 /// Why the daemon must not start with a `sessions.managed_settings` policy on this release

@@ -2413,6 +2413,14 @@ async fn an_option_the_old_release_lacks_fails_at_once() {
         ),
         (
             pb::CreateSessionRequest {
+                debug: true,
+                ..Default::default()
+            },
+            "debug",
+            "--debug-file",
+        ),
+        (
+            pb::CreateSessionRequest {
                 betas: vec!["context-1m-2025-08-07".into()],
                 ..Default::default()
             },

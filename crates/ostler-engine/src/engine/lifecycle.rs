@@ -28,7 +28,7 @@ use crate::types::*;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SessionSpec {
     #[serde(flatten)]
-    options: CliOptions,
+    pub(super) options: CliOptions,
     #[serde(default)]
     rules: Vec<PermissionRule>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1050,6 +1050,12 @@ impl Engine {
                 }
             }
         }
+        // Every spawn of a `debug` session logs to the same file (appended).
+        let debug_file = if spec.options.debug {
+            Some(self.prepare_debug_log(&entry.id).await?)
+        } else {
+            None
+        };
         let opts = SpawnOptions {
             cwd: cwd.to_path_buf(),
             cli: CliOptions {
@@ -1061,6 +1067,7 @@ impl Engine {
                     self.shared.opts.managed_settings.as_ref(),
                     spec.options.managed_settings.as_deref(),
                 ),
+                debug_file,
                 ..spec.options.clone()
             },
             resume,
@@ -1534,6 +1541,7 @@ impl Engine {
         }
         let state = self.record(session_id).await?.state;
         self.shared.store.delete_session(session_id).await?;
+        self.remove_debug_log(session_id).await;
         self.shared.counts.moved(Some(state), None);
         self.registry.remove(session_id);
         Ok(())

@@ -90,6 +90,22 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
     if !cli.betas.is_empty() {
         a.option("--betas", cli.betas.join(","));
     }
+    if cli.debug {
+        // The CLI's logger reads the filter only in the `--debug=<filter>` form (one
+        // argument); `--debug-file` alone turns debug on.
+        match &cli.debug_filter {
+            Some(f) => {
+                a.flag(&format!("--debug={f}"));
+            }
+            None if cli.debug_file.is_none() => {
+                a.flag("--debug");
+            }
+            None => {}
+        }
+        if let Some(path) = &cli.debug_file {
+            a.option("--debug-file", path.as_str());
+        }
+    }
     if let Some(n) = cli.max_turns {
         if caps.max_turns {
             a.option(MAX_TURNS, n.to_string());
@@ -520,6 +536,9 @@ mod tests {
                 strict_mcp_config: true,
                 allow_dangerously_skip_permissions: true,
                 project_config_root: Some("/srv/trusted".into()),
+                debug: true,
+                debug_filter: Some("!statsig,!file".into()),
+                debug_file: Some("/var/lib/ostler/debug/s1.log".into()),
                 allowed_tools: vec!["Read".into()],
                 ..Default::default()
             },
@@ -544,6 +563,10 @@ mod tests {
         ));
         assert!(pair("--setting-sources", "user,local"));
         assert!(pair("--project-config-root", "/srv/trusted"));
+        // The filter in the one form the CLI's logger reads; the daemon's file.
+        assert!(args.iter().any(|a| a == "--debug=!statsig,!file"));
+        assert!(pair("--debug-file", "/var/lib/ostler/debug/s1.log"));
+        assert!(!args.iter().any(|a| a == "--debug"));
         assert!(args.iter().any(|a| a == "--strict-mcp-config"));
         assert!(
             args.iter()
@@ -588,6 +611,10 @@ mod tests {
         o.cli.allow_dangerously_skip_permissions = false;
         refused(&o, "--project-config-root");
         o.cli.project_config_root = None;
+        refused(&o, "--debug-file");
+        o.cli.debug = false;
+        o.cli.debug_filter = None;
+        o.cli.debug_file = None;
         session_args(&inst((1, 0, 128)), &o).expect("the rest is measured on 1.0.128");
     }
 }

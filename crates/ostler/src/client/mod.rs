@@ -1,7 +1,7 @@
 //! The `ostler` client commands: `run`, `sessions`, `show`, `attach`, `send`, `interrupt`,
 //! `stop`, `resume`, `delete`, `health`, `pending`, `approve`, `deny`, `answer`, `hook`,
 //! `tool-result`, `elicitation`, `watch`,
-//! `info`, `context`, `mcp`, `rewind`, `control`.
+//! `info`, `context`, `mcp`, `rewind`, `control`, `debug-log`.
 //!
 //! Sessions are named by id, a unique id prefix, or `@last` / `--last` (`ids.rs`).
 //!
@@ -42,6 +42,7 @@ macro_rules! usage {
 pub mod commands;
 pub mod config;
 pub mod controls;
+pub mod debug_log;
 pub mod dialogs;
 pub mod elicitations;
 pub mod follow;
@@ -195,6 +196,8 @@ pub enum ClientCommand {
     /// Restore the files a session changed to their state at one of its messages (a
     /// session created with file checkpointing).
     Rewind(controls::RewindArgs),
+    /// Show the CLI's debug log of a session created with --debug (--follow: as it grows).
+    DebugLog(debug_log::DebugLogArgs),
     /// Send a control request ostler has no command for (get_settings, list_models,
     /// get_usage, rename_session, ...) and print the CLI's answer.
     Control(controls::ControlArgs),
@@ -250,6 +253,7 @@ pub fn main(cmd: ClientCommand) -> Result<()> {
             ClientCommand::StopTask(a) => controls::stop_task(a).await,
             ClientCommand::Rewind(a) => controls::rewind(a).await,
             ClientCommand::Control(a) => controls::control(a).await,
+            ClientCommand::DebugLog(a) => debug_log::debug_log(a).await,
         }
     });
     let code = match result {

@@ -97,6 +97,15 @@ pub struct SessionOptionArgs {
     /// `.claude` trees come from there, not from the branch checked out (2.1.330 and later)
     #[arg(long, value_name = "DIR")]
     pub project_config_root: Option<String>,
+    /// Keep the CLI's debug log (in a file the daemon chooses; read it with `ostler
+    /// debug-log ID`). The CLI writes it without bound while the session lives (2.1.120
+    /// and later)
+    #[arg(long)]
+    pub debug: bool,
+    /// With --debug: only these categories (`api,hooks`), or all but these
+    /// (`!statsig,!file`)
+    #[arg(long, value_name = "CATEGORIES", requires = "debug")]
+    pub debug_filter: Option<String>,
     /// A plugin directory to load for this session (repeatable)
     #[arg(long = "plugin-dir", value_name = "DIR")]
     pub plugin_dirs: Vec<String>,
@@ -312,6 +321,8 @@ impl SessionOptionArgs {
         r.plugin_dirs = self.plugin_dirs.clone();
         r.project_config_root = self.project_config_root.clone().unwrap_or_default();
         r.include_hook_events = self.hook_events;
+        r.debug = self.debug;
+        r.debug_filter = self.debug_filter.clone().unwrap_or_default();
         r.betas = self.betas.clone();
         r.prompt_suggestions = self.prompt_suggestions;
         r.skills = self.skills.clone();
@@ -507,6 +518,19 @@ mod tests {
         assert!(
             request(&["--project-config-root"]).is_err(),
             "needs a value"
+        );
+    }
+
+    #[test]
+    fn debug_flags() {
+        let r = request(&["--debug", "--debug-filter", "!statsig,!file"]).expect("parses");
+        assert!(r.debug);
+        assert_eq!(r.debug_filter, "!statsig,!file");
+        let r = request(&[]).expect("parses");
+        assert!(!r.debug && r.debug_filter.is_empty());
+        assert!(
+            request(&["--debug-filter", "api"]).is_err(),
+            "a filter needs --debug"
         );
     }
 }

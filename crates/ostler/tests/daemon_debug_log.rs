@@ -1,0 +1,233 @@
+//! The CLI's debug log read remotely (CreateSession `debug`, ReadDebugLog) against the real
+//! CLI 2.1.332 and the fake model: the daemon picks the file (`debug/<id>.log` next to the
+//! store) and passes it as `--debug-file`; the log is read in bounded pages while the
+//! session runs and after it stopped; a resume appends to the same file; DeleteSession
+//! removes it; a session without `debug`, an unknown one, an offset past the end and bad
+//! filters are refused. (A release without `--debug-file`: daemon_options
+//! `an_option_the_old_release_lacks_fails_at_once`.)
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+
+mod common;
+
+use common::grpc::*;
+use common::*;
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use tonic::Code;
+use tonic::transport::Channel;
+
+async fn read(
+    c: &mut SessionServiceClient<Channel>,
+    id: &str,
+    offset: u64,
+    max_bytes: u32,
+) -> Result<pb::ReadDebugLogResponse, tonic::Status> {
+    c.read_debug_log(pb::ReadDebugLogRequest {
+        session_id: id.to_owned(),
+        offset,
+        max_bytes,
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// The CLI process's argv (the daemon's only child), once the session settled.
+async fn cli_argv(
+    daemon: &Daemon,
+    c: &mut SessionServiceClient<Channel>,
+    session: &pb::Session,
+) -> Vec<String> {
+    settled(c, session).await;
+    let kids = children(daemon.pid());
+    assert_eq!(kids.len(), 1, "one CLI process under the daemon: {kids:?}");
+    std::fs::read(format!("/proc/{}/cmdline", kids[0]))
+        .unwrap()
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_debug_log_is_read_remotely_paged_appended_at_resume_and_deleted() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            debug: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let id = s.id.clone();
+    let file = world
+        .store
+        .parent()
+        .unwrap()
+        .join("debug")
+        .join(format!("{id}.log"));
+    // The daemon's file, not the CLI's default.
+    let argv = cli_argv(&daemon, &mut c, &s).await;
+    let at = argv
+        .iter()
+        .position(|a| a == "--debug-file")
+        .expect("--debug-file");
+    assert_eq!(argv[at + 1], file.display().to_string(), "{argv:?}");
+    assert!(turn(&mut c, &id, "Say hello").await.contains("Hello"));
+
+    // Live: the whole log at once (the default bound is far above it).
+    let all = read(&mut c, &id, 0, 0).await.unwrap();
+    let text = String::from_utf8_lossy(&all.data).into_owned();
+    assert!(all.size > 0 && all.data.len() as u64 <= all.size, "{all:?}");
+    assert_eq!(all.next_offset, all.data.len() as u64);
+    // What 2.1.332 logs once per process, and for each request to the model.
+    const STARTED: &str = "[STARTUP] Running setup()";
+    assert_eq!(text.matches(STARTED).count(), 1, "{text}");
+    assert!(text.contains("[API REQUEST] /v1/messages"), "{text}");
+    let on_disk = std::fs::read(&file).unwrap();
+    assert_eq!(&on_disk[..all.data.len()], &all.data[..]);
+
+    // Paged: 100 bytes at a time, each page where the last ended, the same bytes.
+    let mut paged = Vec::new();
+    let mut offset = 0;
+    while offset < all.next_offset {
+        let p = read(&mut c, &id, offset, 100).await.unwrap();
+        assert!(!p.data.is_empty() && p.data.len() <= 100, "{p:?}");
+        assert_eq!(p.next_offset, offset + p.data.len() as u64);
+        assert_eq!(p.eof, p.next_offset >= p.size);
+        paged.extend_from_slice(&p.data);
+        offset = p.next_offset;
+    }
+    assert_eq!(&paged[..all.data.len()], &all.data[..]);
+    assert_refused(
+        read(&mut c, &id, u64::MAX / 2, 0).await,
+        Code::InvalidArgument,
+        "offset",
+    );
+
+    // `ostler debug-log ID --follow`: the log so far, then what the next process writes,
+    // shown as the session's events arrive; it ends when the session is deleted.
+    let mut follow = client_command(
+        &world,
+        &daemon.addr.to_string(),
+        &["debug-log".into(), id.clone(), "--follow".into()],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = follow.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut followed = 0;
+    let mut await_started = |n: usize| {
+        while followed < n {
+            let line = lines
+                .recv_timeout(guard())
+                .expect("debug-log --follow output");
+            followed += usize::from(line.contains(STARTED));
+        }
+    };
+    await_started(1);
+
+    // Stopped: still readable. Resumed: the same file grows, what was there stays.
+    c.stop_session(pb::StopSessionRequest {
+        session_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    let stopped = read(&mut c, &id, 0, 0).await.unwrap();
+    assert!(stopped.size >= all.size && stopped.data.starts_with(&all.data));
+    let resumed = c
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let argv = cli_argv(&daemon, &mut c, &resumed).await;
+    assert!(argv.iter().any(|a| a == "--resume"), "{argv:?}");
+    assert!(argv.contains(&file.display().to_string()), "{argv:?}");
+    assert!(turn(&mut c, &id, "Say hello").await.contains("Hello"));
+    let grown = read(&mut c, &id, stopped.size, 0).await.unwrap();
+    assert!(
+        grown.size > stopped.size && !grown.data.is_empty(),
+        "{grown:?}"
+    );
+    let whole = read(&mut c, &id, 0, 1 << 30).await.unwrap();
+    assert!(
+        whole.data.starts_with(&stopped.data),
+        "the resume appended, not replaced"
+    );
+    let text = String::from_utf8_lossy(&whole.data);
+    assert_eq!(text.matches(STARTED).count(), 2, "two processes logged");
+    await_started(2);
+    // Without --follow: the whole log, as text.
+    let out = wait_output(
+        client_command(
+            &world,
+            &daemon.addr.to_string(),
+            &["debug-log".into(), id.clone()],
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .matches(STARTED)
+            .count(),
+        2
+    );
+
+    // A session without debug, an unknown one.
+    let plain = create_session(&mut c, &world.work, "t").await;
+    assert_refused(
+        read(&mut c, &plain.id, 0, 0).await,
+        Code::FailedPrecondition,
+        "debug",
+    );
+    assert_refused(
+        read(&mut c, "no-such-session", 0, 0).await,
+        Code::NotFound,
+        "no-such-session",
+    );
+    // A filter without debug, or one the CLI would ignore: before anything is made.
+    for filter in ["api", "api,!hooks"] {
+        let r = c
+            .create_session(pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                debug: filter == "api,!hooks",
+                debug_filter: filter.into(),
+                ..Default::default()
+            })
+            .await;
+        assert_refused(r, Code::InvalidArgument, "debug_filter");
+    }
+
+    // Deleted: the file goes with the session.
+    assert!(file.is_file());
+    c.delete_session(pb::DeleteSessionRequest {
+        session_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(!file.exists(), "{} left behind", file.display());
+    let out = wait_output(follow);
+    assert!(out.status.success(), "{out:?}");
+    reader.join().unwrap();
+    assert_refused(read(&mut c, &id, 0, 0).await, Code::NotFound, &id);
+}
