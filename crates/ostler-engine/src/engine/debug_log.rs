@@ -9,10 +9,9 @@ use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::PathBuf;
 
 use super::Engine;
-use super::lifecycle::{SESSION_CREATED, SessionSpec};
+use super::lifecycle::SessionSpec;
 use crate::blocking::blocking;
 use crate::error::{Error, Result};
-use crate::types::EventPayload;
 
 /// What `ReadDebugLog` reads when the caller names no bound.
 pub const DEBUG_READ_DEFAULT: u32 = 64 * 1024;
@@ -92,17 +91,10 @@ impl Engine {
     /// The options a session was created with (its `session_created` notice, its first
     /// event). `None` while a create is still recording it.
     async fn recorded_spec(&self, session_id: &str) -> Result<Option<SessionSpec>> {
-        let store = self.shared.store.clone();
-        let sid = session_id.to_owned();
-        let first = blocking(move || store.events_after(&sid, 0, 1)).await?;
-        Ok(first.into_iter().find_map(|ev| {
-            match EventPayload::decode_stored(&ev.kind, &ev.payload) {
-                Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_CREATED => n
-                    .data
-                    .and_then(|d| serde_json::from_value::<SessionSpec>(d).ok()),
-                _ => None,
-            }
-        }))
+        Ok(self
+            .created_notice_data(session_id)
+            .await?
+            .and_then(|d| serde_json::from_value::<SessionSpec>(d).ok()))
     }
 
     /// `ReadDebugLog`: at most `max_bytes` (0: [`DEBUG_READ_DEFAULT`]; capped at

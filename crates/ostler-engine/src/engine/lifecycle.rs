@@ -754,6 +754,21 @@ impl Engine {
         .await
     }
 
+    /// The data of a session's `session_created` notice (its first event: the
+    /// [`SessionSpec`] it was created with, plus the create's labels and `titled` flag).
+    /// `None` while a create is still recording it.
+    pub(super) async fn created_notice_data(&self, id: &str) -> Result<Option<serde_json::Value>> {
+        let store = self.shared.store.clone();
+        let sid = id.to_owned();
+        let first = blocking(move || store.events_after(&sid, 0, 1)).await?;
+        Ok(first.into_iter().find_map(|ev| {
+            match EventPayload::decode_stored(&ev.kind, &ev.payload) {
+                Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_CREATED => n.data,
+                _ => None,
+            }
+        }))
+    }
+
     /// A create with a client-chosen id that exists: the session when cwd, options, rules
     /// and labels are the same as the create's (an idempotent retry), `AlreadyExists`
     /// otherwise. The labels compared are those recorded in `session_created`
@@ -771,15 +786,7 @@ impl Engine {
             Err(Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let store = self.shared.store.clone();
-        let sid = id.to_owned();
-        let first = blocking(move || store.events_after(&sid, 0, 1)).await?;
-        let data = first.into_iter().find_map(|ev| {
-            match EventPayload::decode_stored(&ev.kind, &ev.payload) {
-                Ok(EventPayload::EngineNotice(n)) if n.code == SESSION_CREATED => n.data,
-                _ => None,
-            }
-        });
+        let data = self.created_notice_data(id).await?;
         let created_labels = data
             .as_ref()
             .and_then(|d| d.get(CREATED_LABELS))
