@@ -79,6 +79,9 @@ pub enum Error {
     OutOfRange {
         /// What is gone and where to start again.
         message: String,
+        /// The feed cursor to watch again from, when the position is a feed cursor:
+        /// the edge gives it to clients as a structured detail (`google.rpc.ErrorInfo`).
+        resume_from: Option<u64>,
     },
 
     /// The engine or the session's process is not available right now (shutting down, the

@@ -178,6 +178,7 @@ fn pruned_error(after: u64, pruned: u64) -> crate::Error {
              deletions; list sessions (ListSessions) to see which are gone, then watch again \
              from after_cursor = {pruned} (or 0 for the whole stored feed)"
         ),
+        resume_from: Some(pruned),
     }
 }
 

@@ -369,12 +369,14 @@ fn segment_match(glob: &str, s: &str) -> bool {
 pub const ASK_USER_QUESTION: &str = "AskUserQuestion";
 
 /// Validates `answers` against the asked `questions`: every question answered exactly
-/// once, nothing else answered, at least one choice each (option labels plus the optional
+/// once (an optional one, [`Question::optional`], at most once: missing, or with no choice
+/// and no text, it is left unanswered), nothing else answered, at least one choice each (option labels plus the optional
 /// free text), more than one only where multi-select is allowed, no repeated choice, every
 /// label one of the question's options, and free text (`other_text`) only when
 /// `allow_free_text` or the question has no options.
 ///
-/// Returns `(question, choices)` pairs in the order of `questions` (free text last).
+/// Returns `(question, choices)` pairs of the answered questions in the order of
+/// `questions` (free text last); a question left unanswered has none.
 pub fn validate_answers(
     questions: &[Question],
     answers: &[QuestionAnswer],
@@ -401,9 +403,17 @@ pub fn validate_answers(
             .enumerate()
             .find(|(_, a)| a.question == q.question)
         else {
+            if q.optional {
+                continue;
+            }
             return Err(Error::invalid(
                 "answers",
-                format!("question {} ({:?}) is not answered", qi + 1, q.question),
+                format!(
+                    "question {} ({:?}) is not answered; it is not optional (only the \
+                     questions of an extended form may be left unanswered)",
+                    qi + 1,
+                    q.question
+                ),
             ));
         };
         let field = format!("answers[{ai}].selected");
@@ -448,6 +458,9 @@ pub fn validate_answers(
             }
         }
         let count = a.selected.len() + usize::from(other.is_some());
+        if count == 0 && q.optional {
+            continue;
+        }
         if count == 0 {
             return Err(Error::invalid(
                 field,
@@ -702,6 +715,36 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn optional_questions_may_be_left_unanswered_required_ones_may_not() {
+        let opt = |text: &str, labels: &[&str]| Question {
+            optional: true,
+            kind: Some("choice".into()),
+            ..q(text, labels, false)
+        };
+        let form = [
+            opt("DB?", &["SQLite", "Postgres"]),
+            opt("OS?", &["Linux", "Mac"]),
+        ];
+        // Missing, or answered with nothing: left unanswered, not in the pairs.
+        assert_eq!(
+            validate_answers(&form, &[a("OS?", &["Mac"])], false).unwrap(),
+            vec![("OS?".to_string(), vec!["Mac".to_string()])]
+        );
+        assert_eq!(
+            validate_answers(&form, &[a("DB?", &[]), other("OS?", &[], " ")], false).unwrap(),
+            vec![]
+        );
+        // What is answered is still checked.
+        assert!(validate_answers(&form, &[a("DB?", &["MySQL"])], false).is_err());
+        assert!(validate_answers(&form, &[a("Nope?", &[])], false).is_err());
+        // A classic question is not optional.
+        let classic = [q("DB?", &["SQLite", "Postgres"], false), form[1].clone()];
+        let e = validate_answers(&classic, &[a("OS?", &["Mac"])], false).unwrap_err();
+        assert!(e.to_string().contains("(\"DB?\") is not answered"), "{e}");
+        assert!(validate_answers(&classic, &[a("DB?", &[])], false).is_err());
     }
 
     #[test]

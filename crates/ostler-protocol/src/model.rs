@@ -359,6 +359,12 @@ pub struct Question {
     pub default_value: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
+    /// The question may be left unanswered: it is part of an extended form (every question
+    /// of the call carries a `kind`, the rule 2.1.330+ uses to tell a form from classic
+    /// questions; 2.1.332 fills in `"choice"`). The form "lets the user type their own
+    /// answer or leave a question unanswered"; classic questions are all answered.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 impl Question {

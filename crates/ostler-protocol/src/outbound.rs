@@ -513,7 +513,21 @@ pub const MULTI_SELECT_SEPARATOR: &str = ", ";
 
 /// The `updatedInput` answering an AskUserQuestion call: the original input plus an
 /// `answers` map (question text -> chosen label(s), multi-select joined as the CLI expects).
+/// A question left unanswered (an optional one) is absent from `answers`, as the CLI's own
+/// form sends it.
 pub fn answer_questions(request: &CanUseTool, answers: &[(String, Vec<String>)]) -> Value {
+    answer_questions_skipping(request, answers, &[])
+}
+
+/// [`answer_questions`] that also marks `skipped` questions (left unanswered)
+/// `annotations[question].unanswered = "skipped"`: only for a CLI that announces the
+/// capability `ask_user_question_unanswered_v1` (an older CLI refuses the whole answer).
+/// The model does not see the mark; the tool result lists only the answered questions.
+pub fn answer_questions_skipping(
+    request: &CanUseTool,
+    answers: &[(String, Vec<String>)],
+    skipped: &[String],
+) -> Value {
     let mut input = match &request.input {
         Value::Object(m) => m.clone(),
         _ => Map::new(),
@@ -529,14 +543,39 @@ pub fn answer_questions(request: &CanUseTool, answers: &[(String, Vec<String>)])
         );
     }
     input.insert("answers".into(), Value::Object(map));
+    if !skipped.is_empty() {
+        let mut notes = match input.remove("annotations") {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        for q in skipped {
+            let entry = notes
+                .entry(q.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(e) = entry {
+                e.insert("unanswered".into(), Value::String("skipped".into()));
+            }
+        }
+        input.insert("annotations".into(), Value::Object(notes));
+    }
     Value::Object(input)
 }
+
+/// The capability a CLI announces when an AskUserQuestion answer may mark a question
+/// `annotations[question].unanswered`.
+pub const ASK_USER_QUESTION_UNANSWERED: &str = "ask_user_question_unanswered_v1";
 
 pub(crate) fn parse_questions(req: &CanUseTool) -> Option<Vec<Question>> {
     if req.tool_name != "AskUserQuestion" {
         return None;
     }
     let items = req.input.get("questions")?.as_array()?;
+    // The CLI's own test for an extended form (its answer admission): a non-empty list
+    // whose every entry is an object with a string `kind`.
+    let form = !items.is_empty()
+        && items
+            .iter()
+            .all(|q| q.get("kind").is_some_and(Value::is_string));
     Some(
         items
             .iter()
@@ -589,6 +628,7 @@ pub(crate) fn parse_questions(req: &CanUseTool) -> Option<Vec<Question>> {
                     step: number("step"),
                     default_value: number("defaultValue"),
                     unit: text("unit"),
+                    optional: form,
                 })
             })
             .collect(),

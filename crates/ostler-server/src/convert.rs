@@ -809,12 +809,10 @@ fn permission_updates(text: &str) -> Result<serde_json::Value, Status> {
     Ok(v)
 }
 
+/// The answers' sizes; whether each question is answered as it must be (an optional
+/// question may have no answer, or one with nothing in it) is the engine's to check
+/// against the questions asked.
 pub(crate) fn answers(a: Vec<pb::QuestionAnswer>) -> Result<Vec<eng::QuestionAnswer>, Status> {
-    if a.is_empty() {
-        return Err(Status::invalid_argument(
-            "answers is required: one answer per question asked",
-        ));
-    }
     count("answers", a.len(), limits::ANSWERS)?;
     a.into_iter()
         .enumerate()
@@ -843,11 +841,6 @@ pub(crate) fn answers(a: Vec<pb::QuestionAnswer>) -> Result<Vec<eng::QuestionAns
                 limits::TEXT_BYTES,
             )?;
             let other_text = (!a.other_text.trim().is_empty()).then_some(a.other_text);
-            if a.selected.is_empty() && other_text.is_none() {
-                return Err(Status::invalid_argument(format!(
-                    "answers[{i}] selects nothing (give `selected` labels or `other_text`)"
-                )));
-            }
             Ok(eng::QuestionAnswer {
                 question: a.question,
                 selected: a.selected,
@@ -990,6 +983,7 @@ fn question_to_pb(q: &cp::Question) -> pb::Question {
         step: q.step,
         default_value: q.default_value,
         unit: q.unit.clone().unwrap_or_default(),
+        optional: q.optional,
     }
 }
 
@@ -1603,11 +1597,19 @@ mod tests {
     }
 
     #[test]
-    fn answers_need_a_selection() {
+    fn answers_pass_through_checked_for_size_only() {
+        // An empty answer (an optional question left unanswered) and no answers at all
+        // are the engine's to judge against the questions asked.
         let a = vec![pb::QuestionAnswer {
             question: "Which?".into(),
             selected: vec![],
-            other_text: String::new(),
+            other_text: "  ".into(),
+        }];
+        let out = answers(a).unwrap();
+        assert!(out[0].selected.is_empty() && out[0].other_text.is_none());
+        let a = vec![pb::QuestionAnswer {
+            question: String::new(),
+            ..Default::default()
         }];
         assert_eq!(answers(a).unwrap_err().code(), Code::InvalidArgument);
         let a = vec![pb::QuestionAnswer {
@@ -1616,7 +1618,7 @@ mod tests {
             other_text: String::new(),
         }];
         assert_eq!(answers(a).unwrap()[0].selected, vec!["A", "B"]);
-        assert!(answers(vec![]).is_err());
+        assert!(answers(vec![]).unwrap().is_empty());
     }
 
     #[test]

@@ -15,7 +15,15 @@ use futures::future::{BoxFuture, FutureExt as _};
 use http::{HeaderMap, Request, Response};
 use ostler_engine::{CodeKind, Error};
 use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt as _};
 use tower::{Layer, Service};
+
+/// `google.rpc.ErrorInfo.domain` of the structured details ostler puts in a status.
+pub const ERROR_DOMAIN: &str = "ostler";
+
+/// `google.rpc.ErrorInfo.reason` of the OUT_OF_RANGE for a feed cursor before pruned
+/// entries (`WatchSessions`); its metadata `after_cursor` is the cursor to watch again from.
+pub const REASON_FEED_PRUNED: &str = "FEED_PRUNED";
 
 /// Characters of client input quoted in an error message.
 pub const ECHO_CHARS: usize = 200;
@@ -92,7 +100,21 @@ pub fn status_of(e: &Error) -> Status {
     if code == Code::Internal {
         tracing::error!(error = %message, "internal error returned to a client");
     }
-    Status::new(code, message)
+    match e {
+        Error::OutOfRange {
+            resume_from: Some(cursor),
+            ..
+        } => Status::with_error_details(
+            code,
+            message,
+            ErrorDetails::with_error_info(
+                REASON_FEED_PRUNED,
+                ERROR_DOMAIN,
+                [("after_cursor".to_owned(), cursor.to_string())],
+            ),
+        ),
+        _ => Status::new(code, message),
+    }
 }
 
 /// Tower layer: a request that tonic could not decode (not a protobuf message of the RPC's
@@ -201,6 +223,7 @@ mod tests {
             (
                 Error::OutOfRange {
                     message: "after_cursor 3 is before cursor 9".into(),
+                    resume_from: Some(9),
                 },
                 Code::OutOfRange,
             ),

@@ -3505,14 +3505,17 @@ async fn extended_questions_reach_clients_whole_and_take_text_and_number_answers
         (Some(3.0), Some(20.0), Some(1.0), Some(8.0))
     );
     assert_eq!(slides.unit, "slides");
+    // A form's questions may each be left unanswered.
+    assert!(layout.optional && name.optional && slides.optional, "{q:?}");
 
+    // "Which layout?" is left unanswered (no choice, no text).
     let answer = |slides: &str| pb::AnswerQuestionRequest {
         session_id: s.id.clone(),
         request_id: q.request_id.clone(),
         answers: vec![
             pb::QuestionAnswer {
                 question: "Which layout?".into(),
-                selected: vec!["Grid".into()],
+                selected: vec![],
                 other_text: String::new(),
             },
             pb::QuestionAnswer {
@@ -3534,22 +3537,53 @@ async fn extended_questions_reach_clients_whole_and_take_text_and_number_answers
         err.message().contains("answers[2].other_text") && err.message().contains("from 3 to 20"),
         "{err:?}"
     );
+    // Something answered is still checked: an option the question lacks is refused.
+    let mut wrong = answer("12");
+    wrong.answers[0].selected = vec!["Carousel".into()];
+    let err = c.answer_question(wrong).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("answers[0].selected"), "{err:?}");
     c.answer_question(answer("12")).await.unwrap();
     read_until(&mut events, &mut seen, "the turn's end", is_turn_completed).await;
+    // The tool result the CLI made: the answered questions only (2.1.332 says "The user
+    // answered: ..." when a text answer is among them).
     let result = world
         .fake
         .requests()
         .into_iter()
         .filter_map(|r| r.body)
-        .find(|b| {
-            b["messages"]
-                .to_string()
-                .contains("toolu_form_1\",\"type\":\"tool_result")
-        })
-        .map(|b| b["messages"].to_string())
+        .flat_map(|b| b["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == "toolu_form_1")
+        .map(|b| b["content"].to_string())
         .unwrap_or_default();
     assert!(
-        result.contains("Launch plan") && result.contains("12") && result.contains("Grid"),
-        "the model gets the answers: {result}"
+        result.contains("The user answered: ")
+            && result.contains(r#"\"Deck name?\"=\"Launch plan\""#)
+            && result.contains(r#"\"How many slides?\"=\"12\""#)
+            && !result.contains("Which layout?"),
+        "the model gets the answers, the skipped question left out: {result}"
+    );
+    // The skipped question is also marked so, as 2.1.332 announces it takes
+    // (ask_user_question_unanswered_v1): the CLI keeps the mark in its transcript.
+    fn transcripts(dir: &std::path::Path, out: &mut String) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                transcripts(&p, out);
+            } else if p.extension().is_some_and(|x| x == "jsonl") {
+                out.push_str(&std::fs::read_to_string(&p).unwrap_or_default());
+            }
+        }
+    }
+    let mut t = String::new();
+    transcripts(&world.home, &mut t);
+    assert!(
+        t.contains(r#""Which layout?":{"unanswered":"skipped"}"#),
+        "the CLI recorded the skip: {}",
+        t.lines()
+            .filter(|l| l.contains("toolUseResult"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }

@@ -2,7 +2,8 @@
 //! once it is older than the retention (at start, and by the daemon's timer); a
 //! `WatchSessions` from a non-zero cursor before the highest pruned one is refused with
 //! OUT_OF_RANGE naming the cursor to watch from, which (like 0) is served; `ostler watch`
-//! says what to run.
+//! says what to run. The cursor is also a `google.rpc.ErrorInfo` detail (reason
+//! `FEED_PRUNED`, domain `ostler`, metadata `after_cursor`).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -81,6 +82,18 @@ fn assert_refused(s: &tonic::Status, after: u64, pruned: u64) {
     assert!(
         m.contains(&format!("watch again from after_cursor = {pruned}")),
         "{m}"
+    );
+    // The same cursor as a structured detail any gRPC client can read.
+    use tonic_types::StatusExt as _;
+    let info = s
+        .get_details_error_info()
+        .unwrap_or_else(|| panic!("no google.rpc.ErrorInfo in {s:?}"));
+    assert_eq!(info.reason, "FEED_PRUNED");
+    assert_eq!(info.domain, "ostler");
+    assert_eq!(
+        info.metadata.get("after_cursor"),
+        Some(&pruned.to_string()),
+        "{info:?}"
     );
 }
 

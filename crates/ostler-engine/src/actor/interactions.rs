@@ -604,7 +604,24 @@ impl Actor {
             &answers,
             self.shared.opts.allow_free_text_answers,
         )?;
-        let updated_input = proto::outbound::answer_questions(&p.request, &pairs);
+        // Questions left unanswered are absent from `answers`; a CLI that announces it
+        // also gets them marked skipped.
+        let skipped: Vec<String> = if self
+            .shared
+            .installation
+            .capabilities
+            .announces(proto::outbound::ASK_USER_QUESTION_UNANSWERED)
+        {
+            questions
+                .iter()
+                .filter(|q| !pairs.iter().any(|(t, _)| *t == q.question))
+                .map(|q| q.question.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let updated_input =
+            proto::outbound::answer_questions_skipping(&p.request, &pairs, &skipped);
         self.decide(
             request_id,
             &client.label(),

@@ -468,6 +468,9 @@ fn question(q: &pb::Question) -> Value {
             v[k] = json!(n);
         }
     }
+    if q.optional {
+        v["optional"] = json!(true);
+    }
     v
 }
 

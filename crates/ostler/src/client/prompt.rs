@@ -673,7 +673,7 @@ impl Answerer {
         Ok(Asked::Answer((action, Value::Object(content).to_string())))
     }
 
-    /// Answer a question (every question of the call).
+    /// Answer a question (every question of the call; an optional one may be skipped).
     pub async fn question(
         &mut self,
         q: &pb::QuestionAsked,
@@ -757,10 +757,20 @@ impl Answerer {
             } else {
                 "  your answer: ".to_owned()
             };
+            // An optional question (an extended form's) is skipped with an empty line.
+            let ask = if question.optional {
+                format!("{} (Enter to skip): ", ask.trim_end().trim_end_matches(':'))
+            } else {
+                ask
+            };
             loop {
                 let Some(line) = tty.ask(&ask, ctrlc).await? else {
                     return Ok(Asked::CtrlC);
                 };
+                if question.optional && line.trim().is_empty() {
+                    tty.say("  (skipped)\n");
+                    break;
+                }
                 match parse_choice(&line, question) {
                     Some(a) => {
                         answers.push(a);

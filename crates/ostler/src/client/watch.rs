@@ -258,7 +258,7 @@ async fn start_cursor(a: &WatchArgs, conn: &mut super::Conn) -> Result<u64> {
 /// what to run with this client.
 fn watch_error(s: tonic::Status) -> anyhow::Error {
     let resume = (s.code() == tonic::Code::OutOfRange)
-        .then(|| pruned_cursor(s.message()))
+        .then(|| pruned_detail(&s).or_else(|| pruned_cursor(s.message())))
         .flatten();
     let e = status_error("watch sessions", s);
     match resume {
@@ -270,7 +270,18 @@ fn watch_error(s: tonic::Status) -> anyhow::Error {
     }
 }
 
-/// The cursor an OUT_OF_RANGE message says to watch again from (`after_cursor = N`).
+/// The cursor an OUT_OF_RANGE's `google.rpc.ErrorInfo` (reason `FEED_PRUNED`, domain
+/// `ostler`) says to watch again from: its metadata `after_cursor`.
+fn pruned_detail(s: &tonic::Status) -> Option<u64> {
+    use tonic_types::StatusExt as _;
+    let info = s.get_details_error_info()?;
+    if info.reason != "FEED_PRUNED" || info.domain != "ostler" {
+        return None;
+    }
+    info.metadata.get("after_cursor")?.parse().ok()
+}
+
+/// For a daemon older than the structured detail: the cursor an OUT_OF_RANGE message says to watch again from (`after_cursor = N`).
 fn pruned_cursor(message: &str) -> Option<u64> {
     let (_, rest) = message.split_once("after_cursor = ")?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
@@ -327,6 +338,26 @@ mod tests {
             Some(42)
         );
         assert_eq!(pruned_cursor("after_cursor 3 is beyond"), None);
+        // The structured detail wins over the text; another reason or domain is not it.
+        use tonic_types::{ErrorDetails, StatusExt as _};
+        let st = |reason: &str, domain: &str| {
+            tonic::Status::with_error_details(
+                tonic::Code::OutOfRange,
+                "watch again from after_cursor = 42",
+                ErrorDetails::with_error_info(
+                    reason,
+                    domain,
+                    [("after_cursor".to_owned(), "7".to_owned())],
+                ),
+            )
+        };
+        assert_eq!(pruned_detail(&st("FEED_PRUNED", "ostler")), Some(7));
+        assert_eq!(pruned_detail(&st("OTHER", "ostler")), None);
+        assert_eq!(pruned_detail(&st("FEED_PRUNED", "elsewhere")), None);
+        assert_eq!(
+            pruned_detail(&tonic::Status::out_of_range("after_cursor = 42")),
+            None
+        );
     }
 
     #[test]
