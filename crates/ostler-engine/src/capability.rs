@@ -393,6 +393,10 @@ pub struct ResumeOptions {
     /// `AssistantBlock.message_id` (the whole API message is kept) or a
     /// `UserMessage.message_id`; releases without the flag refuse it at once.
     pub at_message_id: Option<String>,
+    /// With `at_message_id`: the `UserMessage.message_id` starting the one turn the cut
+    /// may drop (`--resume-drops-turn`); the CLI refuses the resume when anything else
+    /// lies past the cut. Without `at_message_id`: `InvalidArgument`.
+    pub drops_turn_message_id: Option<String>,
     /// When the CLI's transcript of the conversation is gone, continue in the same ostler
     /// session with a fresh CLI conversation (an `engine_notice` `context_lost` says the
     /// model's earlier context is lost) instead of failing with `FailedPrecondition`.
@@ -650,6 +654,73 @@ pub(crate) fn resume_at_value(
     }
 }
 
+/// `Ok` when the installed release takes `--resume-drops-turn` (measured: 2.1.330 and
+/// later), else a `FailedPrecondition` naming the release, the flag and `field`; a release
+/// never measured for it is refused too (an unknown flag would end its process at start).
+pub(crate) fn check_drops_turn(inst: &Installation, field: &str) -> Result<()> {
+    let flag = ostler_protocol::argv::RESUME_DROPS_TURN;
+    match inst.capabilities.accepts_option(flag) {
+        Some(true) => Ok(()),
+        Some(false) => Err(Error::precondition(format!(
+            "Claude Code {} cannot guard a cut ({field}: it has no `{flag}`, measured: see \
+             docs/compatibility.md); use 2.1.330 or newer, or cut without the guard",
+            inst.version
+        ))),
+        None => Err(Error::precondition(format!(
+            "whether Claude Code {} has `{flag}` ({field}) was not measured \
+             (docs/compatibility.md); use a pinned release",
+            inst.version
+        ))),
+    }
+}
+
+/// The value `--resume-drops-turn` takes to guard a cut of CLI conversation `cid`: the
+/// transcript uuid of the user message `turn` (ostler's `UserMessage.message_id` is the
+/// uuid the CLI records it under). Blocking (reads the transcript): call through
+/// `blocking`. Not in the transcript: `NotFound`; another kind of entry (an assistant
+/// message): `InvalidArgument`. No transcript or configuration to look in: `turn` as given
+/// (the CLI then decides).
+pub(crate) fn drops_turn_value(
+    spawn_env: &[(String, String)],
+    cid: &str,
+    field: &str,
+    turn: &str,
+) -> Result<String> {
+    let Some(file) = config_dir(spawn_env).and_then(|c| transcript_file(&c, cid)) else {
+        return Ok(turn.to_string());
+    };
+    let text = std::fs::File::open(&file)
+        .map_err(|e| Error::Internal(format!("cannot read {}: {e}", file.display())))?;
+    let mut kind = None;
+    for line in std::io::BufRead::lines(std::io::BufReader::new(text)) {
+        let Ok(line) = line else { break };
+        if !line.contains(turn) {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v["uuid"] == turn {
+            kind = v["type"].as_str().map(str::to_string);
+        } else if kind.is_none() && v["type"] == "assistant" && v["message"]["id"] == turn {
+            kind = Some("assistant".into());
+        }
+    }
+    match kind.as_deref() {
+        Some("user") => Ok(turn.to_string()),
+        Some(other) => Err(Error::invalid(
+            field,
+            format!(
+                "message {turn} is a {other} entry of the CLI's transcript: give the \
+                 UserMessage.message_id that starts the turn to drop"
+            ),
+        )),
+        None => Err(Error::not_found(format!(
+            "{field}: message {turn} in the CLI's transcript of conversation {cid}"
+        ))),
+    }
+}
+
 /// Whether `<config>/projects/<any project>/<id>.jsonl` exists. `None`: no config directory
 /// is known, so nothing can be said.
 fn transcript_exists(config: &Path, id: &str) -> Option<bool> {
@@ -764,6 +835,64 @@ mod tests {
         let mut i = inst("2.1.332");
         i.capabilities.control.remove("rename_session");
         assert!(!answers_rename(&i), "never measured");
+    }
+
+    /// A guarded cut (`--resume-drops-turn`) is refused at once, naming the release and the
+    /// flag, before 2.1.330 (measured) and where the flag was never measured; the guard's
+    /// id must be a user entry of the transcript.
+    #[test]
+    fn a_guarded_cut_needs_the_flag_and_a_user_message() {
+        let inst = |v: &str| {
+            Installation::assume(
+                "/bin/false".into(),
+                semver::Version::parse(v).expect("version"),
+                None,
+            )
+        };
+        for v in ["2.1.330", "2.1.332"] {
+            check_drops_turn(&inst(v), "f").expect(v);
+        }
+        for v in ["1.0.58", "1.0.128", "2.1.0", "2.1.121"] {
+            let e = check_drops_turn(&inst(v), "drops_turn_message_id").expect_err(v);
+            assert!(matches!(e, Error::FailedPrecondition { .. }), "{v}: {e:?}");
+            let text = e.to_string();
+            for part in [v, "--resume-drops-turn", "drops_turn_message_id"] {
+                assert!(text.contains(part), "{part:?} in {text}");
+            }
+        }
+        let mut i = inst("2.1.332");
+        i.capabilities.options.remove("--resume-drops-turn");
+        let e = check_drops_turn(&i, "f").expect_err("never measured");
+        assert!(e.to_string().contains("not measured"), "{e}");
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = vec![(
+            "CLAUDE_CONFIG_DIR".to_string(),
+            dir.path().to_string_lossy().into_owned(),
+        )];
+        let cid = "0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a";
+        let project = dir.path().join("projects/-w");
+        std::fs::create_dir_all(&project).expect("project");
+        std::fs::write(
+            project.join(format!("{cid}.jsonl")),
+            concat!(
+                r#"{"type":"user","uuid":"u-1","message":{"role":"user","content":"hi"}}"#,
+                "\n",
+                r#"{"type":"assistant","uuid":"a-1","message":{"id":"msg_1","content":[]}}"#,
+                "\n",
+            ),
+        )
+        .expect("transcript");
+        assert_eq!(
+            drops_turn_value(&env, cid, "f", "u-1").expect("user"),
+            "u-1"
+        );
+        for not_user in ["a-1", "msg_1"] {
+            let e = drops_turn_value(&env, cid, "f", not_user).expect_err(not_user);
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+        }
+        let e = drops_turn_value(&env, cid, "f", "u-9").expect_err("absent");
+        assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
     }
 
     #[test]

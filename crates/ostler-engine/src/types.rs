@@ -231,6 +231,10 @@ pub enum Origin {
         session_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         at_message_id: Option<String>,
+        /// With `at_message_id`: the user message starting the one turn the cut may drop
+        /// (`--resume-drops-turn`); the CLI refuses the fork when more lies past the cut.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        drops_turn_message_id: Option<String>,
     },
 }
 

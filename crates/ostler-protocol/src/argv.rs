@@ -14,6 +14,9 @@ pub const INCLUDE_PARTIAL_MESSAGES: &str = "--include-partial-messages";
 pub const FORK_SESSION: &str = "--fork-session";
 /// Cut the resumed conversation after a transcript entry (with `--resume`).
 pub const RESUME_SESSION_AT: &str = "--resume-session-at";
+/// With `--resume-session-at`: the prompt uuid of the one turn the cut may drop; the CLI
+/// refuses the resume when anything else lies past the cut.
+pub const RESUME_DROPS_TURN: &str = "--resume-drops-turn";
 /// `--permission-prompt-tool`: where permission prompts go (`stdio`: `can_use_tool`).
 pub const PERMISSION_PROMPT_TOOL: &str = "--permission-prompt-tool";
 /// `--max-turns`.

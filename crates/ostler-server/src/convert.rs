@@ -585,6 +585,11 @@ pub(crate) fn create_session(
         &r.fork_from_session_id,
         limits::ID_BYTES,
     )?;
+    if !r.fork_drops_turn_message_id.is_empty() && r.fork_at_message_id.is_empty() {
+        return Err(Status::invalid_argument(
+            "fork_drops_turn_message_id: only with fork_at_message_id (it guards that cut)",
+        ));
+    }
     let origin = match (
         opt_string(r.adopt_claude_session_id),
         opt_string(r.fork_from_session_id),
@@ -598,6 +603,7 @@ pub(crate) fn create_session(
         (None, Some(session_id)) => Some(eng::Origin::Fork {
             session_id,
             at_message_id: opt_string(r.fork_at_message_id),
+            drops_turn_message_id: opt_string(r.fork_drops_turn_message_id),
         }),
         (None, None) => {
             if !r.fork_at_message_id.is_empty() {

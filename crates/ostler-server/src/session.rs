@@ -317,6 +317,8 @@ impl SessionService for SessionSvc {
                             fork: r.fork,
                             fresh_if_missing: r.fresh_conversation_if_missing,
                             at_message_id: (!r.at_message_id.is_empty()).then_some(r.at_message_id),
+                            drops_turn_message_id: (!r.drops_turn_message_id.is_empty())
+                                .then_some(r.drops_turn_message_id),
                         },
                     )
                     .await?,

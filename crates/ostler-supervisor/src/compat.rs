@@ -314,7 +314,7 @@ pub const PROBED_CONTROLS: [&str; 14] = [
 /// probe` measures per release, each with the harmless value it is probed with (`None`: a
 /// switch). A release that lacks one must refuse the session option naming the flag.
 /// Also [`REPLAY_USER_MESSAGES`], which every session gets where the release accepts it.
-pub const PROBED_OPTIONS: [(&str, Option<&str>); 28] = [
+pub const PROBED_OPTIONS: [(&str, Option<&str>); 29] = [
     ("--system-prompt", Some("ostler probe")),
     ("--append-system-prompt", Some("ostler probe")),
     ("--fallback-model", Some("claude-ostler-probe-fallback")),
@@ -345,6 +345,12 @@ pub const PROBED_OPTIONS: [(&str, Option<&str>); 28] = [
     // The session option `debug` (the file is the daemon's; the probe's goes nowhere).
     ("--debug-file", Some("/dev/null")),
     (REPLAY_USER_MESSAGES, None),
+    // `ResumeSessionRequest.drops_turn_message_id` (with `--resume-session-at` only; alone
+    // the parser still takes it).
+    (
+        ostler_protocol::argv::RESUME_DROPS_TURN,
+        Some("00000000-0000-4000-8000-000000000002"),
+    ),
 ];
 
 /// `--replay-user-messages`: the CLI echoes each message written to it when it takes it

@@ -207,3 +207,137 @@ async fn a_release_without_the_flag_refuses_at_once() {
     let after = session(&mut c, &a.id).await;
     assert_eq!(after.state, before.state, "nothing was spawned");
 }
+
+async fn resume_guarded(
+    c: &mut SessionServiceClient<Channel>,
+    id: &str,
+    at: &str,
+    drops: &str,
+) -> Result<pb::Session, tonic::Status> {
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: id.to_owned(),
+        at_message_id: at.to_owned(),
+        drops_turn_message_id: drops.to_owned(),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// The messages of the fake model's last request, as JSON text.
+fn last_request(world: &World) -> String {
+    let r = world.fake.requests();
+    let body = r.last().and_then(|r| r.body.clone()).expect("a request");
+    body["messages"].to_string()
+}
+
+/// A guarded cut (`drops_turn_message_id`, `--resume-drops-turn`) on 2.1.332: dropping
+/// exactly the last turn is taken and the model's next request lacks it; a cut whose
+/// dropped range holds another turn's prompt is refused by the CLI (FAILED_PRECONDITION
+/// with its reason), and the session then resumes plainly with its whole conversation.
+#[tokio::test]
+async fn a_guarded_cut_drops_one_turn_or_is_refused() {
+    let world = World::with_scenario(NEW, SCENARIO).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let a = create_session(&mut c, &world.work, "guarded").await;
+    turn(&mut c, &a.id, "Remember the word PINEAPPLE").await;
+    let (first_answer, _) = ids_of(&mut c, &a.id, "I will remember PINEAPPLE").await;
+    turn(&mut c, &a.id, "Remember the word MANGO").await;
+    let (_, mango_prompt) = ids_of(&mut c, &a.id, "I will remember MANGO").await;
+    stop(&mut c, &a.id).await;
+
+    // Without at_message_id: INVALID_ARGUMENT naming the field.
+    let e = resume_guarded(&mut c, &a.id, "", &mango_prompt)
+        .await
+        .expect_err("a guard without a cut");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains("drops_turn_message_id"),
+        "{}",
+        e.message()
+    );
+
+    // (a) Dropping exactly the last turn: taken; the model's next request lacks it.
+    resume_guarded(&mut c, &a.id, &first_answer, &mango_prompt)
+        .await
+        .unwrap();
+    let answer = turn(&mut c, &a.id, "What was the word?").await;
+    assert!(
+        answer.contains("PINEAPPLE") && !answer.contains("MANGO"),
+        "the guarded cut dropped the MANGO turn: {answer:?}"
+    );
+    let seen = last_request(&world);
+    assert!(
+        seen.contains("PINEAPPLE") && !seen.contains("MANGO"),
+        "the model's request lacks the dropped turn: {seen}"
+    );
+    let (_, recall_prompt) = ids_of(&mut c, &a.id, "The word was PINEAPPLE").await;
+    turn(&mut c, &a.id, "Remember the word MANGO").await;
+    stop(&mut c, &a.id).await;
+
+    // (b) Dropping the recall turn at the first answer would also drop the MANGO turn
+    // after it: the CLI refuses, a typed, non-retryable FAILED_PRECONDITION with its reason.
+    let e = resume_guarded(&mut c, &a.id, &first_answer, &recall_prompt)
+        .await
+        .expect_err("the dropped range holds another turn");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    for part in [
+        "drops_turn_message_id",
+        "not retryable",
+        "Resume rejected by --resume-drops-turn:",
+        "not attributable to the declared turn",
+    ] {
+        assert!(e.message().contains(part), "{part:?} in {}", e.message());
+    }
+    // Not wedged: the refused process has ended, and the refusal is on record.
+    let s = session(&mut c, &a.id).await;
+    assert_eq!(s.state(), pb::SessionState::Exited, "{s:?}");
+    let log = history(&mut c, &a.id).await;
+    assert!(log.iter().any(|e| matches!(&e.payload,
+        Some(pb::session_event::Payload::EngineNotice(n))
+            if n.code == "resume_refused" && n.data_json.contains(&recall_prompt))));
+    // The same guard on a fork: refused, and no session is left behind.
+    let before = c
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .len();
+    let e = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            fork_from_session_id: a.id.clone(),
+            fork_at_message_id: first_answer.clone(),
+            fork_drops_turn_message_id: recall_prompt.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a refused guarded fork");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("fork_drops_turn_message_id")
+            && e.message()
+                .contains("Resume rejected by --resume-drops-turn:"),
+        "{}",
+        e.message()
+    );
+    let after = c
+        .list_sessions(pb::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .len();
+    assert_eq!(after, before, "the refused fork is not kept");
+    // The session stays usable: a plain resume has the whole conversation.
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: a.id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let answer = turn(&mut c, &a.id, "What was the word?").await;
+    assert!(answer.contains("MANGO"), "resumed whole: {answer:?}");
+}

@@ -121,6 +121,7 @@ struct LastResume {
     /// The CLI conversation it forked, when it forked.
     fork_of: Option<String>,
     at_message_id: Option<String>,
+    drops_turn_message_id: Option<String>,
     /// A message was sent after it.
     message_since: bool,
 }
@@ -140,6 +141,11 @@ impl LastResume {
             } else {
                 self.at_message_id.clone()
             },
+            drops_turn_message_id: if self.message_since {
+                None
+            } else {
+                self.drops_turn_message_id.clone()
+            },
         }
     }
 }
@@ -151,6 +157,8 @@ struct OriginPlan {
     fork: bool,
     /// `--resume-session-at` value (a fork at a message).
     resume_at: Option<String>,
+    /// `--resume-drops-turn` value (a guarded fork at a message).
+    drops_turn: Option<String>,
     /// Recorded in the `session_created` notice (`fork_point`).
     fork_point: Option<serde_json::Value>,
 }
@@ -253,6 +261,18 @@ pub(crate) const SESSION_CREATED: &str = "session_created";
 /// Code of the notice recorded before a session's next process is spawned.
 pub(crate) const RESUMING: &str = "resuming";
 
+/// Code of the notice recorded when the CLI refused a guarded cut (`--resume-drops-turn`):
+/// the session's next resume no longer repeats the refused cut.
+pub(crate) const RESUME_REFUSED: &str = "resume_refused";
+
+/// The text that starts the CLI's refusal of a guarded cut (2.1.330+).
+const DROPS_TURN_REFUSAL: &str = "Resume rejected by --resume-drops-turn:";
+
+/// How long a guarded resume waits for the CLI's verdict (its `initialize` answer, or its
+/// refusal and exit) at most; the CLI gives it at boot, and the `initialize` control
+/// timeout normally ends the wait sooner.
+const GUARD_VERDICT_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Code of the notice recorded when a session is resumed by another CLI release than the
 /// one it last ran.
 pub(crate) const CLI_RELEASE_CHANGED: &str = "cli_release_changed";
@@ -268,6 +288,8 @@ struct Launch<'a> {
     fork: bool,
     /// `--resume-session-at`: where `resume` is cut, in the release's dialect.
     resume_at: Option<String>,
+    /// `--resume-drops-turn`: the prompt uuid of the one turn the cut may drop.
+    drops_turn: Option<String>,
     /// The CLI session the actor starts with (none for a fork: the CLI assigns one).
     claude_session_id: Option<String>,
     /// The session's state before this process.
@@ -641,13 +663,21 @@ impl Engine {
                     resume,
                     fork: false,
                     resume_at: None,
+                    drops_turn: None,
                     fork_point: None,
                 })
             }
             Origin::Fork {
                 session_id,
                 at_message_id,
+                drops_turn_message_id,
             } => {
+                if drops_turn_message_id.is_some() && at_message_id.is_none() {
+                    return Err(Error::invalid(
+                        "fork_drops_turn_message_id",
+                        "only with fork_at_message_id (it guards that cut)",
+                    ));
+                }
                 validate_session_id(session_id)
                     .map_err(|_| Error::invalid("fork_from_session_id", "is not a session id"))?;
                 let source = self.get_session(session_id).await?;
@@ -682,6 +712,13 @@ impl Engine {
                     ),
                     None => None,
                 };
+                let drops_turn = match drops_turn_message_id {
+                    Some(turn) => Some(
+                        self.drops_turn(&env, &resume, "fork_drops_turn_message_id", turn)
+                            .await?,
+                    ),
+                    None => None,
+                };
                 let mut point = serde_json::json!({
                     "session_id": session_id,
                     "seq": source.last_seq,
@@ -690,11 +727,15 @@ impl Engine {
                 if let Some(at) = at_message_id {
                     point["at_message_id"] = at.as_str().into();
                 }
+                if let Some(turn) = drops_turn_message_id {
+                    point["drops_turn_message_id"] = turn.as_str().into();
+                }
                 Ok(OriginPlan {
                     fork_point: Some(point),
                     resume,
                     fork: true,
                     resume_at,
+                    drops_turn,
                 })
             }
         }
@@ -752,6 +793,124 @@ impl Engine {
             })
         })
         .await
+    }
+
+    /// The `--resume-drops-turn` value guarding a cut of CLI conversation `cid`: the
+    /// transcript uuid of user message `turn` (`field` names the request field in errors).
+    /// Refused at once where the release is measured without the flag (or not measured).
+    async fn drops_turn(
+        &self,
+        env: &[(String, String)],
+        cid: &str,
+        field: &'static str,
+        turn: &str,
+    ) -> Result<String> {
+        crate::capability::validate_message_id(field, turn)?;
+        crate::capability::check_drops_turn(self.installation(), field)?;
+        let (env, cid, turn) = (env.to_vec(), cid.to_string(), turn.to_string());
+        blocking(move || crate::capability::drops_turn_value(&env, &cid, field, &turn)).await
+    }
+
+    /// After spawning a guarded cut (`--resume-drops-turn`): waits for the CLI's verdict,
+    /// given at boot. Taken: it answered `initialize` (or its `initialize` failed while it
+    /// runs on). Refused: an `error_during_execution` result saying `Resume rejected by
+    /// --resume-drops-turn: ...` and exit 1; once the process has ended, the refusal's
+    /// reason (the CLI's text). `events` was subscribed before the spawn.
+    async fn guard_verdict(
+        &self,
+        entry: &Arc<SessionEntry>,
+        mut events: tokio::sync::broadcast::Receiver<Arc<EngineEvent>>,
+    ) -> Option<String> {
+        use tokio::sync::broadcast::error::RecvError;
+        let mut reason: Option<String> = None;
+        // An error result before any message: the CLI is ending (a refusal exits).
+        let mut failed = false;
+        let verdict = async {
+            loop {
+                let ev = match events.recv().await {
+                    Ok(ev) => ev,
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return false,
+                };
+                match &ev.payload {
+                    EventPayload::EngineNotice(n)
+                        if n.code == crate::runtime::SESSION_INITIALIZED =>
+                    {
+                        return false;
+                    }
+                    // The CLI runs on without answering `initialize`: no refusal.
+                    EventPayload::EngineNotice(n)
+                        if n.code == crate::runtime::INITIALIZE_FAILED
+                            && !failed
+                            && self.live_handle(&entry.id).is_some() =>
+                    {
+                        return false;
+                    }
+                    EventPayload::TurnCompleted(t) => {
+                        failed |= t.is_error;
+                        if let Some(r) = t
+                            .errors
+                            .iter()
+                            .chain(t.result.as_ref())
+                            .find(|e| e.contains(DROPS_TURN_REFUSAL))
+                        {
+                            reason = Some(r.trim().to_string());
+                        }
+                    }
+                    EventPayload::ProcessExited(p) => {
+                        if reason.is_none() {
+                            reason = p
+                                .status
+                                .stderr_tail
+                                .lines()
+                                .find(|l| l.contains(DROPS_TURN_REFUSAL))
+                                .map(|l| l.trim().to_string());
+                        }
+                        return true;
+                    }
+                    _ => {}
+                }
+            }
+        };
+        let exited = tokio::time::timeout(GUARD_VERDICT_BOUND, verdict)
+            .await
+            .unwrap_or(false);
+        if !exited {
+            return None;
+        }
+        // The process is gone: let its end be recorded before answering.
+        if let Some(h) = self.registry.handle(&entry.id) {
+            h.ended().await;
+        }
+        reason
+    }
+
+    /// Records a refused guarded cut and makes the error the client gets.
+    async fn guard_refused(
+        &self,
+        entry: &Arc<SessionEntry>,
+        field: &str,
+        at: Option<&str>,
+        turn: Option<&str>,
+        reason: String,
+    ) -> Error {
+        let notice = EngineNotice {
+            code: RESUME_REFUSED.into(),
+            message: format!("the CLI refused the guarded cut: {reason}"),
+            data: Some(serde_json::json!({
+                "at_message_id": at,
+                "drops_turn_message_id": turn,
+                "reason": reason,
+            })),
+        };
+        if let Err(e) = entry.hub.emit_one(EventPayload::EngineNotice(notice)).await {
+            tracing::warn!(session = %entry.id, error = %e, "cannot record the refused cut");
+        }
+        Error::precondition(format!(
+            "{field}: Claude Code {} refused the cut (not retryable: the same request is \
+             refused again; resume without the cut, or cut elsewhere): {reason}",
+            self.installation().version
+        ))
     }
 
     /// The data of a session's `session_created` notice (its first event: the
@@ -912,6 +1071,7 @@ impl Engine {
             resume: plan.as_ref().map(|p| p.resume.clone()),
             fork: plan.as_ref().is_some_and(|p| p.fork),
             resume_at: plan.as_ref().and_then(|p| p.resume_at.clone()),
+            drops_turn: plan.as_ref().and_then(|p| p.drops_turn.clone()),
             claude_session_id: plan.as_ref().filter(|p| !p.fork).map(|p| p.resume.clone()),
             from: SessionState::Starting,
             meta: Meta {
@@ -930,7 +1090,28 @@ impl Engine {
         };
         // The new process does not suspend itself before its first prompt is sent.
         let _spawning = super::demand::hold(&entry);
+        let guard = plan
+            .as_ref()
+            .filter(|p| p.drops_turn.is_some())
+            .map(|_| entry.hub.subscribe());
         self.spawn_actor(&entry, launch, slot).await?;
+        if let Some(events) = guard
+            && let Some(reason) = self.guard_verdict(&entry, events).await
+        {
+            // Refused before the CLI wrote anything: the session is not kept.
+            drop(_spawning);
+            drop(_life);
+            let err = Error::precondition(format!(
+                "fork_drops_turn_message_id: Claude Code {} refused the cut (not \
+                 retryable: the same request is refused again; fork without the cut, or \
+                 cut elsewhere): {reason}",
+                self.installation().version
+            ));
+            if let Err(e) = self.delete_session(&id).await {
+                tracing::warn!(session = %id, error = %e, "cannot remove the refused fork");
+            }
+            return Err(err);
+        }
         // The lifecycle lock goes before the first prompt: sending to a process that already
         // ended looks for a resume under that lock, and it would wait for itself (a CLI that
         // died at start hung the create for good). The hold above still keeps the new
@@ -1023,6 +1204,7 @@ impl Engine {
             resume,
             fork,
             resume_at,
+            drops_turn,
             claude_session_id,
             from,
             mut meta,
@@ -1080,6 +1262,7 @@ impl Engine {
             resume,
             fork_session: fork,
             resume_session_at: resume_at,
+            resume_drops_turn: drops_turn,
             include_partial_messages: self.shared.opts.partial_messages,
             env: crate::capability::with_checkpointing(
                 self.shared.opts.spawn_env.clone(),
@@ -1273,6 +1456,13 @@ impl Engine {
                 .await?;
         }
         let at_message_id = opts.at_message_id.clone();
+        let drops_turn_message_id = opts.drops_turn_message_id.clone();
+        if drops_turn_message_id.is_some() && at_message_id.is_none() {
+            return Err(Error::invalid(
+                "drops_turn_message_id",
+                "only with at_message_id (it guards that cut)",
+            ));
+        }
         let env = crate::capability::session_env(&self.shared.opts.spawn_env, &spec.options);
         // A session suspends only when every message it took has had its turn; any other
         // end may have left messages the CLI never took.
@@ -1301,7 +1491,15 @@ impl Engine {
             }
             (None, _) => None,
         };
+        let drops_turn = match (&drops_turn_message_id, &resume) {
+            (Some(turn), Some(cid)) => Some(
+                self.drops_turn(&env, cid, "drops_turn_message_id", turn)
+                    .await?,
+            ),
+            _ => None,
+        };
         let fork = fork && resume.is_some();
+        let guarded = drops_turn.is_some();
         let slot = self.acquire_slot(session_id, Some(entry)).await?;
         let how = if on_demand { " (on demand)" } else { "" };
         let release = self.installation().version.to_string();
@@ -1343,6 +1541,7 @@ impl Engine {
                     "fresh_if_missing": fresh_if_missing,
                     "on_demand": on_demand,
                     "at_message_id": at_message_id,
+                    "drops_turn_message_id": drops_turn_message_id,
                 })),
             }))
             .await?;
@@ -1355,12 +1554,29 @@ impl Engine {
             resume: resume.clone(),
             fork,
             resume_at,
+            drops_turn,
             claude_session_id: if fork { None } else { resume },
             from: state,
             meta,
             title: None,
         };
-        self.spawn_actor(entry, launch, slot).await
+        // Subscribed before the spawn, so the CLI's verdict cannot be missed.
+        let events = guarded.then(|| entry.hub.subscribe());
+        self.spawn_actor(entry, launch, slot).await?;
+        if let Some(events) = events
+            && let Some(reason) = self.guard_verdict(entry, events).await
+        {
+            return Err(self
+                .guard_refused(
+                    entry,
+                    "drops_turn_message_id",
+                    at_message_id.as_deref(),
+                    drops_turn_message_id.as_deref(),
+                    reason,
+                )
+                .await);
+        }
+        Ok(())
     }
 
     /// Rebuilds a session's spec, rules and message ids from its log (one scan), and what
@@ -1408,8 +1624,16 @@ impl Engine {
                                 .then(|| d["claude_session_id"].as_str().map(str::to_owned))
                                 .flatten(),
                             at_message_id: d["at_message_id"].as_str().map(str::to_owned),
+                            drops_turn_message_id: d["drops_turn_message_id"]
+                                .as_str()
+                                .map(str::to_owned),
                             message_since: false,
                         };
+                    }
+                    // The CLI refused the last resume's guarded cut: it is not made again.
+                    Ok(EventPayload::EngineNotice(n)) if n.code == RESUME_REFUSED => {
+                        last.at_message_id = None;
+                        last.drops_turn_message_id = None;
                     }
                     // Runtime controls a resume must not lose: the thinking budget is
                     // given at spawn, the servers sent again after `initialize`.
@@ -1596,6 +1820,7 @@ mod tests {
             origin: Some(Origin::Fork {
                 session_id: "a".into(),
                 at_message_id: Some("msg_01".into()),
+                drops_turn_message_id: Some("u_02".into()),
             }),
             enable_file_checkpointing: true,
         };

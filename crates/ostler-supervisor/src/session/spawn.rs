@@ -7,7 +7,8 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ostler_protocol::argv::{
-    FORK_SESSION, INCLUDE_PARTIAL_MESSAGES, MAX_TURNS, RESUME_SESSION_AT, StreamJsonArgs,
+    FORK_SESSION, INCLUDE_PARTIAL_MESSAGES, MAX_TURNS, RESUME_DROPS_TURN, RESUME_SESSION_AT,
+    StreamJsonArgs,
 };
 use ostler_protocol::outbound::{InitializeRequest, OutRequest};
 
@@ -146,6 +147,26 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
             )));
         }
         a.option(RESUME_SESSION_AT, at.as_str());
+    }
+    if let Some(turn) = &opts.resume_drops_turn {
+        if opts.resume_session_at.is_none() {
+            return Err(Error::InvalidOptions(
+                "resume_drops_turn needs resume_session_at".into(),
+            ));
+        }
+        if turn.is_empty() || turn.starts_with('-') {
+            return Err(Error::InvalidOptions(format!(
+                "bad turn to drop: {}",
+                crate::options::shown(turn)
+            )));
+        }
+        if caps.accepts_option(RESUME_DROPS_TURN) == Some(false) {
+            return Err(Error::Unsupported {
+                flag: RESUME_DROPS_TURN,
+                version: inst.version.clone(),
+            });
+        }
+        a.option(RESUME_DROPS_TURN, turn.as_str());
     }
     // Variadic flags last: each takes exactly the values that follow it up to the next
     // option, so they go after every other option with a value (every value was checked
@@ -542,6 +563,9 @@ mod tests {
                 allowed_tools: vec!["Read".into()],
                 ..Default::default()
             },
+            resume: Some("0b9d4a6e-1c2f-4a57-9a43-6f5e0d1c2b3a".into()),
+            resume_session_at: Some("a-1".into()),
+            resume_drops_turn: Some("u-2".into()),
             log_id: "t".into(),
             ..Default::default()
         }
@@ -563,6 +587,8 @@ mod tests {
         ));
         assert!(pair("--setting-sources", "user,local"));
         assert!(pair("--project-config-root", "/srv/trusted"));
+        assert!(pair("--resume-session-at", "a-1"));
+        assert!(pair("--resume-drops-turn", "u-2"));
         // The filter in the one form the CLI's logger reads; the daemon's file.
         assert!(args.iter().any(|a| a == "--debug=!statsig,!file"));
         assert!(pair("--debug-file", "/var/lib/ostler/debug/s1.log"));
@@ -615,6 +641,13 @@ mod tests {
         o.cli.debug = false;
         o.cli.debug_filter = None;
         o.cli.debug_file = None;
+        refused(&o, "--resume-drops-turn");
+        o.resume_drops_turn = None;
         session_args(&inst((1, 0, 128)), &o).expect("the rest is measured on 1.0.128");
+        // The guard goes only with a cut.
+        o.resume_drops_turn = Some("u-2".into());
+        o.resume_session_at = None;
+        let e = session_args(&inst((2, 1, 332)), &o).expect_err("a guard without a cut");
+        assert!(matches!(e, Error::InvalidOptions(_)), "{e:?}");
     }
 }

@@ -23,6 +23,11 @@ pub struct SpawnOptions {
     /// `--resume-session-at VALUE` (with `resume` only): the transcript entry, in the
     /// release's dialect (`Capabilities::resume_at`), after which the conversation is cut.
     pub resume_session_at: Option<String>,
+    /// `--resume-drops-turn UUID` (with `resume_session_at` only): the prompt uuid of the
+    /// one turn the cut may drop; the CLI refuses the resume (an `error_during_execution`
+    /// result, exit 1) when anything else lies past the cut. An error on releases measured
+    /// without it.
+    pub resume_drops_turn: Option<String>,
     /// Dropped (with a warning; the installation reports `DEGRADED`) on releases without it.
     pub include_partial_messages: bool,
     /// The daemon's variables for every session (`[sessions.env]`), set after the

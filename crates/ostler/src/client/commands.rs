@@ -179,6 +179,12 @@ pub struct ResumeArgs {
     /// `message_id` from `ostler show ID --events --json`): later messages leave the model's context
     #[arg(long, value_name = "MESSAGE_ID")]
     pub at: Option<String>,
+    /// With --at: guard the cut (--resume-drops-turn, Claude Code 2.1.330+): the
+    /// `message_id` of the user message starting the one turn the cut means to drop; the
+    /// resume is refused when anything else (a message absorbed mid-turn, another turn)
+    /// lies past the cut
+    #[arg(long, value_name = "MESSAGE_ID", requires = "at")]
+    pub drops_turn: Option<String>,
     /// Print the session as JSON
     #[arg(long)]
     pub json: bool,
@@ -683,6 +689,7 @@ pub async fn resume(a: ResumeArgs) -> Result<i32> {
             fork: a.fork,
             fresh_conversation_if_missing: a.fresh_if_missing,
             at_message_id: a.at.clone().unwrap_or_default(),
+            drops_turn_message_id: a.drops_turn.clone().unwrap_or_default(),
         })
         .await;
     let s = match r {

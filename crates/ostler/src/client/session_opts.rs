@@ -197,6 +197,11 @@ pub struct SessionOptionArgs {
     /// `message_id`) instead of at its end
     #[arg(long, value_name = "MESSAGE_ID", requires = "fork_from")]
     pub fork_at: Option<String>,
+    /// With --fork-at: guard the cut (--resume-drops-turn, Claude Code 2.1.330+): the
+    /// `message_id` of the source's user message starting the one turn the cut means to
+    /// drop; the fork is refused when anything else lies past the cut
+    #[arg(long, value_name = "MESSAGE_ID", requires = "fork_at")]
+    pub fork_drops_turn: Option<String>,
 }
 
 /// The servers of one `--mcp-config` value.
@@ -362,6 +367,7 @@ impl SessionOptionArgs {
         r.adopt_claude_session_id = self.adopt.clone().unwrap_or_default();
         r.fork_from_session_id = self.fork_from.clone().unwrap_or_default();
         r.fork_at_message_id = self.fork_at.clone().unwrap_or_default();
+        r.fork_drops_turn_message_id = self.fork_drops_turn.clone().unwrap_or_default();
     }
 }
 
