@@ -803,18 +803,20 @@ pub(crate) async fn resume_checked(
 mod tests {
     use super::*;
 
+    /// A pinned release as the recorded matrix describes it.
+    fn inst(v: &str) -> Installation {
+        Installation::assume(
+            "/bin/false".into(),
+            semver::Version::parse(v).expect("version"),
+            None,
+        )
+    }
+
     /// ostler sends `rename_session` on its own only to a release measured to answer it
     /// (2.1.330 and later): not to 1.0.x to 2.1.0 (they leave it unanswered), nor 2.1.120
     /// and 2.1.121 (they refuse it as unsupported), nor a release never measured for it.
     #[test]
     fn rename_is_sent_only_where_measured_answered() {
-        let inst = |v: &str| {
-            Installation::assume(
-                "/bin/false".into(),
-                semver::Version::parse(v).expect("version"),
-                None,
-            )
-        };
         for v in ["2.1.330", "2.1.332"] {
             assert!(answers_rename(&inst(v)), "{v}");
         }
@@ -842,13 +844,6 @@ mod tests {
     /// id must be a user entry of the transcript.
     #[test]
     fn a_guarded_cut_needs_the_flag_and_a_user_message() {
-        let inst = |v: &str| {
-            Installation::assume(
-                "/bin/false".into(),
-                semver::Version::parse(v).expect("version"),
-                None,
-            )
-        };
         for v in ["2.1.330", "2.1.332"] {
             check_drops_turn(&inst(v), "f").expect(v);
         }
