@@ -1,7 +1,9 @@
 //! Pinned Claude Code releases (`contracts/releases.toml`) and their installation.
 
+use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -145,6 +147,78 @@ fn verify(version: &str, binary: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How long one `npm install` of a release may take before it is killed and tried again
+/// (scaled by [`crate::timeouts::scale`]): a quiet machine installs one in 5-10 s, but npm
+/// was seen to hang for good in the middle of writing the 400 MB binary of a release from
+/// its own cache (session 47: no exit, no CPU, for 10 minutes), which would hold the whole
+/// test run until CI's limit.
+const INSTALL_BASE: Duration = Duration::from_secs(120);
+
+/// How many times a release's `npm install` is tried (a hang or a failure: a network
+/// error, a registry hiccup) before the install fails.
+const INSTALL_ATTEMPTS: u32 = 3;
+
+/// One `npm install` of `version` into `prefix` by `npm` (removed first, so no
+/// half-written tree of an earlier try is kept), killed with its whole process group when
+/// it outlives `limit`.
+fn npm_install(npm: &std::ffi::OsStr, version: &str, prefix: &Path, limit: Duration) -> Result<()> {
+    let failed = |message: String| Error::Release {
+        version: version.into(),
+        message,
+    };
+    match std::fs::remove_dir_all(prefix) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(prefix, e)),
+        _ => {}
+    }
+    std::fs::create_dir_all(prefix).map_err(|e| Error::io(prefix, e))?;
+    let mut stderr = tempfile::tempfile().map_err(|e| Error::io(prefix, e))?;
+    let mut cmd = Command::new(npm);
+    cmd.arg("install")
+        .arg("--prefix")
+        .arg(prefix)
+        .args(["--no-audit", "--no-fund", "--loglevel=error"])
+        .arg(format!("@anthropic-ai/claude-code@{version}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr.try_clone().map_err(|e| Error::io(prefix, e))?);
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| failed(format!("cannot run npm: {e}")))?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match rx.recv_timeout(limit) {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => return Err(failed(format!("waiting for npm: {e}"))),
+        Err(_) => {
+            // npm and anything it started (its process group).
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+            let _ = rx.recv();
+            return Err(failed(format!(
+                "npm install did not finish within {:.1} s (killed)",
+                limit.as_secs_f64()
+            )));
+        }
+    };
+    if !status.success() {
+        let mut text = String::new();
+        let _ = stderr.seek(SeekFrom::Start(0));
+        let _ = stderr.read_to_string(&mut text);
+        return Err(failed(format!(
+            "npm install failed ({status}): {}",
+            text.trim()
+        )));
+    }
+    Ok(())
+}
+
 /// Path to the `claude` binary of `version`, installing it into `cache_dir/<version>` with
 /// npm if it is not there. Concurrent calls for the same version (threads or processes)
 /// serialize on `cache_dir/<version>.lock`. The installed binary's `--version` is checked.
@@ -167,27 +241,23 @@ pub fn ensure(version: &str, cache_dir: &Path) -> Result<PathBuf> {
         return Ok(binary);
     }
     let prefix = cache_dir.join(version);
-    std::fs::create_dir_all(&prefix).map_err(|e| Error::io(&prefix, e))?;
-    let out = Command::new("npm")
-        .arg("install")
-        .arg("--prefix")
-        .arg(&prefix)
-        .args(["--no-audit", "--no-fund", "--loglevel=error"])
-        .arg(format!("@anthropic-ai/claude-code@{version}"))
-        .output()
-        .map_err(|e| Error::Release {
-            version: version.into(),
-            message: format!("cannot run npm: {e}"),
-        })?;
-    if !out.status.success() {
-        return Err(Error::Release {
-            version: version.into(),
-            message: format!(
-                "npm install failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        });
+    let mut attempt = 1;
+    loop {
+        match npm_install(
+            "npm".as_ref(),
+            version,
+            &prefix,
+            crate::timeouts::scaled(INSTALL_BASE),
+        ) {
+            Ok(()) => break,
+            Err(e) if attempt < INSTALL_ATTEMPTS => {
+                eprintln!(
+                    "    claude {version}: {e}; trying again ({attempt} of {INSTALL_ATTEMPTS} failed)"
+                );
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
     }
     verify(version, &binary)?;
     drop(lock);
@@ -197,6 +267,58 @@ pub fn ensure(version: &str, cache_dir: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An install that hangs is killed with everything it started, within its limit; a
+    /// failing one reports npm's own words.
+    #[cfg(unix)]
+    #[test]
+    fn a_hanging_install_is_killed_with_its_children() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pidfile = dir.path().join("child.pid");
+        let npm = dir.path().join("npm");
+        std::fs::write(
+            &npm,
+            format!(
+                "#!/bin/sh\nsleep 1000 &\necho $! > {}\nwait\n",
+                pidfile.display()
+            ),
+        )
+        .expect("write");
+        std::fs::set_permissions(&npm, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let prefix = dir.path().join("9.9.9");
+        let e = npm_install(
+            npm.as_os_str(),
+            "9.9.9",
+            &prefix,
+            Duration::from_millis(500),
+        )
+        .expect_err("a hang is an error");
+        assert!(e.to_string().contains("did not finish"), "{e}");
+        let pid = std::fs::read_to_string(&pidfile).expect("the child started");
+        let stat = std::path::Path::new("/proc").join(pid.trim()).join("stat");
+        // Killed: gone, or a zombie until init reaps it. The signal is taken when the
+        // process next runs, which a loaded machine may delay; it is not our child, so
+        // there is nothing to wait on but its state.
+        let deadline = std::time::Instant::now() + crate::timeouts::guard();
+        loop {
+            let state = std::fs::read_to_string(&stat).unwrap_or_default();
+            if state.is_empty() || state.contains(") Z ") || state.contains(") X ") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "npm's child still runs: {state}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+
+        std::fs::write(&npm, "#!/bin/sh\necho 'E404 no such release' >&2\nexit 1\n")
+            .expect("write");
+        let e = npm_install(npm.as_os_str(), "9.9.9", &prefix, Duration::from_secs(60))
+            .expect_err("a failure is an error");
+        assert!(e.to_string().contains("E404 no such release"), "{e}");
+    }
 
     #[test]
     fn pinned_file_lists_required_releases() {
