@@ -21,7 +21,9 @@ use ostler_protocol::CanUseTool;
 use ostler_protocol::model::RawJson;
 use ostler_protocol::outbound::{OutRequest, UserContent};
 use ostler_store::{InteractionState, SessionPatch, WithEvents};
-use ostler_supervisor::{ControlError, ExitInfo, Line, ProcessEvent, Responder, SessionProcess};
+use ostler_supervisor::{
+    ControlError, ExitInfo, InitializeAnswer, Line, ProcessEvent, Responder, SessionProcess,
+};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -387,14 +389,32 @@ impl Actor {
                 continue;
             }
             let answer = self.process.queue_request(request.clone());
-            let tx = self.self_tx.clone();
-            tokio::spawn(async move {
-                let result = answer.await.unwrap_or(Err(ControlError::ProcessGone));
-                if let Some(tx) = tx.upgrade() {
-                    let _ = tx.send(Command::Restored { request, result }).await;
-                }
+            self.report_back(request, answer, |request, result| Command::Restored {
+                request,
+                result,
             });
         }
+    }
+
+    /// Awaits `answer` (the CLI's answer to `request`) in a task of its own, so the actor
+    /// never waits on the CLI, and hands the outcome back as the command `done` makes. A
+    /// process gone before answering is `ProcessGone`; an actor gone meanwhile gets
+    /// nothing.
+    fn report_back(
+        &self,
+        request: OutRequest,
+        answer: InitializeAnswer,
+        done: impl FnOnce(OutRequest, std::result::Result<Option<RawJson>, ControlError>) -> Command
+        + Send
+        + 'static,
+    ) {
+        let tx = self.self_tx.clone();
+        tokio::spawn(async move {
+            let result = answer.await.unwrap_or(Err(ControlError::ProcessGone));
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx.send(done(request, result)).await;
+            }
+        });
     }
 
     /// Records the outcome of a runtime control sent again after `initialize`.
@@ -468,19 +488,11 @@ impl Actor {
         let Some(answer) = self.process.take_initialize() else {
             return;
         };
-        let tx = self.self_tx.clone();
-        tokio::spawn(async move {
-            let result = answer.await.unwrap_or(Err(ControlError::ProcessGone));
-            if let Some(tx) = tx.upgrade() {
-                let (reply, _) = oneshot::channel();
-                let _ = tx
-                    .send(Command::ControlDone {
-                        request: OutRequest::Initialize(Default::default()),
-                        result,
-                        reply,
-                    })
-                    .await;
-            }
+        let request = OutRequest::Initialize(Default::default());
+        self.report_back(request, answer, |request, result| Command::ControlDone {
+            request,
+            result,
+            reply: oneshot::channel().0,
         });
     }
 
@@ -1224,12 +1236,9 @@ impl Actor {
         }
         self.titles_sent.push_back(title);
         let answer = self.process.queue_request(request.clone());
-        let tx = self.self_tx.clone();
-        tokio::spawn(async move {
-            let result = answer.await.unwrap_or(Err(ControlError::ProcessGone));
-            if let Some(tx) = tx.upgrade() {
-                let _ = tx.send(Command::RenameDone { request, result }).await;
-            }
+        self.report_back(request, answer, |request, result| Command::RenameDone {
+            request,
+            result,
         });
     }
 

@@ -610,27 +610,14 @@ pub(crate) fn resume_at_value(
     at: &str,
     key: ResumeAtKey,
 ) -> Result<String> {
-    let Some(file) = config_dir(spawn_env).and_then(|c| transcript_file(&c, cid)) else {
+    let Some(Named {
+        by_uuid,
+        last_of_message,
+        ..
+    }) = entries_naming(spawn_env, cid, at)?
+    else {
         return Ok(at.to_string());
     };
-    let text = std::fs::File::open(&file)
-        .map_err(|e| Error::Internal(format!("cannot read {}: {e}", file.display())))?;
-    let mut by_uuid: Option<serde_json::Value> = None;
-    let mut last_of_message: Option<String> = None;
-    for line in std::io::BufRead::lines(std::io::BufReader::new(text)) {
-        let Ok(line) = line else { break };
-        if !line.contains(at) {
-            continue;
-        }
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if v["uuid"] == at {
-            by_uuid = Some(v);
-        } else if v["type"] == "assistant" && v["message"]["id"] == at {
-            last_of_message = v["uuid"].as_str().map(str::to_string).or(last_of_message);
-        }
-    }
     let found = by_uuid.is_some() || last_of_message.is_some();
     if !found {
         return Err(Error::not_found(format!(
@@ -686,26 +673,13 @@ pub(crate) fn drops_turn_value(
     field: &str,
     turn: &str,
 ) -> Result<String> {
-    let Some(file) = config_dir(spawn_env).and_then(|c| transcript_file(&c, cid)) else {
+    let Some(named) = entries_naming(spawn_env, cid, turn)? else {
         return Ok(turn.to_string());
     };
-    let text = std::fs::File::open(&file)
-        .map_err(|e| Error::Internal(format!("cannot read {}: {e}", file.display())))?;
-    let mut kind = None;
-    for line in std::io::BufRead::lines(std::io::BufReader::new(text)) {
-        let Ok(line) = line else { break };
-        if !line.contains(turn) {
-            continue;
-        }
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if v["uuid"] == turn {
-            kind = v["type"].as_str().map(str::to_string);
-        } else if kind.is_none() && v["type"] == "assistant" && v["message"]["id"] == turn {
-            kind = Some("assistant".into());
-        }
-    }
+    let kind = match named.by_uuid {
+        Some(v) => v["type"].as_str().map(str::to_string),
+        None => named.of_message.then(|| "assistant".to_string()),
+    };
     match kind.as_deref() {
         Some("user") => Ok(turn.to_string()),
         Some(other) => Err(Error::invalid(
@@ -719,6 +693,52 @@ pub(crate) fn drops_turn_value(
             "{field}: message {turn} in the CLI's transcript of conversation {cid}"
         ))),
     }
+}
+
+/// The entries of CLI conversation `cid`'s transcript that name `id`.
+struct Named {
+    /// The last entry whose `uuid` is `id`.
+    by_uuid: Option<serde_json::Value>,
+    /// Whether an assistant entry's API `message.id` is `id`.
+    of_message: bool,
+    /// The `uuid` of the last such assistant entry (a message's blocks are entries of their
+    /// own; the last one ends the message).
+    last_of_message: Option<String>,
+}
+
+/// Reads CLI conversation `cid`'s transcript for the entries naming `id` (its `uuid`, or an
+/// assistant entry's API `message.id`). Blocking. `None`: no configuration or transcript
+/// to look in. Lines that are not JSON are skipped; a read error ends the scan.
+fn entries_naming(spawn_env: &[(String, String)], cid: &str, id: &str) -> Result<Option<Named>> {
+    let Some(file) = config_dir(spawn_env).and_then(|c| transcript_file(&c, cid)) else {
+        return Ok(None);
+    };
+    let text = std::fs::File::open(&file)
+        .map_err(|e| Error::Internal(format!("cannot read {}: {e}", file.display())))?;
+    let mut named = Named {
+        by_uuid: None,
+        of_message: false,
+        last_of_message: None,
+    };
+    for line in std::io::BufRead::lines(std::io::BufReader::new(text)) {
+        let Ok(line) = line else { break };
+        // Cheap test first: most lines do not mention the id at all.
+        if !line.contains(id) {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v["uuid"] == id {
+            named.by_uuid = Some(v);
+        } else if v["type"] == "assistant" && v["message"]["id"] == id {
+            named.of_message = true;
+            if let Some(u) = v["uuid"].as_str() {
+                named.last_of_message = Some(u.to_string());
+            }
+        }
+    }
+    Ok(Some(named))
 }
 
 /// Whether `<config>/projects/<any project>/<id>.jsonl` exists. `None`: no config directory

@@ -275,7 +275,8 @@ fn watch_error(s: tonic::Status) -> anyhow::Error {
 fn pruned_detail(s: &tonic::Status) -> Option<u64> {
     use tonic_types::StatusExt as _;
     let info = s.get_details_error_info()?;
-    if info.reason != "FEED_PRUNED" || info.domain != "ostler" {
+    use ostler_server::error::{ERROR_DOMAIN, REASON_FEED_PRUNED};
+    if info.reason != REASON_FEED_PRUNED || info.domain != ERROR_DOMAIN {
         return None;
     }
     info.metadata.get("after_cursor")?.parse().ok()
