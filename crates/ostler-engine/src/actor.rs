@@ -42,6 +42,23 @@ use crate::types::*;
 /// message's `seq` and `client_message_id`.
 pub(crate) const DELIVERY_FAILED: &str = "delivery_failed";
 
+/// Code of the notice recorded when the CLI refused a guarded cut (`--resume-drops-turn`):
+/// the session's next resume no longer repeats the refused cut.
+pub(crate) const RESUME_REFUSED: &str = "resume_refused";
+
+/// The text that starts the CLI's refusal of a guarded cut (2.1.330+).
+const DROPS_TURN_REFUSAL: &str = "Resume rejected by --resume-drops-turn:";
+
+/// A guarded cut (`--resume-drops-turn`) a process starts with, as the client named it.
+/// The CLI judges it at boot: until it answers `initialize`, a refusal (an
+/// `error_during_execution` result naming it, then exit 1) is the process's end, recorded
+/// as [`RESUME_REFUSED`] (not as a turn: no turn ran) and as the exit's reason.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GuardedCut {
+    pub at_message_id: Option<String>,
+    pub drops_turn_message_id: Option<String>,
+}
+
 /// The answer to a send whose message the CLI never took. At shutdown the session comes
 /// back (resumable) with the daemon: retry later. Otherwise the CLI is ending by itself,
 /// and a plain retry would fail the same way until the session is resumed.
@@ -234,6 +251,13 @@ pub(crate) struct Actor {
     /// back yet: the echo of one is not a rename by the CLI (ostler's record, perhaps
     /// renamed again since, stays).
     titles_sent: VecDeque<String>,
+    /// The guarded cut this process started with, until the CLI answers `initialize`.
+    guard: Option<GuardedCut>,
+    /// The CLI refused the guarded cut (its reason): the process ends for that.
+    refused: Option<String>,
+    /// The session's state before this process (what a refused cut leaves it in when
+    /// that resumes on demand).
+    before: SessionState,
 }
 
 /// What an actor starts with.
@@ -263,6 +287,8 @@ pub(crate) struct ActorOptions {
     /// This process respawns a session ostler already titled (a resume, not a create, a
     /// fork into a new session or an adoption): see `Actor::title_announced_from_before`.
     pub keeps_title: bool,
+    /// The guarded cut (`--resume-drops-turn`) the process starts with.
+    pub guard: Option<GuardedCut>,
 }
 
 /// The sending side of the view. Dropped with the actor (also when it panics): releases
@@ -337,6 +363,9 @@ impl Actor {
             last_active: Instant::now(),
             suspend_reason: None,
             in_flight: VecDeque::new(),
+            guard: o.guard,
+            refused: None,
+            before: o.state,
         };
         actor.start(pid).await;
         tokio::spawn(actor.run());
@@ -1171,6 +1200,10 @@ impl Actor {
     /// what it has).
     async fn initialized(&mut self, result: std::result::Result<Option<RawJson>, ControlError>) {
         self.title_announced_from_before = false;
+        if result.is_ok() {
+            // The CLI took the guarded cut.
+            self.guard = None;
+        }
         let notice = match result {
             Ok(answer) => {
                 let data = answer.and_then(|a| a.to_value().ok());
@@ -1301,11 +1334,24 @@ impl Actor {
             }))
             .await;
         }
+        if self.refused.is_none()
+            && self.guard.is_some()
+            && let Some(line) = info
+                .stderr_tail
+                .lines()
+                .find(|l| l.contains(DROPS_TURN_REFUSAL))
+        {
+            // Refused on stderr only (no result line).
+            let notice = self.refusal(line.trim().to_owned(), None);
+            self.emit_logged(notice).await;
+        }
         self.close_all_pending(self.end_reason()).await;
         let reason = if self.shutdown {
             "daemon shutdown".to_owned()
         } else if self.store_fault.is_some() {
             "stopped: the store was not writable".to_owned()
+        } else if let Some(why) = &self.refused {
+            format!("resume refused by the CLI: {why}")
         } else if let Some(why) = &self.suspend_reason {
             format!("suspended: {why}")
         } else if info.requested || self.stop_requested {
@@ -1324,6 +1370,14 @@ impl Actor {
         self.show(|v| v.stderr_tail = Some(tail.clone()));
         let to = if self.shutdown {
             SessionState::Resumable
+        } else if self.refused.is_some() && self.store_fault.is_none() {
+            // Not a crash: the CLI declined what it was asked at boot. A session that
+            // resumes on demand still does (plainly: the refused cut is not repeated);
+            // any other waits for a ResumeSession.
+            match self.before {
+                SessionState::Suspended | SessionState::Resumable => self.before,
+                _ => SessionState::Stopped,
+            }
         } else if self.suspend_reason.is_some() && self.store_fault.is_none() {
             SessionState::Suspended
         } else if self.stop_requested {
@@ -1365,6 +1419,8 @@ impl Actor {
     fn end_reason(&self) -> &'static str {
         if self.shutdown {
             "daemon shutting down"
+        } else if self.refused.is_some() {
+            "the CLI refused the guarded cut"
         } else if self.suspend_reason.is_some() {
             "session suspended"
         } else if self.stop_requested {
@@ -1372,6 +1428,43 @@ impl Actor {
         } else {
             "the CLI process exited"
         }
+    }
+
+    /// The CLI's refusal of the guarded cut, when `r` is one (an error result naming it,
+    /// before the CLI answered `initialize`): its reason.
+    fn guard_refusal(&self, r: &ostler_protocol::TurnResult) -> Option<String> {
+        if self.guard.is_none() || !r.is_error {
+            return None;
+        }
+        r.errors
+            .iter()
+            .chain(r.result.as_ref())
+            .find(|e| e.contains(DROPS_TURN_REFUSAL))
+            .map(|e| e.trim().to_owned())
+    }
+
+    /// Takes the refusal of the guarded cut (`result`: the CLI's result saying so, when it
+    /// wrote one): the notice that records it.
+    fn refusal(
+        &mut self,
+        reason: String,
+        result: Option<&ostler_protocol::TurnResult>,
+    ) -> EventPayload {
+        let guard = self.guard.take().unwrap_or_default();
+        self.refused = Some(reason.clone());
+        EventPayload::EngineNotice(EngineNotice {
+            code: RESUME_REFUSED.into(),
+            message: format!("the CLI refused the guarded cut: {reason}"),
+            data: Some(serde_json::json!({
+                "at_message_id": guard.at_message_id,
+                "drops_turn_message_id": guard.drops_turn_message_id,
+                "reason": reason,
+                "result": result.map(|r| serde_json::json!({
+                    "subtype": r.subtype,
+                    "errors": r.errors,
+                })),
+            })),
+        })
     }
 
     /// Withdraws every pending interaction (permissions and questions, hook calls, tool

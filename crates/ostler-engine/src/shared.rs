@@ -64,6 +64,10 @@ pub struct EngineOptions {
     /// while the CLI waits on a client and when a client answers it.
     /// (`sessions.queue_grace_secs`)
     pub queue_grace: Duration,
+    /// How long a resume or fork with a guarded cut (`--resume-drops-turn`) waits for the
+    /// CLI's verdict, given at boot (its `initialize` answer, or its refusal and exit); past
+    /// it the cut counts as taken. (`sessions.guard_verdict_secs`)
+    pub guard_verdict: Duration,
     /// Where sessions created with `debug` keep the CLI's debug log (`<id>.log`, made
     /// owner-only when first needed). `None`: the option is refused (FAILED_PRECONDITION).
     /// The daemon uses `debug/` next to its store.
@@ -89,6 +93,7 @@ impl Default for EngineOptions {
             idle_suspend: Some(Duration::from_secs(900)),
             live_wait: Duration::from_secs(30),
             queue_grace: Duration::from_secs(30),
+            guard_verdict: Duration::from_secs(120),
             debug_dir: None,
         }
     }

@@ -32,6 +32,7 @@
 //! live_wait_secs = 30              # at max_live with every session busy: wait, then fail
 //! queue_grace_secs = 30            # after a result, how long queued messages may take to start
 //! control_timeout_secs = 30        # how long the CLI may take to answer a control request
+//! guard_verdict_secs = 120         # how long a guarded cut waits for the CLI's verdict at boot
 //! subscriber_buffer = 1024         # events a subscriber may fall behind the live stream
 //! allowed_roots = ["/home/me/src"]  # empty: any existing directory
 //! env_allow = ["MYCO_*", "EXTRA"] # more inherited variables passed to sessions
@@ -288,6 +289,10 @@ pub struct SessionsConfig {
     /// CLI's answer, not counting the wait for a client's answer to a hook the request makes
     /// the CLI call (a PreModelSwitch hook during SetModel). 1 to 600.
     pub control_timeout_secs: u64,
+    /// How long a resume or fork with a guarded cut (`drops_turn_message_id`,
+    /// `--resume-drops-turn`) waits for the CLI's verdict, given at boot (its `initialize`
+    /// answer, or its refusal and exit); past it the cut counts as taken. 1 to 600.
+    pub guard_verdict_secs: u64,
     /// Session cgroups (cgroup v2): `auto` (under the daemon's own cgroup when it may write
     /// there, e.g. systemd `Delegate=yes`; otherwise off), `off`, or a cgroup v2 directory.
     pub cgroup: String,
@@ -344,6 +349,11 @@ const QUEUE_GRACE_SECS: std::ops::RangeInclusive<u64> = 1..=3_600;
 /// request; past 10 minutes a CLI that never answers holds an RPC for most of an hour.
 const CONTROL_TIMEOUT_SECS: std::ops::RangeInclusive<u64> = 1..=600;
 
+/// `sessions.guard_verdict_secs`: the range allowed (the default is 120). 0 would take every
+/// guarded cut unjudged; past 10 minutes a CLI that neither answers nor exits holds a
+/// ResumeSession (and the session's lifecycle) for most of an hour.
+const GUARD_VERDICT_SECS: std::ops::RangeInclusive<u64> = 1..=600;
+
 /// Most variables in `[sessions.env]`.
 const MAX_SESSION_ENV: usize = 256;
 /// Most bytes of one `NAME=VALUE` (Linux refuses a longer string at exec: `MAX_ARG_STRLEN`).
@@ -365,6 +375,7 @@ impl Default for SessionsConfig {
             respawn_on_start: false,
             stop_timeout_secs: 5,
             control_timeout_secs: 30,
+            guard_verdict_secs: 120,
             cgroup: "auto".into(),
             env_allow: Vec::new(),
             env: SessionEnv::default(),
@@ -866,6 +877,14 @@ impl Config {
                 self.sessions.control_timeout_secs,
                 CONTROL_TIMEOUT_SECS.start(),
                 CONTROL_TIMEOUT_SECS.end()
+            );
+        }
+        if !GUARD_VERDICT_SECS.contains(&self.sessions.guard_verdict_secs) {
+            bail!(
+                "sessions.guard_verdict_secs is {}; it must be from {} to {} seconds",
+                self.sessions.guard_verdict_secs,
+                GUARD_VERDICT_SECS.start(),
+                GUARD_VERDICT_SECS.end()
             );
         }
         let range = &SUBSCRIBER_BUFFER;
@@ -1615,6 +1634,10 @@ mod tests {
             (
                 Box::new(|c| c.sessions.queue_grace_secs = 86_400),
                 "sessions.queue_grace_secs",
+            ),
+            (
+                Box::new(|c| c.sessions.guard_verdict_secs = 0),
+                "sessions.guard_verdict_secs",
             ),
             (
                 Box::new(|c| c.sessions.subscriber_buffer = 100),

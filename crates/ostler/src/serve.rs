@@ -576,6 +576,7 @@ fn engine_options(
             .then(|| Duration::from_secs(cfg.sessions.idle_suspend_secs)),
         live_wait: Duration::from_secs(cfg.sessions.live_wait_secs),
         queue_grace: Duration::from_secs(cfg.sessions.queue_grace_secs),
+        guard_verdict: Duration::from_secs(cfg.sessions.guard_verdict_secs),
         broadcast_capacity: usize::try_from(cfg.sessions.subscriber_buffer).unwrap_or(usize::MAX),
         supervisor: ostler_supervisor::SupervisorOptions {
             stop_grace: Duration::from_secs(cfg.sessions.stop_timeout_secs),
@@ -820,6 +821,7 @@ max_live = 3
 idle_suspend_secs = 11
 live_wait_secs = 13
 queue_grace_secs = 23
+guard_verdict_secs = 29
 subscriber_buffer = 4096
 allowed_roots = ["{}"]
 permission_expiry_secs = 17
@@ -850,6 +852,7 @@ deny = ["Bash(rm)"]
         assert_eq!(e.idle_suspend, Some(secs(11)));
         assert_eq!(e.live_wait, secs(13));
         assert_eq!(e.queue_grace, secs(23));
+        assert_eq!(e.guard_verdict, secs(29));
         assert_eq!(e.broadcast_capacity, 4096, "sessions.subscriber_buffer");
         assert_eq!(e.allowed_roots, vec![root]);
         assert_eq!(e.permission_expiry, Some(secs(17)));

@@ -232,9 +232,11 @@ fn last_request(world: &World) -> String {
 }
 
 /// A guarded cut (`drops_turn_message_id`, `--resume-drops-turn`) on 2.1.332: dropping
-/// exactly the last turn is taken and the model's next request lacks it; a cut whose
-/// dropped range holds another turn's prompt is refused by the CLI (FAILED_PRECONDITION
-/// with its reason), and the session then resumes plainly with its whole conversation.
+/// exactly the last turn is taken, in a fork (the source untouched) and in place, and the
+/// model's next request lacks it; a cut whose dropped range holds another turn's prompt is
+/// refused by the CLI (FAILED_PRECONDITION with its reason), recorded as a refusal (no
+/// turn, not a crash: the session is `stopped`), and the session then resumes plainly with
+/// its whole conversation.
 #[tokio::test]
 async fn a_guarded_cut_drops_one_turn_or_is_refused() {
     let world = World::with_scenario(NEW, SCENARIO).await;
@@ -258,7 +260,51 @@ async fn a_guarded_cut_drops_one_turn_or_is_refused() {
         e.message()
     );
 
-    // (a) Dropping exactly the last turn: taken; the model's next request lacks it.
+    // A guarded fork dropping exactly the last turn: taken; the fork's model request
+    // lacks that turn, and the source is untouched.
+    {
+        let a_log = history(&mut c, &a.id).await;
+        let b = c
+            .create_session(pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                fork_from_session_id: a.id.clone(),
+                fork_at_message_id: first_answer.clone(),
+                fork_drops_turn_message_id: mango_prompt.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("the guard holds: the fork is made")
+            .into_inner();
+        assert_ne!(b.id, a.id);
+        let first = history(&mut c, &b.id).await;
+        let Some(pb::session_event::Payload::EngineNotice(n)) = &first[0].payload else {
+            panic!("first event: {:?}", first[0]);
+        };
+        let data: serde_json::Value = serde_json::from_str(&n.data_json).unwrap();
+        assert_eq!(
+            data["fork_point"]["drops_turn_message_id"],
+            mango_prompt.as_str()
+        );
+        let answer = turn(&mut c, &b.id, "What was the word?").await;
+        assert!(
+            answer.contains("PINEAPPLE") && !answer.contains("MANGO"),
+            "the guarded fork dropped the MANGO turn: {answer:?}"
+        );
+        let seen = last_request(&world);
+        assert!(
+            seen.contains("PINEAPPLE") && !seen.contains("MANGO"),
+            "the fork's model request lacks the dropped turn: {seen}"
+        );
+        assert_eq!(
+            history(&mut c, &a.id).await,
+            a_log,
+            "the source is untouched"
+        );
+        stop(&mut c, &b.id).await;
+    }
+
+    // (a) Dropping exactly the last turn: taken; the model's next request lacks it (the
+    // source of the fork above still has the MANGO turn to drop).
     resume_guarded(&mut c, &a.id, &first_answer, &mango_prompt)
         .await
         .unwrap();
@@ -290,13 +336,44 @@ async fn a_guarded_cut_drops_one_turn_or_is_refused() {
     ] {
         assert!(e.message().contains(part), "{part:?} in {}", e.message());
     }
-    // Not wedged: the refused process has ended, and the refusal is on record.
+    // Not wedged: the refused process has ended, stopped (not crashed), the exit names
+    // the refusal and keeps the CLI's stderr, and the refusal is on record as a notice,
+    // not as a turn (no turn ran).
     let s = session(&mut c, &a.id).await;
-    assert_eq!(s.state(), pb::SessionState::Exited, "{s:?}");
+    assert_eq!(s.state(), pb::SessionState::Stopped, "{s:?}");
+    let exit = s.last_exit.clone().expect("the refused process's exit");
+    assert!(
+        exit.reason.starts_with("resume refused by the CLI: ")
+            && exit
+                .reason
+                .contains("Resume rejected by --resume-drops-turn:"),
+        "exit reason: {exit:?}"
+    );
     let log = history(&mut c, &a.id).await;
-    assert!(log.iter().any(|e| matches!(&e.payload,
+    let resumed_at = log
+        .iter()
+        .rposition(|e| {
+            matches!(&e.payload,
+            Some(pb::session_event::Payload::EngineNotice(n)) if n.code == "resuming")
+        })
+        .expect("the refused resume's notice");
+    let refused = &log[resumed_at..];
+    assert!(
+        !refused.iter().any(|e| matches!(
+            &e.payload,
+            Some(pb::session_event::Payload::TurnCompleted(_))
+        )),
+        "no turn completed for the refusal: {refused:#?}"
+    );
+    assert!(refused.iter().any(|e| matches!(&e.payload,
         Some(pb::session_event::Payload::EngineNotice(n))
-            if n.code == "resume_refused" && n.data_json.contains(&recall_prompt))));
+            if n.code == "resume_refused" && n.data_json.contains(&recall_prompt)
+                && n.data_json.contains("error_during_execution"))));
+    assert!(
+        refused.iter().any(|e| matches!(&e.payload,
+            Some(pb::session_event::Payload::ProcessExited(p)) if *p == exit)),
+        "the exit event is the session's last exit"
+    );
     // The same guard on a fork: refused, and no session is left behind.
     let before = c
         .list_sessions(pb::ListSessionsRequest::default())

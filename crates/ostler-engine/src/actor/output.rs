@@ -111,16 +111,22 @@ impl Actor {
                         continue;
                     }
                     Event::ControlResponse(r) => EventPayload::ControlResponse(r),
-                    Event::TurnResult(mut r) => {
-                        results.push(items.len());
-                        let inferred = self.owed.answered(&r.user_message_uuids);
-                        if r.user_message_uuids.is_empty() {
-                            // From a release that names nothing: what it echoed.
-                            r.user_message_uuids = inferred;
+                    Event::TurnResult(mut r) => match self.guard_refusal(&r) {
+                        // The CLI refused the guarded cut at boot: no turn ran, so none
+                        // completed; the notice records the refusal (the raw line goes
+                        // with it), and the process ends.
+                        Some(reason) => self.refusal(reason, Some(&r)),
+                        None => {
+                            results.push(items.len());
+                            let inferred = self.owed.answered(&r.user_message_uuids);
+                            if r.user_message_uuids.is_empty() {
+                                // From a release that names nothing: what it echoed.
+                                r.user_message_uuids = inferred;
+                            }
+                            self.turn_since_result = false;
+                            EventPayload::TurnCompleted(r)
                         }
-                        self.turn_since_result = false;
-                        EventPayload::TurnCompleted(r)
-                    }
+                    },
                     Event::SystemNotice(n) => {
                         // Withdrawn, or done with although no result named it (after a
                         // result, before the next turn's output: a message the CLI consumed

@@ -12,7 +12,7 @@ use ostler_supervisor::{CliOptions, Installation, SessionProcess, SpawnOptions};
 use serde::{Deserialize, Serialize};
 
 use super::{Engine, KNOWN_MODES};
-use crate::actor::{Actor, ActorOptions, DELIVERY_FAILED};
+use crate::actor::{Actor, ActorOptions, DELIVERY_FAILED, GuardedCut, RESUME_REFUSED};
 use crate::blocking::blocking;
 use crate::error::{Error, Result};
 use crate::handle::{Meta, SessionEntry};
@@ -159,6 +159,8 @@ struct OriginPlan {
     resume_at: Option<String>,
     /// `--resume-drops-turn` value (a guarded fork at a message).
     drops_turn: Option<String>,
+    /// The guarded cut as the client named it.
+    guard: Option<GuardedCut>,
     /// Recorded in the `session_created` notice (`fork_point`).
     fork_point: Option<serde_json::Value>,
 }
@@ -261,18 +263,6 @@ pub(crate) const SESSION_CREATED: &str = "session_created";
 /// Code of the notice recorded before a session's next process is spawned.
 pub(crate) const RESUMING: &str = "resuming";
 
-/// Code of the notice recorded when the CLI refused a guarded cut (`--resume-drops-turn`):
-/// the session's next resume no longer repeats the refused cut.
-pub(crate) const RESUME_REFUSED: &str = "resume_refused";
-
-/// The text that starts the CLI's refusal of a guarded cut (2.1.330+).
-const DROPS_TURN_REFUSAL: &str = "Resume rejected by --resume-drops-turn:";
-
-/// How long a guarded resume waits for the CLI's verdict (its `initialize` answer, or its
-/// refusal and exit) at most; the CLI gives it at boot, and the `initialize` control
-/// timeout normally ends the wait sooner.
-const GUARD_VERDICT_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
-
 /// Code of the notice recorded when a session is resumed by another CLI release than the
 /// one it last ran.
 pub(crate) const CLI_RELEASE_CHANGED: &str = "cli_release_changed";
@@ -290,6 +280,8 @@ struct Launch<'a> {
     resume_at: Option<String>,
     /// `--resume-drops-turn`: the prompt uuid of the one turn the cut may drop.
     drops_turn: Option<String>,
+    /// That guarded cut as the client named it (for the record of a refusal).
+    guard: Option<GuardedCut>,
     /// The CLI session the actor starts with (none for a fork: the CLI assigns one).
     claude_session_id: Option<String>,
     /// The session's state before this process.
@@ -664,6 +656,7 @@ impl Engine {
                     fork: false,
                     resume_at: None,
                     drops_turn: None,
+                    guard: None,
                     fork_point: None,
                 })
             }
@@ -730,12 +723,17 @@ impl Engine {
                 if let Some(turn) = drops_turn_message_id {
                     point["drops_turn_message_id"] = turn.as_str().into();
                 }
+                let guard = drops_turn.is_some().then(|| GuardedCut {
+                    at_message_id: at_message_id.clone(),
+                    drops_turn_message_id: drops_turn_message_id.clone(),
+                });
                 Ok(OriginPlan {
                     fork_point: Some(point),
                     resume,
                     fork: true,
                     resume_at,
                     drops_turn,
+                    guard,
                 })
             }
         }
@@ -812,10 +810,12 @@ impl Engine {
     }
 
     /// After spawning a guarded cut (`--resume-drops-turn`): waits for the CLI's verdict,
-    /// given at boot. Taken: it answered `initialize` (or its `initialize` failed while it
-    /// runs on). Refused: an `error_during_execution` result saying `Resume rejected by
-    /// --resume-drops-turn: ...` and exit 1; once the process has ended, the refusal's
-    /// reason (the CLI's text). `events` was subscribed before the spawn.
+    /// given at boot, at most `guard_verdict` ([`crate::EngineOptions`]). Taken: it
+    /// answered `initialize` (or its `initialize` failed while it runs on). Refused: the
+    /// actor records `resume_refused` (from the CLI's `error_during_execution` result
+    /// saying `Resume rejected by --resume-drops-turn: ...`, or its stderr) and the process
+    /// exits; once its end is recorded, the refusal's reason (the CLI's text). `events` was
+    /// subscribed before the spawn.
     async fn guard_verdict(
         &self,
         entry: &Arc<SessionEntry>,
@@ -823,7 +823,7 @@ impl Engine {
     ) -> Option<String> {
         use tokio::sync::broadcast::error::RecvError;
         let mut reason: Option<String> = None;
-        // An error result before any message: the CLI is ending (a refusal exits).
+        // An error result or a refusal before any message: the CLI is ending.
         let mut failed = false;
         let verdict = async {
             loop {
@@ -846,33 +846,21 @@ impl Engine {
                     {
                         return false;
                     }
-                    EventPayload::TurnCompleted(t) => {
-                        failed |= t.is_error;
-                        if let Some(r) = t
-                            .errors
-                            .iter()
-                            .chain(t.result.as_ref())
-                            .find(|e| e.contains(DROPS_TURN_REFUSAL))
-                        {
-                            reason = Some(r.trim().to_string());
-                        }
+                    EventPayload::EngineNotice(n) if n.code == RESUME_REFUSED => {
+                        failed = true;
+                        reason = n
+                            .data
+                            .as_ref()
+                            .and_then(|d| d["reason"].as_str())
+                            .map(str::to_owned);
                     }
-                    EventPayload::ProcessExited(p) => {
-                        if reason.is_none() {
-                            reason = p
-                                .status
-                                .stderr_tail
-                                .lines()
-                                .find(|l| l.contains(DROPS_TURN_REFUSAL))
-                                .map(|l| l.trim().to_string());
-                        }
-                        return true;
-                    }
+                    EventPayload::TurnCompleted(t) => failed |= t.is_error,
+                    EventPayload::ProcessExited(_) => return true,
                     _ => {}
                 }
             }
         };
-        let exited = tokio::time::timeout(GUARD_VERDICT_BOUND, verdict)
+        let exited = tokio::time::timeout(self.shared.opts.guard_verdict, verdict)
             .await
             .unwrap_or(false);
         if !exited {
@@ -885,30 +873,12 @@ impl Engine {
         reason
     }
 
-    /// Records a refused guarded cut and makes the error the client gets.
-    async fn guard_refused(
-        &self,
-        entry: &Arc<SessionEntry>,
-        field: &str,
-        at: Option<&str>,
-        turn: Option<&str>,
-        reason: String,
-    ) -> Error {
-        let notice = EngineNotice {
-            code: RESUME_REFUSED.into(),
-            message: format!("the CLI refused the guarded cut: {reason}"),
-            data: Some(serde_json::json!({
-                "at_message_id": at,
-                "drops_turn_message_id": turn,
-                "reason": reason,
-            })),
-        };
-        if let Err(e) = entry.hub.emit_one(EventPayload::EngineNotice(notice)).await {
-            tracing::warn!(session = %entry.id, error = %e, "cannot record the refused cut");
-        }
+    /// The error a client gets for a guarded cut the CLI refused (the actor recorded the
+    /// refusal as `resume_refused`).
+    fn guard_refused(&self, reason: &str) -> Error {
         Error::precondition(format!(
-            "{field}: Claude Code {} refused the cut (not retryable: the same request is \
-             refused again; resume without the cut, or cut elsewhere): {reason}",
+            "drops_turn_message_id: Claude Code {} refused the cut (not retryable: the same \
+             request is refused again; resume without the cut, or cut elsewhere): {reason}",
             self.installation().version
         ))
     }
@@ -1072,6 +1042,7 @@ impl Engine {
             fork: plan.as_ref().is_some_and(|p| p.fork),
             resume_at: plan.as_ref().and_then(|p| p.resume_at.clone()),
             drops_turn: plan.as_ref().and_then(|p| p.drops_turn.clone()),
+            guard: plan.as_ref().and_then(|p| p.guard.clone()),
             claude_session_id: plan.as_ref().filter(|p| !p.fork).map(|p| p.resume.clone()),
             from: SessionState::Starting,
             meta: Meta {
@@ -1205,6 +1176,7 @@ impl Engine {
             fork,
             resume_at,
             drops_turn,
+            guard,
             claude_session_id,
             from,
             mut meta,
@@ -1358,6 +1330,7 @@ impl Engine {
             restored_cost_usd,
             // Every launch but a create's respawns a session ostler already has.
             keeps_title: from != SessionState::Starting,
+            guard,
         })
         .await;
         self.registry.set_handle(&entry.id, handle);
@@ -1554,6 +1527,10 @@ impl Engine {
             resume: resume.clone(),
             fork,
             resume_at,
+            guard: drops_turn.is_some().then(|| GuardedCut {
+                at_message_id: at_message_id.clone(),
+                drops_turn_message_id: drops_turn_message_id.clone(),
+            }),
             drops_turn,
             claude_session_id: if fork { None } else { resume },
             from: state,
@@ -1566,15 +1543,7 @@ impl Engine {
         if let Some(events) = events
             && let Some(reason) = self.guard_verdict(entry, events).await
         {
-            return Err(self
-                .guard_refused(
-                    entry,
-                    "drops_turn_message_id",
-                    at_message_id.as_deref(),
-                    drops_turn_message_id.as_deref(),
-                    reason,
-                )
-                .await);
+            return Err(self.guard_refused(&reason));
         }
         Ok(())
     }

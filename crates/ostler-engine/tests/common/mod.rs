@@ -89,6 +89,8 @@ impl Env {
         opts.supervisor.stop_grace = ostler_testkit::timeouts::secs(3);
         opts.supervisor.control_timeout =
             ostler_testkit::timeouts::scaled(opts.supervisor.control_timeout);
+        // Outlasts the (scaled) `initialize` timeout, as by default.
+        opts.guard_verdict = ostler_testkit::timeouts::scaled(opts.guard_verdict);
         tweak(&mut opts);
         let engine = Engine::start(opts.clone(), store.clone(), installation(version))
             .await
