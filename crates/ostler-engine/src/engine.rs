@@ -465,6 +465,84 @@ impl Engine {
         }
     }
 
+    /// `GetInteraction`: the interaction `request_id` names (exact, else a unique prefix), in
+    /// `session_id` or (`None`) in any session, in any state, with its session's cwd and
+    /// the event that asked it. `InvalidArgument` (field `request_id`): empty, an ambiguous
+    /// prefix, or the id in several sessions without a session id; `NotFound`: no such
+    /// request id, or no such session.
+    pub async fn get_interaction(
+        &self,
+        session_id: Option<&str>,
+        request_id: &str,
+    ) -> Result<InteractionRecord> {
+        use ostler_store::InteractionLookup as L;
+        if request_id.is_empty() {
+            return Err(Error::invalid("request_id", "empty"));
+        }
+        let store = self.shared.store.clone();
+        let (sid, rid) = (session_id.map(str::to_owned), request_id.to_owned());
+        let lookup = blocking(move || store.lookup_interaction(sid.as_deref(), &rid)).await?;
+        let list = |c: &[ostler_store::Interaction]| {
+            c.iter()
+                .map(|i| format!("{} (session {})", i.request_id, i.session_id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let interaction = match lookup {
+            L::Found(i) => i,
+            L::NotFound => {
+                return Err(Error::not_found(match session_id {
+                    Some(s) => format!("request {request_id:?} in session {s:?}"),
+                    None => format!("request {request_id:?}"),
+                }));
+            }
+            L::InSessions(c) => {
+                return Err(Error::invalid(
+                    "request_id",
+                    format!(
+                        "request {request_id:?} is in several sessions ({}); give session_id",
+                        c.iter()
+                            .map(|i| i.session_id.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+            L::Ambiguous { candidates, more } => {
+                return Err(Error::invalid(
+                    "request_id",
+                    format!(
+                        "the prefix {request_id:?} matches several requests: {}{}; give more of \
+                         the id",
+                        list(&candidates),
+                        if more { ", ..." } else { "" }
+                    ),
+                ));
+            }
+        };
+        let store = self.shared.store.clone();
+        let sid = interaction.session_id.clone();
+        let seq = interaction.event_seq;
+        let (record, events) = blocking(move || {
+            let record = store.get_session(&sid)?;
+            let events = match seq {
+                Some(seq) if seq > 0 => store.events_after(&sid, seq - 1, 1)?,
+                _ => Vec::new(),
+            };
+            Ok::<_, ostler_store::Error>((record, events))
+        })
+        .await?;
+        let event = events
+            .iter()
+            .find(|e| Some(e.seq) == seq)
+            .map(crate::hub::decode_stored);
+        Ok(InteractionRecord {
+            interaction,
+            cwd: record.cwd,
+            event,
+        })
+    }
+
     /// `AnswerQuestion`: every question answered; sent as `allow` with `updatedInput`
     /// carrying the answers.
     pub async fn answer_question(

@@ -11,7 +11,8 @@ use ostler_protocol as proto;
 use crate::permission::PermissionRule;
 
 pub use ostler_store::{
-    ExitFacts, ExitInfo, FeedKind, InteractionKind, SessionRecord, SessionState, UsageTotals,
+    ExitFacts, ExitInfo, FeedKind, InteractionKind, InteractionState, SessionRecord, SessionState,
+    UsageTotals,
 };
 pub use ostler_supervisor::options as cli_options;
 pub use ostler_supervisor::{CliOptions, McpServer, ToolDecl, ToolServerDecl};
@@ -966,6 +967,17 @@ pub struct PendingInteraction {
     pub kind: InteractionKind,
     /// The `permission_requested` / `question_asked` event.
     pub event: std::sync::Arc<EngineEvent>,
+}
+
+/// One interaction in any state, as `GetInteraction` returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InteractionRecord {
+    /// The interaction as the store keeps it (state, who decided and when, the response).
+    pub interaction: ostler_store::Interaction,
+    /// Its session's working directory.
+    pub cwd: String,
+    /// The event that asked it (`None` when the log no longer holds it).
+    pub event: Option<EngineEvent>,
 }
 
 /// Health details.

@@ -1281,6 +1281,50 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
 }
 
 /// The protobuf event, or `None` when its payload is not exposed.
+/// The most of an interaction's stored response `GetInteraction` returns.
+pub(crate) const INTERACTION_RESPONSE_MAX: usize = 64 * 1024;
+
+/// `GetInteraction`'s answer.
+pub(crate) fn interaction_to_pb(r: eng::InteractionRecord) -> pb::GetInteractionResponse {
+    use eng::InteractionState as S;
+    let i = r.interaction;
+    let state = match i.state {
+        S::Pending => pb::InteractionState::Pending,
+        S::Allowed => pb::InteractionState::Allowed,
+        S::Denied => pb::InteractionState::Denied,
+        S::Answered => pb::InteractionState::Answered,
+        S::Expired => pb::InteractionState::Expired,
+        S::Cancelled => pb::InteractionState::Cancelled,
+    };
+    let kind = match i.kind {
+        eng::InteractionKind::Permission => pb::InteractionKind::Permission,
+        eng::InteractionKind::Question => pb::InteractionKind::Question,
+        eng::InteractionKind::Hook => pb::InteractionKind::Hook,
+        eng::InteractionKind::ToolCall => pb::InteractionKind::ToolCall,
+        eng::InteractionKind::Elicitation => pb::InteractionKind::Elicitation,
+        eng::InteractionKind::Dialog => pb::InteractionKind::Dialog,
+    };
+    let response = String::from_utf8_lossy(i.response.as_deref().unwrap_or_default());
+    let truncated = response.len() > INTERACTION_RESPONSE_MAX;
+    let mut end = response.len().min(INTERACTION_RESPONSE_MAX);
+    while !response.is_char_boundary(end) {
+        end -= 1;
+    }
+    pb::GetInteractionResponse {
+        session_id: i.session_id,
+        cwd: r.cwd,
+        request_id: i.request_id,
+        kind: kind as i32,
+        state: state as i32,
+        decided_by: i.decided_by.unwrap_or_default(),
+        decided_ms: i.decided_ms.unwrap_or_default(),
+        created_ms: i.created_ms,
+        response_json: response[..end].to_owned(),
+        response_truncated: truncated,
+        event: r.event.as_ref().and_then(event_to_pb),
+    }
+}
+
 pub(crate) fn event_to_pb(e: &eng::EngineEvent) -> Option<pb::SessionEvent> {
     Some(pb::SessionEvent {
         session_id: e.session_id.to_string(),

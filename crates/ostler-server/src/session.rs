@@ -443,6 +443,24 @@ impl SessionService for SessionSvc {
         ok(pb::ListPendingInteractionsResponse { interactions: out })
     }
 
+    async fn get_interaction(
+        &self,
+        req: Request<pb::GetInteractionRequest>,
+    ) -> Res<pb::GetInteractionResponse> {
+        let r = req.into_inner();
+        let request_id = required("request_id", &r.request_id)?;
+        // Optional: empty means any session.
+        let session = match r.session_id.trim() {
+            "" => None,
+            _ => Some(session_id(&r.session_id)?),
+        };
+        in_session("GetInteraction", session.unwrap_or(""), async {
+            let record = self.engine.get_interaction(session, request_id).await?;
+            Ok(convert::interaction_to_pb(record))
+        })
+        .await
+    }
+
     type WatchSessionsStream = crate::watch::WatchStream;
 
     async fn get_session_info(

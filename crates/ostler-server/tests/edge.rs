@@ -74,6 +74,136 @@ async fn session_count(h: &mut Harness) -> usize {
         .len()
 }
 
+/// GetInteraction over a store holding settled and pending interactions of stopped
+/// sessions: found in any state (with cwd, who decided, the response), and each way a
+/// request id can fail to name one interaction, naming `request_id`.
+#[tokio::test]
+async fn get_interaction_finds_settled_requests_and_names_what_is_wrong() {
+    use ostler_store::*;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ostler.db");
+    // The store's writes block: off the runtime's thread.
+    tokio::task::spawn_blocking(move || {
+        let store = Store::open(path, Default::default()).unwrap();
+        for id in ["sa", "sb"] {
+            store
+                .create_session(NewSession {
+                    id: id.into(),
+                    claude_session_id: None,
+                    cwd: format!("/w/{id}"),
+                    model: None,
+                    permission_mode: None,
+                    cli_release: None,
+                    state: SessionState::Stopped,
+                    labels: Default::default(),
+                    created_ms: 1,
+                })
+                .wait()
+                .unwrap();
+        }
+        for (session, request) in [("sa", "dup"), ("sb", "dup"), ("sa", "rx1"), ("sa", "rx2")] {
+            store
+                .upsert_interaction(NewInteraction {
+                    session_id: session.into(),
+                    request_id: request.into(),
+                    kind: InteractionKind::Permission,
+                    tool_name: Some("Bash".into()),
+                    input: bytes::Bytes::from_static(b"{}"),
+                    suggestions: None,
+                    event_seq: None,
+                    created_ms: 5,
+                })
+                .wait()
+                .unwrap();
+        }
+        store
+            .decide_interaction(
+                "sa",
+                "rx1",
+                Decision {
+                    state: InteractionState::Denied,
+                    decided_by: "client:bot".into(),
+                    response: Some(bytes::Bytes::from_static(br#"{"behavior":"deny"}"#)),
+                    decided_ms: 7,
+                },
+            )
+            .wait()
+            .unwrap();
+    })
+    .await
+    .unwrap();
+    let server = common::start_in(
+        dir,
+        ServerOptions::default(),
+        EngineOptions::default(),
+        "/nonexistent/claude".into(),
+    )
+    .await;
+    let channel = Channel::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = SessionServiceClient::new(channel);
+    let get = |request_id: &str, session_id: &str| pb::GetInteractionRequest {
+        request_id: request_id.into(),
+        session_id: session_id.into(),
+    };
+
+    let i = c
+        .get_interaction(get("rx1", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (i.session_id.as_str(), i.cwd.as_str(), i.request_id.as_str()),
+        ("sa", "/w/sa", "rx1")
+    );
+    assert_eq!(i.state, pb::InteractionState::Denied as i32);
+    assert_eq!(i.kind, pb::InteractionKind::Permission as i32);
+    assert_eq!(i.decided_by, "client:bot");
+    assert_eq!((i.decided_ms, i.created_ms), (7, 5));
+    assert_eq!(i.response_json, r#"{"behavior":"deny"}"#);
+    assert!(!i.response_truncated);
+    let i = c
+        .get_interaction(get("dup", "sb"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (i.session_id.as_str(), i.state),
+        ("sb", pb::InteractionState::Pending as i32)
+    );
+    assert!(i.decided_by.is_empty() && i.response_json.is_empty());
+
+    let e = c.get_interaction(get("rx", "")).await.unwrap_err();
+    invalid(e.clone(), "request_id");
+    assert!(
+        e.message().contains("rx1") && e.message().contains("rx2"),
+        "{e:?}"
+    );
+    let e = c.get_interaction(get("dup", "")).await.unwrap_err();
+    invalid(e.clone(), "request_id");
+    assert!(
+        e.message().contains("sa")
+            && e.message().contains("sb")
+            && e.message().contains("session_id"),
+        "{e:?}"
+    );
+    invalid(
+        c.get_interaction(get(" ", "")).await.unwrap_err(),
+        "request_id",
+    );
+    let e = c.get_interaction(get("nope", "")).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert!(e.message().contains("nope"), "{e:?}");
+    let e = c.get_interaction(get("rx1", "sb")).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = c.get_interaction(get("rx1", "zz")).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    server.shutdown.cancel();
+}
+
 #[tokio::test]
 async fn create_session_fields_are_checked_before_spawning() {
     let mut h = start("/nonexistent/claude".into(), EngineOptions::default()).await;

@@ -46,6 +46,7 @@ pub const MIGRATIONS: &[Migration] = &[
     migration!(12, "0012_dialog.sql"),
     migration!(13, "0013_feed_pruned.sql"),
     migration!(14, "0014_session_archived.sql"),
+    migration!(15, "0015_interactions_by_request.sql"),
 ];
 
 /// The schema version this build writes (the last migration's version).

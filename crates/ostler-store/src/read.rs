@@ -13,6 +13,9 @@ use crate::error::{Error, Result, not_found_session};
 use crate::rows::{self, seq_from_sql};
 use crate::types::*;
 
+/// How many candidates an ambiguous interaction lookup reports.
+const LOOKUP_CANDIDATES: usize = 5;
+
 pub(crate) struct ReadPool {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
@@ -149,6 +152,43 @@ impl ReadPool {
                 Some(id) => Some(rows::session_pk(conn, id)?.ok_or_else(|| not_found_session(id))?),
             };
             rows::pending_interactions(conn, pk)
+        })
+    }
+
+    /// What `request_id` (exact, else a prefix) names, in one session or in any.
+    /// [`Error::NotFound`] for an unknown session; [`Error::InvalidArgument`] for an empty id.
+    pub(crate) fn lookup_interaction(
+        &self,
+        session_id: Option<&str>,
+        request_id: &str,
+    ) -> Result<InteractionLookup> {
+        if request_id.is_empty() {
+            return Err(Error::InvalidArgument("request_id is empty".into()));
+        }
+        self.with(|conn| {
+            let pk = match session_id {
+                None => None,
+                Some(id) => Some(rows::session_pk(conn, id)?.ok_or_else(|| not_found_session(id))?),
+            };
+            let found = rows::interactions_by_request(conn, pk, request_id, LOOKUP_CANDIDATES + 1)?;
+            let exact: Vec<Interaction> = found
+                .iter()
+                .filter(|i| i.request_id == request_id)
+                .cloned()
+                .collect();
+            let lookup = match (exact.len(), found.len()) {
+                (1, _) => InteractionLookup::Found(exact.into_iter().next().expect("one")),
+                (0, 0) => InteractionLookup::NotFound,
+                (0, 1) => InteractionLookup::Found(found.into_iter().next().expect("one")),
+                (0, n) => InteractionLookup::Ambiguous {
+                    more: n > LOOKUP_CANDIDATES,
+                    candidates: found.into_iter().take(LOOKUP_CANDIDATES).collect(),
+                },
+                _ => InteractionLookup::InSessions(
+                    exact.into_iter().take(LOOKUP_CANDIDATES).collect(),
+                ),
+            };
+            Ok(lookup)
         })
     }
 

@@ -364,6 +364,56 @@ pub(crate) fn interaction_by_id(
     rows.next()?.map(interaction_from_row).transpose()
 }
 
+/// The smallest string greater than every string that starts with `prefix` (UTF-8 byte
+/// order is code point order): `prefix` with its last char incremented (dropping trailing
+/// `char::MAX`es). `None` when there is none (empty, or all `char::MAX`).
+pub(crate) fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// Interactions whose request id starts with `prefix` (the exact id first, as it sorts
+/// first), of one session (by pk) or of all sessions, by request id then session, at most
+/// `limit`. A range scan over `interactions_by_request` (migration 0015).
+pub(crate) fn interactions_by_request(
+    conn: &Connection,
+    session_pk: Option<i64>,
+    prefix: &str,
+    limit: usize,
+) -> Result<Vec<Interaction>> {
+    // Both bounds as plain comparisons (no `?2 IS NULL OR`), so SQLite scans only the range.
+    let upper = prefix_upper_bound(prefix);
+    let below = if upper.is_some() {
+        "AND i.request_id < ?2"
+    } else {
+        "AND ?2 IS NULL"
+    };
+    let sql = format!(
+        "{INTERACTION_SELECT} WHERE i.request_id >= ?1 {below}
+         AND (?3 IS NULL OR i.session_pk = ?3)
+         ORDER BY i.request_id, i.session_pk LIMIT ?4"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![prefix, upper, session_pk, limit])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let i = interaction_from_row(row)?;
+        // The bound is exact; this only guards against a collation surprise.
+        if i.request_id.starts_with(prefix) {
+            out.push(i);
+        }
+    }
+    Ok(out)
+}
+
 /// Pending interactions of one session (by pk) or of all sessions, oldest first.
 pub(crate) fn pending_interactions(
     conn: &Connection,

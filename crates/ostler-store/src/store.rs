@@ -585,6 +585,20 @@ impl Store {
         self.inner.readers.pending_interactions(session_id)
     }
 
+    /// What `request_id` names, in one session (`Some`) or in any: the exact id, else the
+    /// one id it is a prefix of (a range scan over an index, however many interactions the
+    /// store holds). [`Error::NotFound`] for an unknown session; [`Error::InvalidArgument`]
+    /// for an empty id.
+    pub fn lookup_interaction(
+        &self,
+        session_id: Option<&str>,
+        request_id: &str,
+    ) -> Result<InteractionLookup> {
+        self.inner
+            .readers
+            .lookup_interaction(session_id, request_id)
+    }
+
     /// One interaction. [`Error::NotFound`] if there is no such interaction.
     pub fn interaction(&self, session_id: &str, request_id: &str) -> Result<Interaction> {
         self.inner.readers.interaction(session_id, request_id)

@@ -472,6 +472,27 @@ pub struct Interaction {
     pub response: Option<Bytes>,
 }
 
+/// What a request id (or a prefix of one) names: the answer of
+/// [`crate::Store::lookup_interaction`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InteractionLookup {
+    /// Exactly one interaction: the exact id (in one session), or the one id the prefix
+    /// starts.
+    Found(Interaction),
+    /// No request id is or starts with it.
+    NotFound,
+    /// The exact id in several sessions: a session id must say which (a few of them).
+    InSessions(Vec<Interaction>),
+    /// A prefix of several request ids and none exactly (a few of them; `more`: there are
+    /// others).
+    Ambiguous {
+        /// The first few candidates, by request id.
+        candidates: Vec<Interaction>,
+        /// Whether more match than `candidates` holds.
+        more: bool,
+    },
+}
+
 /// The result of [`crate::Store::decide_interaction`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecideOutcome {

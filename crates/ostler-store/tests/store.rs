@@ -956,6 +956,119 @@ fn decision(state: InteractionState, by: &str) -> Decision {
     }
 }
 
+/// GetInteraction's lookup: an exact request id in any state, a unique prefix, an ambiguous
+/// prefix (a few candidates), the same id in two sessions (needs the session), unknown and
+/// empty ids; daemon-wide it is a range scan over the 0015 index.
+#[test]
+fn interactions_are_looked_up_by_request_id_or_unique_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    let store = open(&path);
+    store.create_session(new_session("a", 1)).wait().unwrap();
+    store.create_session(new_session("b", 1)).wait().unwrap();
+    for (session, request) in [
+        ("a", "req_01"),
+        ("a", "req_0"),
+        ("a", "toolu_x1"),
+        ("a", "toolu_x2"),
+        ("b", "toolu_x2"),
+        ("b", "req_1\u{10FFFF}"),
+        ("b", "req_2"),
+    ] {
+        store
+            .upsert_interaction(permission(session, request, 10))
+            .wait()
+            .unwrap();
+    }
+    store
+        .decide_interaction(
+            "a",
+            "req_01",
+            decision(InteractionState::Denied, "client:phone"),
+        )
+        .wait()
+        .unwrap();
+    let found = |session: Option<&str>, id: &str| match store.lookup_interaction(session, id) {
+        Ok(InteractionLookup::Found(i)) => (i.session_id, i.request_id, i.state),
+        other => panic!("{id:?}: {other:?}"),
+    };
+
+    // Exact id, decided: state, who, when and the response as stored.
+    assert_eq!(
+        found(None, "req_01"),
+        ("a".into(), "req_01".into(), InteractionState::Denied)
+    );
+    let Ok(InteractionLookup::Found(i)) = store.lookup_interaction(None, "req_01") else {
+        unreachable!()
+    };
+    assert_eq!(i.decided_by.as_deref(), Some("client:phone"));
+    assert_eq!(i.decided_ms, Some(500));
+    assert_eq!(
+        i.response.as_deref(),
+        Some(&br#"{"by":"client:phone"}"#[..])
+    );
+    assert_eq!(i.event_seq, Some(3));
+    // An exact id wins over the longer ids it is a prefix of.
+    assert_eq!(found(None, "req_0").1, "req_0");
+    // A unique prefix, and one ending in the last code point's neighbourhood.
+    assert_eq!(found(None, "req_2").1, "req_2");
+    assert_eq!(found(None, "req_1").1, "req_1\u{10FFFF}");
+    assert_eq!(found(None, "toolu_x1").2, InteractionState::Pending);
+    // Within one session the other session's ids do not count.
+    assert_eq!(found(Some("b"), "toolu_x").1, "toolu_x2");
+    assert_eq!(found(Some("b"), "toolu_x2").0, "b");
+
+    match store.lookup_interaction(None, "req_").unwrap() {
+        InteractionLookup::Ambiguous { candidates, more } => {
+            let ids: Vec<_> = candidates.iter().map(|i| i.request_id.as_str()).collect();
+            assert_eq!(ids, ["req_0", "req_01", "req_1\u{10FFFF}", "req_2"]);
+            assert!(!more);
+        }
+        other => panic!("{other:?}"),
+    }
+    match store.lookup_interaction(None, "toolu_x2").unwrap() {
+        InteractionLookup::InSessions(both) => {
+            let sessions: Vec<_> = both.iter().map(|i| i.session_id.as_str()).collect();
+            assert_eq!(sessions, ["a", "b"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.lookup_interaction(None, "nope").unwrap(),
+        InteractionLookup::NotFound
+    );
+    assert_eq!(
+        store.lookup_interaction(Some("a"), "req_2").unwrap(),
+        InteractionLookup::NotFound
+    );
+    assert!(matches!(
+        store.lookup_interaction(None, ""),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store.lookup_interaction(Some("zz"), "req_2"),
+        Err(Error::NotFound { .. })
+    ));
+
+    // The daemon-wide range is an index search, not a scan of every interaction.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT request_id FROM interactions \
+             WHERE request_id >= 'req_' AND request_id < 'req`' ORDER BY request_id, session_pk",
+        )
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter()
+            .any(|l| l.contains("interactions_by_request") && l.contains("request_id>?")),
+        "{plan:?}"
+    );
+}
+
 #[test]
 fn interactions_are_recorded_listed_and_decided_once() {
     let dir = tempfile::tempdir().unwrap();

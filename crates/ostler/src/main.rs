@@ -32,6 +32,7 @@ Examples:
   ostler attach @last                       follow the newest session, answer its prompts
   ostler send 3f2a \"now add a test\"         a session by a unique end (or start) of its id
   ostler pending                            every prompt waiting for an answer
+  ostler pending show 9c1e                  one prompt in any state: who answered it, when
   ostler approve 9c1e / ostler deny 9c1e -m \"not now\"
   ostler completion bash > ~/.local/share/bash-completion/completions/ostler
 

@@ -1,5 +1,6 @@
 //! Attention across sessions and clients, end to end against a live daemon: `pending`,
-//! `approve`, `deny -m`, `answer`; session ids by prefix and `@last` / `--last`; `sessions`
+//! `approve`, `deny -m`, `answer`, `pending show` (a settled request: who decided, when);
+//! session ids by prefix and `@last` / `--last`; `sessions`
 //! newest first with `--limit`; `interrupt` on an idle session and `resume` on a live one
 //! saying what happened; a prompt answered in one attached client going away in another,
 //! which names who answered; Ctrl-C in `attach` (interrupt, then detach); an interrupted
@@ -81,7 +82,7 @@ fn pending_approve_deny_and_answer_by_request_id() {
 
     // Approve by a prefix of the request id; the turn goes on and the tool runs.
     let prefix: String = perm.chars().take(8).collect();
-    let a = d.ok_json(&["approve", &prefix, "--json"]);
+    let a = d.ok_json(&["approve", &prefix, "--json", "--client-name", "phone"]);
     assert_eq!(a[0]["resolution"], "allowed");
     assert_eq!(a[0]["request_id"], perm.as_str());
     let ev = first_turn(&d, &s1);
@@ -98,12 +99,64 @@ fn pending_approve_deny_and_answer_by_request_id() {
     first_turn(&d, &s2);
     assert!(d.model_saw("PostgreSQL"));
 
-    // Nothing left; a settled id is not found, with a hint.
+    // Nothing left. A settled request is still there to look up (GetInteraction): its
+    // state, who decided and when, the response sent, the event that asked it.
     assert!(d.ok_json(&["pending", "--json"]).is_empty());
-    let out = d.client(&["approve", &perm], None);
-    assert_eq!(out.status.code(), Some(1));
+    let shown = d.ok_json(&["pending", "show", &prefix, "--json"]);
+    let i = &shown[0];
+    assert_eq!(i["request_id"], perm.as_str(), "{i}");
+    assert_eq!(i["session_id"], s1.as_str());
+    assert_eq!(i["cwd"], d.work.display().to_string());
+    assert_eq!(i["kind"], "permission");
+    assert_eq!(i["state"], "allowed");
+    assert_eq!(i["decided_by"], "client:phone");
+    assert!(i["decided_ms"].as_i64() >= i["created_ms"].as_i64(), "{i}");
+    assert!(i["response"].is_object(), "{i}");
+    assert_eq!(i["event"]["type"], "permission_requested");
+    assert_eq!(i["event"]["input"]["command"], "touch created.txt");
+    let out = d.client(&["pending", "show", &perm], None);
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("nothing pending"),
+        out.status.success()
+            && text.contains("allowed by client:phone")
+            && text.contains("Bash(touch created.txt)")
+            && text.contains(&s1),
+        "{}",
+        describe(&out)
+    );
+    let q = d.ok_json(&["pending", "show", &question, "--json", "--session", &s2]);
+    assert_eq!(q[0]["state"], "answered", "{:?}", q[0]);
+    assert_eq!(q[0]["event"]["type"], "question_asked");
+    // Another client approving it (by prefix) is told who did, and when; exit non-zero.
+    let out = d.client(&["approve", &prefix, "--client-name", "laptop"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "request {perm} (session {s1}) was already allowed by client:phone at "
+        )) && err.contains(" UTC"),
+        "{}",
+        describe(&out)
+    );
+    // Unknown and empty ids.
+    let out = d.client(&["pending", "show", "no-such-request"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("NOT_FOUND") && err.contains("no-such-request"),
+        "{}",
+        describe(&out)
+    );
+    let out = d.client(&["deny", "no-such-request"], None);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no request with id \"no-such-request\""),
+        "{}",
+        describe(&out)
+    );
+    let out = d.client(&["pending", "show", " "], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("INVALID_ARGUMENT") && err.contains("request_id"),
         "{}",
         describe(&out)
     );

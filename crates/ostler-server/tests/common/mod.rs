@@ -52,7 +52,16 @@ pub async fn start_with(
     engine_opts: EngineOptions,
     claude: PathBuf,
 ) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
+    start_in(tempfile::tempdir().unwrap(), opts, engine_opts, claude).await
+}
+
+/// The same, on the store in `dir` (which a test may have filled first).
+pub async fn start_in(
+    dir: tempfile::TempDir,
+    opts: ServerOptions,
+    engine_opts: EngineOptions,
+    claude: PathBuf,
+) -> Harness {
     let ready = ready_in(dir.path(), engine_opts, claude).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -11,7 +11,7 @@ use ostler_proto::v1 as pb;
 use pb::session_event::Payload;
 use serde_json::{Value, json};
 
-use super::pending::{answer_error, answer_hint, list, pick};
+use super::pending::{answer_error, answer_hint, list, pick_or_settled};
 use super::render::{clip, json_line};
 use super::{ConnectArgs, connect};
 
@@ -88,7 +88,7 @@ pub fn behavior_name(v: i32) -> &'static str {
 pub async fn dialog(a: DialogArgs) -> Result<i32> {
     let mut conn = connect(&a.connect).await?;
     let all = list(&mut conn, &[]).await?;
-    let p = pick(&all, &a.id)?.clone();
+    let p = pick_or_settled(&mut conn, &all, &a.id).await?;
     let Some(Payload::DialogRequested(d)) = p.event.as_ref().and_then(|e| e.payload.clone()) else {
         bail!(
             "{} is not a dialog: it is {}",

@@ -17,7 +17,7 @@ use pb::session_event::Payload;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::pending::{answer_error, answer_hint, list, pick};
+use super::pending::{answer_error, answer_hint, list, pick_or_settled};
 use super::render::{clip, json_line};
 use super::{ConnectArgs, connect};
 
@@ -447,7 +447,7 @@ pub fn action_done(a: pb::ElicitationAction) -> &'static str {
 pub async fn elicitation(a: ElicitationArgs) -> Result<i32> {
     let mut conn = connect(&a.connect).await?;
     let all = list(&mut conn, &[]).await?;
-    let p = pick(&all, &a.id)?.clone();
+    let p = pick_or_settled(&mut conn, &all, &a.id).await?;
     let Some(Payload::ElicitationRequested(e)) = p.event.as_ref().and_then(|e| e.payload.clone())
     else {
         bail!(

@@ -7,7 +7,7 @@ use ostler_proto::v1 as pb;
 use pb::session_event::Payload;
 use serde_json::json;
 
-use super::pending::{answer_error, answer_hint, list, pick};
+use super::pending::{answer_error, answer_hint, list, pick_or_settled};
 use super::render::{clip, json_line};
 use super::{ConnectArgs, connect};
 
@@ -103,7 +103,7 @@ pub fn describe(h: &pb::HookRequested) -> String {
 pub async fn hook(a: HookArgs) -> Result<i32> {
     let mut conn = connect(&a.connect).await?;
     let all = list(&mut conn, &[]).await?;
-    let p = pick(&all, &a.id)?.clone();
+    let p = pick_or_settled(&mut conn, &all, &a.id).await?;
     let Some(Payload::HookRequested(h)) = p.event.as_ref().and_then(|e| e.payload.clone()) else {
         bail!(
             "{} is not a hook call: it is {}",

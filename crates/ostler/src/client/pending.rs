@@ -14,11 +14,36 @@ use super::run::parse_label;
 use super::{Conn, ConnectArgs, connect, json, status_error};
 
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct PendingArgs {
+    #[command(subcommand)]
+    pub command: Option<PendingCommand>,
     /// Only sessions with this label (repeatable)
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
     /// Print one JSON object per pending interaction
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum PendingCommand {
+    /// Show one interaction in any state (pending, allowed, denied, answered, expired,
+    /// cancelled): who decided it and when, the response, and what it asked
+    Show(ShowArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ShowArgs {
+    /// Request id (or a unique prefix)
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// Only this session's requests (needed when the id is in several sessions)
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// Print the interaction as one JSON object
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -96,6 +121,197 @@ pub(super) async fn list(
         .map_err(|s| status_error("list pending interactions", s))?
         .into_inner()
         .interactions)
+}
+
+/// `GetInteraction`: the interaction `raw` names in any state.
+pub(super) async fn get_interaction(
+    conn: &mut Conn,
+    raw: &str,
+    session_id: Option<&str>,
+) -> std::result::Result<pb::GetInteractionResponse, tonic::Status> {
+    Ok(conn
+        .sessions
+        .get_interaction(pb::GetInteractionRequest {
+            request_id: raw.trim().to_owned(),
+            session_id: session_id.unwrap_or_default().to_owned(),
+        })
+        .await?
+        .into_inner())
+}
+
+/// The pending interaction `raw` names, as [`pick`]; when nothing pending matches, what
+/// happened to it (`GetInteraction`): who settled it and when, or that it never existed.
+pub(super) async fn pick_or_settled(
+    conn: &mut Conn,
+    all: &[pb::PendingInteraction],
+    raw: &str,
+) -> Result<pb::PendingInteraction> {
+    let id = raw.trim();
+    if id.is_empty() || all.iter().any(|p| p.request_id.starts_with(id)) {
+        return pick(all, raw).cloned();
+    }
+    match get_interaction(conn, id, None).await {
+        Ok(i) if i.state != pb::InteractionState::Pending as i32 => Err(anyhow!("{}", settled(&i))),
+        // Pending now but not a moment ago: it was asked since; list again.
+        Ok(_) => {
+            let all = list(conn, &[]).await?;
+            pick(&all, raw).cloned()
+        }
+        Err(s) if s.code() == tonic::Code::NotFound => Err(anyhow!(
+            "no request with id {:?} (`ostler pending` lists what waits)",
+            clip(id, 80)
+        )),
+        Err(s) if s.code() == tonic::Code::InvalidArgument => {
+            Err(anyhow!("request id {:?}: {}", clip(id, 80), s.message()))
+        }
+        // An older daemon without GetInteraction: say what the list says.
+        Err(_) => pick(all, raw).cloned(),
+    }
+}
+
+/// `request req_1 (session 0193…) was already allowed by client:x at 2026-… (3m ago)`.
+fn settled(i: &pb::GetInteractionResponse) -> String {
+    let by = if i.decided_by.is_empty() {
+        String::new()
+    } else {
+        format!(" by {}", i.decided_by)
+    };
+    let at = if i.decided_ms > 0 {
+        format!(" at {} ({} ago)", utc(i.decided_ms), age(i.decided_ms))
+    } else {
+        String::new()
+    };
+    format!(
+        "request {} (session {}) was already {}{by}{at}",
+        i.request_id,
+        i.session_id,
+        state_name(i.state)
+    )
+}
+
+fn state_name(state: i32) -> &'static str {
+    match pb::InteractionState::try_from(state) {
+        Ok(pb::InteractionState::Pending) => "pending",
+        Ok(pb::InteractionState::Allowed) => "allowed",
+        Ok(pb::InteractionState::Denied) => "denied",
+        Ok(pb::InteractionState::Answered) => "answered",
+        Ok(pb::InteractionState::Expired) => "expired",
+        Ok(pb::InteractionState::Cancelled) => "cancelled",
+        _ => "settled",
+    }
+}
+
+fn kind_name(kind: i32) -> &'static str {
+    match pb::InteractionKind::try_from(kind) {
+        Ok(pb::InteractionKind::Permission) => "permission",
+        Ok(pb::InteractionKind::Question) => "question",
+        Ok(pb::InteractionKind::Hook) => "hook",
+        Ok(pb::InteractionKind::ToolCall) => "tool_call",
+        Ok(pb::InteractionKind::Elicitation) => "elicitation",
+        Ok(pb::InteractionKind::Dialog) => "dialog",
+        _ => "other",
+    }
+}
+
+/// Milliseconds since the epoch as `2026-11-30 15:35:43 UTC`.
+pub(super) fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `ostler pending show ID`
+pub async fn show(a: ShowArgs) -> Result<i32> {
+    let mut conn = connect(&a.connect).await?;
+    let i = get_interaction(&mut conn, &a.id, a.session.as_deref())
+        .await
+        .map_err(|s| status_error("get interaction", s))?;
+    if a.json {
+        let response = if i.response_json.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&i.response_json)
+                .unwrap_or_else(|_| serde_json::Value::String(i.response_json.clone()))
+        };
+        let mut v = json!({
+            "request_id": i.request_id,
+            "session_id": i.session_id,
+            "cwd": i.cwd,
+            "kind": kind_name(i.kind),
+            "state": state_name(i.state),
+            "created_ms": i.created_ms,
+            "decided_by": (!i.decided_by.is_empty()).then_some(&i.decided_by),
+            "decided_ms": (i.decided_ms > 0).then_some(i.decided_ms),
+            "response": response,
+            "response_truncated": i.response_truncated,
+        });
+        if let Some(e) = &i.event {
+            v["event"] = json::event(e);
+        }
+        json_line(&v);
+        return Ok(0);
+    }
+    let p = pb::PendingInteraction {
+        session_id: i.session_id.clone(),
+        cwd: i.cwd.clone(),
+        request_id: i.request_id.clone(),
+        event: i.event.clone(),
+    };
+    outln!("request   {} ({})", i.request_id, kind_name(i.kind));
+    outln!("session   {}  {}", i.session_id, clip(&i.cwd, 60));
+    outln!(
+        "asked     {} ({} ago)",
+        utc(i.created_ms),
+        age(i.created_ms)
+    );
+    let what = what(&p);
+    if !what.is_empty() {
+        outln!("what      {}", clip(&what, 200));
+    }
+    if i.state == pb::InteractionState::Pending as i32 {
+        outln!("state     pending: {}", answer_hint(&p));
+    } else {
+        let by = if i.decided_by.is_empty() {
+            String::new()
+        } else {
+            format!(" by {}", i.decided_by)
+        };
+        outln!("state     {}{by}", state_name(i.state));
+        if i.decided_ms > 0 {
+            outln!(
+                "decided   {} ({} ago)",
+                utc(i.decided_ms),
+                age(i.decided_ms)
+            );
+        }
+    }
+    if !i.response_json.is_empty() {
+        outln!(
+            "response  {}{}",
+            clip(&i.response_json, 400),
+            if i.response_truncated {
+                " [cut at 64 KiB]"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(0)
 }
 
 /// The pending interaction `raw` names (exact request id or unique prefix).
@@ -192,6 +408,9 @@ fn what(p: &pb::PendingInteraction) -> String {
 
 /// `ostler pending`
 pub async fn pending(a: PendingArgs) -> Result<i32> {
+    if let Some(PendingCommand::Show(show_args)) = a.command {
+        return show(show_args).await;
+    }
     let mut conn = connect(&a.connect).await?;
     let all = list(&mut conn, &a.labels).await?;
     if a.json {
@@ -260,7 +479,7 @@ async fn find_permission(
 ) -> Result<(Conn, pb::PendingInteraction, pb::PermissionRequested)> {
     let mut conn = connect(c).await?;
     let all = list(&mut conn, &[]).await?;
-    let p = pick(&all, raw)?.clone();
+    let p = pick_or_settled(&mut conn, &all, raw).await?;
     match p.event.as_ref().and_then(|e| e.payload.clone()) {
         Some(Payload::PermissionRequested(r)) => Ok((conn, p, r)),
         _ => bail!(
@@ -385,7 +604,7 @@ pub fn choice(q: &pb::Question, raw: &str) -> Result<pb::QuestionAnswer> {
 pub async fn answer(a: AnswerQuestionArgs) -> Result<i32> {
     let mut conn = connect(&a.connect).await?;
     let all = list(&mut conn, &[]).await?;
-    let p = pick(&all, &a.id)?.clone();
+    let p = pick_or_settled(&mut conn, &all, &a.id).await?;
     let Some(Payload::QuestionAsked(q)) = p.event.as_ref().and_then(|e| e.payload.clone()) else {
         bail!(
             "{} is not a question: it is {}",
@@ -505,6 +724,14 @@ mod tests {
             ..Default::default()
         };
         assert!(answer_hint(&tool).contains("ostler tool-result t1"));
+    }
+
+    #[test]
+    fn decision_times_in_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_868_799_000), "2000-02-29 23:59:59 UTC");
+        assert_eq!(utc(1_796_053_543_123), "2026-11-30 15:45:43 UTC");
+        assert_eq!(utc(-1), "1969-12-31 23:59:59 UTC");
     }
 
     #[test]
