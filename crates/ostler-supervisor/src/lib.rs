@@ -16,6 +16,7 @@ pub mod cgroup;
 mod child;
 pub mod compat;
 pub mod discover;
+pub mod discovery_cache;
 pub mod env;
 mod installation;
 pub mod options;
