@@ -141,7 +141,14 @@ fn read(path: &Path) -> Vec<Entry> {
 
 /// What the cache at `path` holds for the binary `key` describes.
 pub(crate) fn lookup(path: &Path, key: &BinaryKey) -> Hit {
-    match read(path).into_iter().find(|e| &e.key == key) {
+    let entries = read(path);
+    if let Some(stale) = entries
+        .iter()
+        .find(|e| e.key.path == key.path && &e.key != key)
+    {
+        tracing::debug!(cache = %path.display(), cached = ?stale.key, now = ?key, "the binary changed since it was cached");
+    }
+    match entries.into_iter().find(|e| &e.key == key) {
         Some(e) => Hit {
             version: Some(ClaudeVersion {
                 version: e.version.version,
