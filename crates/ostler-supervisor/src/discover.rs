@@ -137,7 +137,9 @@ impl DiscoverError {
     }
 }
 
-/// Find the binary, read its version, probe its flags and assess it.
+/// Find the binary, read its version, probe its flags and assess it. With
+/// [`DiscoverOptions::cache`], what an earlier call measured on the unchanged binary is
+/// used instead of running it (module [`crate::discovery_cache`]); logged at info either way.
 ///
 /// `Ok` for every level the daemon runs with (`FullyCompatible`, `LikelyCompatible`,
 /// `Degraded`; callers log `message` at warn level unless fully compatible);
