@@ -50,6 +50,10 @@ pub struct DiscoverOptions {
     pub probe_flags: bool,
     /// Timeout of one probe run.
     pub probe_timeout: Duration,
+    /// A discovery cache file (see [`crate::discovery_cache`]): what was measured on this
+    /// binary before (same path, inode, size, mtime, ctime) is not measured again. `None`:
+    /// always measure (`ostler doctor`).
+    pub cache: Option<PathBuf>,
 }
 
 impl Default for DiscoverOptions {
@@ -60,6 +64,7 @@ impl Default for DiscoverOptions {
             version_timeout: Duration::from_secs(30),
             probe_flags: true,
             probe_timeout: Duration::from_secs(15),
+            cache: None,
         }
     }
 }
@@ -132,25 +137,63 @@ impl DiscoverError {
     }
 }
 
-/// Find the binary, read its version, probe its flags and assess it.
+/// Find the binary, read its version, probe its flags and assess it. With
+/// [`DiscoverOptions::cache`], what an earlier call measured on the unchanged binary is
+/// used instead of running it (module [`crate::discovery_cache`]); logged at info either way.
 ///
 /// `Ok` for every level the daemon runs with (`FullyCompatible`, `LikelyCompatible`,
 /// `Degraded`; callers log `message` at warn level unless fully compatible);
 /// `Err(Incompatible)` carries the full installation for reporting.
 pub async fn discover(opts: &DiscoverOptions) -> Result<Installation, DiscoverError> {
+    let started = std::time::Instant::now();
     let path = find_binary(opts)?;
-    let ver = read_version(&path, opts.version_timeout).await?;
-    let probe = if opts.probe_flags {
-        match probe_flags(&path, opts.probe_timeout).await {
-            Ok(p) => Some(p),
+    let key = opts
+        .cache
+        .as_ref()
+        .and_then(|_| crate::discovery_cache::BinaryKey::of(&path));
+    let hit = match (&opts.cache, &key) {
+        (Some(cache), Some(key)) => crate::discovery_cache::lookup(cache, key),
+        _ => Default::default(),
+    };
+    let version_cached = hit.version.is_some();
+    let ver = match hit.version {
+        Some(v) => v,
+        None => read_version(&path, opts.version_timeout).await?,
+    };
+    // A cached probe serves only when probing is on; a version cached without one is
+    // probed now.
+    let (probe, probe_ran) = match (opts.probe_flags, hit.probe) {
+        (false, _) => (None, false),
+        (true, Some(p)) => (Some(p), false),
+        (true, None) => match probe_flags(&path, opts.probe_timeout).await {
+            Ok(p) => (Some(p), true),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "flag probe failed; using the compatibility matrix alone");
-                None
+                (None, true)
             }
-        }
-    } else {
-        None
+        },
     };
+    // Whether the binary was run at all, and whether that taught the cache anything (a
+    // failed probe did not: the next start probes again).
+    let measured = !version_cached || probe_ran;
+    if (!version_cached || (probe_ran && probe.is_some()))
+        && let (Some(cache), Some(key)) = (&opts.cache, key)
+    {
+        // Only what was measured on the binary as it still is: one replaced meanwhile is
+        // measured again next time.
+        if crate::discovery_cache::BinaryKey::of(&path).as_ref() == Some(&key) {
+            crate::discovery_cache::store(cache, key, &ver, probe.clone());
+        }
+    }
+    tracing::info!(
+        path = %path.display(),
+        version = %ver.version,
+        probed = probe.is_some(),
+        source = if measured { "measured" } else { "cached" },
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "Claude Code discovery {}",
+        if measured { "measured" } else { "cached" }
+    );
     let a = compat::assess(&ver.version, probe.as_ref());
     let inst = Installation {
         path,

@@ -4,7 +4,8 @@
 //! - [`discover()`]: find the binary, read `claude --version`, probe its flags and assess
 //!   it against the embedded [`compat::matrix`] ([`CompatLevel`], [`Capabilities`]);
 //!   [`DiscoverError::exit_code`] gives the daemon's exit codes (72 not found,
-//!   78 unusable/incompatible).
+//!   78 unusable/incompatible); [`discovery_cache`] remembers what it measured on an
+//!   unchanged binary across daemon starts.
 //! - [`SessionProcess`]: one CLI process per session (stream-json over stdio), with an
 //!   ordered writer, a framed/decoded reader, control requests in both directions, stop,
 //!   crash and stall reporting.
@@ -16,6 +17,7 @@ pub mod cgroup;
 mod child;
 pub mod compat;
 pub mod discover;
+pub mod discovery_cache;
 pub mod env;
 mod installation;
 pub mod options;

@@ -334,3 +334,106 @@ fn matrix_minimum_and_boundaries_are_consistent() {
     let p = m.boundary("--permission-prompt-tool").unwrap();
     assert_eq!(p.first_with, m.minimum);
 }
+
+/// A fake CLI (version `version_line`, every flag accepted) that appends its arguments to
+/// `runs` each time it is started.
+fn counting_cli(dir: &Path, runs: &Path, version_line: &str) -> PathBuf {
+    script(
+        dir,
+        "claude",
+        &format!(
+            "echo \"$*\" >> '{}'\n\
+             case \"$*\" in *--version*) echo '{version_line}'; exit 0;; esac\n\
+             exit 0",
+            runs.display()
+        ),
+    )
+}
+
+/// (runs of `--version`, probe runs) recorded in `runs` so far.
+fn runs_of(runs: &Path) -> (usize, usize) {
+    let text = std::fs::read_to_string(runs).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let version = lines.iter().filter(|l| l.contains("--version")).count();
+    (version, lines.len() - version)
+}
+
+/// The discovery cache: a second discovery of an unchanged binary runs it zero times and
+/// returns the same installation; a probe is measured when a cache without one is asked for
+/// it (and then reused), and dropped from the result when probing is off; a rewritten or
+/// touched binary is measured again; a corrupt or foreign cache file is ignored (and
+/// replaced). The file is 0600 in a directory made 0700.
+#[tokio::test]
+async fn discovery_cache_skips_measuring_an_unchanged_binary() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let d = tempfile::tempdir().unwrap();
+    let runs = d.path().join("runs");
+    let p = counting_cli(d.path(), &runs, "2.0.50 (Claude Code)");
+    let cache = d.path().join("data").join("claude-discovery.json");
+    let mut o = opts(p.clone());
+    o.cache = Some(cache.clone());
+
+    let first = discover(&o).await.unwrap();
+    assert_eq!(runs_of(&runs), (1, 0));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&cache), 0o600);
+    assert_eq!(mode(cache.parent().unwrap()), 0o700);
+    let again = discover(&o).await.unwrap();
+    assert_eq!(runs_of(&runs), (1, 0), "an unchanged binary is not run");
+    assert_eq!(again, first);
+
+    // Probing on, with a cache written without it: the probe runs (not --version) ...
+    o.probe_flags = true;
+    let probed = discover(&o).await.unwrap();
+    let (v, probes) = runs_of(&runs);
+    assert_eq!(v, 1);
+    assert!(probes >= 2, "the probe ran ({probes} runs)");
+    let probe = probed.probe.clone().expect("probed");
+    assert_eq!(probe.accepted.get(&Flag::ForkSession), Some(&true));
+    assert_eq!(probed.version, first.version);
+    // ... and is then reused; probing off again leaves it out of the result.
+    assert_eq!(discover(&o).await.unwrap(), probed);
+    o.probe_flags = false;
+    assert_eq!(discover(&o).await.unwrap(), first);
+    assert_eq!(runs_of(&runs), (1, probes), "nothing ran again");
+
+    // Rewritten (another size): measured again.
+    let p = counting_cli(d.path(), &runs, "2.1.332 (Claude Code)");
+    let upgraded = discover(&o).await.unwrap();
+    assert_eq!(upgraded.version, semver::Version::new(2, 1, 332));
+    assert_eq!(runs_of(&runs), (2, probes));
+    // Touched (same content, new mtime): measured again.
+    std::fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(discover(&o).await.unwrap(), upgraded);
+    assert_eq!(runs_of(&runs), (3, probes));
+    assert_eq!(discover(&o).await.unwrap(), upgraded);
+    assert_eq!(runs_of(&runs), (3, probes));
+
+    // A file written by another ostler (other probed flags, say) is ignored.
+    let mut foreign: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
+    foreign["ostler"] = "0.0.0-another".into();
+    std::fs::write(&cache, foreign.to_string()).unwrap();
+    assert_eq!(discover(&o).await.unwrap(), upgraded);
+    assert_eq!(runs_of(&runs), (4, probes));
+    // A corrupt file is ignored and replaced by a good one.
+    std::fs::write(&cache, "{\"format\": 1, \"entr").unwrap();
+    assert_eq!(discover(&o).await.unwrap(), upgraded);
+    assert_eq!(runs_of(&runs), (5, probes));
+    assert_eq!(discover(&o).await.unwrap(), upgraded);
+    assert_eq!(runs_of(&runs), (5, probes));
+    // An unreadable one (a directory in its place) is no error either.
+    std::fs::remove_file(&cache).unwrap();
+    std::fs::create_dir(&cache).unwrap();
+    assert_eq!(discover(&o).await.unwrap(), upgraded);
+    assert_eq!(runs_of(&runs), (6, probes));
+    // Without a cache every discovery measures.
+    o.cache = None;
+    assert_eq!(discover(&o).await.unwrap(), upgraded);
+    assert_eq!(runs_of(&runs), (7, probes));
+}

@@ -49,6 +49,8 @@
 //!
 //! [claude]
 //! path = "/usr/local/bin/claude"   # default: search PATH
+//! probe_flags = true               # probe the binary's flags at start (--no-probe)
+//! discovery_cache = true           # reuse the last start's measurements of an unchanged binary
 //!
 //! [feed]
 //! deleted_retention_secs = 2592000 # keep session-deleted feed items 30 days (0: forever)
@@ -400,6 +402,10 @@ pub struct ClaudeConfig {
     pub path: Option<PathBuf>,
     /// Probe the binary's flags at start (slower start, exact capabilities).
     pub probe_flags: bool,
+    /// Remember what discovery measured on the binary (`claude --version`, the flag probe)
+    /// in `claude-discovery.json` next to the store, and skip measuring at the next start
+    /// while the binary is unchanged (same path, inode, size, mtime, ctime).
+    pub discovery_cache: bool,
 }
 
 impl Default for ClaudeConfig {
@@ -407,6 +413,7 @@ impl Default for ClaudeConfig {
         Self {
             path: None,
             probe_flags: true,
+            discovery_cache: true,
         }
     }
 }
@@ -483,6 +490,7 @@ pub struct Overrides {
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
     pub no_probe: bool,
+    pub no_discovery_cache: bool,
     /// `--session-env NAME=VALUE` (repeatable): `[sessions.env]` entries.
     pub session_env: Vec<(String, String)>,
     pub metrics_listen: Option<String>,
@@ -543,6 +551,9 @@ impl Overrides {
         }
         if self.no_probe {
             put("claude", "probe_flags", json!(false));
+        }
+        if self.no_discovery_cache {
+            put("claude", "discovery_cache", json!(false));
         }
         if let Some(v) = &self.metrics_listen {
             put("metrics", "listen", json!(v));

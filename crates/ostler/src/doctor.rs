@@ -84,6 +84,9 @@ pub async fn report(args: DoctorArgs, out: &mut (dyn Write + Send)) -> i32 {
         claude_path: cfg.claude.path.clone(),
         probe_flags: cfg.claude.probe_flags,
         version_timeout: Duration::from_secs(args.version_timeout.max(1)),
+        // Always measured: doctor is what an operator runs when in doubt, and it must not
+        // repeat what a daemon cached (`claude.discovery_cache` is for `serve` alone).
+        cache: None,
         ..DiscoverOptions::default()
     };
     let result = ostler_supervisor::discover(&opts).await;

@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// Skip probing the CLI's flags at start (faster; the compatibility matrix decides).
     #[arg(long)]
     no_probe: bool,
+    /// Measure the CLI at start even when `claude-discovery.json` (next to the store) knows
+    /// this binary. Overrides `claude.discovery_cache`.
+    #[arg(long)]
+    no_discovery_cache: bool,
     /// Set a variable for every session (repeatable; adds to `[sessions.env]`). Prefer the
     /// config file for secrets: command lines are visible to other users.
     #[arg(long = "session-env", value_name = "NAME=VALUE", value_parser = parse_session_env)]
@@ -102,6 +106,7 @@ impl ServeArgs {
             tls_key: self.tls_key.clone(),
             tls_client_ca: self.tls_client_ca.clone(),
             no_probe: self.no_probe,
+            no_discovery_cache: self.no_discovery_cache,
             session_env: self.session_env.clone(),
             metrics_listen: self.metrics_listen.clone(),
         }
@@ -212,6 +217,11 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     let discover_opts = ostler_supervisor::DiscoverOptions {
         claude_path: cfg.claude.path.clone(),
         probe_flags: cfg.claude.probe_flags,
+        // Next to the store, in the daemon user's data directory (made 0700 when missing).
+        cache: cfg
+            .claude
+            .discovery_cache
+            .then(|| discovery_cache_path(&valid.store_path)),
         ..Default::default()
     };
     let discovered = tokio::select! {
@@ -606,6 +616,14 @@ pub(crate) fn debug_dir(store: &std::path::Path) -> std::path::PathBuf {
         .parent()
         .unwrap_or_else(|| std::path::Path::new("."))
         .join("debug")
+}
+
+/// The discovery cache: `claude-discovery.json` in the store's directory.
+pub(crate) fn discovery_cache_path(store: &std::path::Path) -> std::path::PathBuf {
+    store
+        .parent()
+        .unwrap_or_else(|| std::path::Path::new("."))
+        .join(ostler_supervisor::discovery_cache::FILE_NAME)
 }
 
 /// Why the daemon must not start with a `sessions.managed_settings` policy on this release

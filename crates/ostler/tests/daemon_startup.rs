@@ -464,3 +464,63 @@ async fn the_client_over_tls_says_what_is_wrong_with_a_certificate() {
         drop(daemon);
     }
 }
+
+/// Two daemon starts on one data directory run the CLI's `--version` once: the second
+/// reads `claude-discovery.json` (0600, next to the store) and says so. `--no-discovery-cache`
+/// and `OSTLER_CLAUDE__DISCOVERY_CACHE=false` measure again.
+#[tokio::test]
+async fn a_restart_reuses_the_discovery_of_an_unchanged_cli() {
+    let mut world = World::new(NEW).await;
+    // The release's binary behind a script that counts its runs.
+    let runs = world.dir.path().join("runs");
+    let wrapper = world.dir.path().join("claude-counting");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+            runs.display(),
+            world.claude.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    world.claude = wrapper;
+    let versions = || {
+        std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("--version"))
+            .count()
+    };
+
+    let mut first = world.daemon(&[]).await;
+    assert_eq!(versions(), 1);
+    assert!(
+        first.log_text().contains("Claude Code discovery measured"),
+        "{}",
+        first.log_text()
+    );
+    first.terminate().await;
+    let cache = world.store.with_file_name("claude-discovery.json");
+    let mode = std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", cache.display());
+
+    let mut second = world.daemon(&[]).await;
+    assert_eq!(versions(), 1, "the restart ran `claude --version` again");
+    let log = second.log_text();
+    assert!(log.contains("Claude Code discovery cached"), "{log}");
+    assert!(
+        log.contains(&format!("Claude Code {NEW} detected")),
+        "{log}"
+    );
+    second.terminate().await;
+
+    let mut third = world.daemon(&["--no-discovery-cache"]).await;
+    assert_eq!(versions(), 2);
+    third.terminate().await;
+    let _fourth = world
+        .daemon_with_env(&[], &[("OSTLER_CLAUDE__DISCOVERY_CACHE", "false")])
+        .await;
+    assert_eq!(versions(), 3);
+}
