@@ -874,11 +874,12 @@ impl Engine {
     }
 
     /// The error a client gets for a guarded cut the CLI refused (the actor recorded the
-    /// refusal as `resume_refused`).
-    fn guard_refused(&self, reason: &str) -> Error {
+    /// refusal as `resume_refused`): `field` names the request's field, `verb` what to do
+    /// instead without the cut.
+    fn guard_refused(&self, field: &str, verb: &str, reason: &str) -> Error {
         Error::precondition(format!(
-            "drops_turn_message_id: Claude Code {} refused the cut (not retryable: the same \
-             request is refused again; resume without the cut, or cut elsewhere): {reason}",
+            "{field}: Claude Code {} refused the cut (not retryable: the same request is \
+             refused again; {verb} without the cut, or cut elsewhere): {reason}",
             self.installation().version
         ))
     }
@@ -1072,12 +1073,7 @@ impl Engine {
             // Refused before the CLI wrote anything: the session is not kept.
             drop(_spawning);
             drop(_life);
-            let err = Error::precondition(format!(
-                "fork_drops_turn_message_id: Claude Code {} refused the cut (not \
-                 retryable: the same request is refused again; fork without the cut, or \
-                 cut elsewhere): {reason}",
-                self.installation().version
-            ));
+            let err = self.guard_refused("fork_drops_turn_message_id", "fork", &reason);
             if let Err(e) = self.delete_session(&id).await {
                 tracing::warn!(session = %id, error = %e, "cannot remove the refused fork");
             }
@@ -1543,7 +1539,7 @@ impl Engine {
         if let Some(events) = events
             && let Some(reason) = self.guard_verdict(entry, events).await
         {
-            return Err(self.guard_refused(&reason));
+            return Err(self.guard_refused("drops_turn_message_id", "resume", &reason));
         }
         Ok(())
     }
