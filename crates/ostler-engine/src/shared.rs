@@ -68,6 +68,10 @@ pub struct EngineOptions {
     /// owner-only when first needed). `None`: the option is refused (FAILED_PRECONDITION).
     /// The daemon uses `debug/` next to its store.
     pub debug_dir: Option<PathBuf>,
+    /// A session's debug log past this many bytes keeps its newest half (from a line's
+    /// start), checked at every spawn and every turn's end; 0: unbounded.
+    /// (`sessions.debug_log_max_bytes`)
+    pub debug_max_bytes: u64,
 }
 
 impl Default for EngineOptions {
@@ -90,6 +94,7 @@ impl Default for EngineOptions {
             live_wait: Duration::from_secs(30),
             queue_grace: Duration::from_secs(30),
             debug_dir: None,
+            debug_max_bytes: crate::engine::debug_log::DEBUG_MAX_BYTES_DEFAULT,
         }
     }
 }
