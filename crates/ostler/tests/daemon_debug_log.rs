@@ -306,7 +306,7 @@ async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
         }
     });
     let mut seen: Vec<serde_json::Value> = Vec::new();
-    let mut read_until = |end: u64, seen: &mut Vec<serde_json::Value>| {
+    let read_until = |end: u64, seen: &mut Vec<serde_json::Value>| {
         while seen
             .last()
             .is_none_or(|p| p["next_offset"].as_u64().unwrap() < end)

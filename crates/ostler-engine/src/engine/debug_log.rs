@@ -397,7 +397,7 @@ mod tests {
         // what was dropped; an offset past the end is still refused.
         let r = read_chunk(&path, 0, 1000).unwrap();
         assert_eq!(r.first_offset, 324);
-        assert_eq!(r.data, lines[324..].as_bytes());
+        assert_eq!(r.data, &lines.as_bytes()[324..]);
         assert_eq!((r.next_offset, r.size, r.eof), (360, 360, true));
         let r = read_chunk(&path, 342, 5).unwrap();
         assert_eq!(r.data, b"line ");
@@ -422,7 +422,7 @@ mod tests {
         assert_eq!(read_base(&path).unwrap(), 324 + 180);
         let r = read_chunk(&path, 360, 1000).unwrap();
         assert_eq!(r.first_offset, 504);
-        assert_eq!(r.data, all[504..].as_bytes());
+        assert_eq!(r.data, &all.as_bytes()[504..]);
         assert_eq!(r.size, all.len() as u64);
         // Appended after a trim: at the file's new end, at the next logical offsets.
         std::fs::OpenOptions::new()
