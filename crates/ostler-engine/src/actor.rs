@@ -209,6 +209,8 @@ pub(crate) struct Actor {
     decline_elicitations: bool,
     /// Every user message goes as written (`CliOptions::verbatim_prompts`).
     verbatim_prompts: bool,
+    /// The session's debug log, when it has one ([`ActorOptions::debug_log`]).
+    debug_log: Option<PathBuf>,
     /// The messages written to the CLI still owed an answer, and so the turns still to
     /// come (what keeps the session RUNNING).
     owed: owed::Owed,
@@ -282,6 +284,8 @@ pub(crate) struct ActorOptions {
     pub decline_elicitations: bool,
     /// Send every user message with `verbatim` (`CliOptions::verbatim_prompts`).
     pub verbatim_prompts: bool,
+    /// The session's debug log (`debug`): trimmed to its cap at every turn's end.
+    pub debug_log: Option<PathBuf>,
     /// The running cost the CLI starts from (what it restored at a resume).
     pub restored_cost_usd: f64,
     /// This process respawns a session ostler already titled (a resume, not a create, a
@@ -345,6 +349,7 @@ impl Actor {
             dialogs: HashMap::new(),
             decline_elicitations: o.decline_elicitations,
             verbatim_prompts: o.verbatim_prompts,
+            debug_log: o.debug_log,
             owed: owed::Owed::default(),
             next_turn_due: None,
             turn_since_result: false,

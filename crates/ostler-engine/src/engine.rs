@@ -4,7 +4,7 @@
 //! live-session slots in `engine/demand.rs`.
 
 mod control;
-mod debug_log;
+pub(crate) mod debug_log;
 mod demand;
 mod lifecycle;
 mod meta;
@@ -27,7 +27,7 @@ pub use crate::shared::EngineOptions;
 use crate::shared::Shared;
 pub use crate::subscribe::Subscription;
 use crate::types::*;
-pub use debug_log::{DEBUG_READ_DEFAULT, DEBUG_READ_MAX, DebugLogChunk};
+pub use debug_log::{DEBUG_MAX_BYTES_DEFAULT, DEBUG_READ_DEFAULT, DEBUG_READ_MAX, DebugLogChunk};
 
 /// `client_message_id`s with this prefix are ostler's own; clients' are refused.
 pub const RESERVED_MESSAGE_ID_PREFIX: &str = "ostler:";

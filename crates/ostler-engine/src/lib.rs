@@ -32,8 +32,8 @@ mod subscribe;
 
 pub use capability::{CONTEXT_LOST, ResumeOptions};
 pub use engine::{
-    DEBUG_READ_DEFAULT, DEBUG_READ_MAX, DebugLogChunk, Engine, EngineOptions, FIRST_PROMPT_ID,
-    RESERVED_MESSAGE_ID_PREFIX, Subscription,
+    DEBUG_MAX_BYTES_DEFAULT, DEBUG_READ_DEFAULT, DEBUG_READ_MAX, DebugLogChunk, Engine,
+    EngineOptions, FIRST_PROMPT_ID, RESERVED_MESSAGE_ID_PREFIX, Subscription,
 };
 pub use error::{CodeKind, Error, Result};
 pub use feed::{FeedItem, FeedWatch, WatchRequest};

@@ -72,6 +72,10 @@ pub struct EngineOptions {
     /// owner-only when first needed). `None`: the option is refused (FAILED_PRECONDITION).
     /// The daemon uses `debug/` next to its store.
     pub debug_dir: Option<PathBuf>,
+    /// A session's debug log past this many bytes keeps its newest half (from a line's
+    /// start), checked at every spawn and every turn's end; 0: unbounded.
+    /// (`sessions.debug_log_max_bytes`)
+    pub debug_max_bytes: u64,
 }
 
 impl Default for EngineOptions {
@@ -95,6 +99,7 @@ impl Default for EngineOptions {
             queue_grace: Duration::from_secs(30),
             guard_verdict: Duration::from_secs(120),
             debug_dir: None,
+            debug_max_bytes: crate::engine::debug_log::DEBUG_MAX_BYTES_DEFAULT,
         }
     }
 }

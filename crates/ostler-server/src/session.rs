@@ -366,6 +366,7 @@ impl SessionService for SessionSvc {
             Ok(pb::ReadDebugLogResponse {
                 data: c.data,
                 next_offset: c.next_offset,
+                first_offset: c.first_offset,
                 size: c.size,
                 eof: c.eof,
             })

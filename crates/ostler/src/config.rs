@@ -36,6 +36,7 @@
 //! subscriber_buffer = 1024         # events a subscriber may fall behind the live stream
 //! allowed_roots = ["/home/me/src"]  # empty: any existing directory
 //! env_allow = ["MYCO_*", "EXTRA"] # more inherited variables passed to sessions
+//! debug_log_max_bytes = 67108864  # a `debug` session's CLI debug log keeps at most this (0: no cap)
 //!
 //! [sessions.env]                  # set for every session (names case-sensitive)
 //! GIT_AUTHOR_NAME = "ostler"      # also OSTLER_SESSIONS__ENV__GIT_AUTHOR_NAME=...
@@ -303,6 +304,10 @@ pub struct SessionsConfig {
     pub env_allow: Vec<String>,
     /// Variables set for every session (they win over inherited ones).
     pub env: SessionEnv,
+    /// A `debug` session's CLI debug log past this many bytes keeps its newest half (from a
+    /// line's start), checked at every spawn and every turn's end; ReadDebugLog offsets
+    /// stay logical. 0: no cap; otherwise at least 4,096. Default 64 MiB.
+    pub debug_log_max_bytes: u64,
     /// Settings every session's CLI gets at its policy tier (`--managed-settings`), merged
     /// with the session's own `managed_settings` so that these hold: what a client asks
     /// (permission mode, `settings`, rules) cannot loosen them. Empty: none.
@@ -356,6 +361,10 @@ const CONTROL_TIMEOUT_SECS: std::ops::RangeInclusive<u64> = 1..=600;
 /// ResumeSession (and the session's lifecycle) for most of an hour.
 const GUARD_VERDICT_SECS: std::ops::RangeInclusive<u64> = 1..=600;
 
+/// `sessions.debug_log_max_bytes`: the least cap (0 aside). Below a page, the half kept
+/// would hold a handful of the CLI's lines.
+const MIN_DEBUG_LOG_MAX_BYTES: u64 = 4096;
+
 /// Most variables in `[sessions.env]`.
 const MAX_SESSION_ENV: usize = 256;
 /// Most bytes of one `NAME=VALUE` (Linux refuses a longer string at exec: `MAX_ARG_STRLEN`).
@@ -381,6 +390,7 @@ impl Default for SessionsConfig {
             cgroup: "auto".into(),
             env_allow: Vec::new(),
             env: SessionEnv::default(),
+            debug_log_max_bytes: ostler_engine::DEBUG_MAX_BYTES_DEFAULT,
             managed_settings: serde_json::Map::new(),
         }
     }
@@ -880,6 +890,13 @@ impl Config {
                 self.sessions.queue_grace_secs,
                 QUEUE_GRACE_SECS.start(),
                 QUEUE_GRACE_SECS.end()
+            );
+        }
+        let cap = self.sessions.debug_log_max_bytes;
+        if cap != 0 && cap < MIN_DEBUG_LOG_MAX_BYTES {
+            bail!(
+                "sessions.debug_log_max_bytes is {cap}; it must be 0 (no cap) or at least \
+                 {MIN_DEBUG_LOG_MAX_BYTES} bytes"
             );
         }
         if !CONTROL_TIMEOUT_SECS.contains(&self.sessions.control_timeout_secs) {
@@ -1515,6 +1532,33 @@ mod tests {
     }
 
     #[test]
+    fn the_debug_log_cap_is_configured_and_zero_is_no_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("x.db").display().to_string();
+        assert_eq!(
+            Config::default().sessions.debug_log_max_bytes,
+            64 * 1024 * 1024
+        );
+        for (cap, ok) in [(0, true), (4096, true), (4095, false), (1, false)] {
+            let f = write(
+                dir.path(),
+                "cap.toml",
+                &format!("[store]\npath = {store:?}\n[sessions]\ndebug_log_max_bytes = {cap}\n"),
+            );
+            let c = load(Some(&f), &Overrides::default()).unwrap();
+            assert_eq!(c.sessions.debug_log_max_bytes, cap);
+            let v = c.validate();
+            assert_eq!(v.is_ok(), ok, "{cap}");
+            if let Err(e) = v {
+                assert!(
+                    format!("{e:#}").contains("sessions.debug_log_max_bytes"),
+                    "{e:#}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn every_layer_is_type_checked_and_errors_name_where_a_value_was_set() {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("x.db").display().to_string();
@@ -1649,6 +1693,10 @@ mod tests {
             (
                 Box::new(|c| c.sessions.guard_verdict_secs = 0),
                 "sessions.guard_verdict_secs",
+            ),
+            (
+                Box::new(|c| c.sessions.debug_log_max_bytes = 4095),
+                "sessions.debug_log_max_bytes",
             ),
             (
                 Box::new(|c| c.sessions.subscriber_buffer = 100),

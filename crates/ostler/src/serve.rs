@@ -606,6 +606,7 @@ fn engine_options(
         // The CLI's debug logs of sessions created with `debug`: next to the store (whose
         // directory is the daemon user's), one file per session.
         debug_dir: Some(debug_dir(&valid.store_path)),
+        debug_max_bytes: cfg.sessions.debug_log_max_bytes,
         ..Default::default()
     }
 }

@@ -231,3 +231,159 @@ async fn the_debug_log_is_read_remotely_paged_appended_at_resume_and_deleted() {
     reader.join().unwrap();
     assert_refused(read(&mut c, &id, 0, 0).await, Code::NotFound, &id);
 }
+
+/// `sessions.debug_log_max_bytes` (here 4 KiB, set in the environment): at each turn's end
+/// and each spawn the file past the cap keeps its newest half from a line's start (one
+/// process start and turn of 2.1.332 logs ~18 KB); ReadDebugLog offsets stay logical (the
+/// first kept one is reported, a read from 0 starts there); `debug-log --follow --json`
+/// is told what was dropped and its offsets only grow.
+#[tokio::test]
+async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
+    const CAP: u64 = 4096;
+    let world = World::new(NEW).await;
+    let daemon = world
+        .daemon_with_env(&[], &[("OSTLER_SESSIONS__DEBUG_LOG_MAX_BYTES", "4096")])
+        .await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            debug: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let id = s.id.clone();
+    let file = world
+        .store
+        .parent()
+        .unwrap()
+        .join("debug")
+        .join(format!("{id}.log"));
+    assert!(turn(&mut c, &id, "Say hello").await.contains("Hello"));
+    let on_disk = || std::fs::metadata(&file).unwrap().len();
+    assert!(on_disk() <= CAP, "{} bytes on disk", on_disk());
+
+    // From 0: what is kept, from its first line, at its logical offset.
+    let first = read(&mut c, &id, 0, 0).await.unwrap();
+    let text = String::from_utf8_lossy(&first.data).into_owned();
+    assert!(first.first_offset > CAP, "{first:?}");
+    assert!(first.eof && first.size == first.first_offset + first.data.len() as u64);
+    assert_eq!(first.next_offset, first.size);
+    // Every line the CLI writes starts with its timestamp: the cut is at a line's start.
+    assert!(text.starts_with("20") && text.ends_with('\n'), "{text}");
+    // Paged from inside the dropped part: the same, and later offsets are absolute.
+    let mid = read(&mut c, &id, first.first_offset / 2, 10).await.unwrap();
+    assert_eq!(mid.data, first.data[..10]);
+    assert_eq!(mid.next_offset, first.first_offset + 10);
+
+    // A follower started now is told what was dropped, then follows a resume.
+    let mut follow = client_command(
+        &world,
+        &daemon.addr.to_string(),
+        &[
+            "debug-log".into(),
+            id.clone(),
+            "--follow".into(),
+            "--json".into(),
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let (pieces_tx, pieces) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stdout = follow.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let v = serde_json::from_str(&line).unwrap();
+            if pieces_tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen: Vec<serde_json::Value> = Vec::new();
+    let read_until = |end: u64, seen: &mut Vec<serde_json::Value>| {
+        while seen
+            .last()
+            .is_none_or(|p| p["next_offset"].as_u64().unwrap() < end)
+        {
+            seen.push(
+                pieces
+                    .recv_timeout(guard())
+                    .expect("debug-log --follow output"),
+            );
+        }
+    };
+    read_until(first.size, &mut seen);
+    assert_eq!(seen[0]["offset"], 0);
+    assert_eq!(seen[0]["dropped"].as_u64().unwrap(), first.first_offset);
+
+    // Stopped and resumed (the spawn trims what the exit logged), a second turn: still
+    // within the cap, more dropped, nothing before the earlier offsets.
+    c.stop_session(pb::StopSessionRequest {
+        session_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert!(turn(&mut c, &id, "Say hello").await.contains("Hello"));
+    assert!(on_disk() <= CAP, "{} bytes on disk", on_disk());
+    let second = read(&mut c, &id, first.next_offset, 0).await.unwrap();
+    assert!(
+        second.first_offset > first.size && second.size > second.first_offset,
+        "{second:?}"
+    );
+    assert_eq!(second.next_offset, second.size);
+    read_until(second.size, &mut seen);
+
+    // Deleted: the file and its base go, the follower ends.
+    c.delete_session(pb::DeleteSessionRequest {
+        session_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    let dir = file.parent().unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&id))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let out = wait_output(follow);
+    assert!(out.status.success(), "{out:?}");
+    reader.join().unwrap();
+    seen.extend(pieces.try_iter());
+    // Each read starts where the last ended; data starts at max(offset, first kept);
+    // offsets only grow; what it had not read when it started was reported dropped.
+    let mut dropped_total = 0;
+    for w in seen.windows(2) {
+        assert_eq!(w[1]["offset"], w[0]["next_offset"], "{seen:?}");
+    }
+    for p in &seen {
+        let (offset, next, first_kept, dropped) = (
+            p["offset"].as_u64().unwrap(),
+            p["next_offset"].as_u64().unwrap(),
+            p["first_offset"].as_u64().unwrap(),
+            p["dropped"].as_u64().unwrap(),
+        );
+        let len = p["data"].as_str().unwrap().len() as u64;
+        assert_eq!(dropped, first_kept.saturating_sub(offset), "{p}");
+        assert!(
+            next >= offset && next == offset.max(first_kept) + len,
+            "{p}"
+        );
+        dropped_total += dropped;
+    }
+    assert!(dropped_total >= first.first_offset, "{seen:?}");
+    assert!(seen.last().unwrap()["next_offset"].as_u64().unwrap() >= second.size);
+}

@@ -406,6 +406,15 @@ impl Actor {
                     .await;
             }
         }
+        // Before the session settles: a client that waits for idle reads a trimmed log.
+        if let Some(path) = &self.debug_log {
+            crate::engine::debug_log::trim_logged(
+                &self.entry.id,
+                path.clone(),
+                self.shared.opts.debug_max_bytes,
+            )
+            .await;
+        }
         self.settle_state(Some(format!("turn ended ({subtype})")))
             .await;
     }

@@ -3,10 +3,20 @@
 //! ([`EngineOptions::debug_dir`](crate::EngineOptions::debug_dir)), and passes it as
 //! `--debug-file` at every spawn (create, resume, fork), so the CLI appends to the same
 //! file; a client never names a path. `ReadDebugLog` reads it in bounded pieces, in any
-//! state; `DeleteSession` removes it. The CLI writes it without bound.
+//! state; `DeleteSession` removes it.
+//!
+//! Bounded by [`EngineOptions::debug_max_bytes`](crate::EngineOptions::debug_max_bytes):
+//! at every spawn (before the CLI opens the file) and at every turn's end, a file past the
+//! cap keeps only its newest half, from a line's start ([`trim`]). The CLI (2.1.332, by
+//! strace) opens the file `O_APPEND` for every write and closes it after, so cutting the
+//! file in place while it runs is safe: its next write lands at the new end. Offsets stay
+//! logical: the bytes dropped so far are counted in `<id>.log.base` (written before the
+//! file is cut, so offsets only ever grow), and a read before the first byte still kept
+//! reads from it ([`DebugLogChunk::first_offset`]).
 
-use std::io::{Read as _, Seek as _, SeekFrom};
-use std::path::PathBuf;
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
 
 use super::Engine;
 use super::lifecycle::SessionSpec;
@@ -18,17 +28,36 @@ pub const DEBUG_READ_DEFAULT: u32 = 64 * 1024;
 /// The most one `ReadDebugLog` returns.
 pub const DEBUG_READ_MAX: u32 = 1024 * 1024;
 
-/// One piece of a session's debug log.
+/// What [`EngineOptions::debug_max_bytes`](crate::EngineOptions::debug_max_bytes) is when
+/// not configured: 64 MiB per session.
+pub const DEBUG_MAX_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+
+/// Trims and reads of debug logs, one at a time: a read never sees a file half cut, nor a
+/// base that does not match its file.
+static DEBUG_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn debug_lock() -> std::sync::MutexGuard<'static, ()> {
+    DEBUG_LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One piece of a session's debug log. Offsets are logical: a byte keeps its offset when
+/// older ones are dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DebugLogChunk {
-    /// The bytes from the requested offset.
+    /// The bytes from `max(offset, first_offset)`.
     pub data: Vec<u8>,
-    /// Offset + `data.len()`.
+    /// Where the data starts + `data.len()`.
     pub next_offset: u64,
-    /// The file's size when read (0 while the CLI has written nothing).
+    /// The log's logical size when read: bytes dropped + bytes kept (0 while the CLI has
+    /// written nothing).
     pub size: u64,
-    /// Whether the read reached the end of the file as it was.
+    /// Whether the read reached the end of the log as it was.
     pub eof: bool,
+    /// The first offset still kept (the bytes dropped by trims so far); a read from before
+    /// it read from it.
+    pub first_offset: u64,
 }
 
 impl Engine {
@@ -61,6 +90,8 @@ impl Engine {
                 .map_err(|e| Error::internal(format!("debug log directory {}: {e}", dir.display())))
         })
         .await?;
+        // Before the CLI opens it: what an earlier process left past the cap goes.
+        trim_logged(session_id, path.clone(), self.shared.opts.debug_max_bytes).await;
         Ok(path.to_string_lossy().into_owned())
     }
 
@@ -78,9 +109,17 @@ impl Engine {
             return;
         };
         let shown = path.display().to_string();
-        let r = blocking(move || match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::internal(e)),
-            _ => Ok(()),
+        let r = blocking(move || {
+            let _held = debug_lock();
+            for p in [base_path(&path), path] {
+                match std::fs::remove_file(&p) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(Error::internal(e));
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
         })
         .await;
         if let Err(e) = r {
@@ -117,8 +156,125 @@ impl Engine {
         }
         let path = self.debug_log_path(session_id).ok_or_else(no_debug_dir)?;
         let want = bound(max_bytes);
-        blocking(move || read_chunk(&path, offset, want)).await
+        blocking(move || {
+            let _held = debug_lock();
+            read_chunk(&path, offset, want)
+        })
+        .await
     }
+}
+
+/// [`trim`] on the blocking pool, under the lock; a failure is logged (the log is only
+/// longer than it should be), never the caller's error. Cap 0: nothing is done.
+pub(crate) async fn trim_logged(session_id: &str, path: PathBuf, cap: u64) {
+    if cap == 0 {
+        return;
+    }
+    let shown = path.display().to_string();
+    let r = blocking(move || {
+        let _held = debug_lock();
+        trim(&path, cap)
+    })
+    .await;
+    match r {
+        Ok(0) => {}
+        Ok(dropped) => {
+            tracing::debug!(session = %session_id, file = %shown, dropped, cap, "debug log trimmed to its cap");
+        }
+        Err(e) => {
+            tracing::warn!(session = %session_id, file = %shown, error = %e, "could not trim the session's debug log");
+        }
+    }
+}
+
+/// `<id>.log.base`: how many bytes of `<id>.log` trims dropped (decimal); none: 0.
+fn base_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".base");
+    PathBuf::from(p)
+}
+
+fn read_base(path: &Path) -> Result<u64> {
+    let bp = base_path(path);
+    match std::fs::read_to_string(&bp) {
+        Ok(s) => s
+            .trim()
+            .parse::<u64>()
+            .map_err(|e| Error::internal(format!("debug log base {}: {e}: {s:?}", bp.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(Error::internal(format!(
+            "debug log base {}: {e}",
+            bp.display()
+        ))),
+    }
+}
+
+/// Replaces the base file whole (a new file renamed over it).
+fn write_base(path: &Path, base: u64) -> Result<()> {
+    let bp = base_path(path);
+    let mut tmp = bp.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let io = |e: std::io::Error| Error::internal(format!("debug log base {}: {e}", bp.display()));
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(format!("{base}\n").as_bytes()).map_err(io)?;
+    drop(f);
+    std::fs::rename(&tmp, &bp).map_err(io)
+}
+
+/// If `path` holds more than `cap` bytes (0: no cap), drops its oldest bytes in place,
+/// keeping at most `cap / 2` from the start of a line (or, with no line break among them,
+/// exactly the newest `cap / 2`); returns how many were dropped. The base grows first, so
+/// a crash in between leaves offsets too high (some bytes read again at new offsets),
+/// never too low. Bytes the CLI appends meanwhile are carried along; only one it appends
+/// between the last look at the size and the cut would be lost.
+pub(crate) fn trim(path: &Path, cap: u64) -> Result<u64> {
+    let io = |e: std::io::Error| Error::internal(format!("debug log {}: {e}", path.display()));
+    if cap == 0 {
+        return Ok(0);
+    }
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(e)),
+    };
+    let size = f.metadata().map_err(io)?.len();
+    if size <= cap {
+        return Ok(0);
+    }
+    let from = size - cap / 2;
+    let mut kept = read_range(&f, from, size).map_err(io)?;
+    let skip = match kept.iter().position(|b| *b == b'\n') {
+        Some(i) => i + 1,
+        None => 0,
+    };
+    kept.drain(..skip);
+    let cut = from + skip as u64;
+    write_base(path, read_base(path)? + cut)?;
+    f.write_all_at(&kept, 0).map_err(io)?;
+    let (mut src, mut dst) = (size, kept.len() as u64);
+    loop {
+        let now = f.metadata().map_err(io)?.len();
+        if now <= src {
+            break;
+        }
+        let more = read_range(&f, src, now).map_err(io)?;
+        f.write_all_at(&more, dst).map_err(io)?;
+        dst += more.len() as u64;
+        src = now;
+    }
+    f.set_len(dst).map_err(io)?;
+    Ok(cut)
+}
+
+fn read_range(f: &std::fs::File, from: u64, to: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0; usize::try_from(to - from).unwrap_or(0)];
+    f.read_exact_at(&mut buf, from)?;
+    Ok(buf)
 }
 
 /// How much one read returns at most.
@@ -136,44 +292,38 @@ fn no_debug_dir() -> Error {
     )
 }
 
-/// Reads `[offset, offset + want)` of `path`, bounded by its size now; a missing file is an
-/// empty log (the CLI has not written yet).
-fn read_chunk(path: &std::path::Path, offset: u64, want: u32) -> Result<DebugLogChunk> {
-    let mut f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if offset > 0 {
-                return Err(past_end(offset, 0));
-            }
-            return Ok(DebugLogChunk {
-                data: Vec::new(),
-                next_offset: 0,
-                size: 0,
-                eof: true,
-            });
+/// Reads `[offset, offset + want)` of the log at `path` in logical offsets (from its
+/// first kept byte when `offset` is before it), bounded by its size now; a missing file is
+/// an empty log (the CLI has not written yet).
+fn read_chunk(path: &Path, offset: u64, want: u32) -> Result<DebugLogChunk> {
+    let io = |e: std::io::Error| Error::internal(format!("debug log: {e}"));
+    let base = read_base(path)?;
+    let (mut f, kept) = match std::fs::File::open(path) {
+        Ok(f) => {
+            let len = f.metadata().map_err(io)?.len();
+            (Some(f), len)
         }
-        Err(e) => return Err(Error::internal(format!("debug log: {e}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, 0),
+        Err(e) => return Err(io(e)),
     };
-    let size = f
-        .metadata()
-        .map_err(|e| Error::internal(format!("debug log: {e}")))?
-        .len();
+    let size = base + kept;
     if offset > size {
         return Err(past_end(offset, size));
     }
-    let n = u64::from(want).min(size - offset);
-    f.seek(SeekFrom::Start(offset))
-        .map_err(|e| Error::internal(format!("debug log: {e}")))?;
+    let start = offset.max(base);
+    let n = u64::from(want).min(size - start);
     let mut data = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
-    f.take(n)
-        .read_to_end(&mut data)
-        .map_err(|e| Error::internal(format!("debug log: {e}")))?;
-    let next_offset = offset + data.len() as u64;
+    if let Some(f) = f.as_mut() {
+        f.seek(SeekFrom::Start(start - base)).map_err(io)?;
+        f.take(n).read_to_end(&mut data).map_err(io)?;
+    }
+    let next_offset = start + data.len() as u64;
     Ok(DebugLogChunk {
         data,
         next_offset,
         size,
         eof: next_offset >= size,
+        first_offset: base,
     })
 }
 
@@ -219,5 +369,76 @@ mod tests {
             read_chunk(&path, rest.size + 1, 10),
             Err(Error::InvalidArgument { .. })
         ));
+    }
+
+    #[test]
+    fn trims_keep_the_newest_half_from_a_line_start_and_offsets_stay_logical() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.log");
+        // Not there, or within the cap, or no cap: nothing happens.
+        assert_eq!(trim(&path, 100).unwrap(), 0);
+        let lines: String = (0..20)
+            .map(|i| format!("line {i:02} .........\n"))
+            .collect();
+        assert_eq!(lines.len(), 20 * 18);
+        std::fs::write(&path, &lines).unwrap();
+        assert_eq!(trim(&path, 360).unwrap(), 0);
+        assert_eq!(trim(&path, 0).unwrap(), 0);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), lines);
+        assert!(!base_path(&path).exists());
+
+        // Cap 100: at most 50 bytes kept, from a line's start: the last 2 lines (36).
+        assert_eq!(trim(&path, 100).unwrap(), 324);
+        let kept = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(kept, lines[324..]);
+        assert!(kept.starts_with("line 18"), "{kept}");
+        assert_eq!(read_base(&path).unwrap(), 324);
+        // Reads are logical: from before the first kept byte, from it; the size counts
+        // what was dropped; an offset past the end is still refused.
+        let r = read_chunk(&path, 0, 1000).unwrap();
+        assert_eq!(r.first_offset, 324);
+        assert_eq!(r.data, &lines.as_bytes()[324..]);
+        assert_eq!((r.next_offset, r.size, r.eof), (360, 360, true));
+        let r = read_chunk(&path, 342, 5).unwrap();
+        assert_eq!(r.data, b"line ");
+        assert_eq!((r.next_offset, r.first_offset, r.eof), (347, 324, false));
+        assert!(matches!(
+            read_chunk(&path, 361, 10),
+            Err(Error::InvalidArgument { .. })
+        ));
+
+        // The CLI appends (O_APPEND) and the next trim adds to the base: offsets only grow.
+        let more: String = (20..30)
+            .map(|i| format!("line {i:02} .........\n"))
+            .collect();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(more.as_bytes())
+            .unwrap();
+        let all = format!("{lines}{more}");
+        assert_eq!(trim(&path, 100).unwrap(), 36 + 180 - 36);
+        assert_eq!(read_base(&path).unwrap(), 324 + 180);
+        let r = read_chunk(&path, 360, 1000).unwrap();
+        assert_eq!(r.first_offset, 504);
+        assert_eq!(r.data, &all.as_bytes()[504..]);
+        assert_eq!(r.size, all.len() as u64);
+        // Appended after a trim: at the file's new end, at the next logical offsets.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"tail\n")
+            .unwrap();
+        let r = read_chunk(&path, all.len() as u64, 1000).unwrap();
+        assert_eq!(r.data, b"tail\n");
+        assert_eq!(r.next_offset, all.len() as u64 + 5);
+
+        // One line longer than half the cap: the newest half of it, mid-line.
+        std::fs::write(&path, "x".repeat(300)).unwrap();
+        std::fs::remove_file(base_path(&path)).unwrap();
+        assert_eq!(trim(&path, 100).unwrap(), 250);
+        assert_eq!(std::fs::read(&path).unwrap().len(), 50);
     }
 }

@@ -1323,6 +1323,11 @@ impl Engine {
             tool_servers: spec.options.tool_servers.clone(),
             decline_elicitations: spec.options.decline_elicitations,
             verbatim_prompts: spec.options.verbatim_prompts,
+            debug_log: spec
+                .options
+                .debug
+                .then(|| self.debug_log_path(&entry.id))
+                .flatten(),
             restored_cost_usd,
             // Every launch but a create's respawns a session ostler already has.
             keeps_title: from != SessionState::Starting,

@@ -2,6 +2,8 @@
 //! `--debug` (ReadDebugLog), read in bounded pieces. `--follow` goes on reading as the
 //! session's events arrive (Subscribe): no polling; lines the CLI writes after the
 //! session's last event show with its next one (a turn, a state change, its exit).
+//! Bytes the daemon dropped at its cap before they were read are reported on stderr
+//! ("N bytes dropped") and reading goes on from the first byte still kept.
 
 use anyhow::Result;
 use futures::StreamExt as _;
@@ -23,7 +25,8 @@ pub struct DebugLogArgs {
     /// is deleted or Ctrl-C
     #[arg(short, long)]
     pub follow: bool,
-    /// One JSON object per piece read: offset, data (text), next_offset, size, eof
+    /// One JSON object per piece read: offset, data (text), next_offset, size, eof,
+    /// first_offset, dropped (bytes before first_offset not read)
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -70,6 +73,8 @@ async fn drain(
             })
             .await?
             .into_inner();
+        // Dropped at the daemon's cap before we read them: the data starts later.
+        let dropped = r.first_offset.saturating_sub(offset);
         if json {
             json_line(&json!({
                 "offset": offset,
@@ -77,8 +82,17 @@ async fn drain(
                 "next_offset": r.next_offset,
                 "size": r.size,
                 "eof": r.eof,
+                "first_offset": r.first_offset,
+                "dropped": dropped,
             }));
-        } else if !r.data.is_empty() {
+        } else if dropped > 0 {
+            errln!(
+                "ostler: {dropped} bytes dropped (the daemon's debug log cap); going on at offset {}",
+                r.first_offset
+            );
+            *text = Text::default();
+        }
+        if !json && !r.data.is_empty() {
             outln!("{}", text.take(&r.data).trim_end_matches('\n'));
         }
         offset = r.next_offset;

@@ -98,8 +98,8 @@ pub struct SessionOptionArgs {
     #[arg(long, value_name = "DIR")]
     pub project_config_root: Option<String>,
     /// Keep the CLI's debug log (in a file the daemon chooses; read it with `ostler
-    /// debug-log ID`). The CLI writes it without bound while the session lives (2.1.120
-    /// and later)
+    /// debug-log ID`); the daemon caps it (`sessions.debug_log_max_bytes`, the oldest
+    /// half dropped past it) (2.1.120 and later)
     #[arg(long)]
     pub debug: bool,
     /// With --debug: only these categories (`api,hooks`), or all but these
