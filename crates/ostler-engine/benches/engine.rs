@@ -32,6 +32,9 @@ fn assistant(n: u64) -> EventPayload {
         stop_reason: None,
         usage: None,
         error: None,
+        agent_id: None,
+        subagent_type: None,
+        task_description: None,
     })
 }
 

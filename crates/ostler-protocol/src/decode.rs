@@ -40,8 +40,8 @@ use crate::framing::Frame;
 use crate::model::*;
 use crate::scan;
 use crate::wire::{
-    Envelope, LContent, LStr, WireBlock, WireCliRequest, WireDelta, WireDenial, WireUsage, is_null,
-    view,
+    Envelope, LContent, LObj, LStr, WireBlock, WireCliRequest, WireDelta, WireDenial,
+    WireResultMeta, WireUsage, is_null, view,
 };
 
 /// How many recent assistant message ids the de-duplication remembers.
@@ -213,6 +213,7 @@ impl Decoder {
         let stop_reason = msg.stop_reason.owned();
         let usage = msg.usage.and_then(view::<WireUsage>).map(|u| u.to_usage());
         let error = env.error.owned();
+        let agent = SubAgent::of(env);
         let mut push = |index: u32, block: ContentBlock| {
             out.push(Event::AssistantBlock(AssistantBlock {
                 message_id: message_id.clone(),
@@ -223,6 +224,9 @@ impl Decoder {
                 stop_reason: stop_reason.clone(),
                 usage,
                 error: error.clone(),
+                agent_id: agent.agent_id.clone(),
+                subagent_type: agent.subagent_type.clone(),
+                task_description: agent.task_description.clone(),
             }))
         };
         let id = msg.id.as_deref();
@@ -696,6 +700,7 @@ fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
         return bad_shape("user", "user frame without a `message` object", line, out);
     };
     let parent = env.parent_tool_use_id.owned();
+    let agent = SubAgent::of(env);
     let mut message = UserMessage {
         parent_tool_use_id: parent.clone(),
         text: None,
@@ -703,6 +708,9 @@ fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
         is_synthetic: env.is_synthetic.0.unwrap_or(false),
         is_replay: env.is_replay.0.unwrap_or(false),
         uuid: env.uuid.owned(),
+        agent_id: agent.agent_id.clone(),
+        subagent_type: agent.subagent_type.clone(),
+        task_description: agent.task_description.clone(),
     };
     let items = match &msg.content {
         LContent::Absent => {
@@ -731,13 +739,24 @@ fn user(env: &Envelope<'_>, line: &[u8], out: &mut Vec<Event>) {
         not_null(&env.tool_use_result),
         not_null(&env.tool_result_meta),
     ));
+    // The entries of `tool_result_meta`, read once per frame (2.1.330 and later).
+    let metas: Vec<LObj<WireResultMeta<'_>>> =
+        env.tool_result_meta.and_then(view).unwrap_or_default();
     for (pos, item) in items.iter().enumerate() {
         let b = item.0.as_ref();
         match b.and_then(|b| b.ty.as_deref()) {
             Some("tool_result") => {
                 if let Some(b) = b {
                     let (result, meta) = structured.take().unwrap_or_default();
-                    out.push(tool_result(b, parent.clone(), result, meta));
+                    let decision = permission_decision(&metas, b.tool_use_id.as_deref());
+                    out.push(tool_result(
+                        b,
+                        parent.clone(),
+                        result,
+                        meta,
+                        decision,
+                        &agent,
+                    ));
                 }
             }
             Some("text") if b.is_some_and(|b| b.text.is_some()) => {
@@ -778,11 +797,50 @@ pub fn is_interruption_marker(text: &str) -> bool {
     t.starts_with("[Request interrupted by user") && t.ends_with(']') && t.len() <= 64
 }
 
+/// The sub-agent identity of an `assistant` / `user` frame (2.1.330 and later).
+struct SubAgent {
+    agent_id: Option<String>,
+    subagent_type: Option<String>,
+    task_description: Option<String>,
+}
+
+impl SubAgent {
+    fn of(env: &Envelope<'_>) -> Self {
+        SubAgent {
+            agent_id: env.agent_id.owned(),
+            subagent_type: env.subagent_type.owned(),
+            task_description: env.task_description.owned(),
+        }
+    }
+}
+
+/// The `permission_decision` of the `tool_result_meta` entry whose `id` is `tool_use_id`.
+fn permission_decision(
+    metas: &[LObj<WireResultMeta<'_>>],
+    tool_use_id: Option<&str>,
+) -> Option<PermissionDecision> {
+    let id = tool_use_id?;
+    let d = metas
+        .iter()
+        .filter_map(|m| m.0.as_ref())
+        .find(|m| m.id.as_deref() == Some(id))?
+        .permission_decision
+        .0
+        .as_ref()?;
+    Some(PermissionDecision {
+        decision: d.decision.owned(),
+        source: d.source.owned(),
+        reason_type: d.reason_type.owned(),
+    })
+}
+
 fn tool_result(
     b: &WireBlock<'_>,
     parent_tool_use_id: Option<String>,
     tool_use_result: Option<RawJson>,
     tool_result_meta: Option<RawJson>,
+    permission_decision: Option<PermissionDecision>,
+    agent: &SubAgent,
 ) -> Event {
     let mut absent = Vec::new();
     let tool_use_id = b.tool_use_id.owned();
@@ -807,6 +865,10 @@ fn tool_result(
         is_error: b.is_error.0.unwrap_or(false),
         tool_use_result,
         tool_result_meta,
+        permission_decision,
+        agent_id: agent.agent_id.clone(),
+        subagent_type: agent.subagent_type.clone(),
+        task_description: agent.task_description.clone(),
         absent,
     })
 }

@@ -144,6 +144,16 @@ pub struct AssistantBlock {
     /// `error` on the assistant frame (e.g. "rate_limit", "server_error").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The sub-agent that wrote the frame (2.1.330 and later, on the frames of a Task/Agent
+    /// call beside `parent_tool_use_id`): its `agent_id` (the `task_id` of its
+    /// `task_started`), `subagent_type` (e.g. "general-purpose") and `task_description`
+    /// (the call's `description`). `None` on main-thread frames and on older releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_description: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -240,6 +250,16 @@ pub struct UserMessage {
     /// `UserMessageSent`'s `message_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// The sub-agent that wrote the frame (2.1.330 and later, on the frames of a Task/Agent
+    /// call beside `parent_tool_use_id`): its `agent_id` (the `task_id` of its
+    /// `task_started`), `subagent_type` (e.g. "general-purpose") and `task_description`
+    /// (the call's `description`). `None` on main-thread frames and on older releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_description: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -265,8 +285,37 @@ pub struct ToolResult {
     /// "source":"user_temporary"}}]`. On the same event as `tool_use_result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_result_meta: Option<RawJson>,
+    /// This tool use's entry of `tool_result_meta` (matched by `id`), read: how the call
+    /// was allowed. On every tool result of the frame that has an entry, not only the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_decision: Option<PermissionDecision>,
+    /// The sub-agent that wrote the frame (2.1.330 and later, on the frames of a Task/Agent
+    /// call beside `parent_tool_use_id`): its `agent_id` (the `task_id` of its
+    /// `task_started`), `subagent_type` (e.g. "general-purpose") and `task_description`
+    /// (the call's `description`). `None` on main-thread frames and on older releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_description: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub absent: Absent,
+}
+
+/// `tool_result_meta[].permission_decision` (2.1.330 and later), strings as the CLI sends
+/// them: `decision` "accept" / "reject"; `source` "user_temporary" (a one-off answer to
+/// the permission request), "user_reject", "config" (a permission rule or mode), "hook";
+/// `reason_type` (sometimes) "rule" / "hook". Values ostler does not know are kept as
+/// sent; a value that is not a string is `None`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PermissionDecision {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_type: Option<String>,
 }
 
 /// `tool_result.content` is polymorphic on the wire.

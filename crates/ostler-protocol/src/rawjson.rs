@@ -306,6 +306,9 @@ mod tests {
                 stop_reason: None,
                 usage: None,
                 error: None,
+                agent_id: None,
+                subagent_type: None,
+                task_description: None,
             };
             let bytes = serde_json::to_vec(&block).unwrap();
             if depth >= 127 {

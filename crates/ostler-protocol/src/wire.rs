@@ -474,6 +474,35 @@ pub(crate) struct Envelope<'a> {
     /// Per tool use: `[{"id", "permission_decision", ...}]` (2.1.330 and later).
     #[serde(borrow)]
     pub tool_result_meta: Option<&'a RawValue>,
+    // assistant / user frames of a sub-agent (2.1.330 and later)
+    #[serde(borrow)]
+    pub agent_id: LStr<'a>,
+    #[serde(borrow)]
+    pub subagent_type: LStr<'a>,
+    #[serde(borrow)]
+    pub task_description: LStr<'a>,
+}
+
+/// One entry of `tool_result_meta`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct WireResultMeta<'a> {
+    #[serde(borrow)]
+    pub id: LStr<'a>,
+    #[serde(borrow)]
+    pub permission_decision: LObj<WirePermissionDecision<'a>>,
+}
+
+/// `tool_result_meta[].permission_decision`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct WirePermissionDecision<'a> {
+    #[serde(borrow)]
+    pub decision: LStr<'a>,
+    #[serde(borrow)]
+    pub source: LStr<'a>,
+    #[serde(borrow)]
+    pub reason_type: LStr<'a>,
 }
 
 /// `message` of `assistant` / `user` frames.

@@ -993,6 +993,17 @@ fn question_to_pb(q: &cp::Question) -> pb::Question {
     }
 }
 
+/// One field of a tool result's permission decision, empty when it has none.
+fn decision_field(
+    t: &cp::ToolResult,
+    field: impl Fn(&cp::PermissionDecision) -> &Option<String>,
+) -> String {
+    t.permission_decision
+        .as_ref()
+        .and_then(|d| field(d).clone())
+        .unwrap_or_default()
+}
+
 fn assistant_block(b: &cp::AssistantBlock) -> pb::AssistantBlock {
     use pb::assistant_block::Block;
     let block = match &b.block {
@@ -1025,6 +1036,9 @@ fn assistant_block(b: &cp::AssistantBlock) -> pb::AssistantBlock {
         stop_reason: b.stop_reason.clone().unwrap_or_default(),
         usage: b.usage.as_ref().map(usage_to_pb),
         error: b.error.clone().unwrap_or_default(),
+        agent_id: b.agent_id.clone().unwrap_or_default(),
+        subagent_type: b.subagent_type.clone().unwrap_or_default(),
+        task_description: b.task_description.clone().unwrap_or_default(),
     }
 }
 
@@ -1096,6 +1110,9 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
             verbatim: false,
             context_only: false,
             pasted: Vec::new(),
+            agent_id: u.agent_id.clone().unwrap_or_default(),
+            subagent_type: u.subagent_type.clone().unwrap_or_default(),
+            task_description: u.task_description.clone().unwrap_or_default(),
             // An echo names the message echoed.
             message_id: if u.is_replay {
                 u.uuid.clone().unwrap_or_default()
@@ -1117,6 +1134,7 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 verbatim: u.delivery.verbatim,
                 context_only: u.delivery.context_only,
                 pasted: u.delivery.pasted.clone(),
+                ..Default::default()
             })
         }
         eng::EventPayload::ToolResult(t) => {
@@ -1133,6 +1151,12 @@ pub(crate) fn payload_to_pb(p: &eng::EventPayload) -> Option<pb::session_event::
                 is_error: t.is_error,
                 tool_use_result_json: raw_text(t.tool_use_result.as_ref()),
                 tool_result_meta_json: raw_text(t.tool_result_meta.as_ref()),
+                permission_decision: decision_field(t, |d| &d.decision),
+                permission_source: decision_field(t, |d| &d.source),
+                permission_reason_type: decision_field(t, |d| &d.reason_type),
+                agent_id: t.agent_id.clone().unwrap_or_default(),
+                subagent_type: t.subagent_type.clone().unwrap_or_default(),
+                task_description: t.task_description.clone().unwrap_or_default(),
             })
         }
         eng::EventPayload::PermissionRequested(r) => {
@@ -1707,6 +1731,9 @@ mod tests {
                 stop_reason: None,
                 usage: None,
                 error: None,
+                agent_id: None,
+                subagent_type: None,
+                task_description: None,
             }),
             redelivered: false,
         };

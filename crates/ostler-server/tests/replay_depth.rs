@@ -34,6 +34,9 @@ fn block(b: ContentBlock) -> EventPayload {
         stop_reason: None,
         usage: None,
         error: None,
+        agent_id: None,
+        subagent_type: None,
+        task_description: None,
     })
 }
 

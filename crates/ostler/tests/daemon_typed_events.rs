@@ -1,7 +1,9 @@
 //! Issue 10's typed events through the real daemon and the real CLI (2.1.332): a sub-agent's
 //! background task lifecycle (started / progress / notification) with the tree by tool use
 //! id, the sub-agent's id on its permission request, the CLI's status, per-model usage and
-//! the terminal reason on TurnCompleted, a sent message's lifecycle, the interruption marker as a synthetic message, a
+//! the terminal reason on TurnCompleted, the sub-agent's identity (agent id, type, task
+//! description) on its messages and each tool result's permission decision, a sent
+//! message's lifecycle, the interruption marker as a synthetic message, a
 //! compaction's boundary; and replay (stored form) equals what was delivered live.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
@@ -142,6 +144,51 @@ async fn typed_events_on_the_real_cli_2_1_330() {
         unreachable!()
     };
     assert_eq!(t.terminal_reason, "completed");
+    // The sub-agent's identity on its messages (its tool call, the call's result, its
+    // answer), none on the main thread's; each tool result says how its call was allowed.
+    let mut sub_events = Vec::new();
+    for e in &seen {
+        let who = match &e.payload {
+            Some(P::AssistantBlock(b)) => (&b.agent_id, &b.subagent_type, &b.task_description),
+            Some(P::ToolResult(r)) => (&r.agent_id, &r.subagent_type, &r.task_description),
+            Some(P::UserMessage(u)) => (&u.agent_id, &u.subagent_type, &u.task_description),
+            _ => continue,
+        };
+        let who = (who.0.as_str(), who.1.as_str(), who.2.as_str());
+        if e.parent_tool_use_id.as_deref() == Some("toolu_task_1") {
+            let expected = (
+                started.task_id.as_str(),
+                "general-purpose",
+                "Create sub.txt",
+            );
+            assert_eq!(who, expected, "{}", describe(e));
+            sub_events.push(e.seq);
+        } else {
+            assert_eq!(who, ("", "", ""), "{}", describe(e));
+        }
+    }
+    assert_eq!(sub_events.len(), 3, "tool call, its result, the answer");
+    let decision = |id: &str| {
+        seen.iter()
+            .find_map(|e| match &e.payload {
+                Some(P::ToolResult(r)) if r.tool_use_id == id => Some((
+                    r.permission_decision.clone(),
+                    r.permission_source.clone(),
+                    r.permission_reason_type.clone(),
+                )),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no result for {id}"))
+    };
+    // Allowed by the client's answer above; the Task call by the CLI's own configuration.
+    assert_eq!(
+        decision("toolu_sub_bash_1"),
+        ("accept".into(), "user_temporary".into(), String::new())
+    );
+    assert_eq!(
+        decision("toolu_task_1"),
+        ("accept".into(), "config".into(), String::new())
+    );
     assert!(!t.model_usage.is_empty(), "{t:?}");
     assert!(
         t.model_usage
@@ -283,6 +330,10 @@ async fn typed_events_on_the_real_cli_2_1_330() {
             .iter()
             .any(|e| matches!(e.payload, Some(P::TaskNotification(_))))
     );
+    // ... the sub-agent's identity included (the loop above compares them whole).
+    for seq in &sub_events {
+        assert!(stored.iter().any(|e| e.seq == *seq), "seq {seq} not stored");
+    }
 
     // The answer to `initialize` is stored once per spawn (as `session_initialized`), not
     // also as the CLI's control_response line; GetSessionInfo still reads it.
