@@ -48,11 +48,12 @@ async fn cli_argv(
         .collect()
 }
 
-#[tokio::test]
-async fn the_debug_log_is_read_remotely_paged_appended_at_resume_and_deleted() {
-    let world = World::new(NEW).await;
-    let daemon = world.daemon(&[]).await;
-    let mut c = daemon.sessions().await;
+/// A session created with `debug`, and the file its CLI logs to (in the daemon's `debug/`
+/// beside the store).
+async fn debug_session(
+    world: &World,
+    c: &mut SessionServiceClient<Channel>,
+) -> (pb::Session, std::path::PathBuf) {
     let s = c
         .create_session(pb::CreateSessionRequest {
             cwd: world.work.display().to_string(),
@@ -62,13 +63,22 @@ async fn the_debug_log_is_read_remotely_paged_appended_at_resume_and_deleted() {
         .await
         .unwrap()
         .into_inner();
-    let id = s.id.clone();
     let file = world
         .store
         .parent()
         .unwrap()
         .join("debug")
-        .join(format!("{id}.log"));
+        .join(format!("{}.log", s.id));
+    (s, file)
+}
+
+#[tokio::test]
+async fn the_debug_log_is_read_remotely_paged_appended_at_resume_and_deleted() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let (s, file) = debug_session(&world, &mut c).await;
+    let id = s.id.clone();
     // The daemon's file, not the CLI's default.
     let argv = cli_argv(&daemon, &mut c, &s).await;
     let at = argv
@@ -245,22 +255,8 @@ async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
         .daemon_with_env(&[], &[("OSTLER_SESSIONS__DEBUG_LOG_MAX_BYTES", "4096")])
         .await;
     let mut c = daemon.sessions().await;
-    let s = c
-        .create_session(pb::CreateSessionRequest {
-            cwd: world.work.display().to_string(),
-            debug: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let (s, file) = debug_session(&world, &mut c).await;
     let id = s.id.clone();
-    let file = world
-        .store
-        .parent()
-        .unwrap()
-        .join("debug")
-        .join(format!("{id}.log"));
     assert!(turn(&mut c, &id, "Say hello").await.contains("Hello"));
     let on_disk = || std::fs::metadata(&file).unwrap().len();
     assert!(on_disk() <= CAP, "{} bytes on disk", on_disk());

@@ -224,7 +224,8 @@ fn payload(p: &Payload) -> Value {
                 pb::MessagePriority::Unspecified => "",
             },
             "verbatim": m.verbatim, "context_only": m.context_only, "pasted": m.pasted,
-        }),
+        })
+        .with_agent(&m.agent_id, &m.subagent_type, &m.task_description),
         Payload::AssistantBlock(b) => {
             let block = match &b.block {
                 Some(Block::Text(t)) => json!({"type": "text", "text": t.text}),
@@ -247,6 +248,7 @@ fn payload(p: &Payload) -> Value {
                 "block": block, "stop_reason": b.stop_reason,
                 "usage": b.usage.as_ref().map(|u| usage(Some(u))), "error": b.error,
             })
+            .with_agent(&b.agent_id, &b.subagent_type, &b.task_description)
         }
         Payload::ToolResult(r) => {
             let content = match &r.content {
@@ -259,6 +261,12 @@ fn payload(p: &Payload) -> Value {
                 "tool_use_result": parsed(&r.tool_use_result_json),
                 "tool_result_meta": parsed(&r.tool_result_meta_json),
             })
+            .with_set(&[
+                ("permission_decision", &r.permission_decision),
+                ("permission_source", &r.permission_source),
+                ("permission_reason_type", &r.permission_reason_type),
+            ])
+            .with_agent(&r.agent_id, &r.subagent_type, &r.task_description)
         }
         Payload::PermissionRequested(r) => json!({
             "request_id": r.request_id, "tool_name": r.tool_name, "input": parsed(&r.input_json),
@@ -409,6 +417,33 @@ fn payload(p: &Payload) -> Value {
     }
 }
 
+/// Fields of an event object that are shown only when set (the CLI sends them on some
+/// frames of some releases).
+trait WithSet: Sized {
+    /// Adds each `(key, value)` whose value is not empty.
+    fn with_set(self, fields: &[(&str, &str)]) -> Self;
+    /// The sub-agent that wrote the frame (`agent_id`, `subagent_type`,
+    /// `task_description`), when it is one.
+    fn with_agent(self, agent_id: &str, subagent_type: &str, task: &str) -> Self {
+        self.with_set(&[
+            ("agent_id", agent_id),
+            ("subagent_type", subagent_type),
+            ("task_description", task),
+        ])
+    }
+}
+
+impl WithSet for Value {
+    fn with_set(mut self, fields: &[(&str, &str)]) -> Self {
+        if let Value::Object(m) = &mut self {
+            for (k, v) in fields.iter().filter(|(_, v)| !v.is_empty()) {
+                m.insert((*k).to_owned(), Value::String((*v).to_owned()));
+            }
+        }
+        self
+    }
+}
+
 /// One event as a JSON object.
 pub fn event(e: &pb::SessionEvent) -> Value {
     let mut m = Map::new();
@@ -499,6 +534,50 @@ mod tests {
         assert_eq!(v["redelivered"], true);
         assert_eq!(v["input"]["command"], "touch x");
         assert_eq!(v["suggestions"], Value::Null);
+    }
+
+    #[test]
+    fn sub_agent_and_permission_decision_only_when_set() {
+        let sub = pb::SessionEvent {
+            payload: Some(Payload::ToolResult(pb::ToolResult {
+                tool_use_id: "toolu_1".into(),
+                permission_decision: "accept".into(),
+                permission_source: "user_temporary".into(),
+                agent_id: "task-1".into(),
+                subagent_type: "general-purpose".into(),
+                task_description: "Create sub.txt".into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let v = event(&sub);
+        assert_eq!(v["permission_decision"], "accept");
+        assert_eq!(v["permission_source"], "user_temporary");
+        assert_eq!(v["agent_id"], "task-1");
+        assert_eq!(v["subagent_type"], "general-purpose");
+        assert_eq!(v["task_description"], "Create sub.txt");
+        let o = v.as_object().unwrap();
+        assert!(!o.contains_key("permission_reason_type"), "{v}");
+        let main = pb::SessionEvent {
+            payload: Some(Payload::AssistantBlock(pb::AssistantBlock {
+                message_id: "msg_1".into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let v = event(&main);
+        let o = v.as_object().unwrap();
+        for k in ["agent_id", "subagent_type", "task_description"] {
+            assert!(!o.contains_key(k), "{k} in {v}");
+        }
+        let user = pb::SessionEvent {
+            payload: Some(Payload::UserMessage(pb::UserMessage {
+                agent_id: "task-2".into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        assert_eq!(event(&user)["agent_id"], "task-2");
     }
 
     #[test]
