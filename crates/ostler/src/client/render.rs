@@ -358,8 +358,19 @@ pub struct Human {
     started_shown: bool,
     /// Prompts are asked on the terminal (so request events need no line of their own).
     pub interactive: bool,
-    /// Tool calls of permission requests, by request id.
-    requests: std::collections::HashMap<String, String>,
+    /// Tool calls of permission requests, with the asking sub-agent's id (empty: the main
+    /// agent), by request id.
+    requests: std::collections::HashMap<String, (String, String)>,
+    /// The sub-agent whose event is being shown: its id (or label) and its header line.
+    agent_now: Option<(String, String)>,
+    /// The sub-agent whose header the last stdout line stands under (`None`: the main
+    /// agent's line, or none yet): a header is shown when the sub-agent changes.
+    agent_shown: Option<String>,
+    /// Labels of the sub-agents seen, by agent id (a sub-agent's permission request names
+    /// only its id).
+    agent_labels: HashMap<String, String>,
+    /// Tests: stdout's text, kept instead of written.
+    capture: Option<String>,
     /// Print a summary line for every completed turn (attach, show); `run` and `send`
     /// print theirs at the end instead.
     pub turn_summaries: bool,
@@ -390,6 +401,10 @@ impl Human {
             started_shown: false,
             interactive: false,
             requests: Default::default(),
+            agent_now: None,
+            agent_shown: None,
+            agent_labels: HashMap::new(),
+            capture: None,
             turn_summaries: false,
             notes_to_stdout: false,
             interrupt_seen: false,
@@ -447,11 +462,26 @@ impl Human {
         }
     }
 
-    /// Print a whole line on stdout (ending a streaming line first).
+    /// Write to stdout (or to the capture of a test).
+    fn write(&mut self, args: std::fmt::Arguments<'_>) {
+        match &mut self.capture {
+            Some(c) => c.push_str(&terminal_text(&args.to_string())),
+            None => out(args),
+        }
+    }
+
+    /// Print a whole line on stdout (ending a streaming line first), under the header of
+    /// the sub-agent whose event is shown when the last line was not.
     pub fn line(&mut self, s: &str) {
         self.clear_spinner();
         let nl = if self.at_line_start { "" } else { "\n" };
-        out(format_args!("{nl}{s}\n"));
+        let agent = self.agent_now.as_ref().map(|(id, _)| id);
+        let header = match &self.agent_now {
+            Some((_, header)) if agent != self.agent_shown.as_ref() => format!("{header}\n"),
+            _ => String::new(),
+        };
+        self.agent_shown = agent.cloned();
+        self.write(format_args!("{nl}{header}{s}\n"));
         self.at_line_start = true;
         self.streaming = None;
     }
@@ -459,7 +489,7 @@ impl Human {
     /// End a streaming line, if one is open.
     pub fn end_line(&mut self) {
         if !self.at_line_start {
-            out(format_args!("\n"));
+            self.write(format_args!("\n"));
             self.at_line_start = true;
         }
         self.streaming = None;
@@ -476,7 +506,7 @@ impl Human {
         }
         self.clear_spinner();
         if self.stdout_tty && !self.at_line_start {
-            outln!();
+            self.write(format_args!("\n"));
             self.at_line_start = true;
             self.streaming = None;
         }
@@ -512,13 +542,47 @@ impl Human {
         } else {
             ""
         };
-        out(format_args!("{nl}{text}"));
+        self.write(format_args!("{nl}{text}"));
         self.at_line_start = text.ends_with('\n');
         self.streaming = Some(key);
+        // Only the main agent's text streams.
+        self.agent_shown = None;
     }
 
-    /// Show one event.
+    /// The sub-agent an event comes from, as its id (its label when the CLI sent no id) and
+    /// its label; remembered by id for its permission requests, which name only the id.
+    fn event_agent(&mut self, p: &Payload) -> Option<(String, String)> {
+        let (id, kind, task) = match p {
+            Payload::UserMessage(m) => (&m.agent_id, &m.subagent_type, &m.task_description),
+            Payload::AssistantBlock(b) => (&b.agent_id, &b.subagent_type, &b.task_description),
+            Payload::ToolResult(r) => (&r.agent_id, &r.subagent_type, &r.task_description),
+            Payload::PermissionRequested(r) => {
+                let label = self.agent_labels.get(&r.agent_id)?;
+                return Some((r.agent_id.clone(), label.clone()));
+            }
+            Payload::PermissionResolved(r) => {
+                let (_, id) = self.requests.get(&r.request_id)?;
+                let label = self.agent_labels.get(id)?;
+                return Some((id.clone(), label.clone()));
+            }
+            _ => return None,
+        };
+        let label = agent_label(id, kind, task)?;
+        let key = if id.is_empty() { &label } else { id };
+        if !id.is_empty() {
+            self.agent_labels.insert(id.clone(), label.clone());
+        }
+        Some((key.clone(), label))
+    }
+
+    /// Show one event. Lines printed later by others (a run's summary) are not the
+    /// sub-agent's.
     pub fn event(&mut self, e: &pb::SessionEvent) {
+        self.show(e);
+        self.agent_now = None;
+    }
+
+    fn show(&mut self, e: &pb::SessionEvent) {
         use pb::assistant_block::Block;
         use pb::partial_delta::Delta;
         let st = self.st;
@@ -528,6 +592,9 @@ impl Human {
         } else {
             ""
         };
+        self.agent_now = self
+            .event_agent(p)
+            .map(|(id, label)| (id, st.dim(&format!("{indent}[{label}]"))));
         match p {
             Payload::SessionStarted(s) => {
                 // Some releases announce themselves on every turn.
@@ -678,7 +745,8 @@ impl Human {
             }
             Payload::PermissionRequested(r) => {
                 let call = tool_call(&r.tool_name, &r.input_json);
-                self.requests.insert(r.request_id.clone(), call.clone());
+                self.requests
+                    .insert(r.request_id.clone(), (call.clone(), r.agent_id.clone()));
                 // On a terminal the prompt itself shows the request.
                 if !self.interactive {
                     self.line(&st.yellow(&format!("{indent}? permission: {call}")));
@@ -698,7 +766,7 @@ impl Human {
                     format!(": {}", r.message)
                 };
                 let call = match self.requests.remove(&r.request_id) {
-                    Some(c) => format!("{c}: "),
+                    Some((c, _)) => format!("{c}: "),
                     None => String::new(),
                 };
                 let line = format!("{indent}  {call}{what}{by}{msg}");
@@ -1038,7 +1106,24 @@ impl Human {
     }
 }
 
-/// Text of a tool result given as content blocks.
+/// A sub-agent's label: `general-purpose · Create sub.txt` (its type and the Task call's
+/// description, whichever the CLI sent; its id when it sent only that); `None` for the main
+/// agent (nothing set).
+fn agent_label(agent_id: &str, subagent_type: &str, task_description: &str) -> Option<String> {
+    let parts: Vec<String> = [subagent_type, task_description]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| clip(s, 60))
+        .collect();
+    if !parts.is_empty() {
+        Some(parts.join(" · "))
+    } else if !agent_id.is_empty() {
+        Some(format!("sub-agent {agent_id}"))
+    } else {
+        None
+    }
+}
+
 /// How a message was sent, when not plainly: `now`, `later`, `verbatim`, `context only`.
 pub fn delivery_tags(m: &pb::UserMessage) -> String {
     let mut tags = Vec::new();
@@ -1113,6 +1198,7 @@ fn file_change(json: &str) -> Option<FileChange> {
     Some(FileChange { headline, lines })
 }
 
+/// Text of a tool result given as content blocks.
 fn blocks_text(j: &str) -> String {
     let v: Value = serde_json::from_str(j).unwrap_or(Value::Null);
     match v.as_array() {
@@ -1224,6 +1310,135 @@ fn task_progress(t: &pb::TaskProgress, verbose: bool) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subagents_lines_stand_under_its_label_the_main_agents_do_not() {
+        use pb::assistant_block::Block;
+        let mut h = Human::new(false, false);
+        h.st = Style { on: false };
+        h.capture = Some(String::new());
+        let ev = |parent: Option<&str>, payload: Payload| pb::SessionEvent {
+            parent_tool_use_id: parent.map(str::to_owned),
+            payload: Some(payload),
+            ..Default::default()
+        };
+        let block = |agent: (&str, &str, &str), index: u32, block: Block| {
+            Payload::AssistantBlock(pb::AssistantBlock {
+                message_id: format!("m{}", agent.0),
+                index,
+                block: Some(block),
+                agent_id: agent.0.into(),
+                subagent_type: agent.1.into(),
+                task_description: agent.2.into(),
+                ..Default::default()
+            })
+        };
+        let text = |t: &str| Block::Text(pb::TextBlock { text: t.into() });
+        let tool = |id: &str, name: &str, input: &str| {
+            Block::ToolUse(pb::ToolUseBlock {
+                id: id.into(),
+                name: name.into(),
+                input_json: input.into(),
+            })
+        };
+        let result = |agent: (&str, &str, &str), id: &str, out: &str| {
+            Payload::ToolResult(pb::ToolResult {
+                tool_use_id: id.into(),
+                content: Some(pb::tool_result::Content::Text(out.into())),
+                agent_id: agent.0.into(),
+                subagent_type: agent.1.into(),
+                task_description: agent.2.into(),
+                ..Default::default()
+            })
+        };
+        let main = ("", "", "");
+        let sub = ("task-1", "general-purpose", "Create sub.txt");
+        let task = Some("toolu_task_1");
+        for e in [
+            ev(None, block(main, 0, text("I will delegate this."))),
+            ev(
+                None,
+                block(
+                    main,
+                    1,
+                    tool(
+                        "toolu_task_1",
+                        "Agent",
+                        r#"{"description":"Create sub.txt"}"#,
+                    ),
+                ),
+            ),
+            ev(
+                task,
+                block(
+                    sub,
+                    0,
+                    tool("toolu_b", "Bash", r#"{"command":"touch sub.txt"}"#),
+                ),
+            ),
+            // Its permission request names only the agent id; its answer, only the request.
+            ev(
+                task,
+                Payload::PermissionRequested(pb::PermissionRequested {
+                    request_id: "r1".into(),
+                    tool_name: "Bash".into(),
+                    input_json: r#"{"command":"touch sub.txt"}"#.into(),
+                    agent_id: "task-1".into(),
+                    ..Default::default()
+                }),
+            ),
+            ev(
+                task,
+                Payload::PermissionResolved(pb::PermissionResolved {
+                    request_id: "r1".into(),
+                    resolution: pb::Resolution::Allowed as i32,
+                    ..Default::default()
+                }),
+            ),
+            ev(task, result(sub, "toolu_b", "")),
+            ev(None, block(main, 2, text("Meanwhile, the main agent."))),
+            ev(task, block(sub, 1, text("Sub-agent:\ncreated sub.txt."))),
+            ev(None, result(main, "toolu_task_1", "done")),
+            // Only an id (the CLI sent no type or description).
+            ev(
+                Some("toolu_task_2"),
+                block(("task-2", "", ""), 0, text("Hi.")),
+            ),
+        ] {
+            h.event(&e);
+        }
+        // A line of the command's own after a sub-agent's event (a run's summary): no label.
+        h.event(&ev(
+            task,
+            block(
+                ("task-3", "Explore", ""),
+                0,
+                Block::Other(pb::OtherBlock::default()),
+            ),
+        ));
+        h.line("✓ done");
+        assert_eq!(
+            h.capture.as_deref(),
+            Some(
+                "I will delegate this.\n\
+                 ⏺ Agent(Create sub.txt)\n\
+                 \x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ ⏺ Bash(touch sub.txt)\n\
+                 \x20 │ ? permission: Bash(touch sub.txt)\n\
+                 \x20 │   Bash(touch sub.txt): allowed\n\
+                 \x20 │   ⎿ (no output)\n\
+                 Meanwhile, the main agent.\n\
+                 \x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ Sub-agent:\n\
+                 \x20 │ created sub.txt.\n\
+                 \x20 ⎿ done\n\
+                 \x20 │ [sub-agent task-2]\n\
+                 \x20 │ Hi.\n\
+                 ✓ done\n"
+            )
+        );
+        assert_eq!(agent_label("", "", ""), None);
+    }
 
     #[test]
     fn task_progress_shows_a_summary_always_the_rest_when_verbose() {
