@@ -253,6 +253,15 @@ pub(crate) struct Actor {
     /// back yet: the echo of one is not a rename by the CLI (ostler's record, perhaps
     /// renamed again since, stays).
     titles_sent: VecDeque<String>,
+    /// A `rename_session` ostler sent is not answered yet: the next title waits for the
+    /// answer. Sent together, two renames race inside the CLI (2.1.332 awaits transcript
+    /// and registry writes for each before it takes the name, so the older can land last:
+    /// seen once in 27 runs of a back-to-back pair, the echoes B then A and the CLI left
+    /// with A).
+    rename_in_flight: bool,
+    /// The newest title given while a rename was in flight: sent once it is answered (the
+    /// titles given in between are skipped, only the newest matters).
+    rename_held: Option<String>,
     /// The guarded cut this process started with, until the CLI answers `initialize`.
     guard: Option<GuardedCut>,
     /// The CLI refused the guarded cut (its reason): the process ends for that.
@@ -363,6 +372,8 @@ impl Actor {
             respawned: o.keeps_title,
             announced_title: None,
             titles_sent: VecDeque::new(),
+            rename_in_flight: false,
+            rename_held: None,
             store_fault: None,
             bg_tasks: HashSet::new(),
             last_active: Instant::now(),
@@ -1260,7 +1271,8 @@ impl Actor {
     }
 
     /// Sends `rename_session` with `title` when the release answers it (else nothing: the
-    /// CLI's transcript keeps its own title); the answer comes back as `RenameDone`.
+    /// CLI's transcript keeps its own title); the answer comes back as `RenameDone`. One at
+    /// a time: while one is unanswered, `title` is held and sent after the answer.
     fn rename_cli(&mut self, title: String) {
         let mut fields = serde_json::Map::new();
         fields.insert("title".into(), serde_json::Value::String(title.clone()));
@@ -1272,6 +1284,11 @@ impl Actor {
             tracing::debug!(session = %self.sid(), version = %self.shared.installation.version, "the release is not measured to answer rename_session: the title stays in ostler's record only");
             return;
         }
+        if self.rename_in_flight {
+            self.rename_held = Some(title);
+            return;
+        }
+        self.rename_in_flight = true;
         self.titles_sent.push_back(title);
         let answer = self.process.queue_request(request.clone());
         self.report_back(request, answer, |request, result| Command::RenameDone {
@@ -1321,6 +1338,12 @@ impl Actor {
             }
         };
         self.emit_logged(EventPayload::EngineNotice(notice)).await;
+        self.rename_in_flight = false;
+        if let Some(next) = self.rename_held.take()
+            && !self.stop_requested
+        {
+            self.rename_cli(next);
+        }
     }
 
     // ------------------------------------------------------------------ exit

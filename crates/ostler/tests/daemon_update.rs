@@ -670,6 +670,113 @@ async fn a_rename_reaches_the_cli_transcript_live_and_at_the_next_resume() {
     assert_eq!(notices.len(), 2, "{notices:?}");
 }
 
+/// The `session_title_changed` echoes in `log`: their titles, oldest first.
+fn echoed_titles(log: &[pb::SessionEvent]) -> Vec<String> {
+    log.iter()
+        .filter_map(|e| match &e.payload {
+            Some(Payload::Unknown(u)) if u.message_type == "system/session_title_changed" => {
+                let v: serde_json::Value = serde_json::from_str(&u.raw_json).unwrap();
+                Some(v["title"].as_str().unwrap().to_owned())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Renames in quick succession, all recorded before the CLI has read any (its process is
+/// held with SIGSTOP): ostler sends the CLI one `rename_session` at a time (the newest
+/// title once the first is answered, the one between skipped), so the CLI ends with the
+/// newest; the echo of the first, which comes back after the newer titles are ostler's,
+/// is not a rename by the CLI. Whoever sees an echo finds the newest title; the log holds
+/// exactly the client's three `session_updated` notices and the two titles ostler sent;
+/// the CLI's transcript ends with the newest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_rename_echo_does_not_undo_a_newer_rename() {
+    const A: &str = "ECHO-A first rename";
+    const B: &str = "ECHO-B second rename";
+    const C: &str = "ECHO-C third rename";
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create(&mut c, &world, "created name", "a", Some("Say hello")).await;
+    common::grpc::settled(&mut c, &s).await;
+    let s = common::grpc::session(&mut c, &s.id).await;
+    let mut events = common::grpc::subscribe(&mut c, &s.id, s.last_seq, false).await;
+    let cli = common::children(daemon.pid());
+    assert_eq!(cli.len(), 1, "{cli:?}");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(cli[0]).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    for title in [A, B, C] {
+        let now = update(
+            &mut c,
+            pb::UpdateSessionRequest {
+                session_id: s.id.clone(),
+                title: Some(title.into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(now.title, title);
+    }
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    // Each echo, as it is seen: the session has C (ostler's record) already.
+    let mut seen = Vec::new();
+    let (mut set, mut echoes) = (0, 0);
+    while set < 2 || echoes < 2 {
+        let ev = common::grpc::read_until(&mut events, &mut seen, "the echoes and answers", |e| {
+            matches!(&e.payload, Some(Payload::EngineNotice(n)) if n.code == "cli_title_set")
+                || matches!(&e.payload, Some(Payload::Unknown(u))
+                    if u.message_type == "system/session_title_changed")
+        })
+        .await;
+        if matches!(&ev.payload, Some(Payload::Unknown(_))) {
+            echoes += 1;
+            assert_eq!(
+                common::grpc::session(&mut c, &s.id).await.title,
+                C,
+                "after echo {echoes}: {:?}",
+                echoed_titles(&seen)
+            );
+        } else {
+            set += 1;
+        }
+    }
+    assert_eq!(
+        echoed_titles(&seen),
+        [A, C],
+        "the CLI echoed what it was sent"
+    );
+    assert_eq!(titles_set(&seen), [A, C], "ostler sent A, then the newest");
+    assert_eq!(common::grpc::session(&mut c, &s.id).await.title, C);
+    // Exactly the client's three renames are recorded, as the client's.
+    let notices = updated_notices(&mut c, &s.id).await;
+    let renames: Vec<(&str, &str)> = notices
+        .iter()
+        .map(|(_, d)| {
+            (
+                d["title"]["new"].as_str().unwrap(),
+                d["cause"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        renames,
+        [
+            (A, "update_session"),
+            (B, "update_session"),
+            (C, "update_session")
+        ]
+    );
+    assert_eq!(updated_items(&mut c, &s.id).await.len(), 3);
+    assert_eq!(
+        custom_titles(&world, &s.cli_session_id)
+            .last()
+            .map(String::as_str),
+        Some(C)
+    );
+}
+
 /// An idempotent create retry (client-chosen id) compares the labels the session was
 /// created with, not the ones UpdateSession gave it since: after a relabel the original
 /// request still returns the session; other labels are still another request.

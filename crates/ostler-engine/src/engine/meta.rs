@@ -8,7 +8,8 @@
 //! A new title also goes to the CLI, after the commit, where the release answers
 //! `rename_session` (measured: 2.1.330 and later; 2.1.120 and 2.1.121 refuse it), so the CLI's transcript (what
 //! `claude --resume` and the Agent SDK's listSessions show) follows: at once when the
-//! session is live, else at its next respawn (the actor compares after `initialize`).
+//! session is live (one request at a time: the newest title waits for the previous
+//! answer), else at its next respawn (the actor compares after `initialize`).
 //! The CLI's answer or refusal is recorded (`cli_title_set` / `cli_title_set_failed`) and
 //! never fails the update; its `session_title_changed` echo changes nothing in ostler.
 
