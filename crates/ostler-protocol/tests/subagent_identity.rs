@@ -5,45 +5,12 @@
 //! tool result, and lines no release was seen sending.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
-use std::path::{Path, PathBuf};
+mod common;
 
-use bytes::Bytes;
-use ostler_protocol::recording::{Dir, Entry, parse_entry, parse_header};
+use common::{cli_lines, corpus_dir, recordings, releases};
 use ostler_protocol::*;
 use semver::Version;
 use serde_json::Value;
-
-fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contracts/claude-code")
-}
-
-/// The CLI's lines of one recording.
-fn cli_lines(path: &Path) -> Vec<Bytes> {
-    let bytes = Bytes::from(std::fs::read(path).unwrap());
-    let mut lines = bytes.split(|b| *b == b'\n');
-    parse_header(lines.next().unwrap()).unwrap();
-    lines
-        .filter(|l| !l.is_empty())
-        .filter_map(|l| match parse_entry(&bytes.slice_ref(l)) {
-            Entry::Line {
-                dir: Dir::Cli,
-                line,
-            } => Some(line),
-            _ => None,
-        })
-        .collect()
-}
-
-fn releases() -> Vec<String> {
-    let mut r: Vec<String> = std::fs::read_dir(corpus_dir())
-        .unwrap()
-        .flatten()
-        .filter(|d| d.path().is_dir())
-        .map(|d| d.file_name().to_string_lossy().into_owned())
-        .collect();
-    r.sort();
-    r
-}
 
 /// (parent_tool_use_id, agent_id, subagent_type, task_description) of an event, for the
 /// events those frames become.
@@ -142,14 +109,7 @@ fn every_recorded_tool_result_carries_its_own_permission_decision() {
     let mut sources = std::collections::BTreeSet::new();
     let mut before_meta = 0;
     for release in releases() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir().join(&release))
-            .unwrap()
-            .flatten()
-            .map(|f| f.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "ndjson"))
-            .collect();
-        files.sort();
-        for f in files {
+        for f in recordings(&release) {
             let mut d = Decoder::for_release(Some(&Version::parse(&release).unwrap()));
             let results = cli_lines(&f).into_iter().filter(|l| {
                 l.windows(br#""tool_result""#.len())

@@ -5,46 +5,25 @@
 //! the releases' own lines and the cases no release was seen sending.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
-use std::path::{Path, PathBuf};
+mod common;
 
 use bytes::Bytes;
-use ostler_protocol::recording::{Dir, Entry, parse_entry, parse_header};
+use common::{cli_lines, recordings, releases};
 use ostler_protocol::*;
 use semver::Version;
 use serde_json::{Value, json};
 
-fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contracts/claude-code")
-}
-
 /// The CLI's `user` lines with tool results in the recordings of `release`.
 fn recorded_tool_result_lines(release: &str) -> Vec<Bytes> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir().join(release))
-        .unwrap()
-        .flatten()
-        .map(|f| f.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "ndjson"))
-        .collect();
-    files.sort();
     let mut out = Vec::new();
-    for f in files {
-        let bytes = Bytes::from(std::fs::read(&f).unwrap());
-        let mut lines = bytes.split(|b| *b == b'\n');
-        let header = parse_header(lines.next().unwrap()).unwrap();
-        assert_eq!(header.release.as_deref(), Some(release), "{}", f.display());
-        for l in lines.filter(|l| !l.is_empty()) {
-            if let Entry::Line {
-                dir: Dir::Cli,
-                line,
-            } = parse_entry(&bytes.slice_ref(l))
-            {
-                let v: Value = serde_json::from_slice(&line).unwrap();
-                let results = v["message"]["content"].as_array().map_or(0, |c| {
-                    c.iter().filter(|b| b["type"] == "tool_result").count()
-                });
-                if v["type"] == "user" && results > 0 {
-                    out.push(line);
-                }
+    for f in recordings(release) {
+        for line in cli_lines(&f) {
+            let v: Value = serde_json::from_slice(&line).unwrap();
+            let results = v["message"]["content"].as_array().map_or(0, |c| {
+                c.iter().filter(|b| b["type"] == "tool_result").count()
+            });
+            if v["type"] == "user" && results > 0 {
+                out.push(line);
             }
         }
     }
@@ -103,15 +82,8 @@ fn check_release(release: &str) -> (usize, usize) {
 
 #[test]
 fn recorded_tool_results_carry_the_structured_result_on_every_release() {
-    let mut releases: Vec<String> = std::fs::read_dir(corpus_dir())
-        .unwrap()
-        .flatten()
-        .filter(|d| d.path().is_dir())
-        .map(|d| d.file_name().to_string_lossy().into_owned())
-        .collect();
-    releases.sort();
     let mut seen = Vec::new();
-    for release in &releases {
+    for release in &releases() {
         if recorded_tool_result_lines(release).is_empty() {
             continue;
         }

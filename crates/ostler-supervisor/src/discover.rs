@@ -140,11 +140,50 @@ impl DiscoverError {
 /// Find the binary, read its version, probe its flags and assess it. With
 /// [`DiscoverOptions::cache`], what an earlier call measured on the unchanged binary is
 /// used instead of running it (module [`crate::discovery_cache`]); logged at info either way.
+/// What was measured is written to the cache before this returns (a usable binary's only:
+/// an incompatible one is measured again next time); [`discover_deferring_cache`] leaves
+/// the write to the caller.
 ///
 /// `Ok` for every level the daemon runs with (`FullyCompatible`, `LikelyCompatible`,
 /// `Degraded`; callers log `message` at warn level unless fully compatible);
 /// `Err(Incompatible)` carries the full installation for reporting.
 pub async fn discover(opts: &DiscoverOptions) -> Result<Installation, DiscoverError> {
+    let (inst, update) = discover_deferring_cache(opts).await?;
+    if let Some(u) = update {
+        u.write();
+    }
+    Ok(inst)
+}
+
+/// What a discovery measured that its cache file does not hold yet, for the caller to
+/// [`write`](Self::write) once it knows it will run (the daemon: after the start-up checks
+/// that can still fail, so a start that fails leaves no cache file, nor its directory,
+/// behind). Dropped unwritten: the next discovery measures again.
+#[derive(Debug)]
+#[must_use = "dropped, the measurement is not cached"]
+pub struct CacheUpdate {
+    cache: PathBuf,
+    binary: PathBuf,
+    key: crate::discovery_cache::BinaryKey,
+    version: ClaudeVersion,
+    probe: Option<FlagProbe>,
+}
+
+impl CacheUpdate {
+    /// Writes it (the directory made 0700 when missing; a failure is logged), if the binary
+    /// is still as it was measured: one replaced meanwhile is measured again next time.
+    pub fn write(self) {
+        if crate::discovery_cache::BinaryKey::of(&self.binary).as_ref() == Some(&self.key) {
+            crate::discovery_cache::store(&self.cache, self.key, &self.version, self.probe);
+        }
+    }
+}
+
+/// [`discover()`] without writing the cache: what it would write is returned (`None`:
+/// nothing new was measured, or no cache is configured). On `Err` nothing is written.
+pub async fn discover_deferring_cache(
+    opts: &DiscoverOptions,
+) -> Result<(Installation, Option<CacheUpdate>), DiscoverError> {
     let started = std::time::Instant::now();
     let path = find_binary(opts)?;
     let key = opts
@@ -176,15 +215,18 @@ pub async fn discover(opts: &DiscoverOptions) -> Result<Installation, DiscoverEr
     // Whether the binary was run at all, and whether that taught the cache anything (a
     // failed probe did not: the next start probes again).
     let measured = !version_cached || probe_ran;
-    if (!version_cached || (probe_ran && probe.is_some()))
-        && let (Some(cache), Some(key)) = (&opts.cache, key)
-    {
-        // Only what was measured on the binary as it still is: one replaced meanwhile is
-        // measured again next time.
-        if crate::discovery_cache::BinaryKey::of(&path).as_ref() == Some(&key) {
-            crate::discovery_cache::store(cache, key, &ver, probe.clone());
+    let update = match (&opts.cache, key) {
+        (Some(cache), Some(key)) if !version_cached || (probe_ran && probe.is_some()) => {
+            Some(CacheUpdate {
+                cache: cache.clone(),
+                binary: path.clone(),
+                key,
+                version: ver.clone(),
+                probe: probe.clone(),
+            })
         }
-    }
+        _ => None,
+    };
     tracing::info!(
         path = %path.display(),
         version = %ver.version,
@@ -208,7 +250,7 @@ pub async fn discover(opts: &DiscoverOptions) -> Result<Installation, DiscoverEr
         probe,
     };
     if inst.level.can_run() {
-        Ok(inst)
+        Ok((inst, update))
     } else {
         Err(DiscoverError::Incompatible(Box::new(inst)))
     }

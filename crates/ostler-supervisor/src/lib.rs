@@ -27,7 +27,9 @@ pub mod session;
 pub use compat::{
     Assessment, Capabilities, CapabilitySource, CompatLevel, Degradation, Flag, FlagProbe, SdkUrl,
 };
-pub use discover::{DiscoverError, DiscoverOptions, discover};
+pub use discover::{
+    CacheUpdate, DiscoverError, DiscoverOptions, discover, discover_deferring_cache,
+};
 pub use installation::Installation;
 pub use options::{CliOptions, InvalidOption, McpServer, ToolDecl, ToolServerDecl};
 pub use ostler_protocol::version::{

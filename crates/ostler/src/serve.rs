@@ -217,7 +217,9 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
     let discover_opts = ostler_supervisor::DiscoverOptions {
         claude_path: cfg.claude.path.clone(),
         probe_flags: cfg.claude.probe_flags,
-        // Next to the store, in the daemon user's data directory (made 0700 when missing).
+        // Next to the store, in the daemon user's data directory (made 0700 when missing),
+        // written once the store has opened (below): a start that fails before leaves no
+        // file, nor the directory.
         cache: cfg
             .claude
             .discovery_cache
@@ -225,14 +227,14 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
         ..Default::default()
     };
     let discovered = tokio::select! {
-        r = ostler_supervisor::discover(&discover_opts) => r,
+        r = ostler_supervisor::discover_deferring_cache(&discover_opts) => r,
         // Dropping the check kills its `claude --version` process group.
         () = shutdown.cancelled() => {
             tracing::info!("ostler daemon stopped before it started");
             return Ok(0);
         }
     };
-    let installation = match discovered {
+    let (installation, discovery_cache) = match discovered {
         Ok(i) => i,
         Err(e) => {
             tracing::error!(error = %e, exit_code = e.exit_code(), "Claude Code check failed");
@@ -427,6 +429,11 @@ async fn daemon(args: ServeArgs, cfg: config::Config, valid: config::Validated) 
                 return Err(e);
             }
         };
+    // The start-up checks have passed: what discovery measured is remembered for the next
+    // start.
+    if let Some(update) = discovery_cache {
+        update.write();
+    }
     let info = ostler_server::DaemonInfo::new(
         version,
         valid.store_path.display().to_string(),

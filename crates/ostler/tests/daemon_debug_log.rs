@@ -325,12 +325,17 @@ async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
     })
     .await
     .unwrap();
+    // A base a crash left half written (`.base.tmp`, never renamed over the base) is
+    // removed at the spawn, and the offsets are those the real base says.
+    let stale = file.with_file_name(format!("{id}.log.base.tmp"));
+    std::fs::write(&stale, "1\n").unwrap();
     c.resume_session(pb::ResumeSessionRequest {
         session_id: id.clone(),
         ..Default::default()
     })
     .await
     .unwrap();
+    assert!(!stale.exists(), "{} left at the spawn", stale.display());
     assert!(turn(&mut c, &id, "Say hello").await.contains("Hello"));
     assert!(on_disk() <= CAP, "{} bytes on disk", on_disk());
     let second = read(&mut c, &id, first.next_offset, 0).await.unwrap();
@@ -341,7 +346,9 @@ async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
     assert_eq!(second.next_offset, second.size);
     read_until(second.size, &mut seen);
 
-    // Deleted: the file and its base go, the follower ends.
+    // Deleted: the file, its base and a stale next base go, the follower ends.
+    assert!(file.with_file_name(format!("{id}.log.base")).is_file());
+    std::fs::write(&stale, "1\n").unwrap();
     c.delete_session(pb::DeleteSessionRequest {
         session_id: id.clone(),
     })

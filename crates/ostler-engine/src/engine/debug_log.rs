@@ -12,7 +12,9 @@
 //! file in place while it runs is safe: its next write lands at the new end. Offsets stay
 //! logical: the bytes dropped so far are counted in `<id>.log.base` (written before the
 //! file is cut, so offsets only ever grow), and a read before the first byte still kept
-//! reads from it ([`DebugLogChunk::first_offset`]).
+//! reads from it ([`DebugLogChunk::first_offset`]). The base is replaced whole, through
+//! `<id>.log.base.tmp` renamed over it; a crash between leaves that file, never valid on
+//! its own: the next trim or spawn removes it, as `DeleteSession` does.
 
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::FileExt as _;
@@ -81,13 +83,18 @@ impl Engine {
         ) else {
             return Err(no_debug_dir());
         };
+        let log = path.clone();
         blocking(move || {
             let mut b = std::fs::DirBuilder::new();
             b.recursive(true);
             #[cfg(unix)]
             std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-            b.create(&dir)
-                .map_err(|e| Error::internal(format!("debug log directory {}: {e}", dir.display())))
+            b.create(&dir).map_err(|e| {
+                Error::internal(format!("debug log directory {}: {e}", dir.display()))
+            })?;
+            // Whatever the cap (none: no trim follows), a base a crash left half written.
+            let _held = debug_lock();
+            remove_stale_base_tmp(&log)
         })
         .await?;
         // Before the CLI opens it: what an earlier process left past the cap goes.
@@ -111,7 +118,7 @@ impl Engine {
         let shown = path.display().to_string();
         let r = blocking(move || {
             let _held = debug_lock();
-            for p in [base_path(&path), path] {
+            for p in [base_tmp_path(&path), base_path(&path), path] {
                 match std::fs::remove_file(&p) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                         return Err(Error::internal(e));
@@ -209,12 +216,35 @@ fn read_base(path: &Path) -> Result<u64> {
     }
 }
 
+/// `<id>.log.base.tmp`: the next base while [`write_base`] writes it.
+fn base_tmp_path(path: &Path) -> PathBuf {
+    let mut p = base_path(path).into_os_string();
+    p.push(".tmp");
+    PathBuf::from(p)
+}
+
+/// Removes a `<id>.log.base.tmp` a crash left between writing it and renaming it (never
+/// valid on its own: the base it would have been is written again by the next trim that
+/// drops bytes). Called under the lock, so no [`write_base`] is under way.
+fn remove_stale_base_tmp(path: &Path) -> Result<()> {
+    let tmp = base_tmp_path(path);
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {
+            tracing::debug!(file = %tmp.display(), "removed a debug log base left half written");
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::internal(format!(
+            "debug log base {}: {e}",
+            tmp.display()
+        ))),
+    }
+}
+
 /// Replaces the base file whole (a new file renamed over it).
 fn write_base(path: &Path, base: u64) -> Result<()> {
     let bp = base_path(path);
-    let mut tmp = bp.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    let tmp = base_tmp_path(path);
     let io = |e: std::io::Error| Error::internal(format!("debug log base {}: {e}", bp.display()));
     let mut f = std::fs::File::create(&tmp).map_err(io)?;
     f.write_all(format!("{base}\n").as_bytes()).map_err(io)?;
@@ -227,9 +257,11 @@ fn write_base(path: &Path, base: u64) -> Result<()> {
 /// exactly the newest `cap / 2`); returns how many were dropped. The base grows first, so
 /// a crash in between leaves offsets too high (some bytes read again at new offsets),
 /// never too low. Bytes the CLI appends meanwhile are carried along; only one it appends
-/// between the last look at the size and the cut would be lost.
+/// between the last look at the size and the cut would be lost. A stale
+/// `<id>.log.base.tmp` goes first ([`remove_stale_base_tmp`]).
 pub(crate) fn trim(path: &Path, cap: u64) -> Result<u64> {
     let io = |e: std::io::Error| Error::internal(format!("debug log {}: {e}", path.display()));
+    remove_stale_base_tmp(path)?;
     if cap == 0 {
         return Ok(0);
     }
@@ -386,6 +418,19 @@ mod tests {
         assert_eq!(trim(&path, 0).unwrap(), 0);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), lines);
         assert!(!base_path(&path).exists());
+        // A base a crash left half written (`.base.tmp`, never renamed) is removed by the
+        // next trim, whether it cuts or not, with or without a cap; the real base is kept.
+        let stale = base_tmp_path(&path);
+        assert_eq!(
+            stale.file_name().unwrap().to_str().unwrap(),
+            "s.log.base.tmp"
+        );
+        for cap in [360, 0] {
+            std::fs::write(&stale, "12").unwrap();
+            assert_eq!(trim(&path, cap).unwrap(), 0);
+            assert!(!stale.exists(), "cap {cap}: {} left", stale.display());
+        }
+        std::fs::write(&stale, "99999").unwrap();
 
         // Cap 100: at most 50 bytes kept, from a line's start: the last 2 lines (36).
         assert_eq!(trim(&path, 100).unwrap(), 324);
@@ -393,6 +438,7 @@ mod tests {
         assert_eq!(kept, lines[324..]);
         assert!(kept.starts_with("line 18"), "{kept}");
         assert_eq!(read_base(&path).unwrap(), 324);
+        assert!(!stale.exists(), "{} left", stale.display());
         // Reads are logical: from before the first kept byte, from it; the size counts
         // what was dropped; an offset past the end is still refused.
         let r = read_chunk(&path, 0, 1000).unwrap();

@@ -8,7 +8,7 @@
 
 use ostler_proto::v1 as pb;
 use pb::session_event::Payload;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// Parse JSON text; empty text becomes `null`, invalid text stays a string.
 pub(super) fn parsed(text: &str) -> Value {
@@ -280,16 +280,11 @@ fn payload(p: &Payload) -> Value {
             "resolved_by": r.resolved_by, "edited": r.edited, "interrupt": r.interrupt,
             "updated_permissions": parsed(&r.updated_permissions_json),
         }),
-        Payload::QuestionAsked(q) => {
-            let mut v = json!({
-                "request_id": q.request_id, "tool_use_id": q.tool_use_id,
-                "questions": q.questions.iter().map(question).collect::<Vec<_>>(),
-            });
-            if !q.title.is_empty() {
-                v["title"] = json!(q.title);
-            }
-            v
-        }
+        Payload::QuestionAsked(q) => json!({
+            "request_id": q.request_id, "tool_use_id": q.tool_use_id,
+            "questions": q.questions.iter().map(question).collect::<Vec<_>>(),
+        })
+        .with_set(&[("title", &q.title)]),
         Payload::QuestionAnswered(a) => json!({
             "request_id": a.request_id, "answers": answers(&a.answers),
             "resolution": resolution_name(a.resolution), "resolved_by": a.resolved_by,
@@ -422,6 +417,12 @@ fn payload(p: &Payload) -> Value {
 trait WithSet: Sized {
     /// Adds each `(key, value)` whose value is not empty.
     fn with_set(self, fields: &[(&str, &str)]) -> Self;
+    /// Adds `key` when `value` is `Some` (an empty string too).
+    fn with_some(self, key: &str, value: Option<impl Into<Value>>) -> Self;
+    /// Adds `key: true` when `flag` is set.
+    fn with_flag(self, key: &str, flag: bool) -> Self {
+        self.with_some(key, flag.then_some(true))
+    }
     /// The sub-agent that wrote the frame (`agent_id`, `subagent_type`,
     /// `task_description`), when it is one.
     fn with_agent(self, agent_id: &str, subagent_type: &str, task: &str) -> Self {
@@ -442,32 +443,31 @@ impl WithSet for Value {
         }
         self
     }
+
+    fn with_some(mut self, key: &str, value: Option<impl Into<Value>>) -> Self {
+        if let (Value::Object(m), Some(v)) = (&mut self, value) {
+            m.insert(key.to_owned(), v.into());
+        }
+        self
+    }
 }
 
 /// One event as a JSON object.
 pub fn event(e: &pb::SessionEvent) -> Value {
-    let mut m = Map::new();
-    m.insert(
-        "type".into(),
-        Value::String(kind(e.payload.as_ref()).into()),
-    );
-    m.insert("session_id".into(), Value::String(e.session_id.clone()));
-    m.insert("seq".into(), json!(e.seq));
-    m.insert("ts_ms".into(), json!(e.ts_ms));
-    if let Some(p) = &e.parent_tool_use_id {
-        m.insert("parent_tool_use_id".into(), Value::String(p.clone()));
-    }
-    if e.redelivered {
-        m.insert("redelivered".into(), Value::Bool(true));
-    }
-    if let Some(p) = &e.payload
+    let mut v = json!({
+        "type": kind(e.payload.as_ref()), "session_id": e.session_id, "seq": e.seq,
+        "ts_ms": e.ts_ms,
+    })
+    .with_some("parent_tool_use_id", e.parent_tool_use_id.as_deref())
+    .with_flag("redelivered", e.redelivered);
+    if let (Value::Object(m), Some(p)) = (&mut v, &e.payload)
         && let Value::Object(fields) = payload(p)
     {
         for (k, v) in fields {
             m.entry(k).or_insert(v);
         }
     }
-    Value::Object(m)
+    v
 }
 
 /// One question of a `question_asked` event; the fields of extended questions and
@@ -476,37 +476,25 @@ fn question(q: &pb::Question) -> Value {
     let mut v = json!({
         "question": q.question, "header": q.header, "multi_select": q.multi_select,
         "options": q.options.iter().map(|o| {
-            let mut v = json!({"label": o.label, "description": o.description});
-            if !o.preview.is_empty() {
-                v["preview"] = json!(o.preview);
-            }
-            v
+            json!({"label": o.label, "description": o.description})
+                .with_set(&[("preview", &o.preview)])
         }).collect::<Vec<_>>(),
-    });
-    for (k, s) in [
+    })
+    .with_set(&[
         ("kind", &q.kind),
         ("description", &q.description),
         ("placeholder", &q.placeholder),
         ("unit", &q.unit),
-    ] {
-        if !s.is_empty() {
-            v[k] = json!(s);
-        }
-    }
+    ]);
     for (k, n) in [
         ("min", q.min),
         ("max", q.max),
         ("step", q.step),
         ("default_value", q.default_value),
     ] {
-        if let Some(n) = n {
-            v[k] = json!(n);
-        }
+        v = v.with_some(k, n);
     }
-    if q.optional {
-        v["optional"] = json!(true);
-    }
-    v
+    v.with_flag("optional", q.optional)
 }
 
 #[cfg(test)]
