@@ -10,7 +10,7 @@ pub struct FuzzArgs {
     /// Total time, split evenly across the targets run.
     #[arg(long, default_value_t = 60)]
     pub secs: u64,
-    /// Run only this target (framer, codec, permission, convert); repeatable.
+    /// Run only this target (framer, codec, permission, convert, interaction); repeatable.
     #[arg(long)]
     pub target: Vec<String>,
     /// Replay one batch with this seed (as printed by a failure) instead of fuzzing.

@@ -30,7 +30,8 @@ enum Cmd {
     /// Fault injection against the real daemon with the fake CLI (kill -9 mid-turn, CLI
     /// kill, reconnect storm, stuck and slow subscribers, storage faults).
     Chaos(chaos::ChaosArgs),
-    /// Time-bounded property fuzzing (framer/decoder, stored codec, rules, gRPC requests).
+    /// Time-bounded property fuzzing (framer/decoder, stored codec, rules, gRPC requests,
+    /// GetInteraction lookups).
     Fuzz(fuzz::FuzzArgs),
     /// Install the newest pinned Claude Code release and run the daemon with it.
     Daemon(dev::DaemonArgs),

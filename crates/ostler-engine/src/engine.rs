@@ -450,13 +450,7 @@ impl Engine {
         let store = self.shared.store.clone();
         let (sid, rid) = (session_id.to_owned(), request_id.to_owned());
         match blocking(move || store.interaction(&sid, &rid)).await {
-            Ok(i) if i.state.is_final() => {
-                let by = i.decided_by.clone().unwrap_or_else(|| "unknown".into());
-                Some(Error::FailedPrecondition {
-                    message: format!("request {request_id:?} was already {} by {by}", i.state),
-                    decided_by: Some(by),
-                })
-            }
+            Ok(i) if i.state.is_final() => Some(crate::settled::decided_error(&i)),
             Ok(_) => None,
             Err(Error::NotFound { .. }) => Some(Error::not_found(format!(
                 "request {request_id:?} in session {session_id:?}"
@@ -481,22 +475,36 @@ impl Engine {
         }
         let store = self.shared.store.clone();
         let (sid, rid) = (session_id.map(str::to_owned), request_id.to_owned());
-        let lookup = blocking(move || store.lookup_interaction(sid.as_deref(), &rid)).await?;
+        // One trip to the blocking pool: the lookup and, when it found one interaction, its
+        // session and the event that asked it (`Err`: what the lookup found instead).
+        let found = blocking(move || {
+            let i = match store.lookup_interaction(sid.as_deref(), &rid)? {
+                L::Found(i) => i,
+                other => return Ok(Err(other)),
+            };
+            let record = store.get_session(&i.session_id)?;
+            let events = match i.event_seq {
+                Some(seq) if seq > 0 => store.events_after(&i.session_id, seq - 1, 1)?,
+                _ => Vec::new(),
+            };
+            Ok::<_, ostler_store::Error>(Ok((i, record, events)))
+        })
+        .await?;
         let list = |c: &[ostler_store::Interaction]| {
             c.iter()
                 .map(|i| format!("{} (session {})", i.request_id, i.session_id))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let interaction = match lookup {
-            L::Found(i) => i,
-            L::NotFound => {
+        let (interaction, record, events) = match found {
+            Ok(found) => found,
+            Err(L::Found(_) | L::NotFound) => {
                 return Err(Error::not_found(match session_id {
                     Some(s) => format!("request {request_id:?} in session {s:?}"),
                     None => format!("request {request_id:?}"),
                 }));
             }
-            L::InSessions(c) => {
+            Err(L::InSessions(c)) => {
                 return Err(Error::invalid(
                     "request_id",
                     format!(
@@ -508,7 +516,7 @@ impl Engine {
                     ),
                 ));
             }
-            L::Ambiguous { candidates, more } => {
+            Err(L::Ambiguous { candidates, more }) => {
                 return Err(Error::invalid(
                     "request_id",
                     format!(
@@ -520,18 +528,7 @@ impl Engine {
                 ));
             }
         };
-        let store = self.shared.store.clone();
-        let sid = interaction.session_id.clone();
         let seq = interaction.event_seq;
-        let (record, events) = blocking(move || {
-            let record = store.get_session(&sid)?;
-            let events = match seq {
-                Some(seq) if seq > 0 => store.events_after(&sid, seq - 1, 1)?,
-                _ => Vec::new(),
-            };
-            Ok::<_, ostler_store::Error>((record, events))
-        })
-        .await?;
         let event = events
             .iter()
             .find(|e| Some(e.seq) == seq)

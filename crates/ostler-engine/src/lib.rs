@@ -15,6 +15,7 @@
 
 pub mod error;
 pub mod permission;
+pub mod settled;
 pub mod types;
 
 mod actor;

@@ -15,6 +15,10 @@
 //!   command".
 //! - [`convert`]: gRPC request conversions on arbitrary messages (built, or decoded from
 //!   arbitrary / mutated bytes) give a value or a short `INVALID_ARGUMENT`.
+//! - [`interaction`]: `GetInteraction` (handler, engine, a real store) and the store's
+//!   lookup on arbitrary request / session ids agree with a reference model (exact id, else
+//!   a unique prefix; LIKE wildcards and the last code points never widen a match); errors
+//!   are a short `NOT_FOUND` / `INVALID_ARGUMENT` naming what is wrong.
 
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -28,11 +32,13 @@ mod convert;
 pub mod corpus;
 mod framer;
 mod generate;
+mod interaction;
 mod permission;
 
 pub use codec::codec;
 pub use convert::convert;
 pub use framer::framer;
+pub use interaction::interaction;
 pub use permission::permission;
 
 /// Cases per batch (one seed each); the deadline is checked between batches.
@@ -133,7 +139,7 @@ pub struct Failure {
 }
 
 /// The targets, by name.
-pub const TARGETS: &[&str] = &["framer", "codec", "permission", "convert"];
+pub const TARGETS: &[&str] = &["framer", "codec", "permission", "convert", "interaction"];
 
 /// Runs the target called `name` (one of [`TARGETS`]); `None` for an unknown name.
 pub fn run(name: &str, budget: Budget) -> Option<Result<Report, Failure>> {
@@ -142,6 +148,7 @@ pub fn run(name: &str, budget: Budget) -> Option<Result<Report, Failure>> {
         "codec" => codec(budget),
         "permission" => permission(budget),
         "convert" => convert(budget),
+        "interaction" => interaction(budget),
         _ => return None,
     })
 }

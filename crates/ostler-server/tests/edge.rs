@@ -80,6 +80,7 @@ async fn session_count(h: &mut Harness) -> usize {
 #[tokio::test]
 async fn get_interaction_finds_settled_requests_and_names_what_is_wrong() {
     use ostler_store::*;
+    const DECIDED_MS: i64 = 1_796_053_543_123; // 2026-11-30 15:45:43 UTC
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ostler.db");
     // The store's writes block: off the runtime's thread.
@@ -124,7 +125,7 @@ async fn get_interaction_finds_settled_requests_and_names_what_is_wrong() {
                     state: InteractionState::Denied,
                     decided_by: "client:bot".into(),
                     response: Some(bytes::Bytes::from_static(br#"{"behavior":"deny"}"#)),
-                    decided_ms: 7,
+                    decided_ms: DECIDED_MS,
                 },
             )
             .wait()
@@ -162,7 +163,7 @@ async fn get_interaction_finds_settled_requests_and_names_what_is_wrong() {
     assert_eq!(i.state, pb::InteractionState::Denied as i32);
     assert_eq!(i.kind, pb::InteractionKind::Permission as i32);
     assert_eq!(i.decided_by, "client:bot");
-    assert_eq!((i.decided_ms, i.created_ms), (7, 5));
+    assert_eq!((i.decided_ms, i.created_ms), (DECIDED_MS, 5));
     assert_eq!(i.response_json, r#"{"behavior":"deny"}"#);
     assert!(!i.response_truncated);
     let i = c
@@ -200,6 +201,35 @@ async fn get_interaction_finds_settled_requests_and_names_what_is_wrong() {
     let e = c.get_interaction(get("rx1", "sb")).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
     let e = c.get_interaction(get("rx1", "zz")).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    // Answering a settled request of a session without a process: refused, saying who
+    // decided and when (in UTC), worded as the client words it from GetInteraction.
+    let deny = |request_id: &str| pb::RespondToPermissionRequest {
+        session_id: "sa".into(),
+        request_id: request_id.into(),
+        decision: Some(pb::respond_to_permission_request::Decision::Deny(
+            pb::PermissionDeny {
+                message: "no".into(),
+                interrupt: false,
+            },
+        )),
+    };
+    let e = c.respond_to_permission(deny("rx1")).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let m = e.message();
+    assert!(
+        m.starts_with(
+            "request rx1 (session sa) was already denied by client:bot at 2026-11-30 15:45:43 \
+             UTC ("
+        ) && m.ends_with(" ago)"),
+        "{m}"
+    );
+    // Still pending in a stopped session: the session's state; unknown: NOT_FOUND.
+    let e = c.respond_to_permission(deny("rx2")).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("no CLI process"), "{e:?}");
+    let e = c.respond_to_permission(deny("nope")).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
     server.shutdown.cancel();
 }

@@ -1049,6 +1049,33 @@ fn interactions_are_looked_up_by_request_id_or_unique_prefix() {
         store.lookup_interaction(Some("zz"), "req_2"),
         Err(Error::NotFound { .. })
     ));
+    // The input is a literal prefix: LIKE wildcards, escapes, NUL and the code points
+    // around the ends of UTF-8's ranges match nothing they do not start.
+    for literal in [
+        "%",
+        "_",
+        "re_",
+        "req%",
+        "req_%",
+        "r%_0",
+        "toolu_x_",
+        "\\",
+        "req\\_",
+        "req_\0",
+        "req_1\u{10FFFF}\u{10FFFF}",
+        "\u{10FFFF}",
+        "\u{FFFF}",
+        "req_\u{D7FF}",
+        "REQ_",
+    ] {
+        assert_eq!(
+            store.lookup_interaction(None, literal).unwrap(),
+            InteractionLookup::NotFound,
+            "{literal:?}"
+        );
+    }
+    assert_eq!(found(None, "req_1\u{10FFFF}").1, "req_1\u{10FFFF}");
+    assert_eq!(found(Some("a"), "req_01").1, "req_01");
 
     // The daemon-wide range is an index search, not a scan of every interaction.
     let conn = rusqlite::Connection::open(&path).unwrap();

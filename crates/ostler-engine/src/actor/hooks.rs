@@ -253,13 +253,7 @@ impl Actor {
             .await?
         {
             Committed::Won(events, p) => (events, p),
-            Committed::Lost(i) => {
-                let by = i.decided_by.clone().unwrap_or_else(|| "unknown".into());
-                return Err(Error::FailedPrecondition {
-                    message: format!("hook call {request_id:?} was already {} by {by}", i.state),
-                    decided_by: Some(by),
-                });
-            }
+            Committed::Lost(i) => return Err(crate::settled::decided_error(&i)),
         };
         if let (Some(p), Some(output)) = (p, output)
             && let Err(e) = p.responder.respond(ResponseBody::Success(output))

@@ -280,7 +280,7 @@ impl Actor {
             Committed::Won(events, p) => (events, p),
             // Someone decided durably first (cannot happen within one actor, which
             // serialises decisions, but the store is the authority).
-            Committed::Lost(i) => return Err(decided_error(request_id, &i)),
+            Committed::Lost(i) => return Err(crate::settled::decided_error(&i)),
         };
         let answered_tool_use = p
             .as_ref()
@@ -375,7 +375,7 @@ impl Actor {
         let store = self.shared.store.clone();
         let (sid, rid) = (self.sid().to_owned(), request_id.to_owned());
         match blocking(move || store.interaction(&sid, &rid)).await {
-            Ok(i) if i.state.is_final() => decided_error(request_id, &i),
+            Ok(i) if i.state.is_final() => crate::settled::decided_error(&i),
             Ok(_) => Error::precondition(format!(
                 "request {request_id:?} of session {:?} is no longer awaited by the CLI",
                 self.sid()
@@ -641,14 +641,6 @@ pub(super) enum Committed<P> {
     Won(Vec<Arc<EngineEvent>>, Option<P>),
     /// Decided durably before (nothing written): the interaction as stored.
     Lost(ostler_store::Interaction),
-}
-
-fn decided_error(request_id: &str, i: &ostler_store::Interaction) -> Error {
-    let by = i.decided_by.clone().unwrap_or_else(|| "unknown".into());
-    Error::FailedPrecondition {
-        message: format!("request {request_id:?} was already {} by {by}", i.state),
-        decided_by: Some(by),
-    }
 }
 
 /// The JSON of a response body, as recorded with the decision.

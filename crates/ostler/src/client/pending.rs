@@ -9,7 +9,7 @@ use ostler_proto::v1 as pb;
 use pb::session_event::Payload;
 use serde_json::json;
 
-use super::render::{Style, age, clip, json_line, tool_call};
+use super::render::{Style, age, clip, json_line, now_ms, tool_call};
 use super::run::parse_label;
 use super::{Conn, ConnectArgs, connect, json, status_error};
 
@@ -169,23 +169,16 @@ pub(super) async fn pick_or_settled(
     }
 }
 
-/// `request req_1 (session 0193…) was already allowed by client:x at 2026-… (3m ago)`.
+/// `request req_1 (session 0193…) was already allowed by client:x at 2026-… (3m ago)`, as
+/// the daemon words it when it refuses a late answer.
 fn settled(i: &pb::GetInteractionResponse) -> String {
-    let by = if i.decided_by.is_empty() {
-        String::new()
-    } else {
-        format!(" by {}", i.decided_by)
-    };
-    let at = if i.decided_ms > 0 {
-        format!(" at {} ({} ago)", utc(i.decided_ms), age(i.decided_ms))
-    } else {
-        String::new()
-    };
-    format!(
-        "request {} (session {}) was already {}{by}{at}",
-        i.request_id,
-        i.session_id,
-        state_name(i.state)
+    ostler_engine::settled::settled_message(
+        &i.request_id,
+        &i.session_id,
+        state_name(i.state),
+        Some(&i.decided_by),
+        Some(i.decided_ms),
+        now_ms(),
     )
 }
 
@@ -213,27 +206,7 @@ fn kind_name(kind: i32) -> &'static str {
     }
 }
 
-/// Milliseconds since the epoch as `2026-11-30 15:35:43 UTC`.
-pub(super) fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+pub(super) use ostler_engine::settled::utc;
 
 /// `ostler pending show ID`
 pub async fn show(a: ShowArgs) -> Result<i32> {
@@ -724,14 +697,6 @@ mod tests {
             ..Default::default()
         };
         assert!(answer_hint(&tool).contains("ostler tool-result t1"));
-    }
-
-    #[test]
-    fn decision_times_in_utc() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(951_868_799_000), "2000-02-29 23:59:59 UTC");
-        assert_eq!(utc(1_796_053_543_123), "2026-11-30 15:45:43 UTC");
-        assert_eq!(utc(-1), "1969-12-31 23:59:59 UTC");
     }
 
     #[test]

@@ -1233,17 +1233,15 @@ pub fn exit_text(x: &pb::ProcessExited) -> String {
 
 /// Relative age: "3s", "5m", "2h", "4d".
 pub fn age(ms: i64) -> String {
-    let now = std::time::SystemTime::now()
+    ostler_engine::settled::ago(ms, now_ms())
+}
+
+/// This machine's clock, in milliseconds since the epoch (0 if it is before it).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(ms);
-    let s = ((now - ms).max(0)) / 1000;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86400 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86400),
-    }
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 /// The lines shown for a hook's activity: its end (`true`: it failed, shown with up to
