@@ -209,8 +209,9 @@ pub(crate) struct Actor {
     decline_elicitations: bool,
     /// Every user message goes as written (`CliOptions::verbatim_prompts`).
     verbatim_prompts: bool,
-    /// The session's debug log, when it has one ([`ActorOptions::debug_log`]).
-    debug_log: Option<PathBuf>,
+    /// The session's debug log, when it has one ([`ActorOptions::debug_log`]): checked
+    /// against its cap during a turn as output is stored, and at the turn's end.
+    debug_log: Option<crate::engine::debug_log::DebugLog>,
     /// The messages written to the CLI still owed an answer, and so the turns still to
     /// come (what keeps the session RUNNING).
     owed: owed::Owed,
@@ -293,7 +294,8 @@ pub(crate) struct ActorOptions {
     pub decline_elicitations: bool,
     /// Send every user message with `verbatim` (`CliOptions::verbatim_prompts`).
     pub verbatim_prompts: bool,
-    /// The session's debug log (`debug`): trimmed to its cap at every turn's end.
+    /// The session's debug log (`debug`): trimmed to its cap at every turn's end, and
+    /// checked during a turn (at most once a second, as output is stored).
     pub debug_log: Option<PathBuf>,
     /// The running cost the CLI starts from (what it restored at a resume).
     pub restored_cost_usd: f64,
@@ -335,6 +337,9 @@ impl Actor {
         });
         o.entry.suspending.store(false, Ordering::SeqCst);
         let pid = o.process.pid();
+        let debug_log = o.debug_log.map(|p| {
+            crate::engine::debug_log::DebugLog::new(&o.entry.id, p, o.shared.opts.debug_max_bytes)
+        });
         let mut actor = Self {
             shared: o.shared,
             entry: o.entry,
@@ -358,7 +363,7 @@ impl Actor {
             dialogs: HashMap::new(),
             decline_elicitations: o.decline_elicitations,
             verbatim_prompts: o.verbatim_prompts,
-            debug_log: o.debug_log,
+            debug_log,
             owed: owed::Owed::default(),
             next_turn_due: None,
             turn_since_result: false,

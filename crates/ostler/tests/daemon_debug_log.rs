@@ -13,6 +13,7 @@ use common::grpc::*;
 use common::*;
 use ostler_proto::v1 as pb;
 use ostler_proto::v1::session_service_client::SessionServiceClient;
+use pb::session_event::Payload as P;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -242,15 +243,36 @@ async fn the_debug_log_is_read_remotely_paged_appended_at_resume_and_deleted() {
     assert_refused(read(&mut c, &id, 0, 0).await, Code::NotFound, &id);
 }
 
-/// `sessions.debug_log_max_bytes` (here 4 KiB, set in the environment): at each turn's end
-/// and each spawn the file past the cap keeps its newest half from a line's start (one
-/// process start and turn of 2.1.332 logs ~18 KB); ReadDebugLog offsets stay logical (the
-/// first kept one is reported, a read from 0 starts there); `debug-log --follow --json`
-/// is told what was dropped and its offsets only grow.
+/// A turn of two Bash calls, the first of which runs 1.2 s: the output stored after it is
+/// more than a second after any before it, so the daemon checks the log's size then, in
+/// the middle of the turn.
+const TOOL_TURN: &str = r#"
+[[model]]
+name = "slow touch"
+when = { last_user_text_contains = "Touch the two files", stream = true }
+blocks = [{ type = "tool_use", id = "toolu_slow_1", name = "Bash", input = { command = "sleep 1.2; touch one.txt", description = "Create one.txt slowly" } }]
+
+[[model]]
+name = "second touch"
+when = { tool_result_for = "toolu_slow_1", stream = true }
+blocks = [{ type = "tool_use", id = "toolu_slow_2", name = "Bash", input = { command = "touch two.txt", description = "Create two.txt" } }]
+
+[[model]]
+name = "touched"
+when = { tool_result_for = "toolu_slow_2", stream = true }
+blocks = [{ type = "text", text = "Touched both." }]
+"#;
+
+/// `sessions.debug_log_max_bytes` (here 4 KiB, set in the environment): at each turn's end,
+/// each spawn, and during a turn (output stored a second or more after the last check)
+/// the file past the cap keeps its newest half from a line's start (one process start and
+/// turn of 2.1.332 logs ~18 KB); ReadDebugLog offsets stay logical (the first kept one is
+/// reported, a read from 0 starts there); `debug-log --follow --json` is told what was
+/// dropped and its offsets only grow.
 #[tokio::test]
 async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
     const CAP: u64 = 4096;
-    let world = World::new(NEW).await;
+    let world = World::with_scenario(NEW, &format!("{SCENARIO}{TOOL_TURN}")).await;
     let daemon = world
         .daemon_with_env(&[], &[("OSTLER_SESSIONS__DEBUG_LOG_MAX_BYTES", "4096")])
         .await;
@@ -336,7 +358,73 @@ async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
     .await
     .unwrap();
     assert!(!stale.exists(), "{} left at the spawn", stale.display());
-    assert!(turn(&mut c, &id, "Say hello").await.contains("Hello"));
+    // Trimmed at the spawn: what the new process logs is added from here.
+    let resumed = read(&mut c, &id, 0, 0).await.unwrap();
+    assert!(resumed.first_offset >= first.first_offset, "{resumed:?}");
+
+    // A turn of two tool calls, held at each permission request. The new process's
+    // start-up alone logs past the cap, and the turn has not ended at the second request:
+    // a trim during the turn has already dropped more than the spawn's did.
+    let last_seq = session(&mut c, &id).await.last_seq;
+    let mut events = subscribe(&mut c, &id, last_seq, false).await;
+    send(&mut c, &id, "Touch the two files").await;
+    let mut live = Vec::new();
+    let mut asked = 0;
+    loop {
+        let ev = common::grpc::read_until(
+            &mut events,
+            &mut live,
+            "a permission request or the turn's end",
+            |e| is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_))),
+        )
+        .await;
+        let Some(P::PermissionRequested(req)) = &ev.payload else {
+            break;
+        };
+        asked += 1;
+        if asked == 2 {
+            let mid = read(&mut c, &id, 0, 0).await.unwrap();
+            assert!(
+                mid.first_offset > resumed.first_offset,
+                "no trim during the turn: first kept offset {} of {} mid-turn, {} of {} at the \
+                 resume",
+                mid.first_offset,
+                mid.size,
+                resumed.first_offset,
+                resumed.size
+            );
+            // Kept: at most half the cap at the check, and what was logged since.
+            assert!(on_disk() <= CAP, "{} bytes on disk mid-turn", on_disk());
+            assert!(!live.iter().any(is_turn_completed));
+        }
+        c.respond_to_permission(as_client(
+            "tester",
+            pb::RespondToPermissionRequest {
+                session_id: id.clone(),
+                request_id: req.request_id.clone(),
+                decision: Some(pb::respond_to_permission_request::Decision::Allow(
+                    pb::PermissionAllow::default(),
+                )),
+            },
+        ))
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        asked,
+        2,
+        "{:#?}",
+        live.iter().map(describe).collect::<Vec<_>>()
+    );
+    assert!(world.work.join("two.txt").is_file());
+    // The turn's end trims before the session settles.
+    common::grpc::read_until(
+        &mut events,
+        &mut live,
+        "idle",
+        |e| matches!(&e.payload, Some(P::StateChanged(s)) if s.to() == pb::SessionState::Idle),
+    )
+    .await;
     assert!(on_disk() <= CAP, "{} bytes on disk", on_disk());
     let second = read(&mut c, &id, first.next_offset, 0).await.unwrap();
     assert!(

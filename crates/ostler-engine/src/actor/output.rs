@@ -188,6 +188,13 @@ impl Actor {
             self.start_grace();
         }
         let turns_changed = self.owed.turns() != turns_before;
+        // A debug session's log is held near its cap during a long turn too: checked off
+        // this task, at most once a second of batch time (`now`), never two at once.
+        if !items.is_empty()
+            && let Some(log) = &mut self.debug_log
+        {
+            log.stored(now);
+        }
         if !items.is_empty() || turns_changed {
             self.record_lines(items, started, results, turns_changed)
                 .await;
@@ -407,10 +414,10 @@ impl Actor {
             }
         }
         // Before the session settles: a client that waits for idle reads a trimmed log.
-        if let Some(path) = &self.debug_log {
+        if let Some(log) = &self.debug_log {
             crate::engine::debug_log::trim_logged(
                 &self.entry.id,
-                path.clone(),
+                log.path().to_owned(),
                 self.shared.opts.debug_max_bytes,
             )
             .await;

@@ -6,8 +6,10 @@
 //! state; `DeleteSession` removes it.
 //!
 //! Bounded by [`EngineOptions::debug_max_bytes`](crate::EngineOptions::debug_max_bytes):
-//! at every spawn (before the CLI opens the file) and at every turn's end, a file past the
-//! cap keeps only its newest half, from a line's start ([`trim`]). The CLI (2.1.332, by
+//! at every spawn (before the CLI opens the file), at every turn's end, and during a turn
+//! as the actor stores the CLI's output (at most once a second, off its task:
+//! [`DebugLog::stored`]), a file past the cap keeps only its newest half, from a line's
+//! start ([`trim`]). The CLI (2.1.332, by
 //! strace) opens the file `O_APPEND` for every write and closes it after, so cutting the
 //! file in place while it runs is safe: its next write lands at the new end. Offsets stay
 //! logical: the bytes dropped so far are counted in `<id>.log.base` (written before the
@@ -19,10 +21,12 @@
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::Engine;
 use super::lifecycle::SessionSpec;
-use crate::blocking::blocking;
+use crate::blocking::{blocking, start};
 use crate::error::{Error, Result};
 
 /// What `ReadDebugLog` reads when the caller names no bound.
@@ -177,20 +181,98 @@ pub(crate) async fn trim_logged(session_id: &str, path: PathBuf, cap: u64) {
     if cap == 0 {
         return;
     }
-    let shown = path.display().to_string();
-    let r = blocking(move || {
-        let _held = debug_lock();
-        trim(&path, cap)
+    let sid = session_id.to_owned();
+    // `trim_locked` logs its own failure; this only fails if the blocking task did.
+    let _ = blocking(move || {
+        trim_locked(&sid, &path, cap);
+        Ok::<(), Error>(())
     })
     .await;
+}
+
+/// [`trim`] under the lock, its outcome logged (blocking: for the blocking pool).
+fn trim_locked(session_id: &str, path: &Path, cap: u64) {
+    let r = {
+        let _held = debug_lock();
+        trim(path, cap)
+    };
     match r {
         Ok(0) => {}
         Ok(dropped) => {
-            tracing::debug!(session = %session_id, file = %shown, dropped, cap, "debug log trimmed to its cap");
+            tracing::debug!(session = %session_id, file = %path.display(), dropped, cap, "debug log trimmed to its cap");
         }
         Err(e) => {
-            tracing::warn!(session = %session_id, file = %shown, error = %e, "could not trim the session's debug log");
+            tracing::warn!(session = %session_id, file = %path.display(), error = %e, "could not trim the session's debug log");
         }
+    }
+}
+
+/// The least time between two checks of a session's debug log during a turn.
+pub(crate) const DEBUG_CHECK_EVERY_MS: i64 = 1000;
+
+/// A live session's debug log as its actor keeps it: besides the trims at every spawn and
+/// every turn's end, the actor calls [`DebugLog::stored`] with the timestamp of each batch
+/// of CLI output it stores, so a long turn (hours of tool calls) is held near the cap
+/// too. A check (a [`trim`]) starts on the blocking pool, not awaited, at most once per
+/// [`DEBUG_CHECK_EVERY_MS`] of batch time and never while the last one still runs; a
+/// session without `debug` has no `DebugLog` (the actor's cost: one `Option` test per
+/// batch).
+pub(crate) struct DebugLog {
+    path: PathBuf,
+    /// [`EngineOptions::debug_max_bytes`](crate::EngineOptions::debug_max_bytes) (0: no cap,
+    /// no checks).
+    cap: u64,
+    session_id: Arc<str>,
+    /// The batch time (ms) the last check started at; none yet: `i64::MIN`.
+    last_ms: i64,
+    /// A check is under way (it clears this when done, whatever happened).
+    busy: Arc<AtomicBool>,
+}
+
+impl DebugLog {
+    pub(crate) fn new(session_id: &str, path: PathBuf, cap: u64) -> Self {
+        Self {
+            path,
+            cap,
+            session_id: Arc::from(session_id),
+            last_ms: i64::MIN,
+            busy: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The actor stored a batch of CLI output at `now_ms` (the batch's own timestamp, no
+    /// clock read here): starts a check if one is due and none runs. Returns whether it
+    /// started one.
+    pub(crate) fn stored(&mut self, now_ms: i64) -> bool {
+        // A wall clock set back: due at once (then counted from the new time).
+        let due =
+            now_ms < self.last_ms || now_ms.saturating_sub(self.last_ms) >= DEBUG_CHECK_EVERY_MS;
+        if self.cap == 0 || !due || self.busy.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.last_ms = now_ms;
+        let busy = Busy(self.busy.clone());
+        let (sid, path, cap) = (self.session_id.clone(), self.path.clone(), self.cap);
+        // Not awaited: the actor reads on; the handle is dropped, the task runs to its end.
+        drop(start(move || {
+            let _busy = busy;
+            trim_locked(&sid, &path, cap);
+            Ok::<(), Error>(())
+        }));
+        true
+    }
+}
+
+/// Clears a [`DebugLog`]'s busy flag when the check ends (even by a panic).
+struct Busy(Arc<AtomicBool>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -369,6 +451,42 @@ fn past_end(offset: u64, size: u64) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn checks_during_a_turn_are_at_most_one_a_second_and_one_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.log");
+        std::fs::write(&path, "x\n".repeat(100)).unwrap();
+        // No cap: never a check.
+        let mut off = DebugLog::new("s", path.clone(), 0);
+        assert!(!off.stored(10_000));
+        let mut log = DebugLog::new("s", path.clone(), 100);
+        {
+            // The check started first waits for this lock, so it is still under way below.
+            let _held = debug_lock();
+            assert!(log.stored(10_000), "the first stored batch checks");
+            assert!(log.busy.load(Ordering::Acquire));
+            assert!(!log.stored(10_999), "within a second of the last check");
+            assert!(!log.stored(11_000), "due, but the last check still runs");
+            assert!(!log.stored(9_000), "a clock set back is due, but one runs");
+            assert_eq!(log.last_ms, 10_000);
+        }
+        // Once it ended (its trim done), the next due batch checks again.
+        let started = std::time::Instant::now();
+        while log.busy.load(Ordering::Acquire) {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "the check never ended"
+            );
+            tokio::task::yield_now().await;
+        }
+        // 200 bytes, cap 100: the newest 50 from a line's start.
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 48);
+        assert_eq!(read_base(&path).unwrap(), 152);
+        assert!(!log.stored(10_500));
+        assert!(log.stored(9_000), "a clock set back: due at once");
+        assert_eq!(log.last_ms, 9_000);
+    }
 
     #[test]
     fn reads_are_bounded_and_page_through_the_file() {
