@@ -48,6 +48,27 @@ fn interactive_allow_once_by_typing() {
     assert!(!has_sgr(&t.seen), "colour despite NO_COLOR: {:?}", t.seen);
 }
 
+/// A sub-agent's permission request: the prompt names the sub-agent by the label its
+/// lines stand under (the main agent's prompt keeps "? Allow", above).
+#[test]
+fn a_subagents_prompt_names_it() {
+    let d = Served::start(&scenario_text());
+    let mut t = Pty::spawn(&d, &["run", "Delegate the file please"], false);
+    t.expect("? general-purpose · Create sub.txt wants to run Bash(touch sub.txt)");
+    t.expect("allow? (y/a/n/d): ");
+    t.type_text("y\r");
+    t.expect("The sub-agent created the file.");
+    t.expect("✓ done");
+    let code = t.wait();
+    assert_eq!(code, 0, "{}", t.seen);
+    assert!(
+        d.work.join("sub.txt").exists(),
+        "the allowed tool ran: {}",
+        t.seen
+    );
+    assert!(!t.seen.contains("? Allow"), "{}", t.seen);
+}
+
 #[test]
 fn interactive_deny_with_reason_reaches_the_model() {
     let d = Served::start(&scenario_text());

@@ -36,6 +36,20 @@ impl Output {
         }
     }
 
+    /// Who asks a permission request: `None` for the main agent (no `agent_id`), else the
+    /// sub-agent's label as the renderer heads its lines (its id when the renderer has not
+    /// seen it, or in JSON mode).
+    fn asker(&self, agent_id: &str) -> Option<String> {
+        if agent_id.is_empty() {
+            return None;
+        }
+        let seen = match self {
+            Output::Human(h) => h.agent_label_of(agent_id).map(str::to_owned),
+            Output::Json => None,
+        };
+        seen.or_else(|| super::render::agent_label(agent_id, "", ""))
+    }
+
     fn spinning(&self) -> bool {
         matches!(self, Output::Human(h) if h.spinning())
     }
@@ -657,8 +671,9 @@ impl Follower {
         self.out.clear();
         let result = match &p.event {
             Payload::PermissionRequested(r) => {
+                let asker = self.out.asker(&r.agent_id);
                 let raced = race(
-                    self.answerer.permission(r, ctrlc),
+                    self.answerer.permission(r, asker.as_deref(), ctrlc),
                     stream,
                     backlog,
                     &r.request_id,
@@ -912,5 +927,33 @@ mod tests {
         };
         assert!(until.ends_at(12, &answer) && !until.ends_at(9, &answer));
         assert!(!until.ends_at(12, &other), "another message's turn");
+    }
+
+    /// The permission prompt learns who asks from the renderer's labels: the label a
+    /// sub-agent's lines stand under, its id when unseen (or in JSON mode), nobody for the
+    /// main agent.
+    #[test]
+    fn the_prompt_names_the_subagent_as_the_renderer_does() {
+        let mut out = Output::Human(Human::new(false, false));
+        out.event(&pb::SessionEvent {
+            payload: Some(Payload::AssistantBlock(pb::AssistantBlock {
+                block: Some(pb::assistant_block::Block::Other(pb::OtherBlock::default())),
+                agent_id: "task-1".into(),
+                subagent_type: "general-purpose".into(),
+                task_description: "Create sub.txt".into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        });
+        assert_eq!(
+            out.asker("task-1").as_deref(),
+            Some("general-purpose · Create sub.txt")
+        );
+        assert_eq!(out.asker("task-2").as_deref(), Some("sub-agent task-2"));
+        assert_eq!(out.asker(""), None);
+        assert_eq!(
+            Output::Json.asker("task-1").as_deref(),
+            Some("sub-agent task-1")
+        );
     }
 }

@@ -344,10 +344,12 @@ impl Answerer {
         })
     }
 
-    /// Decide a permission prompt.
+    /// Decide a permission prompt. `asker`: the label of the sub-agent asking (as the
+    /// renderer heads its lines), `None` for the main agent.
     pub async fn permission(
         &mut self,
         r: &pb::PermissionRequested,
+        asker: Option<&str>,
         ctrlc: &mut CtrlC,
     ) -> Result<Asked<PermissionAnswer>> {
         let input: Value = serde_json::from_str(&r.input_json).unwrap_or(Value::Null);
@@ -364,38 +366,11 @@ impl Answerer {
                 interrupt: false,
             }));
         }
-        let call = tool_call(&r.tool_name, &r.input_json);
-        let Some(tty) = self.tty.as_mut() else {
-            return Ok(Asked::Unanswerable(format!(
-                "the session asks for permission to run {call}, and there is no terminal to ask on; \
-                 pass --allow-tools {} or --deny-all, or answer it with `ostler approve {}` / \
-                 `ostler deny {} -m WHY`",
-                r.tool_name, r.request_id, r.request_id,
-            )));
-        };
-        let st = tty.style;
-        let mut head = format!("\n{} {}\n", st.yellow("? Allow"), st.bold(&call));
-        if !r.description.is_empty() {
-            head.push_str(&format!("  {}\n", st.dim(&clip(&r.description, 200))));
-        }
-        if !r.decision_reason.is_empty() {
-            head.push_str(&format!("  {}\n", st.dim(&clip(&r.decision_reason, 200))));
-        }
-        if !r.blocked_path.is_empty() {
-            head.push_str(&format!(
-                "  {}\n",
-                st.dim(&format!("path: {}", r.blocked_path))
-            ));
-        }
         let remember = remember_rule(&r.tool_name, &input);
-        let scope = if remember.pattern.is_empty() {
-            remember.tool.clone()
-        } else {
-            format!("{}({})", remember.tool, clip(&remember.pattern, 60))
+        let Some(tty) = self.tty.as_mut() else {
+            return Ok(Asked::Unanswerable(permission_unanswerable(r, asker)));
         };
-        head.push_str(&format!(
-            "  [y] allow once   [a] allow {scope} for this session   [n] deny   [d] deny and stop the turn\n"
-        ));
+        let head = permission_head(tty.style, r, asker, &remember);
         tty.say(&head);
         loop {
             let line = if self.single_key {
@@ -790,6 +765,59 @@ impl Answerer {
     }
 }
 
+/// Why a permission request cannot be answered here, and how it can be; a sub-agent's
+/// request names it by its label (`sub-agent task-1 asks for permission to run …`).
+fn permission_unanswerable(r: &pb::PermissionRequested, asker: Option<&str>) -> String {
+    format!(
+        "{} asks for permission to run {}, and there is no terminal to ask on; \
+         pass --allow-tools {} or --deny-all, or answer it with `ostler approve {}` / \
+         `ostler deny {} -m WHY`",
+        asker.unwrap_or("the session"),
+        tool_call(&r.tool_name, &r.input_json),
+        r.tool_name,
+        r.request_id,
+        r.request_id,
+    )
+}
+
+/// A permission prompt's head on the terminal: who asks to run what (`? Allow Bash(ls)`
+/// for the main agent, `? general-purpose · Count files wants to run Bash(ls)` for a
+/// sub-agent), the request's details, and the choices.
+fn permission_head(
+    st: Style,
+    r: &pb::PermissionRequested,
+    asker: Option<&str>,
+    remember: &pb::PermissionRule,
+) -> String {
+    let call = tool_call(&r.tool_name, &r.input_json);
+    let who = match asker {
+        Some(label) => format!("? {label} wants to run"),
+        None => "? Allow".to_owned(),
+    };
+    let mut head = format!("\n{} {}\n", st.yellow(&who), st.bold(&call));
+    if !r.description.is_empty() {
+        head.push_str(&format!("  {}\n", st.dim(&clip(&r.description, 200))));
+    }
+    if !r.decision_reason.is_empty() {
+        head.push_str(&format!("  {}\n", st.dim(&clip(&r.decision_reason, 200))));
+    }
+    if !r.blocked_path.is_empty() {
+        head.push_str(&format!(
+            "  {}\n",
+            st.dim(&format!("path: {}", r.blocked_path))
+        ));
+    }
+    let scope = if remember.pattern.is_empty() {
+        remember.tool.clone()
+    } else {
+        format!("{}({})", remember.tool, clip(&remember.pattern, 60))
+    };
+    head.push_str(&format!(
+        "  [y] allow once   [a] allow {scope} for this session   [n] deny   [d] deny and stop the turn\n"
+    ));
+    head
+}
+
 /// `12`, `12.5`: a number as a person types it.
 fn fmt_number(v: f64) -> String {
     format!("{v}")
@@ -975,6 +1003,49 @@ mod tests {
         assert_eq!(
             a.map(|a| a.selected),
             Some(vec!["Red".to_owned(), "Blue".to_owned()])
+        );
+    }
+
+    #[test]
+    fn a_permission_prompt_names_the_subagent_that_asks() {
+        let r = pb::PermissionRequested {
+            request_id: "r1".into(),
+            tool_name: "Bash".into(),
+            input_json: r#"{"command":"touch sub.txt"}"#.into(),
+            description: "Create the file".into(),
+            agent_id: "task-1".into(),
+            ..Default::default()
+        };
+        let st = Style { on: false };
+        let remember = remember_rule("Bash", &json!({"command": "touch sub.txt"}));
+        let choices = "  [y] allow once   [a] allow Bash(touch sub.txt) for this session   \
+                       [n] deny   [d] deny and stop the turn\n";
+        // The main agent: the wording as it always was.
+        assert_eq!(
+            permission_head(st, &r, None, &remember),
+            format!("\n? Allow Bash(touch sub.txt)\n  Create the file\n{choices}")
+        );
+        assert_eq!(
+            permission_head(st, &r, Some("general-purpose · Create sub.txt"), &remember),
+            format!(
+                "\n? general-purpose · Create sub.txt wants to run Bash(touch sub.txt)\n  \
+                 Create the file\n{choices}"
+            )
+        );
+        // Without a terminal, the message that says how to answer it names the asker too.
+        let main = permission_unanswerable(&r, None);
+        assert!(
+            main.starts_with("the session asks for permission to run Bash(touch sub.txt), "),
+            "{main}"
+        );
+        let sub = permission_unanswerable(&r, Some("sub-agent task-1"));
+        assert!(
+            sub.starts_with("sub-agent task-1 asks for permission to run Bash(touch sub.txt), "),
+            "{sub}"
+        );
+        assert!(
+            sub.ends_with("`ostler approve r1` / `ostler deny r1 -m WHY`"),
+            "{sub}"
         );
     }
 

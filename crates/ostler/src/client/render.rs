@@ -496,21 +496,32 @@ impl Human {
     }
 
     /// Print a notice on stderr. On a terminal, where stdout and stderr share the screen, a
-    /// streaming stdout line is ended first so that the notice stands on its own; when
-    /// stdout is redirected it keeps the text as it came (a notice must not put a line
-    /// break into the middle of an answer that is being captured).
+    /// streaming stdout line is ended first so that the notice stands on its own, and the
+    /// next sub-agent line shows its header again (the notice came between); when stdout
+    /// is redirected it keeps the text as it came (a notice must not put a line break into
+    /// the middle of an answer that is being captured, nor a header into a sub-agent's
+    /// lines).
     pub fn note(&mut self, s: &str) {
         if self.notes_to_stdout {
             self.line(s);
             return;
         }
         self.clear_spinner();
-        if self.stdout_tty && !self.at_line_start {
-            self.write(format_args!("\n"));
-            self.at_line_start = true;
-            self.streaming = None;
+        if self.stdout_tty {
+            if !self.at_line_start {
+                self.write(format_args!("\n"));
+                self.at_line_start = true;
+                self.streaming = None;
+            }
+            self.agent_shown = None;
         }
         eprintln!("{}", terminal_text(s));
+    }
+
+    /// The label of the sub-agent with this id, as its lines are headed (`None`: none of
+    /// its events seen). The one map of labels; the permission prompt asks it.
+    pub fn agent_label_of(&self, agent_id: &str) -> Option<&str> {
+        self.agent_labels.get(agent_id).map(String::as_str)
     }
 
     /// A file change: its headline, then its diff (the first [`DIFF_LINES`] lines unless
@@ -1109,7 +1120,7 @@ impl Human {
 /// A sub-agent's label: `general-purpose · Create sub.txt` (its type and the Task call's
 /// description, whichever the CLI sent; its id when it sent only that); `None` for the main
 /// agent (nothing set).
-fn agent_label(agent_id: &str, subagent_type: &str, task_description: &str) -> Option<String> {
+pub fn agent_label(agent_id: &str, subagent_type: &str, task_description: &str) -> Option<String> {
     let parts: Vec<String> = [subagent_type, task_description]
         .iter()
         .filter(|s| !s.is_empty())
@@ -1436,6 +1447,56 @@ mod tests {
             )
         );
         assert_eq!(agent_label("", "", ""), None);
+        assert_eq!(
+            h.agent_label_of("task-1"),
+            Some("general-purpose · Create sub.txt")
+        );
+        assert_eq!(h.agent_label_of("task-9"), None);
+
+        // A notice (on stderr) between a sub-agent's lines: where stdout shares the
+        // terminal, its next line shows the header again; where stdout is redirected, the
+        // captured lines stay as they were; where notices go to stdout, they stand without
+        // a header and the header comes back after them.
+        let sub_line = |t: &str| ev(task, block(sub, 2, text(t)));
+        for (tty, on_stdout, expected) in [
+            (
+                true,
+                false,
+                "\x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ one\n\
+                 \x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ two\n",
+            ),
+            (
+                false,
+                false,
+                "\x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ one\n\
+                 \x20 │ two\n",
+            ),
+            (
+                false,
+                true,
+                "\x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ one\n\
+                 connection lost; retrying…\n\
+                 \x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ two\n",
+            ),
+        ] {
+            h.stdout_tty = tty;
+            h.notes_to_stdout = on_stdout;
+            h.line("-- main");
+            h.capture = Some(String::new());
+            h.event(&sub_line("one"));
+            h.note("connection lost; retrying…");
+            h.event(&sub_line("two"));
+            assert_eq!(
+                h.capture.as_deref(),
+                Some(expected),
+                "stdout a terminal: {tty}, notes on stdout: {on_stdout}"
+            );
+        }
     }
 
     #[test]
