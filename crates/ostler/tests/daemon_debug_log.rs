@@ -393,8 +393,9 @@ async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
                 resumed.first_offset,
                 resumed.size
             );
-            // Kept: at most half the cap at the check, and what was logged since.
-            assert!(on_disk() <= CAP, "{} bytes on disk mid-turn", on_disk());
+            // What is on disk now is at most half the cap plus what the CLI logged since
+            // the check, which depends on when the check ran (under load: earlier or
+            // later in the model's round trip): no bound on it is asserted here.
             assert!(!live.iter().any(is_turn_completed));
         }
         c.respond_to_permission(as_client(
