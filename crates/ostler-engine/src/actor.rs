@@ -251,9 +251,12 @@ pub(crate) struct Actor {
     /// transcript held).
     announced_title: Option<String>,
     /// Titles sent with `rename_session` whose `session_title_changed` echo has not come
-    /// back yet: the echo of one is not a rename by the CLI (ostler's record, perhaps
-    /// renamed again since, stays).
-    titles_sent: VecDeque<String>,
+    /// back yet (at most [`TITLES_SENT_MAX`], oldest dropped first): the echo of one is not
+    /// a rename by the CLI (ostler's record, perhaps renamed again since, stays). The echo
+    /// carries the title in the CLI's form ([`cli_title_form`]); an entry whose answer has
+    /// come back is dropped at the next echo that is not its own (the CLI echoes a title
+    /// before it answers, so an answered title's echo that did not match never will).
+    titles_sent: VecDeque<SentTitle>,
     /// A `rename_session` ostler sent is not answered yet: the next title waits for the
     /// answer. Sent together, two renames race inside the CLI (2.1.332 awaits transcript
     /// and registry writes for each before it takes the name, so the older can land last:
@@ -1294,7 +1297,14 @@ impl Actor {
             return;
         }
         self.rename_in_flight = true;
-        self.titles_sent.push_back(title);
+        while self.titles_sent.len() >= TITLES_SENT_MAX {
+            self.titles_sent.pop_front();
+        }
+        self.titles_sent.push_back(SentTitle {
+            echo: cli_title_form(&title),
+            sent: title,
+            answered: false,
+        });
         let answer = self.process.queue_request(request.clone());
         self.report_back(request, answer, |request, result| Command::RenameDone {
             request,
@@ -1315,17 +1325,23 @@ impl Actor {
             _ => serde_json::Value::Null,
         };
         let title = fields["title"].as_str().unwrap_or_default().to_owned();
+        let echo = cli_title_form(&title);
         let notice = match result {
-            Ok(answer) => EngineNotice {
-                code: crate::runtime::CLI_TITLE_SET.into(),
-                message: format!("the CLI's session title set to {title:?}"),
-                data: Some(serde_json::json!({
-                    "request": fields,
-                    "answer": answer.and_then(|a| a.to_value().ok()),
-                })),
-            },
+            Ok(answer) => {
+                if let Some(sent) = self.titles_sent.iter_mut().find(|t| t.echo == echo) {
+                    sent.answered = true;
+                }
+                EngineNotice {
+                    code: crate::runtime::CLI_TITLE_SET.into(),
+                    message: format!("the CLI's session title set to {title:?}"),
+                    data: Some(serde_json::json!({
+                        "request": fields,
+                        "answer": answer.and_then(|a| a.to_value().ok()),
+                    })),
+                }
+            }
             Err(e) => {
-                if let Some(i) = self.titles_sent.iter().position(|t| *t == title) {
+                if let Some(i) = self.titles_sent.iter().position(|t| t.echo == echo) {
                     self.titles_sent.remove(i);
                 }
                 tracing::warn!(session = %self.sid(), %title, error = %e, "the CLI did not take the session's title");
@@ -1718,11 +1734,25 @@ impl Actor {
             self.announced_title = Some(title.to_owned());
             return;
         }
-        if let Some(i) = self.titles_sent.iter().position(|t| t == title) {
+        if let Some(i) = self.titles_sent.iter().position(|t| t.echo == title) {
             // The echo of a rename ostler sent: its record already has that title, or a
-            // newer one.
-            self.titles_sent.drain(..=i);
-            return;
+            // newer one. When it is the newest ostler gave and the CLI took it in its own
+            // form (edges trimmed, control characters made spaces, 200 characters at
+            // most), ostler's record takes that form, as for a rename by the CLI.
+            let other_form = self
+                .titles_sent
+                .drain(..=i)
+                .next_back()
+                .is_some_and(|t| t.sent != title);
+            let newest = self.titles_sent.is_empty() && self.rename_held.is_none();
+            if !(newest && other_form) {
+                return;
+            }
+        } else {
+            // Not an echo of a title ostler sent (the CLI renamed the session itself, or
+            // took a sent title under another name): answered titles whose echo did not
+            // come back will not any more.
+            self.titles_sent.retain(|t| !t.answered);
         }
         let ticket = self.shared.store.set_title(self.sid(), title);
         let sid = self.sid().to_owned();
@@ -1750,6 +1780,52 @@ impl Actor {
     }
 }
 
+/// At most this many titles sent with `rename_session` wait for their echo.
+const TITLES_SENT_MAX: usize = 8;
+
+/// A title sent with `rename_session`, awaiting its `session_title_changed` echo.
+#[derive(Debug)]
+struct SentTitle {
+    /// The title as the CLI echoes it ([`cli_title_form`]).
+    echo: String,
+    /// The title as ostler sent it (and holds it).
+    sent: String,
+    /// The CLI answered the `rename_session`.
+    answered: bool,
+}
+
+/// The title as the CLI takes and echoes it (2.1.332's bundle, `rename_session`): runs of
+/// control and format characters (and U+2028, U+2029) made one space, the first 200
+/// characters kept, the edges trimmed.
+fn cli_title_form(title: &str) -> String {
+    let mut out = String::with_capacity(title.len());
+    let mut in_run = false;
+    for c in title.trim().chars() {
+        let control = c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || is_format_char(c);
+        if control {
+            if !in_run {
+                out.push(' ');
+            }
+            in_run = true;
+        } else {
+            out.push(c);
+            in_run = false;
+        }
+    }
+    out.chars().take(200).collect::<String>().trim().to_owned()
+}
+
+/// Unicode general category Cf (format), the common ones.
+fn is_format_char(c: char) -> bool {
+    matches!(c,
+        '\u{ad}' | '\u{600}'..='\u{605}' | '\u{61c}' | '\u{6dd}' | '\u{70f}' | '\u{890}'
+        | '\u{891}' | '\u{8e2}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
+        | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}'
+        | '\u{feff}' | '\u{fff9}'..='\u{fffb}' | '\u{110bd}' | '\u{110cd}'
+        | '\u{13430}'..='\u{1343f}' | '\u{1bca0}'..='\u{1bca3}' | '\u{1d173}'..='\u{1d17a}'
+        | '\u{e0001}' | '\u{e0020}'..='\u{e007f}')
+}
+
 /// The commit of the oldest batch in flight (pending forever when there is none).
 async fn oldest(in_flight: &mut VecDeque<output::Batch>) -> ostler_store::Result<Vec<u64>> {
     match in_flight.front_mut() {
@@ -1773,6 +1849,18 @@ async fn sleep_until(deadline: Option<Instant>) {
 mod tests {
     use super::*;
     use crate::shared::EngineOptions;
+
+    /// The CLI's form of a title (what its `session_title_changed` echo carries).
+    #[test]
+    fn a_title_in_the_cli_s_form() {
+        assert_eq!(cli_title_form("plain"), "plain");
+        assert_eq!(cli_title_form("  a\t\tb\u{200b}c \n"), "a b c");
+        assert_eq!(cli_title_form("x\u{2028}y"), "x y");
+        let long: String = std::iter::repeat_n('é', 199)
+            .chain(" tail".chars())
+            .collect();
+        assert_eq!(cli_title_form(&long).chars().count(), 199);
+    }
 
     /// When an actor ends (its publisher drops: on any return, and when it panics), its
     /// live-session slot is released and the view shows the end, so whoever waited for the

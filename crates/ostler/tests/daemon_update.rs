@@ -777,6 +777,118 @@ async fn a_late_rename_echo_does_not_undo_a_newer_rename() {
     );
 }
 
+/// The CLI takes a title in its own form (2.1.332: control and format characters made
+/// spaces, edges trimmed) and echoes that form. Two renames while the CLI is stopped: the
+/// echo of the first, in the CLI's form, is still recognised as ostler's and does not undo
+/// the newer one. A later rename alone, taken in another form: ostler's record shows the
+/// form the CLI uses, as for a rename by the CLI (its echo is the record). The CLI's
+/// answer carries no title.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_title_the_cli_takes_in_its_own_form_is_still_its_echo() {
+    const A: &str = "FORM-A\u{200b}zero width";
+    const A_CLI: &str = "FORM-A zero width";
+    const B: &str = "FORM-B plain";
+    const D: &str = "FORM-D\u{1}control";
+    const D_CLI: &str = "FORM-D control";
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create(&mut c, &world, "created name", "a", Some("Say hello")).await;
+    common::grpc::settled(&mut c, &s).await;
+    let s = common::grpc::session(&mut c, &s.id).await;
+    let mut events = common::grpc::subscribe(&mut c, &s.id, s.last_seq, false).await;
+    let cli = common::children(daemon.pid());
+    assert_eq!(cli.len(), 1, "{cli:?}");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(cli[0]).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    for title in [A, B] {
+        let now = update(
+            &mut c,
+            pb::UpdateSessionRequest {
+                session_id: s.id.clone(),
+                title: Some(title.into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(now.title, title);
+    }
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let mut seen = Vec::new();
+    let (mut set, mut echoes) = (0, 0);
+    while set < 2 || echoes < 2 {
+        let ev = common::grpc::read_until(&mut events, &mut seen, "the echoes and answers", |e| {
+            matches!(&e.payload, Some(Payload::EngineNotice(n)) if n.code == "cli_title_set")
+                || matches!(&e.payload, Some(Payload::Unknown(u))
+                    if u.message_type == "system/session_title_changed")
+        })
+        .await;
+        if matches!(&ev.payload, Some(Payload::Unknown(_))) {
+            echoes += 1;
+            assert_eq!(
+                common::grpc::session(&mut c, &s.id).await.title,
+                B,
+                "after echo {echoes}: {:?}",
+                echoed_titles(&seen)
+            );
+        } else {
+            set += 1;
+        }
+    }
+    assert_eq!(echoed_titles(&seen), [A_CLI, B], "the CLI echoes its form");
+    assert_eq!(titles_set(&seen), [A, B]);
+    for ev in &seen {
+        if let Some(Payload::EngineNotice(n)) = &ev.payload
+            && n.code == "cli_title_set"
+        {
+            let d: serde_json::Value = serde_json::from_str(&n.data_json).unwrap();
+            assert!(
+                d["answer"].is_null() || d["answer"].get("title").is_none(),
+                "the answer carries no title: {d}"
+            );
+        }
+    }
+    // A rename alone, taken in the CLI's form: ostler's record follows the CLI.
+    update(
+        &mut c,
+        pb::UpdateSessionRequest {
+            session_id: s.id.clone(),
+            title: Some(D.into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    common::grpc::read_until(&mut events, &mut seen, "D's echo", |e| {
+        matches!(&e.payload, Some(Payload::Unknown(u))
+            if u.message_type == "system/session_title_changed")
+    })
+    .await;
+    assert_eq!(echoed_titles(&seen), [D_CLI]);
+    assert_eq!(common::grpc::session(&mut c, &s.id).await.title, D_CLI);
+    let notices = updated_notices(&mut c, &s.id).await;
+    let renames: Vec<(&str, &str)> = notices
+        .iter()
+        .map(|(_, d)| {
+            (
+                d["title"]["new"].as_str().unwrap(),
+                d["cause"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        renames,
+        [
+            (A, "update_session"),
+            (B, "update_session"),
+            (D, "update_session")
+        ],
+        "the CLI's renames are its echoes, not notices"
+    );
+}
+
 /// An idempotent create retry (client-chosen id) compares the labels the session was
 /// created with, not the ones UpdateSession gave it since: after a relabel the original
 /// request still returns the session; other labels are still another request.
