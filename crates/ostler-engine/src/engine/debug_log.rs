@@ -167,11 +167,17 @@ impl Engine {
         }
         let path = self.debug_log_path(session_id).ok_or_else(no_debug_dir)?;
         let want = bound(max_bytes);
-        blocking(move || {
+        let read = blocking(move || {
             let _held = debug_lock();
             read_chunk(&path, offset, want)
         })
-        .await
+        .await;
+        if read.is_err() {
+            // Deleted since the check above (the record goes before the files): say that,
+            // not that the offset is past the end of a file no longer there.
+            self.record(session_id).await?;
+        }
+        read
     }
 }
 
