@@ -683,6 +683,64 @@ fn echoed_titles(log: &[pb::SessionEvent]) -> Vec<String> {
         .collect()
 }
 
+/// A session's titles given one after another with `UpdateSession` while its CLI is held
+/// with SIGSTOP (each recorded before the CLI has read any), then the CLI let go; returns
+/// the session, its subscription, and its events up to two `cli_title_set` answers and two
+/// `session_title_changed` echoes (ostler sends the first title and then the newest),
+/// asserting at each echo that the session's title is already the last one given.
+async fn renamed_while_the_cli_is_stopped(
+    daemon: &common::Daemon,
+    c: &mut Client,
+    world: &World,
+    titles: &[&str],
+) -> (pb::Session, common::grpc::Events, Vec<pb::SessionEvent>) {
+    let newest = *titles.last().unwrap();
+    let s = create(c, world, "created name", "a", Some("Say hello")).await;
+    common::grpc::settled(c, &s).await;
+    let s = common::grpc::session(c, &s.id).await;
+    let mut events = common::grpc::subscribe(c, &s.id, s.last_seq, false).await;
+    let cli = common::children(daemon.pid());
+    assert_eq!(cli.len(), 1, "{cli:?}");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(cli[0]).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    for &title in titles {
+        let now = update(
+            c,
+            pb::UpdateSessionRequest {
+                session_id: s.id.clone(),
+                title: Some(title.into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(now.title, title);
+    }
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let mut seen = Vec::new();
+    let (mut set, mut echoes) = (0, 0);
+    while set < 2 || echoes < 2 {
+        let ev = common::grpc::read_until(&mut events, &mut seen, "the echoes and answers", |e| {
+            matches!(&e.payload, Some(Payload::EngineNotice(n)) if n.code == "cli_title_set")
+                || matches!(&e.payload, Some(Payload::Unknown(u))
+                    if u.message_type == "system/session_title_changed")
+        })
+        .await;
+        if matches!(&ev.payload, Some(Payload::Unknown(_))) {
+            echoes += 1;
+            assert_eq!(
+                common::grpc::session(c, &s.id).await.title,
+                newest,
+                "after echo {echoes}: {:?}",
+                echoed_titles(&seen)
+            );
+        } else {
+            set += 1;
+        }
+    }
+    (s, events, seen)
+}
+
 /// Renames in quick succession, all recorded before the CLI has read any (its process is
 /// held with SIGSTOP): ostler sends the CLI one `rename_session` at a time (the newest
 /// title once the first is answered, the one between skipped), so the CLI ends with the
@@ -698,50 +756,8 @@ async fn a_late_rename_echo_does_not_undo_a_newer_rename() {
     let world = World::new(NEW).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let s = create(&mut c, &world, "created name", "a", Some("Say hello")).await;
-    common::grpc::settled(&mut c, &s).await;
-    let s = common::grpc::session(&mut c, &s.id).await;
-    let mut events = common::grpc::subscribe(&mut c, &s.id, s.last_seq, false).await;
-    let cli = common::children(daemon.pid());
-    assert_eq!(cli.len(), 1, "{cli:?}");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(cli[0]).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    for title in [A, B, C] {
-        let now = update(
-            &mut c,
-            pb::UpdateSessionRequest {
-                session_id: s.id.clone(),
-                title: Some(title.into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        assert_eq!(now.title, title);
-    }
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     // Each echo, as it is seen: the session has C (ostler's record) already.
-    let mut seen = Vec::new();
-    let (mut set, mut echoes) = (0, 0);
-    while set < 2 || echoes < 2 {
-        let ev = common::grpc::read_until(&mut events, &mut seen, "the echoes and answers", |e| {
-            matches!(&e.payload, Some(Payload::EngineNotice(n)) if n.code == "cli_title_set")
-                || matches!(&e.payload, Some(Payload::Unknown(u))
-                    if u.message_type == "system/session_title_changed")
-        })
-        .await;
-        if matches!(&ev.payload, Some(Payload::Unknown(_))) {
-            echoes += 1;
-            assert_eq!(
-                common::grpc::session(&mut c, &s.id).await.title,
-                C,
-                "after echo {echoes}: {:?}",
-                echoed_titles(&seen)
-            );
-        } else {
-            set += 1;
-        }
-    }
+    let (s, _, seen) = renamed_while_the_cli_is_stopped(&daemon, &mut c, &world, &[A, B, C]).await;
     assert_eq!(
         echoed_titles(&seen),
         [A, C],
@@ -793,49 +809,8 @@ async fn a_title_the_cli_takes_in_its_own_form_is_still_its_echo() {
     let world = World::new(NEW).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let s = create(&mut c, &world, "created name", "a", Some("Say hello")).await;
-    common::grpc::settled(&mut c, &s).await;
-    let s = common::grpc::session(&mut c, &s.id).await;
-    let mut events = common::grpc::subscribe(&mut c, &s.id, s.last_seq, false).await;
-    let cli = common::children(daemon.pid());
-    assert_eq!(cli.len(), 1, "{cli:?}");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(cli[0]).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    for title in [A, B] {
-        let now = update(
-            &mut c,
-            pb::UpdateSessionRequest {
-                session_id: s.id.clone(),
-                title: Some(title.into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        assert_eq!(now.title, title);
-    }
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
-    let mut seen = Vec::new();
-    let (mut set, mut echoes) = (0, 0);
-    while set < 2 || echoes < 2 {
-        let ev = common::grpc::read_until(&mut events, &mut seen, "the echoes and answers", |e| {
-            matches!(&e.payload, Some(Payload::EngineNotice(n)) if n.code == "cli_title_set")
-                || matches!(&e.payload, Some(Payload::Unknown(u))
-                    if u.message_type == "system/session_title_changed")
-        })
-        .await;
-        if matches!(&ev.payload, Some(Payload::Unknown(_))) {
-            echoes += 1;
-            assert_eq!(
-                common::grpc::session(&mut c, &s.id).await.title,
-                B,
-                "after echo {echoes}: {:?}",
-                echoed_titles(&seen)
-            );
-        } else {
-            set += 1;
-        }
-    }
+    let (s, mut events, seen) =
+        renamed_while_the_cli_is_stopped(&daemon, &mut c, &world, &[A, B]).await;
     assert_eq!(echoed_titles(&seen), [A_CLI, B], "the CLI echoes its form");
     assert_eq!(titles_set(&seen), [A, B]);
     for ev in &seen {
