@@ -398,18 +398,7 @@ async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
             // later in the model's round trip): no bound on it is asserted here.
             assert!(!live.iter().any(is_turn_completed));
         }
-        c.respond_to_permission(as_client(
-            "tester",
-            pb::RespondToPermissionRequest {
-                session_id: id.clone(),
-                request_id: req.request_id.clone(),
-                decision: Some(pb::respond_to_permission_request::Decision::Allow(
-                    pb::PermissionAllow::default(),
-                )),
-            },
-        ))
-        .await
-        .unwrap();
+        common::grpc::allow(&mut c, "tester", &id, &req.request_id).await;
     }
     assert_eq!(
         asked,

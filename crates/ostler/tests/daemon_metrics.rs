@@ -92,18 +92,7 @@ async fn metrics_follow_sessions_on_the_fake_cli() {
         0.0
     );
 
-    c.respond_to_permission(as_client(
-        "metrics",
-        pb::RespondToPermissionRequest {
-            session_id: s.id.clone(),
-            request_id: req.request_id.clone(),
-            decision: Some(pb::respond_to_permission_request::Decision::Allow(
-                pb::PermissionAllow::default(),
-            )),
-        },
-    ))
-    .await
-    .unwrap();
+    common::grpc::allow(&mut c, "metrics", &s.id, &req.request_id).await;
     read_until(&mut events, &mut seen, "turn completed", is_turn_completed).await;
     read_until(&mut events, &mut seen, "idle", |e| {
         is_state(e, pb::SessionState::Idle)

@@ -46,18 +46,7 @@ async fn start(
     let Some(P::PermissionRequested(req)) = prompt.payload else {
         unreachable!()
     };
-    c.respond_to_permission(as_client(
-        "tree",
-        pb::RespondToPermissionRequest {
-            session_id: s.id.clone(),
-            request_id: req.request_id.clone(),
-            decision: Some(pb::respond_to_permission_request::Decision::Allow(
-                pb::PermissionAllow::default(),
-            )),
-        },
-    ))
-    .await
-    .unwrap();
+    common::grpc::allow(c, "tree", &s.id, &req.request_id).await;
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
     let pid: u32 = std::fs::read_to_string(&pid_file)
         .unwrap_or_else(|e| {

@@ -121,18 +121,7 @@ async fn tool_results_carry_the_tools_structured_result_live_and_on_replay() {
         let Some(P::PermissionRequested(req)) = &ev.payload else {
             break;
         };
-        c.respond_to_permission(as_client(
-            "tester",
-            pb::RespondToPermissionRequest {
-                session_id: id.clone(),
-                request_id: req.request_id.clone(),
-                decision: Some(pb::respond_to_permission_request::Decision::Allow(
-                    pb::PermissionAllow::default(),
-                )),
-            },
-        ))
-        .await
-        .unwrap();
+        common::grpc::allow(&mut c, "tester", &id, &req.request_id).await;
     }
     assert_eq!(
         std::fs::read_to_string(world.work.join("note.txt")).unwrap(),

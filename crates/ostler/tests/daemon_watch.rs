@@ -172,18 +172,7 @@ async fn a_reconnecting_watcher_sees_every_item_once_across_a_restart() {
         panic!("a permission request event: {asked:?}");
     };
     assert_eq!(req.tool_name, "Bash");
-    c.respond_to_permission(as_client(
-        "tester",
-        pb::RespondToPermissionRequest {
-            session_id: b.id.clone(),
-            request_id: req.request_id.clone(),
-            decision: Some(pb::respond_to_permission_request::Decision::Allow(
-                pb::PermissionAllow::default(),
-            )),
-        },
-    ))
-    .await
-    .unwrap();
+    common::grpc::allow(&mut c, "tester", &b.id, &req.request_id).await;
     read_until(
         &mut w,
         &mut seen,

@@ -138,6 +138,28 @@ pub fn as_client<T>(client: &str, msg: T) -> tonic::Request<T> {
     r
 }
 
+/// `client` allows `request_id` of `session_id` as it was asked (no change to the input).
+pub async fn allow(
+    c: &mut SessionServiceClient<Channel>,
+    client: &str,
+    session_id: &str,
+    request_id: &str,
+) -> pb::RespondToPermissionResponse {
+    c.respond_to_permission(as_client(
+        client,
+        pb::RespondToPermissionRequest {
+            session_id: session_id.to_owned(),
+            request_id: request_id.to_owned(),
+            decision: Some(pb::respond_to_permission_request::Decision::Allow(
+                pb::PermissionAllow::default(),
+            )),
+        },
+    ))
+    .await
+    .unwrap()
+    .into_inner()
+}
+
 pub fn text(t: &str) -> Option<pb::MessageContent> {
     Some(pb::MessageContent {
         content: Some(pb::message_content::Content::Text(t.to_owned())),
