@@ -67,6 +67,20 @@ async fn list(c: &mut Client, labels: &[(&str, &str)], archived: Option<bool>) -
     ids
 }
 
+/// The titles the session's `session_updated` notices set, each asserted to be a client's
+/// (`UpdateSession`).
+async fn client_titles(c: &mut Client, id: &str) -> Vec<String> {
+    let notices = updated_notices(c, id).await;
+    assert!(
+        notices.iter().all(|(_, d)| d["cause"] == "update_session"),
+        "{notices:?}"
+    );
+    notices
+        .iter()
+        .map(|(_, d)| d["title"]["new"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// The session's stored `session_updated` notices (data parsed).
 async fn updated_notices(c: &mut Client, id: &str) -> Vec<(u64, serde_json::Value)> {
     let mut s = c
@@ -766,24 +780,8 @@ async fn a_late_rename_echo_does_not_undo_a_newer_rename() {
     assert_eq!(titles_set(&seen), [A, C], "ostler sent A, then the newest");
     assert_eq!(common::grpc::session(&mut c, &s.id).await.title, C);
     // Exactly the client's three renames are recorded, as the client's.
-    let notices = updated_notices(&mut c, &s.id).await;
-    let renames: Vec<(&str, &str)> = notices
-        .iter()
-        .map(|(_, d)| {
-            (
-                d["title"]["new"].as_str().unwrap(),
-                d["cause"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        renames,
-        [
-            (A, "update_session"),
-            (B, "update_session"),
-            (C, "update_session")
-        ]
-    );
+    let renames = client_titles(&mut c, &s.id).await;
+    assert_eq!(renames, [A, B, C]);
     assert_eq!(updated_items(&mut c, &s.id).await.len(), 3);
     assert_eq!(
         custom_titles(&world, &s.cli_session_id)
@@ -843,23 +841,10 @@ async fn a_title_the_cli_takes_in_its_own_form_is_still_its_echo() {
     .await;
     assert_eq!(echoed_titles(&seen), [D_CLI]);
     assert_eq!(common::grpc::session(&mut c, &s.id).await.title, D_CLI);
-    let notices = updated_notices(&mut c, &s.id).await;
-    let renames: Vec<(&str, &str)> = notices
-        .iter()
-        .map(|(_, d)| {
-            (
-                d["title"]["new"].as_str().unwrap(),
-                d["cause"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let renames = client_titles(&mut c, &s.id).await;
     assert_eq!(
         renames,
-        [
-            (A, "update_session"),
-            (B, "update_session"),
-            (D, "update_session")
-        ],
+        [A, B, D],
         "the CLI's renames are its echoes, not notices"
     );
 }
