@@ -88,24 +88,8 @@ async fn send_turn(
         .unwrap()
         .into_inner();
     // Tools the CLI asks about (a Write outside the working directory) are allowed.
-    loop {
-        let ev = read_until(events, seen, "turn end", |e| {
-            is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_)))
-        })
-        .await;
-        let Some(P::PermissionRequested(p)) = ev.payload else {
-            return r;
-        };
-        c.respond_to_permission(pb::RespondToPermissionRequest {
-            session_id: id.into(),
-            request_id: p.request_id.clone(),
-            decision: Some(pb::respond_to_permission_request::Decision::Allow(
-                pb::PermissionAllow::default(),
-            )),
-        })
-        .await
-        .unwrap();
-    }
+    allow_until_turn_end(c, "tester", id, events, seen).await;
+    r
 }
 
 async fn mcp_servers(c: &mut Client, id: &str) -> Vec<pb::McpServerStatus> {

@@ -370,17 +370,7 @@ async fn the_debug_log_is_capped_and_its_offsets_stay_logical() {
     send(&mut c, &id, "Touch the two files").await;
     let mut live = Vec::new();
     let mut asked = 0;
-    loop {
-        let ev = common::grpc::read_until(
-            &mut events,
-            &mut live,
-            "a permission request or the turn's end",
-            |e| is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_))),
-        )
-        .await;
-        let Some(P::PermissionRequested(req)) = &ev.payload else {
-            break;
-        };
+    while let Some(req) = common::grpc::next_permission_request(&mut events, &mut live).await {
         asked += 1;
         if asked == 2 {
             let mid = read(&mut c, &id, 0, 0).await.unwrap();

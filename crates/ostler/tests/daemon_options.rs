@@ -814,13 +814,9 @@ async fn a_bypass_session_as_root_needs_a_declared_sandbox() {
     let mut events = subscribe(&mut c, &made.id, 0, false).await;
     send(&mut c, &made.id, "Create the file please").await;
     let mut seen = Vec::new();
-    use pb::session_event::Payload as P;
-    let end = read_until(&mut events, &mut seen, "the turn's end or a prompt", |e| {
-        is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_)))
-    })
-    .await;
+    let asked = next_permission_request(&mut events, &mut seen).await;
     assert!(
-        is_turn_completed(&end),
+        asked.is_none(),
         "{:?}",
         seen.iter().map(describe).collect::<Vec<_>>()
     );
@@ -876,13 +872,9 @@ async fn allow_dangerously_skip_permissions_lets_a_session_switch_to_bypass() {
     let mut events = subscribe(&mut c, &allowed.id, 0, false).await;
     send(&mut c, &allowed.id, "Create the file please").await;
     let mut seen = Vec::new();
-    use pb::session_event::Payload as P;
-    let end = read_until(&mut events, &mut seen, "the turn's end or a prompt", |e| {
-        is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_)))
-    })
-    .await;
+    let asked = next_permission_request(&mut events, &mut seen).await;
     assert!(
-        is_turn_completed(&end),
+        asked.is_none(),
         "a prompt was raised in bypassPermissions: {:?}",
         seen.iter().map(describe).collect::<Vec<_>>()
     );
@@ -1024,16 +1016,12 @@ async fn turn_without_prompt(
     id: &str,
     prompt: &str,
 ) -> (Vec<pb::SessionEvent>, bool) {
-    use pb::session_event::Payload as P;
     let after = session(c, id).await.last_seq;
     let mut events = subscribe(c, id, after, false).await;
     send(c, id, prompt).await;
     let mut seen = Vec::new();
-    let end = read_until(&mut events, &mut seen, "the turn's end or a prompt", |e| {
-        is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_)))
-    })
-    .await;
-    (seen, is_turn_completed(&end))
+    let asked = next_permission_request(&mut events, &mut seen).await;
+    (seen, asked.is_none())
 }
 
 /// `project_config_root` against the real CLI 2.1.332: a trusted repository R commits a

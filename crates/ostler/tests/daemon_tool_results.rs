@@ -110,19 +110,7 @@ async fn tool_results_carry_the_tools_structured_result_live_and_on_replay() {
 
     // Live: allow whatever the CLI asks for, until the turn ends.
     let mut live = Vec::new();
-    loop {
-        let ev = read_until(
-            &mut events,
-            &mut live,
-            "a permission request or the turn's end",
-            |e| is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_))),
-        )
-        .await;
-        let Some(P::PermissionRequested(req)) = &ev.payload else {
-            break;
-        };
-        common::grpc::allow(&mut c, "tester", &id, &req.request_id).await;
-    }
+    allow_until_turn_end(&mut c, "tester", &id, &mut events, &mut live).await;
     assert_eq!(
         std::fs::read_to_string(world.work.join("note.txt")).unwrap(),
         "hi there\n"

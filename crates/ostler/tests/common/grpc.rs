@@ -160,6 +160,42 @@ pub async fn allow(
     .into_inner()
 }
 
+/// Reads until the next permission request (returned) or the turn's end (`None`).
+pub async fn next_permission_request(
+    events: &mut Events,
+    seen: &mut Vec<pb::SessionEvent>,
+) -> Option<pb::PermissionRequested> {
+    use pb::session_event::Payload as P;
+    let ev = read_until(
+        events,
+        seen,
+        "a permission request or the turn's end",
+        |e| is_turn_completed(e) || matches!(e.payload, Some(P::PermissionRequested(_))),
+    )
+    .await;
+    match ev.payload {
+        Some(P::PermissionRequested(p)) => Some(p),
+        _ => None,
+    }
+}
+
+/// `client` allows every permission request of `session_id` as it was asked, until the
+/// turn ends; returns how many it allowed.
+pub async fn allow_until_turn_end(
+    c: &mut SessionServiceClient<Channel>,
+    client: &str,
+    session_id: &str,
+    events: &mut Events,
+    seen: &mut Vec<pb::SessionEvent>,
+) -> usize {
+    let mut allowed = 0;
+    while let Some(req) = next_permission_request(events, seen).await {
+        allow(c, client, session_id, &req.request_id).await;
+        allowed += 1;
+    }
+    allowed
+}
+
 pub fn text(t: &str) -> Option<pb::MessageContent> {
     Some(pb::MessageContent {
         content: Some(pb::message_content::Content::Text(t.to_owned())),
