@@ -1034,6 +1034,7 @@ mod tests {
                 tool_use_id: Some("toolu_1".into()),
                 tool_name: Some("Bash".into()),
                 expires_at_ms: 5,
+                agent_id: Some("task-1".into()),
             },
         ));
         round_trip(EventPayload::HookResolved(

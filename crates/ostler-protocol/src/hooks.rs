@@ -440,6 +440,9 @@ pub struct HookCall {
     pub tool_name: Option<String>,
     /// The tool use the hook is about (tool events only).
     pub tool_use_id: Option<String>,
+    /// The sub-agent the hook fires in (the input's `agent_id`, which the CLI sets only
+    /// inside a sub-agent; the same id as its permission requests' `agent_id`).
+    pub agent_id: Option<String>,
 }
 
 /// Reads a `hook_callback`: the input's event name, tool name and tool use id. The
@@ -467,6 +470,7 @@ pub fn read_call(
         hook_event,
         tool_name,
         tool_use_id,
+        agent_id: get("agent_id").filter(|a| !a.is_empty()),
     }
 }
 
@@ -567,6 +571,9 @@ pub struct HookRequested {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
     pub expires_at_ms: i64,
+    /// The sub-agent the hook fires in; `None` for the main conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
 }
 
 /// The stored `hook_resolved` event.
@@ -868,5 +875,17 @@ mod tests {
         let c = read_call(Some(&input), Some("6b1c"), "Stop");
         assert_eq!((c.hook_event.as_str(), c.tool_use_id), ("Stop", None));
         assert_eq!(read_call(None, None, "Stop").hook_event, "Stop");
+        // Inside a sub-agent the input names it (2.1.332); the main agent's does not, or
+        // leaves it empty.
+        let input = json!({"hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "agent_id": "a1b2", "agent_type": "general-purpose"});
+        let c = read_call(Some(&input), None, "PreToolUse");
+        assert_eq!(c.agent_id.as_deref(), Some("a1b2"));
+        for input in [
+            json!({"hook_event_name": "PreToolUse", "agent_id": ""}),
+            json!({"hook_event_name": "PreToolUse", "agent_type": "general-purpose"}),
+        ] {
+            assert_eq!(read_call(Some(&input), None, "PreToolUse").agent_id, None);
+        }
     }
 }

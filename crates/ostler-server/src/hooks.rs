@@ -136,6 +136,7 @@ pub(crate) fn requested_to_pb(r: &HookRequested) -> pb::HookRequested {
         tool_use_id: r.tool_use_id.clone().unwrap_or_default(),
         tool_name: r.tool_name.clone().unwrap_or_default(),
         expires_at_ms: r.expires_at_ms,
+        agent_id: r.agent_id.clone().unwrap_or_default(),
     }
 }
 

@@ -4,7 +4,8 @@
 //! the terminal reason on TurnCompleted, the sub-agent's identity (agent id, type, task
 //! description) on its messages and each tool result's permission decision, a sent
 //! message's lifecycle, the interruption marker as a synthetic message, a
-//! compaction's boundary; and replay (stored form) equals what was delivered live.
+//! compaction's boundary; and replay (stored form) equals what was delivered live. A
+//! sub-agent's hook calls name it as its permission requests do; it cannot ask questions.
 #![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
 
 mod common;
@@ -367,4 +368,163 @@ async fn typed_events_on_the_real_cli_2_1_330() {
         !init.models.is_empty() && !init.commands.is_empty(),
         "{init:?}"
     );
+}
+
+const ASKING_SUBAGENT: &str = r#"
+default_text = "OK."
+
+[[model]]
+name = "main after task"
+when = { tool_result_for = "toolu_task_q" }
+blocks = [{ type = "text", text = "The sub-agent finished." }]
+
+[[model]]
+name = "sub after bash"
+when = { tool_result_for = "toolu_sub_bash_q" }
+blocks = [{ type = "text", text = "Sub-agent: created q.txt." }]
+
+[[model]]
+name = "sub after the answer"
+when = { tool_result_for = "toolu_sub_ask" }
+blocks = [{ type = "tool_use", id = "toolu_sub_bash_q", name = "Bash", input = { command = "touch q.txt", description = "Create q.txt" } }]
+
+[[model]]
+name = "sub asks"
+when = { last_user_text_contains = "SUB-ASK" }
+blocks = [{ type = "tool_use", id = "toolu_sub_ask", name = "AskUserQuestion", input = { questions = [
+  { question = "Which name should the file have?", header = "Name", multiSelect = false, options = [
+    { label = "q.txt", description = "Short" },
+    { label = "question.txt", description = "Long" },
+  ] },
+] } }]
+
+[[model]]
+name = "main delegates"
+when = { last_user_text_contains = "Delegate the question" }
+blocks = [{ type = "tool_use", id = "toolu_task_q", name = ["Agent", "Task"], input = { description = "Ask and create", prompt = "SUB-ASK: ask which name, then create the file.", subagent_type = "general-purpose", run_in_background = false } }]
+"#;
+
+/// Inside a sub-agent (2.1.332): the PreToolUse hook call of its Bash call carries its id
+/// (the `task_id` of its `task_started`), as its permission request does; the main agent's
+/// Task call's hook call names none. Its AskUserQuestion is refused by the CLI itself
+/// ("not available inside subagents"): no QuestionAsked, no hook call, so questions come
+/// only from the main agent (and carry no agent id). Replay gives the same hook calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subagents_hook_calls_name_it_and_it_cannot_ask_2_1_332() {
+    let world = World::with_scenario(NEW, ASKING_SUBAGENT).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let hook = pb::HookRegistration {
+        id: "policy".into(),
+        event: "PreToolUse".into(),
+        timeout_secs: 60,
+        default_decision: pb::HookDecision::Continue as i32,
+        ..Default::default()
+    };
+    let s = c
+        .create_session(as_client(
+            "asks",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                hooks: vec![hook],
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send(&mut c, &s.id, "Delegate the question to a sub-agent.").await;
+
+    // Continue every hook call, allow every permission request, until the turn ends.
+    let mut hooks = Vec::new();
+    let mut permission = None;
+    loop {
+        let ev = read_until(&mut events, &mut seen, "a request or the turn's end", |e| {
+            is_turn_completed(e)
+                || matches!(
+                    e.payload,
+                    Some(P::HookRequested(_) | P::QuestionAsked(_) | P::PermissionRequested(_))
+                )
+        })
+        .await;
+        match ev.payload {
+            Some(P::HookRequested(h)) => {
+                c.respond_to_hook(as_client(
+                    "asks",
+                    pb::RespondToHookRequest {
+                        session_id: s.id.clone(),
+                        request_id: h.request_id.clone(),
+                        decision: pb::HookDecision::Continue as i32,
+                        ..Default::default()
+                    },
+                ))
+                .await
+                .unwrap();
+                hooks.push(h);
+            }
+            Some(P::PermissionRequested(r)) => {
+                c.respond_to_permission(as_client("asks", allow(&s.id, &r.request_id)))
+                    .await
+                    .unwrap();
+                permission = Some(r);
+            }
+            Some(P::QuestionAsked(q)) => panic!("a sub-agent asked {q:?}"),
+            _ => break,
+        }
+    }
+    let all = || seen.iter().map(describe).collect::<Vec<_>>();
+    let started = seen
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(P::TaskStarted(t)) => Some(t.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no task_started: {:#?}", all()));
+    assert!(!started.task_id.is_empty());
+    let permission = permission.unwrap_or_else(|| panic!("no permission request: {:#?}", all()));
+    assert_eq!(permission.tool_use_id, "toolu_sub_bash_q");
+    assert_eq!(permission.agent_id, started.task_id);
+    let by_tool: Vec<(&str, &str)> = hooks
+        .iter()
+        .map(|h| (h.tool_use_id.as_str(), h.agent_id.as_str()))
+        .collect();
+    assert_eq!(
+        by_tool,
+        [
+            ("toolu_task_q", ""),
+            ("toolu_sub_bash_q", started.task_id.as_str())
+        ],
+        "{:#?}",
+        all()
+    );
+    assert!(world.work.join("q.txt").exists());
+    // The sub-agent's AskUserQuestion: an error result from the CLI, under its agent.
+    let refused = seen
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(P::ToolResult(r)) if r.tool_use_id == "toolu_sub_ask" => Some(r.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result of the sub-agent's question: {:#?}", all()));
+    assert!(refused.is_error, "{refused:?}");
+    assert!(
+        refused
+            .tool_use_result_json
+            .contains("not available inside subagents"),
+        "{refused:?}"
+    );
+    assert_eq!(refused.agent_id, started.task_id);
+
+    // Replay gives the same hook calls.
+    let stored: Vec<pb::HookRequested> = history(&mut c, &s.id)
+        .await
+        .into_iter()
+        .filter_map(|e| match e.payload {
+            Some(P::HookRequested(h)) => Some(h),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, hooks);
 }

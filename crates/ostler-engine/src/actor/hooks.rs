@@ -150,6 +150,7 @@ impl Actor {
             tool_use_id: call.tool_use_id,
             tool_name: call.tool_name,
             expires_at_ms,
+            agent_id: call.agent_id,
         });
         let keep = serde_json::json!({"event": call.hook_event, "default": reg.default});
         // The request event and the pending interaction commit together.

@@ -36,18 +36,14 @@ impl Output {
         }
     }
 
-    /// Who asks a permission request: `None` for the main agent (no `agent_id`), else the
-    /// sub-agent's label as the renderer heads its lines (its id when the renderer has not
-    /// seen it, or in JSON mode).
+    /// Who asks a permission request or a hook call: `None` for the main
+    /// agent (no `agent_id`), else the sub-agent's label as the renderer heads its lines
+    /// (its id when the renderer has not seen it, or in JSON mode).
     fn asker(&self, agent_id: &str) -> Option<String> {
-        if agent_id.is_empty() {
-            return None;
+        match self {
+            Output::Human(h) => h.asker(agent_id),
+            Output::Json => super::render::agent_label(agent_id, "", ""),
         }
-        let seen = match self {
-            Output::Human(h) => h.agent_label_of(agent_id).map(str::to_owned),
-            Output::Json => None,
-        };
-        seen.or_else(|| super::render::agent_label(agent_id, "", ""))
     }
 
     fn spinning(&self) -> bool {
@@ -749,8 +745,14 @@ impl Follower {
                 }
             },
             Payload::HookRequested(h) => {
-                let raced =
-                    race(self.answerer.hook(h, ctrlc), stream, backlog, &h.request_id).await?;
+                let asker = self.out.asker(&h.agent_id);
+                let raced = race(
+                    self.answerer.hook(h, asker.as_deref(), ctrlc),
+                    stream,
+                    backlog,
+                    &h.request_id,
+                )
+                .await?;
                 let (decision, reason) = match self.taken(raced, None) {
                     Ok(a) => a,
                     Err(end) => return Ok(end),

@@ -99,6 +99,15 @@ pub fn describe(h: &pb::HookRequested) -> String {
     }
 }
 
+/// `PreToolUse Bash`, and the sub-agent it fires in (`asker`, its label):
+/// `PreToolUse Bash in general-purpose · Count files`.
+pub fn describe_in(h: &pb::HookRequested, asker: Option<&str>) -> String {
+    match asker {
+        Some(label) => format!("{} in {label}", describe(h)),
+        None => describe(h),
+    }
+}
+
 /// `ostler hook ID ...`
 pub async fn hook(a: HookArgs) -> Result<i32> {
     let mut conn = connect(&a.connect).await?;

@@ -320,7 +320,7 @@ fn payload(p: &Payload) -> Value {
             "request_id": h.request_id, "hook_event": h.hook_event,
             "registration_id": h.registration_id, "input": parsed(&h.input_json),
             "tool_use_id": h.tool_use_id, "tool_name": h.tool_name,
-            "expires_at_ms": h.expires_at_ms,
+            "expires_at_ms": h.expires_at_ms, "agent_id": h.agent_id,
         }),
         Payload::HookResolved(h) => json!({
             "request_id": h.request_id, "resolution": resolution_name(h.resolution),
@@ -538,6 +538,21 @@ mod tests {
             })),
             ..Default::default()
         };
+        // A sub-agent's hook call names it; the main agent's leaves it empty.
+        for (agent, want) in [("task-1", "task-1"), ("", "")] {
+            let h = event(&pb::SessionEvent {
+                payload: Some(Payload::HookRequested(pb::HookRequested {
+                    request_id: "h1".into(),
+                    agent_id: agent.into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            });
+            assert_eq!(
+                (&h["type"], &h["agent_id"]),
+                (&json!("hook_requested"), &json!(want))
+            );
+        }
         let v = event(&sub);
         assert_eq!(v["permission_decision"], "accept");
         assert_eq!(v["permission_source"], "user_temporary");

@@ -413,19 +413,16 @@ impl Answerer {
     }
 
     /// Answer a hook call (issue 11): continue, allow, deny (with a reason) or block.
+    /// `asker`: the sub-agent the hook fires in (`None`: the main agent).
     pub async fn hook(
         &mut self,
         h: &pb::HookRequested,
+        asker: Option<&str>,
         ctrlc: &mut CtrlC,
     ) -> Result<Asked<(pb::HookDecision, String)>> {
-        let what = super::hooks::describe(h);
+        let what = super::hooks::describe_in(h, asker);
         let Some(tty) = self.tty.as_mut() else {
-            return Ok(Asked::Unanswerable(format!(
-                "the session's hook {what} waits for an answer, and there is no terminal to ask \
-                 on; answer it with `ostler hook {} --allow|--deny REASON|--continue` (its \
-                 registration's default is taken when it expires)",
-                h.request_id
-            )));
+            return Ok(Asked::Unanswerable(hook_unanswerable(h, asker)));
         };
         let st = tty.style;
         // The choices are what the event takes (the daemon would refuse the others).
@@ -780,6 +777,16 @@ fn permission_unanswerable(r: &pb::PermissionRequested, asker: Option<&str>) -> 
     )
 }
 
+fn hook_unanswerable(h: &pb::HookRequested, asker: Option<&str>) -> String {
+    format!(
+        "the session's hook {} waits for an answer, and there is no terminal to ask on; \
+         answer it with `ostler hook {} --allow|--deny REASON|--continue` (its \
+         registration's default is taken when it expires)",
+        super::hooks::describe_in(h, asker),
+        h.request_id
+    )
+}
+
 /// A permission prompt's head on the terminal: who asks to run what (`? Allow Bash(ls)`
 /// for the main agent, `? general-purpose · Count files wants to run Bash(ls)` for a
 /// sub-agent), the request's details, and the choices.
@@ -1047,6 +1054,30 @@ mod tests {
             sub.ends_with("`ostler approve r1` / `ostler deny r1 -m WHY`"),
             "{sub}"
         );
+    }
+
+    #[test]
+    fn a_hook_call_without_a_terminal_names_the_subagent() {
+        let h = pb::HookRequested {
+            request_id: "h1".into(),
+            hook_event: "PreToolUse".into(),
+            tool_name: "Bash".into(),
+            agent_id: "task-1".into(),
+            ..Default::default()
+        };
+        let main = hook_unanswerable(&h, None);
+        assert!(
+            main.starts_with("the session's hook PreToolUse Bash waits for an answer"),
+            "{main}"
+        );
+        let sub = hook_unanswerable(&h, Some("sub-agent task-1"));
+        assert!(
+            sub.starts_with(
+                "the session's hook PreToolUse Bash in sub-agent task-1 waits for an answer"
+            ),
+            "{sub}"
+        );
+        assert!(sub.contains("`ostler hook h1 --allow"), "{sub}");
     }
 
     #[test]

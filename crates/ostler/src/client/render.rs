@@ -524,6 +524,17 @@ impl Human {
         self.agent_labels.get(agent_id).map(String::as_str)
     }
 
+    /// Who asks a request naming `agent_id`: `None` for the main agent (no id), else the
+    /// sub-agent's label as its lines are headed (`sub-agent ID` when none was seen).
+    pub fn asker(&self, agent_id: &str) -> Option<String> {
+        if agent_id.is_empty() {
+            return None;
+        }
+        self.agent_label_of(agent_id)
+            .map(str::to_owned)
+            .or_else(|| agent_label(agent_id, "", ""))
+    }
+
     /// A file change: its headline, then its diff (the first [`DIFF_LINES`] lines unless
     /// verbose), added lines green, removed red.
     fn show_file_change(&mut self, indent: &str, change: &FileChange) {
@@ -999,7 +1010,7 @@ impl Human {
             Payload::HookRequested(h) => {
                 self.note(&format!(
                     "? hook {} ({}): answer with `ostler hook {} --allow|--deny REASON|--continue`",
-                    super::hooks::describe(h),
+                    super::hooks::describe_in(h, self.asker(&h.agent_id).as_deref()),
                     h.request_id,
                     h.request_id
                 ));
@@ -1497,6 +1508,78 @@ mod tests {
                 "stdout a terminal: {tty}, notes on stdout: {on_stdout}"
             );
         }
+    }
+
+    /// A hook call's notice names the sub-agent it fires in, by the label its lines are
+    /// headed with (its id when none of its events was seen); the main agent's names none.
+    #[test]
+    fn a_hook_calls_notice_names_the_subagent_it_fires_in() {
+        use pb::assistant_block::Block;
+        let mut h = Human::new(false, false);
+        h.st = Style { on: false };
+        h.err = Style { on: false };
+        h.notes_to_stdout = true;
+        h.capture = Some(String::new());
+        let task = Some("toolu_task_q".to_owned());
+        let ev = |parent: &Option<String>, payload: Payload| pb::SessionEvent {
+            parent_tool_use_id: parent.clone(),
+            payload: Some(payload),
+            ..Default::default()
+        };
+        let hook = |request_id: &str, tool: &str, agent: &str| {
+            Payload::HookRequested(pb::HookRequested {
+                request_id: request_id.into(),
+                hook_event: "PreToolUse".into(),
+                tool_name: tool.into(),
+                agent_id: agent.into(),
+                ..Default::default()
+            })
+        };
+        for e in [
+            ev(
+                &task,
+                Payload::AssistantBlock(pb::AssistantBlock {
+                    message_id: "m1".into(),
+                    block: Some(Block::Text(pb::TextBlock {
+                        text: "Creating it.".into(),
+                    })),
+                    agent_id: "task-1".into(),
+                    subagent_type: "general-purpose".into(),
+                    task_description: "Create q.txt".into(),
+                    ..Default::default()
+                }),
+            ),
+            ev(&task, hook("h1", "Bash", "task-1")),
+            ev(&task, hook("h2", "Bash", "task-7")),
+            ev(&None, hook("h3", "Agent", "")),
+        ] {
+            h.event(&e);
+        }
+        let answer = |id: &str| {
+            format!("({id}): answer with `ostler hook {id} --allow|--deny REASON|--continue`")
+        };
+        assert_eq!(
+            h.capture.as_deref(),
+            Some(
+                format!(
+                    "\x20 │ [general-purpose · Create q.txt]\n\
+                     \x20 │ Creating it.\n\
+                     ? hook PreToolUse Bash in general-purpose · Create q.txt {}\n\
+                     ? hook PreToolUse Bash in sub-agent task-7 {}\n\
+                     ? hook PreToolUse Agent {}\n",
+                    answer("h1"),
+                    answer("h2"),
+                    answer("h3")
+                )
+                .as_str()
+            )
+        );
+        assert_eq!(h.asker(""), None);
+        assert_eq!(
+            h.asker("task-1").as_deref(),
+            Some("general-purpose · Create q.txt")
+        );
+        assert_eq!(h.asker("task-7").as_deref(), Some("sub-agent task-7"));
     }
 
     #[test]
