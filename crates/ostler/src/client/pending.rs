@@ -361,17 +361,27 @@ pub(super) fn answer_hint(p: &pb::PendingInteraction) -> String {
     }
 }
 
-/// `Bash(touch x)` / the first question.
+/// `Bash(touch x)` / the first question; a sub-agent's request names it, by its id (the
+/// list has none of its events to label it with): `Bash(touch x) in sub-agent a6b1`.
 fn what(p: &pb::PendingInteraction) -> String {
+    let asker = |id: &str| super::render::agent_label(id, "", "");
     match p.event.as_ref().and_then(|e| e.payload.as_ref()) {
-        Some(Payload::PermissionRequested(r)) => tool_call(&r.tool_name, &r.input_json),
+        Some(Payload::PermissionRequested(r)) => {
+            let call = tool_call(&r.tool_name, &r.input_json);
+            match asker(&r.agent_id) {
+                Some(label) => format!("{call} in {label}"),
+                None => call,
+            }
+        }
         Some(Payload::QuestionAsked(q)) => q
             .questions
             .iter()
             .map(|q| q.question.clone())
             .collect::<Vec<_>>()
             .join(" / "),
-        Some(Payload::HookRequested(h)) => super::hooks::describe(h),
+        Some(Payload::HookRequested(h)) => {
+            super::hooks::describe_in(h, asker(&h.agent_id).as_deref())
+        }
         Some(Payload::ToolCallRequested(t)) => super::tool_calls::describe(t),
         Some(Payload::ElicitationRequested(e)) => super::elicitations::describe(e),
         Some(Payload::DialogRequested(d)) => super::dialogs::describe(d),
@@ -697,6 +707,41 @@ mod tests {
             ..Default::default()
         };
         assert!(answer_hint(&tool).contains("ostler tool-result t1"));
+    }
+
+    #[test]
+    fn a_subagents_requests_are_listed_with_its_id() {
+        let pending = |payload: Payload| pb::PendingInteraction {
+            request_id: "r1".into(),
+            event: Some(pb::SessionEvent {
+                payload: Some(payload),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let permission = |agent: &str| {
+            pending(Payload::PermissionRequested(pb::PermissionRequested {
+                tool_name: "Bash".into(),
+                input_json: r#"{"command":"touch q.txt"}"#.into(),
+                agent_id: agent.into(),
+                ..Default::default()
+            }))
+        };
+        let hook = |agent: &str| {
+            pending(Payload::HookRequested(pb::HookRequested {
+                hook_event: "PreToolUse".into(),
+                tool_name: "Bash".into(),
+                agent_id: agent.into(),
+                ..Default::default()
+            }))
+        };
+        assert_eq!(what(&permission("")), "Bash(touch q.txt)");
+        assert_eq!(
+            what(&permission("a6b1")),
+            "Bash(touch q.txt) in sub-agent a6b1"
+        );
+        assert_eq!(what(&hook("")), "PreToolUse Bash");
+        assert_eq!(what(&hook("a6b1")), "PreToolUse Bash in sub-agent a6b1");
     }
 
     #[test]
