@@ -59,6 +59,19 @@ fn a_subagents_prompt_names_it() {
     t.type_text("y\r");
     t.expect("The sub-agent created the file.");
     t.expect("✓ done");
+    // The prompt came between the sub-agent's lines: its next line (the answer) stands
+    // under its header again.
+    let after = &t.seen[t.seen.find("allow? (y/a/n/d): ").unwrap()..];
+    let answer = after
+        .find("Bash(touch sub.txt): allowed")
+        .unwrap_or_else(|| {
+            panic!("no answer line: {}", t.seen);
+        });
+    assert!(
+        after[..answer].contains("[general-purpose · Create sub.txt]"),
+        "no header between the prompt and the answer: {}",
+        t.seen
+    );
     let code = t.wait();
     assert_eq!(code, 0, "{}", t.seen);
     assert!(

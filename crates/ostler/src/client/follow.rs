@@ -61,6 +61,13 @@ impl Output {
             h.clear_spinner();
         }
     }
+
+    /// A prompt is about to be asked on the terminal (see [`Human::yield_terminal`]).
+    fn before_prompt(&mut self) {
+        if let Output::Human(h) = self {
+            h.yield_terminal();
+        }
+    }
 }
 
 /// When following stops by itself.
@@ -664,7 +671,7 @@ impl Follower {
         stream: &mut tonic::Streaming<pb::SessionEvent>,
         backlog: &mut VecDeque<StreamItem>,
     ) -> Result<Option<Outcome>> {
-        self.out.clear();
+        self.out.before_prompt();
         let result = match &p.event {
             Payload::PermissionRequested(r) => {
                 let asker = self.out.asker(&r.agent_id);

@@ -506,6 +506,14 @@ impl Human {
             self.line(s);
             return;
         }
+        self.yield_terminal();
+        eprintln!("{}", terminal_text(s));
+    }
+
+    /// Something other than stdout is about to write to the terminal (a notice, a prompt):
+    /// the spinner goes; where stdout shares the terminal, a streaming line is ended and
+    /// the next sub-agent line shows its header again.
+    pub fn yield_terminal(&mut self) {
         self.clear_spinner();
         if self.stdout_tty {
             if !self.at_line_start {
@@ -515,7 +523,6 @@ impl Human {
             }
             self.agent_shown = None;
         }
-        eprintln!("{}", terminal_text(s));
     }
 
     /// The label of the sub-agent with this id, as its lines are headed (`None`: none of
@@ -1506,6 +1513,37 @@ mod tests {
                 h.capture.as_deref(),
                 Some(expected),
                 "stdout a terminal: {tty}, notes on stdout: {on_stdout}"
+            );
+        }
+
+        // A prompt asked on the terminal between a sub-agent's lines (its permission
+        // request answered): as a notice, where stdout shares the terminal.
+        for (tty, expected) in [
+            (
+                true,
+                "\x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ one\n\
+                 \x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ two\n",
+            ),
+            (
+                false,
+                "\x20 │ [general-purpose · Create sub.txt]\n\
+                 \x20 │ one\n\
+                 \x20 │ two\n",
+            ),
+        ] {
+            h.stdout_tty = tty;
+            h.notes_to_stdout = false;
+            h.line("-- main");
+            h.capture = Some(String::new());
+            h.event(&sub_line("one"));
+            h.yield_terminal();
+            h.event(&sub_line("two"));
+            assert_eq!(
+                h.capture.as_deref(),
+                Some(expected),
+                "stdout a terminal: {tty}"
             );
         }
     }
