@@ -361,27 +361,35 @@ pub(super) fn answer_hint(p: &pb::PendingInteraction) -> String {
     }
 }
 
-/// `Bash(touch x)` / the first question; a sub-agent's request names it, by its id (the
-/// list has none of its events to label it with): `Bash(touch x) in sub-agent a6b1`.
+/// `Bash(touch x)`; a sub-agent's request names it by its id (lists have none of its
+/// events to label it with): `Bash(touch x) in sub-agent a6b1`.
+pub(super) fn permission_what(r: &pb::PermissionRequested) -> String {
+    let call = tool_call(&r.tool_name, &r.input_json);
+    match super::render::agent_label(&r.agent_id, "", "") {
+        Some(label) => format!("{call} in {label}"),
+        None => call,
+    }
+}
+
+/// `PreToolUse Bash`; a sub-agent's as [`permission_what`]'s.
+pub(super) fn hook_what(h: &pb::HookRequested) -> String {
+    super::hooks::describe_in(
+        h,
+        super::render::agent_label(&h.agent_id, "", "").as_deref(),
+    )
+}
+
+/// `Bash(touch x)` / the first question (a sub-agent's request names it).
 fn what(p: &pb::PendingInteraction) -> String {
-    let asker = |id: &str| super::render::agent_label(id, "", "");
     match p.event.as_ref().and_then(|e| e.payload.as_ref()) {
-        Some(Payload::PermissionRequested(r)) => {
-            let call = tool_call(&r.tool_name, &r.input_json);
-            match asker(&r.agent_id) {
-                Some(label) => format!("{call} in {label}"),
-                None => call,
-            }
-        }
+        Some(Payload::PermissionRequested(r)) => permission_what(r),
         Some(Payload::QuestionAsked(q)) => q
             .questions
             .iter()
             .map(|q| q.question.clone())
             .collect::<Vec<_>>()
             .join(" / "),
-        Some(Payload::HookRequested(h)) => {
-            super::hooks::describe_in(h, asker(&h.agent_id).as_deref())
-        }
+        Some(Payload::HookRequested(h)) => hook_what(h),
         Some(Payload::ToolCallRequested(t)) => super::tool_calls::describe(t),
         Some(Payload::ElicitationRequested(e)) => super::elicitations::describe(e),
         Some(Payload::DialogRequested(d)) => super::dialogs::describe(d),

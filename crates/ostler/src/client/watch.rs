@@ -7,7 +7,7 @@ use pb::session_event::Payload;
 use serde_json::json;
 
 use super::commands::parse_state;
-use super::render::{Style, clip, exit_text, json_line, tool_call};
+use super::render::{Style, clip, exit_text, json_line};
 use super::run::parse_label;
 use super::{ConnectArgs, EXIT_INTERRUPTED, connect, json, status_error};
 
@@ -116,7 +116,7 @@ fn what(item: &pb::FeedItem) -> String {
         Some(Payload::PermissionRequested(r)) => format!(
             "permission {}: {}",
             r.request_id,
-            tool_call(&r.tool_name, &r.input_json)
+            super::pending::permission_what(r)
         ),
         Some(Payload::QuestionAsked(q)) => format!(
             "question {}: {}",
@@ -137,7 +137,7 @@ fn what(item: &pb::FeedItem) -> String {
             format!("{} answered by {}", a.request_id, a.resolved_by)
         }
         Some(Payload::HookRequested(h)) => {
-            format!("hook {}: {}", h.request_id, super::hooks::describe(h))
+            format!("hook {}: {}", h.request_id, super::pending::hook_what(h))
         }
         Some(Payload::HookResolved(h)) => format!(
             "{} {} ({}) by {}",
@@ -427,6 +427,29 @@ mod tests {
             }),
         );
         assert_eq!(what(&hook), "hook hk_1: PreToolUse Bash");
+        // A sub-agent's names it, by its id.
+        let sub = item(
+            pb::FeedKind::HookPending,
+            Payload::HookRequested(pb::HookRequested {
+                request_id: "hk_2".into(),
+                hook_event: "PreToolUse".into(),
+                tool_name: "Bash".into(),
+                agent_id: "a6b1".into(),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(what(&sub), "hook hk_2: PreToolUse Bash in sub-agent a6b1");
+        let asks = item(
+            pb::FeedKind::PermissionRequested,
+            Payload::PermissionRequested(pb::PermissionRequested {
+                request_id: "p_1".into(),
+                tool_name: "Bash".into(),
+                input_json: r#"{"command":"ls"}"#.into(),
+                agent_id: "a6b1".into(),
+                ..Default::default()
+            }),
+        );
+        assert_eq!(what(&asks), "permission p_1: Bash(ls) in sub-agent a6b1");
         let done = item(
             pb::FeedKind::Resolved,
             Payload::HookResolved(pb::HookResolved {
