@@ -312,6 +312,22 @@ async fn measure(version: &str) -> Result<Evidence> {
     let v = version.to_string();
     let binary =
         tokio::task::spawn_blocking(move || ostler_testkit::releases::ensure(&v, &cache)).await??;
+    // The progress-summary probe's sessions wait out a fixed window (most of the whole
+    // measurement's time), idle: it runs beside the other probes, which run in turn.
+    let (progress, evidence) = tokio::join!(
+        progress_summary_probe(&binary),
+        measure_but_progress(version, &binary)
+    );
+    let mut evidence = evidence?;
+    evidence
+        .init_fields
+        .insert("agent_progress_summaries".to_string(), progress?);
+    Ok(evidence)
+}
+
+/// [`measure`] but the initialize field `agent_progress_summaries`.
+async fn measure_but_progress(version: &str, binary: &Path) -> Result<Evidence> {
+    let binary = binary.to_path_buf();
     let flags = ostler_supervisor::discover::probe_flags(&binary, secs(30))
         .await
         .with_context(|| format!("flag probe of {version}"))?;
@@ -322,7 +338,7 @@ async fn measure(version: &str) -> Result<Evidence> {
     let get = |f: ostler_supervisor::Flag| flags.accepted.get(&f).copied().unwrap_or(false);
     let options = option_probe(&binary, &[]).await?;
     let policies = policy_probe(&binary, &options).await?;
-    let init_fields = init_field_probe(&binary, &control).await?;
+    let init_fields = init_fields_but_progress(&binary, &control).await?;
     Ok(Evidence {
         version: version.to_string(),
         stdio_permission_prompt: stdio,
@@ -1229,8 +1245,23 @@ const PROBE_PLAN: &str = "PROBE-PLAN-INSTRUCTIONS: write the plan as a list";
 /// `forward_subagent_text` in sessions of their own ([`tool_alias_probe`],
 /// [`dynamic_sections_probe`], [`subagent_text_probe`]), `per_task_stop_affordance`
 /// ([`task_stop_probe`]) where the release answers `stop_task` (`control`: the control
-/// probe's results), and `agent_progress_summaries` ([`progress_summary_probe`]).
+/// probe's results), and `agent_progress_summaries` ([`progress_summary_probe`], beside
+/// the others: its sessions wait out a fixed window, idle).
 async fn init_field_probe(
+    binary: &Path,
+    control: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, bool>> {
+    let (progress, fields) = tokio::join!(
+        progress_summary_probe(binary),
+        init_fields_but_progress(binary, control)
+    );
+    let mut fields = fields?;
+    fields.insert("agent_progress_summaries".to_string(), progress?);
+    Ok(fields)
+}
+
+/// [`init_field_probe`] but `agent_progress_summaries`.
+async fn init_fields_but_progress(
     binary: &Path,
     control: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, bool>> {
@@ -1282,10 +1313,6 @@ async fn init_field_probe(
         (
             "per_task_stop_affordance".to_string(),
             task_stop_probe(binary, control).await?,
-        ),
-        (
-            "agent_progress_summaries".to_string(),
-            progress_summary_probe(binary).await?,
         ),
         ("dialog_kinds".to_string(), dialog_probe(binary).await?),
     ])
