@@ -1474,76 +1474,47 @@ mod tests {
         // A notice (on stderr) between a sub-agent's lines: where stdout shares the
         // terminal, its next line shows the header again; where stdout is redirected, the
         // captured lines stay as they were; where notices go to stdout, they stand without
-        // a header and the header comes back after them.
+        // a header and the header comes back after them. A prompt asked on the terminal
+        // (its permission request answered) as a notice on stderr.
         let sub_line = |t: &str| ev(task, block(sub, 2, text(t)));
-        for (tty, on_stdout, expected) in [
-            (
-                true,
-                false,
-                "\x20 │ [general-purpose · Create sub.txt]\n\
-                 \x20 │ one\n\
-                 \x20 │ [general-purpose · Create sub.txt]\n\
-                 \x20 │ two\n",
-            ),
-            (
-                false,
-                false,
-                "\x20 │ [general-purpose · Create sub.txt]\n\
-                 \x20 │ one\n\
-                 \x20 │ two\n",
-            ),
+        let again = "\x20 │ [general-purpose · Create sub.txt]\n\
+                     \x20 │ one\n\
+                     \x20 │ [general-purpose · Create sub.txt]\n\
+                     \x20 │ two\n";
+        let kept = "\x20 │ [general-purpose · Create sub.txt]\n\
+                    \x20 │ one\n\
+                    \x20 │ two\n";
+        let note = |h: &mut Human| h.note("connection lost; retrying…");
+        let prompt = |h: &mut Human| h.yield_terminal();
+        type Between<'a> = &'a dyn Fn(&mut Human);
+        let cases: [(bool, bool, Between<'_>, &str); 5] = [
+            (true, false, &note, again),
+            (false, false, &note, kept),
             (
                 false,
                 true,
+                &note,
                 "\x20 │ [general-purpose · Create sub.txt]\n\
                  \x20 │ one\n\
                  connection lost; retrying…\n\
                  \x20 │ [general-purpose · Create sub.txt]\n\
                  \x20 │ two\n",
             ),
-        ] {
+            (true, false, &prompt, again),
+            (false, false, &prompt, kept),
+        ];
+        for (i, (tty, on_stdout, between, expected)) in cases.into_iter().enumerate() {
             h.stdout_tty = tty;
             h.notes_to_stdout = on_stdout;
             h.line("-- main");
             h.capture = Some(String::new());
             h.event(&sub_line("one"));
-            h.note("connection lost; retrying…");
+            between(&mut h);
             h.event(&sub_line("two"));
             assert_eq!(
                 h.capture.as_deref(),
                 Some(expected),
-                "stdout a terminal: {tty}, notes on stdout: {on_stdout}"
-            );
-        }
-
-        // A prompt asked on the terminal between a sub-agent's lines (its permission
-        // request answered): as a notice, where stdout shares the terminal.
-        for (tty, expected) in [
-            (
-                true,
-                "\x20 │ [general-purpose · Create sub.txt]\n\
-                 \x20 │ one\n\
-                 \x20 │ [general-purpose · Create sub.txt]\n\
-                 \x20 │ two\n",
-            ),
-            (
-                false,
-                "\x20 │ [general-purpose · Create sub.txt]\n\
-                 \x20 │ one\n\
-                 \x20 │ two\n",
-            ),
-        ] {
-            h.stdout_tty = tty;
-            h.notes_to_stdout = false;
-            h.line("-- main");
-            h.capture = Some(String::new());
-            h.event(&sub_line("one"));
-            h.yield_terminal();
-            h.event(&sub_line("two"));
-            assert_eq!(
-                h.capture.as_deref(),
-                Some(expected),
-                "stdout a terminal: {tty}"
+                "case {i}: stdout a terminal: {tty}, notes on stdout: {on_stdout}"
             );
         }
     }
