@@ -1,5 +1,5 @@
 //! Contract checks over a recording (pure: bytes in, report out). Used by the contract
-//! tests (`tests/contracts.rs`) and `cargo xtask contracts bless`.
+//! tests (`tests/it/contracts.rs`) and `cargo xtask contracts bless`.
 //!
 //! For every JSON line the CLI wrote (`{"dir":"cli","line":...}`), decoded by the adapter
 //! chosen for the recording's release:

@@ -1,0 +1,912 @@
+//! gRPC acceptance of the session controls of issue 10 against the real CLI: the
+//! `initialize` answer and GetSessionInfo, SetMaxThinkingTokens, GetContextUsage, the MCP
+//! controls with the test kit's stdio MCP server (listed, toggled, reconnected, its tool
+//! called by the model), RewindFiles with file checkpointing, StopTask, Interrupt with
+//! cancel_queued; on 1.0.128 the controls it does not serve fail at once with
+//! FAILED_PRECONDITION naming the release and the request.
+#![allow(clippy::unwrap_used)] // test code: a failure should panic with the error
+
+use crate::common;
+
+use std::time::Instant;
+
+use common::grpc::*;
+use common::*;
+use ostler_proto::v1 as pb;
+use ostler_proto::v1::session_service_client::SessionServiceClient;
+use ostler_testkit::timeouts::{millis, secs};
+use pb::session_event::Payload as P;
+use tonic::transport::Channel;
+
+/// The daemon tests' script plus what these tests make the model do.
+const CONTROLS: &str = r#"
+[[model]]
+name = "write for rewind"
+when = { last_user_text_contains = "Write the rewind file", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_write_1", name = "Write", input = { file_path = "REWIND_PATH", content = "to be rewound\n" } },
+]
+
+[[model]]
+name = "after write"
+when = { tool_result_for = "toolu_write_1", stream = true }
+blocks = [{ type = "text", text = "Wrote the rewind file." }]
+
+[[model]]
+name = "ticket"
+when = { last_user_text_contains = "Look up ticket T-42", stream = true }
+blocks = [
+  { type = "tool_use", id = "toolu_mcp_1", name = "mcp__tickets__echo_ticket", input = { ticket = "T-42" } },
+]
+
+[[model]]
+name = "after ticket"
+when = { tool_result_for = "toolu_mcp_1", stream = true }
+blocks = [{ type = "text", text = "The ticket is open." }]
+"#;
+
+type Client = SessionServiceClient<Channel>;
+
+/// Reads the session's events until the answer to `initialize` is recorded; panics when it
+/// failed.
+async fn await_initialized(events: &mut Events, seen: &mut Vec<pb::SessionEvent>) {
+    let ev = read_until(events, seen, "session_initialized", |e| {
+        matches!(&e.payload, Some(P::EngineNotice(n))
+            if n.code == "session_initialized" || n.code == "initialize_failed")
+    })
+    .await;
+    let Some(P::EngineNotice(n)) = ev.payload else {
+        unreachable!()
+    };
+    assert_eq!(n.code, "session_initialized", "{}", n.message);
+}
+
+async fn info(c: &mut Client, id: &str) -> pb::GetSessionInfoResponse {
+    c.get_session_info(pb::GetSessionInfoRequest {
+        session_id: id.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+async fn send_turn(
+    c: &mut Client,
+    events: &mut Events,
+    seen: &mut Vec<pb::SessionEvent>,
+    id: &str,
+    t: &str,
+) -> pb::SendMessageResponse {
+    let r = c
+        .send_message(pb::SendMessageRequest {
+            session_id: id.into(),
+            content: text(t),
+            client_message_id: String::new(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // Tools the CLI asks about (a Write outside the working directory) are allowed.
+    allow_until_turn_end(c, "tester", id, events, seen).await;
+    r
+}
+
+async fn mcp_servers(c: &mut Client, id: &str) -> Vec<pb::McpServerStatus> {
+    c.get_mcp_status(pb::GetMcpStatusRequest {
+        session_id: id.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .servers
+}
+
+/// Polls GetMcpStatus until server `name` has `status` (the CLI connects in the
+/// background and sends no event for it).
+async fn await_mcp_status(c: &mut Client, id: &str, name: &str, status: &str) {
+    let deadline = Instant::now() + guard();
+    loop {
+        let servers = mcp_servers(c, id).await;
+        if servers.iter().any(|s| s.name == name && s.status == status) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "MCP server {name} never reached {status}: {servers:?}"
+        );
+        tokio::time::sleep(millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controls_2_1_330() {
+    let scratch = tempfile::tempdir().unwrap();
+    let target = scratch.path().join("rewind.txt");
+    let scenario = format!(
+        "{SCENARIO}\n{}",
+        CONTROLS.replace("REWIND_PATH", &target.display().to_string())
+    );
+    let world = World::with_scenario(NEW, &scenario).await;
+    let mcp = testkit_binary("ostler-test-mcp").await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            permission_mode: pb::PermissionMode::AcceptEdits as i32,
+            allowed_tools: vec!["mcp__tickets__echo_ticket".into()],
+            enable_file_checkpointing: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+
+    // initialize is answered at spawn, before any message.
+    await_initialized(&mut events, &mut seen).await;
+    let i = info(&mut c, &s.id).await;
+    assert_eq!(i.cli_version, NEW);
+    assert!(i.live);
+    let init = i.initialized.expect("the initialize answer");
+    let raw: serde_json::Value = serde_json::from_str(&init.raw_json).unwrap();
+    assert!(raw.get("commands").is_some(), "{raw}");
+    assert!(!init.commands.is_empty(), "{raw}");
+    assert!(
+        i.capabilities.iter().any(|c| c == "control:rewind_files"),
+        "{:?}",
+        i.capabilities
+    );
+    assert!(!i.init_seen, "no system/init before the first turn");
+
+    // The first turn writes a file, checkpointed at its user message.
+    let write = send_turn(
+        &mut c,
+        &mut events,
+        &mut seen,
+        &s.id,
+        "Write the rewind file",
+    )
+    .await;
+    assert!(!write.message_id.is_empty());
+    assert!(
+        target.is_file(),
+        "the model's Write ran: {:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    // The message id is in the log too.
+    assert!(seen.iter().any(
+        |e| matches!(&e.payload, Some(P::UserMessage(u)) if u.message_id == write.message_id)
+    ));
+    let i = info(&mut c, &s.id).await;
+    assert!(i.init_seen);
+    assert!(i.tools.iter().any(|t| t == "Write"), "{:?}", i.tools);
+    assert!(!i.model.is_empty());
+    assert_eq!(i.reported_cli_version, NEW);
+
+    c.set_max_thinking_tokens(pb::SetMaxThinkingTokensRequest {
+        session_id: s.id.clone(),
+        max_thinking_tokens: Some(2048),
+    })
+    .await
+    .unwrap();
+    c.set_max_thinking_tokens(pb::SetMaxThinkingTokensRequest {
+        session_id: s.id.clone(),
+        max_thinking_tokens: None,
+    })
+    .await
+    .unwrap();
+
+    let usage = c
+        .get_context_usage(pb::GetContextUsageRequest {
+            session_id: s.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let raw: serde_json::Value = serde_json::from_str(&usage.raw_json).unwrap();
+    assert!(raw.is_object(), "{raw}");
+    assert!(usage.max_tokens > 0, "{raw}");
+
+    // The test kit's MCP server, added at runtime.
+    let set = c
+        .set_mcp_servers(pb::SetMcpServersRequest {
+            session_id: s.id.clone(),
+            // As `--mcp-config` takes it: no `type` (stdio), no `args`.
+            servers_json: [(
+                "tickets".to_string(),
+                serde_json::json!({ "command": mcp.display().to_string() }).to_string(),
+            )]
+            .into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(set.errors.is_empty(), "{}", set.raw_json);
+    await_mcp_status(&mut c, &s.id, "tickets", "connected").await;
+    let servers = mcp_servers(&mut c, &s.id).await;
+    let tickets = servers.iter().find(|s| s.name == "tickets").unwrap();
+    assert!(
+        tickets.tools.iter().any(|t| t.contains("echo_ticket")),
+        "{tickets:?}"
+    );
+
+    // The model calls its tool; the tool's answer reaches the model.
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Look up ticket T-42").await;
+    assert!(
+        seen.iter()
+            .any(|e| assistant_text(e) == Some("The ticket is open.")),
+        "{:#?}",
+        seen.iter().map(describe).collect::<Vec<_>>()
+    );
+    let answered = world.fake.requests().iter().any(|r| {
+        r.body
+            .as_ref()
+            .is_some_and(|b| b.to_string().contains("ticket T-42 is open"))
+    });
+    assert!(answered, "the MCP tool's result reached the model");
+
+    // Toggle, reconnect; an unknown server is the CLI's error, as FAILED_PRECONDITION.
+    for enabled in [false, true] {
+        c.toggle_mcp_server(pb::ToggleMcpServerRequest {
+            session_id: s.id.clone(),
+            server_name: "tickets".into(),
+            enabled,
+        })
+        .await
+        .unwrap();
+    }
+    await_mcp_status(&mut c, &s.id, "tickets", "connected").await;
+    c.reconnect_mcp_server(pb::ReconnectMcpServerRequest {
+        session_id: s.id.clone(),
+        server_name: "tickets".into(),
+    })
+    .await
+    .unwrap();
+    let err = c
+        .toggle_mcp_server(pb::ToggleMcpServerRequest {
+            session_id: s.id.clone(),
+            server_name: "no-such-server".into(),
+            enabled: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("no-such-server"), "{err:?}");
+
+    // Rewind: a dry run reports, the real one removes the file the first turn created.
+    let dry = c
+        .rewind_files(pb::RewindFilesRequest {
+            session_id: s.id.clone(),
+            message_id: write.message_id.clone(),
+            dry_run: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(dry.can_rewind, "{}", dry.raw_json);
+    assert!(target.is_file(), "a dry run changes nothing");
+    // ... and is not recorded as a rewind.
+    let dry_notice = read_until(&mut events, &mut seen, "the dry run's notice", |e| {
+        matches!(&e.payload, Some(P::EngineNotice(n))
+            if n.code == "files_rewind_checked" || n.code == "files_rewound")
+    })
+    .await;
+    assert!(
+        matches!(&dry_notice.payload, Some(P::EngineNotice(n)) if n.code == "files_rewind_checked"),
+        "{dry_notice:?}"
+    );
+    let done = c
+        .rewind_files(pb::RewindFilesRequest {
+            session_id: s.id.clone(),
+            message_id: write.message_id.clone(),
+            dry_run: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(done.can_rewind, "{}", done.raw_json);
+    assert!(!target.exists(), "rewound: {}", done.raw_json);
+
+    c.stop_task(pb::StopTaskRequest {
+        session_id: s.id.clone(),
+        task_id: "no-such-task".into(),
+    })
+    .await
+    .unwrap();
+    let r = c
+        .interrupt(pb::InterruptRequest {
+            session_id: s.id.clone(),
+            cancel_queued: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.cancelled.is_empty(), "nothing was queued: {r:?}");
+
+    // Bad input is refused at the edge.
+    let err = c
+        .rewind_files(pb::RewindFilesRequest {
+            session_id: s.id.clone(),
+            message_id: " ".into(),
+            dry_run: true,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    // Configs CreateSession would refuse are refused here too, naming the server.
+    for (name, config, needle) in [
+        ("x", "[1]", "must be a JSON object"),
+        (
+            "bad name!",
+            r#"{"command": "/bin/true"}"#,
+            "an MCP server name",
+        ),
+        ("w", r#"{"type": "weird"}"#, "not an MCP server config"),
+        (
+            "f",
+            r#"{"type": "http", "url": "file:///etc/passwd"}"#,
+            "http:// or https://",
+        ),
+        ("d", r#"{"command": "-rf"}"#, "servers[\"d\"].command"),
+    ] {
+        let r = c
+            .set_mcp_servers(pb::SetMcpServersRequest {
+                session_id: s.id.clone(),
+                servers_json: [(name.to_string(), config.to_string())].into(),
+            })
+            .await;
+        assert_refused(r, tonic::Code::InvalidArgument, needle);
+    }
+
+    // What was set at runtime outlives the process: a resumed session gets the thinking
+    // budget on its command line and the MCP servers again.
+    c.set_max_thinking_tokens(pb::SetMaxThinkingTokensRequest {
+        session_id: s.id.clone(),
+        max_thinking_tokens: Some(3000),
+    })
+    .await
+    .unwrap();
+    c.stop_session(pb::StopSessionRequest {
+        session_id: s.id.clone(),
+    })
+    .await
+    .unwrap();
+    let resumed = c
+        .resume_session(pb::ResumeSessionRequest {
+            session_id: s.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    settled(&mut c, &resumed).await;
+    let kids = children(daemon.pid());
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    let argv = std::fs::read(format!("/proc/{}/cmdline", kids[0])).unwrap();
+    let argv: Vec<String> = argv
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    assert!(
+        argv.windows(2)
+            .any(|w| w[0] == "--max-thinking-tokens" && w[1] == "3000"),
+        "{argv:?}"
+    );
+    await_mcp_status(&mut c, &s.id, "tickets", "connected").await;
+}
+
+/// 1.0.128 answers `initialize` and `mcp_status` but none of the newer subtypes: each of
+/// those RPCs fails at once (not after the 30 s control timeout) naming release and request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controls_1_0_128() {
+    let world = World::new(OLD).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "old").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    await_initialized(&mut events, &mut seen).await;
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
+
+    let i = info(&mut c, &s.id).await;
+    assert_eq!(i.cli_version, OLD);
+    assert!(i.initialized.is_some());
+    assert!(i.init_seen);
+    assert!(!i.tools.is_empty());
+    assert!(
+        !i.capabilities.iter().any(|c| c == "control:rewind_files"),
+        "{:?}",
+        i.capabilities
+    );
+    // mcp_status is served.
+    mcp_servers(&mut c, &s.id).await;
+
+    let id = s.id.clone();
+    let refused: Vec<(&str, tonic::Status)> = vec![
+        (
+            "set_max_thinking_tokens",
+            c.set_max_thinking_tokens(pb::SetMaxThinkingTokensRequest {
+                session_id: id.clone(),
+                max_thinking_tokens: Some(1024),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "get_context_usage",
+            c.get_context_usage(pb::GetContextUsageRequest {
+                session_id: id.clone(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "mcp_set_servers",
+            c.set_mcp_servers(pb::SetMcpServersRequest {
+                session_id: id.clone(),
+                servers_json: Default::default(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "mcp_toggle",
+            c.toggle_mcp_server(pb::ToggleMcpServerRequest {
+                session_id: id.clone(),
+                server_name: "x".into(),
+                enabled: true,
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "mcp_reconnect",
+            c.reconnect_mcp_server(pb::ReconnectMcpServerRequest {
+                session_id: id.clone(),
+                server_name: "x".into(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "rewind_files",
+            c.rewind_files(pb::RewindFilesRequest {
+                session_id: id.clone(),
+                message_id: "m".into(),
+                dry_run: true,
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "stop_task",
+            c.stop_task(pb::StopTaskRequest {
+                session_id: id.clone(),
+                task_id: "t".into(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "get_settings",
+            c.send_control_request(pb::SendControlRequestRequest {
+                session_id: id.clone(),
+                subtype: "get_settings".into(),
+                request_json: String::new(),
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "interrupt_cancel_queued_v1",
+            c.interrupt(pb::InterruptRequest {
+                session_id: id.clone(),
+                cancel_queued: true,
+            })
+            .await
+            .unwrap_err(),
+        ),
+    ];
+    for (what, err) in &refused {
+        assert_eq!(
+            err.code(),
+            tonic::Code::FailedPrecondition,
+            "{what}: {err:?}"
+        );
+        assert!(
+            err.message().contains(OLD) && err.message().contains(what),
+            "{what}: {}",
+            err.message()
+        );
+    }
+    // At once: every refusal together well within the control timeout.
+    let started = Instant::now();
+    let err = c
+        .rewind_files(pb::RewindFilesRequest {
+            session_id: id.clone(),
+            message_id: "m".into(),
+            dry_run: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        started.elapsed() < secs(2),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    // The session still works.
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
+}
+
+/// SendControlRequest: control requests ostler has no RPC for reach the CLI and its answer
+/// comes back (get_settings, list_models, rename_session); one the release does not know is
+/// FAILED_PRECONDITION with the CLI's words; subtypes an RPC sends, bad subtypes and bad
+/// fields are INVALID_ARGUMENT; each answer is recorded in the session's log; the CLI's
+/// rename is the session's title.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn control_requests_passed_through_2_1_332() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    // Settings with an `env` value: `get_settings` answers them, redacted.
+    let s = c
+        .create_session(as_client(
+            "passthrough",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                settings: r#"{"env":{"PASS_SECRET":"SEKRIT-PASS"}}"#.into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    await_initialized(&mut events, &mut seen).await;
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
+    let id = s.id.clone();
+    let send = |subtype: &str, request_json: &str| {
+        let mut c = c.clone();
+        let req = pb::SendControlRequestRequest {
+            session_id: id.clone(),
+            subtype: subtype.into(),
+            request_json: request_json.into(),
+        };
+        async move { c.send_control_request(req).await.map(|r| r.into_inner()) }
+    };
+    let settings = send("get_settings", "").await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&settings.response_json).unwrap();
+    assert!(v.get("applied").is_some(), "{v}");
+    assert!(
+        settings.response_json.contains("PASS_SECRET")
+            && !settings.response_json.contains("SEKRIT-PASS"),
+        "{v}"
+    );
+    let models = send("list_models", "{}").await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&models.response_json).unwrap();
+    assert!(!v["models"].as_array().unwrap().is_empty(), "{v}");
+    send("rename_session", r#"{"title": "RENAMED-8"}"#)
+        .await
+        .unwrap();
+
+    assert_refused(
+        send("bogus_subtype", "").await,
+        tonic::Code::FailedPrecondition,
+        "Unsupported control request",
+    );
+    for (subtype, json, field) in [
+        ("set_model", "", "SetModel"),
+        ("initialize", "", "CreateSession"),
+        ("Get-Settings", "", "subtype"),
+        (&"x".repeat(100_000), "", "subtype"),
+        ("get_settings", "[1]", "request_json"),
+        ("get_settings", r#"{"subtype": "x"}"#, "request_json"),
+    ] {
+        assert_refused(
+            send(subtype, json).await,
+            tonic::Code::InvalidArgument,
+            field,
+        );
+    }
+    // The CLI renamed its session, and the answers are in the log. The CLI's line and
+    // ostler's notice of the answer come in either order.
+    let title_changed = |e: &pb::SessionEvent| {
+        matches!(&e.payload, Some(P::Unknown(u))
+            if u.message_type == "system/session_title_changed" && u.raw_json.contains("RENAMED-8"))
+    };
+    let rename_noticed = |e: &pb::SessionEvent| {
+        matches!(&e.payload, Some(P::EngineNotice(n))
+            if n.code == "control" && n.message == "rename_session done")
+    };
+    if !seen.iter().any(title_changed) {
+        read_until(&mut events, &mut seen, "title change", title_changed).await;
+    }
+    // ... and the session is renamed: whoever saw that line finds the new title.
+    assert_eq!(session(&mut c, &s.id).await.title, "RENAMED-8");
+    if !seen.iter().any(rename_noticed) {
+        read_until(&mut events, &mut seen, "rename notice", rename_noticed).await;
+    }
+    let logged: Vec<&str> = seen
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code == "control" => Some(n.message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        logged,
+        [
+            "get_settings done",
+            "list_models done",
+            "rename_session done"
+        ]
+    );
+    // The session still works.
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
+}
+
+/// The command line: `ostler info`, `context`, `mcp status|set|toggle|reconnect`,
+/// `control` and `rewind` with `--json`.
+#[test]
+fn control_commands() {
+    use common::client::{Served, describe, scenario_text};
+    let mcp = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(testkit_binary("ostler-test-mcp"));
+    let d = Served::start(&scenario_text());
+    let ev = d.ok_json(&["run", "--json", "Say hello"]);
+    let id = ev[0]["session"]["id"].as_str().expect("id").to_owned();
+
+    let info = d.ok_json(&["info", &id, "--json"]);
+    assert_eq!(info[0]["cli_version"], NEW);
+    assert!(
+        info[0]["tools"].as_array().is_some_and(|t| !t.is_empty()),
+        "{info:?}"
+    );
+    assert!(info[0]["initialized"]["commands"].is_array(), "{info:?}");
+    let human = d.client(&["info", &id], None);
+    assert!(
+        String::from_utf8_lossy(&human.stdout).contains("Claude Code 2.1.332"),
+        "{}",
+        describe(&human)
+    );
+
+    let context = d.ok_json(&["context", &id, "--json"]);
+    assert!(context[0].is_object(), "{context:?}");
+    let settings = d.ok_json(&["control", &id, "get_settings", "--json"]);
+    assert!(settings[0].get("applied").is_some(), "{settings:?}");
+    for (subtype, use_instead, command) in [
+        ("set_model", "SetModel", "ostler model ID MODEL"),
+        ("end_session", "StopSession", "ostler stop ID"),
+    ] {
+        let refused = d.client(&["control", &id, subtype, "{}"], None);
+        assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            stderr.contains(&format!("use {use_instead}"))
+                && stderr.contains(&format!("use `{command}`")),
+            "the RPC and the command that does it: {}",
+            describe(&refused)
+        );
+    }
+
+    // The controls with a command of their own; each is recorded in the session's log.
+    let model = d.ok_json(&["model", &id, "claude-opus-test", "--json"]);
+    assert_eq!(model[0]["model"], "claude-opus-test", "{model:?}");
+    let mode = d.ok_json(&["mode", &id, "plan", "--json"]);
+    assert_eq!(mode[0]["permission_mode"], "plan", "{mode:?}");
+    let thinking = d.ok_json(&["thinking", &id, "4096", "--json"]);
+    assert_eq!(thinking[0]["max_thinking_tokens"], 4096, "{thinking:?}");
+    d.ok_json(&["thinking", &id, "--reset", "--json"]);
+    d.ok_json(&["stop-task", &id, "no-such-task", "--json"]);
+    let shown = d.ok_json(&["show", &id, "--json"]);
+    assert_eq!(shown[0]["model"], "claude-opus-test", "{shown:?}");
+    assert_eq!(shown[0]["permission_mode"], "plan", "{shown:?}");
+    let bad = d.client(&["mode", &id, "sideways"], None);
+    assert_eq!(bad.status.code(), Some(2), "{}", describe(&bad));
+    let none = d.client(&["thinking", &id], None);
+    assert_eq!(none.status.code(), Some(2), "{}", describe(&none));
+    d.ok_json(&["mode", &id, "default", "--json"]);
+
+    let config = d.work.join("mcp.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"tickets": {
+            "type": "stdio", "command": mcp.display().to_string(), "args": [], "env": {}
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let set = d.ok_json(&["mcp", &id, "set", &config.display().to_string(), "--json"]);
+    assert_eq!(set[0]["added"][0], "tickets", "{set:?}");
+    let deadline = Instant::now() + guard();
+    loop {
+        let status = d.ok_json(&["mcp", &id, "status", "--json"]);
+        let servers = status[0]["servers"].as_array().cloned().unwrap_or_default();
+        if servers
+            .iter()
+            .any(|s| s["name"] == "tickets" && s["status"] == "connected")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never connected: {status:?}");
+        std::thread::sleep(millis(100));
+    }
+    let off = d.ok_json(&["mcp", &id, "toggle", "tickets", "off", "--json"]);
+    assert_eq!(off[0]["enabled"], false);
+    d.ok_json(&["mcp", &id, "toggle", "tickets", "on", "--json"]);
+
+    // Not created with file checkpointing, and no such message: refused, exit 1.
+    let rewind = d.client(&["rewind", &id, "--to", "no-such-message", "--json"], None);
+    assert_eq!(rewind.status.code(), Some(1), "{}", describe(&rewind));
+}
+
+/// The `output_config.effort` of the last model request whose messages carry `prompt`.
+fn effort_of(world: &World, prompt: &str) -> String {
+    let reqs = world.fake.requests();
+    let r = reqs
+        .iter()
+        .rev()
+        .find(|r| {
+            r.body
+                .as_ref()
+                .is_some_and(|b| b["messages"].to_string().contains(prompt))
+        })
+        .unwrap_or_else(|| panic!("no model request for {prompt:?}"));
+    let body = r.body.as_ref().unwrap();
+    body["output_config"]["effort"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no effort in {}", body["output_config"]))
+        .to_owned()
+}
+
+/// `apply_flag_settings` (SendControlRequest) outlives the process: after an idle suspension
+/// and an on-demand resume, and after a stop and resume, the CLI runs with the settings
+/// applied (seen from outside: the effort the model is asked with, and the CLI's own
+/// `get_settings`), merged as the CLI merged them; each respawn records `control_restored`;
+/// the settings' `env` values never reach a client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn flag_settings_survive_respawns_2_1_332() {
+    let world = World::new(NEW).await;
+    std::fs::write(&world.config, "[sessions]\nidle_suspend_secs = 1\n").unwrap();
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(as_client(
+            "flags",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                settings: r#"{"effortLevel":"high"}"#.into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    let id = s.id.clone();
+    let cc = c.clone();
+    let control = |subtype: &str, request_json: &str| {
+        let mut c = cc.clone();
+        let req = pb::SendControlRequestRequest {
+            session_id: id.clone(),
+            subtype: subtype.into(),
+            request_json: request_json.into(),
+        };
+        async move { c.send_control_request(req).await.unwrap().into_inner() }
+    };
+    // Two requests with different keys: the CLI merges them; one it refuses is not kept.
+    control(
+        "apply_flag_settings",
+        r#"{"settings":{"effortLevel":"low","env":{"FLAG_SECRET":"SEKRIT-FLAG"}}}"#,
+    )
+    .await;
+    control(
+        "apply_flag_settings",
+        r#"{"settings":{"alwaysThinkingEnabled":false}}"#,
+    )
+    .await;
+    let refused = c
+        .send_control_request(pb::SendControlRequestRequest {
+            session_id: s.id.clone(),
+            subtype: "apply_flag_settings".into(),
+            request_json: r#"{"settings":{"permissions":{"defaultMode":"weird"}}}"#.into(),
+        })
+        .await;
+    assert_refused(
+        refused,
+        tonic::Code::FailedPrecondition,
+        "nothing in this request",
+    );
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 1").await;
+    assert_eq!(effort_of(&world, "Say hello 1"), "low");
+
+    // Idle: suspended; the next message resumes it on demand, with the settings.
+    read_until(
+        &mut events,
+        &mut seen,
+        "idle suspension",
+        |e| matches!(&e.payload, Some(P::StateChanged(s)) if s.to() == pb::SessionState::Suspended),
+    )
+    .await;
+    let restored_before = seen
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code == "control_restored"))
+        .count();
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 2").await;
+    assert_eq!(
+        effort_of(&world, "Say hello 2"),
+        "low",
+        "after the suspension"
+    );
+    if seen[..]
+        .iter()
+        .filter(|e| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code == "control_restored"))
+        .count()
+        == restored_before
+    {
+        read_until(
+            &mut events,
+            &mut seen,
+            "control_restored",
+            |e| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code == "control_restored"),
+        )
+        .await;
+    }
+
+    // Stopped and resumed: the CLI's flag settings layer is what it was, both keys.
+    stop_and_resume(&mut c, &s.id).await;
+    let settings = control("get_settings", "").await;
+    let v: serde_json::Value = serde_json::from_str(&settings.response_json).unwrap();
+    let flags = &v["effective"];
+    assert_eq!(flags["effortLevel"], "low", "{v}");
+    assert_eq!(flags["alwaysThinkingEnabled"], false, "{v}");
+    assert!(flags["env"].get("FLAG_SECRET").is_some(), "{v}");
+    assert!(!settings.response_json.contains("SEKRIT-FLAG"), "{v}");
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 3").await;
+    assert_eq!(
+        effort_of(&world, "Say hello 3"),
+        "low",
+        "after stop + resume"
+    );
+
+    // The applied settings are recorded, and their env values shown redacted.
+    let stored = history(&mut c, &s.id).await;
+    let notices: Vec<&pb::EngineNotice> = stored
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) => Some(n),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        notices
+            .iter()
+            .filter(|n| n.code == "flag_settings_applied")
+            .count(),
+        2,
+        "{notices:#?}"
+    );
+    // One `control_restored` per request sent again, in the order they were applied.
+    for key in ["FLAG_SECRET", "alwaysThinkingEnabled"] {
+        assert!(
+            notices
+                .iter()
+                .any(|n| n.code == "control_restored" && n.data_json.contains(key)),
+            "{notices:#?}"
+        );
+    }
+    assert!(
+        !notices.iter().any(|n| n.code == "control_restore_failed"),
+        "{notices:#?}"
+    );
+    for e in &stored {
+        assert!(!format!("{e:?}").contains("SEKRIT-FLAG"), "{}", describe(e));
+    }
+}
