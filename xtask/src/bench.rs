@@ -42,7 +42,7 @@ pub struct BenchArgs {
     pub no_sdk: bool,
 }
 
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     ostler_testkit::workspace_root()
 }
 
@@ -53,9 +53,27 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
+/// `cargo` in the workspace root, in the environment `cargo xtask` was started from: the
+/// variables `cargo run` set for this process (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...)
+/// are taken out. A build script that reads them and says so (`rerun-if-env-changed`:
+/// ring's does) would otherwise run again in every build started from here, and its
+/// dependents (rustls, tonic, every workspace crate) be compiled again: once for the
+/// builds started here and once more for the next `cargo xtask` or build from a shell.
 pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root());
+    for (name, _) in std::env::vars_os() {
+        let Some(n) = name.to_str() else { continue };
+        if n.starts_with("CARGO_PKG_")
+            || n.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                n,
+                "CARGO_PRIMARY_PACKAGE" | "CARGO_CRATE_NAME" | "CARGO_BIN_NAME"
+            )
+        {
+            c.env_remove(n);
+        }
+    }
     c
 }
 

@@ -82,13 +82,11 @@ impl Tally {
 
 pub fn chaos(a: ChaosArgs) -> Result<()> {
     let root = ostler_testkit::workspace_root();
-    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut build = crate::bench::cargo();
     if a.build_tests {
-        build
-            .current_dir(&root)
-            .args(["test", "--workspace", "--no-run", "--quiet"]);
+        build.args(["test", "--workspace", "--no-run", "--quiet"]);
     } else {
-        build.current_dir(&root).args([
+        build.args([
             "build",
             "-p",
             "ostler",

@@ -105,8 +105,19 @@ pub fn test(a: TestArgs) -> Result<()> {
             bail!("`{tool}` is required by the test suite (real CLI releases and examples)");
         }
     }
-    eprintln!("==> installing pinned Claude Code releases");
-    install_pinned()?;
+    // The releases install (mostly waiting on the registry) while fmt and clippy run.
+    eprintln!("==> installing pinned Claude Code releases (beside fmt and clippy)");
+    let installing = std::thread::spawn(install_pinned);
+    let installed = |installing: std::thread::JoinHandle<Result<()>>| {
+        installing
+            .join()
+            .map_err(|_| anyhow::anyhow!("installing pinned Claude Code releases: panicked"))??;
+        eprintln!(
+            "<== installing pinned Claude Code releases: done at {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok::<(), anyhow::Error>(())
+    };
 
     if !a.no_lint {
         let mut fmt = cargo();
@@ -123,6 +134,17 @@ pub fn test(a: TestArgs) -> Result<()> {
         ]);
         run("cargo clippy", clippy)?;
     }
+    installed(installing)?;
+
+    // The newest pinned release, measured again: the probe's own logic meets each new
+    // release here (a probe that misreads a release would put a wrong row in the matrix).
+    // Its sessions mostly wait (one probe waits out a fixed 45 s window), so it runs beside
+    // the fuzz, chaos and build steps; its output is printed when it is joined.
+    let mut probe = Command::new(std::env::current_exe().context("the xtask binary's path")?);
+    probe
+        .current_dir(crate::bench::root())
+        .args(["compat", "probe", "--check", "--newest"]);
+    let probe = Beside::start("cargo xtask compat probe --check --newest", probe)?;
 
     // Generated artefacts must match their sources.
     for check in generated_checks() {
@@ -132,25 +154,10 @@ pub fn test(a: TestArgs) -> Result<()> {
         run(&format!("cargo xtask {}", check.join(" ")), c)?;
     }
 
-    // The newest pinned release, measured again: the probe's own logic meets each new
-    // release here (a probe that misreads a release would put a wrong row in the matrix).
-    let mut probe = cargo();
-    probe.args([
-        "run",
-        "--quiet",
-        "--package",
-        "xtask",
-        "--",
-        "compat",
-        "probe",
-        "--check",
-        "--newest",
-    ]);
-    run("cargo xtask compat probe --check --newest", probe)?;
-
-    eprintln!("==> cargo xtask fuzz --secs 60");
+    // 36 s: five targets side by side on two cores, 12 s each.
+    eprintln!("==> cargo xtask fuzz --secs 36");
     crate::fuzz::fuzz(crate::fuzz::FuzzArgs {
-        secs: 60,
+        secs: 36,
         target: Vec::new(),
         seed: None,
     })?;
@@ -161,6 +168,8 @@ pub fn test(a: TestArgs) -> Result<()> {
         seed: None,
         build_tests: true,
     })?;
+
+    probe.join()?;
 
     let mut t = cargo();
     if have("cargo-nextest", "--version") {
@@ -177,15 +186,89 @@ pub fn test(a: TestArgs) -> Result<()> {
     Ok(())
 }
 
-/// `--check` runs of everything xtask generates.
+/// `--check` runs of what xtask generates. The contract goldens (`contracts bless
+/// --check`) are checked by `ostler-protocol`'s contract tests in the test run instead
+/// (drifted, missing and stale goldens alike), beside the other tests.
 fn generated_checks() -> Vec<Vec<String>> {
-    [
-        &["contracts", "bless", "--check"][..],
-        &["compat", "generate", "--check"][..],
-    ]
-    .iter()
-    .map(|c| c.iter().map(|s| (*s).to_owned()).collect())
-    .collect()
+    [&["compat", "generate", "--check"][..]]
+        .iter()
+        .map(|c| c.iter().map(|s| (*s).to_owned()).collect())
+        .collect()
+}
+
+/// A step run beside the following ones: its output is kept and printed, with its
+/// status, when it is joined; dropped unjoined (an earlier step failed), it is killed.
+struct Beside {
+    step: String,
+    started: Instant,
+    child: std::process::Child,
+    readers: Vec<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+impl Beside {
+    fn start(step: &str, mut cmd: Command) -> Result<Self> {
+        use std::process::Stdio;
+        eprintln!("==> {step} (beside the next steps)");
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("{step}: cannot start"))?;
+        let mut readers = Vec::new();
+        let out = child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn std::io::Read + Send>);
+        let err = child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn std::io::Read + Send>);
+        for mut r in [out, err].into_iter().flatten() {
+            readers.push(std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut r, &mut buf);
+                buf
+            }));
+        }
+        Ok(Self {
+            step: step.to_owned(),
+            started: Instant::now(),
+            child,
+            readers,
+        })
+    }
+
+    fn join(mut self) -> Result<()> {
+        use std::io::Write as _;
+        let status = self
+            .child
+            .wait()
+            .with_context(|| format!("{}: waiting for it", self.step))?;
+        let mut stderr = std::io::stderr().lock();
+        for r in std::mem::take(&mut self.readers) {
+            let _ = stderr.write_all(&r.join().unwrap_or_default());
+        }
+        let _ = writeln!(
+            stderr,
+            "<== {}: {status} in {:.1}s",
+            self.step,
+            self.started.elapsed().as_secs_f64()
+        );
+        if !status.success() {
+            bail!("{} failed ({status})", self.step);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Beside {
+    fn drop(&mut self) {
+        if self.readers.is_empty() {
+            return; // joined
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 pub fn daemon(a: DaemonArgs) -> Result<()> {
