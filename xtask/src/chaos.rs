@@ -82,26 +82,27 @@ impl Tally {
 
 pub fn chaos(a: ChaosArgs) -> Result<()> {
     let root = ostler_testkit::workspace_root();
-    let mut build = crate::bench::cargo();
-    if a.build_tests {
-        build.args(["test", "--workspace", "--no-run", "--quiet"]);
-    } else {
-        build.args([
-            "build",
-            "-p",
-            "ostler",
-            "--bin",
-            "ostler",
-            "-p",
-            "ostler-testkit",
-            "--bin",
-            "ostler-fake-claude",
-        ]);
-    }
     eprintln!("==> build the daemon and the fake CLI");
-    let st = build.status().context("cannot start cargo")?;
-    if !st.success() {
-        bail!("building the daemon and the fake CLI failed ({st})");
+    if a.build_tests {
+        crate::features::build_tests()?;
+    } else {
+        let st = crate::bench::cargo()
+            .args([
+                "build",
+                "-p",
+                "ostler",
+                "--bin",
+                "ostler",
+                "-p",
+                "ostler-testkit",
+                "--bin",
+                "ostler-fake-claude",
+            ])
+            .status()
+            .context("cannot start cargo")?;
+        if !st.success() {
+            bail!("building the daemon and the fake CLI failed ({st})");
+        }
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)

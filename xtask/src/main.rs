@@ -12,6 +12,7 @@ mod chaos;
 mod compat;
 mod contracts_record;
 mod dev;
+mod features;
 mod fuzz;
 mod goldens;
 mod pgo;
