@@ -1,6 +1,7 @@
 //! `cargo xtask test` (the whole test suite, as CI runs it) and `cargo xtask daemon` (run
 //! the daemon on a fresh machine).
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -48,11 +49,16 @@ fn run(step: &str, mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
-/// Install every pinned release (npm, into the shared cache) so tests find them. Installs
-/// run a few at a time: each is mostly waiting on the registry.
-fn install_pinned() -> Result<()> {
+/// Install every pinned release (npm, into the shared cache) so tests find them, and the
+/// Node.js the tests run the node-based ones with ([`node_env`]); returns the directory of
+/// that `node`. Installs run a few at a time: each is mostly waiting on the registry.
+fn install_pinned() -> Result<Option<PathBuf>> {
     const AT_ONCE: usize = 4;
     let cache = ostler_testkit::releases::default_cache_dir();
+    let node = std::thread::spawn({
+        let cache = cache.clone();
+        move || ostler_testkit::releases::test_node(&cache)
+    });
     let pinned = ostler_testkit::releases::pinned()?;
     for batch in pinned.chunks(AT_ONCE) {
         std::thread::scope(|s| {
@@ -82,7 +88,37 @@ fn install_pinned() -> Result<()> {
             Ok::<(), anyhow::Error>(())
         })?;
     }
-    Ok(())
+    let node = node
+        .join()
+        .map_err(|_| anyhow::anyhow!("installing node: panicked"))?
+        .context("installing node")?;
+    if let Some(dir) = &node {
+        eprintln!(
+            "    node {} in {}",
+            ostler_testkit::releases::TEST_NODE,
+            dir.display()
+        );
+    }
+    Ok(node)
+}
+
+/// What the steps that start CLI releases get in their environment: `node` (when one was
+/// installed) first on `PATH`, so that the node-based releases run on it, and
+/// `NODE_COMPILE_CACHE` in the release cache, which Node 22 keeps their compiled code in
+/// between starts (every test starts them anew). The daemon passes both to its sessions
+/// (its default environment allowlist).
+fn node_env(cmd: &mut Command, node: Option<&Path>) {
+    let Some(dir) = node else { return };
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![dir.to_path_buf()];
+    dirs.extend(std::env::split_paths(&path));
+    if let Ok(path) = std::env::join_paths(dirs) {
+        cmd.env("PATH", path);
+    }
+    cmd.env(
+        "NODE_COMPILE_CACHE",
+        ostler_testkit::releases::default_cache_dir().join("node-compile-cache"),
+    );
 }
 
 /// Whether `cmd arg` runs and exits 0.
@@ -108,15 +144,15 @@ pub fn test(a: TestArgs) -> Result<()> {
     // The releases install (mostly waiting on the registry) while fmt and clippy run.
     eprintln!("==> installing pinned Claude Code releases (beside fmt and clippy)");
     let installing = std::thread::spawn(install_pinned);
-    let installed = |installing: std::thread::JoinHandle<Result<()>>| {
-        installing
+    let installed = |installing: std::thread::JoinHandle<Result<Option<PathBuf>>>| {
+        let node = installing
             .join()
             .map_err(|_| anyhow::anyhow!("installing pinned Claude Code releases: panicked"))??;
         eprintln!(
             "<== installing pinned Claude Code releases: done at {:.1}s",
             started.elapsed().as_secs_f64()
         );
-        Ok::<(), anyhow::Error>(())
+        Ok::<_, anyhow::Error>(node)
     };
 
     if !a.no_lint {
@@ -134,7 +170,7 @@ pub fn test(a: TestArgs) -> Result<()> {
         ]);
         run("cargo clippy", clippy)?;
     }
-    installed(installing)?;
+    let node = installed(installing)?;
 
     // The newest pinned release, measured again: the probe's own logic meets each new
     // release here (a probe that misreads a release would put a wrong row in the matrix).
@@ -144,6 +180,7 @@ pub fn test(a: TestArgs) -> Result<()> {
     probe
         .current_dir(crate::bench::root())
         .args(["compat", "probe", "--check", "--newest"]);
+    node_env(&mut probe, node.as_deref());
     let probe = Beside::start("cargo xtask compat probe --check --newest", probe)?;
 
     // Generated artefacts must match their sources.
@@ -178,6 +215,7 @@ pub fn test(a: TestArgs) -> Result<()> {
         t.args(["test", "--workspace", "--no-fail-fast"]);
     }
     t.args(&a.rest);
+    node_env(&mut t, node.as_deref());
     run("tests", t)?;
     eprintln!(
         "all checks passed in {:.0}s",

@@ -46,6 +46,9 @@ pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
     "BASH_MAX_OUTPUT_LENGTH",
     "SLASH_COMMAND_TOOL_CHAR_BUDGET",
     "USE_BUILTIN_RIPGREP",
+    // Node.js: where Node >= 22.1 keeps the code it compiled; a node-based release (up to
+    // 2.1.0) starts on about a third less CPU with it (an operator's choice).
+    "NODE_COMPILE_CACHE",
     // Network.
     "HTTP_PROXY",
     "HTTPS_PROXY",

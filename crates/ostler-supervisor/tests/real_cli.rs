@@ -319,8 +319,18 @@ async fn option_values_off_the_command_line(version: &str) {
     let (proc, mut rx) = SessionProcess::spawn(&env.inst, opts, env.supervisor_options())
         .await
         .expect("spawn");
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", proc.pid())).unwrap();
-    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    // Read at once: a node-based release soon sets its process title, which replaces the
+    // arguments there. Right after the spawn the process may still be between the `env`
+    // of the script's `#!` line and the `node` it executes: in the middle of an exec the
+    // command line reads empty for a moment, so an empty read is taken again.
+    let deadline = std::time::Instant::now() + ostler_testkit::timeouts::guard();
+    let cmdline = loop {
+        let raw = std::fs::read(format!("/proc/{}/cmdline", proc.pid())).unwrap();
+        if !raw.is_empty() || std::time::Instant::now() > deadline {
+            break String::from_utf8_lossy(&raw).replace('\0', " ");
+        }
+        std::thread::yield_now();
+    };
     assert!(
         !cmdline.contains("SECRET-IN") && cmdline.contains("--mcp-config /dev/fd/"),
         "{cmdline}"
