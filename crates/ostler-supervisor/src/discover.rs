@@ -454,7 +454,8 @@ pub async fn probe_flags(path: &Path, timeout: Duration) -> Result<FlagProbe, Pr
     let home = tempfile::Builder::new().prefix("ostler-probe-").tempdir()?;
     let home_s = home.path().to_string_lossy().into_owned();
     let path_var = std::env::var("PATH").unwrap_or_default();
-    let env: Vec<(&str, &str)> = vec![
+    let compile_cache = std::env::var("NODE_COMPILE_CACHE").ok();
+    let mut env: Vec<(&str, &str)> = vec![
         ("HOME", &home_s),
         ("PATH", &path_var),
         ("ANTHROPIC_API_KEY", "ostler-probe"),
@@ -463,6 +464,11 @@ pub async fn probe_flags(path: &Path, timeout: Duration) -> Result<FlagProbe, Pr
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
         ("DISABLE_AUTOUPDATER", "1"),
     ];
+    // The operator's Node compile cache (see the session allowlist): the probe starts the
+    // binary several times.
+    if let Some(dir) = &compile_cache {
+        env.push(("NODE_COMPILE_CACHE", dir));
+    }
     let base_args = StreamJsonArgs::base();
     let base = base_args.as_slice();
     let run = |flags: Vec<Flag>| {

@@ -274,7 +274,8 @@ fn npm_install(
 
 /// Path to the `claude` binary of `version`, installing it into `cache_dir/<version>` with
 /// npm if it is not there. Concurrent calls for the same version (threads or processes)
-/// serialize on `cache_dir/<version>.lock`. The installed binary's `--version` is checked.
+/// serialize on `cache_dir/<version>.lock`. The installed binary's `--version` is checked
+/// (once per installed binary, see `verify_once`).
 pub fn ensure(version: &str, cache_dir: &Path) -> Result<PathBuf> {
     let binary = binary_path(version, cache_dir);
     let prefix = cache_dir.join(version);
