@@ -327,18 +327,17 @@ async fn measure(version: &str) -> Result<Evidence> {
 
 /// [`measure`] but the initialize field `agent_progress_summaries`.
 async fn measure_but_progress(version: &str, binary: &Path) -> Result<Evidence> {
-    let binary = binary.to_path_buf();
-    let flags = ostler_supervisor::discover::probe_flags(&binary, secs(30))
+    let flags = ostler_supervisor::discover::probe_flags(binary, secs(30))
         .await
         .with_context(|| format!("flag probe of {version}"))?;
-    let (stdio, what, announced) = permission_probe(&binary).await?;
-    let (control, control_errors) = control_probe(&binary)
+    let (stdio, what, announced) = permission_probe(binary).await?;
+    let (control, control_errors) = control_probe(binary)
         .await
         .with_context(|| format!("control probe of {version}"))?;
     let get = |f: ostler_supervisor::Flag| flags.accepted.get(&f).copied().unwrap_or(false);
-    let options = option_probe(&binary, &[]).await?;
-    let policies = policy_probe(&binary, &options).await?;
-    let init_fields = init_fields_but_progress(&binary, &control).await?;
+    let options = option_probe(binary, &[]).await?;
+    let policies = policy_probe(binary, &options).await?;
+    let init_fields = init_fields_but_progress(binary, &control).await?;
     Ok(Evidence {
         version: version.to_string(),
         stdio_permission_prompt: stdio,
@@ -351,12 +350,12 @@ async fn measure_but_progress(version: &str, binary: &Path) -> Result<Evidence> 
         control,
         control_errors,
         options,
-        cli_requests: cli_request_probe(&binary).await?,
-        dialect: dialect_probe(&binary).await?,
-        hook_events: hook_event_probe(&binary)?,
-        hook_calls: hook_call_probe(&binary).await?,
-        outputs: output_probe(&binary).await?,
-        inputs: input_probe(&binary).await?,
+        cli_requests: cli_request_probe(binary).await?,
+        dialect: dialect_probe(binary).await?,
+        hook_events: hook_event_probe(binary)?,
+        hook_calls: hook_call_probe(binary).await?,
+        outputs: output_probe(binary).await?,
+        inputs: input_probe(binary).await?,
         init_fields,
         policies,
     })

@@ -445,9 +445,9 @@ pub struct HookCall {
     pub agent_id: Option<String>,
 }
 
-/// Reads a `hook_callback`: the input's event name, tool name and tool use id. The
-/// request-level `tool_use_id` counts only for tool events (for others the CLI sends a
-/// random uuid).
+/// Reads a `hook_callback`: the input's event name, tool name, tool use id and sub-agent
+/// id (`agent_id`; an empty one counts as none). The request-level `tool_use_id` counts
+/// only for tool events (for others the CLI sends a random uuid).
 pub fn read_call(
     input: Option<&Value>,
     request_tool_use_id: Option<&str>,
