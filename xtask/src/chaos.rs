@@ -48,6 +48,9 @@ pub struct ChaosArgs {
     /// the daemon is built once with the feature set the tests use instead of twice.
     #[arg(skip)]
     pub build_tests: bool,
+    /// The lints of the builds (`cargo xtask test`'s; off for `cargo xtask chaos`).
+    #[arg(skip)]
+    pub clippy: crate::features::Clippy,
 }
 
 /// Sizes of one run.
@@ -84,9 +87,11 @@ pub fn chaos(a: ChaosArgs) -> Result<()> {
     let root = ostler_testkit::workspace_root();
     eprintln!("==> build the daemon and the fake CLI");
     if a.build_tests {
-        crate::features::build_tests()?;
+        crate::features::build_tests(&a.clippy)?;
     } else {
-        let st = crate::bench::cargo()
+        let mut build = crate::bench::cargo();
+        a.clippy.apply(&mut build);
+        let st = build
             .args([
                 "build",
                 "-p",

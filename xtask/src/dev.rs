@@ -39,10 +39,20 @@ fn run(step: &str, mut cmd: Command) -> Result<()> {
     let status = cmd
         .status()
         .with_context(|| format!("{step}: cannot start"))?;
+    finished(step, status, started);
+    succeeded(step, status)
+}
+
+/// Prints the end of a step: `<== step: how in N s`.
+fn finished(step: &str, how: impl std::fmt::Display, started: Instant) {
     eprintln!(
-        "<== {step}: {status} in {:.1}s",
+        "<== {step}: {how} in {:.1}s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// A step's result from its process's exit status.
+fn succeeded(step: &str, status: std::process::ExitStatus) -> Result<()> {
     if !status.success() {
         bail!("{step} failed ({status})");
     }
@@ -141,71 +151,57 @@ pub fn test(a: TestArgs) -> Result<()> {
             bail!("`{tool}` is required by the test suite (real CLI releases and examples)");
         }
     }
-    // The releases install (mostly waiting on the registry) while fmt and clippy run.
-    eprintln!("==> installing pinned Claude Code releases (beside fmt and clippy)");
-    let installing = std::thread::spawn(install_pinned);
-    let installed = |installing: std::thread::JoinHandle<Result<Option<PathBuf>>>| {
-        let node = installing
-            .join()
-            .map_err(|_| anyhow::anyhow!("installing pinned Claude Code releases: panicked"))??;
-        eprintln!(
-            "<== installing pinned Claude Code releases: done at {:.1}s",
-            started.elapsed().as_secs_f64()
-        );
-        Ok::<_, anyhow::Error>(node)
-    };
+    // The steps that mostly wait run beside others; every other step needs both cores (2
+    // cores, measured: the builds keep both busy, and the tests slow down by as much as a
+    // step beside them takes: `cargo clippy` beside the tests made the run longer). The
+    // releases install (mostly waiting on the registry), then the newest one's probe runs
+    // (its sessions mostly wait: one waits out a fixed 45 s window), beside fmt, fuzz and
+    // chaos with the test build.
+    eprintln!(
+        "==> installing pinned Claude Code releases, then probing the newest (beside the next steps)"
+    );
+    let installing = Installing::start(started);
 
-    if !a.no_lint {
+    // Clippy runs in the test build (see `features::Clippy`), fmt first.
+    let clippy = if a.no_lint {
+        crate::features::Clippy::off()
+    } else {
         let mut fmt = cargo();
         fmt.args(["fmt", "--all", "--", "--check"]);
         run("cargo fmt --check", fmt)?;
-        let mut clippy = cargo();
-        clippy.args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]);
-        run("cargo clippy", clippy)?;
-    }
-    let node = installed(installing)?;
+        crate::features::Clippy::on()?
+    };
 
-    // The newest pinned release, measured again: the probe's own logic meets each new
-    // release here (a probe that misreads a release would put a wrong row in the matrix).
-    // Its sessions mostly wait (one probe waits out a fixed 45 s window), so it runs beside
-    // the fuzz, chaos and build steps; its output is printed when it is joined.
-    let mut probe = Command::new(std::env::current_exe().context("the xtask binary's path")?);
-    probe
-        .current_dir(crate::bench::root())
-        .args(["compat", "probe", "--check", "--newest"]);
-    node_env(&mut probe, node.as_deref());
-    let probe = Beside::start("cargo xtask compat probe --check --newest", probe)?;
-
-    // Generated artefacts must match their sources.
-    for check in generated_checks() {
-        let mut c = cargo();
-        c.args(["run", "--quiet", "--package", "xtask", "--"])
-            .args(&check);
-        run(&format!("cargo xtask {}", check.join(" ")), c)?;
-    }
+    // Generated artefacts must match their sources. The contract goldens (`contracts bless
+    // --check`) are checked by `ostler-protocol`'s contract tests in the test run instead
+    // (drifted, missing and stale goldens alike).
+    let mut generated = cargo();
+    generated
+        .args(["run", "--quiet", "--package", "xtask", "--"])
+        .args(["compat", "generate", "--check"]);
+    run("cargo xtask compat generate --check", generated)?;
 
     // 36 s: five targets side by side on two cores, 12 s each.
     eprintln!("==> cargo xtask fuzz --secs 36");
+    let fuzz_started = Instant::now();
     crate::fuzz::fuzz(crate::fuzz::FuzzArgs {
         secs: 36,
         target: Vec::new(),
         seed: None,
     })?;
+    finished("cargo xtask fuzz --secs 36", "done", fuzz_started);
 
     eprintln!("==> cargo xtask chaos --short");
+    let chaos_started = Instant::now();
     crate::chaos::chaos(crate::chaos::ChaosArgs {
         short: true,
         seed: None,
         build_tests: true,
+        clippy: clippy.clone(),
     })?;
+    finished("cargo xtask chaos --short", "done", chaos_started);
 
+    let (node, probe) = installing.join()?;
     probe.join()?;
 
     let mut t = cargo();
@@ -216,6 +212,7 @@ pub fn test(a: TestArgs) -> Result<()> {
     }
     t.args(&a.rest);
     node_env(&mut t, node.as_deref());
+    clippy.apply(&mut t); // the test build's setting: its build finds everything built
     run("tests", t)?;
     eprintln!(
         "all checks passed in {:.0}s",
@@ -224,14 +221,83 @@ pub fn test(a: TestArgs) -> Result<()> {
     Ok(())
 }
 
-/// `--check` runs of what xtask generates. The contract goldens (`contracts bless
-/// --check`) are checked by `ostler-protocol`'s contract tests in the test run instead
-/// (drifted, missing and stale goldens alike), beside the other tests.
-fn generated_checks() -> Vec<Vec<String>> {
-    [&["compat", "generate", "--check"][..]]
-        .iter()
-        .map(|c| c.iter().map(|s| (*s).to_owned()).collect())
-        .collect()
+/// The pinned releases' install ([`install_pinned`]) on a thread of its own, then the
+/// newest release's probe (`cargo xtask compat probe --check --newest`: the probe's own logic
+/// meets each new release here; a probe that misreads a release would put a wrong row in
+/// the matrix), started beside whatever step runs when the install is done. Dropped
+/// unjoined (an earlier step failed), it starts no probe and kills one it started.
+struct Installing {
+    thread: Option<std::thread::JoinHandle<Result<Option<PathBuf>>>>,
+    probe: std::sync::Arc<std::sync::Mutex<ProbeSlot>>,
+}
+
+/// The probe [`Installing`] started, or that it must not start one.
+#[derive(Default)]
+struct ProbeSlot {
+    cancelled: bool,
+    probe: Option<Beside>,
+}
+
+impl Installing {
+    fn start(started: Instant) -> Self {
+        let probe = std::sync::Arc::new(std::sync::Mutex::new(ProbeSlot::default()));
+        let slot = probe.clone();
+        let thread = std::thread::spawn(move || {
+            let node = install_pinned()?;
+            eprintln!(
+                "<== installing pinned Claude Code releases: done at {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+            let mut cmd = Command::new(std::env::current_exe().context("the xtask binary's path")?);
+            cmd.current_dir(crate::bench::root())
+                .args(["compat", "probe", "--check", "--newest"]);
+            node_env(&mut cmd, node.as_deref());
+            let mut slot = slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !slot.cancelled {
+                slot.probe = Some(Beside::start(
+                    "cargo xtask compat probe --check --newest",
+                    cmd,
+                )?);
+            }
+            Ok(node)
+        });
+        Self {
+            thread: Some(thread),
+            probe,
+        }
+    }
+
+    /// Waits for the install; returns the directory of the tests' `node` ([`node_env`])
+    /// and the running probe.
+    fn join(mut self) -> Result<(Option<PathBuf>, Beside)> {
+        let node = self
+            .thread
+            .take()
+            .context("joined twice")?
+            .join()
+            .map_err(|_| anyhow::anyhow!("installing pinned Claude Code releases: panicked"))??;
+        let probe = self
+            .probe
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .probe
+            .take()
+            .context("the probe did not start")?;
+        Ok((node, probe))
+    }
+}
+
+impl Drop for Installing {
+    fn drop(&mut self) {
+        let mut slot = self
+            .probe
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.cancelled = true;
+        drop(slot.probe.take()); // kills it
+    }
 }
 
 /// A step run beside the following ones: its output is kept and printed, with its
@@ -252,22 +318,13 @@ impl Beside {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("{step}: cannot start"))?;
-        let mut readers = Vec::new();
-        let out = child
-            .stdout
-            .take()
-            .map(|r| Box::new(r) as Box<dyn std::io::Read + Send>);
-        let err = child
-            .stderr
-            .take()
-            .map(|r| Box::new(r) as Box<dyn std::io::Read + Send>);
-        for mut r in [out, err].into_iter().flatten() {
-            readers.push(std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let _ = std::io::Read::read_to_end(&mut r, &mut buf);
-                buf
-            }));
-        }
+        let readers = [
+            child.stdout.take().map(drain),
+            child.stderr.take().map(drain),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         Ok(Self {
             step: step.to_owned(),
             started: Instant::now(),
@@ -282,21 +339,24 @@ impl Beside {
             .child
             .wait()
             .with_context(|| format!("{}: waiting for it", self.step))?;
-        let mut stderr = std::io::stderr().lock();
-        for r in std::mem::take(&mut self.readers) {
-            let _ = stderr.write_all(&r.join().unwrap_or_default());
+        {
+            let mut stderr = std::io::stderr().lock();
+            for r in std::mem::take(&mut self.readers) {
+                let _ = stderr.write_all(&r.join().unwrap_or_default());
+            }
         }
-        let _ = writeln!(
-            stderr,
-            "<== {}: {status} in {:.1}s",
-            self.step,
-            self.started.elapsed().as_secs_f64()
-        );
-        if !status.success() {
-            bail!("{} failed ({status})", self.step);
-        }
-        Ok(())
+        finished(&self.step, status, self.started);
+        succeeded(&self.step, status)
     }
+}
+
+/// Reads `r` to its end on a thread of its own.
+fn drain(mut r: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        buf
+    })
 }
 
 impl Drop for Beside {
