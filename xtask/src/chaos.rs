@@ -44,13 +44,12 @@ pub struct ChaosArgs {
     /// Seed of the random choices (kill points, reconnect points); printed in the summary.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Build every test target too, as the test runner will (`cargo test --no-run`), so that
-    /// the daemon is built once with the feature set the tests use instead of twice.
+    /// `Some`: build every test target too, as the test runner will (`cargo test --no-run`),
+    /// with these lints, so that the daemon is built once with the feature set the tests
+    /// use instead of twice (`cargo xtask test`; `cargo xtask chaos` builds the daemon and
+    /// the fake CLI alone).
     #[arg(skip)]
-    pub build_tests: bool,
-    /// The lints of the builds (`cargo xtask test`'s; off for `cargo xtask chaos`).
-    #[arg(skip)]
-    pub clippy: crate::features::Clippy,
+    pub build_tests: Option<crate::features::Clippy>,
 }
 
 /// Sizes of one run.
@@ -86,12 +85,10 @@ impl Tally {
 pub fn chaos(a: ChaosArgs) -> Result<()> {
     let root = ostler_testkit::workspace_root();
     eprintln!("==> build the daemon and the fake CLI");
-    if a.build_tests {
-        crate::features::build_tests(&a.clippy)?;
+    if let Some(clippy) = &a.build_tests {
+        crate::features::build_tests(clippy)?;
     } else {
-        let mut build = crate::bench::cargo();
-        a.clippy.apply(&mut build);
-        let st = build
+        let st = crate::bench::cargo()
             .args([
                 "build",
                 "-p",

@@ -196,8 +196,7 @@ pub fn test(a: TestArgs) -> Result<()> {
     crate::chaos::chaos(crate::chaos::ChaosArgs {
         short: true,
         seed: None,
-        build_tests: true,
-        clippy: clippy.clone(),
+        build_tests: Some(clippy.clone()),
     })?;
     finished("cargo xtask chaos --short", "done", chaos_started);
 

@@ -34,7 +34,8 @@ use serde_json::Value;
 ///
 /// Measured on 2 cores, a fresh clone: `cargo clippy --workspace --all-targets` checked the
 /// whole dependency graph again (~230 s, ~440 CPU-seconds); the lints in the test build
-/// cost the members' compilation only (see docs/ARCHITECTURE.md, xtask).
+/// cost their own passes and a second compilation of the workspace libraries, which
+/// xtask's own build compiled without the wrapper (see docs/ARCHITECTURE.md, xtask).
 #[derive(Clone, Debug, Default)]
 pub struct Clippy {
     /// `clippy-driver`, when on.
