@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::{Error, Result};
 
-/// Optional flags a release may or may not accept, detected from `claude --help`.
+/// Optional flags a release may or may not accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CliFeatures {
     pub include_partial_messages: bool,
@@ -15,7 +15,42 @@ pub struct CliFeatures {
     pub replay_user_messages: bool,
 }
 
-/// Detect the optional flags of a binary (cached per path).
+/// The optional flags of `release` (its `binary`): from its measured evidence,
+/// `contracts/compat/<release>.toml` (what `cargo xtask compat probe` found by passing each
+/// flag to the release, the facts the daemon's matrix is generated from), or, for a release
+/// with no evidence yet (one being recorded for the first time), from `claude --help`.
+///
+/// The evidence saves a CLI start per release and test process: `--help` costs a
+/// node-based release 2-3 CPU-seconds (measured, 2 cores), and the live contract check
+/// started one for each of the 14 pinned releases. A wrong fact would not go unnoticed:
+/// the recordings were made with these flags, and the live check compares with them.
+pub fn features_of(release: &str, binary: &Path) -> Result<CliFeatures> {
+    match measured_features(
+        &crate::workspace_root()
+            .join("contracts/compat")
+            .join(format!("{release}.toml")),
+    ) {
+        Some(f) => Ok(f),
+        None => features(binary),
+    }
+}
+
+/// The three flags from a release's evidence file; `None` when the file or one of them is
+/// missing.
+fn measured_features(evidence: &Path) -> Option<CliFeatures> {
+    let text = std::fs::read_to_string(evidence).ok()?;
+    let ev: toml::Table = toml::from_str(&text).ok()?;
+    Some(CliFeatures {
+        include_partial_messages: ev.get("include_partial_messages")?.as_bool()?,
+        fork_session: ev.get("fork_session")?.as_bool()?,
+        replay_user_messages: ev
+            .get("options")?
+            .get("--replay-user-messages")?
+            .as_bool()?,
+    })
+}
+
+/// Detect the optional flags of a binary from `claude --help` (cached per path).
 pub fn features(binary: &Path) -> Result<CliFeatures> {
     static CACHE: OnceLock<Mutex<HashMap<PathBuf, CliFeatures>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
@@ -179,5 +214,36 @@ impl Hermetic {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         cmd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pinned_release_has_its_flags_in_its_evidence() {
+        let dir = crate::workspace_root().join("contracts/compat");
+        let mut read = 0;
+        for entry in std::fs::read_dir(&dir).expect("contracts/compat") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                assert!(measured_features(&path).is_some(), "{}", path.display());
+                read += 1;
+            }
+        }
+        assert!(read >= 14, "{read} evidence files");
+        // The boundaries: 1.0.59 has none of the three, 2.1.332 all of them.
+        let of = |r: &str| measured_features(&dir.join(format!("{r}.toml"))).expect(r);
+        assert_eq!(of("1.0.59"), CliFeatures::default());
+        assert_eq!(
+            of("2.1.332"),
+            CliFeatures {
+                include_partial_messages: true,
+                fork_session: true,
+                replay_user_messages: true,
+            }
+        );
+        assert_eq!(measured_features(&dir.join("0.0.1.toml")), None);
     }
 }

@@ -129,8 +129,8 @@ struct Driver<'a> {
 /// Record `scenario` against the CLI binary of `opts`.
 pub async fn record(scenario: &Scenario, opts: &RecordOptions) -> Result<Recording> {
     let features = {
-        let b = opts.binary.clone();
-        tokio::task::spawn_blocking(move || cli::features(&b))
+        let (r, b) = (opts.release.clone(), opts.binary.clone());
+        tokio::task::spawn_blocking(move || cli::features_of(&r, &b))
             .await
             .map_err(|e| Error::Cli(format!("join: {e}")))??
     };
