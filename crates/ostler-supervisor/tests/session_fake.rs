@@ -3,6 +3,10 @@
 //! per-line cap. Fast: no node start-up.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+#[path = "common/procs.rs"]
+mod procs;
+
+use procs::group_alive;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -61,28 +65,6 @@ async fn exited(rx: &mut mpsc::Receiver<ProcessEvent>) -> ostler_supervisor::Exi
             return e;
         }
     }
-}
-
-/// Whether a live (not zombie) process is in the process group `pgid`: scans `/proc`.
-/// (Signal 0 to the group is not enough: it also "reaches" zombies that were killed and
-/// are waiting for init to reap them.)
-pub fn group_alive(pgid: u32) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.flatten().any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            return false;
-        };
-        // pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return false;
-        };
-        let mut f = after.split_whitespace();
-        let state = f.next();
-        let pgrp = f.nth(1).and_then(|p| p.parse::<u32>().ok());
-        pgrp == Some(pgid) && state != Some("Z")
-    })
 }
 
 fn read(p: PathBuf) -> String {

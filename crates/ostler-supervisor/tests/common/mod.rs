@@ -2,6 +2,10 @@
 //! a hermetic HOME/cwd, and the fake model server.
 #![allow(dead_code)]
 
+mod procs;
+
+#[allow(unused_imports)] // not every test crate that shares `common` asserts on groups
+pub use procs::group_alive;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -190,28 +194,6 @@ pub fn deny(_: &CanUseTool) -> ResponseBody {
 
 pub fn no_tools(c: &CanUseTool) -> ResponseBody {
     panic!("unexpected permission request for {}", c.tool_name)
-}
-
-/// Whether a live (not zombie) process is in the process group `pgid`: scans `/proc`.
-/// (Signal 0 to the group is not enough: it also "reaches" zombies that were killed and
-/// are waiting for init to reap them.)
-pub fn group_alive(pgid: u32) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.flatten().any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            return false;
-        };
-        // pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return false;
-        };
-        let mut f = after.split_whitespace();
-        let state = f.next();
-        let pgrp = f.nth(1).and_then(|p| p.parse::<u32>().ok());
-        pgrp == Some(pgid) && state != Some("Z")
-    })
 }
 
 /// Whether `/proc/<pid>` exists (a zombie counts: it has not been reaped).
