@@ -50,8 +50,9 @@ fn measured_features(evidence: &Path) -> Option<CliFeatures> {
     })
 }
 
-/// Detect the optional flags of a binary from `claude --help` (cached per path).
-pub fn features(binary: &Path) -> Result<CliFeatures> {
+/// Detect the optional flags of a binary from `claude --help` (cached per path): the
+/// fallback of [`features_of`].
+fn features(binary: &Path) -> Result<CliFeatures> {
     static CACHE: OnceLock<Mutex<HashMap<PathBuf, CliFeatures>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     if let Some(f) = cache
