@@ -134,7 +134,10 @@ impl Engine {
     /// A non-zero cursor below the highest pruned one (deletion entries older than the
     /// daemon's retention are pruned, [`ostler_store::Store::prune_feed_deletions`]) is
     /// refused with [`crate::Error::OutOfRange`]: the watch could miss deletions. 0 (the
-    /// whole stored feed) is always accepted.
+    /// whole stored feed) is always accepted. The pruned cursor is read once: the check and
+    /// the watch start from the same value, so a prune that lands after the check (the
+    /// watch has not read the entries yet) ends the watch with the same error at its first
+    /// read instead of serving the feed without them.
     pub fn watch_checked(&self, req: WatchRequest) -> crate::Result<FeedWatch> {
         let pruned = self.store().feed_pruned_to();
         if req.after_cursor != 0 && req.after_cursor < pruned {
@@ -151,15 +154,22 @@ impl Engine {
                 ),
             ));
         }
-        Ok(self.watch(req))
+        Ok(self.watch_from(req, pruned))
     }
 
     /// `WatchSessions`: the feed after `req.after_cursor`, then (with `follow`) live.
     pub fn watch(&self, req: WatchRequest) -> FeedWatch {
+        let pruned = self.store().feed_pruned_to();
+        self.watch_from(req, pruned)
+    }
+
+    /// [`Engine::watch`] for a watcher that knows of the entries pruned up to `pruned` (and
+    /// not of any pruned later).
+    fn watch_from(&self, req: WatchRequest, pruned: u64) -> FeedWatch {
         let store = self.store().clone();
         FeedWatch {
             committed: store.feed_watch(),
-            pruned_at_start: store.feed_pruned_to(),
+            pruned_at_start: pruned,
             scanned: req.after_cursor,
             store,
             req,

@@ -1,6 +1,7 @@
 //! The daemon-wide feed's pruned deletion items as `Engine::watch_checked` and a running
 //! `FeedWatch` see them: a cursor before the pruned one is refused, and a watcher whose
-//! unread items are pruned while it reads ends with `OutOfRange` instead of a silent gap.
+//! unread items are pruned after it was accepted (before its first read, or while it
+//! reads) ends with `OutOfRange` instead of a silent gap.
 
 use crate::common;
 
@@ -41,6 +42,13 @@ async fn a_watcher_whose_unread_deletions_are_pruned_is_told_so() {
     let mut reading = env.engine.watch_checked(req(0)).expect("from 0");
     let first = reading.next().await.expect("an item").expect("read");
     assert_eq!(first.cursor, 1);
+    // Accepted before the pruning and not read yet: its first read is refused as a new
+    // watch from that cursor would be (the watch starts from the pruned cursor it was
+    // checked against, not from one read again later).
+    let mut accepted = env
+        .engine
+        .watch_checked(req(5))
+        .expect("nothing pruned yet");
 
     // Every deletion entry is old: all go while the watcher holds its first page.
     let pruned = env
@@ -49,6 +57,12 @@ async fn a_watcher_whose_unread_deletions_are_pruned_is_told_so() {
         .await
         .expect("prune");
     assert_eq!((pruned.pruned, pruned.pruned_to), (DELETIONS, DELETIONS));
+    let err = accepted
+        .next()
+        .await
+        .expect("not the end")
+        .expect_err("its items were pruned before it read them");
+    assert_eq!(err.code_kind(), CodeKind::OutOfRange, "{err}");
 
     let mut read = 1;
     let err = loop {
