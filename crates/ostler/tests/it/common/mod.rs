@@ -94,6 +94,9 @@ pub async fn testkit_binary(name: &str) -> PathBuf {
 /// Everything that outlives one daemon process: directories, the store, the fake model.
 pub struct World {
     pub claude: PathBuf,
+    /// The pinned release the world was made for, and its binary (what [`World::claude`]
+    /// is until a test sets another): the key of its [`DiscoverySeed`].
+    release: (String, PathBuf),
     pub fake: FakeModelServer,
     pub dir: tempfile::TempDir,
     /// The daemon's (and the CLI's, and the clients') HOME.
@@ -142,6 +145,7 @@ impl World {
         let config = dir.path().join("config.toml");
         std::fs::write(&config, "# empty: the tests pass everything as flags\n").expect("config");
         Self {
+            release: (release.to_owned(), claude.clone()),
             claude,
             fake,
             dir,
@@ -219,6 +223,10 @@ impl World {
     /// world's environment plus `env`, without waiting for it to be ready.
     pub fn start(&self, mut cmd: Command, ready: PathBuf, env: &[(&str, &str)]) -> StartingDaemon {
         self.daemon_env(&mut cmd);
+        let seed = self.discovery_seed();
+        if let Some(seed) = &seed {
+            seed.plant();
+        }
         cmd.envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -230,6 +238,7 @@ impl World {
             log,
             lines,
             ready,
+            seed,
         }
     }
 
@@ -238,7 +247,21 @@ impl World {
         self.start_daemon(extra, env).ready_blocking()
     }
 
-    /// The daemon's environment: nothing inherited but PATH; the fake model's URL.
+    /// The [`DiscoverySeed`] of this world's release, while the daemon runs its binary.
+    fn discovery_seed(&self) -> Option<DiscoverySeed> {
+        let (release, binary) = &self.release;
+        (self.claude == *binary).then(|| DiscoverySeed {
+            cache: self.store.with_file_name("claude-discovery.json"),
+            seed: ostler_testkit::releases::default_cache_dir()
+                .join("discovery-seeds")
+                .join(format!("{release}.json")),
+        })
+    }
+
+    /// The daemon's environment: nothing inherited but PATH and `NODE_COMPILE_CACHE` (which
+    /// `cargo xtask test` sets, so the node-based releases the daemon starts reuse the code
+    /// Node compiled in earlier starts: about a third less CPU per start); the fake model's
+    /// URL.
     fn daemon_env(&self, cmd: &mut Command) {
         cmd.env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -247,6 +270,9 @@ impl World {
             .env("ANTHROPIC_API_KEY", "test-key")
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("RUST_LOG", "info,ostler_engine=debug");
+        if let Some(cache) = std::env::var_os("NODE_COMPILE_CACHE") {
+            cmd.env("NODE_COMPILE_CACHE", cache);
+        }
     }
 }
 
@@ -278,6 +304,66 @@ pub struct StartingDaemon {
     log: Arc<Mutex<Vec<String>>>,
     lines: mpsc::Receiver<String>,
     ready: PathBuf,
+    seed: Option<DiscoverySeed>,
+}
+
+/// What a daemon's discovery measured on a pinned release (its discovery cache file, as
+/// the daemon wrote it), shared by the tests' daemons on that release: a world's first
+/// daemon starts with it next to its store, as a restarted daemon would, instead of running
+/// `claude --version` (~1.8 s of CPU on a node-based release, ~45 daemons of the suite).
+/// A daemon that measured anyway (no seed yet, or one another ostler wrote) leaves its
+/// file as the seed. The tests of discovery and its cache run a binary of their own (a
+/// wrapper, a fake), which has no seed.
+struct DiscoverySeed {
+    /// The daemon's cache file, next to its store.
+    cache: PathBuf,
+    /// The shared copy, in the test kit's release cache.
+    seed: PathBuf,
+}
+
+impl DiscoverySeed {
+    /// Before a world's first start: the seed, when there is one, becomes the daemon's cache
+    /// (the data directory made as the daemon makes it, owner only).
+    fn plant(&self) {
+        if self.cache.exists() {
+            return;
+        }
+        let Ok(bytes) = std::fs::read(&self.seed) else {
+            return;
+        };
+        use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+        let dir = self.cache.parent().expect("the store's directory");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .expect("the store's directory");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&self.cache)
+            .expect("the discovery cache");
+        std::io::Write::write_all(&mut f, &bytes).expect("the discovery cache");
+    }
+
+    /// After a start whose discovery ran the binary: its cache becomes the seed (replaced
+    /// whole: written beside it, then renamed over it, as tests run in parallel).
+    fn keep(&self) {
+        let Ok(bytes) = std::fs::read(&self.cache) else {
+            return;
+        };
+        let dir = self.seed.parent().expect("the seeds' directory");
+        let _ = std::fs::create_dir_all(dir);
+        let tmp = dir.join(format!(
+            ".{}.{}",
+            std::process::id(),
+            self.seed.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, &self.seed).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
 }
 
 impl StartingDaemon {
@@ -330,6 +416,17 @@ impl StartingDaemon {
     /// [`StartingDaemon::ready`] on the caller's thread.
     pub fn ready_blocking(mut self) -> Daemon {
         self.line("ostler daemon ready");
+        if let Some(seed) = &self.seed {
+            let measured = self
+                .log
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|l| l.contains("Claude Code discovery measured"));
+            if measured {
+                seed.keep();
+            }
+        }
         let text =
             std::fs::read_to_string(&self.ready).expect("ready file written before the log line");
         let addr = text
