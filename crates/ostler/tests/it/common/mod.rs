@@ -251,7 +251,9 @@ impl World {
     fn discovery_seed(&self) -> Option<DiscoverySeed> {
         let (release, binary) = &self.release;
         (self.claude == *binary).then(|| DiscoverySeed {
-            cache: self.store.with_file_name("claude-discovery.json"),
+            cache: self
+                .store
+                .with_file_name(ostler_supervisor::discovery_cache::FILE_NAME),
             seed: ostler_testkit::releases::default_cache_dir()
                 .join("discovery-seeds")
                 .join(format!("{release}.json")),
