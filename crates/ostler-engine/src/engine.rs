@@ -162,6 +162,20 @@ impl Engine {
         }
     }
 
+    /// Drops this handle without a shutdown, as the daemon's death would (once no handle
+    /// is left, every actor kills its CLI process and records nothing), and resolves when
+    /// nothing of the engine is left that could still write to the store: every actor and
+    /// every task holding the engine's state has ended. Another engine may then start on
+    /// the same store as a restarted daemon would. A process that dies needs no such wait;
+    /// in one process (the engine's tests), an actor still finishing an event could
+    /// otherwise write after the next engine's start made its session resumable. With
+    /// other handles left, this waits until they are dropped too.
+    pub async fn abandon(self) {
+        let gone = self._alive.0.clone();
+        drop(self);
+        gone.closed().await;
+    }
+
     fn installation(&self) -> &Installation {
         &self.shared.installation
     }

@@ -74,7 +74,8 @@ impl Fake {
     }
 
     /// As if the daemon died: every engine handle dropped (the actors kill their processes
-    /// and record nothing), then a new engine on the same store.
+    /// and record nothing) and its actors ended (`Engine::abandon`), then a new engine on
+    /// the same store.
     async fn restarted(self) -> Fake {
         let Fake {
             _dir,
@@ -85,7 +86,9 @@ impl Fake {
             opts,
             installation,
         } = self;
-        drop(engine);
+        tokio::time::timeout(guard(), engine.abandon())
+            .await
+            .expect("the engine's actors end once its last handle is gone");
         let engine = Engine::start(opts.clone(), store.clone(), installation.clone())
             .await
             .unwrap();

@@ -106,8 +106,9 @@ impl Env {
         }
     }
 
-    /// Drops every handle of the engine (without shutdown: as if the daemon died), then
-    /// starts a new engine on the same store.
+    /// Drops every handle of the engine (without shutdown: as if the daemon died), waits
+    /// until its actors have ended (`Engine::abandon`: a dead daemon writes nothing more),
+    /// then starts a new engine on the same store.
     pub async fn restarted(self) -> Env {
         let Env {
             version,
@@ -119,7 +120,9 @@ impl Env {
             engine,
             opts,
         } = self;
-        drop(engine);
+        tokio::time::timeout(ostler_testkit::timeouts::guard(), engine.abandon())
+            .await
+            .expect("the engine's actors end once its last handle is gone");
         let engine = Engine::start(opts.clone(), store.clone(), installation(version))
             .await
             .expect("engine restart");
