@@ -677,7 +677,7 @@ async fn health_counts_follow_every_state_change() {
     engine.resume_session(&a.id, false).await.unwrap();
     assert_counts(&engine, &store, "resume of a stopped one").await;
     // The daemon dies (no shutdown): the next start finds c, a and stopped[1] live.
-    engine.abandon().await;
+    crate::common::abandon(engine).await;
     let _ = c;
     let engine = Engine::start(opts.clone(), store.clone(), inst.clone())
         .await

@@ -86,9 +86,7 @@ impl Fake {
             opts,
             installation,
         } = self;
-        tokio::time::timeout(guard(), engine.abandon())
-            .await
-            .expect("the engine's actors end once its last handle is gone");
+        common::abandon(engine).await;
         let engine = Engine::start(opts.clone(), store.clone(), installation.clone())
             .await
             .unwrap();

@@ -18,6 +18,15 @@ pub fn timeout() -> Duration {
     ostler_testkit::timeouts::guard()
 }
 
+/// Drops the engine's last handle as the daemon's death would and waits, under the guard,
+/// until its actors have ended (`Engine::abandon`): a dead daemon writes nothing more, so a
+/// new engine on the same store must not race the old one's last writes.
+pub async fn abandon(engine: Engine) {
+    tokio::time::timeout(timeout(), engine.abandon())
+        .await
+        .expect("the engine's actors end once its last handle is gone");
+}
+
 pub fn binary(version: &str) -> PathBuf {
     ostler_testkit::releases::installed(version).expect("CLI release")
 }
@@ -120,9 +129,7 @@ impl Env {
             engine,
             opts,
         } = self;
-        tokio::time::timeout(ostler_testkit::timeouts::guard(), engine.abandon())
-            .await
-            .expect("the engine's actors end once its last handle is gone");
+        abandon(engine).await;
         let engine = Engine::start(opts.clone(), store.clone(), installation(version))
             .await
             .expect("engine restart");
