@@ -206,20 +206,6 @@ pub fn test(a: TestArgs) -> Result<()> {
     let mut t = cargo();
     if have("cargo-nextest", "--version") {
         t.args(["nextest", "run", "--workspace", "--no-fail-fast"]);
-        // One test more than cores (nextest's default is one per core). Measured on 2
-        // cores (session 57, a fresh clone's quiet run): with two slots the machine was
-        // idle 8 % of the tests' 805 s (124 of 1,610 core-s), in spells where both slots
-        // held tests that wait (the CLI's own 30 s and 20 s timers, the examples' installs)
-        // or at the end; the suite is otherwise CPU-bound on real CLI starts (the live
-        // contract check alone is 40 % of its CPU). A count given after `--` wins.
-        if !a
-            .rest
-            .iter()
-            .any(|r| r.starts_with("--test-threads") || r.starts_with("-j"))
-        {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            t.arg(format!("--test-threads={}", cores + 1));
-        }
     } else {
         t.args(["test", "--workspace", "--no-fail-fast"]);
     }
