@@ -40,6 +40,13 @@ pub struct BenchArgs {
     /// environment).
     #[arg(long)]
     pub no_sdk: bool,
+    /// A regression check: also build the daemon of this git revision (e.g. `main`,
+    /// `HEAD~3`; release, in a worktree and target directory of its own under
+    /// target/bench-against, kept for the next run) and measure it in the same rounds of
+    /// items a, b, c and e, alternating with this checkout's; ends with this build's figures
+    /// over that build's, round by round.
+    #[arg(long, value_name = "REV")]
+    pub against: Option<String>,
 }
 
 pub fn root() -> PathBuf {
@@ -114,7 +121,68 @@ pub fn release_tools() -> Result<PathBuf> {
     Ok(target_dir().join("release"))
 }
 
+/// The release daemon of git revision `rev`, built in a worktree and a target directory of
+/// its own (`target/bench-against`) and kept there as `ostler-<commit>`.
+///
+/// Not in this checkout's target directory: cargo names a workspace crate's artifacts
+/// after its path relative to the workspace root, so two checkouts building there write
+/// the same files, and the other checkout's newer artifacts then look up to date to this
+/// one (seen: this checkout's crates linked against the other's).
+fn base_daemon(rev: &str) -> Result<PathBuf> {
+    let git = |args: &[&str]| -> Result<String> {
+        let out = Command::new("git")
+            .current_dir(root())
+            .args(args)
+            .output()
+            .with_context(|| format!("git {}: cannot start", args.join(" ")))?;
+        if !out.status.success() {
+            bail!(
+                "git {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let sha = git(&["rev-parse", "--verify", &format!("{rev}^{{commit}}")])
+        .with_context(|| format!("--against {rev:?}: not a commit of this repository"))?;
+    let short = &sha[..sha.len().min(12)];
+    let dir = target_dir().join("bench-against");
+    let bin = dir.join(format!("ostler-{short}"));
+    if bin.exists() {
+        eprintln!("==> the base build of {rev} ({short}): {}", bin.display());
+        return Ok(bin);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join(format!("src-{short}"));
+    let src_str = src.to_str().context("target directory path is not UTF-8")?;
+    if src.exists() {
+        // Left by an interrupted run.
+        let _ = git(&["worktree", "remove", "--force", src_str]);
+        let _ = std::fs::remove_dir_all(&src);
+    }
+    git(&["worktree", "add", "--detach", "--force", src_str, &sha])?;
+    let mut build = cargo();
+    build
+        .current_dir(&src)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .args(["build", "--release", "-p", "ostler", "--bin", "ostler"]);
+    let built = status(
+        &format!("build the daemon of {rev} ({short}, release)"),
+        build,
+    );
+    if built.is_ok() {
+        std::fs::copy(dir.join("target/release/ostler"), &bin)
+            .with_context(|| format!("copy the base build to {}", bin.display()))?;
+    }
+    git(&["worktree", "remove", "--force", src_str])?;
+    built?;
+    Ok(bin)
+}
+
 pub fn bench(a: BenchArgs) -> Result<()> {
+    // The base build first: this checkout's binaries are then the newest on disk.
+    let base = a.against.as_deref().map(base_daemon).transpose()?;
     let target = release_tools()?;
     let daemon = if a.pgo {
         crate::pgo::build(&target)?
@@ -141,6 +209,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     if a.no_sdk {
         run.arg("--no-sdk");
+    }
+    if let Some(b) = &base {
+        run.arg("--base-ostler").arg(b);
     }
     status("end-to-end benchmarks (ostler-bench)", run)?;
     if !a.no_criterion {

@@ -9,6 +9,11 @@
 //! `--rounds N` runs items a, b, c and e N times (each round with its own daemon and its
 //! own baselines) and ends with the median of each target's figure over the rounds: on a
 //! small shared machine one round's figure can be twice the next one's.
+//!
+//! `--base-ostler PATH` measures a second daemon build (e.g. the main branch's) in the same
+//! rounds, alternating with `--ostler`, and ends with this build's figures over the base
+//! build's, round by round: a regression check in which both builds see the same phases of
+//! the machine.
 
 #![allow(clippy::disallowed_methods)] // starts the daemon and the fake CLI
 
@@ -54,6 +59,9 @@ struct Opts {
     /// Where the Agent SDKs of items a's and c's in-process baselines are installed
     /// (`None`: `--no-sdk`, not measured).
     sdk_dir: Option<PathBuf>,
+    /// A second daemon build measured in the same rounds of items a, b, c and e
+    /// (`--base-ostler`), alternating with `ostler`.
+    base: Option<PathBuf>,
 }
 
 impl Opts {
@@ -86,6 +94,10 @@ usage: ostler-bench --ostler PATH --fake PATH [options]
                          installed on first use (default: agent-sdk next to the fake's
                          directory, i.e. target/agent-sdk)
   --no-sdk               leave the Agent SDK baselines out
+  --base-ostler PATH     a second daemon build (e.g. the main branch's) measured in the
+                         same rounds of items a, b, c and e, alternating with --ostler
+                         (which one goes first alternates too); ends with this build's
+                         figures over the base build's, round by round
   -h, --help             this text";
 
 fn parse_opts() -> Result<Opts> {
@@ -99,6 +111,7 @@ fn parse_opts() -> Result<Opts> {
     let mut daemon_env = Vec::new();
     let mut sdk_dir = None;
     let mut no_sdk = false;
+    let mut base = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -151,6 +164,11 @@ fn parse_opts() -> Result<Opts> {
                 ))
             }
             "--no-sdk" => no_sdk = true,
+            "--base-ostler" => {
+                base = Some(PathBuf::from(
+                    args.next().context("--base-ostler needs a daemon binary")?,
+                ))
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -182,6 +200,7 @@ fn parse_opts() -> Result<Opts> {
         rounds,
         daemon_env,
         sdk_dir,
+        base: base.map(|b| abs(b, "--base-ostler")).transpose()?,
     })
 }
 
@@ -242,6 +261,10 @@ fn main() -> Result<()> {
 struct Tally {
     /// Item a: events/s over the same round's `Value` loop.
     a: Vec<f64>,
+    /// Item a: events/s.
+    a_rate: Vec<f64>,
+    /// Item b: 16 sessions' total events/s.
+    b_rate: Vec<f64>,
     /// Item a: events/s over the same round's in-process TypeScript Agent SDK.
     a_sdk: Vec<f64>,
     /// Item b: 16 sessions' total over one session's.
@@ -342,21 +365,126 @@ fn medians(t: &Tally, rounds: usize, rows: &mut Vec<Row>) {
 async fn run(o: &Opts) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let mut tally = Tally::default();
+    let mut base_tally = Tally::default();
+    // The base build runs without the Agent SDK baselines: they do not depend on the daemon.
+    let base_opts = o.base.as_ref().map(|b| Opts {
+        ostler: b.clone(),
+        sdk_dir: None,
+        ..o.clone()
+    });
     for round in 1..=o.rounds {
         if o.rounds > 1 {
             println!("-- round {round} of {}", o.rounds);
         }
-        firehose_items(o, &mut rows, &mut tally).await?;
-        if o.wants("c") {
-            latency_item(o, &mut rows, &mut tally).await?;
+        // With a base build, which build goes first alternates from round to round.
+        let base_first = round % 2 == 0;
+        if let (Some(b), true) = (&base_opts, base_first) {
+            round_items(b, &mut rows, &mut base_tally, true).await?;
+        }
+        round_items(o, &mut rows, &mut tally, false).await?;
+        if let (Some(b), false) = (&base_opts, base_first) {
+            round_items(b, &mut rows, &mut base_tally, true).await?;
         }
     }
     if o.rounds > 1 {
         println!("-- medians");
         medians(&tally, o.rounds, &mut rows);
+        if base_opts.is_some() {
+            let start = rows.len();
+            medians(&base_tally, o.rounds, &mut rows);
+            mark_base(&mut rows[start..]);
+        }
+    }
+    if let Some(b) = &o.base {
+        println!(
+            "-- this build ({}) / the base build ({})",
+            o.ostler.display(),
+            b.display()
+        );
+        versus(&tally, &base_tally, &mut rows);
     }
     other_items(o, &mut rows).await?;
     Ok(rows)
+}
+
+/// One round of items a, b, e and c; the rows of the base build (`base`) are marked as such.
+async fn round_items(o: &Opts, rows: &mut Vec<Row>, tally: &mut Tally, base: bool) -> Result<()> {
+    if base {
+        println!("-- base build: {}", o.ostler.display());
+    } else if o.base.is_some() {
+        println!("-- this build: {}", o.ostler.display());
+    }
+    let start = rows.len();
+    firehose_items(o, rows, tally).await?;
+    if o.wants("c") {
+        latency_item(o, rows, tally).await?;
+    }
+    if base {
+        mark_base(&mut rows[start..]);
+    }
+    Ok(())
+}
+
+fn mark_base(rows: &mut [Row]) {
+    for r in rows {
+        r.what = format!("base build: {}", r.what);
+    }
+}
+
+/// The rows of `--base-ostler`: this build's figure over the base build's in each round
+/// (both builds ran in that round, one after the other), and the median over the rounds.
+fn versus(this: &Tally, base: &Tally, rows: &mut Vec<Row>) {
+    let per_round = |rows: &mut Vec<Row>,
+                     item: &'static str,
+                     what: &str,
+                     pairs: Vec<f64>,
+                     fmt: &dyn Fn(f64) -> String| {
+        if let Some(m) = median(&pairs) {
+            rows.push(row(
+                item,
+                &format!("this build vs the base build: {what}"),
+                fmt(m),
+                format!(
+                    "rounds {}",
+                    pairs.iter().map(|&x| fmt(x)).collect::<Vec<_>>().join(", ")
+                ),
+                format!("median of {}", pairs.len()),
+            ));
+        }
+    };
+    let ratios = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x / y).collect::<Vec<_>>();
+    let times = |x: f64| format!("{x:.2}x");
+    per_round(
+        rows,
+        "a",
+        "firehose events/s, this / base",
+        ratios(&this.a_rate, &base.a_rate),
+        &times,
+    );
+    per_round(
+        rows,
+        "b",
+        "16 sessions' events/s, this / base",
+        ratios(&this.b_rate, &base.b_rate),
+        &times,
+    );
+    let diffs = |f: fn(&(u64, u64, u64)) -> u64| {
+        this.c
+            .iter()
+            .zip(&base.c)
+            .map(|(x, y)| f(x) as f64 - f(y) as f64)
+            .collect::<Vec<_>>()
+    };
+    let us = |ns: f64| format!("{:+.0} µs", ns / 1e3);
+    per_round(rows, "c", "latency p50, this - base", diffs(|x| x.0), &us);
+    per_round(rows, "c", "latency p99, this - base", diffs(|x| x.1), &us);
+    per_round(
+        rows,
+        "e",
+        "database bytes per event, this / base",
+        ratios(&this.e, &base.e),
+        &times,
+    );
 }
 
 /// Items a, b and e: the firehoses on one daemon, then the store's size.
@@ -389,6 +517,7 @@ async fn firehose_items(o: &Opts, rows: &mut Vec<Row>, tally: &mut Tally) -> Res
                 format!("{:.2}x", rate / base.parse_rate),
             ));
             tally.a.push(rate / base.parse_rate);
+            tally.a_rate.push(rate);
             rows.push(row(
                 "a",
                 "same vs a pipe read of the fake's output",
@@ -450,6 +579,7 @@ async fn firehose_items(o: &Opts, rows: &mut Vec<Row>, tally: &mut Tally) -> Res
                 format!("{:.2}x", rate16 / rate),
             ));
             tally.b.push(rate16 / rate);
+            tally.b_rate.push(rate16);
             if let Some(cpu) = cpu16 {
                 rows.push(cpu_row("b", &cpu, total, secs));
             }
@@ -1487,7 +1617,54 @@ fn sqlite_read_loop(store: &Path) -> Result<(u64, f64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::median;
+    use super::{Tally, median, versus};
+
+    #[test]
+    fn versus_compares_the_two_builds_round_by_round() {
+        let this = Tally {
+            a_rate: vec![200e3, 150e3, 300e3],
+            b_rate: vec![100e3, 100e3, 100e3],
+            c: vec![
+                (150_000, 900_000, 1),
+                (120_000, 700_000, 1),
+                (130_000, 800_000, 1),
+            ],
+            e: vec![0.6, 0.6, 0.6],
+            ..Tally::default()
+        };
+        let base = Tally {
+            // Round 2 is slow for both builds: the ratio, not the rate, is compared.
+            a_rate: vec![100e3, 75e3, 300e3],
+            b_rate: vec![50e3, 200e3, 100e3],
+            c: vec![
+                (100_000, 1_000_000, 1),
+                (125_000, 700_000, 1),
+                (100_000, 600_000, 1),
+            ],
+            e: vec![0.5, 0.6, 0.75],
+            ..Tally::default()
+        };
+        let mut rows = Vec::new();
+        versus(&this, &base, &mut rows);
+        let got: Vec<(&str, &str, &str)> = rows
+            .iter()
+            .map(|r| (r.item, r.value.as_str(), r.baseline.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", "2.00x", "rounds 2.00x, 2.00x, 1.00x"),
+                ("b", "1.00x", "rounds 2.00x, 0.50x, 1.00x"),
+                ("c", "+30 µs", "rounds +50 µs, -5 µs, +30 µs"),
+                ("c", "+0 µs", "rounds -100 µs, +0 µs, +200 µs"),
+                ("e", "1.00x", "rounds 1.20x, 1.00x, 0.80x"),
+            ]
+        );
+        // Without a base build's rounds there is nothing to compare.
+        let mut rows = Vec::new();
+        versus(&this, &Tally::default(), &mut rows);
+        assert!(rows.is_empty());
+    }
 
     #[test]
     fn median_is_the_middle_figure_or_the_upper_of_two() {
