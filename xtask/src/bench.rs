@@ -47,6 +47,11 @@ pub struct BenchArgs {
     /// over that build's, round by round.
     #[arg(long, value_name = "REV")]
     pub against: Option<String>,
+    /// Instead of the items and the criterion benches: item a's firehose counted in
+    /// instructions, the daemon under valgrind's callgrind, next to a serde_json `Value`
+    /// loop's count per line (and the `--against` build's count). Needs valgrind.
+    #[arg(long)]
+    pub callgrind: bool,
 }
 
 pub fn root() -> PathBuf {
@@ -213,8 +218,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     if let Some(b) = &base {
         run.arg("--base-ostler").arg(b);
     }
+    if a.callgrind {
+        run.arg("--callgrind");
+    }
     status("end-to-end benchmarks (ostler-bench)", run)?;
-    if !a.no_criterion {
+    if !a.no_criterion && !a.callgrind {
         for (pkg, bench) in [
             ("ostler-protocol", "decode"),
             ("ostler-store", "store"),

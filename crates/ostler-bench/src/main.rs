@@ -14,6 +14,9 @@
 //! rounds, alternating with `--ostler`, and ends with this build's figures over the base
 //! build's, round by round: a regression check in which both builds see the same phases of
 //! the machine.
+//!
+//! `--callgrind` counts item a in instructions instead (the daemon under valgrind's
+//! callgrind; see `callgrind.rs`): a figure that repeats within half a percent.
 
 #![allow(clippy::disallowed_methods)] // starts the daemon and the fake CLI
 
@@ -31,6 +34,7 @@ use ostler_proto::v1::{
 };
 use tonic::transport::Channel;
 
+mod callgrind;
 mod partials;
 mod resume;
 mod scale;
@@ -62,6 +66,8 @@ struct Opts {
     /// A second daemon build measured in the same rounds of items a, b, c and e
     /// (`--base-ostler`), alternating with `ostler`.
     base: Option<PathBuf>,
+    /// `--callgrind`: item a counted in instructions, the daemon under callgrind.
+    callgrind: bool,
 }
 
 impl Opts {
@@ -98,6 +104,11 @@ usage: ostler-bench --ostler PATH --fake PATH [options]
                          same rounds of items a, b, c and e, alternating with --ostler
                          (which one goes first alternates too); ends with this build's
                          figures over the base build's, round by round
+  --callgrind            instead of the items: the daemon's instructions per event in
+                         item a's firehose, under valgrind's callgrind, next to a
+                         serde_json Value loop's per line (and the base build's, with
+                         --base-ostler); counts repeat within 0.5 %, wall-clock rounds
+                         do not
   -h, --help             this text";
 
 fn parse_opts() -> Result<Opts> {
@@ -112,6 +123,7 @@ fn parse_opts() -> Result<Opts> {
     let mut sdk_dir = None;
     let mut no_sdk = false;
     let mut base = None;
+    let mut callgrind = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -169,6 +181,13 @@ fn parse_opts() -> Result<Opts> {
                     args.next().context("--base-ostler needs a daemon binary")?,
                 ))
             }
+            "--callgrind" => callgrind = true,
+            "--value-loop" => {
+                // Internal: the Value loop that `--callgrind` counts, in a process of its own.
+                let file = args.next().context("--value-loop needs a file of lines")?;
+                callgrind::value_loop_main(Path::new(&file))?;
+                std::process::exit(0);
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -201,6 +220,7 @@ fn parse_opts() -> Result<Opts> {
         daemon_env,
         sdk_dir,
         base: base.map(|b| abs(b, "--base-ostler")).transpose()?,
+        callgrind,
     })
 }
 
@@ -238,7 +258,14 @@ fn main() -> Result<()> {
             .enable_all()
             .build()?,
     };
-    let rows = rt.block_on(run(&opts))?;
+    let rows = if opts.callgrind {
+        rt.block_on(async {
+            let mut rows = Vec::new();
+            callgrind::run(&opts, &mut rows).await.map(|()| rows)
+        })?
+    } else {
+        rt.block_on(run(&opts))?
+    };
     println!();
     println!(
         "ostler-bench ({}, synchronous={}); ratios are within this one run",
@@ -883,7 +910,14 @@ impl Daemon {
         // A previous daemon's ready file would be read as this one's.
         let _ = std::fs::remove_file(&ready);
         let log = std::fs::File::create(dir.path().join("daemon.log"))?;
-        let child = Command::new(&o.ostler)
+        let mut cmd = if o.callgrind {
+            let mut c = Command::new("valgrind");
+            c.args(callgrind::valgrind_args(dir.path())).arg(&o.ostler);
+            c
+        } else {
+            Command::new(&o.ostler)
+        };
+        let child = cmd
             .arg("serve")
             .arg("--config")
             .arg(&config)
