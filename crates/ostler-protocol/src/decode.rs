@@ -565,7 +565,15 @@ fn system_notice(source_type: &str, env: &Envelope<'_>, line: &[u8]) -> Event {
             source_type: source_type.to_string(),
             subtype: env.subtype.owned(),
             parent_tool_use_id: env.parent_tool_use_id.owned(),
-            detail: crate::detail::notice_detail(source_type, env.subtype.as_deref(), &fields.0),
+            detail: match (source_type, env.subtype.as_deref()) {
+                // Both of its fields are in the envelope (the same lenient reading as the
+                // detail's own parse).
+                ("system", Some("status")) => Some(NoticeDetail::Status(CliStatus {
+                    status: env.status.owned(),
+                    permission_mode: env.permission_mode.owned(),
+                })),
+                (ty, sub) => crate::detail::notice_detail(ty, sub, &fields.0),
+            },
             fields,
         }),
         None => diagnostic(

@@ -425,8 +425,13 @@ pub(crate) struct Envelope<'a> {
     pub model: LStr<'a>,
     #[serde(borrow)]
     pub tools: Option<&'a RawValue>,
+    /// On system/init; also on system/status, with `status` below.
     #[serde(rename = "permissionMode", borrow)]
     pub permission_mode: LStr<'a>,
+    /// system/status (a string, or `null`): read here so that a status line, which the
+    /// CLI writes with every request, is not parsed a second time for its detail.
+    #[serde(borrow)]
+    pub status: LStr<'a>,
     #[serde(borrow)]
     pub claude_code_version: LStr<'a>,
     #[serde(borrow)]

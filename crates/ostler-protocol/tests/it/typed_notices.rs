@@ -148,6 +148,30 @@ fn status_is_typed_with_the_permission_mode_when_sent() {
     );
 }
 
+/// The decoder reads a status line's two fields with the envelope (the CLI writes one with
+/// every request, so it is not parsed again); what it gives must be what the notice reader
+/// gives for the same line, whatever the fields hold.
+#[test]
+fn a_status_lines_detail_is_the_notice_readers_for_any_field_values() {
+    for line in [
+        json!({"type":"system","subtype":"status","status":"requesting","uuid":"u","session_id":"s"}),
+        json!({"type":"system","subtype":"status","status":null,"permissionMode":"plan"}),
+        json!({"type":"system","subtype":"status","permissionMode":"acceptEdits","status":"compacting"}),
+        json!({"type":"system","subtype":"status"}),
+        json!({"type":"system","subtype":"status","status":7,"permissionMode":{"mode":"plan"}}),
+        json!({"type":"system","subtype":"status","status":["a"],"permissionMode":true}),
+        json!({"type":"system","subtype":"status","status":"caf\u{e9} \"x\"","permissionMode":"default"}),
+    ] {
+        let fields = serde_json::value::to_raw_value(&line).unwrap();
+        let want = notice_detail("system", Some("status"), &fields);
+        assert!(want.is_some(), "{line}");
+        match one("2.1.330", line.clone()) {
+            Event::SystemNotice(n) => assert_eq!(n.detail, want, "{line}"),
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn interruption_marker_is_synthetic_and_the_result_says_why() {
     for release in ["2.1.330", "1.0.128"] {
