@@ -21,7 +21,9 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{Daemon, Opts, Row, bare_fake, create, row, send, subscribe, until_turn_end};
+use crate::{
+    Daemon, Opts, Row, create, fake_output, firehose_body, row, send, subscribe, until_turn_end,
+};
 
 /// The dump's file name in the daemon's temporary directory.
 const OUT: &str = "callgrind.out";
@@ -303,24 +305,9 @@ fn value_loop(o: &Opts, n: u64, dir: &Path) -> Result<f64> {
     let home = tempfile::Builder::new()
         .prefix("ostler-bench-lines-")
         .tempdir()?;
-    let (mut child, stdin) = bare_fake(o, home.path(), &format!("fake:firehose {n}"))?;
-    drop(stdin);
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(
-        &mut child.stdout.take().context("the fake's stdout")?,
-        &mut bytes,
-    )?;
-    child.wait()?;
-    let lines: Vec<&[u8]> = bytes
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .collect();
-    // init, status, body, result: the body's lines are the events item a stores.
-    if lines.len() as u64 != n + 3 {
-        bail!("the fake wrote {} lines for {n}", lines.len());
-    }
+    let (bytes, _) = fake_output(o, home.path(), n)?;
     let file = home.path().join("lines.ndjson");
-    std::fs::write(&file, lines[2..lines.len() - 1].join(&b'\n'))?;
+    std::fs::write(&file, firehose_body(&bytes, n)?.join(&b'\n'))?;
     let out = dir.join("value-loop.out");
     let st = Command::new("valgrind")
         .args(["--tool=callgrind", "--toggle-collect=*parse_lines*"])
@@ -352,8 +339,10 @@ pub fn value_loop_main(file: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The `Value` loop: item a's baseline, timed there and counted here (not inlined, so that
+/// callgrind can collect inside it alone).
 #[inline(never)]
-fn parse_lines(lines: &[&[u8]]) -> Result<u64> {
+pub fn parse_lines(lines: &[&[u8]]) -> Result<u64> {
     let mut count = 0u64;
     for l in lines {
         let v: serde_json::Value = serde_json::from_slice(l)?;

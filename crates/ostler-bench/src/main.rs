@@ -1488,36 +1488,12 @@ fn baselines(o: &Opts, n: u64) -> Result<Baselines> {
     let home = tempfile::Builder::new()
         .prefix("ostler-bench-pipe-")
         .tempdir()?;
-    let (mut child, stdin) = bare_fake(o, home.path(), &format!("fake:firehose {n}"))?;
-    // From the message written (the process already started) to the last line read.
-    let t = Instant::now();
-    drop(stdin);
-    let mut bytes = Vec::new();
-    child
-        .stdout
-        .take()
-        .context("stdout")?
-        .read_to_end(&mut bytes)?;
-    let pipe_secs = t.elapsed().as_secs_f64();
-    child.wait()?;
-    let lines: Vec<&[u8]> = bytes
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .collect();
-    // init, status, body, result
-    if lines.len() as u64 != n + 3 {
-        bail!("the fake wrote {} lines for {n}", lines.len());
-    }
-    let body = &lines[2..lines.len() - 1];
+    let (bytes, pipe_secs) = fake_output(o, home.path(), n)?;
+    let body = firehose_body(&bytes, n)?;
+    let body = &body[..];
     let body_bytes: u64 = body.iter().map(|l| l.len() as u64 + 1).sum();
     let t = Instant::now();
-    let mut count = 0u64;
-    for l in body {
-        let v: serde_json::Value = serde_json::from_slice(l)?;
-        if v.get("type").is_some() {
-            count += 1;
-        }
-    }
+    let count = callgrind::parse_lines(body)?;
     let parse_secs = t.elapsed().as_secs_f64();
     debug_assert_eq!(count, n);
     let insert_rate = insert_loop(home.path(), body)?;
@@ -1527,6 +1503,38 @@ fn baselines(o: &Opts, n: u64) -> Result<Baselines> {
         insert_rate,
         line_bytes: body_bytes / n.max(1),
     })
+}
+
+/// The fake CLI's whole output for `fake:firehose n`, run directly in `home`, and the
+/// seconds from its message written (the process already started) to the last line read.
+fn fake_output(o: &Opts, home: &Path, n: u64) -> Result<(Vec<u8>, f64)> {
+    let (mut child, stdin) = bare_fake(o, home, &format!("fake:firehose {n}"))?;
+    let t = Instant::now();
+    drop(stdin);
+    let mut bytes = Vec::new();
+    child
+        .stdout
+        .take()
+        .context("the fake's stdout")?
+        .read_to_end(&mut bytes)?;
+    let secs = t.elapsed().as_secs_f64();
+    child.wait()?;
+    Ok((bytes, secs))
+}
+
+/// The lines of [`fake_output`] that item a stores as events (the output is init, status,
+/// these, result).
+fn firehose_body(bytes: &[u8], n: u64) -> Result<Vec<&[u8]>> {
+    let mut lines: Vec<&[u8]> = bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.len() as u64 != n + 3 {
+        bail!("the fake wrote {} lines for {n}", lines.len());
+    }
+    lines.pop();
+    lines.drain(..2);
+    Ok(lines)
 }
 
 /// The fake CLI run directly (no daemon) in `home`, its first user message `prompt` written;
