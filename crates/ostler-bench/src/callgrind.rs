@@ -10,7 +10,7 @@
 //! figure is printed as a ratio, like item a's.
 //!
 //! An instruction count is not a time (valgrind runs the threads one at a time, and a cache
-//! miss costs what a register move does), but it repeats within half a percent from run to
+//! miss costs what a register move does), but it repeats within ~1 % from run to
 //! run where wall-clock rounds on a small shared machine move by ±10 %: the regression check
 //! for changes too small for item a's rounds to see (`--base-ostler` measures a second
 //! build the same way).

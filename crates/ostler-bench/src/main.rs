@@ -16,7 +16,7 @@
 //! the machine.
 //!
 //! `--callgrind` counts item a in instructions instead (the daemon under valgrind's
-//! callgrind; see `callgrind.rs`): a figure that repeats within half a percent.
+//! callgrind; see `callgrind.rs`): a figure that repeats within ~1 %.
 
 #![allow(clippy::disallowed_methods)] // starts the daemon and the fake CLI
 
@@ -107,7 +107,7 @@ usage: ostler-bench --ostler PATH --fake PATH [options]
   --callgrind            instead of the items: the daemon's instructions per event in
                          item a's firehose, under valgrind's callgrind, next to a
                          serde_json Value loop's per line (and the base build's, with
-                         --base-ostler); counts repeat within 0.5 %, wall-clock rounds
+                         --base-ostler); counts repeat within ~1 %, wall-clock rounds
                          do not
   -h, --help             this text";
 
