@@ -199,6 +199,12 @@ fn parse_opts() -> Result<Opts> {
     let abs = |p: PathBuf, what: &str| {
         std::fs::canonicalize(&p).with_context(|| format!("{what} {}", p.display()))
     };
+    if callgrind && (only.is_some() || rounds > 1 || client_threads.is_some()) {
+        bail!(
+            "--callgrind counts item a once, in place of the other items: --only, --rounds and \
+             --client-threads do not apply to it (counts repeat within ~1 %, so one run is enough)"
+        );
+    }
     let fake = abs(fake.context("--fake PATH is required")?, "--fake")?;
     let sdk_dir = match (no_sdk, sdk_dir) {
         (true, _) => None,
