@@ -1670,24 +1670,15 @@ impl Actor {
             if n.source_type == "system" && sub == "status" {
                 // The CLI says its permission mode changed: by a SetPermissionMode answered
                 // after its caller gave up, or on its own (leaving plan mode): the record
-                // (what a resume starts with) follows the CLI. The decoder has read the
-                // mode already: a status line comes with every request the CLI makes, and
-                // parsing its fields again here cost a third of the firehose's events a
-                // `Value` each (9 % of the daemon's instructions in bench item a).
-                match &n.detail {
-                    Some(NoticeDetail::Status(st)) => {
-                        if let Some(mode) = &st.permission_mode {
-                            self.cli_mode_changed(mode);
-                        }
-                    }
-                    // A status line whose detail the decoder could not read.
-                    _ => {
-                        if let Ok(v) = n.fields.to_value()
-                            && let Some(mode) = v["permissionMode"].as_str()
-                        {
-                            self.cli_mode_changed(mode);
-                        }
-                    }
+                // (what a resume starts with) follows the CLI. The decoder types every status
+                // line's detail from the envelope it reads anyway: a status line comes with
+                // every request the CLI makes, and parsing its fields again here cost a third
+                // of the firehose's events a `Value` each (9 % of the daemon's instructions in
+                // bench item a).
+                if let Some(NoticeDetail::Status(st)) = &n.detail
+                    && let Some(mode) = &st.permission_mode
+                {
+                    self.cli_mode_changed(mode);
                 }
                 continue;
             }
