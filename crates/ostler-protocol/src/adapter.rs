@@ -55,6 +55,17 @@ impl AdapterInfo {
         self.known_types.contains(&message_type)
     }
 
+    /// [`Self::knows`] for `ty/sub`, without building the string (a `system` line's
+    /// subtype is looked up for every such line).
+    pub fn knows_sub(&self, ty: &str, sub: &str) -> bool {
+        self.known_types.iter().any(|t| {
+            t.len() == ty.len() + 1 + sub.len()
+                && t.starts_with(ty)
+                && t.as_bytes()[ty.len()] == b'/'
+                && t.ends_with(sub)
+        })
+    }
+
     /// Whether the releases of this range are known not to send `field`
     /// (`event_kind.field`, e.g. `can_use_tool.tool_use_id`).
     pub fn expects_absent(&self, field: &str) -> bool {
@@ -228,6 +239,28 @@ mod tests {
         let s = selection(Some(&v("0.2.9")));
         assert_eq!(s.adapter.name, "v1_0");
         assert!(s.tolerant);
+    }
+
+    #[test]
+    fn a_subtype_is_known_exactly_when_its_joined_name_is() {
+        let mut subs: Vec<&str> = all()
+            .iter()
+            .flat_map(|a| a.known_types.iter())
+            .filter_map(|t| t.split_once('/').map(|(_, sub)| sub))
+            .collect();
+        subs.extend(["", "/", "ini", "initx", "status/", "a/b", "init/"]);
+        for a in all() {
+            for ty in ["system", "sys", "systemx", "stream_event", ""] {
+                for sub in &subs {
+                    assert_eq!(
+                        a.knows_sub(ty, sub),
+                        a.knows(&format!("{ty}/{sub}")),
+                        "{} {ty}/{sub}",
+                        a.name
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -164,11 +164,10 @@ impl Decoder {
             "system" => match env.subtype.as_deref() {
                 Some("init") if known("system/init") => out.push(session_started(&env)),
                 Some(sub) => {
-                    let key = format!("system/{sub}");
-                    if known(&key) {
+                    if self.adapter.knows_sub(ty, sub) {
                         out.push(system_notice(ty, &env, line));
                     } else {
-                        out.push(unknown(key, line));
+                        out.push(unknown(format!("system/{sub}"), line));
                     }
                 }
                 None => out.push(unknown("system".to_string(), line)),
@@ -399,23 +398,55 @@ impl Decoder {
 /// Fingerprints of the blocks emitted per recent assistant message (see module docs).
 #[derive(Debug, Default)]
 struct BlockDedup {
-    msgs: VecDeque<(Option<String>, Vec<u64>)>,
+    msgs: VecDeque<DedupSlot>,
+}
+
+/// One recent message: its id, a cheap key of the id (compared first: the ids of one
+/// session share their prefix, so comparing the strings of all recent messages for each
+/// new one cost more than the rest of the dedup), and the fingerprints of its blocks.
+#[derive(Debug)]
+struct DedupSlot {
+    key: u64,
+    id: Option<String>,
+    seen: Vec<u64>,
+}
+
+/// A cheap, non-cryptographic key of a message id (`None` has its own); equal ids have
+/// equal keys, and the ids are still compared when the keys are equal.
+fn id_key(id: Option<&str>) -> u64 {
+    let Some(id) = id else { return 0 };
+    let mut h = 0x243F_6A88_85A3_08D3_u64 ^ id.len() as u64;
+    for chunk in id.as_bytes().chunks(8) {
+        let mut w = [0u8; 8];
+        w[..chunk.len()].copy_from_slice(chunk);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    h | 1
 }
 
 impl BlockDedup {
     /// `Some(index)` if the block at `pos` of a frame of message `id` is new.
     fn admit(&mut self, id: Option<&str>, pos: usize, fp: u64) -> Option<u32> {
-        let slot = match self.msgs.iter().rposition(|(k, _)| k.as_deref() == id) {
+        let key = id_key(id);
+        let found = self
+            .msgs
+            .iter()
+            .rposition(|m| m.key == key && m.id.as_deref() == id);
+        let slot = match found {
             Some(i) => i,
             None => {
                 if self.msgs.len() >= DEDUP_MESSAGES {
                     self.msgs.pop_front();
                 }
-                self.msgs.push_back((id.map(str::to_string), Vec::new()));
+                self.msgs.push_back(DedupSlot {
+                    key,
+                    id: id.map(str::to_string),
+                    seen: Vec::new(),
+                });
                 self.msgs.len() - 1
             }
         };
-        let seen = &mut self.msgs.get_mut(slot)?.1;
+        let seen = &mut self.msgs.get_mut(slot)?.seen;
         if seen.get(pos) == Some(&fp) || seen.contains(&fp) {
             return None;
         }
@@ -424,8 +455,8 @@ impl BlockDedup {
     }
 
     fn forget_anonymous(&mut self) {
-        if self.msgs.iter().any(|(k, _)| k.is_none()) {
-            self.msgs.retain(|(k, _)| k.is_some());
+        if self.msgs.iter().any(|m| m.id.is_none()) {
+            self.msgs.retain(|m| m.id.is_some());
         }
     }
 }

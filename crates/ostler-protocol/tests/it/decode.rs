@@ -189,6 +189,39 @@ fn different_messages_are_not_deduplicated() {
 }
 
 #[test]
+fn a_repeated_frame_of_any_recent_message_is_recognised_by_its_whole_id() {
+    // Ids as the CLI writes them: one length, a long shared prefix, differing late.
+    let id = |i: usize| format!("msg_01XFDUDYJgAACzvnptvVoYEL{i:04}");
+    let f = |id: Option<&str>, text: &str| {
+        json!({"type":"assistant","message":{"id":id,"content":[{"type":"text","text":text}]}})
+            .to_string()
+    };
+    let n = ostler_protocol::decode::DEDUP_MESSAGES;
+    let mut lines: Vec<String> = (0..n).map(|i| f(Some(&id(i)), "OK")).collect();
+    // Every recent message's frame again, newest first: nothing new.
+    lines.extend((0..n).rev().map(|i| f(Some(&id(i)), "OK")));
+    // A second block of the oldest recent message: new, at index 1 of that message.
+    lines.push(f(Some(&id(0)), "more"));
+    let events = decode_lines(&mut decoder("2.1.330"), &lines.join("\n"));
+    let got = blocks(&events);
+    assert_eq!(got.len(), n + 1, "{got:?}");
+    let last = got.last().expect("blocks");
+    assert_eq!(last.0.as_deref(), Some(id(0).as_str()));
+    assert_eq!(last.1, 1);
+
+    // A frame without an id is not taken for one with an id, and an id that differs
+    // from a recent one only in its last byte is a message of its own.
+    let lines = [
+        f(Some(&id(7)), "OK"),
+        f(None, "OK"),
+        f(Some(&id(7)), "OK"),
+        f(Some(&format!("{}X", &id(7)[..id(7).len() - 1])), "OK"),
+    ];
+    let got = blocks(&decode_lines(&mut decoder("2.1.330"), &lines.join("\n")));
+    assert_eq!(got.len(), 3, "{got:?}");
+}
+
+#[test]
 fn tolerant_reader_rules() {
     // Unknown fields ignored, numbers as strings, fields in any order.
     let ev = one(
