@@ -99,7 +99,8 @@ impl Decoder {
     pub fn decode(&mut self, frame: Frame) -> DecodedLine {
         match frame {
             Frame::Line(raw) => {
-                let mut events = Vec::new();
+                // Almost every line is one event: one allocation of its size, not of four.
+                let mut events = Vec::with_capacity(1);
                 self.decode_into(&raw, &mut events);
                 DecodedLine { raw, events }
             }
