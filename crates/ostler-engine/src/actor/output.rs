@@ -51,7 +51,8 @@ impl Batch {
 
 impl Actor {
     pub(super) async fn lines(&mut self, lines: Vec<Line>) {
-        let mut items = Vec::new();
+        // About one event per line: sized so, the batch's items are not moved while it grows.
+        let mut items = Vec::with_capacity(lines.len());
         let mut started: Option<usize> = None;
         let mut results: Vec<usize> = Vec::new();
         let mut requests = Vec::new();
