@@ -24,27 +24,31 @@ pub(crate) fn append_op(
     // event `seq` is then `base + seq`.
     rows::event_id(slot.pk, slot.last_seq.saturating_add(events.len() as u64))?;
     let base = rows::event_id(slot.pk, 0)?;
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
     let mut seqs = Vec::with_capacity(events.len());
     let mut seq = slot.last_seq;
-    for ev in events {
-        seq += 1;
-        let sql_seq = u64_to_sql(seq, "seq")?;
-        stmt.execute(params![
-            base + sql_seq,
-            &*ev.kind,
-            ev.ts_ms,
-            ev.codec,
-            &ev.payload[..],
-            ev.raw.as_deref()
-        ])?;
-        if let Some(kind) = FeedKind::of_event(&ev.kind, seq) {
-            conn.prepare_cached("INSERT INTO feed (session_pk, seq, kind) VALUES (?1, ?2, ?3)")?
-                .execute(params![slot.pk, sql_seq, kind.as_str()])?;
-            ctx.feed_touched = true;
+    // Full chunks of rows go in one statement: its cursor stays on the table's last row, so
+    // each row after the first is appended without a new descent of the b-tree, and the
+    // statement's start and reset are paid once per chunk.
+    let mut chunks = events.chunks_exact(INSERT_CHUNK);
+    for chunk in chunks.by_ref() {
+        let mut stmt = conn.prepare_cached(&INSERT_EVENTS_CHUNK)?;
+        for (i, ev) in chunk.iter().enumerate() {
+            let id = base + u64_to_sql(seq + 1 + i as u64, "seq")?;
+            bind_event(&mut stmt, i * EVENT_COLUMNS, id, ev)?;
         }
+        stmt.raw_execute()?;
+        for ev in chunk {
+            seq += 1;
+            feed_row(ctx, slot.pk, seq, &ev.kind)?;
+            seqs.push(seq);
+        }
+    }
+    for ev in chunks.remainder() {
+        seq += 1;
+        let mut stmt = conn.prepare_cached(INSERT_EVENT)?;
+        bind_event(&mut stmt, 0, base + u64_to_sql(seq, "seq")?, ev)?;
+        stmt.raw_execute()?;
+        feed_row(ctx, slot.pk, seq, &ev.kind)?;
         seqs.push(seq);
     }
     ctx.set_slot(
@@ -55,6 +59,55 @@ pub(crate) fn append_op(
         }),
     );
     Ok(seqs)
+}
+
+/// The columns of [`INSERT_EVENT`].
+const EVENT_COLUMNS: usize = 6;
+const INSERT_EVENT: &str =
+    "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+/// Rows per statement of [`INSERT_EVENTS_CHUNK`] (a batch's rest goes row by row).
+const INSERT_CHUNK: usize = 16;
+/// [`INSERT_EVENT`] for [`INSERT_CHUNK`] rows.
+static INSERT_EVENTS_CHUNK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let rows: Vec<String> = (0..INSERT_CHUNK)
+        .map(|r| {
+            let p: Vec<String> = (1..=EVENT_COLUMNS)
+                .map(|c| format!("?{}", r * EVENT_COLUMNS + c))
+                .collect();
+            format!("({})", p.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES {}",
+        rows.join(", ")
+    )
+});
+
+/// Binds `ev`'s columns to the parameters after `at` (1-based: `at + 1` ..).
+fn bind_event(
+    stmt: &mut rusqlite::Statement<'_>,
+    at: usize,
+    id: i64,
+    ev: &EncodedEvent,
+) -> Result<()> {
+    stmt.raw_bind_parameter(at + 1, id)?;
+    stmt.raw_bind_parameter(at + 2, &*ev.kind)?;
+    stmt.raw_bind_parameter(at + 3, ev.ts_ms)?;
+    stmt.raw_bind_parameter(at + 4, ev.codec)?;
+    stmt.raw_bind_parameter(at + 5, &ev.payload[..])?;
+    stmt.raw_bind_parameter(at + 6, ev.raw.as_deref())?;
+    Ok(())
+}
+
+/// The feed's row for event `seq` of kind `kind`, if the kind enters the feed.
+fn feed_row(ctx: &mut Ctx<'_>, pk: i64, seq: u64, kind: &str) -> Result<()> {
+    if let Some(kind) = FeedKind::of_event(kind, seq) {
+        ctx.conn
+            .prepare_cached("INSERT INTO feed (session_pk, seq, kind) VALUES (?1, ?2, ?3)")?
+            .execute(params![pk, u64_to_sql(seq, "seq")?, kind.as_str()])?;
+        ctx.feed_touched = true;
+    }
+    Ok(())
 }
 
 pub(crate) fn insert_labels(

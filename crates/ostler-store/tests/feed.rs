@@ -470,3 +470,57 @@ fn pruning_stops_at_the_slowest_configured_notifier() {
     assert_eq!(store.feed_pruned_to(), 2);
     assert_eq!(cursors(&store), [(3, FeedKind::SessionDeleted)]);
 }
+
+/// Batches longer than the rows the writer puts in one statement (and not a multiple of
+/// it): every event stored in order with its own columns, and the feed rows of the
+/// batch's attention events in event order, whatever their place in the batch.
+#[test]
+fn long_batches_keep_every_event_and_their_feed_rows_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&db_path(&dir));
+    store.create_session(new_session("a", 1)).wait().unwrap();
+    let feed_at = [1u64, 2, 15, 16, 17, 33, 40, 41];
+    let mut expected = Vec::new();
+    for (len, after) in [(41u64, 0u64), (1, 41), (16, 42), (33, 58)] {
+        let batch: Vec<NewEvent> = (after + 1..=after + len)
+            .map(|seq| {
+                let kind = if feed_at.contains(&(seq - after)) {
+                    "turn_completed"
+                } else {
+                    "assistant_block"
+                };
+                let e = ev(kind, seq as i64);
+                // Every third event carries a raw line, the others none.
+                if seq.is_multiple_of(3) {
+                    e.with_raw(format!("{{\"line\":{seq}}}").into_bytes())
+                } else {
+                    e
+                }
+            })
+            .collect();
+        let seqs = store.append_blocking("a", batch).unwrap();
+        assert_eq!(seqs, (after + 1..=after + len).collect::<Vec<_>>());
+        expected.extend(
+            feed_at
+                .iter()
+                .filter(|&&i| i <= len)
+                .map(|&i| ("a".to_owned(), after + i, FeedKind::TurnCompleted)),
+        );
+    }
+    let stored = store.events_after("a", 0, 1000).unwrap();
+    assert_eq!(stored.len(), 91);
+    for (i, e) in stored.iter().enumerate() {
+        let seq = i as u64 + 1;
+        assert_eq!(e.seq, seq);
+        assert_eq!(e.ts_ms, seq as i64);
+        assert_eq!(e.payload.as_ref(), format!("{{\"n\":{seq}}}").as_bytes());
+        let raw = seq
+            .is_multiple_of(3)
+            .then(|| format!("{{\"line\":{seq}}}").into_bytes());
+        assert_eq!(e.raw.as_deref(), raw.as_deref(), "seq {seq}");
+    }
+    // The session's first event is not a `session_created` notice here: the feed holds
+    // only the turn ends.
+    let page = store.feed_after(0, 1000).unwrap();
+    assert_eq!(kinds(&page), expected);
+}
