@@ -398,7 +398,9 @@ impl Subscription {
     pub fn into_stream(
         self,
     ) -> impl futures::Stream<Item = Result<Arc<EngineEvent>>> + Send + 'static {
-        futures::stream::unfold(self, |mut sub| async move {
+        // Boxed: the state moves into a new future for every item; a pointer, not the
+        // whole subscription.
+        futures::stream::unfold(Box::new(self), |mut sub| async move {
             sub.next().await.map(|item| (item, sub))
         })
     }
