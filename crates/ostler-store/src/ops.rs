@@ -30,26 +30,31 @@ pub(crate) fn append_op(
     // each row after the first is appended without a new descent of the b-tree, and the
     // statement's start and reset are paid once per chunk.
     let mut chunks = events.chunks_exact(INSERT_CHUNK);
-    for chunk in chunks.by_ref() {
+    if events.len() >= INSERT_CHUNK {
         let mut stmt = conn.prepare_cached(&INSERT_EVENTS_CHUNK)?;
-        for (i, ev) in chunk.iter().enumerate() {
-            let id = base + u64_to_sql(seq + 1 + i as u64, "seq")?;
-            bind_event(&mut stmt, i * EVENT_COLUMNS, id, ev)?;
+        for chunk in chunks.by_ref() {
+            for (i, ev) in chunk.iter().enumerate() {
+                let id = base + u64_to_sql(seq + 1 + i as u64, "seq")?;
+                bind_event(&mut stmt, i * EVENT_COLUMNS, id, ev)?;
+            }
+            stmt.raw_execute()?;
+            for ev in chunk {
+                seq += 1;
+                feed_row(ctx, slot.pk, seq, &ev.kind)?;
+                seqs.push(seq);
+            }
         }
-        stmt.raw_execute()?;
-        for ev in chunk {
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut stmt = conn.prepare_cached(INSERT_EVENT)?;
+        for ev in rest {
             seq += 1;
+            bind_event(&mut stmt, 0, base + u64_to_sql(seq, "seq")?, ev)?;
+            stmt.raw_execute()?;
             feed_row(ctx, slot.pk, seq, &ev.kind)?;
             seqs.push(seq);
         }
-    }
-    for ev in chunks.remainder() {
-        seq += 1;
-        let mut stmt = conn.prepare_cached(INSERT_EVENT)?;
-        bind_event(&mut stmt, 0, base + u64_to_sql(seq, "seq")?, ev)?;
-        stmt.raw_execute()?;
-        feed_row(ctx, slot.pk, seq, &ev.kind)?;
-        seqs.push(seq);
     }
     ctx.set_slot(
         session_id,
