@@ -385,11 +385,7 @@ async fn controls_2_1_330() {
     settled(&mut c, &resumed).await;
     let kids = children(daemon.pid());
     assert_eq!(kids.len(), 1, "{kids:?}");
-    let argv = std::fs::read(format!("/proc/{}/cmdline", kids[0])).unwrap();
-    let argv: Vec<String> = argv
-        .split(|b| *b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
+    let argv = cmdline(kids[0]);
     assert!(
         argv.windows(2)
             .any(|w| w[0] == "--max-thinking-tokens" && w[1] == "3000"),

@@ -41,12 +41,7 @@ async fn cli_argv(
     settled(c, session).await;
     let kids = children(daemon.pid());
     assert_eq!(kids.len(), 1, "one CLI process under the daemon: {kids:?}");
-    std::fs::read(format!("/proc/{}/cmdline", kids[0]))
-        .unwrap()
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect()
+    cmdline(kids[0])
 }
 
 /// A session created with `debug`, and the file its CLI logs to (in the daemon's `debug/`

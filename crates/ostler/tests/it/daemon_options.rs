@@ -37,7 +37,7 @@ async fn the_cli(
     settled(c, session).await;
     let kids = children(daemon.pid());
     assert_eq!(kids.len(), 1, "one CLI process under the daemon: {kids:?}");
-    let raw = nul_separated(format!("/proc/{}/cmdline", kids[0]));
+    let raw = cmdline(kids[0]);
     // `--settings` and `--mcp-config` JSON (secrets: MCP headers and env) is not on the
     // command line, which every local user can read: the CLI reads it from `/dev/fd/N`,
     // read here through `/proc` for the checks.

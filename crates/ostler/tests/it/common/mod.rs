@@ -570,6 +570,31 @@ pub fn wait_output(child: Child) -> Output {
     }
 }
 
+/// The command line of process `pid` (its arguments, empty ones dropped). A session may
+/// be reported idle as soon as its CLI is spawned (a release without `initialize`), when
+/// the process may still be inside its exec or the second exec of the script's `#!` line
+/// (`env` executing `node`): the command line reads empty for that moment. No event marks
+/// the end of an exec, so an empty read is taken again (up to the guard).
+pub fn cmdline(pid: u32) -> Vec<String> {
+    let deadline = std::time::Instant::now() + guard();
+    loop {
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_else(|e| panic!("/proc/{pid}/cmdline: {e}"));
+        if !raw.is_empty() {
+            return raw
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid}'s command line stayed empty (not a live process?)"
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// Processes whose parent is `ppid` (a daemon's CLI processes), from `/proc`.
 pub fn children(ppid: u32) -> Vec<u32> {
     let mut out = Vec::new();
