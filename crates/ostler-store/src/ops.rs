@@ -26,9 +26,8 @@ pub(crate) fn append_op(
     let base = rows::event_id(slot.pk, 0)?;
     let mut seqs = Vec::with_capacity(events.len());
     let mut seq = slot.last_seq;
-    // Full chunks of rows go in one statement: its cursor stays on the table's last row, so
-    // each row after the first is appended without a new descent of the b-tree, and the
-    // statement's start and reset are paid once per chunk.
+    // Full chunks of rows go in one statement: its start, reset and the call per row are
+    // paid once per chunk (each row still seeks its place in the b-tree).
     let mut chunks = events.chunks_exact(INSERT_CHUNK);
     if events.len() >= INSERT_CHUNK {
         let mut stmt = conn.prepare_cached(&INSERT_EVENTS_CHUNK)?;
@@ -47,7 +46,7 @@ pub(crate) fn append_op(
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let mut stmt = conn.prepare_cached(INSERT_EVENT)?;
+        let mut stmt = conn.prepare_cached(&INSERT_EVENT)?;
         for ev in rest {
             seq += 1;
             bind_event(&mut stmt, 0, base + u64_to_sql(seq, "seq")?, ev)?;
@@ -66,15 +65,19 @@ pub(crate) fn append_op(
     Ok(seqs)
 }
 
-/// The columns of [`INSERT_EVENT`].
+/// The columns of an `events` row as [`bind_event`] binds them.
 const EVENT_COLUMNS: usize = 6;
-const INSERT_EVENT: &str =
-    "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 /// Rows per statement of [`INSERT_EVENTS_CHUNK`] (a batch's rest goes row by row).
 const INSERT_CHUNK: usize = 16;
-/// [`INSERT_EVENT`] for [`INSERT_CHUNK`] rows.
-static INSERT_EVENTS_CHUNK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let rows: Vec<String> = (0..INSERT_CHUNK)
+/// The insert of one `events` row.
+static INSERT_EVENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| insert_events(1));
+/// The insert of [`INSERT_CHUNK`] rows.
+static INSERT_EVENTS_CHUNK: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| insert_events(INSERT_CHUNK));
+
+/// `INSERT INTO events ... VALUES` for `rows` rows, their parameters numbered in order.
+fn insert_events(rows: usize) -> String {
+    let rows: Vec<String> = (0..rows)
         .map(|r| {
             let p: Vec<String> = (1..=EVENT_COLUMNS)
                 .map(|c| format!("?{}", r * EVENT_COLUMNS + c))
@@ -86,7 +89,7 @@ static INSERT_EVENTS_CHUNK: std::sync::LazyLock<String> = std::sync::LazyLock::n
         "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES {}",
         rows.join(", ")
     )
-});
+}
 
 /// Binds `ev`'s columns to the parameters after `at` (1-based: `at + 1` ..).
 fn bind_event(
