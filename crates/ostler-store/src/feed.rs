@@ -1,8 +1,8 @@
 //! The daemon-wide feed: attention-worthy events of every session, in commit order.
 //!
 //! Rows of the `feed` table are written with their event by the writer's append (`ops.rs`
-//! [`FeedKind::of_event`]; a trigger on `events` in schema versions 4-6), in the savepoint that stores
-//! the event, so the feed never shows an event that is not stored and never misses one
+//! [`FeedKind::of_event`]; a trigger on `events` in schema versions 4-6), in the same write operation
+//! as the event, so the feed never shows an event that is not stored and never misses one
 //! that is. After each group commit the writer publishes the last feed
 //! id on a `tokio::sync::watch` ([`Store::feed_watch`]); readers page through the table
 //! with [`Store::feed_after`]. Also here: session titles and the notifiers' persisted

@@ -1,5 +1,5 @@
-//! The write operations, each run by the writer thread inside its own savepoint of the
-//! current group transaction (see `writer.rs`). `Store`'s write methods queue them.
+//! The write operations, each run by the writer thread in the current group transaction,
+//! undone alone when it fails (see `writer.rs`). `Store`'s write methods queue them.
 
 use rusqlite::{Connection, params};
 
@@ -75,7 +75,14 @@ static INSERT_EVENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| i
 static INSERT_EVENTS_CHUNK: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| insert_events(INSERT_CHUNK));
 
-/// `INSERT INTO events ... VALUES` for `rows` rows, their parameters numbered in order.
+/// `INSERT OR FAIL INTO events ... VALUES` for `rows` rows, their parameters numbered in
+/// order.
+///
+/// `OR FAIL`, not the default `ABORT`: a statement that may abort after writing some of its
+/// rows makes SQLite copy every page it changes that existed before it into a statement
+/// journal, to undo the statement alone. A failed insert fails its whole command, and the
+/// writer undoes the command (its savepoint, or the transaction), so the statement needs no
+/// undo of its own.
 fn insert_events(rows: usize) -> String {
     let rows: Vec<String> = (0..rows)
         .map(|r| {
@@ -86,7 +93,7 @@ fn insert_events(rows: usize) -> String {
         })
         .collect();
     format!(
-        "INSERT INTO events (id, kind, ts_ms, codec, payload, raw) VALUES {}",
+        "INSERT OR FAIL INTO events (id, kind, ts_ms, codec, payload, raw) VALUES {}",
         rows.join(", ")
     )
 }
@@ -467,7 +474,7 @@ pub(crate) fn record_turn_op(ctx: &mut Ctx<'_>, session_id: &str, t: &TurnUsage)
 
 /// A client's change of title, labels and archived mark, with the event recording it (built
 /// by `notice` from what actually changed) and its `session_updated` feed row, in this one
-/// savepoint. Nothing is written when nothing would change.
+/// operation. Nothing is written when nothing would change.
 pub(crate) fn update_meta_op(
     ctx: &mut Ctx<'_>,
     session_id: &str,

@@ -1,10 +1,14 @@
 //! The single writer: a dedicated thread that owns the only write connection, drains a
 //! channel of write commands and commits them in groups.
 //!
-//! Each command runs inside its own savepoint of the group's transaction, so a command that
-//! fails (unknown session, constraint violation) is rolled back alone and reports its own
-//! error, while the rest of the group commits. A group of one command (every commit at low
-//! load) needs no savepoint: the transaction is rolled back instead of committed when the
+//! A command that fails (unknown session, constraint violation) is rolled back alone and
+//! reports its own error, while the rest of the group commits. A group runs first without
+//! savepoints: commands rarely fail, and a savepoint makes SQLite copy every page the
+//! command changes that existed before it into the sub-journal (16 sessions firehosing
+//! together copied ~0.3 pages an event, spilled to a temporary file: about a third of the
+//! writer thread's time; docs/performance.md, session 62). If a command of that pass fails, the pass is rolled back whole and the group
+//! runs again with each command in its own savepoint. A group of one command (every commit
+//! at low load) needs neither: the transaction is rolled back instead of committed when the
 //! command fails. Results are handed to the callers only after `COMMIT` (or that
 //! `ROLLBACK`) returned.
 //!
@@ -48,8 +52,8 @@ use crate::rows::seq_from_sql;
 /// One write request as the writer runs it: possibly several times (a group that met a
 /// storage fault runs again), then finished once.
 pub(crate) trait Op: Send {
-    /// Runs the request in the current group transaction (in its own savepoint), keeping
-    /// its result until [`Op::finish`].
+    /// Runs the request in the current group transaction (see [`Ctx::in_savepoint`]),
+    /// keeping its result until [`Op::finish`].
     fn run(&mut self, ctx: &mut Ctx<'_>);
     /// Hands the kept result to the caller (`failed = None`: the group committed), or the
     /// error `failed` makes.
@@ -107,8 +111,9 @@ where
     }
 }
 
-/// Builds a command that runs `op` in a savepoint and sends its result to `reply` once the
-/// group has committed. `op` may run more than once (each time on a rolled-back database).
+/// Builds a command that runs `op` (see [`Ctx::in_savepoint`]) and sends its result to
+/// `reply` once the group has committed. `op` may run more than once (each time on a
+/// rolled-back database).
 pub(crate) fn command<T, F>(op: F, reply: tokio::sync::oneshot::Sender<Reply<T>>) -> Command
 where
     T: Send + 'static,
@@ -174,12 +179,23 @@ pub(crate) struct Ctx<'a> {
     pub feed_touched: bool,
     /// Set when the transaction can no longer be committed.
     poisoned: Option<Arc<rusqlite::Error>>,
-    /// The group's only command: the transaction itself is its savepoint (no `SAVEPOINT`
-    /// and `RELEASE` statements; a failure rolls the whole transaction back).
-    alone: bool,
-    /// Set when the group's only command failed: the transaction is rolled back, not
-    /// committed.
+    /// How a command's failure is undone.
+    mode: Undo,
+    /// Set when a command failed in [`Undo::Whole`] mode: the transaction is rolled back,
+    /// not committed.
     undo: bool,
+}
+
+/// How a group undoes the changes of a command that fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Undo {
+    /// The transaction is rolled back whole (no `SAVEPOINT` and `RELEASE` statements): for
+    /// the group's only command, whose error is then its result, and for the first pass of
+    /// a larger group, which then runs again with [`Undo::Savepoint`]. The commands after
+    /// the failed one do not run.
+    Whole,
+    /// Each command in its own savepoint: a failure undoes only that command's changes.
+    Savepoint,
 }
 
 impl Ctx<'_> {
@@ -220,24 +236,27 @@ impl Ctx<'_> {
         self.staged.push((session_id.to_owned(), slot));
     }
 
-    /// Runs `op` so that a failure undoes only its own changes: in a savepoint, or, for the
-    /// group's only command, in the transaction itself ([`Ctx::undo`] then has the group
-    /// rolled back instead of committed).
+    /// Runs `op` so that a failure undoes only its own changes: in a savepoint, or in the
+    /// transaction itself ([`Undo::Whole`]: [`Ctx::undo`] then has the transaction rolled
+    /// back instead of committed).
     fn in_savepoint<T>(&mut self, op: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         if let Some(e) = &self.poisoned {
             return Err(Error::Commit(Arc::clone(e)));
         }
-        if !self.alone
-            && let Err(e) = exec(self.conn, "SAVEPOINT op")
-        {
+        let savepoint = self.mode == Undo::Savepoint;
+        if self.undo {
+            // A command before this one failed in a pass without savepoints: this pass is
+            // rolled back and the group runs again, so this command need not run now (the
+            // error is never told: the next pass sets every result).
+            return Err(Error::Closed);
+        }
+        if savepoint && let Err(e) = exec(self.conn, "SAVEPOINT op") {
             return Err(self.poison(e));
         }
         self.staged.clear();
         match op(self) {
             Ok(v) => {
-                if !self.alone
-                    && let Err(e) = exec(self.conn, "RELEASE op")
-                {
+                if savepoint && let Err(e) = exec(self.conn, "RELEASE op") {
                     return Err(self.poison(e));
                 }
                 for (id, slot) in self.staged.drain(..) {
@@ -247,7 +266,7 @@ impl Ctx<'_> {
             }
             Err(err) => {
                 self.staged.clear();
-                if self.alone {
+                if !savepoint {
                     self.undo = true;
                 } else if let Err(e) =
                     exec(self.conn, "ROLLBACK TO op").and_then(|()| exec(self.conn, "RELEASE op"))
@@ -800,11 +819,31 @@ impl Writer {
     }
 
     /// Runs every command of the group in one transaction and commits it; `Ok(feed_touched)`
-    /// once committed, with the group's slot changes merged into the cache.
+    /// once committed, with the group's slot changes merged into the cache. A group of more
+    /// than one command runs without savepoints first, and again with them if one of its
+    /// commands failed (see the module documentation).
     fn attempt(
         &mut self,
         batch: &mut [Command],
     ) -> std::result::Result<bool, Arc<rusqlite::Error>> {
+        match self.pass(batch, Undo::Whole)? {
+            Passed::Undone if batch.len() > 1 => match self.pass(batch, Undo::Savepoint)? {
+                Passed::Committed { feed_touched } => Ok(feed_touched),
+                Passed::Undone => Ok(false),
+            },
+            Passed::Committed { feed_touched } => Ok(feed_touched),
+            // The only command failed: nothing of it stays (its error is its result).
+            Passed::Undone => Ok(false),
+        }
+    }
+
+    /// Runs every command of the group in one transaction, undoing a failed command's
+    /// changes as `mode` says, and commits it (or rolls it back: [`Passed::Undone`]).
+    fn pass(
+        &mut self,
+        batch: &mut [Command],
+        mode: Undo,
+    ) -> std::result::Result<Passed, Arc<rusqlite::Error>> {
         // If the transaction cannot begin, the context starts poisoned: every command then
         // completes with the error without touching the connection.
         let poisoned = match exec(&self.conn, "BEGIN IMMEDIATE") {
@@ -822,7 +861,7 @@ impl Writer {
             staged: Vec::new(),
             feed_touched: false,
             poisoned,
-            alone: batch.len() == 1,
+            mode,
             undo: false,
         };
         for cmd in batch.iter_mut() {
@@ -835,26 +874,35 @@ impl Writer {
             undo,
             ..
         } = ctx;
-        match poisoned {
-            Some(e) => Err(e),
-            // The only command failed: nothing of it stays (its error is its result).
-            None if undo => {
-                if self.conn.is_autocommit() {
-                    Ok(())
-                } else {
-                    exec(&self.conn, "ROLLBACK").map_err(Arc::new)
-                }
+        if let Some(e) = poisoned {
+            return Err(e);
+        }
+        if undo {
+            // Nothing of this pass stays, the slots of the commands that succeeded in it
+            // included (the overlay is not merged).
+            if !self.conn.is_autocommit() {
+                exec(&self.conn, "ROLLBACK").map_err(Arc::new)?;
             }
-            None => exec(&self.conn, "COMMIT").map_err(Arc::new),
-        }?;
+            return Ok(Passed::Undone);
+        }
+        exec(&self.conn, "COMMIT").map_err(Arc::new)?;
         for (id, slot) in overlay {
             match slot {
                 Some(slot) => self.cache.insert(id, slot),
                 None => self.cache.remove(&id),
             };
         }
-        Ok(feed_touched)
+        Ok(Passed::Committed { feed_touched })
     }
+}
+
+/// How a group's pass ended.
+enum Passed {
+    Committed {
+        feed_touched: bool,
+    },
+    /// A command failed in a pass without savepoints: the transaction was rolled back.
+    Undone,
 }
 
 /// The writer's queue, the writer itself behind its lock, and what decides whether a caller
