@@ -6,11 +6,11 @@
 //! savepoints: commands rarely fail, and a savepoint makes SQLite copy every page the
 //! command changes that existed before it into the sub-journal (16 sessions firehosing
 //! together copied ~0.3 pages an event, spilled to a temporary file: about a third of the
-//! writer thread's time; docs/performance.md, session 62). If a command of that pass fails, the pass is rolled back whole and the group
-//! runs again with each command in its own savepoint. A group of one command (every commit
-//! at low load) needs neither: the transaction is rolled back instead of committed when the
-//! command fails. Results are handed to the callers only after `COMMIT` (or that
-//! `ROLLBACK`) returned.
+//! writer thread's time; docs/performance.md, session 62). If a command of that pass
+//! fails, the pass is rolled back whole and the group runs again with each command in its
+//! own savepoint. A group of one command (every commit at low load) needs neither: the
+//! transaction is rolled back instead of committed when the command fails. Results are
+//! handed to the callers only after `COMMIT` (or that `ROLLBACK`) returned.
 //!
 //! Storage faults (disk full, read-only or vanished files, I/O errors, a lock held
 //! elsewhere; [`is_storage_fault`]) are not the requests' fault: the whole group is rolled
