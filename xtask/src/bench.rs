@@ -47,9 +47,10 @@ pub struct BenchArgs {
     /// over that build's, round by round.
     #[arg(long, value_name = "REV")]
     pub against: Option<String>,
-    /// Instead of the items and the criterion benches: item a's firehose counted in
-    /// instructions, the daemon under valgrind's callgrind, next to a serde_json `Value`
-    /// loop's count per line (and the `--against` build's count). Needs valgrind.
+    /// Instead of the items and the criterion benches: item a's firehose (with `--only b`,
+    /// item b's 16 firehoses at once) counted in instructions, the daemon under valgrind's
+    /// callgrind, next to a serde_json `Value` loop's count per line (and the `--against`
+    /// build's count). Needs valgrind.
     #[arg(long)]
     pub callgrind: bool,
 }

@@ -1,10 +1,13 @@
-//! `--callgrind`: item a counted in instructions instead of seconds.
+//! `--callgrind`: item a (or, with `--only b`, item b) counted in instructions instead of
+//! seconds.
 //!
 //! The daemon runs under `valgrind --tool=callgrind` (its CLI child, the fake, does not:
-//! valgrind does not follow `exec` unless told to). After the warm-up turn the harness zeroes
-//! the counters (`callgrind_control -z`), runs the firehose, and when the client has the
-//! turn's end it dumps them (`callgrind_control -d`): the instructions the daemon executed,
-//! in all its threads, to decode, store, publish and send the firehose's events. The same
+//! valgrind does not follow `exec` unless told to). After the warm-up turn (item b: of each
+//! of its 16 sessions) the harness zeroes the counters (`callgrind_control -z`), runs the
+//! firehose (item b: 16 at once, N/16 lines each, so that both items count N events), and
+//! when the client has the turns' end it dumps them (`callgrind_control -d`): the
+//! instructions the daemon executed, in all its threads, to decode, store, publish and send
+//! the firehoses' events. The same
 //! run counts a bare `serde_json::Value` parse loop over the same lines (this binary's
 //! hidden `--value-loop FILE`, under callgrind with collection only inside the loop), so the
 //! figure is printed as a ratio, like item a's.
@@ -22,8 +25,39 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    Daemon, Opts, Row, create, fake_output, firehose_body, row, send, subscribe, until_turn_end,
+    Daemon, Opts, Row, create, fake_output, firehose_body, firehoses, row, send, subscribe,
+    until_turn_end, warm_sessions,
 };
+
+/// The sessions of item b's firehoses.
+const B_SESSIONS: usize = 16;
+
+/// Which item is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Item {
+    /// One session's firehose.
+    A,
+    /// [`B_SESSIONS`] sessions' firehoses at once.
+    B,
+}
+
+impl Item {
+    /// The item `--only` names (item a without `--only`; `main` refuses anything else).
+    fn of(o: &Opts) -> Item {
+        if o.only.as_deref() == Some(&["b".to_string()][..]) {
+            Item::B
+        } else {
+            Item::A
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Item::A => "a",
+            Item::B => "b",
+        }
+    }
+}
 
 /// The dump's file name in the daemon's temporary directory.
 const OUT: &str = "callgrind.out";
@@ -130,12 +164,12 @@ impl Profile {
 }
 
 /// The rows of one build's stages, per event.
-fn stage_rows(label: &str, c: &Count, rows: &mut Vec<Row>) {
+fn stage_rows(item: Item, label: &str, c: &Count, rows: &mut Vec<Row>) {
     let per = |n: u64| n as f64 / c.events.max(1) as f64;
     let total = per(c.instructions);
     let mut add = |what: &str, n: f64| {
         rows.push(row(
-            "a",
+            item.label(),
             &format!("callgrind: {label}{what}, instructions per event"),
             format!("{n:.0}"),
             format!("of {total:.0}"),
@@ -171,6 +205,8 @@ fn stage_rows(label: &str, c: &Count, rows: &mut Vec<Row>) {
 /// Runs the count for this build (and the base build, if any) and pushes the rows.
 pub async fn run(o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
     let n: u64 = if o.quick { 20_000 } else { 100_000 };
+    let item = Item::of(o);
+    let it = item.label();
     which("valgrind")?;
     which("callgrind_control")?;
     let keep = tempfile::Builder::new()
@@ -179,33 +215,37 @@ pub async fn run(o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
         .keep();
     let per_line = value_loop(o, n, &keep)?;
     rows.push(row(
-        "a",
+        it,
         &format!("callgrind: serde_json Value loop, {n} lines"),
         format!("{per_line:.0} instructions per line"),
         "-".into(),
         "-".into(),
     ));
-    let this = count(o, n, &keep.join("this.out")).await?;
+    let this = count(o, item, n, &keep.join("this.out")).await?;
     let per_event = |c: &Count| c.instructions as f64 / c.events.max(1) as f64;
     rows.push(row(
-        "a",
+        it,
         &format!(
-            "callgrind: daemon instructions per event, firehose of {} events",
+            "callgrind: daemon instructions per event, {} of {} events",
+            match item {
+                Item::A => "firehose",
+                Item::B => "16 firehoses at once",
+            },
             this.events
         ),
         format!("{:.0}", per_event(&this)),
         format!("Value loop {per_line:.0} per line"),
         format!("{:.2}x the loop", per_event(&this) / per_line),
     ));
-    stage_rows("", &this, rows);
+    stage_rows(item, "", &this, rows);
     if let Some(b) = &o.base {
         let base_opts = Opts {
             ostler: b.clone(),
             ..o.clone()
         };
-        let base = count(&base_opts, n, &keep.join("base.out")).await?;
+        let base = count(&base_opts, item, n, &keep.join("base.out")).await?;
         rows.push(row(
-            "a",
+            it,
             &format!(
                 "callgrind: base build ({}) instructions per event",
                 b.display()
@@ -214,9 +254,9 @@ pub async fn run(o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
             format!("Value loop {per_line:.0} per line"),
             format!("{:.2}x the loop", per_event(&base) / per_line),
         ));
-        stage_rows("base build: ", &base, rows);
+        stage_rows(item, "base build: ", &base, rows);
         rows.push(row(
-            "a",
+            it,
             "callgrind: this build vs the base build, instructions per event",
             format!("{:.0} / {:.0}", per_event(&this), per_event(&base)),
             format!("{:+.0} per event", per_event(&this) - per_event(&base)),
@@ -232,19 +272,28 @@ pub async fn run(o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
 }
 
 /// One daemon under callgrind: a warm-up turn, the counters zeroed, a firehose of `n`
-/// lines, the counters dumped when the client has the turn's end; the dump is copied to
-/// `keep`.
-async fn count(o: &Opts, n: u64, keep: &Path) -> Result<Count> {
+/// lines (item b: 16 sessions' firehoses of `n / 16` lines at once), the counters dumped
+/// when the client has the turns' end; the dump is copied to `keep`.
+async fn count(o: &Opts, item: Item, n: u64, keep: &Path) -> Result<Count> {
     let d = Daemon::start(o).await?;
     let mut c = d.client().await?;
-    let sid = create(&mut c, &d).await?;
-    let mut s = subscribe(&mut c, &sid, false, true).await?;
-    send(&mut c, &sid, "hello").await?;
-    until_turn_end(&mut s, |_| {}).await?;
     let pid = d.child.id();
-    control(pid, "-z")?;
-    send(&mut c, &sid, &format!("fake:firehose {n}")).await?;
-    let events = until_turn_end(&mut s, |_| {}).await?;
+    let events = match item {
+        Item::A => {
+            let sid = create(&mut c, &d).await?;
+            let mut s = subscribe(&mut c, &sid, false, true).await?;
+            send(&mut c, &sid, "hello").await?;
+            until_turn_end(&mut s, |_| {}).await?;
+            control(pid, "-z")?;
+            send(&mut c, &sid, &format!("fake:firehose {n}")).await?;
+            until_turn_end(&mut s, |_| {}).await?
+        }
+        Item::B => {
+            let subs = warm_sessions(&mut c, &d, B_SESSIONS).await?;
+            control(pid, "-z")?;
+            firehoses(&c, subs, n / B_SESSIONS as u64).await?
+        }
+    };
     control(pid, "-d")?;
     // The first dump callgrind writes on request is the out file with ".1" appended.
     let dump = d.path().join(format!("{OUT}.1"));

@@ -15,7 +15,7 @@
 //! build's, round by round: a regression check in which both builds see the same phases of
 //! the machine.
 //!
-//! `--callgrind` counts item a in instructions instead (the daemon under valgrind's
+//! `--callgrind` counts item a (or b) in instructions instead (the daemon under valgrind's
 //! callgrind; see `callgrind.rs`): a figure that repeats within ~1 %.
 
 #![allow(clippy::disallowed_methods)] // starts the daemon and the fake CLI
@@ -66,7 +66,8 @@ struct Opts {
     /// A second daemon build measured in the same rounds of items a, b, c and e
     /// (`--base-ostler`), alternating with `ostler`.
     base: Option<PathBuf>,
-    /// `--callgrind`: item a counted in instructions, the daemon under callgrind.
+    /// `--callgrind`: item a (or, with `--only b`, item b) counted in instructions, the
+    /// daemon under callgrind.
     callgrind: bool,
 }
 
@@ -105,7 +106,8 @@ usage: ostler-bench --ostler PATH --fake PATH [options]
                          (which one goes first alternates too); ends with this build's
                          figures over the base build's, round by round
   --callgrind            instead of the items: the daemon's instructions per event in
-                         item a's firehose, under valgrind's callgrind, next to a
+                         item a's firehose (with --only b: item b's 16 firehoses at
+                         once, N/16 lines each), under valgrind's callgrind, next to a
                          serde_json Value loop's per line (and the base build's, with
                          --base-ostler); counts repeat within ~1 %, wall-clock rounds
                          do not
@@ -199,10 +201,15 @@ fn parse_opts() -> Result<Opts> {
     let abs = |p: PathBuf, what: &str| {
         std::fs::canonicalize(&p).with_context(|| format!("{what} {}", p.display()))
     };
-    if callgrind && (only.is_some() || rounds > 1 || client_threads.is_some()) {
+    let one_of_a_b = |o: &Option<Vec<String>>| {
+        o.as_deref()
+            .is_none_or(|items| items == ["a"] || items == ["b"])
+    };
+    if callgrind && (!one_of_a_b(&only) || rounds > 1 || client_threads.is_some()) {
         bail!(
-            "--callgrind counts item a once, in place of the other items: --only, --rounds and \
-             --client-threads do not apply to it (counts repeat within ~1 %, so one run is enough)"
+            "--callgrind counts item a (or, with --only b, item b) once, in place of the other \
+             items: other --only lists, --rounds and --client-threads do not apply to it (counts \
+             repeat within ~1 %, so one run is enough)"
         );
     }
     let fake = abs(fake.context("--fake PATH is required")?, "--fake")?;
@@ -1197,6 +1204,20 @@ async fn concurrent_firehose(
     sessions: usize,
     per: u64,
 ) -> Result<(u64, f64, Option<Cpu>)> {
+    let subs = warm_sessions(c, d, sessions).await?;
+    let before = Cpu::read(d.child.id());
+    let t = Instant::now();
+    let total = firehoses(c, subs, per).await?;
+    let secs = t.elapsed().as_secs_f64();
+    Ok((total, secs, Cpu::since(before, d.child.id())))
+}
+
+/// `sessions` new sessions, each subscribed (stored events only) after a first turn.
+async fn warm_sessions(
+    c: &mut Client,
+    d: &Daemon,
+    sessions: usize,
+) -> Result<Vec<(String, Stream)>> {
     let mut subs = Vec::new();
     for _ in 0..sessions {
         let sid = create(c, d).await?;
@@ -1205,8 +1226,12 @@ async fn concurrent_firehose(
         until_turn_end(&mut s, |_| {}).await?;
         subs.push((sid, s));
     }
-    let before = Cpu::read(d.child.id());
-    let t = Instant::now();
+    Ok(subs)
+}
+
+/// A firehose of `per` lines in every session of `subs` at once; the events received in
+/// all, once every session's turn has ended.
+async fn firehoses(c: &Client, subs: Vec<(String, Stream)>, per: u64) -> Result<u64> {
     let mut tasks = Vec::new();
     for (sid, mut s) in subs {
         let mut c = c.clone();
@@ -1219,8 +1244,7 @@ async fn concurrent_firehose(
     for t in tasks {
         total += t.await??;
     }
-    let secs = t.elapsed().as_secs_f64();
-    Ok((total, secs, Cpu::since(before, d.child.id())))
+    Ok(total)
 }
 
 struct Latency {
