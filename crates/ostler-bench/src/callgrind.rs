@@ -43,11 +43,10 @@ enum Item {
 
 impl Item {
     /// The item `--only` names (item a without `--only`; `main` refuses anything else).
-    fn of(o: &Opts) -> Item {
-        if o.only.as_deref() == Some(&["b".to_string()][..]) {
-            Item::B
-        } else {
-            Item::A
+    fn of(only: Option<&[String]>) -> Item {
+        match only {
+            Some([b]) if b == "b" => Item::B,
+            _ => Item::A,
         }
     }
 
@@ -205,7 +204,7 @@ fn stage_rows(item: Item, label: &str, c: &Count, rows: &mut Vec<Row>) {
 /// Runs the count for this build (and the base build, if any) and pushes the rows.
 pub async fn run(o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
     let n: u64 = if o.quick { 20_000 } else { 100_000 };
-    let item = Item::of(o);
+    let item = Item::of(o.only.as_deref());
     let it = item.label();
     which("valgrind")?;
     which("callgrind_control")?;
@@ -415,7 +414,16 @@ fn which(prog: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Profile, summary};
+    use super::{Item, Profile, summary};
+
+    #[test]
+    fn item_b_is_counted_only_when_named_alone() {
+        let only = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(Item::of(None), Item::A);
+        assert_eq!(Item::of(Some(&only(&["a"]))), Item::A);
+        assert_eq!(Item::of(Some(&only(&["b"]))), Item::B);
+        assert_eq!(Item::of(Some(&only(&["a", "b"]))), Item::A);
+    }
 
     #[test]
     fn a_functions_count_includes_its_calls_but_not_calls_to_itself() {
