@@ -24,10 +24,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{
-    Daemon, Opts, Row, create, fake_output, firehose_body, firehoses, row, send, subscribe,
-    until_turn_end, warm_sessions,
-};
+use crate::{Daemon, Opts, Row, fake_output, firehose_body, firehoses, row, warm_sessions};
 
 /// The sessions of item b's firehoses.
 const B_SESSIONS: usize = 16;
@@ -47,6 +44,14 @@ impl Item {
         match only {
             Some([b]) if b == "b" => Item::B,
             _ => Item::A,
+        }
+    }
+
+    /// The sessions that firehose at once.
+    fn sessions(self) -> usize {
+        match self {
+            Item::A => 1,
+            Item::B => B_SESSIONS,
         }
     }
 
@@ -227,8 +232,8 @@ pub async fn run(o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
         &format!(
             "callgrind: daemon instructions per event, {} of {} events",
             match item {
-                Item::A => "firehose",
-                Item::B => "16 firehoses at once",
+                Item::A => "firehose".to_string(),
+                Item::B => format!("{B_SESSIONS} firehoses at once"),
             },
             this.events
         ),
@@ -277,22 +282,9 @@ async fn count(o: &Opts, item: Item, n: u64, keep: &Path) -> Result<Count> {
     let d = Daemon::start(o).await?;
     let mut c = d.client().await?;
     let pid = d.child.id();
-    let events = match item {
-        Item::A => {
-            let sid = create(&mut c, &d).await?;
-            let mut s = subscribe(&mut c, &sid, false, true).await?;
-            send(&mut c, &sid, "hello").await?;
-            until_turn_end(&mut s, |_| {}).await?;
-            control(pid, "-z")?;
-            send(&mut c, &sid, &format!("fake:firehose {n}")).await?;
-            until_turn_end(&mut s, |_| {}).await?
-        }
-        Item::B => {
-            let subs = warm_sessions(&mut c, &d, B_SESSIONS).await?;
-            control(pid, "-z")?;
-            firehoses(&c, subs, n / B_SESSIONS as u64).await?
-        }
-    };
+    let subs = warm_sessions(&mut c, &d, item.sessions()).await?;
+    control(pid, "-z")?;
+    let events = firehoses(&c, subs, n / item.sessions() as u64).await?;
     control(pid, "-d")?;
     // The first dump callgrind writes on request is the out file with ".1" appended.
     let dump = d.path().join(format!("{OUT}.1"));

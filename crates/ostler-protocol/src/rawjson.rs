@@ -214,10 +214,10 @@ pub fn from_slice_any_depth<T: DeserializeOwned + Send>(bytes: &[u8]) -> serde_j
     // The depth is at most the number of opening brackets (in strings or not). Counting
     // them is a loop the compiler vectorises, several times cheaper than the exact scan,
     // and settles the usual case; replay reads every stored payload through here.
-    if opening_brackets(bytes) <= SHALLOW {
-        return serde_json::from_slice(bytes);
-    }
-    let depth = nesting_depth(bytes);
+    let depth = match opening_brackets(bytes) {
+        bound if bound <= SHALLOW => bound,
+        _ => nesting_depth(bytes),
+    };
     if depth <= SHALLOW {
         return serde_json::from_slice(bytes);
     }

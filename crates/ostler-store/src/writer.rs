@@ -243,13 +243,13 @@ impl Ctx<'_> {
         if let Some(e) = &self.poisoned {
             return Err(Error::Commit(Arc::clone(e)));
         }
-        let savepoint = self.mode == Undo::Savepoint;
         if self.undo {
             // A command before this one failed in a pass without savepoints: this pass is
             // rolled back and the group runs again, so this command need not run now (the
             // error is never told: the next pass sets every result).
             return Err(Error::Closed);
         }
+        let savepoint = self.mode == Undo::Savepoint;
         if savepoint && let Err(e) = exec(self.conn, "SAVEPOINT op") {
             return Err(self.poison(e));
         }
@@ -826,15 +826,13 @@ impl Writer {
         &mut self,
         batch: &mut [Command],
     ) -> std::result::Result<bool, Arc<rusqlite::Error>> {
-        match self.pass(batch, Undo::Whole)? {
-            Passed::Undone if batch.len() > 1 => match self.pass(batch, Undo::Savepoint)? {
-                Passed::Committed { feed_touched } => Ok(feed_touched),
-                Passed::Undone => Ok(false),
-            },
-            Passed::Committed { feed_touched } => Ok(feed_touched),
-            // The only command failed: nothing of it stays (its error is its result).
-            Passed::Undone => Ok(false),
-        }
+        let passed = match self.pass(batch, Undo::Whole)? {
+            Passed::Undone if batch.len() > 1 => self.pass(batch, Undo::Savepoint)?,
+            // Committed, or the only command failed: nothing of it stays (its error is its
+            // result).
+            passed => passed,
+        };
+        Ok(matches!(passed, Passed::Committed { feed_touched: true }))
     }
 
     /// Runs every command of the group in one transaction, undoing a failed command's
