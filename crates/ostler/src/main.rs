@@ -10,8 +10,9 @@ use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 /// mimalloc instead of the system allocator: the firehose spent 10-20 % of the daemon's CPU
 /// in glibc's malloc/free (more with 16 sessions than with one); with mimalloc it takes
-/// 20-30 % less CPU per event, for ~20-30 MB more resident memory (docs/performance.md,
-/// session 13).
+/// 20-30 % less CPU per event (docs/performance.md, session 13). Built without advising its
+/// memory into transparent huge pages (the `no_thp` feature, Cargo.toml): with them, the
+/// daemon's resident memory was about twice as large (session 63).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
