@@ -1126,7 +1126,9 @@ async fn firehose(c: &mut Client, d: &Daemon, n: u64) -> Result<(u64, f64, Optio
 }
 
 /// The row of a firehose's CPU per event: daemon / fake CLI / client, next to the wall time
-/// per event and how many cores the three kept busy.
+/// per event, how many cores the three kept busy, and how much of the machine's CPU time the
+/// host took meanwhile (a virtual machine's steal time: rounds where it is high ran on a
+/// host busy with others, and their rates say more about the host than about the daemon).
 fn cpu_row(item: &'static str, cpu: &Cpu, events: u64, secs: f64) -> Row {
     let per = |ticks: u64| {
         format!(
@@ -1145,10 +1147,26 @@ fn cpu_row(item: &'static str, cpu: &Cpu, events: u64, secs: f64) -> Row {
         ),
         format!("wall {:.1} µs", secs * 1e6 / events.max(1) as f64),
         format!(
-            "{:.2} cores",
-            (cpu.daemon + cpu.cli + cpu.client) as f64 * TICK_NS as f64 / (secs * 1e9)
+            "{:.2} cores; host steal {:.0} % of {} CPUs",
+            (cpu.daemon + cpu.cli + cpu.client) as f64 * TICK_NS as f64 / (secs * 1e9),
+            cpu.steal as f64 * TICK_NS as f64 * 100.0 / (secs * 1e9 * cpu.cpus.max(1) as f64),
+            cpu.cpus
         ),
     )
+}
+
+/// The machine's steal time in ticks (all CPUs together) and the number of CPUs, from the
+/// text of `/proc/stat` (`cpu  user nice system idle iowait irq softirq steal ...`, then a
+/// `cpuN` line per CPU).
+fn steal_of(proc_stat: &str) -> Option<(u64, u32)> {
+    let mut lines = proc_stat.lines();
+    let total = lines.next()?.strip_prefix("cpu ")?;
+    let steal = total.split_whitespace().nth(7)?.parse().ok()?;
+    let cpus = lines
+        .take_while(|l| l.starts_with("cpu"))
+        .filter(|l| l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    Some((steal, u32::try_from(cpus).ok()?))
 }
 
 /// Nanoseconds per clock tick of /proc's CPU times (`USER_HZ`, 100 on Linux).
@@ -1160,6 +1178,9 @@ struct Cpu {
     daemon: u64,
     cli: u64,
     client: u64,
+    /// The machine's steal time (0 where /proc/stat does not say).
+    steal: u64,
+    cpus: u32,
 }
 
 impl Cpu {
@@ -1180,10 +1201,17 @@ impl Cpu {
                 cli += ticks(pid).unwrap_or(0);
             }
         }
+        let (steal, cpus) = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .as_deref()
+            .and_then(steal_of)
+            .unwrap_or((0, 0));
         Some(Cpu {
             daemon: ticks(&daemon.to_string())?,
             cli,
             client: ticks("self")?,
+            steal,
+            cpus,
         })
     }
 
@@ -1194,6 +1222,8 @@ impl Cpu {
             daemon: a.daemon.saturating_sub(b.daemon),
             cli: a.cli.saturating_sub(b.cli),
             client: a.client.saturating_sub(b.client),
+            steal: a.steal.saturating_sub(b.steal),
+            cpus: a.cpus,
         })
     }
 }
@@ -1689,7 +1719,7 @@ fn sqlite_read_loop(store: &Path) -> Result<(u64, f64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Tally, median, versus};
+    use super::{Tally, median, steal_of, versus};
 
     #[test]
     fn versus_compares_the_two_builds_round_by_round() {
@@ -1744,5 +1774,18 @@ mod tests {
         assert_eq!(median(&[7u64]), Some(7));
         assert_eq!(median(&[0.9, 0.2, 0.5]), Some(0.5));
         assert_eq!(median(&[40u64, 10, 30, 20]), Some(30));
+    }
+
+    #[test]
+    fn steal_is_the_eighth_figure_of_the_cpu_line_and_the_cpus_are_counted() {
+        let stat = "cpu  5744467 0 842732 3592325 30271 0 17908 46823 0 0\n\
+                    cpu0 2872233 0 421366 1796162 15135 0 8954 23411 0 0\n\
+                    cpu1 2872234 0 421366 1796163 15136 0 8954 23412 0 0\n\
+                    intr 1 2 3\n\
+                    ctxt 99\n";
+        assert_eq!(steal_of(stat), Some((46823, 2)));
+        // A kernel too old to count steal, or no cpu line: nothing said.
+        assert_eq!(steal_of("cpu  1 2 3 4\n"), None);
+        assert_eq!(steal_of("intr 1\n"), None);
     }
 }
