@@ -1147,10 +1147,15 @@ fn cpu_row(item: &'static str, cpu: &Cpu, events: u64, secs: f64) -> Row {
         ),
         format!("wall {:.1} µs", secs * 1e6 / events.max(1) as f64),
         format!(
-            "{:.2} cores; host steal {:.0} % of {} CPUs",
+            "{:.2} cores{}",
             (cpu.daemon + cpu.cli + cpu.client) as f64 * TICK_NS as f64 / (secs * 1e9),
-            cpu.steal as f64 * TICK_NS as f64 * 100.0 / (secs * 1e9 * cpu.cpus.max(1) as f64),
-            cpu.cpus
+            match cpu.cpus {
+                0 => String::new(),
+                n => format!(
+                    "; host steal {:.0} % of {n} CPUs",
+                    cpu.steal as f64 * TICK_NS as f64 * 100.0 / (secs * 1e9 * f64::from(n))
+                ),
+            }
         ),
     )
 }
@@ -1178,7 +1183,7 @@ struct Cpu {
     daemon: u64,
     cli: u64,
     client: u64,
-    /// The machine's steal time (0 where /proc/stat does not say).
+    /// The machine's steal time, and its CPUs (both 0 where /proc/stat does not say).
     steal: u64,
     cpus: u32,
 }
