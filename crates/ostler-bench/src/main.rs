@@ -1160,6 +1160,18 @@ fn cpu_row(item: &'static str, cpu: &Cpu, events: u64, secs: f64) -> Row {
     )
 }
 
+/// `utime + stime` (in clock ticks) and the thread count, from the text of a process's
+/// `/proc/<pid>/stat`.
+fn ticks_and_threads(stat: &str) -> Option<(u64, u64)> {
+    // The command name (field 2) may hold spaces and parentheses; the fields after its last
+    // `)` are plain. They start at field 3 (state): utime is field 14, stime 15,
+    // num_threads 20.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i - 3)?.parse::<u64>().ok();
+    Some((num(14)? + num(15)?, num(20)?))
+}
+
 /// The machine's steal time in ticks (all CPUs together) and the number of CPUs, from the
 /// text of `/proc/stat` (`cpu  user nice system idle iowait irq softirq steal ...`, then a
 /// `cpuN` line per CPU).
@@ -1192,10 +1204,7 @@ impl Cpu {
     fn read(daemon: u32) -> Option<Cpu> {
         let ticks = |pid: &str| -> Option<u64> {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split(' ').collect();
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            ticks_and_threads(&stat).map(|(ticks, _)| ticks)
         };
         // A child is listed under the thread that spawned it.
         let mut cli = 0;
@@ -1724,7 +1733,7 @@ fn sqlite_read_loop(store: &Path) -> Result<(u64, f64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Tally, median, steal_of, versus};
+    use super::{Tally, median, steal_of, ticks_and_threads, versus};
 
     #[test]
     fn versus_compares_the_two_builds_round_by_round() {
@@ -1779,6 +1788,17 @@ mod tests {
         assert_eq!(median(&[7u64]), Some(7));
         assert_eq!(median(&[0.9, 0.2, 0.5]), Some(0.5));
         assert_eq!(median(&[40u64, 10, 30, 20]), Some(30));
+    }
+
+    #[test]
+    fn a_process_stat_gives_its_cpu_ticks_and_threads_whatever_its_name() {
+        // Fields 14 and 15 (utime 250, stime 40) and 20 (7 threads), after a command name
+        // with a space and a parenthesis of its own.
+        let stat = "4242 (tokio (rt) w) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 40 0 0 20 0 7 0 \
+                    123 456 789";
+        assert_eq!(ticks_and_threads(stat), Some((290, 7)));
+        assert_eq!(ticks_and_threads("4242 (x) S 1 2 3"), None);
+        assert_eq!(ticks_and_threads("no parenthesis"), None);
     }
 
     #[test]

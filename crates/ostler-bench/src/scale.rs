@@ -508,19 +508,7 @@ struct Cpu {
 /// `utime + stime` and the thread count of a process (`/proc/<pid>/stat`).
 fn proc_stat(pid: u32) -> Result<(u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The command name (field 2) may hold spaces; the fields after it are plain.
-    let rest = text
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("unreadable /proc/<pid>/stat")?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state): utime is field 14, stime 15, num_threads 20.
-    let num = |i: usize| -> Result<u64> {
-        f.get(i - 3)
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("field {i} of /proc/{pid}/stat"))
-    };
-    Ok((num(14)? + num(15)?, num(20)?))
+    super::ticks_and_threads(&text).with_context(|| format!("unreadable /proc/{pid}/stat"))
 }
 
 /// The CPU a process uses over `window` (which the caller keeps idle).
