@@ -539,7 +539,8 @@ async fn controls_1_0_128() {
 }
 
 /// SendControlRequest: control requests ostler has no RPC for reach the CLI and its answer
-/// comes back (get_settings, list_models, rename_session); one the release does not know is
+/// comes back (get_settings, list_models, rename_session, and Agent SDK 0.3.334's
+/// set_peer_delivery and decide_held_peer_message); one the release does not know is
 /// FAILED_PRECONDITION with the CLI's words; subtypes an RPC sends, bad subtypes and bad
 /// fields are INVALID_ARGUMENT; each answer is recorded in the session's log; the CLI's
 /// rename is the session's title.
@@ -586,6 +587,35 @@ async fn control_requests_passed_through_2_1_332() {
     let models = send("list_models", "{}").await.unwrap();
     let v: serde_json::Value = serde_json::from_str(&models.response_json).unwrap();
     assert!(!v["models"].as_array().unwrap().is_empty(), "{v}");
+    // Subtypes the Agent SDK 0.3.334 added, which ostler has no RPC for: each answered at
+    // once as 2.1.332 answers it (measured 4-16 ms), none left waiting for the timeout.
+    let peer = send("set_peer_delivery", r#"{"shows_held_messages": false}"#)
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&peer.response_json).unwrap();
+    assert!(v.get("always_deliver").is_some(), "{v}");
+    let held = send(
+        "decide_held_peer_message",
+        r#"{"hold_id": "no-such-hold", "decision": "drop"}"#,
+    )
+    .await
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&held.response_json).unwrap();
+    assert_eq!(v["outcome"], "gone", "{v}");
+    assert_refused(
+        send("decide_held_peer_message", r#"{"hold_id": "no-such-hold"}"#).await,
+        tonic::Code::FailedPrecondition,
+        "Invalid decide_held_peer_message",
+    );
+    assert_refused(
+        send(
+            "update_queued_message",
+            r#"{"message_uuid": "00000000-0000-0000-0000-000000000000"}"#,
+        )
+        .await,
+        tonic::Code::FailedPrecondition,
+        "Unsupported control request",
+    );
     send("rename_session", r#"{"title": "RENAMED-8"}"#)
         .await
         .unwrap();
@@ -639,6 +669,8 @@ async fn control_requests_passed_through_2_1_332() {
         [
             "get_settings done",
             "list_models done",
+            "set_peer_delivery done",
+            "decide_held_peer_message done",
             "rename_session done"
         ]
     );
