@@ -209,8 +209,11 @@ impl Table {
         ((v >> 32) as u32 == self.generation).then_some((v as u32) as usize)
     }
 
-    fn put(&mut self, slot: usize, at: usize) {
-        self.slots[slot] = (u64::from(self.generation) << 32) | at as u64;
+    fn put_first(&mut self, slot: usize, at: usize) {
+        let v = &mut self.slots[slot];
+        if (*v >> 32) as u32 != self.generation {
+            *v = (u64::from(self.generation) << 32) | at as u64;
+        }
     }
 }
 
@@ -269,17 +272,12 @@ fn delta(payload: &[u8], raw: &[u8]) -> Option<Vec<u8>> {
     TABLE.with(|t| {
         let mut table = t.borrow_mut();
         table.reset(bits);
-        // Earlier positions win: the first occurrence is as good as any, and keeping it
-        // makes long repeated runs (indentation, padding) match from their start. Indexed
-        // from the last window back to the first, each overwriting its slot, so the
-        // earliest stays without a test per window.
-        let mut at = (raw.len() - WINDOW) / STEP * STEP;
-        loop {
-            table.put(hash(read_window(raw, at), bits), at);
-            if at == 0 {
-                break;
-            }
-            at -= STEP;
+        let mut at = 0;
+        while at + WINDOW <= raw.len() {
+            // Earlier positions win: the first occurrence is as good as any, and keeping
+            // it makes long repeated runs (indentation, padding) match from their start.
+            table.put_first(hash(read_window(raw, at), bits), at);
+            at += STEP;
         }
         // The payload is mostly copies of the line: a short list of ops.
         let cap = payload.len() / 4 + 16;
@@ -385,23 +383,12 @@ fn delta_against(
     let mut misses = 0usize;
     while i + WINDOW <= data.len() {
         let mut best: Option<(usize, usize)> = None;
-        let w = read_window(data, i);
-        let mut consider = |r: Option<usize>| {
-            // Most candidates are hash collisions: one compare of the window rejects them.
-            let Some(r) = r.filter(|&r| r + WINDOW <= reference.len()) else {
-                return;
-            };
-            if read_window(reference, r) != w {
-                return;
-            }
-            let fwd = WINDOW + common_prefix(&data[i + WINDOW..], &reference[r + WINDOW..]);
-            if best.is_none_or(|(_, f)| fwd > f) {
+        for r in find(read_window(data, i)).into_iter().flatten() {
+            let fwd = common_prefix(&data[i..], &reference[r..]);
+            if fwd >= WINDOW && best.is_none_or(|(_, f)| fwd > f) {
                 best = Some((r, fwd));
             }
-        };
-        let [first, second] = find(w);
-        consider(first);
-        consider(second);
+        }
         if let Some((r, fwd)) = best {
             // Extend backwards into the pending literal.
             let back = data[lit_start..i]
