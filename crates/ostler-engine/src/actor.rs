@@ -426,7 +426,8 @@ impl Actor {
     }
 
     /// Sends again what was set at runtime through `SendControlRequest` and accepted by an
-    /// earlier process of the session (flag settings, MCP permission mode overrides; see
+    /// earlier process of the session (flag settings, MCP permission mode overrides, peer
+    /// message delivery; see
     /// [`crate::runtime::RuntimeSettings`]): queued for stdin now, right behind
     /// `initialize` and before any user message (the actor takes no command before this
     /// returns), so the first turn already runs with them. Each answer is recorded as
@@ -868,7 +869,9 @@ impl Actor {
             Command::RenameDone { request, result } => self.renamed_cli(request, result).await,
             Command::Restored { request, result } => {
                 let result = result.map_err(|e| e.to_string()).and_then(|answer| {
-                    match crate::runtime::refusal_in_answer(&request, answer.as_ref()) {
+                    match crate::runtime::refusal_in_answer(&request, answer.as_ref())
+                        .or_else(|| crate::runtime::restore_shortfall(&request, answer.as_ref()))
+                    {
                         Some(refused) => Err(refused),
                         None => Ok(answer),
                     }

@@ -75,8 +75,8 @@ pub(crate) struct Meta {
     /// The servers of the last `SetMcpServers` (name -> config), given to the next process
     /// with the session's own (`--mcp-config`).
     pub mcp_servers: Option<serde_json::Map<String, serde_json::Value>>,
-    /// The flag settings and MCP permission mode overrides set at runtime, sent again
-    /// right after `initialize`.
+    /// The flag settings, MCP permission mode overrides and peer message delivery set at
+    /// runtime, sent again right after `initialize`.
     pub runtime: crate::runtime::RuntimeSettings,
     /// A client gave the session its title (at create, or with `UpdateSession` since):
     /// a respawned CLI announcing no title gets it with `rename_session`.

@@ -38,6 +38,8 @@ pub(crate) fn control_notice_code(subtype: &str) -> &'static str {
         "stop_task" => "task_stopped",
         "apply_flag_settings" => FLAG_SETTINGS_APPLIED,
         "set_mcp_permission_mode_override" => MCP_MODE_OVERRIDE_SET,
+        "set_peer_delivery" => PEER_DELIVERY_SET,
+        "decide_held_peer_message" => HELD_PEER_MESSAGE_DECIDED,
         _ => "control",
     }
 }
@@ -47,6 +49,12 @@ pub(crate) fn control_notice_code(subtype: &str) -> &'static str {
 pub const FLAG_SETTINGS_APPLIED: &str = "flag_settings_applied";
 /// The `engine_notice` code of a `set_mcp_permission_mode_override` the CLI accepted.
 pub const MCP_MODE_OVERRIDE_SET: &str = "mcp_permission_mode_override_set";
+/// The `engine_notice` code of a `set_peer_delivery` the CLI accepted (`data`: `request`,
+/// `answer` with the `always_deliver` choices in force).
+pub const PEER_DELIVERY_SET: &str = "peer_delivery_set";
+/// The `engine_notice` code of a `decide_held_peer_message` the CLI answered (`data`:
+/// `request`, `answer` with the `outcome` and the `always_deliver` choices in force).
+pub const HELD_PEER_MESSAGE_DECIDED: &str = "held_peer_message_decided";
 /// The `engine_notice` code of a runtime control sent again after a respawn and accepted
 /// (`data`: `subtype`, `request`, `answer`).
 pub const CONTROL_RESTORED: &str = "control_restored";
@@ -87,18 +95,91 @@ pub const CLI_TITLE_SET_FAILED: &str = "cli_title_set_failed";
 /// `set_mcp_permission_mode_override` (`serverName`, `mode`: `default`, `auto`, or `null`
 /// to clear; measured on 2.1.332: stored per server name, also for a server not connected
 /// yet, with a `warning` in the answer): the last mode per server, cleared ones left out.
+///
+/// `set_peer_delivery` (what the host knows about delivering messages from other sessions;
+/// read in 2.1.332's code: every field it holds lives in the process, a field left out stays
+/// as it is): `shows_held_messages` as last set, and the "always deliver" choices in force
+/// as the CLI's last answer to a `set_peer_delivery` or `decide_held_peer_message` (with
+/// `always`) reported them (`always_deliver`: `session` {`scope`, `made_in`, `session_id`}
+/// or null, `account`), sent again as one `set_peer_delivery`. The CLI applies a `session`
+/// choice only in the conversation it names: a process that runs another conversation id
+/// keeps none, recorded as `control_restore_failed`.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct RuntimeSettings {
     /// The `settings` of the `apply_flag_settings` requests to replay, oldest first.
     pub flag_settings: Vec<Map<String, Value>>,
     /// Server name -> permission mode override.
     pub mcp_mode_overrides: std::collections::BTreeMap<String, Value>,
+    /// The peer message delivery the host set.
+    pub peer_delivery: PeerDelivery,
+}
+
+/// What `set_peer_delivery` and `decide_held_peer_message` set in a CLI process (see
+/// [`RuntimeSettings`]).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct PeerDelivery {
+    /// `shows_held_messages`, the last value sent.
+    pub shows_held_messages: Option<bool>,
+    /// The choice to always deliver in one conversation: `scope`, `made_in`, `session_id`.
+    pub session: Option<Map<String, Value>>,
+    /// The choice to always deliver messages from the person's own sessions.
+    pub account: bool,
+}
+
+impl PeerDelivery {
+    /// Takes in an accepted request and the CLI's answer to it.
+    fn record(&mut self, subtype: &str, request: &Map<String, Value>, answer: Option<&Value>) {
+        if subtype == "set_peer_delivery"
+            && let Some(shows) = request.get("shows_held_messages").and_then(Value::as_bool)
+        {
+            self.shows_held_messages = Some(shows);
+        }
+        // The state the CLI reports is the truth; without it (a release that answers
+        // otherwise), what a `set_peer_delivery` asked for.
+        let (session, account) = match answer.and_then(|a| a.get("always_deliver")) {
+            Some(Value::Object(state)) => (state.get("session"), state.get("account")),
+            _ if subtype == "set_peer_delivery" => (request.get("session"), request.get("account")),
+            _ => (None, None),
+        };
+        match session {
+            Some(Value::Object(choice)) => {
+                let mut kept = choice.clone();
+                // Reported, not set.
+                kept.remove("paused");
+                self.session = Some(kept);
+            }
+            Some(Value::Null) => self.session = None,
+            _ => {}
+        }
+        if let Some(account) = account.and_then(Value::as_bool) {
+            self.account = account;
+        }
+    }
+
+    /// The `set_peer_delivery` that re-creates this in a new process, when anything is set.
+    fn request(&self) -> Option<OutRequest> {
+        let mut fields = Map::new();
+        if let Some(shows) = self.shows_held_messages {
+            fields.insert("shows_held_messages".into(), Value::Bool(shows));
+        }
+        if let Some(session) = &self.session {
+            fields.insert("session".into(), Value::Object(session.clone()));
+        }
+        if self.account {
+            fields.insert("account".into(), Value::Bool(true));
+        }
+        (!fields.is_empty()).then(|| OutRequest::Other {
+            subtype: "set_peer_delivery".into(),
+            fields,
+        })
+    }
 }
 
 impl RuntimeSettings {
     /// Takes in the notice of a control the CLI accepted, when it is one to restore.
-    /// Builds before the dedicated codes recorded `apply_flag_settings` as `control` with
-    /// the message `apply_flag_settings done`: read too.
+    /// Builds before the dedicated codes recorded `apply_flag_settings`,
+    /// `set_peer_delivery` and `decide_held_peer_message` as `control` with the message
+    /// `<subtype> done`: read too.
     pub fn record(&mut self, code: &str, message: &str, data: Option<&Value>) {
         let Some(request) = data
             .and_then(|d| d.get("request"))
@@ -112,6 +193,17 @@ impl RuntimeSettings {
             if let Some(settings) = request.get("settings").and_then(Value::as_object) {
                 self.apply_flag_settings(settings.clone());
             }
+        } else if let Some(subtype) = match (code, message) {
+            (PEER_DELIVERY_SET, _) | ("control", "set_peer_delivery done") => {
+                Some("set_peer_delivery")
+            }
+            (HELD_PEER_MESSAGE_DECIDED, _) | ("control", "decide_held_peer_message done") => {
+                Some("decide_held_peer_message")
+            }
+            _ => None,
+        } {
+            let answer = data.and_then(|d| d.get("answer"));
+            self.peer_delivery.record(subtype, request, answer);
         } else if code == MCP_MODE_OVERRIDE_SET
             && let Some(server) = request.get("serverName").and_then(Value::as_str)
         {
@@ -182,7 +274,32 @@ impl RuntimeSettings {
                 fields,
             });
         }
+        out.extend(self.peer_delivery.request());
         out
+    }
+}
+
+/// Why a runtime control sent again after a respawn and answered with success did not
+/// re-create what it should: a `set_peer_delivery` whose conversation choice the new
+/// process did not keep (it runs another conversation id).
+pub(crate) fn restore_shortfall(
+    request: &OutRequest,
+    answer: Option<&ostler_protocol::model::RawJson>,
+) -> Option<String> {
+    let OutRequest::Other { subtype, fields } = request else {
+        return None;
+    };
+    if subtype != "set_peer_delivery" {
+        return None;
+    }
+    let asked = fields.get("session")?.get("session_id")?.as_str()?;
+    let v = answer?.to_value().ok()?;
+    match v.get("always_deliver").map(|d| d.get("session")) {
+        Some(Some(Value::Null)) => Some(format!(
+            "the choice to always deliver peer messages was made in conversation {asked}; the \
+             CLI runs another and kept none"
+        )),
+        _ => None,
     }
 }
 
@@ -507,5 +624,114 @@ mod runtime_settings_tests {
             })
             .collect();
         assert_eq!(overrides, [json!({"serverName": "b", "mode": "auto"})]);
+    }
+
+    fn peer_request(r: &RuntimeSettings) -> Option<Value> {
+        r.requests().into_iter().find_map(|q| match q {
+            OutRequest::Other { subtype, fields } if subtype == "set_peer_delivery" => {
+                Some(Value::Object(fields))
+            }
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn peer_delivery_is_replayed_as_the_cli_last_reported_it() {
+        let mut r = RuntimeSettings::default();
+        assert_eq!(peer_request(&r), None);
+        let noticed = |request: Value, answer: Value| json!({"request": request, "answer": answer});
+        let choice = json!({"scope": "mine", "made_in": "prompting", "session_id": "c1"});
+        r.record(
+            PEER_DELIVERY_SET,
+            "set_peer_delivery done",
+            Some(&noticed(
+                json!({"shows_held_messages": true, "session": choice}),
+                json!({"always_deliver": {
+                    "session": {"scope": "mine", "made_in": "prompting", "session_id": "c1", "paused": false},
+                    "account": false
+                }}),
+            )),
+        );
+        assert_eq!(
+            peer_request(&r),
+            Some(json!({"shows_held_messages": true, "session": choice}))
+        );
+        // A field left out stays; the account choice as the answer reports it.
+        r.record(
+            "control",
+            "set_peer_delivery done",
+            Some(&noticed(
+                json!({"account": true}),
+                json!({"always_deliver": {"session": choice, "account": true}}),
+            )),
+        );
+        assert_eq!(
+            peer_request(&r),
+            Some(json!({"shows_held_messages": true, "session": choice, "account": true}))
+        );
+        // A decision with `always` in another conversation: the CLI's answer is the state.
+        let other = json!({"scope": "anyone", "made_in": "bypass", "session_id": "c1"});
+        r.record(
+            HELD_PEER_MESSAGE_DECIDED,
+            "decide_held_peer_message done",
+            Some(&noticed(
+                json!({"hold_id": "h", "decision": "deliver", "always": {"scope": "anyone", "made_in": "bypass"}}),
+                json!({"outcome": "delivered", "always_deliver": {"session": other, "account": false}}),
+            )),
+        );
+        assert_eq!(
+            peer_request(&r),
+            Some(json!({"shows_held_messages": true, "session": other}))
+        );
+        // Ended: nothing but what the host shows.
+        r.record(
+            PEER_DELIVERY_SET,
+            "",
+            Some(&noticed(
+                json!({"session": null, "shows_held_messages": false}),
+                json!({"always_deliver": {"session": null, "account": false}}),
+            )),
+        );
+        assert_eq!(
+            peer_request(&r),
+            Some(json!({"shows_held_messages": false}))
+        );
+        // Without `always_deliver` in the answer, what the request asked for.
+        r.record(
+            PEER_DELIVERY_SET,
+            "",
+            Some(&noticed(json!({"account": true}), Value::Null)),
+        );
+        assert_eq!(
+            peer_request(&r),
+            Some(json!({"shows_held_messages": false, "account": true}))
+        );
+    }
+
+    #[test]
+    fn a_conversation_choice_the_new_process_did_not_keep_is_a_shortfall() {
+        let request = OutRequest::Other {
+            subtype: "set_peer_delivery".into(),
+            fields: obj(
+                json!({"session": {"scope": "mine", "made_in": "prompting", "session_id": "c1"}}),
+            ),
+        };
+        let answer = |s: &str| ostler_protocol::model::RawJson::from_string(s.into()).ok();
+        let kept = answer(
+            r#"{"always_deliver":{"session":{"scope":"mine","made_in":"prompting","session_id":"c1","paused":false},"account":false}}"#,
+        );
+        assert_eq!(restore_shortfall(&request, kept.as_ref()), None);
+        let dropped = answer(r#"{"always_deliver":{"session":null,"account":false}}"#);
+        assert!(
+            restore_shortfall(&request, dropped.as_ref())
+                .unwrap()
+                .contains("conversation c1")
+        );
+        // Nothing asked for the conversation: nothing missing.
+        let shows = OutRequest::Other {
+            subtype: "set_peer_delivery".into(),
+            fields: obj(json!({"shows_held_messages": true})),
+        };
+        assert_eq!(restore_shortfall(&shows, dropped.as_ref()), None);
     }
 }

@@ -1658,7 +1658,7 @@ impl Engine {
                         }
                     }
                     // Runtime controls sent again after `initialize` (flag settings, MCP
-                    // permission mode overrides).
+                    // permission mode overrides, peer message delivery).
                     Ok(EventPayload::EngineNotice(n)) => {
                         meta.runtime.record(&n.code, &n.message, n.data.as_ref());
                     }

@@ -669,13 +669,136 @@ async fn control_requests_passed_through_2_1_332() {
         [
             "get_settings done",
             "list_models done",
-            "set_peer_delivery done",
-            "decide_held_peer_message done",
             "rename_session done"
+        ]
+    );
+    let peer: Vec<(&str, &str)> = seen
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code.contains("peer") => {
+                Some((n.code.as_str(), n.message.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        peer,
+        [
+            ("peer_delivery_set", "set_peer_delivery done"),
+            ("held_peer_message_decided", "decide_held_peer_message done")
         ]
     );
     // The session still works.
     send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
+}
+
+/// `set_peer_delivery` outlives the process: what the host set (held messages shown, the
+/// choices to always deliver in this conversation and from the person's own sessions) lives
+/// in the CLI process (2.1.332); after a stop and resume the new process reports the same
+/// choices, the request sent again is recorded as `control_restored`; a choice the CLI
+/// does not apply (another conversation's) is not replayed as one it kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn peer_delivery_survives_a_respawn_2_1_332() {
+    let world = World::new(NEW).await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = c
+        .create_session(as_client(
+            "peers",
+            pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 1").await;
+    let conversation = session(&mut c, &s.id).await.cli_session_id;
+    assert!(!conversation.is_empty());
+    let id = s.id.clone();
+    let cc = c.clone();
+    let peer_delivery = |request_json: String| {
+        let mut c = cc.clone();
+        let req = pb::SendControlRequestRequest {
+            session_id: id.clone(),
+            subtype: "set_peer_delivery".into(),
+            request_json,
+        };
+        async move {
+            let answer = c.send_control_request(req).await.unwrap().into_inner();
+            let v: serde_json::Value = serde_json::from_str(&answer.response_json).unwrap();
+            v["always_deliver"].clone()
+        }
+    };
+    // A fresh process: nothing chosen. A choice for another conversation is not applied.
+    let fresh = peer_delivery("{}".into()).await;
+    assert_eq!(fresh["session"], serde_json::Value::Null, "{fresh}");
+    assert_eq!(fresh["account"], false, "{fresh}");
+    let elsewhere = peer_delivery(
+        r#"{"session": {"scope": "mine", "made_in": "prompting", "session_id": "not-this-one"}}"#
+            .into(),
+    )
+    .await;
+    assert_eq!(elsewhere["session"], serde_json::Value::Null, "{elsewhere}");
+    let chosen = peer_delivery(format!(
+        r#"{{"shows_held_messages": true, "account": true,
+            "session": {{"scope": "anyone", "made_in": "prompting", "session_id": "{conversation}"}}}}"#
+    ))
+    .await;
+    assert_eq!(chosen["session"]["scope"], "anyone", "{chosen}");
+    assert_eq!(chosen["account"], true, "{chosen}");
+
+    // Stopped and resumed: the new process reports the same choices.
+    stop_and_resume(&mut c, &s.id).await;
+    assert_eq!(
+        session(&mut c, &s.id).await.cli_session_id,
+        conversation,
+        "the resumed CLI runs the same conversation"
+    );
+    let after = peer_delivery("{}".into()).await;
+    assert_eq!(after["session"]["scope"], "anyone", "{after}");
+    assert_eq!(after["session"]["made_in"], "prompting", "{after}");
+    assert_eq!(
+        after["session"]["session_id"],
+        conversation.as_str(),
+        "{after}"
+    );
+    assert_eq!(after["account"], true, "{after}");
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 2").await;
+    let restore_noticed = |e: &pb::SessionEvent| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code.starts_with("control_restore"));
+    if !seen.iter().any(restore_noticed) {
+        read_until(&mut events, &mut seen, "control_restored", restore_noticed).await;
+    }
+
+    // One `set_peer_delivery` sent again, recorded with what the host had set.
+    let stored = history(&mut c, &s.id).await;
+    let restored: Vec<serde_json::Value> = stored
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code.starts_with("control_restore") => {
+                Some(serde_json::from_str(&n.data_json).unwrap())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(restored.len(), 1, "{restored:#?}");
+    assert_eq!(restored[0]["subtype"], "set_peer_delivery");
+    assert_eq!(
+        restored[0]["request"],
+        serde_json::json!({
+            "shows_held_messages": true,
+            "account": true,
+            "session": {"scope": "anyone", "made_in": "prompting", "session_id": conversation},
+        }),
+        "{restored:#?}"
+    );
+    assert_eq!(
+        restored[0]["answer"]["always_deliver"]["account"], true,
+        "{restored:#?}"
+    );
 }
 
 /// The command line: `ostler info`, `context`, `mcp status|set|toggle|reconnect`,
