@@ -566,16 +566,7 @@ async fn control_requests_passed_through_2_1_332() {
     let mut seen = Vec::new();
     await_initialized(&mut events, &mut seen).await;
     send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello").await;
-    let id = s.id.clone();
-    let send = |subtype: &str, request_json: &str| {
-        let mut c = c.clone();
-        let req = pb::SendControlRequestRequest {
-            session_id: id.clone(),
-            subtype: subtype.into(),
-            request_json: request_json.into(),
-        };
-        async move { c.send_control_request(req).await.map(|r| r.into_inner()) }
-    };
+    let send = |subtype: &str, request_json: &str| send_control(&c, &s.id, subtype, request_json);
     let settings = send("get_settings", "").await.unwrap();
     let v: serde_json::Value = serde_json::from_str(&settings.response_json).unwrap();
     assert!(v.get("applied").is_some(), "{v}");
@@ -702,34 +693,18 @@ async fn peer_delivery_survives_a_respawn_2_1_332() {
     let world = World::new(NEW).await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
-    let s = c
-        .create_session(as_client(
-            "peers",
-            pb::CreateSessionRequest {
-                cwd: world.work.display().to_string(),
-                ..Default::default()
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let s = create_session(&mut c, &world.work, "peers").await;
     let mut events = subscribe(&mut c, &s.id, 0, false).await;
     let mut seen = Vec::new();
     send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 1").await;
     let conversation = session(&mut c, &s.id).await.cli_session_id;
     assert!(!conversation.is_empty());
-    let id = s.id.clone();
     let cc = c.clone();
     let peer_delivery = |request_json: String| {
-        let mut c = cc.clone();
-        let req = pb::SendControlRequestRequest {
-            session_id: id.clone(),
-            subtype: "set_peer_delivery".into(),
-            request_json,
-        };
+        let answer = send_control(&cc, &s.id, "set_peer_delivery", &request_json);
         async move {
-            let answer = c.send_control_request(req).await.unwrap().into_inner();
-            let v: serde_json::Value = serde_json::from_str(&answer.response_json).unwrap();
+            let v: serde_json::Value =
+                serde_json::from_str(&answer.await.unwrap().response_json).unwrap();
             v["always_deliver"].clone()
         }
     };
@@ -941,35 +916,30 @@ async fn flag_settings_survive_respawns_2_1_332() {
         .into_inner();
     let mut events = subscribe(&mut c, &s.id, 0, false).await;
     let mut seen = Vec::new();
-    let id = s.id.clone();
-    let cc = c.clone();
-    let control = |subtype: &str, request_json: &str| {
-        let mut c = cc.clone();
-        let req = pb::SendControlRequestRequest {
-            session_id: id.clone(),
-            subtype: subtype.into(),
-            request_json: request_json.into(),
-        };
-        async move { c.send_control_request(req).await.unwrap().into_inner() }
-    };
     // Two requests with different keys: the CLI merges them; one it refuses is not kept.
-    control(
+    send_control(
+        &c,
+        &s.id,
         "apply_flag_settings",
         r#"{"settings":{"effortLevel":"low","env":{"FLAG_SECRET":"SEKRIT-FLAG"}}}"#,
     )
-    .await;
-    control(
+    .await
+    .unwrap();
+    send_control(
+        &c,
+        &s.id,
         "apply_flag_settings",
         r#"{"settings":{"alwaysThinkingEnabled":false}}"#,
     )
+    .await
+    .unwrap();
+    let refused = send_control(
+        &c,
+        &s.id,
+        "apply_flag_settings",
+        r#"{"settings":{"permissions":{"defaultMode":"weird"}}}"#,
+    )
     .await;
-    let refused = c
-        .send_control_request(pb::SendControlRequestRequest {
-            session_id: s.id.clone(),
-            subtype: "apply_flag_settings".into(),
-            request_json: r#"{"settings":{"permissions":{"defaultMode":"weird"}}}"#.into(),
-        })
-        .await;
     assert_refused(
         refused,
         tonic::Code::FailedPrecondition,
@@ -1013,7 +983,7 @@ async fn flag_settings_survive_respawns_2_1_332() {
 
     // Stopped and resumed: the CLI's flag settings layer is what it was, both keys.
     stop_and_resume(&mut c, &s.id).await;
-    let settings = control("get_settings", "").await;
+    let settings = send_control(&c, &s.id, "get_settings", "").await.unwrap();
     let v: serde_json::Value = serde_json::from_str(&settings.response_json).unwrap();
     let flags = &v["effective"];
     assert_eq!(flags["effortLevel"], "low", "{v}");

@@ -386,6 +386,24 @@ pub fn assert_gap_free(events: &[pb::SessionEvent], from: u64) -> Vec<u64> {
     seqs
 }
 
+/// `SendControlRequest` of `subtype` with `request_json` on session `id`, on a clone of `c`;
+/// the future borrows nothing (closures can return it).
+pub fn send_control(
+    c: &SessionServiceClient<Channel>,
+    id: &str,
+    subtype: &str,
+    request_json: &str,
+) -> impl std::future::Future<Output = Result<pb::SendControlRequestResponse, tonic::Status>> + use<>
+{
+    let mut c = c.clone();
+    let req = pb::SendControlRequestRequest {
+        session_id: id.to_owned(),
+        subtype: subtype.into(),
+        request_json: request_json.into(),
+    };
+    async move { c.send_control_request(req).await.map(|r| r.into_inner()) }
+}
+
 pub async fn create_session(
     c: &mut SessionServiceClient<Channel>,
     work: &Path,
