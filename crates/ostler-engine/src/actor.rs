@@ -485,7 +485,13 @@ impl Actor {
         let notice = match result {
             Ok(answer) => EngineNotice {
                 code: crate::runtime::CONTROL_RESTORED.into(),
-                message: format!("{subtype} sent again after the respawn"),
+                message: match crate::runtime::restore_shortfall(&request, answer.as_ref()) {
+                    Some(shortfall) => {
+                        tracing::warn!(session = %self.sid(), %subtype, %shortfall, "a runtime control was restored in part");
+                        format!("{subtype} sent again after the respawn, in part: {shortfall}")
+                    }
+                    None => format!("{subtype} sent again after the respawn"),
+                },
                 data: Some(serde_json::json!({
                     "subtype": subtype,
                     "request": fields,
@@ -869,9 +875,7 @@ impl Actor {
             Command::RenameDone { request, result } => self.renamed_cli(request, result).await,
             Command::Restored { request, result } => {
                 let result = result.map_err(|e| e.to_string()).and_then(|answer| {
-                    match crate::runtime::refusal_in_answer(&request, answer.as_ref())
-                        .or_else(|| crate::runtime::restore_shortfall(&request, answer.as_ref()))
-                    {
+                    match crate::runtime::refusal_in_answer(&request, answer.as_ref()) {
                         Some(refused) => Err(refused),
                         None => Ok(answer),
                     }

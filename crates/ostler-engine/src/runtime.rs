@@ -101,9 +101,10 @@ pub const CLI_TITLE_SET_FAILED: &str = "cli_title_set_failed";
 /// as it is): `shows_held_messages` as last set, and the "always deliver" choices in force
 /// as the CLI's last answer to a `set_peer_delivery` or `decide_held_peer_message` (with
 /// `always`) reported them (`always_deliver`: `session` {`scope`, `made_in`, `session_id`}
-/// or null, `account`), sent again as one `set_peer_delivery`. The CLI applies a `session`
-/// choice only in the conversation it names: a process that runs another conversation id
-/// keeps none, recorded as `control_restore_failed`.
+/// or null, `account`), sent again as one `set_peer_delivery`; the answer to that is the
+/// state from then on. The CLI applies a `session` choice only in the conversation it
+/// names: a process that runs another conversation id (a fork) keeps none, which the
+/// `control_restored` notice says, and it is not sent again.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct RuntimeSettings {
     /// The `settings` of the `apply_flag_settings` requests to replay, oldest first.
@@ -197,6 +198,12 @@ impl RuntimeSettings {
             (PEER_DELIVERY_SET, _) | ("control", "set_peer_delivery done") => {
                 Some("set_peer_delivery")
             }
+            (CONTROL_RESTORED, _)
+                if data.and_then(|d| d.get("subtype")).and_then(Value::as_str)
+                    == Some("set_peer_delivery") =>
+            {
+                Some("set_peer_delivery")
+            }
             (HELD_PEER_MESSAGE_DECIDED, _) | ("control", "decide_held_peer_message done") => {
                 Some("decide_held_peer_message")
             }
@@ -279,9 +286,9 @@ impl RuntimeSettings {
     }
 }
 
-/// Why a runtime control sent again after a respawn and answered with success did not
-/// re-create what it should: a `set_peer_delivery` whose conversation choice the new
-/// process did not keep (it runs another conversation id).
+/// What a runtime control sent again after a respawn and answered with success did not
+/// re-create: a `set_peer_delivery` whose conversation choice the new process did not keep
+/// (it runs another conversation id).
 pub(crate) fn restore_shortfall(
     request: &OutRequest,
     answer: Option<&ostler_protocol::model::RawJson>,
@@ -691,6 +698,43 @@ mod runtime_settings_tests {
                 json!({"session": null, "shows_held_messages": false}),
                 json!({"always_deliver": {"session": null, "account": false}}),
             )),
+        );
+        assert_eq!(
+            peer_request(&r),
+            Some(json!({"shows_held_messages": false}))
+        );
+        // Sent again after a respawn: the new process's answer is the state from then on
+        // (a fork runs another conversation and kept no choice: not sent again).
+        r.record(
+            PEER_DELIVERY_SET,
+            "",
+            Some(&noticed(
+                json!({"session": choice}),
+                json!({"always_deliver": {"session": choice, "account": false}}),
+            )),
+        );
+        r.record(
+            CONTROL_RESTORED,
+            "set_peer_delivery sent again after the respawn, in part: ...",
+            Some(&json!({
+                "subtype": "set_peer_delivery",
+                "request": {"shows_held_messages": false, "session": choice},
+                "answer": {"always_deliver": {"session": null, "account": false}}
+            })),
+        );
+        assert_eq!(
+            peer_request(&r),
+            Some(json!({"shows_held_messages": false}))
+        );
+        // Another control's restore is not taken.
+        r.record(
+            CONTROL_RESTORED,
+            "",
+            Some(&json!({
+                "subtype": "apply_flag_settings",
+                "request": {"settings": {"x": 1}},
+                "answer": {"always_deliver": {"session": choice, "account": true}}
+            })),
         );
         assert_eq!(
             peer_request(&r),

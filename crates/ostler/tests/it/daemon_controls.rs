@@ -686,8 +686,9 @@ async fn control_requests_passed_through_2_1_332() {
 /// `set_peer_delivery` outlives the process: what the host set (held messages shown, the
 /// choices to always deliver in this conversation and from the person's own sessions) lives
 /// in the CLI process (2.1.332); after a stop and resume the new process reports the same
-/// choices, the request sent again is recorded as `control_restored`; a choice the CLI
-/// does not apply (another conversation's) is not replayed as one it kept.
+/// choices, the request sent again is recorded as `control_restored`; a fork (another
+/// conversation) keeps no conversation choice, its notice says so, and the next process is
+/// not sent it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn peer_delivery_survives_a_respawn_2_1_332() {
     let world = World::new(NEW).await;
@@ -773,6 +774,64 @@ async fn peer_delivery_survives_a_respawn_2_1_332() {
     assert_eq!(
         restored[0]["answer"]["always_deliver"]["account"], true,
         "{restored:#?}"
+    );
+
+    // A fork runs another conversation: the CLI keeps no choice made in this one.
+    c.stop_session(pb::StopSessionRequest {
+        session_id: s.id.clone(),
+    })
+    .await
+    .unwrap();
+    c.resume_session(pb::ResumeSessionRequest {
+        session_id: s.id.clone(),
+        fork: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 3").await;
+    assert_ne!(session(&mut c, &s.id).await.cli_session_id, conversation);
+    let in_part = |e: &pb::SessionEvent| {
+        matches!(&e.payload, Some(P::EngineNotice(n))
+            if n.code == "control_restored" && n.message.contains("in part")
+                && n.message.contains(&conversation))
+    };
+    if !seen.iter().any(in_part) {
+        read_until(&mut events, &mut seen, "a restore in part", in_part).await;
+    }
+    let forked = seen
+        .iter()
+        .find_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if in_part(e) => {
+                Some(serde_json::from_str::<serde_json::Value>(&n.data_json).unwrap())
+            }
+            _ => None,
+        })
+        .unwrap();
+    let state = &forked["answer"]["always_deliver"];
+    assert_eq!(state["session"], serde_json::Value::Null, "{forked}");
+    assert_eq!(state["account"], true, "{forked}");
+    // ... and the next process is not sent that choice again.
+    stop_and_resume(&mut c, &s.id).await;
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 4").await;
+    let restored = |e: &pb::SessionEvent| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code == "control_restored");
+    if seen.iter().filter(|e| restored(e)).count() < 3 {
+        read_until(&mut events, &mut seen, "the third restore", restored).await;
+    }
+    let last = seen
+        .iter()
+        .rev()
+        .find_map(|e| match &e.payload {
+            Some(P::EngineNotice(n)) if n.code == "control_restored" => {
+                Some(serde_json::from_str::<serde_json::Value>(&n.data_json).unwrap())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        last["request"],
+        serde_json::json!({"shows_held_messages": true, "account": true}),
+        "{last}"
     );
 }
 
