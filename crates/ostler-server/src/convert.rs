@@ -534,6 +534,7 @@ pub(crate) fn create_session(
         settings: opt_string(r.settings),
         managed_settings: opt_string(r.managed_settings),
         setting_sources: r.setting_sources,
+        no_setting_sources: r.no_setting_sources,
         agents: opt_string(r.agents_json),
         json_schema: opt_string(r.json_schema),
         env: r.env.into_iter().collect(),

@@ -79,6 +79,10 @@ pub struct CliOptions {
     /// `--setting-sources` (`user`, `project`, `local`), comma-joined.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub setting_sources: Vec<String>,
+    /// `--setting-sources=` (empty): no filesystem settings (the Agent SDKs'
+    /// `settingSources: []`); not with `setting_sources`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_setting_sources: bool,
     /// `--agents`: custom sub-agents, a JSON object (`{"name": {"description", "prompt",
     /// ...}}`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -804,6 +808,13 @@ impl CliOptions {
             self.setting_sources.len(),
             SETTING_SOURCES.len(),
         )?;
+        if self.no_setting_sources && !self.setting_sources.is_empty() {
+            return Err(bad(
+                "no_setting_sources",
+                "no_setting_sources loads no setting source; leave setting_sources empty \
+                 with it",
+            ));
+        }
         for (i, s) in self.setting_sources.iter().enumerate() {
             if !SETTING_SOURCES.contains(&s.as_str()) {
                 return Err(bad(
@@ -1139,6 +1150,11 @@ impl CliOptions {
             !self.setting_sources.is_empty(),
             "--setting-sources",
             "setting_sources",
+        );
+        on(
+            self.no_setting_sources,
+            "--setting-sources",
+            "no_setting_sources",
         );
         on(
             !self.mcp_servers.is_empty() || !self.tool_servers.is_empty(),
@@ -1785,6 +1801,14 @@ mod tests {
                 ..Default::default()
             },
             "setting_sources[1]",
+        );
+        check(
+            CliOptions {
+                setting_sources: vec!["user".into()],
+                no_setting_sources: true,
+                ..Default::default()
+            },
+            "no_setting_sources",
         );
         check(
             CliOptions {

@@ -78,6 +78,10 @@ pub fn session_args(inst: &Installation, opts: &SpawnOptions) -> Result<Vec<Stri
     }
     if !cli.setting_sources.is_empty() {
         a.option("--setting-sources", cli.setting_sources.join(","));
+    } else if cli.no_setting_sources {
+        // One argument: every release with the flag reads "" as no source (1.0.128,
+        // 2.0.77, 2.1.0, 2.1.332: `if (value === "") return []`).
+        a.flag("--setting-sources=");
     }
     if cli.strict_mcp_config {
         a.flag("--strict-mcp-config");
@@ -615,6 +619,17 @@ mod tests {
             mcp,
             serde_json::json!({"mcpServers": {"tickets": {"type": "stdio", "command": "/bin/mcp"}}})
         );
+        // No source at all: the flag with an empty value, in one argument.
+        let mut none = opts();
+        none.cli.setting_sources.clear();
+        none.cli.no_setting_sources = true;
+        let args = session_args(&inst((2, 1, 332)), &none).expect("2.1.332");
+        assert!(args.iter().any(|a| a == "--setting-sources="), "{args:?}");
+        assert!(!args.iter().any(|a| a == "--setting-sources"), "{args:?}");
+        // Neither: no flag.
+        none.cli.no_setting_sources = false;
+        let args = session_args(&inst((2, 1, 332)), &none).expect("2.1.332");
+        assert!(!args.iter().any(|a| a.starts_with("--setting-sources")));
     }
 
     #[test]

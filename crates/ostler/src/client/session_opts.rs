@@ -131,7 +131,8 @@ pub struct SessionOptionArgs {
     /// whatever the permission mode); merged into the daemon's own
     #[arg(long, value_name = "JSON")]
     pub managed_settings: Option<String>,
-    /// Setting sources to load: user, project, local (comma-separated)
+    /// Setting sources to load: user, project, local (comma-separated); "" for none (no
+    /// user, project or local settings, no CLAUDE.md)
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub setting_sources: Vec<String>,
     /// Custom sub-agents, a JSON object ({"name": {"description": ..., "prompt": ...}})
@@ -352,7 +353,12 @@ impl SessionOptionArgs {
         r.fallback_model = self.fallback_model.clone().unwrap_or_default();
         r.settings = self.settings.clone().unwrap_or_default();
         r.managed_settings = self.managed_settings.clone().unwrap_or_default();
-        r.setting_sources = self.setting_sources.clone();
+        // `--setting-sources ""`: none at all.
+        if self.setting_sources.iter().all(String::is_empty) && !self.setting_sources.is_empty() {
+            r.no_setting_sources = true;
+        } else {
+            r.setting_sources = self.setting_sources.clone();
+        }
         r.agents_json = self.agents.clone().unwrap_or_default();
         r.json_schema = self.json_schema.clone().unwrap_or_default();
         r.allowed_tools = self.allowed_tools.clone();
@@ -514,6 +520,18 @@ mod tests {
                 .expect("parses")
                 .allow_dangerously_skip_permissions
         );
+    }
+
+    #[test]
+    fn setting_sources_empty_is_none_at_all() {
+        let r = request(&["--setting-sources", "user,local"]).expect("parses");
+        assert_eq!(r.setting_sources, ["user", "local"]);
+        assert!(!r.no_setting_sources);
+        let r = request(&["--setting-sources", ""]).expect("parses");
+        assert!(r.setting_sources.is_empty());
+        assert!(r.no_setting_sources);
+        let r = request(&[]).expect("parses");
+        assert!(r.setting_sources.is_empty() && !r.no_setting_sources);
     }
 
     #[test]

@@ -931,6 +931,60 @@ fn control_commands() {
     assert_eq!(rewind.status.code(), Some(1), "{}", describe(&rewind));
 }
 
+/// `no_setting_sources` (the Agent SDKs' `settingSources: []`): the CLI loads no user,
+/// project or local settings, also after a respawn; a session without it does (seen from
+/// outside: the effort the model is asked with, which a user and a project settings file
+/// set); with `setting_sources` too it is INVALID_ARGUMENT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_setting_sources_loads_no_filesystem_settings_2_1_332() {
+    let world = World::new(NEW).await;
+    for dir in [&world.home, &world.work] {
+        std::fs::create_dir_all(dir.join(".claude")).unwrap();
+        std::fs::write(
+            dir.join(".claude/settings.json"),
+            r#"{"effortLevel":"low"}"#,
+        )
+        .unwrap();
+    }
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let create = |no_setting_sources: bool, setting_sources: Vec<String>| {
+        let mut c = c.clone();
+        let r = pb::CreateSessionRequest {
+            cwd: world.work.display().to_string(),
+            no_setting_sources,
+            setting_sources,
+            ..Default::default()
+        };
+        async move { c.create_session(as_client("isolated", r)).await }
+    };
+    let loaded = create(false, vec![]).await.unwrap().into_inner();
+    let isolated = create(true, vec![]).await.unwrap().into_inner();
+    assert_refused(
+        create(true, vec!["user".into()]).await,
+        tonic::Code::InvalidArgument,
+        "no_setting_sources",
+    );
+    let mut seen = Vec::new();
+    let mut events = subscribe(&mut c, &loaded.id, 0, false).await;
+    send_turn(&mut c, &mut events, &mut seen, &loaded.id, "Say hello L").await;
+    let mut events = subscribe(&mut c, &isolated.id, 0, false).await;
+    let mut seen = Vec::new();
+    send_turn(&mut c, &mut events, &mut seen, &isolated.id, "Say hello I1").await;
+    assert_eq!(
+        effort_of(&world, "Say hello L"),
+        "low",
+        "the files are read"
+    );
+    assert_ne!(effort_of(&world, "Say hello I1"), "low", "no file is read");
+    stop_and_resume(&mut c, &isolated.id).await;
+    send_turn(&mut c, &mut events, &mut seen, &isolated.id, "Say hello I2").await;
+    assert_ne!(
+        effort_of(&world, "Say hello I2"),
+        "none after the respawn either"
+    );
+}
+
 /// The `output_config.effort` of the last model request whose messages carry `prompt`.
 fn effort_of(world: &World, prompt: &str) -> String {
     let reqs = world.fake.requests();
