@@ -1171,15 +1171,25 @@ impl Actor {
                 },
                 None,
             ),
-            OutRequest::SetPermissionMode(mode) => (
-                "permission_mode_set",
-                format!("permission mode set to {mode}"),
-                Some(SessionPatch {
-                    permission_mode: Some(mode.clone()),
-                    updated_ms: now_ms(),
-                    ..Default::default()
-                }),
-            ),
+            OutRequest::SetPermissionMode(asked) => {
+                // What the CLI says is in effect is what the session records (and what
+                // the next spawn starts in).
+                let named = answer.as_ref().and_then(|a| a.to_value().ok());
+                let mode = crate::runtime::mode_in_effect(asked, named.as_ref());
+                (
+                    "permission_mode_set",
+                    if &mode == asked {
+                        format!("permission mode set to {mode}")
+                    } else {
+                        format!("permission mode set to {mode} (asked for {asked})")
+                    },
+                    Some(SessionPatch {
+                        permission_mode: Some(mode),
+                        updated_ms: now_ms(),
+                        ..Default::default()
+                    }),
+                )
+            }
             OutRequest::Interrupt => ("interrupted", "interrupt sent".to_owned(), None),
             // Reads change nothing: no notice.
             OutRequest::McpStatus => return Ok(answer),

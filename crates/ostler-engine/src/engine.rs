@@ -665,8 +665,9 @@ impl Engine {
         self.control(session_id, OutRequest::SetModel(model)).await
     }
 
-    /// `SetPermissionMode`.
-    pub async fn set_permission_mode(&self, session_id: &str, mode: String) -> Result<()> {
+    /// `SetPermissionMode`: the mode in effect afterwards, as the CLI's answer names it
+    /// (the one asked for where it names none); the session records that one.
+    pub async fn set_permission_mode(&self, session_id: &str, mode: String) -> Result<String> {
         if !KNOWN_MODES.contains(&mode.as_str()) {
             return Err(Error::invalid(
                 "mode",
@@ -675,8 +676,9 @@ impl Engine {
         }
         let bypass = mode == "bypassPermissions";
         let result = self
-            .control(session_id, OutRequest::SetPermissionMode(mode))
-            .await;
+            .control_answer(session_id, OutRequest::SetPermissionMode(mode.clone()))
+            .await
+            .map(|answer| crate::runtime::mode_in_effect(&mode, answer.as_ref()));
         if bypass {
             return result.map_err(bypass_refused);
         }

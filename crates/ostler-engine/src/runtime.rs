@@ -310,6 +310,17 @@ pub(crate) fn restore_shortfall(
     }
 }
 
+/// The permission mode in effect after a `set_permission_mode` the CLI accepted: the one
+/// its answer names (2.1.332's `claude -p` answers `{"mode": ...}`, which can differ from
+/// the mode asked for; the Agent SDK 0.3.334: "record `mode`, not the argument"), else the
+/// one asked for (releases that answer with no payload).
+pub(crate) fn mode_in_effect(asked: &str, answer: Option<&Value>) -> String {
+    answer
+        .and_then(|v| v.get("mode").and_then(Value::as_str).map(str::to_owned))
+        .filter(|m| !m.trim().is_empty() && m.len() <= 64)
+        .unwrap_or_else(|| asked.to_owned())
+}
+
 /// A refusal the CLI sent as a success answer: 2.0.x to 2.1.0 answer a `rewind_files` they
 /// cannot do (checkpointing off) with success carrying `error`, where 2.1.332 sends an
 /// error response. Either is a refusal, and nothing is recorded as done.
@@ -501,6 +512,30 @@ mod tests {
         assert_eq!(
             initialize_summary(Some(&raw)),
             "1 commands, 1 models, 2 agents"
+        );
+    }
+
+    #[test]
+    fn the_mode_in_effect_is_the_one_the_answer_names() {
+        let answer = |s: &str| serde_json::from_str::<Value>(s).ok();
+        assert_eq!(
+            mode_in_effect("acceptEdits", answer(r#"{"mode":"default"}"#).as_ref()),
+            "default"
+        );
+        assert_eq!(
+            mode_in_effect("plan", answer(r#"{"mode":"plan"}"#).as_ref()),
+            "plan"
+        );
+        // No payload, no mode, or not a mode: the one asked for.
+        assert_eq!(mode_in_effect("plan", None), "plan");
+        assert_eq!(mode_in_effect("plan", answer("{}").as_ref()), "plan");
+        assert_eq!(
+            mode_in_effect("plan", answer(r#"{"mode":7}"#).as_ref()),
+            "plan"
+        );
+        assert_eq!(
+            mode_in_effect("plan", answer(r#"{"mode":" "}"#).as_ref()),
+            "plan"
         );
     }
 

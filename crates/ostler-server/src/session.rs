@@ -289,8 +289,11 @@ impl SessionService for SessionSvc {
         let mode = convert::mode_field("mode", r.mode, false)?
             .ok_or_else(|| Status::invalid_argument("mode is required"))?;
         in_session("SetPermissionMode", id, async {
-            self.engine.set_permission_mode(id, mode.to_owned()).await?;
-            Ok(pb::SetPermissionModeResponse {})
+            let now = self.engine.set_permission_mode(id, mode.to_owned()).await?;
+            Ok(pb::SetPermissionModeResponse {
+                mode: convert::mode_from_cli(&now) as i32,
+                cli_mode: now,
+            })
         })
         .await
     }

@@ -95,7 +95,11 @@ pub(crate) fn check_request(
 impl Engine {
     /// Sends a control request the release is known (or not known not) to serve and
     /// returns the CLI's success payload as JSON.
-    async fn control_answer(&self, id: &str, request: OutRequest) -> Result<Option<Value>> {
+    pub(super) async fn control_answer(
+        &self,
+        id: &str,
+        request: OutRequest,
+    ) -> Result<Option<Value>> {
         check_request(&self.shared.installation, &request)?;
         let answer = self
             .call(id, |reply| Command::Control { request, reply })

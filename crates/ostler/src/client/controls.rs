@@ -360,20 +360,28 @@ pub async fn model(a: ModelArgs) -> Result<i32> {
 /// `ostler mode ID MODE`: the permission mode (SetPermissionMode).
 pub async fn mode(a: ModeArgs) -> Result<i32> {
     let (mut conn, id) = session(&a.connect, &by_id(&a.id)).await?;
-    conn.sessions
+    let now = conn
+        .sessions
         .set_permission_mode(pb::SetPermissionModeRequest {
             session_id: id.clone(),
             mode: a.mode as i32,
         })
         .await
-        .map_err(|s| status_error("set the permission mode", s))?;
-    let name = super::json::mode_name(a.mode as i32);
-    done(
-        a.json,
-        &id,
-        &format!("permission mode set to {name}"),
-        json!({"permission_mode": name}),
-    )
+        .map_err(|s| status_error("set the permission mode", s))?
+        .into_inner();
+    let asked = super::json::mode_name(a.mode as i32);
+    // The mode in effect, which the CLI may have chosen otherwise.
+    let name = if now.cli_mode.is_empty() {
+        asked.to_owned()
+    } else {
+        now.cli_mode
+    };
+    let text = if name == asked {
+        format!("permission mode set to {name}")
+    } else {
+        format!("permission mode set to {name} (asked for {asked})")
+    };
+    done(a.json, &id, &text, json!({"permission_mode": name}))
 }
 
 /// `ostler thinking ID TOKENS|--reset`: the thinking budget (SetMaxThinkingTokens).

@@ -152,12 +152,22 @@ async fn interrupt_and_set_model(release: &str) {
     .await;
     read_until(&mut events, &mut seen, "turn end", is_turn_completed).await;
 
-    c.set_permission_mode(pb::SetPermissionModeRequest {
-        session_id: s.id.clone(),
-        mode: pb::PermissionMode::AcceptEdits as i32,
-    })
-    .await
-    .unwrap();
+    // The mode in effect comes back (named by the CLI's answer on 2.1.x, the one asked
+    // for where the answer names none) and is the session's.
+    let now = c
+        .set_permission_mode(pb::SetPermissionModeRequest {
+            session_id: s.id.clone(),
+            mode: pb::PermissionMode::AcceptEdits as i32,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(now.mode(), pb::PermissionMode::AcceptEdits);
+    assert_eq!(now.cli_mode, "acceptEdits");
+    assert_eq!(
+        session(&mut c, &s.id).await.permission_mode(),
+        pb::PermissionMode::AcceptEdits
+    );
     let err = c
         .set_permission_mode(pb::SetPermissionModeRequest {
             session_id: "no-such-session".into(),
