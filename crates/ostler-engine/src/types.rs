@@ -15,7 +15,9 @@ pub use ostler_store::{
     UsageTotals,
 };
 pub use ostler_supervisor::options as cli_options;
-pub use ostler_supervisor::{CliOptions, McpServer, ToolDecl, ToolServerDecl};
+pub use ostler_supervisor::{
+    CliOptions, McpServer, McpToolPolicy, McpTuning, ToolDecl, ToolServerDecl,
+};
 
 /// A CLI's answer (a control response, `mcp_status`) as clients may see it: the values of
 /// every `env` and `headers` object in it (an MCP server's configuration, settings' `env`:

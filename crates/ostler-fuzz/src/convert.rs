@@ -145,7 +145,32 @@ fn mcp_server() -> impl Strategy<Value = pb::McpServerSpec> {
         (url, labels())
             .prop_map(|(url, headers)| Transport::Sse(pb::McpRemoteServerSpec { url, headers })),
     ])
-    .prop_map(|transport| pb::McpServerSpec { transport })
+    .prop_flat_map(|transport| {
+        let policy = (
+            s(),
+            select(&["always_deny", "always_ask", "never", ""][..]),
+            select(&["allow", "blocked", "x", ""][..]),
+        )
+            .prop_map(|(name, p, o)| pb::McpToolPolicy {
+                name,
+                permission_policy: p.to_owned(),
+                org_max_permission: o.to_owned(),
+            });
+        (
+            Just(transport),
+            prop::option::of(prop_oneof![Just(0u64), Just(5_000), any::<u64>()]),
+            prop::option::of(any::<bool>()),
+            prop::collection::vec(policy, 0..3),
+        )
+    })
+    .prop_map(
+        |(transport, timeout_ms, always_load, tools)| pb::McpServerSpec {
+            transport,
+            timeout_ms,
+            always_load,
+            tools,
+        },
+    )
 }
 
 /// Issue 10's session options, valid and not.

@@ -643,19 +643,36 @@ fn mcp_servers_from_pb(
     servers
         .into_iter()
         .map(|(name, spec)| {
+            let opt = |s: String| (!s.is_empty()).then_some(s);
+            let tuning = eng::McpTuning {
+                timeout: spec.timeout_ms,
+                always_load: spec.always_load,
+                tools: spec
+                    .tools
+                    .into_iter()
+                    .map(|t| eng::McpToolPolicy {
+                        name: t.name,
+                        permission_policy: opt(t.permission_policy),
+                        org_max_permission: opt(t.org_max_permission),
+                    })
+                    .collect(),
+            };
             let server = match spec.transport {
                 Some(Transport::Stdio(s)) => eng::McpServer::Stdio {
                     command: s.command,
                     args: s.args,
                     env: s.env.into_iter().collect(),
+                    tuning,
                 },
                 Some(Transport::Http(h)) => eng::McpServer::Http {
                     url: h.url,
                     headers: h.headers.into_iter().collect(),
+                    tuning,
                 },
                 Some(Transport::Sse(h)) => eng::McpServer::Sse {
                     url: h.url,
                     headers: h.headers.into_iter().collect(),
+                    tuning,
                 },
                 None => {
                     return Err(Status::invalid_argument(format!(
@@ -1435,6 +1452,7 @@ mod tests {
                             env: Default::default(),
                         },
                     )),
+                    ..Default::default()
                 },
             )]
             .into(),
@@ -1474,7 +1492,7 @@ mod tests {
         assert!(err.message().starts_with("env: "), "{}", err.message());
         full.env.clear();
         full.mcp_servers
-            .insert("x".into(), pb::McpServerSpec { transport: None });
+            .insert("x".into(), pb::McpServerSpec::default());
         let err = create_session(full, c).unwrap_err();
         assert!(
             err.message().contains("mcp_servers[\"x\"]"),

@@ -31,7 +31,9 @@ pub use discover::{
     CacheUpdate, DiscoverError, DiscoverOptions, discover, discover_deferring_cache,
 };
 pub use installation::Installation;
-pub use options::{CliOptions, InvalidOption, McpServer, ToolDecl, ToolServerDecl};
+pub use options::{
+    CliOptions, InvalidOption, McpServer, McpToolPolicy, McpTuning, ToolDecl, ToolServerDecl,
+};
 pub use ostler_protocol::version::{
     ClaudeVersion, VersionParseError, parse as parse_version_output,
 };

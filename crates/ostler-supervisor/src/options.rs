@@ -329,20 +329,87 @@ pub enum McpServer {
         args: Vec<String>,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         env: BTreeMap<String, String>,
+        #[serde(flatten)]
+        tuning: McpTuning,
     },
     /// Streamable HTTP.
     Http {
         url: String,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         headers: BTreeMap<String, String>,
+        #[serde(flatten)]
+        tuning: McpTuning,
     },
     /// Server-sent events.
     Sse {
         url: String,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         headers: BTreeMap<String, String>,
+        #[serde(flatten)]
+        tuning: McpTuning,
     },
 }
+
+impl McpServer {
+    /// The keys of the CLI's config this server type takes (`type` included): what
+    /// [`McpServer`] holds, so that no other key is dropped unseen.
+    pub fn known_keys(server_type: &str) -> &'static [&'static str] {
+        match server_type {
+            "stdio" => &["type", "command", "args", "env", "timeout", "alwaysLoad"],
+            _ => &["type", "url", "headers", "timeout", "alwaysLoad", "tools"],
+        }
+    }
+
+    /// The per-server settings every transport shares.
+    pub fn tuning(&self) -> &McpTuning {
+        match self {
+            McpServer::Stdio { tuning, .. }
+            | McpServer::Http { tuning, .. }
+            | McpServer::Sse { tuning, .. } => tuning,
+        }
+    }
+}
+
+/// What the CLI's MCP server configs take besides the transport (measured in 2.1.332's
+/// config schema; the Agent SDKs' `McpStdioServerConfig`/`McpHttpServerConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpTuning {
+    /// `timeout`: the per-server tool-call timeout in milliseconds (the CLI ignores values
+    /// below 1000; overrides `MCP_TOOL_TIMEOUT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// `alwaysLoad`: true keeps every tool of the server in the prompt (never deferred
+    /// behind tool search), false defers them all.
+    #[serde(
+        default,
+        rename = "alwaysLoad",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub always_load: Option<bool>,
+    /// `tools`: per-tool permission policies (http and sse servers only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<McpToolPolicy>,
+}
+
+/// One entry of an MCP server's `tools`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpToolPolicy {
+    /// The tool's name as the server lists it.
+    pub name: String,
+    /// `always_allow`, `always_ask` (asks even under allow rules or `bypassPermissions`)
+    /// or `always_deny`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_policy: Option<String>,
+    /// An organisation's ceiling: `allow`, `ask` or `blocked`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_max_permission: Option<String>,
+}
+
+/// `McpToolPolicy::permission_policy`'s values.
+pub const MCP_TOOL_POLICIES: [&str; 3] = ["always_allow", "always_ask", "always_deny"];
+/// `McpToolPolicy::org_max_permission`'s values.
+pub const MCP_TOOL_CEILINGS: [&str; 3] = ["allow", "ask", "blocked"];
 
 /// Limits of [`CliOptions::validate`].
 pub mod limits {
@@ -381,6 +448,8 @@ pub mod limits {
     pub const MCP_SERVERS: usize = 32;
     /// An MCP server's name.
     pub const MCP_NAME_BYTES: usize = 64;
+    /// An MCP server's tool-call `timeout`: a day, in milliseconds.
+    pub const MCP_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
     /// Arguments of an MCP stdio server.
     pub const MCP_ARGS: usize = 256;
     /// Environment variables or headers of one MCP server; variables of `env`.
@@ -1426,8 +1495,59 @@ pub fn validate_mcp_servers(
                 ),
             ));
         }
+        let t = server.tuning();
+        if let Some(ms) = t.timeout
+            && !(1..=limits::MCP_TIMEOUT_MS).contains(&ms)
+        {
+            return Err(bad(
+                format!("{f}.timeout"),
+                format!(
+                    "{ms} ms; 1 to {} ms (the CLI ignores values below 1000)",
+                    limits::MCP_TIMEOUT_MS
+                ),
+            ));
+        }
+        if !t.tools.is_empty() && matches!(server, McpServer::Stdio { .. }) {
+            return Err(bad(
+                format!("{f}.tools"),
+                "tool policies are for http and sse servers (the CLI's stdio config has none)",
+            ));
+        }
+        count(&format!("{f}.tools"), t.tools.len(), limits::TOOLS)?;
+        for (i, p) in t.tools.iter().enumerate() {
+            let pf = format!("{f}.tools[{i}]");
+            if p.name.is_empty() || p.name.len() > limits::TOOL_NAME_BYTES {
+                return Err(bad(
+                    format!("{pf}.name"),
+                    format!("a tool name is 1 to {} bytes", limits::TOOL_NAME_BYTES),
+                ));
+            }
+            for (key, v, known) in [
+                (
+                    "permission_policy",
+                    &p.permission_policy,
+                    &MCP_TOOL_POLICIES,
+                ),
+                (
+                    "org_max_permission",
+                    &p.org_max_permission,
+                    &MCP_TOOL_CEILINGS,
+                ),
+            ] {
+                if let Some(v) = v
+                    && !known.contains(&v.as_str())
+                {
+                    return Err(bad(
+                        format!("{pf}.{key}"),
+                        format!("{} is not one of {known:?}", shown(v)),
+                    ));
+                }
+            }
+        }
         match server {
-            McpServer::Stdio { command, args, env } => {
+            McpServer::Stdio {
+                command, args, env, ..
+            } => {
                 arg(&format!("{f}.command"), command, limits::PATH_BYTES)?;
                 count(&format!("{f}.args"), args.len(), limits::MCP_ARGS)?;
                 for (i, a) in args.iter().enumerate() {
@@ -1439,7 +1559,7 @@ pub fn validate_mcp_servers(
                     text(&format!("{f}.env[{k}]"), v, limits::VALUE_BYTES)?;
                 }
             }
-            McpServer::Http { url, headers } | McpServer::Sse { url, headers } => {
+            McpServer::Http { url, headers, .. } | McpServer::Sse { url, headers, .. } => {
                 let uf = format!("{f}.url");
                 arg(&uf, url, limits::PATH_BYTES)?;
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -1578,7 +1698,36 @@ mod tests {
             command: cmd.into(),
             args: vec!["--port".into(), "1".into()],
             env: BTreeMap::from([("TOKEN".into(), "s3cret".into())]),
+            tuning: McpTuning::default(),
         }
+    }
+
+    #[test]
+    fn mcp_server_settings_reach_the_config_as_the_cli_spells_them() {
+        let json = r#"{"type":"http","url":"https://x.test/mcp","timeout":5000,"alwaysLoad":false,"tools":[{"name":"rm","permission_policy":"always_deny"},{"name":"ls","org_max_permission":"ask"}]}"#;
+        let server: McpServer = serde_json::from_str(json).expect("a server");
+        assert_eq!(server.tuning().timeout, Some(5000));
+        assert_eq!(server.tuning().always_load, Some(false));
+        let o = CliOptions {
+            mcp_servers: BTreeMap::from([("web".into(), server)]),
+            ..Default::default()
+        };
+        o.validate().expect("valid");
+        let v: serde_json::Value =
+            serde_json::from_str(&o.mcp_config_json().expect("servers")).expect("json");
+        let expected: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(v["mcpServers"]["web"], expected);
+        // Without them, nothing more than before.
+        let plain = serde_json::to_value(stdio("/bin/t")).unwrap();
+        assert_eq!(
+            plain.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["args", "command", "env", "type"]
+        );
+        // A policy with a key the CLI does not take is not a policy.
+        assert!(
+            serde_json::from_str::<McpToolPolicy>(r#"{"name":"x","policy":"always_deny"}"#)
+                .is_err()
+        );
     }
 
     #[test]
@@ -1659,6 +1808,7 @@ mod tests {
                     McpServer::Http {
                         url: "https://x.test/mcp".into(),
                         headers: BTreeMap::new(),
+                        tuning: McpTuning::default(),
                     },
                 ),
             ]),
@@ -1880,11 +2030,39 @@ mod tests {
                     McpServer::Sse {
                         url: format!("ftp://{huge}"),
                         headers: BTreeMap::new(),
+                        tuning: McpTuning::default(),
                     },
                 )]),
                 ..Default::default()
             },
             "mcp_servers[\"w\"].url",
+        );
+        let tuned = |server_json: &str| -> CliOptions {
+            CliOptions {
+                mcp_servers: BTreeMap::from([(
+                    "w".into(),
+                    serde_json::from_str(server_json).expect("a server"),
+                )]),
+                ..Default::default()
+            }
+        };
+        check(
+            tuned(r#"{"type":"stdio","command":"/bin/t","timeout":0}"#),
+            "mcp_servers[\"w\"].timeout",
+        );
+        check(
+            tuned(r#"{"type":"stdio","command":"/bin/t","tools":[{"name":"x"}]}"#),
+            "mcp_servers[\"w\"].tools",
+        );
+        check(
+            tuned(
+                r#"{"type":"http","url":"https://x.test","tools":[{"name":"x","permission_policy":"never"}]}"#,
+            ),
+            "mcp_servers[\"w\"].tools[0].permission_policy",
+        );
+        check(
+            tuned(r#"{"type":"sse","url":"https://x.test","tools":[{"name":""}]}"#),
+            "mcp_servers[\"w\"].tools[0].name",
         );
         check(
             CliOptions {

@@ -314,6 +314,7 @@ async fn option_values_off_the_command_line(version: &str) {
             command: "/bin/true".into(),
             args: vec![],
             env: std::collections::BTreeMap::from([("TOKEN".into(), "SECRET-IN-MCP-ENV".into())]),
+            tuning: Default::default(),
         },
     )]);
     let (proc, mut rx) = SessionProcess::spawn(&env.inst, opts, env.supervisor_options())

@@ -51,13 +51,23 @@ fn mcp_servers_to_send(servers: Map<String, Value>) -> Result<Map<String, Value>
         if !m.contains_key("type") && m.contains_key("command") {
             m.insert("type".into(), Value::from("stdio"));
         }
+        // A key ostler would not pass on is refused, not dropped unseen (a `tools` policy
+        // that denies a tool must not vanish).
+        let known = McpServer::known_keys(m.get("type").and_then(Value::as_str).unwrap_or(""));
+        if let Some(k) = m.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(Error::invalid(
+                format!("{field}.{}", ostler_supervisor::options::shown(k)),
+                format!("is not a key ostler passes on for this server type (known: {known:?})"),
+            ));
+        }
         let server: McpServer = serde_json::from_value(config).map_err(|e| {
             Error::invalid(
                 &field,
                 format!(
                     "is not an MCP server config ({e}): {{\"type\": \"stdio\", \"command\", \
-                     \"args\"?, \"env\"?}} or {{\"type\": \"http\"|\"sse\", \"url\", \
-                     \"headers\"?}}"
+                     \"args\"?, \"env\"?, \"timeout\"?, \"alwaysLoad\"?}} or {{\"type\": \
+                     \"http\"|\"sse\", \"url\", \"headers\"?, \"timeout\"?, \"alwaysLoad\"?, \
+                     \"tools\"?}}"
                 ),
             )
         })?;

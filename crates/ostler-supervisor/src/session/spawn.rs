@@ -556,6 +556,7 @@ mod tests {
                         command: "/bin/mcp".into(),
                         args: vec![],
                         env: BTreeMap::new(),
+                        tuning: Default::default(),
                     },
                 )]),
                 strict_mcp_config: true,

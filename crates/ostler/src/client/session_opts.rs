@@ -259,6 +259,17 @@ pub fn parse_mcp_config(s: &str) -> Result<McpServers, String> {
     let mut out = Vec::new();
     for (name, def) in servers {
         let ty = def.get("type").and_then(|t| t.as_str()).unwrap_or("stdio");
+        // What ostler would not pass on is refused here, not dropped unseen.
+        let known = ostler_supervisor::McpServer::known_keys(ty);
+        if let Some(k) = def
+            .as_object()
+            .and_then(|m| m.keys().find(|k| !known.contains(&k.as_str())))
+        {
+            return Err(format!(
+                "{name}: `{k}` is not a key ostler passes on (known: {})",
+                known.join(", ")
+            ));
+        }
         let text = |k: &str| {
             def.get(k)
                 .and_then(|v| v.as_str())
@@ -294,10 +305,47 @@ pub fn parse_mcp_config(s: &str) -> Result<McpServers, String> {
             }
             other => return Err(format!("{name}: unknown type {other:?} (stdio, http, sse)")),
         };
+        let timeout_ms = match def.get("timeout") {
+            None => None,
+            Some(t) => Some(
+                t.as_u64()
+                    .ok_or_else(|| format!("{name}: `timeout` is not a whole number of ms"))?,
+            ),
+        };
+        let always_load = match def.get("alwaysLoad") {
+            None => None,
+            Some(b) => Some(
+                b.as_bool()
+                    .ok_or_else(|| format!("{name}: `alwaysLoad` is not true or false"))?,
+            ),
+        };
+        let tools = match def.get("tools") {
+            None => Vec::new(),
+            Some(list) => {
+                let policies: Vec<ostler_supervisor::McpToolPolicy> =
+                    serde_json::from_value(list.clone()).map_err(|e| {
+                        format!(
+                            "{name}: `tools` is not a list of {{\"name\", \
+                             \"permission_policy\"?, \"org_max_permission\"?}}: {e}"
+                        )
+                    })?;
+                policies
+                    .into_iter()
+                    .map(|p| pb::McpToolPolicy {
+                        name: p.name,
+                        permission_policy: p.permission_policy.unwrap_or_default(),
+                        org_max_permission: p.org_max_permission.unwrap_or_default(),
+                    })
+                    .collect()
+            }
+        };
         out.push((
             name.clone(),
             pb::McpServerSpec {
                 transport: Some(transport),
+                timeout_ms,
+                always_load,
+                tools,
             },
         ));
     }
@@ -404,6 +452,25 @@ mod tests {
             Some(Transport::Sse(h)) if h.url == "https://x/sse"
         ));
         assert!(parse_mcp_config(r#"{"mcpServers": {"x": {"type": "ws"}}}"#).is_err());
+        // The per-server settings pass; a key ostler would drop is refused.
+        let m = parse_mcp_config(
+            r#"{"mcpServers": {"t": {"command": "/bin/t", "timeout": 5000, "alwaysLoad": true},
+                "w": {"type": "http", "url": "https://x/mcp",
+                      "tools": [{"name": "rm", "permission_policy": "always_deny"}]}}}"#,
+        )
+        .expect("parse");
+        let t = &m.0.iter().find(|(n, _)| n == "t").unwrap().1;
+        assert_eq!((t.timeout_ms, t.always_load), (Some(5000), Some(true)));
+        let w = &m.0.iter().find(|(n, _)| n == "w").unwrap().1;
+        assert_eq!(w.tools[0].name, "rm");
+        assert_eq!(w.tools[0].permission_policy, "always_deny");
+        let e = parse_mcp_config(r#"{"mcpServers": {"t": {"command": "/bin/t", "oauth": {}}}}"#)
+            .unwrap_err();
+        assert!(e.contains("`oauth`"), "{e}");
+        assert!(
+            parse_mcp_config(r#"{"mcpServers": {"t": {"command": "/bin/t", "timeout": "5s"}}}"#)
+                .is_err()
+        );
         assert!(parse_mcp_config("/nonexistent/file.json").is_err());
     }
 

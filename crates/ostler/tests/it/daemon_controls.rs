@@ -214,10 +214,16 @@ async fn controls_2_1_330() {
     let set = c
         .set_mcp_servers(pb::SetMcpServersRequest {
             session_id: s.id.clone(),
-            // As `--mcp-config` takes it: no `type` (stdio), no `args`.
+            // As `--mcp-config` takes it: no `type` (stdio), no `args`; with a tool-call
+            // timeout and its tools never deferred.
             servers_json: [(
                 "tickets".to_string(),
-                serde_json::json!({ "command": mcp.display().to_string() }).to_string(),
+                serde_json::json!({
+                    "command": mcp.display().to_string(),
+                    "timeout": 60_000,
+                    "alwaysLoad": true,
+                })
+                .to_string(),
             )]
             .into(),
         })
@@ -225,6 +231,18 @@ async fn controls_2_1_330() {
         .unwrap()
         .into_inner();
     assert!(set.errors.is_empty(), "{}", set.raw_json);
+    // A key ostler would not pass on is refused, not dropped.
+    let refused = c
+        .set_mcp_servers(pb::SetMcpServersRequest {
+            session_id: s.id.clone(),
+            servers_json: [(
+                "other".to_string(),
+                serde_json::json!({"command": "/bin/cat", "tools": [{"name": "x"}]}).to_string(),
+            )]
+            .into(),
+        })
+        .await;
+    assert_refused(refused, tonic::Code::InvalidArgument, "\"tools\"");
     await_mcp_status(&mut c, &s.id, "tickets", "connected").await;
     let servers = mcp_servers(&mut c, &s.id).await;
     let tickets = servers.iter().find(|s| s.name == "tickets").unwrap();

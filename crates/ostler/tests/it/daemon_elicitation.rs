@@ -141,6 +141,7 @@ async fn create_with(c: &mut Client, world: &World, decline_elicitations: bool) 
             "tickets".to_string(),
             pb::McpServerSpec {
                 transport: Some(pb::mcp_server_spec::Transport::Stdio(stdio)),
+                ..Default::default()
             },
         )]
         .into(),

@@ -114,7 +114,10 @@ const SECRET: &str = "per-session-secret-4711";
 const MCP_SECRET: &str = "mcp-header-secret-0815";
 
 fn full_request(world: &World, extra_dir: &str, new_release: bool) -> pb::CreateSessionRequest {
-    let mcp = |t| pb::McpServerSpec { transport: Some(t) };
+    let mcp = |t| pb::McpServerSpec {
+        transport: Some(t),
+        ..Default::default()
+    };
     use pb::mcp_server_spec::Transport;
     pb::CreateSessionRequest {
         cwd: world.work.display().to_string(),
@@ -137,10 +140,24 @@ fn full_request(world: &World, extra_dir: &str, new_release: bool) -> pb::Create
             ),
             (
                 "remote".to_string(),
-                mcp(Transport::Http(pb::McpRemoteServerSpec {
-                    url: "http://127.0.0.1:9/mcp".into(),
-                    headers: [("Authorization".to_string(), MCP_SECRET.to_string())].into(),
-                })),
+                pb::McpServerSpec {
+                    // The per-server settings (measured in 2.1.332's config schema).
+                    timeout_ms: new_release.then_some(30_000),
+                    always_load: new_release.then_some(false),
+                    tools: if new_release {
+                        vec![pb::McpToolPolicy {
+                            name: "wipe".into(),
+                            permission_policy: "always_deny".into(),
+                            ..Default::default()
+                        }]
+                    } else {
+                        vec![]
+                    },
+                    ..mcp(Transport::Http(pb::McpRemoteServerSpec {
+                        url: "http://127.0.0.1:9/mcp".into(),
+                        headers: [("Authorization".to_string(), MCP_SECRET.to_string())].into(),
+                    }))
+                },
             ),
         ]
         .into(),
@@ -206,6 +223,17 @@ async fn options_reach_the_cli(release: &str) {
         mcp["mcpServers"]["remote"]["headers"]["Authorization"],
         MCP_SECRET
     );
+    if new {
+        let remote = &mcp["mcpServers"]["remote"];
+        assert_eq!(remote["timeout"], 30_000, "{remote}");
+        assert_eq!(remote["alwaysLoad"], false, "{remote}");
+        assert_eq!(
+            remote["tools"],
+            serde_json::json!([{"name": "wipe", "permission_policy": "always_deny"}])
+        );
+    } else {
+        assert!(mcp["mcpServers"]["remote"].get("timeout").is_none());
+    }
     if new {
         assert_eq!(value_of(&argv, "--max-budget-usd"), Some("2.5"));
         assert_eq!(value_of(&argv, "--max-thinking-tokens"), Some("4096"));
@@ -2891,6 +2919,7 @@ async fn bad_options_are_invalid_argument_naming_the_field() {
                                 headers: Default::default(),
                             },
                         )),
+                        ..Default::default()
                     },
                 )]
                 .into(),
