@@ -643,20 +643,22 @@ impl Engine {
 
     /// `Interrupt`: interrupts the running turn. A suspended or resumable session runs
     /// nothing: it succeeds without resuming it.
-    pub async fn interrupt(&self, session_id: &str) -> Result<()> {
+    /// Returns the CLI's answer: its receipt (`still_queued`) on releases announcing
+    /// `interrupt_receipt_v1`, `None` where nothing ran or the release answers without one.
+    pub async fn interrupt(&self, session_id: &str) -> Result<Option<serde_json::Value>> {
         let entry = self.entry(session_id).await?;
         let suspending = entry.suspending.load(std::sync::atomic::Ordering::SeqCst);
         if suspending || self.live_handle(session_id).is_none() {
             if suspending {
                 // Only an idle session suspends: nothing runs.
-                return Ok(());
+                return Ok(None);
             }
             let rec = self.record(session_id).await?;
             if demand::resumes_on_demand(rec.state) {
-                return Ok(());
+                return Ok(None);
             }
         }
-        self.control(session_id, OutRequest::Interrupt).await
+        self.control_answer(session_id, OutRequest::Interrupt).await
     }
 
     /// `SetModel` (`None` resets to the default model).

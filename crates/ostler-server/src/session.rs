@@ -256,14 +256,15 @@ impl SessionService for SessionSvc {
         let r = req.into_inner();
         let id = session_id(&r.session_id)?;
         in_session("Interrupt", id, async {
-            if r.cancel_queued {
-                let answer = self.engine.interrupt_cancel_queued(id).await?;
-                return Ok(pb::InterruptResponse {
-                    cancelled: crate::controls::strings(answer.as_ref(), "cancelled"),
-                });
-            }
-            self.engine.interrupt(id).await?;
-            Ok(pb::InterruptResponse::default())
+            let answer = if r.cancel_queued {
+                self.engine.interrupt_cancel_queued(id).await?
+            } else {
+                self.engine.interrupt(id).await?
+            };
+            Ok(pb::InterruptResponse {
+                cancelled: crate::controls::strings(answer.as_ref(), "cancelled"),
+                still_queued: crate::controls::strings(answer.as_ref(), "still_queued"),
+            })
         })
         .await
     }

@@ -589,9 +589,9 @@ pub async fn interrupt(args: InterruptArgs) -> Result<i32> {
         state,
         pb::SessionState::Running | pb::SessionState::AwaitingPermission
     );
-    let mut cancelled = Vec::new();
+    let (mut cancelled, mut still_queued) = (Vec::new(), Vec::new());
     if busy {
-        cancelled = conn
+        let r = conn
             .sessions
             .interrupt(pb::InterruptRequest {
                 session_id: id.clone(),
@@ -599,14 +599,14 @@ pub async fn interrupt(args: InterruptArgs) -> Result<i32> {
             })
             .await
             .map_err(|s| status_error("interrupt", s))?
-            .into_inner()
-            .cancelled;
+            .into_inner();
+        (cancelled, still_queued) = (r.cancelled, r.still_queued);
     }
     let state_name = json::state_name(s.state);
     if a.json {
         json_line(
             &json!({"session_id": id, "interrupted": busy, "state": state_name,
-                          "cancelled": cancelled}),
+                          "cancelled": cancelled, "still_queued": still_queued}),
         );
     } else if busy {
         outln!(
@@ -617,6 +617,14 @@ pub async fn interrupt(args: InterruptArgs) -> Result<i32> {
                 "withdrawn, unanswered: {} queued message(s): {}",
                 cancelled.len(),
                 cancelled.join(", ")
+            );
+        }
+        if !still_queued.is_empty() {
+            outln!(
+                "still to run: {} queued message(s) (`ostler interrupt --cancel-queued` \
+                 withdraws them): {}",
+                still_queued.len(),
+                still_queued.join(", ")
             );
         }
     } else {
