@@ -119,9 +119,14 @@ impl OutRequest {
         Self::other("interrupt", json!({"cancel_queued": true}))
     }
 
-    /// `get_context_usage`: the context window's use by category.
-    pub fn get_context_usage() -> Self {
-        Self::other("get_context_usage", json!({}))
+    /// `get_context_usage`: the context window's use by category; `summary` asks for
+    /// `detail: "summary"` (no token-count calls; 2.1.332).
+    pub fn get_context_usage(summary: bool) -> Self {
+        if summary {
+            Self::other("get_context_usage", json!({"detail": "summary"}))
+        } else {
+            Self::other("get_context_usage", json!({}))
+        }
     }
 
     /// `mcp_set_servers`: replaces the session's dynamically added MCP servers with
@@ -717,8 +722,12 @@ mod tests {
             json!({"subtype": "mcp_set_servers", "servers": {"t": {"type": "stdio", "command": "x"}}})
         );
         assert_eq!(
-            request(OutRequest::get_context_usage()),
+            request(OutRequest::get_context_usage(false)),
             json!({"subtype": "get_context_usage"})
+        );
+        assert_eq!(
+            request(OutRequest::get_context_usage(true)),
+            json!({"subtype": "get_context_usage", "detail": "summary"})
         );
     }
 

@@ -503,7 +503,7 @@ impl SessionService for SessionSvc {
         let r = req.into_inner();
         let id = session_id(&r.session_id)?;
         in_session("GetContextUsage", id, async {
-            let answer = self.engine.context_usage(id).await?;
+            let answer = self.engine.context_usage(id, r.summary).await?;
             Ok(crate::controls::context_usage_to_pb(answer))
         })
         .await

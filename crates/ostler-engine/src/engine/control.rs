@@ -14,6 +14,10 @@ use crate::handle::Command;
 use crate::runtime::{INITIALIZE_FAILED, Initialized, SESSION_INITIALIZED, SessionDetails};
 use crate::types::EventPayload;
 
+/// The first release measured to take `get_context_usage`'s `detail` (2.1.330's schema has
+/// no such field).
+const CONTEXT_SUMMARY_SINCE: semver::Version = semver::Version::new(2, 1, 332);
+
 /// The capability a release announces when its `interrupt` honours `cancel_queued`.
 pub const INTERRUPT_CANCEL_QUEUED: &str = "interrupt_cancel_queued_v1";
 
@@ -161,9 +165,19 @@ impl Engine {
         .await
     }
 
-    /// `GetContextUsage`: the CLI's breakdown of the context window.
-    pub async fn context_usage(&self, session_id: &str) -> Result<Option<Value>> {
-        self.control_answer(session_id, OutRequest::get_context_usage())
+    /// `GetContextUsage`: the CLI's breakdown of the context window; `summary` without the
+    /// per-category token-count calls (releases measured to take `detail`; the others
+    /// would ignore it and count in full, so they refuse it at once).
+    pub async fn context_usage(&self, session_id: &str, summary: bool) -> Result<Option<Value>> {
+        let version = &self.shared.installation.version;
+        if summary && *version < CONTEXT_SUMMARY_SINCE {
+            return Err(Error::precondition(format!(
+                "Claude Code {version} always counts context usage in full (`detail: \
+                 \"summary\"` is measured on {CONTEXT_SUMMARY_SINCE} and later); ask without \
+                 summary"
+            )));
+        }
+        self.control_answer(session_id, OutRequest::get_context_usage(summary))
             .await
     }
 

@@ -12,6 +12,19 @@ use super::{Conn, ConnectArgs, connect, status_error};
 pub type InfoArgs = super::commands::IdArgs;
 
 #[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "Examples:
+  ostler context @last
+  ostler context 3f2a --summary --json")]
+pub struct ContextArgs {
+    #[command(flatten)]
+    pub id: InfoArgs,
+    /// An estimate from the last response's usage, without the CLI's per-category token
+    /// counting (Claude Code 2.1.332 and later)
+    #[arg(long)]
+    pub summary: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
 pub struct McpArgs {
     #[command(flatten)]
     pub session: SessionArg,
@@ -443,12 +456,14 @@ fn command_for(subtype: &str) -> Option<&'static str> {
 }
 
 /// `ostler context ID`: the context window's use.
-pub async fn context(a: InfoArgs) -> Result<i32> {
+pub async fn context(args: ContextArgs) -> Result<i32> {
+    let a = &args.id;
     let (mut conn, id) = session(&a.connect, &a.session).await?;
     let u = conn
         .sessions
         .get_context_usage(pb::GetContextUsageRequest {
             session_id: id.clone(),
+            summary: args.summary,
         })
         .await
         .map_err(|s| status_error("get context usage", s))?

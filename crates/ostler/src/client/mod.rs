@@ -182,7 +182,7 @@ pub enum ClientCommand {
     /// models, capabilities.
     Info(controls::InfoArgs),
     /// How much of the context window a session uses.
-    Context(controls::InfoArgs),
+    Context(controls::ContextArgs),
     /// A session's MCP servers: status, toggle NAME on|off, reconnect NAME, set FILE.
     Mcp(controls::McpArgs),
     /// Switch a session's model for the following turns (or back to the default).

@@ -199,9 +199,21 @@ async fn controls_2_1_330() {
     .await
     .unwrap();
 
+    // In full, the CLI counts each category with the token-count API; a summary does
+    // not call it.
+    let counted = || {
+        world
+            .fake
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("count_tokens"))
+            .count()
+    };
+    let before = counted();
     let usage = c
         .get_context_usage(pb::GetContextUsageRequest {
             session_id: s.id.clone(),
+            summary: false,
         })
         .await
         .unwrap()
@@ -209,6 +221,24 @@ async fn controls_2_1_330() {
     let raw: serde_json::Value = serde_json::from_str(&usage.raw_json).unwrap();
     assert!(raw.is_object(), "{raw}");
     assert!(usage.max_tokens > 0, "{raw}");
+    let full_counts = counted() - before;
+    assert!(full_counts > 0, "the full answer counted nothing");
+    let before = counted();
+    let summary = c
+        .get_context_usage(pb::GetContextUsageRequest {
+            session_id: s.id.clone(),
+            summary: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        counted(),
+        before,
+        "a summary counts nothing: {}",
+        summary.raw_json
+    );
+    assert_eq!(summary.max_tokens, usage.max_tokens, "{}", summary.raw_json);
 
     // The test kit's MCP server, added at runtime.
     let set = c
@@ -453,6 +483,7 @@ async fn controls_1_0_128() {
             "get_context_usage",
             c.get_context_usage(pb::GetContextUsageRequest {
                 session_id: id.clone(),
+                summary: false,
             })
             .await
             .unwrap_err(),
@@ -519,6 +550,15 @@ async fn controls_1_0_128() {
             c.interrupt(pb::InterruptRequest {
                 session_id: id.clone(),
                 cancel_queued: true,
+            })
+            .await
+            .unwrap_err(),
+        ),
+        (
+            "summary",
+            c.get_context_usage(pb::GetContextUsageRequest {
+                session_id: id.clone(),
+                summary: true,
             })
             .await
             .unwrap_err(),
