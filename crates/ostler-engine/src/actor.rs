@@ -426,16 +426,37 @@ impl Actor {
     }
 
     /// Sends again what was set at runtime through `SendControlRequest` and accepted by an
-    /// earlier process of the session (flag settings, MCP permission mode overrides, peer
-    /// message delivery; see
+    /// earlier process of the session (flag settings, MCP permission mode overrides, added
+    /// plugins, peer message delivery; see
     /// [`crate::runtime::RuntimeSettings`]): queued for stdin now, right behind
     /// `initialize` and before any user message (the actor takes no command before this
     /// returns), so the first turn already runs with them. Each answer is recorded as
     /// `control_restored`, or `control_restore_failed` when the CLI refuses it, does not
     /// answer, or the release cannot take it (refused at once, nothing sent).
     async fn restore_runtime_controls(&mut self) {
-        for request in self.meta.runtime.requests() {
+        for mut request in self.meta.runtime.requests() {
             let subtype = crate::capability::subtype(&request).to_owned();
+            if let OutRequest::Other { subtype, fields } = &mut request
+                && subtype == "reload_plugins"
+            {
+                let gone = self.drop_unconfined_plugins(fields).await;
+                for (plugin, error) in gone {
+                    let mut only = serde_json::Map::new();
+                    only.insert("add_plugins".into(), serde_json::Value::Array(vec![plugin]));
+                    let one = OutRequest::Other {
+                        subtype: subtype.clone(),
+                        fields: only,
+                    };
+                    self.restored(one, Err(error)).await;
+                }
+                if fields
+                    .get("add_plugins")
+                    .and_then(serde_json::Value::as_array)
+                    .is_none_or(Vec::is_empty)
+                {
+                    continue;
+                }
+            }
             if let Err(e) =
                 crate::capability::check_passthrough(&self.shared.installation, &subtype)
             {
@@ -448,6 +469,53 @@ impl Actor {
                 result,
             });
         }
+    }
+
+    /// Takes out of a `reload_plugins` sent again the plugins whose path is no longer a
+    /// directory inside `sessions.allowed_roots` (checked when they were added; the roots
+    /// or the directory may have changed since), each with why.
+    async fn drop_unconfined_plugins(
+        &self,
+        fields: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> Vec<(serde_json::Value, String)> {
+        let Some(serde_json::Value::Array(plugins)) = fields.get_mut("add_plugins") else {
+            return Vec::new();
+        };
+        let roots = self.shared.roots.clone();
+        let paths: Vec<String> = plugins
+            .iter()
+            .map(|p| p["path"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let verdicts = crate::blocking::blocking(move || {
+            Ok::<_, Error>(
+                paths
+                    .iter()
+                    .map(|p| match std::fs::canonicalize(p) {
+                        Err(e) => Some(format!("{p}: {e}")),
+                        Ok(c) if !c.is_dir() => Some(format!("{p} is not a directory")),
+                        Ok(c) if !roots.is_empty() && !roots.iter().any(|r| c.starts_with(r)) => {
+                            Some(format!(
+                                "{} is outside the allowed roots {roots:?}",
+                                c.display()
+                            ))
+                        }
+                        Ok(_) => None,
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .await
+        .unwrap_or_else(|e| vec![Some(e.to_string()); plugins.len()]);
+        let mut gone = Vec::new();
+        let mut kept = Vec::new();
+        for (plugin, verdict) in std::mem::take(plugins).into_iter().zip(verdicts) {
+            match verdict {
+                Some(why) => gone.push((plugin, why)),
+                None => kept.push(plugin),
+            }
+        }
+        *plugins = kept;
+        gone
     }
 
     /// Awaits `answer` (the CLI's answer to `request`) in a task of its own, so the actor

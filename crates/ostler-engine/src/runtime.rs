@@ -96,6 +96,12 @@ pub const CLI_TITLE_SET_FAILED: &str = "cli_title_set_failed";
 /// to clear; measured on 2.1.332: stored per server name, also for a server not connected
 /// yet, with a `warning` in the answer): the last mode per server, cleared ones left out.
 ///
+/// `reload_plugins` with `add_plugins` (plugins loaded mid-session, each "as one more
+/// `--plugin-dir` would"; measured on 2.1.332: a new process has none of them): every path
+/// added, in order, the last entry given for a path, sent again as one `reload_plugins`;
+/// each path is checked again then (a directory inside `sessions.allowed_roots`), and one
+/// that no longer is is left out, recorded as `control_restore_failed`.
+///
 /// `set_peer_delivery` (what the host knows about delivering messages from other sessions;
 /// read in 2.1.332's code: every field it holds lives in the process, a field left out stays
 /// as it is): `shows_held_messages` as last set, and the "always deliver" choices in force
@@ -113,6 +119,9 @@ pub(crate) struct RuntimeSettings {
     pub mcp_mode_overrides: std::collections::BTreeMap<String, Value>,
     /// The peer message delivery the host set.
     pub peer_delivery: PeerDelivery,
+    /// The `add_plugins` entries of the `reload_plugins` the CLI accepted (one per path,
+    /// the last one given), loaded again by one `reload_plugins`.
+    pub plugins: Vec<Map<String, Value>>,
 }
 
 /// What `set_peer_delivery` and `decide_held_peer_message` set in a CLI process (see
@@ -193,6 +202,17 @@ impl RuntimeSettings {
         {
             if let Some(settings) = request.get("settings").and_then(Value::as_object) {
                 self.apply_flag_settings(settings.clone());
+            }
+        } else if code == "control" && message == "reload_plugins done" {
+            let added = request.get("add_plugins").and_then(Value::as_array);
+            for plugin in added.into_iter().flatten() {
+                let Some(entry) = plugin.as_object() else {
+                    continue;
+                };
+                let path = entry.get("path").and_then(Value::as_str);
+                self.plugins
+                    .retain(|p| p.get("path").and_then(Value::as_str) != path);
+                self.plugins.push(entry.clone());
             }
         } else if let Some(subtype) = match (code, message) {
             (PEER_DELIVERY_SET, _) | ("control", "set_peer_delivery done") => {
@@ -282,6 +302,15 @@ impl RuntimeSettings {
             });
         }
         out.extend(self.peer_delivery.request());
+        if !self.plugins.is_empty() {
+            let plugins = self.plugins.iter().cloned().map(Value::Object).collect();
+            let mut fields = Map::new();
+            fields.insert("add_plugins".into(), Value::Array(plugins));
+            out.push(OutRequest::Other {
+                subtype: "reload_plugins".into(),
+                fields,
+            });
+        }
         out
     }
 }
@@ -784,6 +813,44 @@ mod runtime_settings_tests {
         assert_eq!(
             peer_request(&r),
             Some(json!({"shows_held_messages": false, "account": true}))
+        );
+    }
+
+    #[test]
+    fn added_plugins_are_loaded_again_once_per_path() {
+        let mut r = RuntimeSettings::default();
+        let done = |request: Value| json!({"request": request, "answer": {}});
+        r.record(
+            "control",
+            "reload_plugins done",
+            Some(&done(json!({"add_plugins": [
+                {"type": "local", "path": "/p/a"},
+                {"type": "local", "path": "/p/b", "skipMcpDiscovery": true}
+            ]}))),
+        );
+        // A reload without plugins adds nothing; the same path again: its last entry.
+        r.record("control", "reload_plugins done", Some(&done(json!({}))));
+        r.record(
+            "control",
+            "reload_plugins done",
+            Some(&done(json!({"add_plugins": [{"type": "local", "path": "/p/a", "skipMcpDiscovery": true}]}))),
+        );
+        let sent: Vec<Value> = r
+            .requests()
+            .into_iter()
+            .filter_map(|q| match q {
+                OutRequest::Other { subtype, fields } if subtype == "reload_plugins" => {
+                    Some(Value::Object(fields))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            sent,
+            [json!({"add_plugins": [
+                {"type": "local", "path": "/p/b", "skipMcpDiscovery": true},
+                {"type": "local", "path": "/p/a", "skipMcpDiscovery": true}
+            ]})]
         );
     }
 

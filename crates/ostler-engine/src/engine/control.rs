@@ -155,6 +155,8 @@ impl Engine {
         fields: Map<String, Value>,
     ) -> Result<Option<Value>> {
         crate::capability::check_passthrough(&self.shared.installation, subtype)?;
+        let mut fields = fields;
+        self.confine_paths(subtype, &mut fields).await?;
         self.control_answer(
             session_id,
             OutRequest::Other {
@@ -163,6 +165,53 @@ impl Engine {
             },
         )
         .await
+    }
+
+    /// The directories a passed-through request makes the CLI work in or load code from
+    /// (`set_cwd`'s `path`, `register_repo_root`'s `directory`, `reload_plugins`'
+    /// `add_plugins[].path`; measured on 2.1.332: the CLI takes a plugin from anywhere and,
+    /// with its trust echo, a working directory anywhere) are held to
+    /// `sessions.allowed_roots` as `cwd`, `add_dirs` and `plugin_dirs` are: absolute,
+    /// existing, inside a root; and sent canonical, so the CLI resolves what was checked.
+    async fn confine_paths(&self, subtype: &str, fields: &mut Map<String, Value>) -> Result<()> {
+        let mut targets: Vec<(String, &mut Value)> = Vec::new();
+        match subtype {
+            "set_cwd" => targets.extend(fields.get_mut("path").map(|v| ("path".to_owned(), v))),
+            "register_repo_root" => targets.extend(
+                fields
+                    .get_mut("directory")
+                    .map(|v| ("directory".to_owned(), v)),
+            ),
+            "reload_plugins" => {
+                if let Some(Value::Array(plugins)) = fields.get_mut("add_plugins") {
+                    for (i, p) in plugins.iter_mut().enumerate() {
+                        if let Some(v) = p.get_mut("path") {
+                            targets.push((format!("add_plugins[{i}].path"), v));
+                        }
+                    }
+                }
+            }
+            _ => return Ok(()),
+        }
+        for (field, v) in targets {
+            // A path that is not a string is the CLI's to refuse.
+            let Some(p) = v.as_str() else { continue };
+            if !p.starts_with('/') {
+                return Err(Error::invalid(
+                    format!("request_json.{field}"),
+                    format!(
+                        "{} is not an absolute path (relative and `~` paths are resolved by \
+                         the CLI, where ostler's allowed roots cannot be checked)",
+                        ostler_supervisor::options::shown(p)
+                    ),
+                ));
+            }
+            let c = self
+                .validate_dir(&format!("request_json.{field}"), std::path::Path::new(p))
+                .await?;
+            *v = Value::String(c.to_string_lossy().into_owned());
+        }
+        Ok(())
     }
 
     /// `GetContextUsage`: the CLI's breakdown of the context window; `summary` without the

@@ -444,7 +444,7 @@ impl Engine {
     }
 
     /// An absolute path to a directory under the allowed roots, made canonical.
-    async fn validate_dir(&self, field: &str, cwd: &Path) -> Result<PathBuf> {
+    pub(super) async fn validate_dir(&self, field: &str, cwd: &Path) -> Result<PathBuf> {
         if !cwd.is_absolute() {
             return Err(Error::invalid(
                 field,

@@ -1202,3 +1202,120 @@ async fn flag_settings_survive_respawns_2_1_332() {
         assert!(!format!("{e:?}").contains("SEKRIT-FLAG"), "{}", describe(e));
     }
 }
+
+/// Directories a passed-through request makes the CLI work in or load code from are held to
+/// the daemon's allowed roots (2.1.332 itself takes a plugin from anywhere, and a working
+/// directory anywhere once its trust question is echoed): outside a root, relative, or not
+/// a directory is INVALID_ARGUMENT before anything is sent. A plugin added inside a root is
+/// loaded again after a respawn (the new process has none of them), and left out, with
+/// `control_restore_failed`, once its directory is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn passed_through_paths_stay_in_the_allowed_roots_2_1_332() {
+    let world = World::new(NEW).await;
+    let plugin = |dir: &std::path::Path, name: &str| {
+        std::fs::create_dir_all(dir.join(".claude-plugin")).unwrap();
+        std::fs::create_dir_all(dir.join("commands")).unwrap();
+        std::fs::write(
+            dir.join(".claude-plugin/plugin.json"),
+            format!(r#"{{"name":"{name}"}}"#),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("commands/greet.md"),
+            "---\ndescription: Greets\n---\nSay hello.\n",
+        )
+        .unwrap();
+    };
+    let inside = world.work.join("plugins/inside");
+    let outside = world.dir.path().join("outside");
+    plugin(&inside, "insideplug");
+    plugin(&outside, "outsideplug");
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let s = create_session(&mut c, &world.work, "paths").await;
+    let mut events = subscribe(&mut c, &s.id, 0, false).await;
+    let mut seen = Vec::new();
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 1").await;
+    let add = |path: &str| format!(r#"{{"add_plugins":[{{"type":"local","path":"{path}"}}]}}"#);
+    for (subtype, json, needle) in [
+        (
+            "reload_plugins",
+            add(&outside.display().to_string()),
+            "outside the allowed roots",
+        ),
+        (
+            "reload_plugins",
+            add("plugins/inside"),
+            "not an absolute path",
+        ),
+        (
+            "set_cwd",
+            r#"{"path":"/"}"#.to_string(),
+            "outside the allowed roots",
+        ),
+        (
+            "set_cwd",
+            r#"{"path":"~"}"#.to_string(),
+            "not an absolute path",
+        ),
+        (
+            "register_repo_root",
+            r#"{"directory":"/no/such/dir"}"#.to_string(),
+            "request_json.directory",
+        ),
+    ] {
+        assert_refused(
+            send_control(&c, &s.id, subtype, &json).await,
+            tonic::Code::InvalidArgument,
+            needle,
+        );
+    }
+    // Inside a root: sent canonical, loaded.
+    let loaded = send_control(
+        &c,
+        &s.id,
+        "reload_plugins",
+        &add(&format!("{}/../inside", inside.display())),
+    )
+    .await
+    .unwrap();
+    assert!(
+        loaded.response_json.contains("insideplug"),
+        "{}",
+        loaded.response_json
+    );
+
+    // A respawn loads it again.
+    stop_and_resume(&mut c, &s.id).await;
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 2").await;
+    let restore = |e: &pb::SessionEvent| matches!(&e.payload, Some(P::EngineNotice(n)) if n.code.starts_with("control_restore"));
+    if !seen.iter().any(restore) {
+        read_until(&mut events, &mut seen, "the plugin loaded again", restore).await;
+    }
+    let notice = |e: &pb::SessionEvent| match &e.payload {
+        Some(P::EngineNotice(n)) if restore(e) => Some((n.code.clone(), n.data_json.clone())),
+        _ => None,
+    };
+    let (code, data) = seen.iter().find_map(notice).unwrap();
+    assert_eq!(code, "control_restored", "{data}");
+    let v: serde_json::Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(v["subtype"], "reload_plugins");
+    assert_eq!(
+        v["request"]["add_plugins"][0]["path"],
+        inside.canonicalize().unwrap().display().to_string(),
+        "recorded canonical: {v}"
+    );
+    assert!(v["answer"].to_string().contains("insideplug"), "{v}");
+
+    // Gone: left out of the next process, and said so.
+    std::fs::remove_dir_all(&inside).unwrap();
+    let before = seen.iter().filter(|e| restore(e)).count();
+    stop_and_resume(&mut c, &s.id).await;
+    send_turn(&mut c, &mut events, &mut seen, &s.id, "Say hello 3").await;
+    if seen.iter().filter(|e| restore(e)).count() == before {
+        read_until(&mut events, &mut seen, "the plugin left out", restore).await;
+    }
+    let (code, data) = seen.iter().rev().find_map(notice).unwrap();
+    assert_eq!(code, "control_restore_failed", "{data}");
+    assert!(data.contains("inside"), "{data}");
+}
