@@ -14,6 +14,28 @@ use crate::handle::Command;
 use crate::runtime::{INITIALIZE_FAILED, Initialized, SESSION_INITIALIZED, SessionDetails};
 use crate::types::EventPayload;
 
+/// An `mcp_call` passed through runs its tool as the model's own call would be decided
+/// (`check_permissions: true`): permission rules, the permission mode, managed settings
+/// (the daemon's `sessions.managed_settings` deny rules) and hooks. Without it 2.1.332 runs
+/// the tool with no check at all, so a client could reach past the daemon's policy; asking
+/// for that (`false`) is refused.
+fn decided_by_the_rules(subtype: &str, fields: &mut Map<String, Value>) -> Result<()> {
+    if subtype != "mcp_call" {
+        return Ok(());
+    }
+    match fields.get("check_permissions") {
+        None | Some(Value::Bool(true)) => {
+            fields.insert("check_permissions".into(), Value::Bool(true));
+            Ok(())
+        }
+        Some(_) => Err(Error::invalid(
+            "request_json.check_permissions",
+            "an mcp_call through ostler is always decided by the session's permission rules, \
+             managed settings and hooks; leave check_permissions out or true",
+        )),
+    }
+}
+
 /// The first release measured to take `get_context_usage`'s `detail` (2.1.330's schema has
 /// no such field).
 const CONTEXT_SUMMARY_SINCE: semver::Version = semver::Version::new(2, 1, 332);
@@ -156,6 +178,7 @@ impl Engine {
     ) -> Result<Option<Value>> {
         crate::capability::check_passthrough(&self.shared.installation, subtype)?;
         let mut fields = fields;
+        decided_by_the_rules(subtype, &mut fields)?;
         self.confine_paths(subtype, &mut fields).await?;
         self.control_answer(
             session_id,

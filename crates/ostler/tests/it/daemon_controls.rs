@@ -1319,3 +1319,68 @@ async fn passed_through_paths_stay_in_the_allowed_roots_2_1_332() {
     assert_eq!(code, "control_restore_failed", "{data}");
     assert!(data.contains("inside"), "{data}");
 }
+
+/// An `mcp_call` passed through is decided as the model's own call to the tool would be
+/// (`check_permissions` forced on): a tool the session's rules deny is refused (2.1.332
+/// runs it with no check otherwise); one they allow runs; asking for no check is
+/// INVALID_ARGUMENT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mcp_calls_are_decided_by_the_session_rules_2_1_332() {
+    let world = World::new(NEW).await;
+    let mcp = testkit_binary("ostler-test-mcp").await;
+    let daemon = world.daemon(&[]).await;
+    let mut c = daemon.sessions().await;
+    let echo = "mcp__tickets__echo_ticket".to_string();
+    let mut sessions = Vec::new();
+    for (allowed, denied) in [(vec![echo.clone()], vec![]), (vec![], vec![echo.clone()])] {
+        let stdio = pb::McpStdioServerSpec {
+            command: mcp.display().to_string(),
+            ..Default::default()
+        };
+        let s = c
+            .create_session(pb::CreateSessionRequest {
+                cwd: world.work.display().to_string(),
+                mcp_servers: [(
+                    "tickets".to_string(),
+                    pb::McpServerSpec {
+                        transport: Some(pb::mcp_server_spec::Transport::Stdio(stdio)),
+                        ..Default::default()
+                    },
+                )]
+                .into(),
+                allowed_tools: allowed,
+                disallowed_tools: denied,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut events = subscribe(&mut c, &s.id, 0, false).await;
+        send_turn(&mut c, &mut events, &mut Vec::new(), &s.id, "Say hello").await;
+        await_mcp_status(&mut c, &s.id, "tickets", "connected").await;
+        sessions.push(s.id);
+    }
+    let call = |id: &str, extra: &str| {
+        send_control(
+            &c,
+            id,
+            "mcp_call",
+            &format!(r#"{{"tool":"{echo}","arguments":{{"ticket":"T-9"}}{extra}}}"#),
+        )
+    };
+    let allowed = call(&sessions[0], "").await.unwrap();
+    assert!(
+        allowed.response_json.contains("ticket T-9 is open"),
+        "{}",
+        allowed.response_json
+    );
+    match call(&sessions[1], "").await {
+        Err(status) => assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}"),
+        Ok(r) => panic!("the denied tool ran: {}", r.response_json),
+    }
+    assert_refused(
+        call(&sessions[0], r#","check_permissions":false"#).await,
+        tonic::Code::InvalidArgument,
+        "check_permissions",
+    );
+}
