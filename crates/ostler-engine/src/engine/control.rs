@@ -14,12 +14,28 @@ use crate::handle::Command;
 use crate::runtime::{INITIALIZE_FAILED, Initialized, SESSION_INITIALIZED, SessionDetails};
 use crate::types::EventPayload;
 
-/// An `mcp_call` passed through runs its tool as the model's own call would be decided
-/// (`check_permissions: true`): permission rules, the permission mode, managed settings
-/// (the daemon's `sessions.managed_settings` deny rules) and hooks. Without it 2.1.332 runs
-/// the tool with no check at all, so a client could reach past the daemon's policy; asking
-/// for that (`false`) is refused.
-fn decided_by_the_rules(subtype: &str, fields: &mut Map<String, Value>) -> Result<()> {
+/// What a passed-through request may not do past the daemon's policy (measured on
+/// 2.1.332):
+/// - an `mcp_call` runs its tool as the model's own call would be decided
+///   (`check_permissions: true`): permission rules, the permission mode, managed settings
+///   (the daemon's `sessions.managed_settings` deny rules) and hooks. Without it the CLI
+///   runs the tool with no check at all; asking for that (`false`) is refused;
+/// - an `update_settings` of `userSettings` writes the user settings file of the daemon's
+///   user, the default of every session the daemon runs (the CLI saves `effortLevel` there
+///   for its model): refused, naming the per-session way (`apply_flag_settings`, kept
+///   across respawns). `localSettings` writes the project's own local settings file.
+fn within_policy(subtype: &str, fields: &mut Map<String, Value>) -> Result<()> {
+    if subtype == "update_settings" {
+        if fields.get("source").and_then(Value::as_str) == Some("userSettings") {
+            return Err(Error::invalid(
+                "request_json.source",
+                "userSettings is the settings file every session of this daemon reads; set \
+                 this session's effort with apply_flag_settings {\"settings\": \
+                 {\"effortLevel\": ...}} instead",
+            ));
+        }
+        return Ok(());
+    }
     if subtype != "mcp_call" {
         return Ok(());
     }
@@ -178,7 +194,7 @@ impl Engine {
     ) -> Result<Option<Value>> {
         crate::capability::check_passthrough(&self.shared.installation, subtype)?;
         let mut fields = fields;
-        decided_by_the_rules(subtype, &mut fields)?;
+        within_policy(subtype, &mut fields)?;
         self.confine_paths(subtype, &mut fields).await?;
         self.control_answer(
             session_id,

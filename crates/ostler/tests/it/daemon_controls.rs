@@ -1206,7 +1206,8 @@ async fn flag_settings_survive_respawns_2_1_332() {
 /// Directories a passed-through request makes the CLI work in or load code from are held to
 /// the daemon's allowed roots (2.1.332 itself takes a plugin from anywhere, and a working
 /// directory anywhere once its trust question is echoed): outside a root, relative, or not
-/// a directory is INVALID_ARGUMENT before anything is sent. A plugin added inside a root is
+/// a directory is INVALID_ARGUMENT before anything is sent, as is an `update_settings` of
+/// the daemon user's settings file (every session's default). A plugin added inside a root is
 /// loaded again after a respawn (the new process has none of them), and left out, with
 /// `control_restore_failed`, once its directory is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1263,6 +1264,12 @@ async fn passed_through_paths_stay_in_the_allowed_roots_2_1_332() {
             r#"{"directory":"/no/such/dir"}"#.to_string(),
             "request_json.directory",
         ),
+        // The daemon user's settings file: every session's default.
+        (
+            "update_settings",
+            r#"{"source":"userSettings","settings":{"effortLevel":"low"}}"#.to_string(),
+            "apply_flag_settings",
+        ),
     ] {
         assert_refused(
             send_control(&c, &s.id, subtype, &json).await,
@@ -1270,6 +1277,10 @@ async fn passed_through_paths_stay_in_the_allowed_roots_2_1_332() {
             needle,
         );
     }
+    assert!(
+        !world.home.join(".claude/settings.json").exists(),
+        "the shared user settings were written"
+    );
     // Inside a root: sent canonical, loaded.
     let loaded = send_control(
         &c,
