@@ -1338,27 +1338,15 @@ async fn passed_through_paths_stay_in_the_allowed_roots_2_1_332() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mcp_calls_are_decided_by_the_session_rules_2_1_332() {
     let world = World::new(NEW).await;
-    let mcp = testkit_binary("ostler-test-mcp").await;
     let daemon = world.daemon(&[]).await;
     let mut c = daemon.sessions().await;
     let echo = "mcp__tickets__echo_ticket".to_string();
     let mut sessions = Vec::new();
     for (allowed, denied) in [(vec![echo.clone()], vec![]), (vec![], vec![echo.clone()])] {
-        let stdio = pb::McpStdioServerSpec {
-            command: mcp.display().to_string(),
-            ..Default::default()
-        };
         let s = c
             .create_session(pb::CreateSessionRequest {
                 cwd: world.work.display().to_string(),
-                mcp_servers: [(
-                    "tickets".to_string(),
-                    pb::McpServerSpec {
-                        transport: Some(pb::mcp_server_spec::Transport::Stdio(stdio)),
-                        ..Default::default()
-                    },
-                )]
-                .into(),
+                mcp_servers: tickets_server().await,
                 allowed_tools: allowed,
                 disallowed_tools: denied,
                 ..Default::default()

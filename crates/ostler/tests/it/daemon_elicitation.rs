@@ -130,21 +130,9 @@ async fn create(c: &mut Client, world: &World) -> pb::Session {
 
 /// [`create`], with `decline_elicitations` as given.
 async fn create_with(c: &mut Client, world: &World, decline_elicitations: bool) -> pb::Session {
-    let mcp = testkit_binary("ostler-test-mcp").await;
-    let stdio = pb::McpStdioServerSpec {
-        command: mcp.display().to_string(),
-        ..Default::default()
-    };
     c.create_session(pb::CreateSessionRequest {
         cwd: world.work.display().to_string(),
-        mcp_servers: [(
-            "tickets".to_string(),
-            pb::McpServerSpec {
-                transport: Some(pb::mcp_server_spec::Transport::Stdio(stdio)),
-                ..Default::default()
-            },
-        )]
-        .into(),
+        mcp_servers: tickets_server().await,
         allowed_tools: vec!["mcp__tickets__confirm_ticket".into()],
         decline_elicitations,
         ..Default::default()

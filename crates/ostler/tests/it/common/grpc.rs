@@ -404,6 +404,24 @@ pub fn send_control(
     async move { c.send_control_request(req).await.map(|r| r.into_inner()) }
 }
 
+/// The test kit's MCP server (`ostler-test-mcp`, tools `echo_ticket` and `confirm_ticket`)
+/// as the one stdio server `tickets` of a session.
+pub async fn tickets_server() -> std::collections::HashMap<String, pb::McpServerSpec> {
+    let mcp = super::testkit_binary("ostler-test-mcp").await;
+    let stdio = pb::McpStdioServerSpec {
+        command: mcp.display().to_string(),
+        ..Default::default()
+    };
+    [(
+        "tickets".to_string(),
+        pb::McpServerSpec {
+            transport: Some(pb::mcp_server_spec::Transport::Stdio(stdio)),
+            ..Default::default()
+        },
+    )]
+    .into()
+}
+
 pub async fn create_session(
     c: &mut SessionServiceClient<Channel>,
     work: &Path,
