@@ -490,16 +490,8 @@ impl Actor {
             Ok::<_, Error>(
                 paths
                     .iter()
-                    .map(|p| match std::fs::canonicalize(p) {
-                        Err(e) => Some(format!("{p}: {e}")),
-                        Ok(c) if !c.is_dir() => Some(format!("{p} is not a directory")),
-                        Ok(c) if !roots.is_empty() && !roots.iter().any(|r| c.starts_with(r)) => {
-                            Some(format!(
-                                "{} is outside the allowed roots {roots:?}",
-                                c.display()
-                            ))
-                        }
-                        Ok(_) => None,
+                    .map(|p| {
+                        crate::shared::dir_astray("the plugin", std::path::Path::new(p), &roots)
                     })
                     .collect::<Vec<_>>(),
             )

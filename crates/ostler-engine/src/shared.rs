@@ -215,3 +215,42 @@ impl Drop for SlotGuard {
         self.0.slots_changed();
     }
 }
+
+/// The allowed roots, listed for a message, when `dir` (canonical) lies under none of them;
+/// `None` when it lies under one or no roots are set.
+pub(crate) fn outside_roots(roots: &[PathBuf], dir: &std::path::Path) -> Option<String> {
+    if roots.is_empty() || roots.iter().any(|r| dir.starts_with(r)) {
+        return None;
+    }
+    let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+    Some(format!("{roots:?}"))
+}
+
+/// Why a directory recorded canonical (`what`: how a message names it) may no longer be
+/// used: gone, replaced by a link to elsewhere, no longer a directory, or outside `roots`
+/// (they may have changed since). `None` when it is still itself. Reads the file system:
+/// call it off the async workers.
+pub(crate) fn dir_astray(what: &str, dir: &std::path::Path, roots: &[PathBuf]) -> Option<String> {
+    let shown = dir.display();
+    let c = match std::fs::canonicalize(dir) {
+        Ok(c) => c,
+        Err(e) => {
+            return Some(format!(
+                "{what} {shown} no longer exists or cannot be reached ({e})"
+            ));
+        }
+    };
+    if c != dir {
+        return Some(format!(
+            "{what} {shown} now leads to {} (replaced by a link since it was recorded); \
+             refused",
+            c.display()
+        ));
+    }
+    if !c.is_dir() {
+        return Some(format!("{what} {shown} is no longer a directory"));
+    }
+    outside_roots(roots, dir).map(|roots| {
+        format!("{what} {shown} is outside the daemon's allowed roots {roots} (they changed since it was recorded)")
+    })
+}

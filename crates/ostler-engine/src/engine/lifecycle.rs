@@ -466,49 +466,25 @@ impl Engine {
     /// The allowed roots, listed for a message, when `dir` (canonical) lies under none of
     /// them; `None` when it lies under one or no roots are set.
     fn outside_roots(&self, dir: &Path) -> Option<String> {
-        let roots = &self.shared.roots;
-        if roots.is_empty() || roots.iter().any(|r| dir.starts_with(r)) {
-            return None;
-        }
-        let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
-        Some(format!("{roots:?}"))
+        crate::shared::outside_roots(&self.shared.roots, dir)
     }
 
     /// A directory recorded at create (made canonical then), before a resume: it must still
     /// be a directory, still be itself (not replaced by a link to elsewhere) and still lie
     /// under the allowed roots. `FailedPrecondition` otherwise: the session's own state.
     async fn recheck_dir(&self, what: &str, dir: &Path) -> Result<()> {
-        let owned = dir.to_path_buf();
-        let now = blocking(move || Ok::<_, Error>(std::fs::canonicalize(&owned))).await?;
-        let shown = dir.display();
-        let c = match now {
-            Ok(c) => c,
-            Err(e) => {
-                return Err(Error::precondition(format!(
-                    "{what} {shown} no longer exists or cannot be reached ({e})"
-                )));
-            }
-        };
-        if c != dir {
-            return Err(Error::precondition(format!(
-                "{what} {shown} now leads to {} (replaced by a link since the session was \
-                 created); refused",
-                c.display()
-            )));
+        let (what, owned, roots) = (
+            what.to_owned(),
+            dir.to_path_buf(),
+            self.shared.roots.clone(),
+        );
+        let astray =
+            blocking(move || Ok::<_, Error>(crate::shared::dir_astray(&what, &owned, &roots)))
+                .await?;
+        match astray {
+            Some(why) => Err(Error::precondition(why)),
+            None => Ok(()),
         }
-        let is_dir = blocking(move || Ok::<_, Error>(c.is_dir())).await?;
-        if !is_dir {
-            return Err(Error::precondition(format!(
-                "{what} {shown} is no longer a directory"
-            )));
-        }
-        if let Some(roots) = self.outside_roots(dir) {
-            return Err(Error::precondition(format!(
-                "{what} {shown} is outside the daemon's allowed roots {roots} (they changed \
-                 since the session was created)"
-            )));
-        }
-        Ok(())
     }
 
     /// Checks a create request and returns its spec (add_dirs made canonical), before
