@@ -19,12 +19,18 @@ use crate::types::EventPayload;
 /// - an `mcp_call` runs its tool as the model's own call would be decided
 ///   (`check_permissions: true`): permission rules, the permission mode, managed settings
 ///   (the daemon's `sessions.managed_settings` deny rules) and hooks. Without it the CLI
-///   runs the tool with no check at all; asking for that (`false`) is refused;
+///   runs the tool with no check at all; asking for that (`false`) is refused, and so is
+///   every `mcp_call` on a release without the field (2.1.120 and 2.1.121 take `mcp_call`
+///   but not `check_permissions`: measured in their schemas; 2.1.330 has it);
 /// - an `update_settings` of `userSettings` writes the user settings file of the daemon's
 ///   user, the default of every session the daemon runs (the CLI saves `effortLevel` there
 ///   for its model): refused, naming the per-session way (`apply_flag_settings`, kept
 ///   across respawns). `localSettings` writes the project's own local settings file.
-fn within_policy(subtype: &str, fields: &mut Map<String, Value>) -> Result<()> {
+fn within_policy(
+    version: &semver::Version,
+    subtype: &str,
+    fields: &mut Map<String, Value>,
+) -> Result<()> {
     if subtype == "update_settings" {
         if fields.get("source").and_then(Value::as_str) == Some("userSettings") {
             return Err(Error::invalid(
@@ -39,6 +45,13 @@ fn within_policy(subtype: &str, fields: &mut Map<String, Value>) -> Result<()> {
     if subtype != "mcp_call" {
         return Ok(());
     }
+    if *version < MCP_CALL_CHECKED_SINCE {
+        return Err(Error::precondition(format!(
+            "Claude Code {version} runs an mcp_call with no permission check (it has no \
+             `check_permissions`, measured on {MCP_CALL_CHECKED_SINCE} and later), past the \
+             session's rules and the daemon's managed settings; ostler does not send it"
+        )));
+    }
     match fields.get("check_permissions") {
         None | Some(Value::Bool(true)) => {
             fields.insert("check_permissions".into(), Value::Bool(true));
@@ -51,6 +64,9 @@ fn within_policy(subtype: &str, fields: &mut Map<String, Value>) -> Result<()> {
         )),
     }
 }
+
+/// The first release measured to take `mcp_call`'s `check_permissions`.
+const MCP_CALL_CHECKED_SINCE: semver::Version = semver::Version::new(2, 1, 330);
 
 /// The first release measured to take `get_context_usage`'s `detail` (2.1.330's schema has
 /// no such field).
@@ -194,7 +210,7 @@ impl Engine {
     ) -> Result<Option<Value>> {
         crate::capability::check_passthrough(&self.shared.installation, subtype)?;
         let mut fields = fields;
-        within_policy(subtype, &mut fields)?;
+        within_policy(&self.shared.installation.version, subtype, &mut fields)?;
         self.confine_paths(subtype, &mut fields).await?;
         self.control_answer(
             session_id,
@@ -384,5 +400,46 @@ impl Engine {
             init,
             capabilities: inst.capabilities.names(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fields(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn a_passed_through_mcp_call_is_always_checked() {
+        let new = semver::Version::new(2, 1, 332);
+        let mut f = fields(json!({"tool": "mcp__t__x"}));
+        within_policy(&new, "mcp_call", &mut f).expect("sent");
+        assert_eq!(f["check_permissions"], true);
+        let mut f = fields(json!({"tool": "mcp__t__x", "check_permissions": false}));
+        assert!(matches!(
+            within_policy(&new, "mcp_call", &mut f),
+            Err(Error::InvalidArgument { .. })
+        ));
+        // 2.1.121 takes mcp_call but would run it unchecked.
+        let old = semver::Version::new(2, 1, 121);
+        let mut f = fields(json!({"tool": "mcp__t__x"}));
+        assert!(matches!(
+            within_policy(&old, "mcp_call", &mut f),
+            Err(Error::FailedPrecondition { .. })
+        ));
+        // Others pass as they are; the shared user settings do not.
+        let mut f = fields(json!({"source": "localSettings", "settings": {}}));
+        within_policy(&old, "update_settings", &mut f).expect("local");
+        let mut f = fields(json!({"source": "userSettings", "settings": {}}));
+        assert!(within_policy(&new, "update_settings", &mut f).is_err());
+        let mut f = fields(json!({"x": 1}));
+        within_policy(&old, "get_settings", &mut f).expect("passes");
+        assert_eq!(f, fields(json!({"x": 1})));
     }
 }
